@@ -1,0 +1,182 @@
+#include "server/backends/config.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tensorcheck {
+
+namespace {
+
+template <typename Enum, size_t N>
+absl::StatusOr<Enum> ParseNamed(absl::string_view name,
+                                const std::pair<absl::string_view, Enum> (&table)[N],
+                                absl::string_view what) {
+  std::string accepted;
+  for (const auto& [n, e] : table) {
+    if (n == name) return e;
+    absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", n);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown ", what, " '", name, "': expected one of ", accepted));
+}
+
+constexpr std::pair<absl::string_view, Precision> kPrecisionNames[] = {
+    {"fp64", Precision::kFp64},         {"fp32", Precision::kFp32},
+    {"tf32", Precision::kTf32},         {"tf32rna", Precision::kTf32Rna},
+    {"tf32trunc", Precision::kTf32Trunc}, {"bf16", Precision::kBf16},
+    {"fp16", Precision::kFp16},         {"fp16acc", Precision::kFp16Acc},
+};
+
+constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
+    {"none", BiasMode::kNone},
+    {"fused", BiasMode::kFused},
+    {"unfused", BiasMode::kUnfused},
+};
+
+constexpr std::pair<absl::string_view, Activation> kActivationNames[] = {
+    {"none", Activation::kNone},
+    {"relu", Activation::kRelu},
+    {"gelu", Activation::kGeluTanh},
+};
+
+constexpr std::pair<absl::string_view, WeightLayout> kLayoutNames[] = {
+    {"out_in", WeightLayout::kOutIn},
+    {"in_out", WeightLayout::kInOut},
+};
+
+template <typename Enum, size_t N>
+absl::string_view NameOf(Enum e,
+                         const std::pair<absl::string_view, Enum> (&table)[N]) {
+  for (const auto& [n, v] : table) {
+    if (v == e) return n;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+absl::string_view PrecisionName(Precision p) { return NameOf(p, kPrecisionNames); }
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  return ParseNamed(name, kPrecisionNames, "precision");
+}
+
+absl::string_view BiasModeName(BiasMode b) { return NameOf(b, kBiasNames); }
+absl::StatusOr<BiasMode> ParseBiasMode(absl::string_view name) {
+  return ParseNamed(name, kBiasNames, "bias mode");
+}
+
+absl::string_view ActivationName(Activation a) {
+  return NameOf(a, kActivationNames);
+}
+absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
+  return ParseNamed(name, kActivationNames, "activation");
+}
+
+absl::string_view WeightLayoutName(WeightLayout l) {
+  return NameOf(l, kLayoutNames);
+}
+absl::StatusOr<WeightLayout> ParseWeightLayout(absl::string_view name) {
+  return ParseNamed(name, kLayoutNames, "weight layout");
+}
+
+PrecisionInfo GetPrecisionInfo(Precision p) {
+  constexpr double kFp32U = 0x1p-24;
+  constexpr double kFp64U = 0x1p-53;
+  constexpr double kHalfU = 0x1p-11;  // tf32 and fp16 (10-bit mantissa)
+  constexpr double kBf16U = 0x1p-8;
+  switch (p) {
+    case Precision::kFp64:
+      return {0.0, kFp64U, false, std::nullopt};
+    case Precision::kFp32:
+      return {0.0, kFp32U, false, std::nullopt};
+    case Precision::kTf32:
+      return {kHalfU, kFp32U, false, Tf32Rounding::kNearestEven};
+    case Precision::kTf32Rna:
+      return {kHalfU, kFp32U, false, Tf32Rounding::kTiesAway};
+    case Precision::kTf32Trunc:
+      // Truncation errs up to a whole unit, one-sided.
+      return {2 * kHalfU, kFp32U, false, Tf32Rounding::kTruncate};
+    case Precision::kBf16:
+      return {kBf16U, kFp32U, false, std::nullopt};
+    case Precision::kFp16:
+      return {kHalfU, kFp32U, false, std::nullopt};
+    case Precision::kFp16Acc:
+      return {kHalfU, kHalfU, true, std::nullopt};
+  }
+  return {0.0, kFp32U, false, std::nullopt};
+}
+
+float RoundInput(Precision p, float v) {
+  switch (p) {
+    case Precision::kFp64:
+    case Precision::kFp32:
+      return v;
+    case Precision::kTf32:
+      return RoundToTf32(v, Tf32Rounding::kNearestEven);
+    case Precision::kTf32Rna:
+      return RoundToTf32(v, Tf32Rounding::kTiesAway);
+    case Precision::kTf32Trunc:
+      return RoundToTf32(v, Tf32Rounding::kTruncate);
+    case Precision::kBf16:
+      return RoundToBf16(v);
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      return RoundToFp16(v);
+  }
+  return v;
+}
+
+absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec,
+                                           absl::string_view field) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": 'backend:precision[:bias]' expected (e.g. cpu:fp32, "
+               "cublaslt:bf16:fused), got '",
+        spec, "'"));
+  }
+  ConfigSpec out;
+  out.backend = std::string(parts[0]);
+  auto precision = ParsePrecision(parts[1]);
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " '", spec, "': ", precision.status().message()));
+  }
+  out.precision = *precision;
+  if (parts.size() == 3) {
+    auto bias = ParseBiasMode(parts[2]);
+    if (!bias.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " '", spec, "': ", bias.status().message()));
+    }
+    out.bias = *bias;
+  }
+  return out;
+}
+
+std::string Config::ToString() const {
+  return absl::StrCat(backend, ":", PrecisionName(precision), ":",
+                      BiasModeName(bias));
+}
+
+Config ResolveConfig(const ConfigSpec& spec, bool has_bias,
+                     Activation activation, BiasMode backend_default) {
+  Config c;
+  c.backend = spec.backend;
+  c.precision = spec.precision;
+  // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric
+  // at zero), so without a bias only GELU can tell the placements apart.
+  const bool placement_matters = has_bias || activation == Activation::kGeluTanh;
+  if (!placement_matters) {
+    c.bias = BiasMode::kNone;
+  } else if (spec.bias.has_value() && *spec.bias != BiasMode::kNone) {
+    c.bias = *spec.bias;
+  } else {
+    c.bias = backend_default;
+  }
+  return c;
+}
+
+}  // namespace tensorcheck

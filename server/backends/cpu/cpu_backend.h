@@ -1,0 +1,45 @@
+// The `cpu` backend: exact CPU emulation of every precision in DESIGN.md.
+//
+//   TC_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({}));
+//   TC_ASSIGN_OR_RETURN(RunResult r, cpu->Run(problem, config, RunOptions{}));
+//
+// Products of two TF32, bf16 or fp16 values are exact in fp32, so an
+// fp32-accumulate mode is emulated by rounding the inputs to the format and
+// running OpenBLAS sgemm; fp64 runs dgemm; fp16acc rounds the running sum to
+// fp16 after every multiply-add. Only the summation order differs from a
+// GPU.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/backends/linear_backend.h"
+
+namespace tensorcheck {
+
+class CpuBackend final : public LinearBackend {
+ public:
+  struct Options {
+    // BLAS and element-wise worker threads; 0: all cores.
+    int threads = 0;
+  };
+
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Options& options);
+
+  absl::string_view name() const override { return "cpu"; }
+  absl::Status Available() const override { return absl::OkStatus(); }
+  std::vector<Precision> precisions() const override;
+  std::vector<BiasMode> bias_modes() const override;
+  BiasMode default_bias_mode() const override { return BiasMode::kFused; }
+  std::vector<DType> storage_dtypes() const override;
+
+  absl::StatusOr<RunResult> Run(const LinearProblem& problem,
+                                const Config& config,
+                                const RunOptions& options) override;
+
+ private:
+  explicit CpuBackend(const Options& options) : options_(options) {}
+  Options options_;
+};
+
+}  // namespace tensorcheck

@@ -1,0 +1,59 @@
+#include "server/backends/linear_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tensorcheck {
+
+absl::Status LinearBackend::Supports(const Config& config, DType storage) const {
+  const auto p = precisions();
+  if (std::find(p.begin(), p.end(), config.precision) == p.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' does not run precision ", PrecisionName(config.precision),
+                     " on this host"));
+  }
+  const auto b = bias_modes();
+  if (std::find(b.begin(), b.end(), config.bias) == b.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' does not support bias mode ", BiasModeName(config.bias)));
+  }
+  const auto s = storage_dtypes();
+  if (std::find(s.begin(), s.end(), storage) == s.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' does not accept ", DTypeName(storage), " inputs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BackendRegistry::Register(std::unique_ptr<LinearBackend> backend) {
+  if (Find(backend->name()).ok()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("backend '", backend->name(), "' is already registered"));
+  }
+  backends_.push_back(std::move(backend));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LinearBackend*> BackendRegistry::Find(absl::string_view name) const {
+  for (const auto& b : backends_) {
+    if (b->name() == name) return b.get();
+  }
+  std::vector<std::string> names;
+  for (const auto& b : backends_) names.emplace_back(b->name());
+  return absl::NotFoundError(absl::StrCat("unknown backend '", name,
+                                          "': this server has ",
+                                          absl::StrJoin(names, ", ")));
+}
+
+std::vector<LinearBackend*> BackendRegistry::backends() const {
+  std::vector<LinearBackend*> out;
+  for (const auto& b : backends_) out.push_back(b.get());
+  return out;
+}
+
+}  // namespace tensorcheck

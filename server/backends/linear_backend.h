@@ -1,0 +1,132 @@
+// LinearBackend: the one interface every linear-layer implementation (CPU
+// emulation, cuBLAS, cuBLASLt) provides, and the registry that holds them.
+//
+//   BackendRegistry registry;
+//   RegisterBuiltinBackends(&registry);        // cpu, and cuda ones if built
+//   TC_ASSIGN_OR_RETURN(LinearBackend* cpu, registry.Find("cpu"));
+//   TC_ASSIGN_OR_RETURN(RunResult r, cpu->Run(problem, config, RunOptions{}));
+//
+// Contract: Run is thread-safe and may be called concurrently; the backend
+// owns whatever it created once (handles, workspaces) for its lifetime.
+// Construction is cheap; expensive initialisation happens in the backend's
+// static Create. A backend that cannot run on this host stays registered and
+// answers Available() with the reason.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/backends/config.h"
+#include "server/core/tensor.h"
+
+namespace tensorcheck {
+
+// y = act(x W^T + b) for x viewed as [m, k].
+struct LinearProblem {
+  const Tensor* input = nullptr;   // m*k elements, any leading shape
+  const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
+  WeightLayout layout = WeightLayout::kOutIn;
+  const Tensor* bias = nullptr;  // nullptr or [n]
+  Activation activation = Activation::kNone;
+  DType output_dtype = DType::kFloat32;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+};
+
+struct RunOptions {
+  // Run this many times and compare the outputs bit for bit.
+  int repeat = 1;
+  // GPU backends: forbid reduced-precision reductions.
+  bool disallow_reduced_precision_reduction = false;
+};
+
+struct RunResult {
+  Tensor output;  // [m, n] in problem.output_dtype
+  // Backend detail reported to the client (algorithm id, workspace, ...).
+  std::map<std::string, std::string> details;
+  bool deterministic = true;
+  int runs = 1;
+};
+
+// What a device-backed backend runs on.
+struct DeviceDescription {
+  std::string name;
+  std::string compute_capability;
+  int64_t memory_bytes = 0;
+  std::string driver_version;
+  std::string runtime_version;
+  std::string cublas_version;
+};
+
+class LinearBackend {
+ public:
+  virtual ~LinearBackend() = default;
+
+  // "cpu", "cublas", "cublaslt".
+  virtual absl::string_view name() const = 0;
+
+  // OK when the backend can run here; otherwise FAILED_PRECONDITION with
+  // the reason (no device, driver too old, ...).
+  virtual absl::Status Available() const = 0;
+
+  // Precisions and bias modes this backend runs on this host.
+  virtual std::vector<Precision> precisions() const = 0;
+  virtual std::vector<BiasMode> bias_modes() const = 0;
+
+  // Bias mode for a spec that names none.
+  virtual BiasMode default_bias_mode() const = 0;
+
+  // Storage dtypes it accepts for input and weight.
+  virtual std::vector<DType> storage_dtypes() const = 0;
+
+  // The device, for GPU backends.
+  virtual DeviceDescription device() const { return {}; }
+
+  // OK when `config` with inputs stored as `storage` can run; otherwise
+  // FAILED_PRECONDITION (unsupported here) naming the configuration.
+  virtual absl::Status Supports(const Config& config, DType storage) const;
+
+  // Runs the layer. `problem` has been validated (shapes consistent, dtypes
+  // supported). Errors: RESOURCE_EXHAUSTED (memory), INTERNAL (device).
+  virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem,
+                                        const Config& config,
+                                        const RunOptions& options) = 0;
+};
+
+// Holds the backends by name; filled once at start-up, then read-only (so
+// lookups need no lock).
+class BackendRegistry {
+ public:
+  // ALREADY_EXISTS when the name is taken.
+  absl::Status Register(std::unique_ptr<LinearBackend> backend);
+
+  // NOT_FOUND naming the known backends.
+  absl::StatusOr<LinearBackend*> Find(absl::string_view name) const;
+
+  // In registration order.
+  std::vector<LinearBackend*> backends() const;
+
+ private:
+  std::vector<std::unique_ptr<LinearBackend>> backends_;
+};
+
+struct BuiltinBackendOptions {
+  // Worker threads of the CPU backend's BLAS; 0: all cores.
+  int cpu_threads = 0;
+  // CUDA backends (when built): per-request device memory budget and the
+  // cuBLASLt workspace.
+  int64_t gpu_memory_budget_bytes = 0;  // 0: 90% of free device memory
+  int64_t cublaslt_workspace_bytes = int64_t{32} << 20;
+};
+
+// Registers `cpu`, and `cublas`/`cublaslt` when the CUDA build is on (they
+// report unavailable without a device).
+absl::Status RegisterBuiltinBackends(BackendRegistry* registry,
+                                     const BuiltinBackendOptions& options = {});
+
+}  // namespace tensorcheck

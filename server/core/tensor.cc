@@ -1,0 +1,246 @@
+#include "server/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/float_formats.h"
+
+namespace tensorcheck {
+
+absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape,
+                                     int64_t max_elements,
+                                     absl::string_view field) {
+  if (shape.size() > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: rank at most ", kMaxRank, " expected, got ",
+                     shape.size()));
+  }
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape[", i, "]: non-negative dimension expected, got ", d));
+    }
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape ", ShapeString(shape), ": element count overflows"));
+    }
+    n *= d;
+  }
+  if (n > max_elements) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(field, ".shape ", ShapeString(shape), ": ", n,
+                     " elements exceed the limit of ", max_elements));
+  }
+  return n;
+}
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+void Tensor::AlignedFree::operator()(void* p) const { std::free(p); }
+
+Tensor::Tensor() : shape_{0} {}
+
+absl::StatusOr<Tensor> Tensor::Create(DType dtype, std::vector<int64_t> shape) {
+  // Bytes must fit in int64 too.
+  const int64_t max_elements =
+      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(ItemSize(dtype));
+  auto numel = CheckedNumel(shape, max_elements, "tensor");
+  if (!numel.ok()) return numel.status();
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = *numel;
+  const size_t bytes = t.nbytes();
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  const size_t padded = ((bytes + 63) / 64) * 64 + 64;
+  void* p = std::aligned_alloc(64, padded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes for a tensor"));
+  }
+  std::memset(p, 0, padded);
+  t.buffer_.reset(p);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape,
+                                         absl::string_view bytes) {
+  auto t = Create(dtype, std::move(shape));
+  if (!t.ok()) return t.status();
+  if (bytes.size() != t->nbytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: ", t->nbytes(), " bytes expected (", t->numel(), " x ",
+        ItemSize(dtype), "), got ", bytes.size()));
+  }
+  if (!bytes.empty()) std::memcpy(t->raw(), bytes.data(), bytes.size());
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t = *Create(dtype_, shape_);  // shape already validated
+  if (nbytes() > 0) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+double Tensor::GetDouble(int64_t i) const {
+  switch (dtype_) {
+    case DType::kFloat64:
+      return data<double>()[i];
+    case DType::kFloat32:
+      return data<float>()[i];
+    case DType::kFloat16:
+      return Fp16BitsToFloat(data<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return Bf16BitsToFloat(data<uint16_t>()[i]);
+  }
+  return 0.0;
+}
+
+absl::Status Tensor::Reshape(std::vector<int64_t> shape) {
+  auto n = CheckedNumel(shape, std::numeric_limits<int64_t>::max(), "tensor");
+  if (!n.ok()) return n.status();
+  if (*n != numel_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape ", ShapeString(shape_), " to ",
+                     ShapeString(shape)));
+  }
+  shape_ = std::move(shape);
+  return absl::OkStatus();
+}
+
+void ToDouble(const Tensor& t, double* out) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kFloat64:
+      std::memcpy(out, t.raw(), t.nbytes());
+      return;
+    case DType::kFloat32: {
+      const float* p = t.data<float>();
+      for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+      return;
+    }
+    case DType::kFloat16: {
+      const uint16_t* p = t.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp16BitsToFloat(p[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* p = t.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
+      return;
+    }
+  }
+}
+
+void ToFloat(const Tensor& t, float* out) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kFloat64: {
+      const double* p = t.data<double>();
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
+      return;
+    }
+    case DType::kFloat32:
+      std::memcpy(out, t.raw(), t.nbytes());
+      return;
+    case DType::kFloat16: {
+      const uint16_t* p = t.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp16BitsToFloat(p[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* p = t.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
+      return;
+    }
+  }
+}
+
+namespace {
+
+template <typename Src>
+absl::StatusOr<Tensor> StoreValues(DType dtype, std::vector<int64_t> shape,
+                                   absl::Span<const Src> values) {
+  auto t = Tensor::Create(dtype, std::move(shape));
+  if (!t.ok()) return t.status();
+  if (static_cast<int64_t>(values.size()) != t->numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("values: ", t->numel(), " expected, got ", values.size()));
+  }
+  const size_t n = values.size();
+  switch (dtype) {
+    case DType::kFloat64: {
+      double* p = t->template data<double>();
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<double>(values[i]);
+      break;
+    }
+    case DType::kFloat32: {
+      float* p = t->template data<float>();
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(values[i]);
+      break;
+    }
+    case DType::kFloat16: {
+      uint16_t* p = t->template data<uint16_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = DoubleToFp16Bits(values[i]);
+      break;
+    }
+    case DType::kBFloat16: {
+      uint16_t* p = t->template data<uint16_t>();
+      if constexpr (std::is_same_v<Src, float>) {
+        for (size_t i = 0; i < n; ++i) p[i] = FloatToBf16Bits(values[i]);
+      } else {
+        for (size_t i = 0; i < n; ++i) p[i] = DoubleToBf16Bits(values[i]);
+      }
+      break;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> FromDoubles(DType dtype, std::vector<int64_t> shape,
+                                   absl::Span<const double> values) {
+  return StoreValues<double>(dtype, std::move(shape), values);
+}
+
+absl::StatusOr<Tensor> FromFloats(DType dtype, std::vector<int64_t> shape,
+                                  absl::Span<const float> values) {
+  return StoreValues<float>(dtype, std::move(shape), values);
+}
+
+double RoundToDType(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kFloat16:
+      return Fp16BitsToFloat(DoubleToFp16Bits(v));
+    case DType::kBFloat16:
+      return Bf16BitsToFloat(DoubleToBf16Bits(v));
+  }
+  return v;
+}
+
+float RoundToDType(float v, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+    case DType::kFloat32:
+      return v;
+    case DType::kFloat16:
+      return RoundToFp16(v);
+    case DType::kBFloat16:
+      return RoundToBf16(v);
+  }
+  return v;
+}
+
+}  // namespace tensorcheck

@@ -1,0 +1,115 @@
+// Tensor: a dtype, a shape and an owned, 64-byte aligned host buffer.
+//
+// Creation validates the shape with checked arithmetic before anything is
+// allocated, so a hostile shape is an error, never an overflow or a huge
+// allocation.
+//
+//   TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {2, 3}));
+//   float* p = t.data<float>();
+//   double v = t.GetDouble(4);   // element 4 widened exactly to double
+//
+// Tensors are move-only; Clone() copies explicitly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "server/core/dtype.h"
+
+namespace tensorcheck {
+
+// Product of `shape` with overflow and sign checks. `field` names the
+// tensor in error messages. Fails when a dim is negative, the rank exceeds
+// kMaxRank, or the product exceeds `max_elements`.
+inline constexpr int kMaxRank = 8;
+absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape,
+                                     int64_t max_elements,
+                                     absl::string_view field);
+
+// "[2, 768]".
+std::string ShapeString(absl::Span<const int64_t> shape);
+
+class Tensor {
+ public:
+  // An empty float32 tensor of shape [0].
+  Tensor();
+
+  // Zero-filled tensor. Fails on a bad shape (see CheckedNumel, with no
+  // element limit beyond int64 overflow) or when allocation fails.
+  static absl::StatusOr<Tensor> Create(DType dtype, std::vector<int64_t> shape);
+
+  // Copies `bytes`, which must be exactly numel * itemsize long.
+  static absl::StatusOr<Tensor> FromBytes(DType dtype,
+                                          std::vector<int64_t> shape,
+                                          absl::string_view bytes);
+
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  Tensor Clone() const;
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * ItemSize(dtype_); }
+  int64_t dim(int i) const { return shape_[static_cast<size_t>(i)]; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+
+  void* raw() { return buffer_.get(); }
+  const void* raw() const { return buffer_.get(); }
+  absl::string_view bytes() const {
+    return absl::string_view(static_cast<const char*>(raw()), nbytes());
+  }
+
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
+
+  // Element i widened exactly to double (bf16/fp16 are read as their bits).
+  double GetDouble(int64_t i) const;
+
+  // Same data, new shape with the same number of elements.
+  absl::Status Reshape(std::vector<int64_t> shape);
+
+ private:
+  struct AlignedFree {
+    void operator()(void* p) const;
+  };
+
+  DType dtype_ = DType::kFloat32;
+  std::vector<int64_t> shape_;
+  int64_t numel_ = 0;
+  std::unique_ptr<void, AlignedFree> buffer_;
+};
+
+// Widens every element exactly into `out` (numel doubles).
+void ToDouble(const Tensor& t, double* out);
+// Widens into float: exact for fp32/fp16/bf16; fp64 is rounded to nearest.
+void ToFloat(const Tensor& t, float* out);
+
+// Stores `values` into a new tensor of `dtype`, rounding each once to
+// nearest even.
+absl::StatusOr<Tensor> FromDoubles(DType dtype, std::vector<int64_t> shape,
+                                   absl::Span<const double> values);
+absl::StatusOr<Tensor> FromFloats(DType dtype, std::vector<int64_t> shape,
+                                  absl::Span<const float> values);
+
+// Rounds a value to `dtype` and widens it back (the value a tensor of that
+// dtype would hold).
+double RoundToDType(double v, DType dtype);
+float RoundToDType(float v, DType dtype);
+
+}  // namespace tensorcheck

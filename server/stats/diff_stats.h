@@ -1,0 +1,115 @@
+// Difference statistics between two tensors, in one multithreaded pass.
+//
+//   CompareOptions opts;
+//   opts.tolerance = ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32);
+//   opts.compared_dtype = DType::kFloat32;
+//   opts.cols = n;                        // rows = numel / cols
+//   TC_ASSIGN_OR_RETURN(DiffStats s, Compare(actual, expected, opts));
+//   s.mismatched, s.max_abs, s.max_ulp, s.worst, s.top_columns, ...
+//
+// `actual` and `expected` may have different storage dtypes; both are read
+// exactly as doubles. Absolute/relative differences use the exact values;
+// ULP distances and bit equality are taken after rounding both to
+// `compared_dtype` (a no-op when it is their own dtype).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/dtype.h"
+#include "server/core/tensor.h"
+#include "server/stats/tolerance.h"
+
+namespace tensorcheck {
+
+// One element of a comparison.
+struct ElementDiff {
+  int64_t flat_index = 0;
+  double actual = 0;
+  double expected = 0;
+  uint64_t actual_bits = 0;    // bit pattern in the compared dtype
+  uint64_t expected_bits = 0;
+  double abs_diff = 0;
+  double rel_diff = 0;
+  uint64_t ulp = 0;
+};
+
+// Mismatches held by one column or row.
+struct GroupCount {
+  int64_t index = 0;
+  int64_t mismatched = 0;
+  double share = 0;  // of all mismatched elements
+};
+
+// ULP histogram bucket [lo, hi]: 0, 1, 2, 3-4, 5-8, 9-16, ...
+struct UlpBucket {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  int64_t count = 0;
+};
+
+struct DiffStats {
+  int64_t total = 0;
+  int64_t mismatched = 0;  // failing the tolerance
+  double max_abs = 0;
+  int64_t max_abs_index = -1;  // flat; -1 when total == 0
+  double max_rel = 0;
+  int64_t max_rel_index = -1;
+  double mean_abs = 0;
+  double rms = 0;
+  double rel_l2 = 0;  // ||a - e|| / ||e||; 0 when both are zero, inf when only e is
+  double cosine = 0;  // 1 when both are zero vectors
+  uint64_t max_ulp = 0;
+  double mean_ulp = 0;
+  std::vector<UlpBucket> ulp_histogram;  // non-empty buckets only
+  bool bitwise_equal = false;
+  int64_t bitwise_equal_count = 0;
+  int64_t nan_actual = 0;
+  int64_t nan_expected = 0;
+  int64_t inf_actual = 0;
+  int64_t inf_expected = 0;
+  int64_t nan_mismatch = 0;  // exactly one side NaN
+  std::vector<ElementDiff> worst;  // by abs diff, then ULP, descending
+  std::vector<GroupCount> top_columns;
+  std::vector<GroupCount> top_rows;
+  // rms(|a-e|) / rms(predicted_sigma), when predicted_sigma was given.
+  std::optional<double> bound_ratio;
+  DType compared_dtype = DType::kFloat32;
+  bool passed = true;  // mismatched == 0
+};
+
+struct CompareOptions {
+  Tolerance tolerance;
+  DType compared_dtype = DType::kFloat32;
+  // The tensors are viewed as [rows, cols] for column/row concentration;
+  // rows = total / cols. 0 means one column per element row of length total.
+  int64_t cols = 0;
+  int top_k = 10;
+  int top_groups = 5;
+  // Per element, the standard error the precision predicts (error model);
+  // gives bound_ratio. May be null.
+  const float* predicted_sigma = nullptr;
+  // Per element, the hard bound of PRESET_BOUND. Required for that preset.
+  const float* error_bound = nullptr;
+  // 0: one per hardware thread.
+  int threads = 0;
+};
+
+// INVALID_ARGUMENT when the element counts differ or the bound preset has
+// no `error_bound`.
+absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
+                                  const CompareOptions& options);
+
+// Bit pattern of `v` rounded to `dtype` (to nearest even).
+uint64_t BitsIn(double v, DType dtype);
+
+// Distance in units in the last place of `dtype` between a and b, each
+// rounded to `dtype` first: the number of representable values between
+// them, counting across zero (+0 and -0 are 0 apart). NaN against a
+// non-NaN is kUlpInfinite; NaN against NaN is 0.
+inline constexpr uint64_t kUlpInfinite = UINT64_MAX;
+uint64_t UlpDistance(double a, double b, DType dtype);
+
+}  // namespace tensorcheck

@@ -1,0 +1,43 @@
+// gmock matchers for absl::Status / absl::StatusOr (Debian's Abseil ships
+// none).
+//
+//   EXPECT_THAT(Foo(), IsOk());
+//   EXPECT_THAT(Bar(), StatusIs(absl::StatusCode::kInvalidArgument,
+//                               HasSubstr("bias")));
+#pragma once
+
+#include <gmock/gmock.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tensorcheck::testing {
+
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+MATCHER(IsOk, "is OK") {
+  const absl::Status& s = GetStatus(arg);
+  if (!s.ok()) *result_listener << "status: " << s;
+  return s.ok();
+}
+
+MATCHER_P(StatusIs, code, "has code " + ::testing::PrintToString(code)) {
+  const absl::Status& s = GetStatus(arg);
+  *result_listener << "status: " << s;
+  return s.code() == code;
+}
+
+MATCHER_P2(StatusIs, code, message_matcher,
+           "has code " + ::testing::PrintToString(code)) {
+  const absl::Status& s = GetStatus(arg);
+  *result_listener << "status: " << s;
+  return s.code() == code &&
+         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
+                                       result_listener);
+}
+
+}  // namespace tensorcheck::testing
