@@ -1,1 +1,218 @@
-// placeholder: being written
+#include "server/backends/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// ---- ParseConfigSpec
+
+TEST(ParseConfigSpecTest, BackendAndPrecision) {
+  auto spec = ParseConfigSpec("cpu:fp64");
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->backend, "cpu");
+  EXPECT_EQ(spec->precision, Precision::kFp64);
+  EXPECT_FALSE(spec->bias.has_value());
+}
+
+TEST(ParseConfigSpecTest, BackendPrecisionAndBias) {
+  auto spec = ParseConfigSpec("cublaslt:bf16:fused");
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->backend, "cublaslt");
+  EXPECT_EQ(spec->precision, Precision::kBf16);
+  EXPECT_EQ(spec->bias, BiasMode::kFused);
+  EXPECT_EQ(ParseConfigSpec("cublas:bf16:unfused")->bias, BiasMode::kUnfused);
+  EXPECT_EQ(ParseConfigSpec("cpu:tf32rna")->precision, Precision::kTf32Rna);
+  EXPECT_EQ(ParseConfigSpec("cpu:tf32trunc")->precision, Precision::kTf32Trunc);
+  EXPECT_EQ(ParseConfigSpec("cpu:fp16acc")->precision, Precision::kFp16Acc);
+}
+
+TEST(ParseConfigSpecTest, BackendNamesAreNotCheckedHere) {
+  EXPECT_THAT(ParseConfigSpec("nosuchbackend:fp32"), IsOk());
+}
+
+TEST(ParseConfigSpecTest, MissingPrecisionIsInvalidArgumentNamingTheField) {
+  for (const char* bad : {"cpu", "", ":fp32", "cpu:fp32:fused:extra"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ParseConfigSpec(bad, "reference"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("reference"),
+                               HasSubstr("backend:precision[:bias]"))));
+  }
+}
+
+TEST(ParseConfigSpecTest, UnknownPrecisionIsInvalidArgumentListingTheAccepted) {
+  EXPECT_THAT(ParseConfigSpec("cpu:fp8", "configs[2]"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("configs[2]"), HasSubstr("'fp8'"),
+                             HasSubstr("fp64"), HasSubstr("tf32trunc"),
+                             HasSubstr("fp16acc"))));
+  // Names are exact: no case folding, no whitespace.
+  EXPECT_THAT(ParseConfigSpec("cpu:FP32"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseConfigSpec("cpu: fp32"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseConfigSpec("cpu::fused"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ParseConfigSpecTest, UnknownBiasModeIsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(ParseConfigSpec("cpu:fp32:sideways"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config"), HasSubstr("bias mode"),
+                             HasSubstr("'sideways'"), HasSubstr("unfused"))));
+  EXPECT_THAT(ParseConfigSpec("cpu:fp32:"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// ---- ResolveConfig
+
+Config Resolve(const std::string& spec, bool has_bias, Activation act,
+               BiasMode backend_default = BiasMode::kFused) {
+  auto s = ParseConfigSpec(spec);
+  EXPECT_THAT(s, IsOk());
+  return ResolveConfig(*s, has_bias, act, backend_default);
+}
+
+TEST(ResolveConfigTest, CanonicalFormNamesAllThreeParts) {
+  EXPECT_EQ(Resolve("cpu:tf32:fused", true, Activation::kNone).ToString(),
+            "cpu:tf32:fused");
+  EXPECT_EQ(Resolve("cublas:bf16:unfused", true, Activation::kRelu).ToString(),
+            "cublas:bf16:unfused");
+}
+
+TEST(ResolveConfigTest, UnspecifiedBiasTakesTheBackendDefault) {
+  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone).ToString(),
+            "cpu:fp32:fused");
+  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone, BiasMode::kUnfused)
+                .ToString(),
+            "cpu:fp32:unfused");
+}
+
+TEST(ResolveConfigTest, NoBiasAndNoGeluIsNone) {
+  for (const char* spec : {"cpu:fp64", "cpu:bf16:fused", "cpu:bf16:unfused"}) {
+    for (Activation act : {Activation::kNone, Activation::kRelu}) {
+      SCOPED_TRACE(spec);
+      const Config c = Resolve(spec, /*has_bias=*/false, act);
+      EXPECT_EQ(c.bias, BiasMode::kNone);
+      EXPECT_THAT(c.ToString(), ::testing::EndsWith(":none"));
+    }
+  }
+  EXPECT_EQ(Resolve("cpu:fp64", false, Activation::kNone).ToString(),
+            "cpu:fp64:none");
+}
+
+TEST(ResolveConfigTest, GeluWithoutBiasKeepsThePlacement) {
+  // round(gelu(acc)) and round(gelu(round(acc))) differ, bias or not.
+  EXPECT_EQ(
+      Resolve("cpu:bf16:unfused", false, Activation::kGeluTanh).ToString(),
+      "cpu:bf16:unfused");
+  EXPECT_EQ(Resolve("cpu:bf16", false, Activation::kGeluTanh).ToString(),
+            "cpu:bf16:fused");
+}
+
+TEST(ResolveConfigTest, ExplicitNoneWithABiasTakesTheBackendDefault) {
+  EXPECT_EQ(
+      Resolve("cpu:fp16:none", true, Activation::kNone, BiasMode::kUnfused)
+          .ToString(),
+      "cpu:fp16:unfused");
+}
+
+TEST(ConfigTest, EqualityComparesAllParts) {
+  const Config a{"cpu", Precision::kBf16, BiasMode::kFused};
+  Config b = a;
+  EXPECT_EQ(a, b);
+  b.bias = BiasMode::kUnfused;
+  EXPECT_FALSE(a == b);
+}
+
+// ---- Names round trip
+
+TEST(NamesTest, PrecisionsRoundTrip) {
+  for (Precision p : kAllPrecisions) {
+    auto back = ParsePrecision(PrecisionName(p));
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(*back, p);
+  }
+  EXPECT_EQ(PrecisionName(Precision::kTf32Rna), "tf32rna");
+  EXPECT_EQ(PrecisionName(Precision::kFp16Acc), "fp16acc");
+}
+
+TEST(NamesTest, BiasModesActivationsAndLayoutsRoundTrip) {
+  for (BiasMode b : {BiasMode::kNone, BiasMode::kFused, BiasMode::kUnfused}) {
+    EXPECT_EQ(*ParseBiasMode(BiasModeName(b)), b);
+  }
+  for (Activation a :
+       {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
+    EXPECT_EQ(*ParseActivation(ActivationName(a)), a);
+  }
+  EXPECT_EQ(ActivationName(Activation::kGeluTanh), "gelu");
+  for (WeightLayout l : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    EXPECT_EQ(*ParseWeightLayout(WeightLayoutName(l)), l);
+  }
+  EXPECT_EQ(WeightLayoutName(WeightLayout::kInOut), "in_out");
+}
+
+TEST(NamesTest, UnknownNamesAreInvalidArgumentSayingWhatCame) {
+  EXPECT_THAT(ParseActivation("swish"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("activation"), HasSubstr("'swish'"))));
+  EXPECT_THAT(ParseWeightLayout("nk"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("weight layout"), HasSubstr("out_in"))));
+}
+
+TEST(NamesTest, SpecRoundTripsThroughCanonicalForm) {
+  for (Precision p : kAllPrecisions) {
+    for (BiasMode b : {BiasMode::kFused, BiasMode::kUnfused}) {
+      const Config c{"cpu", p, b};
+      const Config back = Resolve(c.ToString(), true, Activation::kNone);
+      EXPECT_EQ(back, c) << c.ToString();
+    }
+  }
+}
+
+// ---- Precision facts
+
+TEST(PrecisionInfoTest, UnitRoundoffsFollowTheDesignTable) {
+  EXPECT_EQ(GetPrecisionInfo(Precision::kFp64).u_input, 0.0);
+  EXPECT_EQ(GetPrecisionInfo(Precision::kFp32).u_accumulate,
+            std::ldexp(1.0, -24));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kTf32).u_input, std::ldexp(1.0, -11));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kBf16).u_input, std::ldexp(1.0, -8));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kFp16).u_input, std::ldexp(1.0, -11));
+  EXPECT_TRUE(GetPrecisionInfo(Precision::kFp16Acc).fp16_accumulate);
+  EXPECT_EQ(GetPrecisionInfo(Precision::kTf32Trunc).tf32_rounding,
+            Tf32Rounding::kTruncate);
+  EXPECT_FALSE(GetPrecisionInfo(Precision::kBf16).tf32_rounding.has_value());
+}
+
+TEST(RoundInputTest, RoundsToEachPrecisionsInputFormat) {
+  const float x = 1.0f + std::ldexp(1.0f, -11) +
+                  std::ldexp(1.0f, -20);  // above TF32/fp16 ties
+  EXPECT_EQ(RoundInput(Precision::kFp32, x), x);
+  EXPECT_EQ(RoundInput(Precision::kFp64, x), x);
+  EXPECT_EQ(RoundInput(Precision::kTf32, x), 1.0f + std::ldexp(1.0f, -10));
+  EXPECT_EQ(RoundInput(Precision::kTf32Trunc, x), 1.0f);
+  EXPECT_EQ(RoundInput(Precision::kFp16, x), 1.0f + std::ldexp(1.0f, -10));
+  EXPECT_EQ(RoundInput(Precision::kBf16, x), 1.0f);
+  EXPECT_EQ(RoundInput(Precision::kFp16Acc, 70000.0f),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(RoundInput(Precision::kTf32, 262144.0f),
+            262144.0f);  // no fp16 overflow
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -1,1 +1,407 @@
-// placeholder: being written
+#include "server/core/float_formats.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+
+namespace tensorcheck {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---- Independent formulas, written from the format definitions.
+
+// fp16: (-1)^s * 2^(e-15) * (1 + m/1024); subnormals (-1)^s * m * 2^-24.
+double Fp16Formula(uint16_t bits) {
+  const int s = bits >> 15;
+  const int e = (bits >> 10) & 0x1f;
+  const int m = bits & 0x3ff;
+  double v;
+  if (e == 0x1f) {
+    v = m == 0 ? kInf : std::numeric_limits<double>::quiet_NaN();
+  } else if (e == 0) {
+    v = m * std::pow(2.0, -24);
+  } else {
+    v = std::pow(2.0, e - 15) * (1.0 + m / 1024.0);
+  }
+  return s ? -v : v;
+}
+
+// bf16: (-1)^s * 2^(e-127) * (1 + m/128); subnormals (-1)^s * m * 2^-133.
+double Bf16Formula(uint16_t bits) {
+  const int s = bits >> 15;
+  const int e = (bits >> 7) & 0xff;
+  const int m = bits & 0x7f;
+  double v;
+  if (e == 0xff) {
+    v = m == 0 ? kInf : std::numeric_limits<double>::quiet_NaN();
+  } else if (e == 0) {
+    v = m * std::pow(2.0, -133);
+  } else {
+    v = std::pow(2.0, e - 127) * (1.0 + m / 128.0);
+  }
+  return s ? -v : v;
+}
+
+bool Fp16IsNan(uint16_t b) {
+  return (b & 0x7c00) == 0x7c00 && (b & 0x3ff) != 0;
+}
+bool Bf16IsNan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
+
+struct Format {
+  int mant;  // fraction bits
+  int emin;  // exponent of the smallest normal
+  int emax;  // exponent of the largest finite
+};
+constexpr Format kFp16{10, -14, 15};
+constexpr Format kBf16{7, -126, 127};
+constexpr Format kTf32{10, -126, 127};
+
+enum class Tie { kEven, kAway, kTruncate };
+
+// Rounds a double to `f`: scale to an integer significand, split off the
+// remainder, decide by comparing it with one half. No nearbyint, no casts
+// through a narrower type.
+double RefRound(double v, Format f, Tie tie = Tie::kEven) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  const double a = std::fabs(v);
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  e = std::max(e - 1, f.emin);
+  const double scaled = std::ldexp(a, f.mant - e);
+  const double whole = std::floor(scaled);
+  const double rem = scaled - whole;
+  double q = whole;
+  if (tie == Tie::kEven &&
+      (rem > 0.5 || (rem == 0.5 && std::fmod(whole, 2.0) == 1.0))) {
+    q += 1.0;
+  }
+  if (tie == Tie::kAway && rem >= 0.5) q += 1.0;
+  double r = std::ldexp(q, e - f.mant);
+  if (r > std::ldexp(2.0 - std::ldexp(1.0, -f.mant), f.emax)) r = kInf;
+  return std::copysign(r, v);
+}
+
+// Same value (NaN matches NaN), and the same sign for zeros.
+void ExpectSameValue(double got, double want) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << got;
+    return;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(std::signbit(got), std::signbit(want)) << got << " vs " << want;
+}
+
+// ---- Exhaustive over all 65,536 patterns.
+
+TEST(Fp16Test, EveryPatternDecodesToTheFormula) {
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    SCOPED_TRACE(b);
+    ExpectSameValue(Fp16BitsToFloat(static_cast<uint16_t>(b)),
+                    Fp16Formula(static_cast<uint16_t>(b)));
+  }
+}
+
+TEST(Fp16Test, EveryNonNanPatternRoundTripsThroughFloatAndDouble) {
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    const uint16_t bits = static_cast<uint16_t>(b);
+    const float f = Fp16BitsToFloat(bits);
+    if (Fp16IsNan(bits)) {
+      EXPECT_TRUE(Fp16IsNan(FloatToFp16Bits(f))) << b;
+      EXPECT_TRUE(Fp16IsNan(DoubleToFp16Bits(f))) << b;
+      continue;
+    }
+    EXPECT_EQ(FloatToFp16Bits(f), bits) << b;
+    EXPECT_EQ(DoubleToFp16Bits(static_cast<double>(f)), bits) << b;
+    EXPECT_EQ(RoundToFp16(f), f) << b;
+  }
+}
+
+// Positive finite patterns 0 .. 0x7bff are in increasing order of value;
+// the negative ones mirror them.
+TEST(Fp16Test, MidpointsOfAdjacentValuesRoundToEvenAndNeighboursToNearer) {
+  for (uint16_t lo = 0; lo < 0x7bff; ++lo) {
+    const uint16_t hi = lo + 1;
+    const double a = Fp16Formula(lo), b = Fp16Formula(hi);
+    const double mid = (a + b) / 2;  // exact: 12 significant bits at most
+    const uint16_t even = (lo & 1) ? hi : lo;
+    for (int sign : {1, -1}) {
+      SCOPED_TRACE(::testing::Message() << "lo=" << lo << " sign=" << sign);
+      const uint16_t s = sign < 0 ? 0x8000 : 0;
+      const double m = sign * mid;
+      ASSERT_EQ(static_cast<double>(static_cast<float>(m)), m);
+      EXPECT_EQ(FloatToFp16Bits(static_cast<float>(m)), even | s);
+      EXPECT_EQ(DoubleToFp16Bits(m), even | s);
+      // Just inside each side, in float and in double.
+      const float mf = static_cast<float>(m);
+      const float toward_zero_f = std::nextafter(mf, 0.0f);
+      const float away_f =
+          std::nextafter(mf, sign * std::numeric_limits<float>::infinity());
+      EXPECT_EQ(FloatToFp16Bits(toward_zero_f), lo | s);
+      EXPECT_EQ(FloatToFp16Bits(away_f), hi | s);
+      EXPECT_EQ(DoubleToFp16Bits(std::nextafter(m, 0.0)), lo | s);
+      EXPECT_EQ(DoubleToFp16Bits(std::nextafter(m, sign * kInf)), hi | s);
+    }
+  }
+}
+
+TEST(Bf16Test, EveryPatternDecodesToTheFormula) {
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    SCOPED_TRACE(b);
+    ExpectSameValue(Bf16BitsToFloat(static_cast<uint16_t>(b)),
+                    Bf16Formula(static_cast<uint16_t>(b)));
+  }
+}
+
+TEST(Bf16Test, EveryNonNanPatternRoundTripsThroughFloatAndDouble) {
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    const uint16_t bits = static_cast<uint16_t>(b);
+    const float f = Bf16BitsToFloat(bits);
+    if (Bf16IsNan(bits)) {
+      EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(f))) << b;
+      EXPECT_TRUE(Bf16IsNan(DoubleToBf16Bits(f))) << b;
+      continue;
+    }
+    EXPECT_EQ(FloatToBf16Bits(f), bits) << b;
+    EXPECT_EQ(DoubleToBf16Bits(static_cast<double>(f)), bits) << b;
+    EXPECT_EQ(RoundToBf16(f), f) << b;
+  }
+}
+
+TEST(Bf16Test, MidpointsOfAdjacentValuesRoundToEvenAndNeighboursToNearer) {
+  for (uint16_t lo = 0; lo < 0x7f7f; ++lo) {
+    const uint16_t hi = lo + 1;
+    const double a = Bf16Formula(lo), b = Bf16Formula(hi);
+    const double mid = (a + b) / 2;  // exact: 9 significant bits at most
+    const uint16_t even = (lo & 1) ? hi : lo;
+    for (int sign : {1, -1}) {
+      SCOPED_TRACE(::testing::Message() << "lo=" << lo << " sign=" << sign);
+      const uint16_t s = sign < 0 ? 0x8000 : 0;
+      const double m = sign * mid;
+      ASSERT_EQ(static_cast<double>(static_cast<float>(m)), m);
+      EXPECT_EQ(FloatToBf16Bits(static_cast<float>(m)), even | s);
+      EXPECT_EQ(DoubleToBf16Bits(m), even | s);
+      const float mf = static_cast<float>(m);
+      EXPECT_EQ(FloatToBf16Bits(std::nextafter(mf, 0.0f)), lo | s);
+      EXPECT_EQ(FloatToBf16Bits(std::nextafter(
+                    mf, sign * std::numeric_limits<float>::infinity())),
+                hi | s);
+      EXPECT_EQ(DoubleToBf16Bits(std::nextafter(m, 0.0)), lo | s);
+      EXPECT_EQ(DoubleToBf16Bits(std::nextafter(m, sign * kInf)), hi | s);
+    }
+  }
+}
+
+// ---- Edge values.
+
+TEST(Fp16Test, OverflowGoesToInfinityFromTheTieAt65520) {
+  EXPECT_EQ(FloatToFp16Bits(65504.0f), 0x7bff);  // largest finite
+  EXPECT_EQ(FloatToFp16Bits(std::nextafter(65520.0f, 0.0f)),
+            0x7bff);                             // below the tie
+  EXPECT_EQ(FloatToFp16Bits(65520.0f), 0x7c00);  // tie: even is inf
+  EXPECT_EQ(FloatToFp16Bits(-65520.0f), 0xfc00);
+  EXPECT_EQ(FloatToFp16Bits(1e10f), 0x7c00);
+  EXPECT_EQ(FloatToFp16Bits(std::numeric_limits<float>::max()), 0x7c00);
+  EXPECT_EQ(DoubleToFp16Bits(65519.99999999), 0x7bff);
+  EXPECT_EQ(DoubleToFp16Bits(65520.0), 0x7c00);
+  EXPECT_EQ(DoubleToFp16Bits(1e300), 0x7c00);
+}
+
+TEST(Fp16Test, SubnormalsZerosInfinitiesAndNan) {
+  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -24)),
+            0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -25)),
+            0x0000);  // tie with 0: even
+  EXPECT_EQ(FloatToFp16Bits(std::nextafter(std::ldexp(1.0f, -25), 1.0f)),
+            0x0001);
+  EXPECT_EQ(FloatToFp16Bits(3 * std::ldexp(1.0f, -25)),
+            0x0002);  // tie 1|2: even
+  EXPECT_EQ(FloatToFp16Bits(1023 * std::ldexp(1.0f, -24)),
+            0x03ff);  // largest subnormal
+  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -140)), 0x0000);  // underflow
+  EXPECT_EQ(FloatToFp16Bits(-std::ldexp(1.0f, -140)),
+            0x8000);  // keeps the sign
+  EXPECT_EQ(FloatToFp16Bits(0.0f), 0x0000);
+  EXPECT_EQ(FloatToFp16Bits(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToFp16Bits(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(FloatToFp16Bits(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_TRUE(
+      Fp16IsNan(FloatToFp16Bits(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(
+      Fp16IsNan(FloatToFp16Bits(BitsToFloat(0x7f800001u))));  // signalling
+  EXPECT_TRUE(
+      Fp16IsNan(DoubleToFp16Bits(std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_EQ(FloatToFp16Bits(1.0f + std::ldexp(1.0f, -11)),
+            0x3c00);  // tie: even
+  EXPECT_EQ(FloatToFp16Bits(1.0f + 3 * std::ldexp(1.0f, -11)),
+            0x3c02);  // tie: even
+}
+
+TEST(Bf16Test, TiesOverflowSubnormalsZerosAndNan) {
+  EXPECT_EQ(FloatToBf16Bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie: even
+  EXPECT_EQ(FloatToBf16Bits(1.0f + 3 * std::ldexp(1.0f, -8)),
+            0x3f82);  // tie: even
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x7f7f7fffu)),
+            0x7f7f);  // largest finite
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x7f7f8000u)),
+            0x7f80);  // tie: even is inf
+  EXPECT_EQ(FloatToBf16Bits(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(FloatToBf16Bits(-std::numeric_limits<float>::max()), 0xff80);
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x00008000u)),
+            0x0000);  // subnormal tie: even
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x00018000u)), 0x0002);
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x00008001u)), 0x0001);
+  EXPECT_EQ(FloatToBf16Bits(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToBf16Bits(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(FloatToBf16Bits(-std::numeric_limits<float>::infinity()), 0xff80);
+  // A NaN whose payload sits in the dropped bits must not become infinity.
+  EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(BitsToFloat(0x7f800001u))));
+  EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(BitsToFloat(0xff800001u))));
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0xff800001u)) & 0x8000, 0x8000);
+  EXPECT_TRUE(
+      Bf16IsNan(DoubleToBf16Bits(-std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_EQ(DoubleToBf16Bits(1e300), 0x7f80);
+  EXPECT_EQ(DoubleToBf16Bits(-1e-300), 0x8000);
+}
+
+TEST(Tf32Test, TiesOnTheDroppedBitsFollowEachRounding) {
+  const float tie_even_down = 1.0f + std::ldexp(1.0f, -11);  // 1 | 1+2^-10
+  const float tie_even_up =
+      1.0f + 3 * std::ldexp(1.0f, -11);  // 1+2^-10 | 1+2^-9
+  const float above_tie = std::nextafter(tie_even_down, 2.0f);
+  const float below_tie = std::nextafter(tie_even_down, 0.0f);
+  const float up1 = 1.0f + std::ldexp(1.0f, -10);
+  const float up2 = 1.0f + std::ldexp(1.0f, -9);
+  EXPECT_EQ(RoundToTf32(tie_even_down, Tf32Rounding::kNearestEven), 1.0f);
+  EXPECT_EQ(RoundToTf32(tie_even_down, Tf32Rounding::kTiesAway), up1);
+  EXPECT_EQ(RoundToTf32(tie_even_down, Tf32Rounding::kTruncate), 1.0f);
+  EXPECT_EQ(RoundToTf32(tie_even_up, Tf32Rounding::kNearestEven), up2);
+  EXPECT_EQ(RoundToTf32(tie_even_up, Tf32Rounding::kTiesAway), up2);
+  EXPECT_EQ(RoundToTf32(tie_even_up, Tf32Rounding::kTruncate), up1);
+  EXPECT_EQ(RoundToTf32(-tie_even_down, Tf32Rounding::kTiesAway), -up1);
+  EXPECT_EQ(RoundToTf32(-tie_even_down, Tf32Rounding::kNearestEven), -1.0f);
+  EXPECT_EQ(RoundToTf32(-tie_even_up, Tf32Rounding::kTruncate), -up1);
+  EXPECT_EQ(RoundToTf32(above_tie, Tf32Rounding::kNearestEven), up1);
+  EXPECT_EQ(RoundToTf32(above_tie, Tf32Rounding::kTruncate), 1.0f);
+  EXPECT_EQ(RoundToTf32(below_tie, Tf32Rounding::kTiesAway), 1.0f);
+}
+
+TEST(Tf32Test, OverflowSubnormalsZerosInfinitiesAndNan) {
+  const float max = std::numeric_limits<float>::max();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(RoundToTf32(max, Tf32Rounding::kNearestEven), inf);
+  EXPECT_EQ(RoundToTf32(max, Tf32Rounding::kTiesAway), inf);
+  EXPECT_EQ(FloatBits(RoundToTf32(max, Tf32Rounding::kTruncate)), 0x7f7fe000u);
+  EXPECT_EQ(RoundToTf32(-max, Tf32Rounding::kNearestEven), -inf);
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x7f7fefffu),
+                                  Tf32Rounding::kNearestEven)),
+            0x7f7fe000u);  // largest TF32 value
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00001000u),
+                                  Tf32Rounding::kNearestEven)),
+            0u);
+  EXPECT_EQ(
+      FloatBits(RoundToTf32(BitsToFloat(0x00001000u), Tf32Rounding::kTiesAway)),
+      0x00002000u);
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00003000u),
+                                  Tf32Rounding::kNearestEven)),
+            0x00004000u);
+  EXPECT_EQ(
+      FloatBits(RoundToTf32(BitsToFloat(0x00001fffu), Tf32Rounding::kTruncate)),
+      0u);
+  for (Tf32Rounding r : {Tf32Rounding::kNearestEven, Tf32Rounding::kTiesAway,
+                         Tf32Rounding::kTruncate}) {
+    EXPECT_EQ(FloatBits(RoundToTf32(-0.0f, r)), 0x80000000u);
+    EXPECT_EQ(RoundToTf32(inf, r), inf);
+    EXPECT_EQ(RoundToTf32(-inf, r), -inf);
+    EXPECT_TRUE(
+        std::isnan(RoundToTf32(std::numeric_limits<float>::quiet_NaN(), r)));
+    EXPECT_TRUE(
+        std::isnan(RoundToTf32(BitsToFloat(0x7f800001u), r)));  // payload low
+  }
+}
+
+// ---- Random sweeps against the reference rounding.
+
+TEST(FloatFormatsTest, RandomFloatsRoundLikeTheReference) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 1'000'000; ++i) {
+    const float f = BitsToFloat(bits(rng));
+    if (std::isnan(f)) continue;
+    const double d = f;
+    SCOPED_TRACE(::testing::Message() << "bits " << std::hex << FloatBits(f));
+    ExpectSameValue(Fp16BitsToFloat(FloatToFp16Bits(f)), RefRound(d, kFp16));
+    ExpectSameValue(Bf16BitsToFloat(FloatToBf16Bits(f)), RefRound(d, kBf16));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kNearestEven),
+                    RefRound(d, kTf32));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTiesAway),
+                    RefRound(d, kTf32, Tie::kAway));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTruncate),
+                    RefRound(d, kTf32, Tie::kTruncate));
+    if (HasFailure()) break;
+  }
+}
+
+TEST(FloatFormatsTest, RandomDoublesRoundOnceLikeTheReference) {
+  // Doubles near the formats' ranges, with bits below fp32's precision, so
+  // that a detour through fp32 would double-round some of them.
+  std::mt19937_64 rng(43);
+  std::uniform_int_distribution<uint64_t> mantissa(0, (uint64_t{1} << 52) - 1);
+  std::uniform_int_distribution<int> exponent(-150, 130);
+  std::bernoulli_distribution neg(0.5);
+  for (int i = 0; i < 1'000'000; ++i) {
+    const double d =
+        (neg(rng) ? -1 : 1) *
+        std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa(rng)), -52),
+                   exponent(rng));
+    SCOPED_TRACE(::testing::Message() << "d=" << d);
+    ExpectSameValue(Fp16BitsToFloat(DoubleToFp16Bits(d)), RefRound(d, kFp16));
+    ExpectSameValue(Bf16BitsToFloat(DoubleToBf16Bits(d)), RefRound(d, kBf16));
+    if (HasFailure()) break;
+  }
+}
+
+TEST(FloatFormatsTest, DoubleToBf16AvoidsDoubleRoundingThroughFp32) {
+  // d is just above the bf16 tie 1 + 2^-8; fp32 rounds it down onto the tie,
+  // and the tie rounds to even (1.0). Rounded once, d goes up.
+  const double d = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  ASSERT_EQ(static_cast<float>(d), 1.0f + std::ldexp(1.0f, -8));
+  EXPECT_EQ(FloatToBf16Bits(static_cast<float>(d)),
+            0x3f80);                       // the double rounding
+  EXPECT_EQ(DoubleToBf16Bits(d), 0x3f81);  // 1 + 2^-7
+  EXPECT_EQ(DoubleToBf16Bits(-d), 0xbf81);
+  // Just below the tie: down, both ways.
+  EXPECT_EQ(DoubleToBf16Bits(1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -30)),
+            0x3f80);
+  // An odd neighbour: fp32 lands on the tie 1 + 3*2^-8, which goes up to
+  // even; rounded once, d (below the tie) goes down.
+  const double e = 1.0 + 3 * std::ldexp(1.0, -8) - std::ldexp(1.0, -30);
+  ASSERT_EQ(static_cast<float>(e), 1.0f + 3 * std::ldexp(1.0f, -8));
+  EXPECT_EQ(DoubleToBf16Bits(e), 0x3f81);
+}
+
+TEST(FloatFormatsTest, DoubleToFp16AvoidsDoubleRoundingThroughFp32) {
+  const double d = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  ASSERT_EQ(static_cast<float>(d), 1.0f + std::ldexp(1.0f, -11));
+  EXPECT_EQ(FloatToFp16Bits(static_cast<float>(d)), 0x3c00);
+  EXPECT_EQ(DoubleToFp16Bits(d), 0x3c01);
+  // The overflow tie, approached from above through fp32's rounding.
+  EXPECT_EQ(DoubleToFp16Bits(65520.0 - 1e-9), 0x7bff);
+  EXPECT_EQ(FloatToFp16Bits(static_cast<float>(65520.0 - 1e-9)), 0x7c00);
+}
+
+TEST(FloatFormatsTest, RoundToFp32IsNearestEven) {
+  const double tie = 1.0 + std::ldexp(1.0, -24);  // 1 | 1+2^-23
+  EXPECT_EQ(RoundToFp32(tie), 1.0f);
+  EXPECT_EQ(RoundToFp32(1.0 + 3 * std::ldexp(1.0, -24)),
+            1.0f + std::ldexp(1.0f, -22));
+  EXPECT_EQ(RoundToFp32(1e300), std::numeric_limits<float>::infinity());
+}
+
+}  // namespace
+}  // namespace tensorcheck

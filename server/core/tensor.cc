@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -47,11 +48,27 @@ void Tensor::AlignedFree::operator()(void* p) const { std::free(p); }
 
 Tensor::Tensor() : shape_{0} {}
 
+namespace {
+
+// numel of `shape` whose byte size also fits in int64; an overflow of either
+// is a malformed shape (INVALID_ARGUMENT), not a resource limit.
+absl::StatusOr<int64_t> CheckedNumelAndBytes(DType dtype,
+                                             const std::vector<int64_t>& shape) {
+  auto numel = CheckedNumel(shape, std::numeric_limits<int64_t>::max(), "tensor");
+  if (!numel.ok()) return numel.status();
+  const int64_t itemsize = static_cast<int64_t>(ItemSize(dtype));
+  if (*numel > std::numeric_limits<int64_t>::max() / itemsize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor.shape ", ShapeString(shape), ": byte size (", *numel,
+                     " x ", itemsize, ") overflows"));
+  }
+  return numel;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Tensor::Create(DType dtype, std::vector<int64_t> shape) {
-  // Bytes must fit in int64 too.
-  const int64_t max_elements =
-      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(ItemSize(dtype));
-  auto numel = CheckedNumel(shape, max_elements, "tensor");
+  auto numel = CheckedNumelAndBytes(dtype, shape);
   if (!numel.ok()) return numel.status();
   Tensor t;
   t.dtype_ = dtype;
@@ -72,13 +89,19 @@ absl::StatusOr<Tensor> Tensor::Create(DType dtype, std::vector<int64_t> shape) {
 
 absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape,
                                          absl::string_view bytes) {
+  // Check the byte count before allocating: a hostile shape with a short
+  // payload must not cost a huge allocation.
+  auto numel = CheckedNumelAndBytes(dtype, shape);
+  if (!numel.ok()) return numel.status();
+  const uint64_t expected =
+      static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
+  if (bytes.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: ", expected, " bytes expected (", *numel, " x ", ItemSize(dtype),
+        "), got ", bytes.size()));
+  }
   auto t = Create(dtype, std::move(shape));
   if (!t.ok()) return t.status();
-  if (bytes.size() != t->nbytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", t->nbytes(), " bytes expected (", t->numel(), " x ",
-        ItemSize(dtype), "), got ", bytes.size()));
-  }
   if (!bytes.empty()) std::memcpy(t->raw(), bytes.data(), bytes.size());
   return t;
 }

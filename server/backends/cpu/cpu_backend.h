@@ -42,4 +42,14 @@ class CpuBackend final : public LinearBackend {
   Options options_;
 };
 
+// Magnitude sums that error bounds of a linear layer scale with: for every
+// output element (i, j), with x viewed as [m, k] and w as stored,
+//   abs_dot[i*n + j] = sum_k |x_ik| |w_jk|
+//   sq_dot[i*n + j]  = sqrt(sum_k (x_ik w_jk)^2)
+// computed in fp32 (two sgemm calls on |x|,|w| and x^2,w^2). Both outputs
+// hold m*n floats and are allocated by the caller. INVALID_ARGUMENT on null
+// pointers or inconsistent shapes.
+absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
+                                  float* sq_dot);
+
 }  // namespace tensorcheck

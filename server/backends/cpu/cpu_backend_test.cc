@@ -1,1 +1,896 @@
-// placeholder: being written
+#include "server/backends/cpu/cpu_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// ---- An independent reference: rounding written out from the formats'
+// definitions (integer part and remainder of the scaled value), not
+// server/core's float_formats.
+
+struct Format {
+  int mant;  // fraction bits
+  int emin;  // exponent of the smallest normal
+  int emax;  // exponent of the largest finite
+};
+constexpr Format kFp32Format{23, -126, 127};
+constexpr Format kTf32Format{10, -126, 127};
+constexpr Format kBf16Format{7, -126, 127};
+constexpr Format kFp16Format{10, -14, 15};
+
+enum class Tie { kEven, kAway, kTruncate };
+
+double RefRound(double v, Format f, Tie tie = Tie::kEven) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  const double a = std::fabs(v);
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  e = std::max(e - 1, f.emin);
+  const double scaled =
+      std::ldexp(a, f.mant - e);  // exact: a power-of-two scale
+  const double whole = std::floor(scaled);
+  const double rem = scaled - whole;
+  double q = whole;
+  switch (tie) {
+    case Tie::kEven:
+      if (rem > 0.5 || (rem == 0.5 && std::fmod(whole, 2.0) == 1.0)) q += 1.0;
+      break;
+    case Tie::kAway:
+      if (rem >= 0.5) q += 1.0;
+      break;
+    case Tie::kTruncate:
+      break;
+  }
+  double r = std::ldexp(q, e - f.mant);
+  const double max_finite = std::ldexp(2.0 - std::ldexp(1.0, -f.mant), f.emax);
+  if (r > max_finite) r = std::numeric_limits<double>::infinity();
+  return std::copysign(r, v);
+}
+
+double RefRoundTo(DType d, double v) {
+  switch (d) {
+    case DType::kFloat64:
+      return v;
+    case DType::kFloat32:
+      return RefRound(v, kFp32Format);
+    case DType::kFloat16:
+      return RefRound(v, kFp16Format);
+    case DType::kBFloat16:
+      return RefRound(v, kBf16Format);
+  }
+  return v;
+}
+
+// The multiply's input as DESIGN.md's table defines it for each precision:
+// fp32-accumulate precisions see the stored value as fp32, then rounded.
+double RefInput(Precision p, double v) {
+  if (p == Precision::kFp64) return v;
+  const double f = RefRound(v, kFp32Format);
+  switch (p) {
+    case Precision::kTf32:
+      return RefRound(f, kTf32Format, Tie::kEven);
+    case Precision::kTf32Rna:
+      return RefRound(f, kTf32Format, Tie::kAway);
+    case Precision::kTf32Trunc:
+      return RefRound(f, kTf32Format, Tie::kTruncate);
+    case Precision::kBf16:
+      return RefRound(f, kBf16Format);
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      return RefRound(f, kFp16Format);
+    default:
+      return f;
+  }
+}
+
+template <typename T>
+T RefActivate(Activation a, T v) {
+  switch (a) {
+    case Activation::kNone:
+      return v;
+    case Activation::kRelu:
+      return v < T(0) ? T(0) : v;
+    case Activation::kGeluTanh: {
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in double.
+      const double x = v;
+      const double inner =
+          std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+      return static_cast<T>(0.5 * x * (1.0 + std::tanh(inner)));
+    }
+  }
+  return v;
+}
+
+// A layer held as the exact double values the tensors store.
+struct Layer {
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<double> x;  // [m, k]
+  std::vector<double> w;  // [n, k], logical OUT_IN order
+  std::vector<double> b;  // [n] or empty
+};
+
+// y for `config` computed naively in the precisions the docs state:
+// accumulate (fp64 sum; fp32 sums here are exact by construction of the
+// data, or fp16 after every step for fp16acc), then bias and activation in
+// T (fp64 for fp64, else fp32), rounding to `out` where the mode says.
+template <typename T>
+std::vector<double> RefLinearT(const Layer& l, Precision p, BiasMode mode,
+                               Activation act, DType out) {
+  auto round_out = [out](T v) -> T {
+    return static_cast<T>(RefRoundTo(out, static_cast<double>(v)));
+  };
+  std::vector<double> y(static_cast<size_t>(l.m * l.n));
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      double sum = 0.0;
+      for (int64_t kk = 0; kk < l.k; ++kk) {
+        const double prod =
+            RefInput(p, l.x[i * l.k + kk]) * RefInput(p, l.w[j * l.k + kk]);
+        sum = p == Precision::kFp16Acc ? RefRound(sum + prod, kFp16Format)
+                                       : sum + prod;
+      }
+      const T acc = static_cast<T>(sum);
+      const bool has_bias = !l.b.empty();
+      const T b = has_bias ? static_cast<T>(l.b[j]) : T(0);
+      T v;
+      if (mode == BiasMode::kUnfused) {
+        T u = round_out(acc);
+        if (has_bias) u = round_out(u + b);
+        v = round_out(RefActivate(act, u));
+      } else {
+        v = round_out(RefActivate(act, has_bias ? acc + b : acc));
+      }
+      y[i * l.n + j] = v;
+    }
+  }
+  return y;
+}
+
+std::vector<double> RefLinear(const Layer& l, Precision p, BiasMode mode,
+                              Activation act, DType out) {
+  if (p == Precision::kFp64) return RefLinearT<double>(l, p, mode, act, out);
+  return RefLinearT<float>(l, p, mode, act, out);
+}
+
+Tensor MakeTensor(DType d, std::vector<int64_t> shape,
+                  const std::vector<double>& v) {
+  auto t = FromDoubles(d, std::move(shape), v);
+  EXPECT_THAT(t, IsOk());
+  // The data is chosen representable in `d`: storing is exact.
+  for (size_t i = 0; i < v.size(); ++i)
+    EXPECT_EQ(t->GetDouble(static_cast<int64_t>(i)), v[i]);
+  return std::move(*t);
+}
+
+std::vector<double> Transposed(const std::vector<double>& a, int64_t rows,
+                               int64_t cols) {
+  std::vector<double> t(a.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = a[r * cols + c];
+  }
+  return t;
+}
+
+std::vector<double> Values(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  ToDouble(t, v.data());
+  return v;
+}
+
+// A nonzero multiple of 2^-6 in [-1, 1]: six significant bits at most, so
+// products and short sums of such values are exact in fp32.
+double CoarseValue(std::mt19937& rng) {
+  std::uniform_int_distribution<int> mag(1, 64);
+  std::bernoulli_distribution neg(0.5);
+  const double v = mag(rng) / 64.0;
+  return neg(rng) ? -v : v;
+}
+
+// `coarse` nudged away from zero by under half a unit of the last place of
+// a 10-bit mantissa: every reduced input format (tf32 by any rounding,
+// fp16, bf16) rounds it back to `coarse`, while fp32 keeps it.
+double Nudged(double coarse, std::mt19937& rng) {
+  std::uniform_real_distribution<double> frac(0.1, 0.45);
+  int e = 0;
+  std::frexp(std::fabs(coarse), &e);  // |coarse| in [2^(e-1), 2^e)
+  const double half_ulp10 = std::ldexp(1.0, e - 1 - 10);
+  return RefRound(coarse + std::copysign(frac(rng) * half_ulp10, coarse),
+                  kFp32Format);
+}
+
+// x [m, k], W [n, k], b [n]. With `nudge`, x and W carry low bits that only
+// fp32 and fp64 see; after any reduced precision's input rounding every
+// product and partial sum is exact in fp32, so the sgemm result does not
+// depend on OpenBLAS's summation order and outputs can be compared bit for
+// bit.
+Layer MakeLayer(int64_t m, int64_t n, int64_t k, bool with_bias, bool nudge,
+                uint32_t seed) {
+  std::mt19937 rng(seed);
+  Layer l;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  for (int64_t i = 0; i < m * k; ++i) {
+    const double c = CoarseValue(rng);
+    l.x.push_back(nudge ? Nudged(c, rng) : c);
+  }
+  for (int64_t i = 0; i < n * k; ++i) {
+    const double c = CoarseValue(rng);
+    l.w.push_back(nudge ? Nudged(c, rng) : c);
+  }
+  if (with_bias) {
+    // Multiples of 2^-10 in [-2, 2]: exact in fp32, not in bf16.
+    std::uniform_int_distribution<int> b(-2048, 2048);
+    for (int64_t j = 0; j < n; ++j) l.b.push_back(b(rng) / 1024.0);
+  }
+  return l;
+}
+
+// Tensors and the problem that points at them (heap-held, so the pointers
+// stay valid when the holder moves).
+struct Built {
+  Tensor x, w, b;
+  LinearProblem problem;
+};
+
+// Tensors and a problem for `l`; `input_shape` may add batch dims.
+std::unique_ptr<Built> Build(const Layer& l, DType storage, WeightLayout layout,
+                             Activation act, DType out,
+                             std::vector<int64_t> input_shape = {},
+                             DType bias_storage = DType::kFloat32) {
+  auto b = std::make_unique<Built>();
+  if (input_shape.empty()) input_shape = {l.m, l.k};
+  b->x = MakeTensor(storage, input_shape, l.x);
+  b->w = layout == WeightLayout::kOutIn
+             ? MakeTensor(storage, {l.n, l.k}, l.w)
+             : MakeTensor(storage, {l.k, l.n}, Transposed(l.w, l.n, l.k));
+  b->problem.input = &b->x;
+  b->problem.weight = &b->w;
+  b->problem.layout = layout;
+  if (!l.b.empty()) {
+    b->b = MakeTensor(bias_storage, {l.n}, l.b);
+    b->problem.bias = &b->b;
+  }
+  b->problem.activation = act;
+  b->problem.output_dtype = out;
+  b->problem.m = l.m;
+  b->problem.n = l.n;
+  b->problem.k = l.k;
+  return b;
+}
+
+Config Cfg(Precision p, BiasMode bias) { return Config{"cpu", p, bias}; }
+
+std::unique_ptr<CpuBackend> NewBackend() {
+  auto backend = CpuBackend::Create({});
+  EXPECT_THAT(backend, IsOk());
+  return std::move(*backend);
+}
+
+RunResult MustRun(CpuBackend& cpu, const LinearProblem& p, const Config& c,
+                  RunOptions o = {}) {
+  auto r = cpu.Run(p, c, o);
+  EXPECT_THAT(r, IsOk());
+  if (!r.ok()) return RunResult{};
+  return std::move(*r);
+}
+
+// One unit in the last place of `v` with `mant` fraction bits.
+double Ulp(double v, int mant) {
+  int e = 0;
+  std::frexp(std::max(std::fabs(v), 1e-300), &e);  // |v| in [2^(e-1), 2^e)
+  return std::ldexp(1.0, e - 1 - mant);
+}
+
+int MantBits(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return 52;
+    case DType::kFloat32:
+      return 23;
+    case DType::kFloat16:
+      return 10;
+    case DType::kBFloat16:
+      return 7;
+  }
+  return 52;
+}
+
+// Bitwise equal. GELU is the exception: the backend's tanh and the
+// reference's differ in the working precision (fp32, or fp64 for fp64), and
+// 1 + tanh cancels for negative inputs, so there a few working-precision
+// units plus one unit of the output are allowed.
+void ExpectMatches(const std::vector<double>& got,
+                   const std::vector<double>& want, Activation act, DType out,
+                   Precision p) {
+  ASSERT_EQ(got.size(), want.size());
+  const int work_mant = p == Precision::kFp64 ? 52 : 23;
+  const int out_mant = std::min(MantBits(out), work_mant);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (act == Activation::kGeluTanh) {
+      const double big = std::max({std::fabs(got[i]), std::fabs(want[i]), 1.0});
+      const double tol =
+          1.01 *
+              Ulp(std::max(std::fabs(got[i]), std::fabs(want[i])), out_mant) +
+          32 * std::ldexp(big, -work_mant);
+      EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+    } else {
+      EXPECT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
+// ---- Every precision x bias mode x activation x output dtype.
+
+using MatrixParam = std::tuple<Precision, BiasMode, Activation, DType>;
+
+class CpuBackendMatrixTest : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(CpuBackendMatrixTest, MatchesIndependentFp64ReferenceInBothLayouts) {
+  const auto [precision, mode, act, out] = GetParam();
+  const bool with_bias = mode != BiasMode::kNone;
+  // fp32/fp64 see the raw inputs, so they get coarse data to stay exact.
+  const bool nudge =
+      precision != Precision::kFp32 && precision != Precision::kFp64;
+  const Layer l =
+      MakeLayer(/*m=*/3, /*n=*/5, /*k=*/16, with_bias, nudge, /*seed=*/7);
+  if (nudge) {
+    // The data really exercises the input rounding.
+    EXPECT_NE(RefInput(precision, l.x[0]), l.x[0]);
+  }
+  const std::vector<double> want = RefLinear(l, precision, mode, act, out);
+  auto cpu = NewBackend();
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    SCOPED_TRACE(WeightLayoutName(layout));
+    auto b = Build(l, DType::kFloat32, layout, act, out);
+    RunResult r = MustRun(*cpu, b->problem, Cfg(precision, mode));
+    EXPECT_EQ(r.output.dtype(), out);
+    EXPECT_EQ(r.output.shape(), (std::vector<int64_t>{3, 5}));
+    ExpectMatches(Values(r.output), want, act, out, precision);
+  }
+}
+
+std::string MatrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto [p, b, a, d] = info.param;
+  return absl::StrCat(PrecisionName(p), "_", BiasModeName(b), "_",
+                      ActivationName(a), "_out_", DTypeShortName(d));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllModes, CpuBackendMatrixTest,
+    ::testing::Combine(::testing::ValuesIn(kAllPrecisions),
+                       ::testing::Values(BiasMode::kNone, BiasMode::kFused,
+                                         BiasMode::kUnfused),
+                       ::testing::Values(Activation::kNone, Activation::kRelu,
+                                         Activation::kGeluTanh),
+                       ::testing::ValuesIn(kAllDTypes)),
+    MatrixName);
+
+// ---- Storage dtypes, batch dims, output dtypes.
+
+TEST(CpuBackendTest, BatchDimsFlattenIntoRows) {
+  const Layer l = MakeLayer(/*m=*/6, /*n=*/4, /*k=*/8, /*with_bias=*/true,
+                            /*nudge=*/false, /*seed=*/11);
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu,
+                 DType::kFloat32, /*input_shape=*/{2, 3, 8});
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
+  EXPECT_EQ(r.output.shape(), (std::vector<int64_t>{6, 4}));
+  ExpectMatches(Values(r.output),
+                RefLinear(l, Precision::kFp32, BiasMode::kFused,
+                          Activation::kRelu, DType::kFloat32),
+                Activation::kRelu, DType::kFloat32, Precision::kFp32);
+}
+
+TEST(CpuBackendTest, Bf16InputsWithFp32OutputRoundOnceToFp32) {
+  const Layer l = MakeLayer(/*m=*/4, /*n=*/6, /*k=*/32, /*with_bias=*/true,
+                            /*nudge=*/false, /*seed=*/12);
+  auto cpu = NewBackend();
+  for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
+    auto b = Build(l, DType::kBFloat16, WeightLayout::kInOut, Activation::kNone,
+                   DType::kFloat32, {}, /*bias_storage=*/DType::kFloat32);
+    RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kBf16, mode));
+    EXPECT_EQ(r.output.dtype(), DType::kFloat32);
+    // At fp32 output, acc + b is exact here: both modes give the exact sum.
+    ExpectMatches(Values(r.output),
+                  RefLinear(l, Precision::kBf16, mode, Activation::kNone,
+                            DType::kFloat32),
+                  Activation::kNone, DType::kFloat32, Precision::kBf16);
+  }
+}
+
+TEST(CpuBackendTest, EveryStorageDtypeIsReadExactly) {
+  const Layer l = MakeLayer(/*m=*/3, /*n=*/4, /*k=*/8, /*with_bias=*/true,
+                            /*nudge=*/false, /*seed=*/13);
+  auto cpu = NewBackend();
+  for (DType storage : kAllDTypes) {
+    for (DType bias_storage : {DType::kFloat64, DType::kFloat32}) {
+      for (Precision p :
+           {Precision::kFp64, Precision::kFp32, Precision::kBf16}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(storage), " bias ",
+                                  DTypeName(bias_storage), " ",
+                                  PrecisionName(p)));
+        auto b = Build(l, storage, WeightLayout::kOutIn, Activation::kNone,
+                       /*out=*/storage, {}, bias_storage);
+        RunResult r = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kUnfused));
+        ExpectMatches(
+            Values(r.output),
+            RefLinear(l, p, BiasMode::kUnfused, Activation::kNone, storage),
+            Activation::kNone, storage, p);
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, Bf16BiasStorageIsReadExactly) {
+  // A bf16 bias (values with 8 significant bits) with fp16 inputs.
+  Layer l = MakeLayer(/*m=*/2, /*n=*/3, /*k=*/4, /*with_bias=*/false,
+                      /*nudge=*/false, /*seed=*/14);
+  l.b = {0.375, -1.5, 1.0078125};  // 1 + 2^-7: bf16, not fp16-exact sums
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32, {}, /*bias_storage=*/DType::kBFloat16);
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kFused));
+  ExpectMatches(Values(r.output),
+                RefLinear(l, Precision::kFp16, BiasMode::kFused,
+                          Activation::kNone, DType::kFloat32),
+                Activation::kNone, DType::kFloat32, Precision::kFp16);
+}
+
+TEST(CpuBackendTest, Fp16StorageRoundedToBf16ForBf16Precision) {
+  // fp16 inputs with 11 significant bits: the bf16 precision must round them.
+  Layer l;
+  l.m = 1;
+  l.n = 1;
+  l.k = 2;
+  l.x = {1.0 + 5.0 / 1024, 1.0};  // 1 + 5*2^-10 -> bf16 1 + 2^-7 (nearest)
+  l.w = {1.0, 1.0 + 1.0 / 1024};  // 1 + 2^-10   -> bf16 1.0
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32);
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kNone));
+  EXPECT_EQ(Values(r.output)[0], 2.0 + 1.0 / 128);
+  RunResult fp16 =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone));
+  EXPECT_EQ(Values(fp16.output)[0], 2.0 + 6.0 / 1024);
+}
+
+TEST(CpuBackendTest, Fp64AccumulatorRoundsOnceToBf16Output) {
+  // 1 + 2^-8 + 2^-30 is above the bf16 tie 1 + 2^-8; going through fp32
+  // first would land on the tie and round to even (1.0).
+  Layer l;
+  l.m = 1;
+  l.n = 1;
+  l.k = 2;
+  l.x = {1.0 + 1.0 / 256, 1.0};
+  l.w = {1.0, std::ldexp(1.0, -30)};
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kBFloat16);
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp64, BiasMode::kNone));
+  EXPECT_EQ(Values(r.output)[0], 1.0 + 1.0 / 128);
+  // fp16: 1 + 2^-11 + 2^-30 is above the fp16 tie 1 + 2^-11.
+  l.x = {1.0 + 1.0 / 2048, 1.0};
+  auto b16 = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat16);
+  RunResult r16 =
+      MustRun(*cpu, b16->problem, Cfg(Precision::kFp64, BiasMode::kNone));
+  EXPECT_EQ(Values(r16.output)[0], 1.0 + 1.0 / 1024);
+}
+
+// ---- Hand-derived cases.
+
+TEST(CpuBackendTest, Bf16FusedAndUnfusedBiasDifferByExactlyOneUlp) {
+  // acc = 1*2 + 1*(3*2^-9) = 2.005859375, b = 3*2^-9 (all bf16 values).
+  // bf16 ULP at [2, 4) is 2^-6 = 0.015625.
+  //   fused:   bf16(2.005859375 + 0.005859375) = bf16(2 + 0.75 ULP) = 2.015625
+  //   unfused: bf16(2.005859375) = 2 (0.375 ULP), bf16(2 + 0.005859375) = 2
+  Layer l;
+  l.m = 1;
+  l.n = 1;
+  l.k = 2;
+  l.x = {1.0, 1.0};
+  l.w = {2.0, 3.0 / 512};
+  l.b = {3.0 / 512};
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kBFloat16, {}, /*bias_storage=*/DType::kBFloat16);
+  RunResult fused =
+      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kFused));
+  RunResult unfused =
+      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kUnfused));
+  EXPECT_EQ(fused.output.data<uint16_t>()[0], 0x4001);    // 2.015625
+  EXPECT_EQ(unfused.output.data<uint16_t>()[0], 0x4000);  // 2.0
+  EXPECT_EQ(Values(fused.output)[0] - Values(unfused.output)[0], 0.015625);
+}
+
+TEST(CpuBackendTest, Tf32VariantsDifferOnATieInTheDroppedBits) {
+  // 1 + 2^-11 sits exactly halfway between TF32 neighbours 1 and 1 + 2^-10;
+  // 1 + 3*2^-11 halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even).
+  struct Row {
+    double x, tf32, tf32rna, tf32trunc;
+  };
+  const Row rows[] = {
+      {1.0 + 1.0 / 2048, 1.0, 1.0 + 1.0 / 1024, 1.0},
+      {1.0 + 3.0 / 2048, 1.0 + 1.0 / 512, 1.0 + 1.0 / 512, 1.0 + 1.0 / 1024},
+      {-(1.0 + 1.0 / 2048), -1.0, -(1.0 + 1.0 / 1024), -1.0},
+  };
+  auto cpu = NewBackend();
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.x);
+    Layer l;
+    l.m = l.n = l.k = 1;
+    l.x = {row.x};
+    l.w = {1.0};
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat32);
+    auto value = [&](Precision p) {
+      return Values(
+          MustRun(*cpu, b->problem, Cfg(p, BiasMode::kNone)).output)[0];
+    };
+    EXPECT_EQ(value(Precision::kFp32), row.x);
+    EXPECT_EQ(value(Precision::kTf32), row.tf32);
+    EXPECT_EQ(value(Precision::kTf32Rna), row.tf32rna);
+    EXPECT_EQ(value(Precision::kTf32Trunc), row.tf32trunc);
+  }
+}
+
+TEST(CpuBackendTest, Tf32DetailsNameTheInputRounding) {
+  Layer l = MakeLayer(1, 1, 1, false, false, 1);
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32);
+  EXPECT_EQ(MustRun(*cpu, b->problem, Cfg(Precision::kTf32, BiasMode::kNone))
+                .details["tf32_rounding"],
+            "nearest_even");
+  EXPECT_EQ(MustRun(*cpu, b->problem, Cfg(Precision::kTf32Rna, BiasMode::kNone))
+                .details["tf32_rounding"],
+            "ties_away");
+  RunResult fp32 =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
+  EXPECT_EQ(fp32.details["blas"], "openblas");
+  EXPECT_EQ(fp32.details.count("tf32_rounding"), 0u);
+}
+
+// ---- fp16acc against a naive fp16-accumulating loop, bit for bit.
+
+TEST(CpuBackendTest, Fp16AccMatchesNaiveFp16AccumulationBitwise) {
+  // Scales: unit values; tiny ones whose sums live in fp16's subnormal
+  // range (quantum 2^-24); large ones with sums in the thousands.
+  for (double scale : {1.0, 1e-3, 16.0}) {
+    SCOPED_TRACE(scale);
+    std::mt19937 rng(21);
+    std::normal_distribution<double> normal(0.0, scale);
+    Layer l;
+    l.m = 5;
+    l.n = 11;   // not a multiple of any column blocking
+    l.k = 300;  // long enough for the fp16 running sum to lose bits
+    for (int64_t i = 0; i < l.m * l.k; ++i)
+      l.x.push_back(RefRound(normal(rng), kFp32Format));
+    for (int64_t i = 0; i < l.n * l.k; ++i)
+      l.w.push_back(RefRound(normal(rng), kFp32Format));
+    // Naive: acc = fp16(acc + fp16(x) * fp16(w)), k ascending.
+    std::vector<double> want;
+    for (int64_t i = 0; i < l.m; ++i) {
+      for (int64_t j = 0; j < l.n; ++j) {
+        double acc = 0.0;
+        for (int64_t kk = 0; kk < l.k; ++kk) {
+          acc = RefRound(acc + RefRound(l.x[i * l.k + kk], kFp16Format) *
+                                   RefRound(l.w[j * l.k + kk], kFp16Format),
+                         kFp16Format);
+        }
+        want.push_back(acc);
+      }
+    }
+    // The accumulation really is fp16: fp32 accumulation gives other values.
+    const std::vector<double> fp32_acc =
+        RefLinear(l, Precision::kFp16, BiasMode::kNone, Activation::kNone,
+                  DType::kFloat64);
+    EXPECT_NE(want, fp32_acc);
+    auto cpu = NewBackend();
+    for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+      for (DType out : {DType::kFloat32, DType::kFloat16}) {
+        SCOPED_TRACE(
+            absl::StrCat(WeightLayoutName(layout), " ", DTypeName(out)));
+        auto b = Build(l, DType::kFloat32, layout, Activation::kNone, out);
+        RunResult r = MustRun(*cpu, b->problem,
+                              Cfg(Precision::kFp16Acc, BiasMode::kNone));
+        EXPECT_EQ(Values(r.output), want);
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, Fp16AccSplitsLargeProblemsAcrossThreadsBitwise) {
+  // Large enough (m*n*k >= 2^20) for the row-parallel path.
+  std::mt19937 rng(22);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Layer l;
+  l.m = 37;
+  l.n = 70;
+  l.k = 512;
+  for (int64_t i = 0; i < l.m * l.k; ++i)
+    l.x.push_back(RefRound(normal(rng), kFp16Format));
+  for (int64_t i = 0; i < l.n * l.k; ++i)
+    l.w.push_back(RefRound(normal(rng), kFp16Format));
+  std::vector<double> want;
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < l.k; ++kk) {
+        acc =
+            RefRound(acc + l.x[i * l.k + kk] * l.w[j * l.k + kk], kFp16Format);
+      }
+      want.push_back(acc);
+    }
+  }
+  CpuBackend::Options o;
+  o.threads = 3;
+  auto cpu = CpuBackend::Create(o);
+  ASSERT_THAT(cpu, IsOk());
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat16);
+  RunResult r =
+      MustRun(**cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
+  EXPECT_EQ(Values(r.output), want);
+}
+
+TEST(CpuBackendTest, Fp16AccOverflowsToInfinity) {
+  // 200 * 200 = 40000, twice: 80000 > 65504 (and past the 65520 tie).
+  Layer l;
+  l.m = l.n = 1;
+  l.k = 2;
+  l.x = {200.0, 200.0};
+  l.w = {200.0, 200.0};
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32);
+  EXPECT_EQ(Values(MustRun(*cpu, b->problem,
+                           Cfg(Precision::kFp16Acc, BiasMode::kNone))
+                       .output)[0],
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(
+      Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone))
+                 .output)[0],
+      80000.0);
+}
+
+// ---- Run options and edge shapes.
+
+TEST(CpuBackendTest, RepeatThreeIsDeterministic) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Layer l;
+  l.m = 33;
+  l.n = 65;
+  l.k = 129;
+  for (int64_t i = 0; i < l.m * l.k; ++i)
+    l.x.push_back(RefRound(normal(rng), kFp32Format));
+  for (int64_t i = 0; i < l.n * l.k; ++i)
+    l.w.push_back(RefRound(normal(rng), kFp32Format));
+  for (int64_t j = 0; j < l.n; ++j)
+    l.b.push_back(RefRound(normal(rng), kFp32Format));
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn,
+                 Activation::kGeluTanh, DType::kBFloat16);
+  RunOptions opts;
+  opts.repeat = 3;
+  for (Precision p : kAllPrecisions) {
+    SCOPED_TRACE(PrecisionName(p));
+    RunResult once = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused));
+    RunResult thrice =
+        MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused), opts);
+    EXPECT_EQ(thrice.runs, 3);
+    EXPECT_TRUE(thrice.deterministic);
+    EXPECT_EQ(once.output.bytes(), thrice.output.bytes());
+  }
+}
+
+TEST(CpuBackendTest, ZeroKGivesActivationOfBias) {
+  Layer l;
+  l.m = 2;
+  l.n = 3;
+  l.k = 0;
+  l.b = {-1.0, 0.5, 2.0};
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu,
+                 DType::kFloat32);
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
+  EXPECT_EQ(Values(r.output),
+            (std::vector<double>{0.0, 0.5, 2.0, 0.0, 0.5, 2.0}));
+}
+
+TEST(CpuBackendTest, ZeroRowsGiveEmptyOutput) {
+  Layer l;
+  l.m = 0;
+  l.n = 3;
+  l.k = 4;
+  l.w.assign(12, 1.0);
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32);
+  RunResult r =
+      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
+  EXPECT_EQ(r.output.shape(), (std::vector<int64_t>{0, 3}));
+}
+
+// ---- Sanity errors: never a crash.
+
+TEST(CpuBackendTest, NullInputIsInvalidArgument) {
+  auto cpu = NewBackend();
+  LinearProblem p;
+  EXPECT_THAT(cpu->Run(p, Cfg(Precision::kFp32, BiasMode::kNone), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
+}
+
+TEST(CpuBackendTest, ShapeMismatchesAreInvalidArgumentNamingTheTensor) {
+  Layer l = MakeLayer(2, 3, 4, /*with_bias=*/true, false, 3);
+  auto cpu = NewBackend();
+  const Config c = Cfg(Precision::kFp32, BiasMode::kFused);
+  {
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat32);
+    b->problem.k = 5;
+    EXPECT_THAT(
+        cpu->Run(b->problem, c, {}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
+  }
+  {
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat32);
+    b->problem.layout = WeightLayout::kInOut;  // [3, 4] is not [k, n] = [4, 3]
+    EXPECT_THAT(
+        cpu->Run(b->problem, c, {}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
+  }
+  {
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat32);
+    Tensor short_bias = *Tensor::Create(DType::kFloat32, {2});
+    b->problem.bias = &short_bias;
+    EXPECT_THAT(
+        cpu->Run(b->problem, c, {}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bias")));
+  }
+  {
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                   DType::kFloat32);
+    b->problem.m = -1;
+    EXPECT_THAT(
+        cpu->Run(b->problem, c, {}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("problem.m")));
+  }
+}
+
+TEST(CpuBackendTest, NegativeThreadsIsInvalidArgument) {
+  CpuBackend::Options o;
+  o.threads = -2;
+  EXPECT_THAT(
+      CpuBackend::Create(o),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("threads")));
+}
+
+TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
+  auto cpu = NewBackend();
+  EXPECT_EQ(cpu->name(), "cpu");
+  EXPECT_THAT(cpu->Available(), IsOk());
+  EXPECT_EQ(cpu->precisions().size(), std::size(kAllPrecisions));
+  EXPECT_EQ(cpu->bias_modes().size(), 3u);
+  EXPECT_EQ(cpu->storage_dtypes().size(), std::size(kAllDTypes));
+  EXPECT_EQ(cpu->default_bias_mode(), BiasMode::kFused);
+}
+
+// ---- ComputeMagnitudeSums.
+
+TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
+  std::mt19937 rng(9);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Layer l;
+  l.m = 4;
+  l.n = 6;
+  l.k = 50;
+  for (int64_t i = 0; i < l.m * l.k; ++i)
+    l.x.push_back(RefRound(normal(rng), kFp32Format));
+  for (int64_t i = 0; i < l.n * l.k; ++i)
+    l.w.push_back(RefRound(normal(rng), kFp32Format));
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    SCOPED_TRACE(WeightLayoutName(layout));
+    auto b =
+        Build(l, DType::kFloat32, layout, Activation::kNone, DType::kFloat32);
+    std::vector<float> abs_dot(static_cast<size_t>(l.m * l.n));
+    std::vector<float> sq_dot(abs_dot.size());
+    ASSERT_THAT(ComputeMagnitudeSums(b->problem, abs_dot.data(), sq_dot.data()),
+                IsOk());
+    for (int64_t i = 0; i < l.m; ++i) {
+      for (int64_t j = 0; j < l.n; ++j) {
+        double a = 0.0, s = 0.0;
+        for (int64_t kk = 0; kk < l.k; ++kk) {
+          const double p = l.x[i * l.k + kk] * l.w[j * l.k + kk];
+          a += std::fabs(p);
+          s += p * p;
+        }
+        EXPECT_NEAR(abs_dot[i * l.n + j], a, 1e-5 * a);
+        EXPECT_NEAR(sq_dot[i * l.n + j], std::sqrt(s), 1e-5 * std::sqrt(s));
+      }
+    }
+  }
+}
+
+TEST(ComputeMagnitudeSumsTest, NullOutputIsInvalidArgument) {
+  Layer l = MakeLayer(1, 1, 1, false, false, 1);
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kFloat32);
+  float one = 0.0f;
+  EXPECT_THAT(ComputeMagnitudeSums(b->problem, nullptr, &one),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// ---- DESIGN.md's Flax case on CPU: 2x768 -> 512, fp32.
+
+TEST(CpuBackendTest, FlaxCaseTf32DiffersFromFp32ByTf32SizedErrors) {
+  constexpr int64_t kM = 2, kK = 768, kN = 512;
+  std::mt19937 rng(2024);
+  std::normal_distribution<float> x_dist(0.0f, 1.0f);
+  std::normal_distribution<float> w_dist(0.0f, 1.0f / std::sqrt(768.0f));
+  std::vector<float> x(kM * kK), w(kN * kK);
+  for (float& v : x) v = x_dist(rng);
+  for (float& v : w) v = w_dist(rng);
+  auto xt = FromFloats(DType::kFloat32, {kM, kK}, x);
+  auto wt = FromFloats(DType::kFloat32, {kN, kK}, w);
+  auto bt = Tensor::Create(DType::kFloat32, {kN});  // b = 0
+  ASSERT_THAT(xt, IsOk());
+  ASSERT_THAT(wt, IsOk());
+  ASSERT_THAT(bt, IsOk());
+  LinearProblem p;
+  p.input = &*xt;
+  p.weight = &*wt;
+  p.bias = &*bt;
+  p.output_dtype = DType::kFloat32;
+  p.m = kM;
+  p.n = kN;
+  p.k = kK;
+  auto cpu = NewBackend();
+  const std::vector<double> tf32 =
+      Values(MustRun(*cpu, p, Cfg(Precision::kTf32, BiasMode::kFused)).output);
+  const std::vector<double> fp32 =
+      Values(MustRun(*cpu, p, Cfg(Precision::kFp32, BiasMode::kFused)).output);
+  const std::vector<double> fp64 =
+      Values(MustRun(*cpu, p, Cfg(Precision::kFp64, BiasMode::kFused)).output);
+  double tf32_vs_fp32 = 0.0, fp32_vs_fp64 = 0.0;
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    tf32_vs_fp32 = std::max(tf32_vs_fp32, std::fabs(tf32[i] - fp32[i]));
+    fp32_vs_fp64 = std::max(fp32_vs_fp64, std::fabs(fp32[i] - fp64[i]));
+  }
+  // Issue 2's numbers.
+  EXPECT_GE(tf32_vs_fp32, 3e-4);
+  EXPECT_LE(tf32_vs_fp32, 3e-3);
+  EXPECT_LT(fp32_vs_fp64, 1e-5);
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -1,0 +1,873 @@
+// Tests of the cuBLAS / cuBLASLt backends.
+//
+// Tests named Gpu* need a CUDA device and GTEST_SKIP() without one. The
+// others run anywhere: configuration errors (checked before the device),
+// the no-device contract, and the CUDA-error -> Status mapping.
+//
+// Expected values come from an fp64 reference computed here, never from
+// the code under test. GPU tests print tables (lines starting "| ") for
+// the validation record in docs/gpu-validation.md.
+#include "server/backends/cuda/cuda_backends.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/core/float_formats.h"
+#include "server/core/tensor.h"
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// ---------------------------------------------------------------- helpers
+
+// One registry (one CUDA context) for the whole binary.
+BackendRegistry& Registry() {
+  static BackendRegistry* registry = [] {
+    auto* r = new BackendRegistry();
+    const absl::Status s = RegisterCudaBackends(r, BuiltinBackendOptions{});
+    if (!s.ok())
+      std::fprintf(stderr, "RegisterCudaBackends: %s\n", s.ToString().c_str());
+    return r;
+  }();
+  return *registry;
+}
+
+LinearBackend* Backend(absl::string_view name) {
+  auto b = Registry().Find(name);
+  return b.ok() ? *b : nullptr;
+}
+
+LinearBackend* Cpu() {
+  static CpuBackend* cpu = [] {
+    auto c = CpuBackend::Create({});
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return cpu;
+}
+
+// A linear layer whose tensors outlive the problem that points at them.
+struct Layer {
+  Tensor x, w, b;
+  bool has_bias = false;
+  LinearProblem problem;
+};
+
+std::vector<double> Uniform(size_t count, double lo, double hi,
+                            std::mt19937* rng) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(count);
+  for (double& e : v) e = d(*rng);
+  return v;
+}
+
+// x: [lead, m/lead, k] when lead > 1, else [m, k].
+std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType storage,
+                                 WeightLayout layout, bool bias, Activation act,
+                                 DType out, uint32_t seed, int64_t lead = 1) {
+  std::mt19937 rng(seed);
+  auto layer = std::make_unique<Layer>();
+  std::vector<int64_t> xshape = lead > 1
+                                    ? std::vector<int64_t>{lead, m / lead, k}
+                                    : std::vector<int64_t>{m, k};
+  std::vector<int64_t> wshape = layout == WeightLayout::kOutIn
+                                    ? std::vector<int64_t>{n, k}
+                                    : std::vector<int64_t>{k, n};
+  layer->x = *FromDoubles(storage, xshape,
+                          Uniform(static_cast<size_t>(m * k), -1, 1, &rng));
+  layer->w = *FromDoubles(storage, wshape,
+                          Uniform(static_cast<size_t>(n * k), -1, 1, &rng));
+  layer->has_bias = bias;
+  if (bias)
+    layer->b = *FromDoubles(storage, {n},
+                            Uniform(static_cast<size_t>(n), -1, 1, &rng));
+  LinearProblem& p = layer->problem;
+  p.input = &layer->x;
+  p.weight = &layer->w;
+  p.layout = layout;
+  p.bias = bias ? &layer->b : nullptr;
+  p.activation = act;
+  p.output_dtype = out;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return layer;
+}
+
+double GeluTanh(double v) {
+  return 0.5 * v *
+         (1.0 + std::tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+}
+
+// fp64 reference of y = act(x W^T + b) from the stored values, plus what
+// the error bound scales with.
+struct Reference {
+  std::vector<double> y, acc, pre, abs_dot;  // [m*n]
+  std::vector<double> bias;                  // [n], 0 without bias
+};
+
+Reference ComputeReference(const Layer& l) {
+  const LinearProblem& p = l.problem;
+  const int64_t m = p.m, n = p.n, k = p.k;
+  std::vector<double> x(static_cast<size_t>(m * k)),
+      w(static_cast<size_t>(n * k));
+  ToDouble(l.x, x.data());
+  ToDouble(l.w, w.data());
+  Reference r;
+  r.bias.assign(static_cast<size_t>(n), 0.0);
+  if (l.has_bias) ToDouble(l.b, r.bias.data());
+  r.y.resize(static_cast<size_t>(m * n));
+  r.acc.resize(r.y.size());
+  r.pre.resize(r.y.size());
+  r.abs_dot.resize(r.y.size());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      long double acc = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double wv = p.layout == WeightLayout::kOutIn
+                              ? w[static_cast<size_t>(j * k + kk)]
+                              : w[static_cast<size_t>(kk * n + j)];
+        const double xv = x[static_cast<size_t>(i * k + kk)];
+        acc += static_cast<long double>(xv) * wv;
+        mag += std::fabs(static_cast<long double>(xv) * wv);
+      }
+      const size_t e = static_cast<size_t>(i * n + j);
+      r.acc[e] = static_cast<double>(acc);
+      r.abs_dot[e] = static_cast<double>(mag);
+      r.pre[e] = r.acc[e] + r.bias[static_cast<size_t>(j)];
+      const double v = r.pre[e];
+      r.y[e] = p.activation == Activation::kRelu       ? (v < 0 ? 0.0 : v)
+               : p.activation == Activation::kGeluTanh ? GeluTanh(v)
+                                                       : v;
+    }
+  }
+  return r;
+}
+
+double UnitRoundoff(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return 0x1p-53;
+    case DType::kFloat32:
+      return 0x1p-24;
+    case DType::kFloat16:
+      return 0x1p-11;
+    case DType::kBFloat16:
+      return 0x1p-8;
+  }
+  return 0;
+}
+
+// Worst-case (deterministic) bound on |gpu - reference| for one element:
+// input rounding of both operands, K-term accumulation, the epilogue and
+// output roundings (up to three for unfused), GELU's approximation on the
+// device (a tanh that may be an approximate instruction), all times 1.25.
+double Bound(Precision p, DType storage, DType out, int64_t k, Activation act,
+             const Reference& r, size_t e) {
+  double u_in = 0;
+  switch (p) {
+    case Precision::kFp64:
+      break;
+    case Precision::kFp32:
+      u_in = storage == DType::kFloat64 ? 0x1p-24 : 0;
+      break;
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+      u_in = 0x1p-10;  // truncation errs up to a whole TF32 unit
+      break;
+    case Precision::kBf16:
+      u_in = 0x1p-8;
+      break;
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      u_in = 0x1p-11;
+      break;
+  }
+  const double u_acc = p == Precision::kFp64      ? 0x1p-53
+                       : p == Precision::kFp16Acc ? 0x1p-11
+                                                  : 0x1p-24;
+  const double u_out = std::max(UnitRoundoff(out), u_acc);
+  const double mags =
+      std::fabs(r.acc[e]) + std::fabs(r.pre[e]) + std::fabs(r.y[e]);
+  double b =
+      (2 * u_in + u_in * u_in + static_cast<double>(k) * u_acc) * r.abs_dot[e] +
+      4 * u_out * (mags + 1e-30);
+  if (act == Activation::kGeluTanh) b += 0x1p-10 * std::fabs(r.pre[e]);
+  // fp16 inputs: values below fp16's normal range round to multiples of 2^-24.
+  if (p == Precision::kFp16 || p == Precision::kFp16Acc)
+    b += static_cast<double>(k) * 0x1p-23;
+  return 1.25 * b;
+}
+
+// Element e of a tensor as double (exact).
+double At(const Tensor& t, size_t e) {
+  return t.GetDouble(static_cast<int64_t>(e));
+}
+
+// Distance in units in the last place of the tensors' dtype (both the same
+// dtype): the count of representable values between them.
+int64_t Ordered(const Tensor& t, size_t e) {
+  switch (t.dtype()) {
+    case DType::kFloat64: {
+      const int64_t b = static_cast<int64_t>(t.data<uint64_t>()[e]);
+      return b < 0 ? INT64_MIN - b : b;
+    }
+    case DType::kFloat32: {
+      const int32_t b = static_cast<int32_t>(t.data<uint32_t>()[e]);
+      return b < 0 ? static_cast<int64_t>(INT32_MIN) - b : b;
+    }
+    default: {
+      const int16_t b = static_cast<int16_t>(t.data<uint16_t>()[e]);
+      return b < 0 ? static_cast<int64_t>(INT16_MIN) - b : b;
+    }
+  }
+}
+uint64_t UlpDistance(const Tensor& a, const Tensor& b, size_t e) {
+  const int64_t x = Ordered(a, e), y = Ordered(b, e);
+  return x > y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
+               : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+}
+
+struct Agreement {
+  double bitwise_share = 0;
+  uint64_t max_ulp = 0;
+  double mean_ulp = 0;
+};
+Agreement Compare(const Tensor& a, const Tensor& b) {
+  Agreement g;
+  const size_t count = static_cast<size_t>(a.numel());
+  size_t equal = 0;
+  double sum = 0;
+  for (size_t e = 0; e < count; ++e) {
+    const uint64_t u = UlpDistance(a, b, e);
+    equal += u == 0;
+    g.max_ulp = std::max(g.max_ulp, u);
+    sum += static_cast<double>(u);
+  }
+  g.bitwise_share =
+      count == 0 ? 1.0
+                 : static_cast<double>(equal) / static_cast<double>(count);
+  g.mean_ulp = count == 0 ? 0.0 : sum / static_cast<double>(count);
+  return g;
+}
+
+Config MakeConfig(LinearBackend* backend, Precision p, const Layer& l) {
+  ConfigSpec spec;
+  spec.backend = std::string(backend->name());
+  spec.precision = p;
+  return ResolveConfig(spec, l.has_bias, l.problem.activation,
+                       backend->default_bias_mode());
+}
+
+class CudaGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(Backend("cublaslt"), nullptr);
+    ASSERT_NE(Backend("cublas"), nullptr);
+    const absl::Status s = Backend("cublaslt")->Available();
+    if (!s.ok()) GTEST_SKIP() << s.message();
+    ASSERT_NE(Cpu(), nullptr);
+  }
+};
+
+bool NoHeuristic(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kFailedPrecondition &&
+         s.message().find("no heuristic result") != absl::string_view::npos;
+}
+
+// ------------------------------------------------------ tests without GPU
+
+TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
+  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* blas = Backend("cublas");
+  ASSERT_NE(lt, nullptr);
+  ASSERT_NE(blas, nullptr);
+  for (LinearBackend* b : {lt, blas}) {
+    const std::vector<Precision> p = b->precisions();
+    EXPECT_NE(std::find(p.begin(), p.end(), Precision::kBf16), p.end());
+    EXPECT_NE(std::find(p.begin(), p.end(), Precision::kFp16Acc), p.end());
+    // The hardware decides TF32 rounding: only `tf32` is listed.
+    EXPECT_EQ(std::find(p.begin(), p.end(), Precision::kTf32Rna), p.end());
+    EXPECT_EQ(std::find(p.begin(), p.end(), Precision::kTf32Trunc), p.end());
+    EXPECT_EQ(b->storage_dtypes().size(), 4u);
+    EXPECT_FALSE(b->device().runtime_version.empty());
+    EXPECT_THAT(b->device().cublas_version, HasSubstr("cuBLAS"));
+  }
+  EXPECT_EQ(lt->default_bias_mode(), BiasMode::kFused);
+  EXPECT_EQ(blas->default_bias_mode(), BiasMode::kUnfused);
+  EXPECT_THAT(lt->bias_modes(),
+              ::testing::ElementsAre(BiasMode::kNone, BiasMode::kFused));
+  EXPECT_THAT(blas->bias_modes(),
+              ::testing::ElementsAre(BiasMode::kNone, BiasMode::kUnfused));
+}
+
+TEST(CudaBackends, CublasAskedForFusedBiasIsFailedPreconditionNamingTheConfig) {
+  auto l = MakeLayer(4, 3, 8, DType::kBFloat16, WeightLayout::kOutIn,
+                     /*bias=*/true, Activation::kNone, DType::kBFloat16, 1);
+  Config c{"cublas", Precision::kBf16, BiasMode::kFused};
+  EXPECT_THAT(Backend("cublas")->Run(l->problem, c, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cublas:bf16:fused")));
+  Config u{"cublaslt", Precision::kBf16, BiasMode::kUnfused};
+  EXPECT_THAT(Backend("cublaslt")->Run(l->problem, u, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cublaslt:bf16:unfused")));
+}
+
+TEST(CudaBackends, Tf32VariantsAreNotRunOnTheGpu) {
+  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, false,
+                     Activation::kNone, DType::kFloat32, 2);
+  Config c{"cublaslt", Precision::kTf32Rna, BiasMode::kNone};
+  EXPECT_THAT(
+      Backend("cublaslt")->Run(l->problem, c, {}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("tf32rna")));
+}
+
+TEST(CudaBackends,
+     WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) {
+  LinearBackend* lt = Backend("cublaslt");
+  ASSERT_NE(lt, nullptr);
+  if (lt->Available().ok()) GTEST_SKIP() << "a CUDA device is present";
+  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, true,
+                     Activation::kNone, DType::kFloat32, 3);
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* b = Backend(name);
+    const absl::Status available = b->Available();
+    EXPECT_THAT(available, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    StartsWith("no CUDA device: ")));
+    std::printf("%s unavailable: %s\n", name,
+                std::string(available.message()).c_str());
+    const Config c = MakeConfig(b, Precision::kFp32, *l);
+    auto r = b->Run(l->problem, c, {});
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_EQ(r.status().message(), available.message());
+  }
+}
+
+TEST(CudaStatusMapping, StickyErrorIsInternalWithMarkerAndApiName) {
+  const absl::Status s = cuda::ToStatus(
+      cudaErrorIllegalAddress, "cudaMemcpyAsync(dst, src, n, kind, stream)");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal,
+                          StartsWith(std::string(kStickyCudaErrorPrefix))));
+  EXPECT_TRUE(IsStickyCudaError(s));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cudaMemcpyAsync"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(cudaGetErrorString(cudaErrorIllegalAddress)));
+  EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("dst")));
+  EXPECT_TRUE(IsStickyCudaError(
+      cuda::ToStatus(cudaErrorLaunchFailure, "cudaStreamSynchronize(s)")));
+}
+
+TEST(CudaStatusMapping, AllocationFailuresAreResourceExhaustedAndNotSticky) {
+  const absl::Status s =
+      cuda::ToStatus(cudaErrorMemoryAllocation, "cudaMalloc(&p, n)");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted,
+                          HasSubstr("cudaMalloc")));
+  EXPECT_FALSE(IsStickyCudaError(s));
+  EXPECT_THAT(
+      cuda::ToStatus(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmul(h, ...)"),
+      StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+TEST(CudaStatusMapping, CublasErrorsCarryTheLibraryString) {
+  const absl::Status s =
+      cuda::ToStatus(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmEx(h, ...)");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                          HasSubstr("cublasGemmEx")));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)));
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul(h)"),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_TRUE(cuda::ToStatus(cudaSuccess, "x()").ok());
+}
+
+// ---------------------------------------------------------------- GPU tests
+
+TEST_F(CudaGpuTest, GpuDeviceDescriptionIsFilled) {
+  const DeviceDescription d = Backend("cublaslt")->device();
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_THAT(d.compute_capability, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
+  EXPECT_GT(d.memory_bytes, 0);
+  EXPECT_FALSE(d.driver_version.empty());
+  std::printf(
+      "| device | %s | cc %s | %lld MiB | driver %s | runtime %s | %s |\n",
+      d.name.c_str(), d.compute_capability.c_str(),
+      static_cast<long long>(d.memory_bytes >> 20), d.driver_version.c_str(),
+      d.runtime_version.c_str(), d.cublas_version.c_str());
+}
+
+TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
+  const DType storages[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
+                            DType::kFloat64};
+  const Activation acts[] = {Activation::kNone, Activation::kRelu,
+                             Activation::kGeluTanh};
+  std::map<std::string, double> worst;  // config -> max error/bound
+  std::vector<std::string> unsupported;
+  uint32_t seed = 100;
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* backend = Backend(name);
+    for (Precision p : backend->precisions()) {
+      for (DType storage : storages) {
+        for (DType out : {storage, DType::kFloat32}) {
+          if (out == DType::kFloat32 && storage == DType::kFloat32) continue;
+          for (bool bias : {false, true}) {
+            for (Activation act : acts) {
+              const WeightLayout layout =
+                  (seed % 2 == 0) ? WeightLayout::kOutIn : WeightLayout::kInOut;
+              auto l =
+                  MakeLayer(24, 40, 64, storage, layout, bias, act, out, ++seed,
+                            /*lead=*/2);
+              const Config c = MakeConfig(backend, p, *l);
+              const std::string what = absl::StrCat(
+                  c.ToString(), " storage=", DTypeShortName(storage),
+                  " out=", DTypeShortName(out), " act=", ActivationName(act),
+                  " layout=", WeightLayoutName(layout));
+              SCOPED_TRACE(what);
+              auto r = backend->Run(l->problem, c, {});
+              if (NoHeuristic(r.status())) {
+                unsupported.push_back(what);
+                // PyTorch relies on these epilogues; only fp64, fp16acc and
+                // the pedantic fp32 path may lack them.
+                const bool may_lack =
+                    p == Precision::kFp64 || p == Precision::kFp16Acc ||
+                    (p == Precision::kFp32 && !(storage == DType::kBFloat16 ||
+                                                storage == DType::kFloat16));
+                EXPECT_TRUE(may_lack) << r.status();
+                continue;
+              }
+              ASSERT_THAT(r, IsOk());
+              ASSERT_EQ(r->output.dtype(), out);
+              ASSERT_EQ(r->output.numel(), 24 * 40);
+              const Reference ref = ComputeReference(*l);
+              int violations = 0;
+              double& ratio = worst[c.ToString()];
+              for (size_t e = 0; e < ref.y.size(); ++e) {
+                const double got = At(r->output, e);
+                const double bound = Bound(p, storage, out, 64, act, ref, e);
+                const double err = std::fabs(got - ref.y[e]);
+                if (!(err <= bound)) {
+                  if (++violations <= 3) {
+                    ADD_FAILURE() << "element " << e << ": got " << got
+                                  << ", fp64 " << ref.y[e] << ", error " << err
+                                  << " > bound " << bound;
+                  }
+                }
+                ratio = std::max(ratio, err / bound);
+              }
+              EXPECT_EQ(violations, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("| configuration | max error / bound |\n");
+  for (const auto& [config, r] : worst)
+    std::printf("| %s | %.3g |\n", config.c_str(), r);
+  for (const std::string& u : unsupported)
+    std::printf("no cuBLASLt algorithm: %s\n", u.c_str());
+}
+
+TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
+  // The candle case in small: acc ~ 0.5, bias ~ 0.02 except every 16th
+  // column, where it is 2..3 (outputs at 2..4, where a bf16 ULP is 2^-6).
+  const int64_t m = 128, n = 256, k = 1024;
+  std::mt19937 rng(7);
+  auto l = std::make_unique<Layer>();
+  l->x = *FromDoubles(DType::kBFloat16, {m, k}, Uniform(m * k, 0, 1, &rng));
+  l->w =
+      *FromDoubles(DType::kBFloat16, {n, k}, Uniform(n * k, 0, 2.0 / k, &rng));
+  std::vector<double> b(n);
+  for (int64_t j = 0; j < n; ++j) {
+    b[j] =
+        j % 16 == 0 ? Uniform(1, 2, 3, &rng)[0] : Uniform(1, 0, 0.04, &rng)[0];
+  }
+  l->b = *FromDoubles(DType::kBFloat16, {n}, b);
+  l->has_bias = true;
+  l->problem = LinearProblem{&l->x,
+                             &l->w,
+                             WeightLayout::kOutIn,
+                             &l->b,
+                             Activation::kNone,
+                             DType::kBFloat16,
+                             m,
+                             n,
+                             k};
+  auto fused = Backend("cublaslt")
+                   ->Run(l->problem,
+                         {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
+  auto unfused = Backend("cublas")->Run(
+      l->problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
+  ASSERT_THAT(fused, IsOk());
+  ASSERT_THAT(unfused, IsOk());
+  const Agreement g = Compare(fused->output, unfused->output);
+  int64_t mism_large = 0, mism_small = 0;
+  double max_abs = 0;
+  int64_t max_col = -1;
+  for (int64_t e = 0; e < m * n; ++e) {
+    const double d = std::fabs(At(fused->output, e) - At(unfused->output, e));
+    if (d > 0) ((e % n) % 16 == 0 ? mism_large : mism_small)++;
+    if (d > max_abs) {
+      max_abs = d;
+      max_col = e % n;
+    }
+  }
+  std::printf(
+      "| cublaslt:bf16:fused vs cublas:bf16:unfused | differing %.2f%% | max "
+      "ulp %llu |"
+      " max abs %g (column %lld) | differing share in large-bias columns "
+      "%.2f%%,"
+      " elsewhere %.2f%% |\n",
+      100 * (1 - g.bitwise_share), static_cast<unsigned long long>(g.max_ulp),
+      max_abs, static_cast<long long>(max_col),
+      100.0 * mism_large / (m * (n / 16)),
+      100.0 * mism_small / (m * (n - n / 16)));
+  EXPECT_LE(g.max_ulp, 1u);
+  EXPECT_GT(1 - g.bitwise_share, 0.001)
+      << "fused and unfused should be told apart";
+  // At magnitudes 2..4 one bf16 ULP is 2^-6 = 0.015625: the largest
+  // differences sit in the large-bias columns.
+  EXPECT_EQ(max_abs, 0.015625);
+  EXPECT_EQ(max_col % 16, 0);
+}
+
+TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
+  struct Row {
+    Precision p;
+    DType storage;
+  };
+  const Row rows[] = {{Precision::kFp64, DType::kFloat64},
+                      {Precision::kFp32, DType::kFloat32},
+                      {Precision::kTf32, DType::kFloat32},
+                      {Precision::kBf16, DType::kBFloat16},
+                      {Precision::kBf16, DType::kFloat32},
+                      {Precision::kFp16, DType::kFloat16},
+                      {Precision::kFp16Acc, DType::kFloat16}};
+  std::printf(
+      "| gpu configuration | storage | cpu configuration | bitwise equal | max "
+      "ulp | mean ulp |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  uint32_t seed = 900;
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* backend = Backend(name);
+    for (const Row& row : rows) {
+      for (Activation act : {Activation::kNone, Activation::kGeluTanh}) {
+        auto l = MakeLayer(64, 96, 256, row.storage, WeightLayout::kOutIn, true,
+                           act, row.storage, ++seed);
+        const Config c = MakeConfig(backend, row.p, *l);
+        Config cpu_c = c;
+        cpu_c.backend = "cpu";
+        SCOPED_TRACE(c.ToString());
+        auto g = backend->Run(l->problem, c, {});
+        if (NoHeuristic(g.status())) {
+          std::printf("| %s | %s | - | no cuBLASLt algorithm | | |\n",
+                      c.ToString().c_str(),
+                      std::string(DTypeShortName(row.storage)).c_str());
+          continue;
+        }
+        ASSERT_THAT(g, IsOk());
+        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        ASSERT_THAT(cpu, IsOk());
+        const Agreement a = Compare(g->output, cpu->output);
+        std::printf("| %s%s | %s | %s | %.2f%% | %llu | %.3g |\n",
+                    c.ToString().c_str(),
+                    act == Activation::kGeluTanh ? " +gelu" : "",
+                    std::string(DTypeShortName(row.storage)).c_str(),
+                    cpu_c.ToString().c_str(), 100 * a.bitwise_share,
+                    static_cast<unsigned long long>(a.max_ulp), a.mean_ulp);
+        // Both sides are within the bound of the fp64 reference.
+        const Reference ref = ComputeReference(*l);
+        for (size_t e = 0; e < ref.y.size(); ++e) {
+          const double d = std::fabs(At(g->output, e) - At(cpu->output, e));
+          ASSERT_LE(
+              d, 2 * Bound(row.p, row.storage, row.storage, 256, act, ref, e))
+              << "element " << e;
+        }
+      }
+    }
+  }
+}
+
+// Which TF32 input rounding does cuBLAS use? Inputs are chosen so that
+// every partial sum is exact in fp32 (multiples of 2^-10 below 2^8): the
+// output then depends only on how each operand was rounded to TF32, not on
+// the summation order, and exactly one CPU rounding mode can match it.
+TEST_F(CudaGpuTest, GpuTf32InputRoundingThatMatchesCublas) {
+  const int64_t m = 96, n = 80, k = 16;
+  std::mt19937 rng(11);
+  // A value in [1, 2) with random low 13 bits; a third are exact ties
+  // (low 13 bits 0x1000), where nearest-even and ties-away differ.
+  auto probe = [&rng]() {
+    uint32_t bits = 0x3f800000u | (rng() & 0x7fffffu);
+    if (rng() % 3 == 0) bits = (bits & ~0x1fffu) | 0x1000u;
+    return static_cast<double>(BitsToFloat(bits));
+  };
+  std::uniform_int_distribution<int> small(-3, 3);
+  std::printf(
+      "| backend | operand probed | cpu:tf32 (nearest-even) | cpu:tf32rna "
+      "(ties away) |"
+      " cpu:tf32trunc (truncate) | best |\n|---|---|---|---|---|---|\n");
+  for (const char* name : {"cublaslt", "cublas"}) {
+    for (const char* operand : {"input", "weight"}) {
+      const bool probe_x = std::strcmp(operand, "input") == 0;
+      std::vector<double> x(m * k), w(n * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          x[i * k + kk] = kk == 0   ? (probe_x ? probe() : 1.5)
+                          : kk == 1 ? 1.0
+                                    : small(rng);
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          w[j * k + kk] = kk == 0   ? 1.0
+                          : kk == 1 ? (probe_x ? 1.25 : probe())
+                                    : small(rng);
+        }
+      }
+      auto l = std::make_unique<Layer>();
+      l->x = *FromDoubles(DType::kFloat32, {m, k}, x);
+      l->w = *FromDoubles(DType::kFloat32, {n, k}, w);
+      l->problem = LinearProblem{&l->x,
+                                 &l->w,
+                                 WeightLayout::kOutIn,
+                                 nullptr,
+                                 Activation::kNone,
+                                 DType::kFloat32,
+                                 m,
+                                 n,
+                                 k};
+      auto gpu = Backend(name)->Run(
+          l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
+      ASSERT_THAT(gpu, IsOk());
+      double best = -1;
+      std::string best_mode;
+      std::string cells;
+      for (Precision p :
+           {Precision::kTf32, Precision::kTf32Rna, Precision::kTf32Trunc}) {
+        auto cpu = Cpu()->Run(l->problem, {"cpu", p, BiasMode::kNone}, {});
+        ASSERT_THAT(cpu, IsOk());
+        const Agreement a = Compare(gpu->output, cpu->output);
+        char cell[96];
+        std::snprintf(cell, sizeof(cell), " %.2f%% bitwise, max %llu ulp |",
+                      100 * a.bitwise_share,
+                      static_cast<unsigned long long>(a.max_ulp));
+        cells += cell;
+        if (a.bitwise_share > best) {
+          best = a.bitwise_share;
+          best_mode = std::string(PrecisionName(p));
+        }
+      }
+      std::printf("| %s | %s |%s %s |\n", name, operand, cells.c_str(),
+                  best_mode.c_str());
+      std::printf(
+          "TF32 rounding of %s's %s operand: best match cpu:%s (%.2f%% "
+          "bitwise)\n",
+          name, operand, best_mode.c_str(), 100 * best);
+      // The sums are exact, so the right mode matches every element.
+      EXPECT_EQ(best, 1.0) << "no CPU TF32 rounding reproduces " << name
+                           << " exactly; see the table";
+    }
+  }
+}
+
+// The device kernels round once, to nearest even, from the exact value:
+// with k = 1 and a weight of 1 the layer's output is the rounded input (or
+// the rounded output), compared bit for bit with the host's rounding. The
+// values include exact ties and near-ties a double rounding through fp32
+// would get wrong.
+TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
+  std::mt19937_64 rng(5);
+  std::vector<double> v;
+  std::uniform_real_distribution<double> d(-4, 4);
+  for (int i = 0; i < 256; ++i) v.push_back(d(rng));
+  for (int i = 0; i < 64; ++i) {
+    // Midpoints between neighbouring bf16 (7-bit) and fp16 (10-bit)
+    // values, exactly and 2^-30 relative above and below.
+    for (int bits : {7, 10}) {
+      const double lo =
+          std::ldexp(std::floor(std::ldexp(1 + d(rng) / 8, bits)), -bits);
+      const double mid = lo + std::ldexp(1.0, -bits - 1);
+      for (double x : {mid, mid * (1 + 0x1p-30), mid * (1 - 0x1p-30)}) {
+        v.push_back(x);
+        v.push_back(-x);
+      }
+    }
+  }
+  // (No -0.0: the GEMM's +0 accumulator would turn it into +0.)
+  for (double x :
+       {0.0, 3e-6, 5.960464477539063e-08, 70000.0, 1e-40, 65519.99}) {
+    v.push_back(x);
+  }
+  const int64_t m = static_cast<int64_t>(v.size()), n = 8;
+  auto l = std::make_unique<Layer>();
+  l->x = *FromDoubles(DType::kFloat64, {m, 1}, v);
+  l->w = *FromDoubles(DType::kFloat64, {n, 1}, std::vector<double>(n, 1.0));
+  struct Case {
+    Precision p;
+    DType out;
+    const char* what;
+  };
+  const Case cases[] = {
+      {Precision::kBf16, DType::kFloat32, "input fp64->bf16"},
+      {Precision::kFp16, DType::kFloat32, "input fp64->fp16"},
+      {Precision::kFp32, DType::kFloat32, "input fp64->fp32"},
+      {Precision::kFp64, DType::kBFloat16, "output fp64->bf16"},
+      {Precision::kFp64, DType::kFloat16, "output fp64->fp16"}};
+  for (const char* name : {"cublaslt", "cublas"}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(name, " ", c.what));
+      l->problem = LinearProblem{&l->x,
+                                 &l->w,
+                                 WeightLayout::kOutIn,
+                                 nullptr,
+                                 Activation::kNone,
+                                 c.out,
+                                 m,
+                                 n,
+                                 1};
+      auto r = Backend(name)->Run(l->problem, {name, c.p, BiasMode::kNone}, {});
+      ASSERT_THAT(r, IsOk());
+      int wrong = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const double x = v[static_cast<size_t>(i)];
+        double want = 0;
+        if (c.p == Precision::kBf16 || c.out == DType::kBFloat16) {
+          want = Bf16BitsToFloat(DoubleToBf16Bits(x));
+        } else if (c.p == Precision::kFp16 || c.out == DType::kFloat16) {
+          want = Fp16BitsToFloat(DoubleToFp16Bits(x));
+        } else {
+          want = static_cast<float>(x);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const double got = At(r->output, static_cast<size_t>(i * n + j));
+          if (std::memcmp(&got, &want, sizeof(got)) != 0 && ++wrong <= 3) {
+            ADD_FAILURE() << std::hexfloat << "x = " << x << ": got " << got
+                          << ", want " << want;
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0);
+    }
+  }
+}
+
+TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
+  for (const char* name : {"cublaslt", "cublas"}) {
+    for (Precision p : {Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
+      const DType storage =
+          p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+      auto l = MakeLayer(512, 384, 2048, storage, WeightLayout::kOutIn, true,
+                         Activation::kGeluTanh, storage, 31);
+      const Config c = MakeConfig(Backend(name), p, *l);
+      SCOPED_TRACE(c.ToString());
+      for (bool disallow : {false, true}) {
+        RunOptions o;
+        o.repeat = 5;
+        o.disallow_reduced_precision_reduction = disallow;
+        auto many = Backend(name)->Run(l->problem, c, o);
+        if (NoHeuristic(many.status())) {
+          std::printf("no cuBLASLt algorithm: %s\n", c.ToString().c_str());
+          continue;
+        }
+        ASSERT_THAT(many, IsOk());
+        EXPECT_EQ(many->runs, 5);
+        EXPECT_TRUE(many->deterministic);
+        RunOptions once;
+        once.disallow_reduced_precision_reduction = disallow;
+        auto one = Backend(name)->Run(l->problem, c, once);
+        ASSERT_THAT(one, IsOk());
+        EXPECT_EQ(one->runs, 1);
+        EXPECT_EQ(many->output.bytes(), one->output.bytes());
+        std::printf(
+            "| %s | repeat 5 | deterministic %s | disallow reduced-precision "
+            "reduction %s |"
+            " algo %s |\n",
+            c.ToString().c_str(), many->deterministic ? "yes" : "NO",
+            disallow ? "yes" : "no",
+            many->details.count("algo") ? many->details.at("algo").c_str()
+                                        : "?");
+      }
+    }
+  }
+}
+
+TEST_F(CudaGpuTest,
+       GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {
+  BackendRegistry registry;
+  BuiltinBackendOptions options;
+  options.gpu_memory_budget_bytes = 64 << 10;
+  ASSERT_THAT(RegisterCudaBackends(&registry, options), IsOk());
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* b = *registry.Find(name);
+    auto big = MakeLayer(256, 256, 256, DType::kFloat32, WeightLayout::kOutIn,
+                         false, Activation::kNone, DType::kFloat32, 41);
+    const Config c = MakeConfig(b, Precision::kFp32, *big);
+    EXPECT_THAT(
+        b->Run(big->problem, c, {}),
+        StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("budget")));
+    auto small = MakeLayer(4, 6, 8, DType::kFloat32, WeightLayout::kOutIn,
+                           false, Activation::kNone, DType::kFloat32, 42);
+    auto r =
+        b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {});
+    ASSERT_THAT(r, IsOk());
+    const Reference ref = ComputeReference(*small);
+    for (size_t e = 0; e < ref.y.size(); ++e) {
+      EXPECT_LE(std::fabs(At(r->output, e) - ref.y[e]),
+                Bound(Precision::kFp32, DType::kFloat32, DType::kFloat32, 8,
+                      Activation::kNone, ref, e));
+    }
+    EXPECT_THAT(b->Run(big->problem, c, {}),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(b->Available(), IsOk());
+  }
+}
+
+TEST_F(CudaGpuTest,
+       GpuDeviceOutOfMemoryIsResourceExhaustedAndTheBackendKeepsWorking) {
+  // The budget lets it through; the device cannot hold a 256 GiB output.
+  const int64_t side = int64_t{1} << 18;
+  const int64_t needed = side * side * 4;
+  if (Backend("cublaslt")->device().memory_bytes * 2 > needed) {
+    GTEST_SKIP() << "device memory too large for this test";
+  }
+  BackendRegistry registry;
+  BuiltinBackendOptions options;
+  options.gpu_memory_budget_bytes = int64_t{1} << 50;
+  ASSERT_THAT(RegisterCudaBackends(&registry, options), IsOk());
+  LinearBackend* b = *registry.Find("cublaslt");
+  auto huge = MakeLayer(side, side, 1, DType::kFloat32, WeightLayout::kOutIn,
+                        false, Activation::kNone, DType::kFloat32, 51);
+  EXPECT_THAT(b->Run(huge->problem, MakeConfig(b, Precision::kFp32, *huge), {}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("out of memory")));
+  auto small = MakeLayer(8, 8, 8, DType::kFloat32, WeightLayout::kOutIn, false,
+                         Activation::kNone, DType::kFloat32, 52);
+  EXPECT_THAT(
+      b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {}),
+      IsOk());
+  EXPECT_THAT(b->Available(), IsOk());
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Validates the CUDA backends on a GPU host, from a pack made by pack.sh.
+#
+#   ./run.sh OUTDIR
+#
+# Needs an NVIDIA GPU, its driver and a CUDA 13 runtime (libcudart.so.13,
+# libcublas.so.13, libcublasLt.so.13 under $CUDA_HOME/lib64, default
+# /usr/local/cuda, or on the loader path). Steps, all logged under OUTDIR,
+# everything in under 8 minutes:
+#   1. the GPU unit tests (cuda_backends_test)            -> gpu_tests.log/.xml
+#   2. the server on a free port (--port 0)                -> server.log
+#   3. DESIGN.md's two cases replayed with real PyTorch and
+#      JAX/Flax through the Python client, when installed  -> replay.log
+# and prints a short summary table last. Exit status 0 when nothing failed.
+set -uo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 OUTDIR" >&2
+  exit 2
+fi
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="$1"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+start=$(date +%s)
+
+# The pack's libraries travel gzipped; unpack them for this run.
+libtmp="$(mktemp -d "${TMPDIR:-/tmp}/tensorcheck-gpu.XXXXXX")"
+trap 'rm -rf "$libtmp"' EXIT
+if ! tar -xzf "$here/lib.tar.gz" -C "$libtmp"; then
+  echo "run.sh: cannot unpack $here/lib.tar.gz" >&2
+  exit 1
+fi
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$libtmp/lib:$cuda_home/lib64:$cuda_home/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -n) $(uname -r)"
+  cat "$here/PACK_INFO.txt" 2>/dev/null
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+} > "$out/environment.txt" 2>&1
+command -v nvidia-smi >/dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+ldd "$here/bin/cuda_backends_test" > "$out/ldd.txt" 2>&1
+
+failed=0
+
+# ---- 1. GPU unit tests (about 1-3 minutes; hard limit 4).
+timeout 240 "$here/bin/cuda_backends_test" --gtest_color=no \
+  --gtest_output="xml:$out/gpu_tests.xml" > "$out/gpu_tests.log" 2>&1
+tests_rc=$?
+tests_passed=$(grep -c '^\[       OK \]' "$out/gpu_tests.log")
+tests_failed=$(grep -c '^\[  FAILED  \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
+tests_skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
+[[ $tests_rc -ne 0 ]] && failed=1
+gpu_skipped=$(grep -c '^\[  SKIPPED \] CudaGpuTest\.Gpu.* (' "$out/gpu_tests.log")
+[[ $gpu_skipped -gt 0 ]] && failed=1   # on a GPU host nothing may skip
+
+# ---- 2. The server.
+server_addr=""
+"$here/bin/tensorcheck-server" --host 127.0.0.1 --port 0 --gpu_memory_budget_mb 16384 --shutdown_grace_seconds 5 \
+  > "$out/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 120); do
+  server_addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$out/server.log" | head -1)
+  [[ -n "$server_addr" ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.5
+done
+if [[ -z "$server_addr" ]]; then
+  failed=1
+  server_state="did not start (see server.log)"
+else
+  server_state="listening on $server_addr"
+fi
+
+# ---- 3. Replay of DESIGN.md's cases (hard limit 4 minutes).
+replay_state="skipped: no server"
+if [[ -n "$server_addr" ]]; then
+  if command -v python3 >/dev/null; then
+    PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}" timeout 240 \
+      python3 "$here/replay_cases.py" --target "$server_addr" --out "$out" \
+      > "$out/replay.log" 2>&1
+    replay_rc=$?
+    case $replay_rc in
+      0) replay_state="ok" ;;
+      124) replay_state="timed out"; failed=1 ;;
+      *) replay_state="FAILED (rc $replay_rc, see replay.log)"; failed=1 ;;
+    esac
+  else
+    replay_state="skipped: no python3"
+  fi
+fi
+
+# Stop the server (graceful, then hard).
+if kill -0 "$server_pid" 2>/dev/null; then
+  kill -TERM "$server_pid"
+  for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
+fi
+wait "$server_pid" 2>/dev/null
+server_rc=$?
+if grep -q "sticky CUDA error" "$out/server.log"; then failed=1; fi
+
+elapsed=$(( $(date +%s) - start ))
+
+# ---- Summary (last).
+{
+  echo
+  echo "## tensorcheck GPU validation ($(date -u +%Y-%m-%d), ${elapsed}s)"
+  echo
+  grep -m1 '^| device |' "$out/gpu_tests.log" || echo "| device | (not reported: $(head -1 "$out/nvidia-smi.txt" 2>/dev/null || echo 'no nvidia-smi')) |"
+  echo
+  echo "| step | result |"
+  echo "|---|---|"
+  echo "| GPU tests | $tests_passed passed, $tests_failed failed, $tests_skipped skipped (exit $tests_rc) |"
+  grep '^TF32 rounding of' "$out/gpu_tests.log" | sed 's/^/| tf32 | /; s/$/ |/'
+  grep '^| cublaslt:bf16:fused vs cublas:bf16:unfused' "$out/gpu_tests.log" \
+    | sed 's/^| cublaslt:bf16:fused vs cublas:bf16:unfused |/| fused vs unfused |/' | cut -c1-200
+  echo "| server | $server_state; exit $server_rc after SIGTERM |"
+  echo "| replay | $replay_state |"
+  grep '^| case ' "$out/replay.log" 2>/dev/null
+  echo
+  echo "logs: $out"
+  [[ $failed -eq 0 ]] && echo "RESULT: PASS" || echo "RESULT: FAIL"
+} | tee "$out/summary.md"
+exit $failed
