@@ -1,1 +1,286 @@
-// placeholder: being written
+#include "server/engine/engine.h"
+
+#include <cmath>
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(RegisterBuiltinBackends(&registry_), IsOk());
+    auto engine = Engine::Create(EngineOptions{}, &registry_);
+    ASSERT_THAT(engine, IsOk());
+    engine_ = std::move(engine).value();
+  }
+
+  static Tensor Random(std::vector<int64_t> shape, double stddev, uint32_t seed,
+                       DType dtype = DType::kFloat32) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> dist(0.0, stddev);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& x : v) x = dist(rng);
+    return *FromDoubles(dtype, shape, v);
+  }
+
+  // y = x W^T + b in fp64 from the tensors' exact values ([N, K] weight).
+  static std::vector<double> Fp64Linear(const Tensor& x, const Tensor& w,
+                                        const Tensor* b) {
+    const int64_t k = x.shape().back(), m = x.numel() / k, n = w.dim(0);
+    std::vector<double> y(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = b ? b->GetDouble(j) : 0.0;
+        for (int64_t p = 0; p < k; ++p) acc += x.GetDouble(i * k + p) * w.GetDouble(j * k + p);
+        y[static_cast<size_t>(i * n + j)] = acc;
+      }
+    }
+    return y;
+  }
+
+  LinearRequest Request(int64_t m, int64_t k, int64_t n, bool bias) {
+    LinearRequest r;
+    r.input = Random({m, k}, 1.0, 1);
+    r.weight = Random({n, k}, 1.0 / std::sqrt(double(k)), 2);
+    if (bias) r.bias = Random({n}, 0.5, 3);
+    return r;
+  }
+
+  BackendRegistry registry_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, ObservedFp64ResultPassesUnderTorchTolerance) {
+  LinearRequest r = Request(4, 64, 8, /*bias=*/true);
+  const std::vector<double> y = Fp64Linear(r.input, r.weight, &*r.bias);
+  r.observed = *FromDoubles(DType::kFloat32, {4, 8}, y);
+  r.configs = {"cpu:fp32", "cpu:tf32:unfused"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_TRUE(out->passed);
+  ASSERT_EQ(out->results.size(), 2u);
+  EXPECT_EQ(out->results[0].config, "cpu:fp32:fused");
+  EXPECT_EQ(out->results[1].config, "cpu:tf32:unfused");
+  EXPECT_EQ(out->reference.config, "cpu:fp64:fused");
+  EXPECT_EQ(out->output_shape, (std::vector<int64_t>{4, 8}));
+  ASSERT_TRUE(out->observed_vs_reference.has_value());
+  // Both are the fp64 result rounded once to fp32.
+  EXPECT_TRUE(out->observed_vs_reference->bitwise_equal);
+  ASSERT_TRUE(out->results[0].vs_observed.has_value());
+  EXPECT_EQ(out->results[0].vs_observed->total, 32);
+}
+
+TEST_F(EngineTest, ObservedOffByOnePercentFailsAndNamesWorstElement) {
+  LinearRequest r = Request(3, 16, 5, /*bias=*/false);
+  std::vector<double> y = Fp64Linear(r.input, r.weight, nullptr);
+  y[7] += 0.01 * std::fabs(y[7]) + 0.01;  // row 1, column 2
+  r.observed = *FromDoubles(DType::kFloat32, {3, 5}, y);
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_FALSE(out->passed);
+  EXPECT_EQ(out->observed_vs_reference->mismatched, 1);
+  EXPECT_EQ(out->observed_vs_reference->max_abs_index, 7);
+  EXPECT_EQ(UnflattenIndex(7, out->output_shape), (std::vector<int64_t>{1, 2}));
+}
+
+TEST_F(EngineTest, WithoutObservedVerdictRequiresEveryConfigurationToPass) {
+  LinearRequest r = Request(2, 256, 16, /*bias=*/true);
+  r.configs = {"cpu:fp32"};
+  auto pass = engine_->Verify(r);
+  ASSERT_THAT(pass, IsOk());
+  EXPECT_TRUE(pass->passed);
+  r.configs = {"cpu:fp32", "cpu:bf16"};  // bf16 inputs miss fp32's tolerance
+  auto fail = engine_->Verify(r);
+  ASSERT_THAT(fail, IsOk());
+  EXPECT_FALSE(fail->passed);
+  EXPECT_TRUE(fail->results[0].vs_reference.passed);
+  EXPECT_FALSE(fail->results[1].vs_reference.passed);
+}
+
+TEST_F(EngineTest, BatchDimsAndInOutLayoutGiveTheSameNumbers) {
+  LinearRequest r = Request(6, 32, 4, /*bias=*/false);
+  const std::vector<double> y = Fp64Linear(r.input, r.weight, nullptr);
+  // x as [2, 3, K]; W transposed to [K, N].
+  ASSERT_THAT(r.input.Reshape({2, 3, 32}), IsOk());
+  std::vector<double> wt(32 * 4);
+  for (int64_t j = 0; j < 4; ++j) {
+    for (int64_t p = 0; p < 32; ++p) wt[p * 4 + j] = r.weight.GetDouble(j * 32 + p);
+  }
+  r.weight = *FromDoubles(DType::kFloat32, {32, 4}, wt);
+  r.layout = WeightLayout::kInOut;
+  r.observed = *FromDoubles(DType::kFloat32, {2, 3, 4}, y);
+  r.return_outputs = true;
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->output_shape, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_TRUE(out->observed_vs_reference->bitwise_equal);
+  ASSERT_TRUE(out->reference.output.has_value());
+  EXPECT_EQ(out->reference.output->shape(), (std::vector<int64_t>{2, 3, 4}));
+}
+
+TEST_F(EngineTest, FlaxCaseTf32DiffersFromStrictFp32) {
+  // DESIGN.md case 1: 2x768 -> 512, x ~ N(0,1), W ~ N(0, 1/768), b = 0.
+  LinearRequest r;
+  r.input = Random({2, 768}, 1.0, 11);
+  r.weight = Random({512, 768}, 1.0 / std::sqrt(768.0), 12);
+  r.bias = *Tensor::Create(DType::kFloat32, {512});
+  r.configs = {"cpu:tf32:fused", "cpu:fp32"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  const double tf32 = out->results[0].vs_reference.max_abs;
+  const double fp32 = out->results[1].vs_reference.max_abs;
+  EXPECT_GT(tf32, 3e-4);
+  EXPECT_LT(tf32, 3e-3);
+  EXPECT_LT(fp32, 1e-5);
+  // The error model: TF32's error is what TF32 predicts, within a factor.
+  ASSERT_TRUE(out->results[0].vs_reference.bound_ratio.has_value());
+  EXPECT_GT(*out->results[0].vs_reference.bound_ratio, 0.2);
+  EXPECT_LT(*out->results[0].vs_reference.bound_ratio, 3.0);
+}
+
+TEST_F(EngineTest, DuplicateConfigurationsRunOnce) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/true);
+  r.configs = {"cpu:fp32", "cpu:fp32:fused", "cpu:fp32:unfused"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  ASSERT_EQ(out->results.size(), 2u);
+  EXPECT_EQ(out->results[1].config, "cpu:fp32:unfused");
+}
+
+TEST_F(EngineTest, NoBiasConfigurationsAreCanonicalNone) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.configs = {"cpu:bf16:fused"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->results[0].config, "cpu:bf16:none");
+}
+
+TEST_F(EngineTest, WeightKMismatchIsInvalidArgumentNamingTheField) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.weight = Random({3, 9}, 1.0, 4);
+  EXPECT_THAT(engine_->Verify(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("op.weight.shape")));
+}
+
+TEST_F(EngineTest, BiasLengthMismatchIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.bias = Random({4}, 1.0, 5);
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.bias.shape")));
+}
+
+TEST_F(EngineTest, ObservedShapeMismatchIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.observed = Random({3, 2}, 1.0, 6);
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("observed.shape")));
+}
+
+TEST_F(EngineTest, WeightDtypeMismatchIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.weight = Random({3, 8}, 1.0, 7, DType::kFloat64);
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.weight.dtype")));
+}
+
+TEST_F(EngineTest, UnknownBackendIsNotFound) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.configs = {"tpu:fp32"};
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("tpu")));
+}
+
+TEST_F(EngineTest, MalformedConfigurationIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.configs = {"cpu:fp32", "cpu:fp33"};
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("configs[1]")));
+}
+
+TEST_F(EngineTest, BiasModeNoneWithABiasIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/true);
+  r.configs = {"cpu:fp32:none"};
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("configs[0]")));
+}
+
+TEST_F(EngineTest, OutputOverTheLimitIsResourceExhausted) {
+  EngineOptions options;
+  options.max_output_elements = 100;
+  auto engine = Engine::Create(options, &registry_);
+  ASSERT_THAT(engine, IsOk());
+  LinearRequest r = Request(11, 4, 10, /*bias=*/false);
+  EXPECT_THAT((*engine)->Verify(r),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("output")));
+}
+
+TEST_F(EngineTest, TooManyConfigurationsIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.configs.assign(65, "cpu:fp32");
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("configs")));
+}
+
+TEST_F(EngineTest, OutOfRangeOptionsAreInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.repeat = -1;
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repeat")));
+  r.repeat = 0;
+  r.top_k = 100000;
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
+  r.top_k = 0;
+  r.tolerance.atol = -1;
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tolerance.atol")));
+}
+
+TEST_F(EngineTest, RepeatReportsDeterminism) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  r.configs = {"cpu:fp32"};
+  r.repeat = 3;
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->results[0].runs, 3);
+  EXPECT_TRUE(out->results[0].deterministic);
+}
+
+TEST_F(EngineTest, DiagnoseWithoutObservedIsInvalidArgument) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/false);
+  EXPECT_THAT(engine_->Diagnose(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("observed")));
+}
+
+TEST_F(EngineTest, DefaultCandidatesCoverEveryPrecisionAndBiasMode) {
+  const auto with_bias = engine_->DefaultCandidates(DType::kFloat32, true, Activation::kNone);
+  // 8 precisions x {fused, unfused} on the cpu backend (no device here).
+  EXPECT_THAT(with_bias, ::testing::Contains("cpu:tf32:unfused"));
+  EXPECT_THAT(with_bias, ::testing::Contains("cpu:tf32rna:fused"));
+  EXPECT_THAT(with_bias, ::testing::Contains("cpu:fp16acc:unfused"));
+  EXPECT_EQ(with_bias.size(), 16u);
+  const auto no_bias = engine_->DefaultCandidates(DType::kFloat32, false, Activation::kNone);
+  EXPECT_EQ(no_bias.size(), 8u);
+  EXPECT_THAT(no_bias, ::testing::Contains("cpu:fp32:none"));
+}
+
+TEST(UnflattenIndexTest, RowMajor) {
+  EXPECT_EQ(UnflattenIndex(0, {2, 3, 4}), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(UnflattenIndex(23, {2, 3, 4}), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(UnflattenIndex(5, {2, 3}), (std::vector<int64_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -1,1 +1,335 @@
-// placeholder: being written
+#include "server/service/proto_convert.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/core/status_macros.h"
+
+namespace tensorcheck {
+
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view expected,
+                     absl::string_view got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", expected, " expected, got ", got));
+}
+
+std::string BitsHex(uint64_t bits, DType dtype) {
+  return absl::StrFormat("0x%0*x", static_cast<int>(ItemSize(dtype) * 2), bits);
+}
+
+void GroupsToProto(const std::vector<GroupCount>& groups,
+                   google::protobuf::RepeatedPtrField<v1::Group>* out) {
+  for (const GroupCount& g : groups) {
+    v1::Group* p = out->Add();
+    p->set_index(g.index);
+    p->set_mismatched(g.mismatched);
+    p->set_share(g.share);
+  }
+}
+
+void ElementToProto(const ElementDiff& e, DType dtype,
+                    const std::vector<int64_t>& shape, v1::Element* p) {
+  for (int64_t i : UnflattenIndex(e.flat_index, shape)) p->add_index(i);
+  p->set_actual(e.actual);
+  p->set_expected(e.expected);
+  p->set_actual_bits(BitsHex(e.actual_bits, dtype));
+  p->set_expected_bits(BitsHex(e.expected_bits, dtype));
+  p->set_abs_diff(e.abs_diff);
+  p->set_rel_diff(e.rel_diff);
+  p->set_ulp(e.ulp);
+}
+
+void StatsToProto(const DiffStats& s, const std::vector<int64_t>& shape,
+                  Precision bound_precision, v1::Stats* p) {
+  p->set_total(s.total);
+  p->set_mismatched(s.mismatched);
+  p->set_max_abs(s.max_abs);
+  if (s.max_abs_index >= 0) {
+    for (int64_t i : UnflattenIndex(s.max_abs_index, shape)) p->add_max_abs_index(i);
+  }
+  p->set_max_rel(s.max_rel);
+  if (s.max_rel_index >= 0) {
+    for (int64_t i : UnflattenIndex(s.max_rel_index, shape)) p->add_max_rel_index(i);
+  }
+  p->set_mean_abs(s.mean_abs);
+  p->set_rms(s.rms);
+  p->set_rel_l2(s.rel_l2);
+  p->set_cosine(s.cosine);
+  p->set_max_ulp(s.max_ulp);
+  p->set_mean_ulp(s.mean_ulp);
+  for (const UlpBucket& b : s.ulp_histogram) {
+    v1::UlpBucket* pb = p->add_ulp_histogram();
+    pb->set_lo(b.lo);
+    pb->set_hi(b.hi);
+    pb->set_count(b.count);
+  }
+  p->set_bitwise_equal(s.bitwise_equal);
+  p->set_bitwise_equal_count(s.bitwise_equal_count);
+  p->set_nan_actual(s.nan_actual);
+  p->set_nan_expected(s.nan_expected);
+  p->set_inf_actual(s.inf_actual);
+  p->set_inf_expected(s.inf_expected);
+  p->set_nan_mismatch(s.nan_mismatch);
+  for (const ElementDiff& e : s.worst) {
+    ElementToProto(e, s.compared_dtype, shape, p->add_worst());
+  }
+  GroupsToProto(s.top_columns, p->mutable_top_columns());
+  GroupsToProto(s.top_rows, p->mutable_top_rows());
+  if (s.bound_ratio.has_value()) {
+    p->mutable_bound_ratio()->set_value(*s.bound_ratio);
+    p->set_bound_precision(std::string(PrecisionName(bound_precision)));
+  }
+  p->set_compared_dtype(DTypeToProto(s.compared_dtype));
+  p->set_passed(s.passed);
+}
+
+Precision PrecisionOf(const std::string& config) {
+  auto spec = ParseConfigSpec(config);
+  return spec.ok() ? spec->precision : Precision::kFp32;
+}
+
+void ConfigOutcomeToProto(const ConfigOutcome& o, const std::vector<int64_t>& shape,
+                          v1::ConfigResult* p) {
+  p->set_config(o.config);
+  const Precision precision = PrecisionOf(o.config);
+  StatsToProto(o.vs_reference, shape, precision, p->mutable_vs_reference());
+  if (o.vs_observed) {
+    StatsToProto(*o.vs_observed, shape, precision, p->mutable_vs_observed());
+  }
+  p->set_elapsed_ms(o.elapsed_ms);
+  if (o.output) TensorToProto(*o.output, p->mutable_output());
+  for (const auto& [k, v] : o.details) (*p->mutable_details())[k] = v;
+  p->set_deterministic(o.deterministic);
+  p->set_runs(o.runs);
+}
+
+v1::Tolerance::Preset PresetToProto(TolerancePreset p) {
+  switch (p) {
+    case TolerancePreset::kTorch:
+      return v1::Tolerance::PRESET_TORCH;
+    case TolerancePreset::kNumpy:
+      return v1::Tolerance::PRESET_NUMPY;
+    case TolerancePreset::kPolygraphy:
+      return v1::Tolerance::PRESET_POLYGRAPHY;
+    case TolerancePreset::kExplicit:
+      return v1::Tolerance::PRESET_EXPLICIT;
+    case TolerancePreset::kUlp:
+      return v1::Tolerance::PRESET_ULP;
+    case TolerancePreset::kBound:
+      return v1::Tolerance::PRESET_BOUND;
+  }
+  return v1::Tolerance::PRESET_TORCH;
+}
+
+absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
+  switch (p) {
+    case v1::Tolerance::PRESET_UNSPECIFIED:
+    case v1::Tolerance::PRESET_TORCH:
+      return TolerancePreset::kTorch;
+    case v1::Tolerance::PRESET_NUMPY:
+      return TolerancePreset::kNumpy;
+    case v1::Tolerance::PRESET_POLYGRAPHY:
+      return TolerancePreset::kPolygraphy;
+    case v1::Tolerance::PRESET_EXPLICIT:
+      return TolerancePreset::kExplicit;
+    case v1::Tolerance::PRESET_ULP:
+      return TolerancePreset::kUlp;
+    case v1::Tolerance::PRESET_BOUND:
+      return TolerancePreset::kBound;
+  }
+  return Invalid("tolerance.preset", "a Tolerance.Preset value (0..6)",
+                 absl::StrCat(p));
+}
+
+}  // namespace
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
+    default:
+      return Invalid(field,
+                     "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
+                     dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED")
+                                                    : absl::StrCat(dtype));
+  }
+}
+
+absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
+                                       absl::string_view field,
+                                       const WireLimits& limits) {
+  TC_ASSIGN_OR_RETURN(DType dtype,
+                      DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
+  if (proto.source_case() == v1::Tensor::kDigest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ".digest: this server has no tensor store; missing digests: [",
+        proto.digest().substr(0, 80), "]; send the tensor as data"));
+  }
+  if (proto.source_case() != v1::Tensor::kData) {
+    return Invalid(field, "data (raw little-endian bytes) or digest", "neither");
+  }
+  const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
+  const int64_t max_elements =
+      limits.max_tensor_bytes / static_cast<int64_t>(ItemSize(dtype));
+  TC_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape, max_elements, field));
+  const int64_t expected = numel * static_cast<int64_t>(ItemSize(dtype));
+  if (static_cast<int64_t>(proto.data().size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".data: ", expected, " bytes expected (", numel, " elements of ",
+        DTypeName(dtype), " for shape ", ShapeString(shape), "), got ",
+        proto.data().size()));
+  }
+  return Tensor::FromBytes(dtype, shape, proto.data());
+}
+
+void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
+  proto->set_dtype(DTypeToProto(tensor.dtype()));
+  proto->clear_shape();
+  for (int64_t d : tensor.shape()) proto->add_shape(d);
+  proto->set_data(std::string(tensor.bytes()));
+}
+
+absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
+                                        const WireLimits& limits) {
+  LinearRequest req;
+  if (!r.has_op()) return Invalid("op", "a LinearOp", "none");
+  const v1::LinearOp& op = r.op();
+  if (!op.has_input()) return Invalid("op.input", "a tensor", "none");
+  if (!op.has_weight()) return Invalid("op.weight", "a tensor", "none");
+  if (r.configs_size() > limits.max_configs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("configs: at most ", limits.max_configs,
+                     " configurations expected, got ", r.configs_size()));
+  }
+  switch (op.weight_layout()) {
+    case v1::WEIGHT_LAYOUT_UNSPECIFIED:
+    case v1::WEIGHT_LAYOUT_OUT_IN:
+      req.layout = WeightLayout::kOutIn;
+      break;
+    case v1::WEIGHT_LAYOUT_IN_OUT:
+      req.layout = WeightLayout::kInOut;
+      break;
+    default:
+      return Invalid("op.weight_layout", "WEIGHT_LAYOUT_OUT_IN or WEIGHT_LAYOUT_IN_OUT",
+                     absl::StrCat(op.weight_layout()));
+  }
+  switch (op.activation()) {
+    case v1::ACTIVATION_UNSPECIFIED:
+    case v1::ACTIVATION_NONE:
+      req.activation = Activation::kNone;
+      break;
+    case v1::ACTIVATION_RELU:
+      req.activation = Activation::kRelu;
+      break;
+    case v1::ACTIVATION_GELU_TANH:
+      req.activation = Activation::kGeluTanh;
+      break;
+    default:
+      return Invalid("op.activation", "ACTIVATION_NONE, ACTIVATION_RELU or ACTIVATION_GELU_TANH",
+                     absl::StrCat(op.activation()));
+  }
+  if (op.output_dtype() != v1::DTYPE_UNSPECIFIED) {
+    TC_ASSIGN_OR_RETURN(req.output_dtype,
+                        DTypeFromProto(op.output_dtype(), "op.output_dtype"));
+  }
+  TC_ASSIGN_OR_RETURN(req.input, TensorFromProto(op.input(), "op.input", limits));
+  TC_ASSIGN_OR_RETURN(req.weight, TensorFromProto(op.weight(), "op.weight", limits));
+  if (op.has_bias()) {
+    TC_ASSIGN_OR_RETURN(req.bias, TensorFromProto(op.bias(), "op.bias", limits));
+  }
+  if (r.has_observed()) {
+    TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits));
+  }
+  req.configs.assign(r.configs().begin(), r.configs().end());
+  req.reference = r.reference();
+  if (r.has_tolerance()) {
+    const v1::Tolerance& t = r.tolerance();
+    TC_ASSIGN_OR_RETURN(req.tolerance.preset, PresetFromProto(t.preset()));
+    if (t.has_atol()) req.tolerance.atol = t.atol().value();
+    if (t.has_rtol()) req.tolerance.rtol = t.rtol().value();
+    req.tolerance.max_ulp = t.max_ulp();
+    req.tolerance.bound_factor = t.bound_factor();
+    req.tolerance.nan_equal = t.nan_equal();
+    req.tolerance.bound_precision = t.bound_precision();
+  }
+  if (r.has_output()) {
+    req.return_outputs = r.output().return_outputs();
+    req.top_k = r.output().top_k();
+    req.top_groups = r.output().top_groups();
+  }
+  req.repeat = r.repeat();
+  req.disallow_reduced_precision_reduction = r.disallow_reduced_precision_reduction();
+  return req;
+}
+
+void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
+  p->set_verdict(o.passed ? v1::VERDICT_PASS : v1::VERDICT_FAIL);
+  v1::Tolerance* t = p->mutable_tolerance();
+  t->set_preset(PresetToProto(o.tolerance.preset));
+  t->mutable_atol()->set_value(o.tolerance.atol);
+  t->mutable_rtol()->set_value(o.tolerance.rtol);
+  t->set_max_ulp(o.tolerance.max_ulp);
+  t->set_bound_factor(o.tolerance.bound_factor);
+  t->set_nan_equal(o.tolerance.nan_equal);
+  if (o.observed_vs_reference) {
+    StatsToProto(*o.observed_vs_reference, o.output_shape, o.observed_bound_precision,
+                 p->mutable_observed_vs_reference());
+    t->set_bound_precision(std::string(PrecisionName(o.observed_bound_precision)));
+  }
+  ConfigOutcomeToProto(o.reference, o.output_shape, p->mutable_reference());
+  for (const ConfigOutcome& c : o.results) {
+    ConfigOutcomeToProto(c, o.output_shape, p->add_results());
+  }
+  for (int64_t d : o.output_shape) p->add_output_shape(d);
+  for (const std::string& n : o.notes) p->add_notes(n);
+  if (o.diagnosis) {
+    const DiagnosisOutcome& d = *o.diagnosis;
+    v1::Diagnosis* pd = p->mutable_diagnosis();
+    if (d.best) pd->set_best(*d.best);
+    for (const auto& e : d.equivalent) pd->add_equivalent(e);
+    for (const auto& e : d.tied) pd->add_tied(e);
+    pd->set_confidence(d.confidence);
+    for (const RankedCandidate& c : d.ranking) {
+      v1::RankedCandidate* pc = pd->add_ranking();
+      pc->set_config(c.config);
+      pc->set_bitwise_equal_fraction(c.bitwise_equal_fraction);
+      pc->set_max_ulp(c.max_ulp);
+      pc->set_mean_ulp(c.mean_ulp);
+      if (c.bound_ratio) pc->mutable_bound_ratio()->set_value(*c.bound_ratio);
+      for (const auto& e : c.equivalent) pc->add_equivalent(e);
+    }
+    pd->set_framework_hint(d.framework_hint);
+    GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());
+    GroupsToProto(d.rows, pd->mutable_localization()->mutable_rows());
+    for (const ElementDiff& e : d.outliers) {
+      ElementToProto(e, d.compared_dtype, o.output_shape,
+                     pd->mutable_localization()->add_outliers());
+    }
+    pd->set_explanation(d.explanation);
+  }
+}
+
+}  // namespace tensorcheck

@@ -11,6 +11,22 @@
 // exactly as doubles. Absolute/relative differences use the exact values;
 // ULP distances and bit equality are taken after rounding both to
 // `compared_dtype` (a no-op when it is their own dtype).
+//
+// Definitions (a = actual, e = expected, per element):
+//   abs = |a-e|; rel = |a-e|/|e|, and at e == 0: 0 if a == 0 else +inf.
+//   max_abs / max_rel and their first flat index are taken over pairs with
+//   no NaN; an infinity against a different value counts as +inf there.
+//   mean_abs, rms, rel_l2, cosine and bound_ratio are sums over the pairs
+//   where both values are finite (`finite` of them); NaN/Inf are counted in
+//   the nan_/inf_ fields instead.
+//   ULP distances are taken in `compared_dtype`; max_ulp is kUlpInfinite
+//   when some pair is NaN against a number; mean_ulp averages the pairs
+//   with a finite distance.
+//
+// The result does not depend on `threads`: sums are taken per fixed block of
+// elements and the block sums added in order (compensated), maxima keep
+// the first occurrence, and ties in `worst` and the group lists go to the
+// lower index.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +68,7 @@ struct UlpBucket {
 
 struct DiffStats {
   int64_t total = 0;
+  int64_t finite = 0;      // pairs with both values finite
   int64_t mismatched = 0;  // failing the tolerance
   double max_abs = 0;
   int64_t max_abs_index = -1;  // flat; -1 when total == 0
@@ -63,7 +80,9 @@ struct DiffStats {
   double cosine = 0;  // 1 when both are zero vectors
   uint64_t max_ulp = 0;
   double mean_ulp = 0;
-  std::vector<UlpBucket> ulp_histogram;  // non-empty buckets only
+  // Non-empty buckets only, ascending; NaN against a number lands in a
+  // last bucket with lo == hi == kUlpInfinite.
+  std::vector<UlpBucket> ulp_histogram;
   bool bitwise_equal = false;
   int64_t bitwise_equal_count = 0;
   int64_t nan_actual = 0;
@@ -71,10 +90,15 @@ struct DiffStats {
   int64_t inf_actual = 0;
   int64_t inf_expected = 0;
   int64_t nan_mismatch = 0;  // exactly one side NaN
-  std::vector<ElementDiff> worst;  // by abs diff, then ULP, descending
+  // top_k elements: NaN against a number first, then by abs diff, then
+  // ULP, descending; ties to the lower index. NaN against NaN ranks as
+  // abs diff 0 when nan_equal, +inf otherwise.
+  std::vector<ElementDiff> worst;
   std::vector<GroupCount> top_columns;
   std::vector<GroupCount> top_rows;
-  // rms(|a-e|) / rms(predicted_sigma), when predicted_sigma was given.
+  // sqrt(sum (a-e)^2 / sum sigma^2) over the finite pairs with a finite
+  // sigma, when predicted_sigma was given: ~1 when the error is what the
+  // precision predicts. 0 when both sums are 0, +inf when only sigma's is.
   std::optional<double> bound_ratio;
   DType compared_dtype = DType::kFloat32;
   bool passed = true;  // mismatched == 0
@@ -84,21 +108,27 @@ struct CompareOptions {
   Tolerance tolerance;
   DType compared_dtype = DType::kFloat32;
   // The tensors are viewed as [rows, cols] for column/row concentration;
-  // rows = total / cols. 0 means one column per element row of length total.
+  // rows = total / cols. 0 means a single row (cols = total).
   int64_t cols = 0;
-  int top_k = 10;
-  int top_groups = 5;
+  int top_k = 10;      // at most kMaxTopK
+  int top_groups = 5;  // at most kMaxTopK
   // Per element, the standard error the precision predicts (error model);
   // gives bound_ratio. May be null.
   const float* predicted_sigma = nullptr;
-  // Per element, the hard bound of PRESET_BOUND. Required for that preset.
+  // Per element, the unscaled hard bound of TolerancePreset::kBound (the
+  // tolerance's bound_factor is applied by the rule). Required for that
+  // preset.
   const float* error_bound = nullptr;
-  // 0: one per hardware thread.
+  // 0: one per hardware thread. Small inputs use fewer (at least 2^15
+  // elements per thread).
   int threads = 0;
 };
 
-// INVALID_ARGUMENT when the element counts differ or the bound preset has
-// no `error_bound`.
+inline constexpr int kMaxTopK = 1 << 16;
+
+// INVALID_ARGUMENT when the element counts differ, `cols` is negative or
+// does not divide the element count, top_k/top_groups/threads are out of
+// range, or the bound preset has no `error_bound`.
 absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
                                   const CompareOptions& options);
 

@@ -1,1 +1,697 @@
-// placeholder: being written
+#include "server/stats/diff_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/core/float_formats.h"
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+constexpr float kNanF = std::numeric_limits<float>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Tensor F32(const std::vector<float>& v) {
+  auto t = FromFloats(DType::kFloat32, {static_cast<int64_t>(v.size())}, v);
+  EXPECT_THAT(t, IsOk());
+  return std::move(t).value();
+}
+
+Tensor F64(const std::vector<double>& v) {
+  auto t = FromDoubles(DType::kFloat64, {static_cast<int64_t>(v.size())}, v);
+  EXPECT_THAT(t, IsOk());
+  return std::move(t).value();
+}
+
+CompareOptions Opts(DType compared = DType::kFloat32) {
+  CompareOptions o;
+  o.tolerance = ResolveTolerance(TolerancePreset::kTorch, compared);
+  o.compared_dtype = compared;
+  return o;
+}
+
+DiffStats Cmp(const Tensor& a, const Tensor& e, const CompareOptions& o) {
+  auto s = Compare(a, e, o);
+  EXPECT_THAT(s, IsOk());
+  return s.ok() ? std::move(s).value() : DiffStats{};
+}
+
+float Fp32Ulps(float base, int32_t k) {
+  return BitsToFloat(static_cast<uint32_t>(static_cast<int64_t>(FloatBits(base)) + k));
+}
+
+std::vector<std::pair<uint64_t, int64_t>> Buckets(const DiffStats& s) {
+  std::vector<std::pair<uint64_t, int64_t>> out;
+  for (const UlpBucket& b : s.ulp_histogram) out.push_back({b.hi, b.count});
+  return out;
+}
+
+// ---------------------------------------------------------------- ULP
+
+TEST(UlpDistanceTest, SmallestSubnormalsOfOppositeSignAreTwoApart) {
+  const double tiny = std::numeric_limits<float>::denorm_min();  // 2^-149
+  EXPECT_EQ(UlpDistance(tiny, -tiny, DType::kFloat32), 2u);
+  EXPECT_EQ(UlpDistance(0x1p-24, -0x1p-24, DType::kFloat16), 2u);
+  EXPECT_EQ(UlpDistance(0x1p-133, -0x1p-133, DType::kBFloat16), 2u);
+  EXPECT_EQ(UlpDistance(0x1p-1074, -0x1p-1074, DType::kFloat64), 2u);
+}
+
+TEST(UlpDistanceTest, SignedZerosAreZeroApart) {
+  for (DType d : kAllDTypes) {
+    EXPECT_EQ(UlpDistance(0.0, -0.0, d), 0u) << DTypeName(d);
+  }
+  EXPECT_EQ(UlpDistance(-0.0, std::numeric_limits<float>::denorm_min(),
+                        DType::kFloat32),
+            1u);
+}
+
+TEST(UlpDistanceTest, AdjacentValuesAreOneApartInEachDType) {
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-52, DType::kFloat64), 1u);
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-23, DType::kFloat32), 1u);
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-10, DType::kFloat16), 1u);
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-7, DType::kBFloat16), 1u);
+  // Across a binade: 2 - 2^-23 and 2 + 2^-22 are 2 fp32 values apart.
+  EXPECT_EQ(UlpDistance(2.0 - 0x1p-23, 2.0 + 0x1p-22, DType::kFloat32), 2u);
+  // Largest finite to infinity is one step.
+  EXPECT_EQ(UlpDistance(std::numeric_limits<float>::max(), kInf,
+                        DType::kFloat32),
+            1u);
+}
+
+TEST(UlpDistanceTest, RoundsToTheComparedDTypeFirst) {
+  // 1 + 2^-9 is below bf16's half step: rounds to 1.0.
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-9, DType::kBFloat16), 0u);
+  // 1 + 2^-8 is a tie: to even, 1.0.
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-8, DType::kBFloat16), 0u);
+  // 1 + 3*2^-8 is a tie between 1+2^-7 (odd) and 1+2^-6 (even).
+  EXPECT_EQ(UlpDistance(1.0, 1.0 + 3 * 0x1p-8, DType::kBFloat16), 2u);
+}
+
+TEST(UlpDistanceTest, NanAgainstNumberIsInfiniteNanAgainstNanIsZero) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType d : kAllDTypes) {
+    EXPECT_EQ(UlpDistance(nan, 1.0, d), kUlpInfinite) << DTypeName(d);
+    EXPECT_EQ(UlpDistance(-kInf, nan, d), kUlpInfinite) << DTypeName(d);
+    EXPECT_EQ(UlpDistance(nan, -nan, d), 0u) << DTypeName(d);
+  }
+}
+
+TEST(BitsInTest, RoundsToNearestEvenInEachDType) {
+  EXPECT_EQ(BitsIn(1.0, DType::kFloat64), 0x3ff0000000000000u);
+  EXPECT_EQ(BitsIn(1.0, DType::kFloat32), 0x3f800000u);
+  EXPECT_EQ(BitsIn(-2.0, DType::kFloat16), 0xc000u);
+  EXPECT_EQ(BitsIn(1.0 + 0x1p-8, DType::kBFloat16), 0x3f80u);
+  EXPECT_EQ(BitsIn(1.0 + 0x1p-8 + 0x1p-30, DType::kBFloat16), 0x3f81u);
+  EXPECT_EQ(BitsIn(65520.0, DType::kFloat16), 0x7c00u);  // overflows to inf
+}
+
+// ---------------------------------------------------------------- NaN / Inf
+
+TEST(CompareTest, NanAgainstNumberIsNanMismatch) {
+  DiffStats s = Cmp(F32({kNanF, 1.0f}), F32({1.0f, 1.0f}), Opts());
+  EXPECT_EQ(s.total, 2);
+  EXPECT_EQ(s.finite, 1);
+  EXPECT_EQ(s.nan_actual, 1);
+  EXPECT_EQ(s.nan_expected, 0);
+  EXPECT_EQ(s.nan_mismatch, 1);
+  EXPECT_EQ(s.mismatched, 1);
+  EXPECT_FALSE(s.passed);
+  EXPECT_EQ(s.max_ulp, kUlpInfinite);
+  EXPECT_EQ(s.mean_ulp, 0.0);  // over the one finite distance
+  EXPECT_EQ(s.max_abs, 0.0);   // NaN pairs are not in max_abs
+  EXPECT_EQ(s.max_abs_index, 1);
+  ASSERT_EQ(s.ulp_histogram.size(), 2u);
+  EXPECT_EQ(s.ulp_histogram[0].hi, 0u);
+  EXPECT_EQ(s.ulp_histogram[0].count, 1);
+  EXPECT_EQ(s.ulp_histogram[1].lo, kUlpInfinite);
+  EXPECT_EQ(s.ulp_histogram[1].hi, kUlpInfinite);
+  EXPECT_EQ(s.ulp_histogram[1].count, 1);
+  ASSERT_FALSE(s.worst.empty());
+  EXPECT_EQ(s.worst[0].flat_index, 0);
+  EXPECT_TRUE(std::isnan(s.worst[0].actual));
+  EXPECT_EQ(s.worst[0].ulp, kUlpInfinite);
+}
+
+TEST(CompareTest, NanAgainstNanFailsUnlessNanEqual) {
+  CompareOptions o = Opts();
+  DiffStats s = Cmp(F32({kNanF}), F32({kNanF}), o);
+  EXPECT_EQ(s.nan_mismatch, 0);
+  EXPECT_EQ(s.mismatched, 1);
+  EXPECT_EQ(s.max_ulp, 0u);
+  o.tolerance.nan_equal = true;
+  s = Cmp(F32({kNanF}), F32({kNanF}), o);
+  EXPECT_EQ(s.mismatched, 0);
+  EXPECT_TRUE(s.passed);
+  EXPECT_EQ(s.nan_actual, 1);
+  EXPECT_EQ(s.nan_expected, 1);
+}
+
+TEST(CompareTest, InfinitiesPassOnlyWhenEqualAndAreLeftOutOfSums) {
+  DiffStats s = Cmp(F32({kInfF, -kInfF, kInfF, 1.0f, 2.0f}),
+                    F32({kInfF, -kInfF, -kInfF, kInfF, 2.5f}), Opts());
+  EXPECT_EQ(s.inf_actual, 3);
+  EXPECT_EQ(s.inf_expected, 4);
+  EXPECT_EQ(s.finite, 1);
+  EXPECT_EQ(s.mismatched, 3);  // +inf/-inf, 1/+inf, 2/2.5
+  EXPECT_EQ(s.max_abs, kInf);
+  EXPECT_EQ(s.max_abs_index, 2);  // first infinite difference
+  EXPECT_EQ(s.max_rel, kInf);
+  EXPECT_EQ(s.max_rel_index, 2);
+  EXPECT_EQ(s.mean_abs, 0.5);  // only the finite pair
+  EXPECT_EQ(s.rms, 0.5);
+  // +inf to -inf: 2 * 0x7f800000; 1.0 to +inf: 0x7f800000 - 0x3f800000.
+  EXPECT_EQ(s.max_ulp, 2u * 0x7f800000u);
+  ASSERT_GE(s.worst.size(), 3u);
+  EXPECT_EQ(s.worst[0].flat_index, 2);
+  EXPECT_EQ(s.worst[1].flat_index, 3);
+  EXPECT_EQ(s.worst[2].flat_index, 4);
+}
+
+// ---------------------------------------------------------------- zeros
+
+TEST(CompareTest, SignedZerosAreZeroUlpApartButNotBitwiseEqual) {
+  DiffStats s = Cmp(F32({0.0f, -0.0f}), F32({-0.0f, -0.0f}), Opts());
+  EXPECT_EQ(s.mismatched, 0);
+  EXPECT_EQ(s.max_abs, 0.0);
+  EXPECT_EQ(s.max_ulp, 0u);
+  EXPECT_EQ(s.bitwise_equal_count, 1);
+  EXPECT_FALSE(s.bitwise_equal);
+  EXPECT_EQ(Buckets(s), (std::vector<std::pair<uint64_t, int64_t>>{{0, 2}}));
+  EXPECT_EQ(s.cosine, 1.0);  // both zero vectors
+  EXPECT_EQ(s.rel_l2, 0.0);
+}
+
+TEST(CompareTest, RelativeDifferenceAtZeroReferenceIsInfiniteUnlessBothZero) {
+  DiffStats s = Cmp(F64({0.0, 1e-3, 2.0}), F64({0.0, 0.0, 1.0}), Opts());
+  EXPECT_EQ(s.max_rel, kInf);
+  EXPECT_EQ(s.max_rel_index, 1);
+  EXPECT_EQ(s.max_abs, 1.0);
+  EXPECT_EQ(s.max_abs_index, 2);
+
+  s = Cmp(F64({0.0, 0.0}), F64({0.0, 0.0}), Opts());
+  EXPECT_EQ(s.max_rel, 0.0);
+  EXPECT_EQ(s.max_rel_index, 0);
+
+  // ||e|| = 0 with a nonzero difference.
+  s = Cmp(F64({1e-3}), F64({0.0}), Opts());
+  EXPECT_EQ(s.rel_l2, kInf);
+  EXPECT_EQ(s.cosine, 0.0);
+  ASSERT_EQ(s.worst.size(), 1u);
+  EXPECT_EQ(s.worst[0].rel_diff, kInf);
+}
+
+// ---------------------------------------------------------------- denormals
+
+TEST(CompareTest, DenormalsAreComparedExactly) {
+  const float tiny = std::numeric_limits<float>::denorm_min();  // 2^-149
+  CompareOptions o = Opts();
+  o.tolerance = ResolveTolerance(TolerancePreset::kNumpy, DType::kFloat32);
+  DiffStats s = Cmp(F32({3 * tiny, -tiny}), F32({tiny, tiny}), o);
+  EXPECT_EQ(s.max_abs, 0x1p-148);
+  EXPECT_EQ(s.max_abs_index, 0);
+  EXPECT_EQ(s.max_rel, 2.0);  // both 2^-148 / 2^-149
+  EXPECT_EQ(s.max_rel_index, 0);
+  EXPECT_EQ(s.max_ulp, 2u);
+  EXPECT_EQ(s.mismatched, 2);  // numpy: atol 0
+  EXPECT_EQ(s.finite, 2);
+}
+
+// ---------------------------------------------------------------- moments
+
+TEST(CompareTest, MomentsMatchHandComputation) {
+  // d = a - e = [0, 0, 1, -2].
+  DiffStats s = Cmp(F64({1, 2, 3, 4}), F64({1, 2, 2, 6}), Opts(DType::kFloat64));
+  EXPECT_EQ(s.total, 4);
+  EXPECT_DOUBLE_EQ(s.mean_abs, 0.75);
+  EXPECT_DOUBLE_EQ(s.rms, std::sqrt(5.0 / 4.0));
+  EXPECT_DOUBLE_EQ(s.rel_l2, 1.0 / 3.0);  // sqrt(5) / sqrt(45)
+  // <a,e> = 35, |a|^2 = 30, |e|^2 = 45.
+  EXPECT_DOUBLE_EQ(s.cosine, 35.0 / std::sqrt(30.0 * 45.0));
+  EXPECT_EQ(s.max_abs, 2.0);
+  EXPECT_EQ(s.max_abs_index, 3);
+  EXPECT_EQ(s.max_rel, 0.5);  // 1/2 beats 2/6
+  EXPECT_EQ(s.max_rel_index, 2);
+  EXPECT_EQ(s.bitwise_equal_count, 2);
+  EXPECT_EQ(s.mismatched, 2);
+  EXPECT_FALSE(s.bound_ratio.has_value());
+}
+
+TEST(CompareTest, MaxIndicesAreFirstOccurrence) {
+  DiffStats s = Cmp(F32({1, 3, 1, 3}), F32({1, 1, 1, 1}), Opts());
+  EXPECT_EQ(s.max_abs, 2.0);
+  EXPECT_EQ(s.max_abs_index, 1);
+  EXPECT_EQ(s.max_rel_index, 1);
+}
+
+TEST(CompareTest, MixedStorageDTypesAreReadExactly) {
+  auto a = FromFloats(DType::kBFloat16, {1}, std::vector<float>{1.0f});
+  ASSERT_THAT(a, IsOk());
+  DiffStats s = Cmp(*a, F32({1.0f + 0x1p-20f}), Opts());
+  EXPECT_EQ(s.max_abs, 0x1p-20);
+  EXPECT_EQ(s.max_ulp, 8u);  // 2^-20 / 2^-23 fp32 ulps
+}
+
+TEST(CompareTest, MeanOverMoreThan2To24ElementsStaysAccurate) {
+  // 2^24 + 5 differences of 0.125 and 0.375 on values near 1000, more
+  // than a float running sum can hold exactly.
+  const int64_t n = (int64_t{1} << 24) + 5;
+  std::vector<float> a(n), e(n);
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = 1000.0f + static_cast<float>(i % 7);
+    a[i] = e[i] + ((i % 2) ? 0.125f : 0.375f);
+  }
+  CompareOptions o = Opts();
+  o.top_k = 0;
+  o.top_groups = 0;
+  DiffStats s = Cmp(F32(a), F32(e), o);
+  EXPECT_EQ(s.mismatched, n);
+  // 2^23 + 3 pairs of 0.375, 2^23 + 2 of 0.125 (i even gets 0.375).
+  const double expected_mean =
+      ((0x1p23 + 3) * 0.375 + (0x1p23 + 2) * 0.125) / static_cast<double>(n);
+  EXPECT_NEAR(s.mean_abs, expected_mean, 1e-15);
+}
+
+// ---------------------------------------------------------------- histogram
+
+TEST(CompareTest, UlpHistogramBucketsArePowersOfTwo) {
+  std::vector<float> a, e;
+  for (int k : {0, 0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 1000}) {
+    a.push_back(Fp32Ulps(1.0f, k));
+    e.push_back(1.0f);
+  }
+  DiffStats s = Cmp(F32(a), F32(e), Opts());
+  std::vector<std::pair<uint64_t, uint64_t>> lohi;
+  std::vector<int64_t> counts;
+  for (const UlpBucket& b : s.ulp_histogram) {
+    lohi.push_back({b.lo, b.hi});
+    counts.push_back(b.count);
+  }
+  EXPECT_EQ(lohi, (std::vector<std::pair<uint64_t, uint64_t>>{
+                      {0, 0}, {1, 1}, {2, 2}, {3, 4}, {5, 8}, {9, 16},
+                      {17, 32}, {513, 1024}}));
+  EXPECT_EQ(counts, (std::vector<int64_t>{2, 1, 1, 2, 2, 2, 1, 1}));
+  EXPECT_EQ(s.max_ulp, 1000u);
+  EXPECT_DOUBLE_EQ(s.mean_ulp, 1065.0 / 12.0);
+  EXPECT_EQ(s.bitwise_equal_count, 2);
+}
+
+TEST(CompareTest, SmallUlpDistancesAcrossSignsFillTheFirstBuckets) {
+  // Element i is i % 5 ULPs away, on values of both signs; element 0 is
+  // +0 against -0. Distances up to 4 take the vector counting path.
+  const int64_t n = 1024;
+  std::vector<float> a(n), e(n);
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(i));
+    a[i] = Fp32Ulps(e[i], static_cast<int32_t>(i % 5));
+  }
+  e[0] = -0.0f;
+  a[0] = 0.0f;
+  CompareOptions o = Opts();
+  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
+                                 std::nullopt, std::nullopt, /*max_ulp=*/3);
+  DiffStats s = Cmp(F32(a), F32(e), o);
+  EXPECT_EQ(Buckets(s), (std::vector<std::pair<uint64_t, int64_t>>{
+                            {0, 205}, {1, 205}, {2, 205}, {4, 409}}));
+  EXPECT_EQ(s.max_ulp, 4u);
+  EXPECT_DOUBLE_EQ(s.mean_ulp, 2046.0 / 1024.0);
+  EXPECT_EQ(s.bitwise_equal_count, 204);  // i % 5 == 0 except i == 0
+  EXPECT_EQ(s.mismatched, 204);           // the 4-ULP ones
+}
+
+// ---------------------------------------------------------------- worst-k
+
+TEST(CompareTest, WorstPutsNanMismatchFirstThenLargestAbsThenLowerIndex) {
+  CompareOptions o = Opts();
+  o.top_k = 3;
+  DiffStats s = Cmp(F32({0.1f, 0.5f, kNanF, 0.5f, 0.2f}),
+                    F32({0.0f, 0.0f, 0.0f, 0.0f, 0.0f}), o);
+  ASSERT_EQ(s.worst.size(), 3u);
+  EXPECT_EQ(s.worst[0].flat_index, 2);
+  EXPECT_EQ(s.worst[1].flat_index, 1);
+  EXPECT_EQ(s.worst[2].flat_index, 3);
+  EXPECT_EQ(s.worst[1].abs_diff, 0.5);
+  EXPECT_EQ(s.worst[1].actual_bits, 0x3f000000u);
+  EXPECT_EQ(s.worst[1].expected_bits, 0u);
+  EXPECT_EQ(s.worst[1].ulp, 0x3f000000u);
+}
+
+TEST(CompareTest, WorstBreaksAbsTiesByUlp) {
+  // Same abs diff 2^-10 in fp32, but the larger ULP count is near 0.5.
+  CompareOptions o = Opts();
+  o.top_k = 2;
+  DiffStats s = Cmp(F32({1.0f + 0x1p-10f, 0.5f + 0x1p-10f}),
+                    F32({1.0f, 0.5f}), o);
+  ASSERT_EQ(s.worst.size(), 2u);
+  EXPECT_EQ(s.worst[0].flat_index, 1);
+  EXPECT_EQ(s.worst[0].ulp, 1u << 14);
+  EXPECT_EQ(s.worst[1].ulp, 1u << 13);
+}
+
+// ---------------------------------------------------------------- groups
+
+TEST(CompareTest, MismatchesPlantedInTwoColumnsTopTheColumnList) {
+  const int64_t rows = 64, cols = 32;
+  std::vector<float> a(rows * cols, 1.0f), e(rows * cols, 1.0f);
+  for (int64_t r = 0; r < 10; ++r) a[r * cols + 5] = 2.0f;
+  for (int64_t r = 0; r < 30; ++r) a[r * cols + 17] = 2.0f;
+  CompareOptions o = Opts();
+  o.cols = cols;
+  DiffStats s = Cmp(F32(a), F32(e), o);
+  EXPECT_EQ(s.mismatched, 40);
+  ASSERT_EQ(s.top_columns.size(), 2u);
+  EXPECT_EQ(s.top_columns[0].index, 17);
+  EXPECT_EQ(s.top_columns[0].mismatched, 30);
+  EXPECT_DOUBLE_EQ(s.top_columns[0].share, 0.75);
+  EXPECT_EQ(s.top_columns[1].index, 5);
+  EXPECT_DOUBLE_EQ(s.top_columns[1].share, 0.25);
+  // Rows 0-9 hold 2 each; the list keeps 5 with ties to the lower index.
+  ASSERT_EQ(s.top_rows.size(), 5u);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(s.top_rows[k].index, k);
+    EXPECT_EQ(s.top_rows[k].mismatched, 2);
+    EXPECT_DOUBLE_EQ(s.top_rows[k].share, 0.05);
+  }
+}
+
+TEST(CompareTest, NoMismatchesMeansNoGroups) {
+  CompareOptions o = Opts();
+  o.cols = 2;
+  DiffStats s = Cmp(F32({1, 2, 3, 4}), F32({1, 2, 3, 4}), o);
+  EXPECT_TRUE(s.passed);
+  EXPECT_TRUE(s.top_columns.empty());
+  EXPECT_TRUE(s.top_rows.empty());
+  EXPECT_TRUE(s.bitwise_equal);
+}
+
+TEST(CompareTest, RowsSplitAcrossThreadsAreCountedOnce) {
+  // 131 rows of 1000 = 128 blocks of 1024; 4 threads requested, 3 used (at
+  // least 2^15 elements each), owning blocks [0,42), [42,85), [85,128):
+  // rows 43 ([43000, 44000)) and 87 straddle the boundaries 43008, 87040.
+  const int64_t rows = 131, cols = 1000;
+  std::vector<float> a(rows * cols, 1.0f), e(rows * cols, 1.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    a[43 * cols + c] = 3.0f;
+    a[87 * cols + c] = 3.0f;
+  }
+  for (int64_t c = 0; c < 5; ++c) a[c] = 3.0f;
+  CompareOptions o = Opts();
+  o.cols = cols;
+  for (int threads : {1, 4}) {
+    SCOPED_TRACE(threads);
+    o.threads = threads;
+    DiffStats s = Cmp(F32(a), F32(e), o);
+    ASSERT_EQ(s.top_rows.size(), 3u);
+    EXPECT_EQ(s.top_rows[0].index, 43);
+    EXPECT_EQ(s.top_rows[0].mismatched, 1000);
+    EXPECT_EQ(s.top_rows[1].index, 87);
+    EXPECT_EQ(s.top_rows[1].mismatched, 1000);
+    EXPECT_EQ(s.top_rows[2].index, 0);
+    EXPECT_EQ(s.top_rows[2].mismatched, 5);
+    EXPECT_DOUBLE_EQ(s.top_rows[2].share, 5.0 / 2005.0);
+    ASSERT_EQ(s.top_columns.size(), 5u);
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_EQ(s.top_columns[k].index, k);
+      EXPECT_EQ(s.top_columns[k].mismatched, 3);
+    }
+  }
+}
+
+TEST(CompareTest, ColsZeroTreatsTheTensorAsOneRow) {
+  const int64_t n = 1 << 17;
+  std::vector<float> a(n, 1.0f), e(n, 1.0f);
+  a[10] = a[100000] = 2.0f;
+  CompareOptions o = Opts();
+  o.cols = 0;
+  for (int threads : {1, 4}) {
+    o.threads = threads;
+    DiffStats s = Cmp(F32(a), F32(e), o);
+    ASSERT_EQ(s.top_columns.size(), 2u) << threads;
+    EXPECT_EQ(s.top_columns[0].index, 10);
+    EXPECT_EQ(s.top_columns[1].index, 100000);
+    EXPECT_DOUBLE_EQ(s.top_columns[1].share, 0.5);
+    ASSERT_EQ(s.top_rows.size(), 1u);
+    EXPECT_EQ(s.top_rows[0].index, 0);
+    EXPECT_EQ(s.top_rows[0].mismatched, 2);
+    EXPECT_DOUBLE_EQ(s.top_rows[0].share, 1.0);
+  }
+}
+
+// ---------------------------------------------------------------- threads
+
+void ExpectSameStats(const DiffStats& x, const DiffStats& y) {
+  EXPECT_EQ(x.total, y.total);
+  EXPECT_EQ(x.finite, y.finite);
+  EXPECT_EQ(x.mismatched, y.mismatched);
+  EXPECT_EQ(x.max_abs, y.max_abs);
+  EXPECT_EQ(x.max_abs_index, y.max_abs_index);
+  EXPECT_EQ(x.max_rel, y.max_rel);
+  EXPECT_EQ(x.max_rel_index, y.max_rel_index);
+  EXPECT_EQ(x.mean_abs, y.mean_abs);
+  EXPECT_EQ(x.rms, y.rms);
+  EXPECT_EQ(x.rel_l2, y.rel_l2);
+  EXPECT_EQ(x.cosine, y.cosine);
+  EXPECT_EQ(x.max_ulp, y.max_ulp);
+  EXPECT_EQ(x.mean_ulp, y.mean_ulp);
+  ASSERT_EQ(x.ulp_histogram.size(), y.ulp_histogram.size());
+  for (size_t k = 0; k < x.ulp_histogram.size(); ++k) {
+    EXPECT_EQ(x.ulp_histogram[k].lo, y.ulp_histogram[k].lo);
+    EXPECT_EQ(x.ulp_histogram[k].count, y.ulp_histogram[k].count);
+  }
+  EXPECT_EQ(x.bitwise_equal_count, y.bitwise_equal_count);
+  EXPECT_EQ(x.nan_actual, y.nan_actual);
+  EXPECT_EQ(x.nan_expected, y.nan_expected);
+  EXPECT_EQ(x.inf_actual, y.inf_actual);
+  EXPECT_EQ(x.inf_expected, y.inf_expected);
+  EXPECT_EQ(x.nan_mismatch, y.nan_mismatch);
+  ASSERT_EQ(x.worst.size(), y.worst.size());
+  for (size_t k = 0; k < x.worst.size(); ++k) {
+    EXPECT_EQ(x.worst[k].flat_index, y.worst[k].flat_index);
+    EXPECT_EQ(x.worst[k].ulp, y.worst[k].ulp);
+  }
+  ASSERT_EQ(x.top_columns.size(), y.top_columns.size());
+  for (size_t k = 0; k < x.top_columns.size(); ++k) {
+    EXPECT_EQ(x.top_columns[k].index, y.top_columns[k].index);
+    EXPECT_EQ(x.top_columns[k].mismatched, y.top_columns[k].mismatched);
+  }
+  ASSERT_EQ(x.top_rows.size(), y.top_rows.size());
+  for (size_t k = 0; k < x.top_rows.size(); ++k) {
+    EXPECT_EQ(x.top_rows[k].index, y.top_rows[k].index);
+    EXPECT_EQ(x.top_rows[k].mismatched, y.top_rows[k].mismatched);
+  }
+  ASSERT_EQ(x.bound_ratio.has_value(), y.bound_ratio.has_value());
+  if (x.bound_ratio) {
+    EXPECT_EQ(*x.bound_ratio, *y.bound_ratio);
+  }
+}
+
+TEST(CompareTest, MultithreadedResultIsIdenticalToOneThreadOn1e6Elements) {
+  const int64_t n = 1000000;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ulps(-40, 40);
+  std::vector<float> a(n), e(n), sigma(n);
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = normal(rng);
+    a[i] = Fp32Ulps(e[i], ulps(rng));
+    sigma[i] = 1e-6f;
+  }
+  a[12345] = kNanF;
+  e[777777] = kInfF;
+  a[999] = -kInfF;
+  CompareOptions o = Opts();
+  o.cols = 1000;
+  o.top_k = 20;
+  o.predicted_sigma = sigma.data();
+  o.threads = 1;
+  DiffStats one = Cmp(F32(a), F32(e), o);
+  EXPECT_GT(one.mismatched, 0);
+  EXPECT_EQ(one.worst.size(), 20u);
+  for (int threads : {2, 3, 7}) {
+    SCOPED_TRACE(threads);
+    o.threads = threads;
+    ExpectSameStats(one, Cmp(F32(a), F32(e), o));
+  }
+}
+
+// ---------------------------------------------------------------- dtype
+
+TEST(CompareTest, Bf16ComparedDTypeRoundsFp32TensorsBeforeUlpAndBits) {
+  // 1 + 2^-10 rounds to bf16 1.0 (0 ULP, bit equal); 1 + 2^-7 is 1 bf16 ULP;
+  // 1 + 2^-8 is a tie that goes to even (1.0).
+  CompareOptions o = Opts(DType::kBFloat16);
+  o.top_k = 3;
+  DiffStats s = Cmp(F32({1.0f + 0x1p-10f, 1.0f + 0x1p-7f, 1.0f + 0x1p-8f}),
+                    F32({1.0f, 1.0f, 1.0f}), o);
+  EXPECT_EQ(s.compared_dtype, DType::kBFloat16);
+  EXPECT_EQ(s.bitwise_equal_count, 2);
+  EXPECT_EQ(s.max_ulp, 1u);
+  EXPECT_EQ(s.max_abs, 0x1p-7);  // abs diff uses the exact values
+  ASSERT_EQ(s.worst.size(), 3u);
+  EXPECT_EQ(s.worst[0].flat_index, 1);
+  EXPECT_EQ(s.worst[0].actual_bits, 0x3f81u);
+  EXPECT_EQ(s.worst[0].expected_bits, 0x3f80u);
+  EXPECT_EQ(s.worst[0].ulp, 1u);
+  EXPECT_EQ(s.worst[1].flat_index, 2);
+  EXPECT_EQ(s.worst[1].actual_bits, 0x3f80u);
+  EXPECT_EQ(s.worst[1].ulp, 0u);
+  // torch bf16 rtol 1.6e-2 admits all three.
+  EXPECT_EQ(s.mismatched, 0);
+}
+
+TEST(CompareTest, Fp16TensorsComparedInFp16UseTheirOwnBits) {
+  auto a = FromFloats(DType::kFloat16, {3}, std::vector<float>{1.0f, -0.0f, 2.0f});
+  auto e = FromFloats(DType::kFloat16, {3},
+                      std::vector<float>{1.0f + 0x1p-10f, 0.0f, 2.0f});
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(e, IsOk());
+  CompareOptions o = Opts(DType::kFloat16);
+  DiffStats s = Cmp(*a, *e, o);
+  EXPECT_EQ(s.max_ulp, 1u);
+  EXPECT_EQ(s.bitwise_equal_count, 1);  // 2.0 only; -0 and +0 differ
+  ASSERT_FALSE(s.worst.empty());
+  EXPECT_EQ(s.worst[0].actual_bits, 0x3c00u);
+  EXPECT_EQ(s.worst[0].expected_bits, 0x3c01u);
+}
+
+TEST(CompareTest, RandomFiniteDataMatchesANaiveLoop) {
+  // Finite data takes the block fast path, which skips its ordered pass
+  // when nothing can change; a plain loop must agree with it.
+  const int64_t n = 300000;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ulps(-200, 200);
+  std::vector<float> a(n), e(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 1000 == 0) {  // some zero references, some matched exactly
+      e[i] = 0.0f;
+      a[i] = (i % 2000 == 0) ? 0.0f : 1e-7f;
+      continue;
+    }
+    e[i] = normal(rng);
+    a[i] = Fp32Ulps(e[i], ulps(rng));
+  }
+  CompareOptions o = Opts();
+  o.top_k = 5;
+  o.threads = 3;
+  DiffStats s = Cmp(F32(a), F32(e), o);
+
+  int64_t mismatched = 0, max_abs_i = -1, max_rel_i = -1;
+  double max_abs = -1, max_rel = -1;
+  std::vector<std::pair<double, int64_t>> by_abs;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - e[i]);
+    const double ae = std::fabs(static_cast<double>(e[i]));
+    const double rel = ae > 0 ? d / ae : (d > 0 ? kInf : 0.0);
+    if (d > max_abs) max_abs = d, max_abs_i = i;
+    if (rel > max_rel) max_rel = rel, max_rel_i = i;
+    if (!(d <= 1e-5 + 1.3e-6 * ae)) ++mismatched;
+    by_abs.push_back({-d, i});
+  }
+  std::sort(by_abs.begin(), by_abs.end());
+  EXPECT_EQ(s.mismatched, mismatched);
+  EXPECT_EQ(s.max_abs, max_abs);
+  EXPECT_EQ(s.max_abs_index, max_abs_i);
+  EXPECT_EQ(s.max_rel, max_rel);
+  EXPECT_EQ(s.max_rel_index, max_rel_i);
+  ASSERT_EQ(s.worst.size(), 5u);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(s.worst[k].abs_diff, -by_abs[k].first) << k;
+  }
+}
+
+// ---------------------------------------------------------------- bounds
+
+TEST(CompareTest, BoundRatioIsErrorNormOverSigmaNorm) {
+  // d = [0.25, 0, -0.5, (NaN: skipped)], sigma = [0.5, 0.5, 1, 8].
+  // sum d^2 = 0.3125, sum sigma^2 = 1.5 over the finite pairs.
+  std::vector<float> sigma = {0.5f, 0.5f, 1.0f, 8.0f};
+  CompareOptions o = Opts();
+  o.predicted_sigma = sigma.data();
+  DiffStats s = Cmp(F32({1.25f, 2.0f, 2.5f, kNanF}),
+                    F32({1.0f, 2.0f, 3.0f, 1.0f}), o);
+  ASSERT_TRUE(s.bound_ratio.has_value());
+  EXPECT_DOUBLE_EQ(*s.bound_ratio, std::sqrt(0.3125 / 1.5));
+}
+
+TEST(CompareTest, BoundPresetUsesEachElementsBoundTimesFactor) {
+  std::vector<float> bound = {0.5f, 0.125f};
+  CompareOptions o = Opts();
+  o.tolerance = ResolveTolerance(TolerancePreset::kBound, DType::kFloat32);
+  o.error_bound = bound.data();
+  DiffStats s = Cmp(F32({1.25f, 1.25f}), F32({1.0f, 1.0f}), o);
+  EXPECT_EQ(s.mismatched, 1);
+  ASSERT_EQ(s.worst.size(), 2u);
+  o.tolerance.bound_factor = 2.0;
+  s = Cmp(F32({1.25f, 1.25f}), F32({1.0f, 1.0f}), o);
+  EXPECT_EQ(s.mismatched, 0);
+}
+
+TEST(CompareTest, UlpPresetCountsDistancesAboveMaxUlp) {
+  CompareOptions o = Opts();
+  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
+                                 std::nullopt, std::nullopt, /*max_ulp=*/2);
+  DiffStats s = Cmp(F32({Fp32Ulps(1.0f, 2), Fp32Ulps(1.0f, 3)}),
+                    F32({1.0f, 1.0f}), o);
+  EXPECT_EQ(s.mismatched, 1);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(CompareTest, ElementCountMismatchIsInvalidArgument) {
+  EXPECT_THAT(Compare(F32({1, 2}), F32({1, 2, 3}), Opts()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("same number of elements")));
+}
+
+TEST(CompareTest, ColsNotDividingTotalIsInvalidArgument) {
+  CompareOptions o = Opts();
+  o.cols = 4;
+  EXPECT_THAT(Compare(F32({1, 2, 3, 4, 5, 6}), F32({1, 2, 3, 4, 5, 6}), o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cols")));
+  o.cols = -1;
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CompareTest, BoundPresetWithoutBoundIsInvalidArgument) {
+  CompareOptions o = Opts();
+  o.tolerance = ResolveTolerance(TolerancePreset::kBound, DType::kFloat32);
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bound")));
+}
+
+TEST(CompareTest, OutOfRangeTopKIsInvalidArgument) {
+  CompareOptions o = Opts();
+  o.top_k = -1;
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
+  o.top_k = kMaxTopK + 1;
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CompareTest, EmptyTensorsPassWithNoIndices) {
+  DiffStats s = Cmp(F32({}), F32({}), Opts());
+  EXPECT_TRUE(s.passed);
+  EXPECT_EQ(s.total, 0);
+  EXPECT_EQ(s.max_abs_index, -1);
+  EXPECT_EQ(s.max_rel_index, -1);
+  EXPECT_TRUE(s.bitwise_equal);
+  EXPECT_TRUE(s.worst.empty());
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -1,1 +1,223 @@
-// placeholder: being written
+#include "server/stats/error_model.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "server/core/float_formats.h"
+
+namespace tensorcheck {
+namespace {
+
+TEST(ErrorModelTest, OutputUnitRoundoffIsHalfAnUlpAtOne) {
+  EXPECT_EQ(OutputUnitRoundoff(DType::kFloat64), 0x1p-53);
+  EXPECT_EQ(OutputUnitRoundoff(DType::kFloat32), 0x1p-24);
+  EXPECT_EQ(OutputUnitRoundoff(DType::kFloat16), 0x1p-11);
+  EXPECT_EQ(OutputUnitRoundoff(DType::kBFloat16), 0x1p-8);
+}
+
+TEST(ErrorModelTest, BoundUnitRoundoffIsTheCoarsestOfInputAndAccumulate) {
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kFp64), 0x1p-53);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kFp32), 0x1p-24);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kTf32), 0x1p-11);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kTf32Rna), 0x1p-11);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kTf32Trunc), 0x1p-10);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kBf16), 0x1p-8);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kFp16), 0x1p-11);
+  EXPECT_EQ(BoundUnitRoundoff(Precision::kFp16Acc), 0x1p-11);
+}
+
+TEST(ErrorModelTest, HardBoundMatchesHandComputation) {
+  // bf16, K = 16, sum|x||w| = 4, y = -2, bf16 output, c = 2:
+  // 2 * 2^-8 * 4 * 4 + 2^-8 * 2 = 34/256; unfused adds 2^-8 * 2 more.
+  const float abs_dot[] = {4.0f};
+  const float sq_dot[] = {1.0f};
+  const double y[] = {-2.0};
+  ErrorModelInput in{Precision::kBf16, 16,      DType::kBFloat16, false,
+                     abs_dot,          sq_dot,  y,                1};
+  float bound = 0;
+  HardBound(in, /*c=*/2.0, &bound);
+  EXPECT_EQ(bound, 34.0f / 256.0f);
+  in.unfused_bias = true;
+  HardBound(in, /*c=*/2.0, &bound);
+  EXPECT_EQ(bound, 36.0f / 256.0f);
+}
+
+TEST(ErrorModelTest, SigmaOfFp32AccumulationMatchesHandComputation) {
+  // fp32 (exact inputs), K = 3, sq_dot = 2, y = 3, fp32 output:
+  // (u^2/3)*3*(4/2 + 9/3) + (u^2/3)*9 = 5u^2 + 3u^2 = 8u^2, u = 2^-24.
+  const float abs_dot[] = {5.0f};
+  const float sq_dot[] = {2.0f};
+  const double y[] = {3.0};
+  ErrorModelInput in{Precision::kFp32, 3,      DType::kFloat32, false,
+                     abs_dot,          sq_dot, y,               1};
+  float sigma = 0;
+  PredictSigma(in, &sigma);
+  EXPECT_FLOAT_EQ(sigma, static_cast<float>(std::sqrt(8.0) * 0x1p-24));
+}
+
+TEST(ErrorModelTest, SigmaOfBf16InputsIsDominatedByInputRounding) {
+  // K = 1, sq_dot = 1, y = 0: (2/3) 2^-16 + (2^-48/3)(1/2).
+  const float abs_dot[] = {1.0f};
+  const float sq_dot[] = {1.0f};
+  const double y[] = {0.0};
+  ErrorModelInput in{Precision::kBf16, 1,      DType::kFloat32, false,
+                     abs_dot,          sq_dot, y,               1};
+  float sigma = 0;
+  PredictSigma(in, &sigma);
+  EXPECT_NEAR(sigma, 0x1p-8 * std::sqrt(2.0 / 3.0), 1e-9);
+}
+
+TEST(ErrorModelTest, UnfusedBiasCountsTheOutputRoundingTwice) {
+  // fp64 compute into a bf16 output: the output rounding is all there is.
+  const float abs_dot[] = {4.0f};
+  const float sq_dot[] = {0.0f};
+  const double y[] = {4.0};
+  ErrorModelInput in{Precision::kFp64, 1,      DType::kBFloat16, false,
+                     abs_dot,          sq_dot, y,                1};
+  float fused = 0, unfused = 0;
+  PredictSigma(in, &fused);
+  in.unfused_bias = true;
+  PredictSigma(in, &unfused);
+  EXPECT_NEAR(fused, 0x1p-8 * 4.0 / std::sqrt(3.0), 1e-9);
+  EXPECT_NEAR(unfused / fused, std::sqrt(2.0), 1e-6);
+}
+
+TEST(ErrorModelTest, SigmaIsNeverZero) {
+  const float zeros_f[] = {0.0f};
+  const double zeros_d[] = {0.0};
+  for (DType d : kAllDTypes) {
+    ErrorModelInput in{Precision::kFp64, 8,       d, false,
+                       zeros_f,          zeros_f, zeros_d, 1};
+    float sigma = 0;
+    PredictSigma(in, &sigma);
+    EXPECT_GT(sigma, 0.0f) << DTypeName(d);
+  }
+  ErrorModelInput fp16{Precision::kFp16, 8,       DType::kFloat16, false,
+                       zeros_f,          zeros_f, zeros_d,         1};
+  float sigma = 0;
+  PredictSigma(fp16, &sigma);
+  EXPECT_EQ(sigma, 0x1p-25f);  // u_out * smallest normal = 2^-11 * 2^-14
+}
+
+// Runs an M x K times K x N product the way a precision does on the CPU
+// (inputs rounded by `round`, sequential fp32 accumulation with fused
+// multiply-add) and returns measured rms error vs fp64 over predicted rms
+// sigma.
+template <typename Round>
+double MeasuredOverPredicted(Precision p, int64_t k, Round round) {
+  const int64_t outputs = 512;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> abs_dot(outputs), sq_dot(outputs), sigma(outputs);
+  std::vector<double> y(outputs);
+  double err2 = 0;
+  for (int64_t o = 0; o < outputs; ++o) {
+    double exact = 0, abs_sum = 0, sq_sum = 0;
+    float acc = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const float x = normal(rng);
+      const float w = normal(rng);
+      const double prod = static_cast<double>(x) * w;  // exact in fp64
+      exact += prod;
+      abs_sum += std::fabs(prod);
+      sq_sum += prod * prod;
+      acc = std::fma(round(x), round(w), acc);
+    }
+    y[o] = exact;
+    abs_dot[o] = static_cast<float>(abs_sum);
+    sq_dot[o] = static_cast<float>(std::sqrt(sq_sum));
+    const double e = static_cast<double>(acc) - exact;
+    err2 += e * e;
+  }
+  ErrorModelInput in{p,              k,         DType::kFloat32, false,
+                     abs_dot.data(), sq_dot.data(), y.data(),    outputs};
+  PredictSigma(in, sigma.data());
+  double sigma2 = 0;
+  for (float s : sigma) sigma2 += static_cast<double>(s) * s;
+  return std::sqrt(err2 / sigma2);
+}
+
+TEST(ErrorModelTest, Bf16ProductsAccumulatedInFp32MatchPredictedRms) {
+  const double ratio = MeasuredOverPredicted(Precision::kBf16, 1024,
+                                             [](float v) { return RoundToBf16(v); });
+  RecordProperty("measured_over_predicted", std::to_string(ratio));
+  EXPECT_GE(ratio, 0.3);
+  EXPECT_LE(ratio, 3.0);
+}
+
+TEST(ErrorModelTest, Fp32AccumulationErrorMatchesPredictedRms) {
+  const double ratio =
+      MeasuredOverPredicted(Precision::kFp32, 4096, [](float v) { return v; });
+  RecordProperty("measured_over_predicted", std::to_string(ratio));
+  EXPECT_GE(ratio, 0.3);
+  EXPECT_LE(ratio, 3.0);
+}
+
+TEST(ErrorModelTest, Tf32InputsAccumulatedInFp32MatchPredictedRms) {
+  const double ratio = MeasuredOverPredicted(
+      Precision::kTf32, 768,
+      [](float v) { return RoundToTf32(v, Tf32Rounding::kNearestEven); });
+  RecordProperty("measured_over_predicted", std::to_string(ratio));
+  EXPECT_GE(ratio, 0.3);
+  EXPECT_LE(ratio, 3.0);
+}
+
+TEST(ErrorModelTest, PairSigmaDropsInputRoundingAndDoublesTheRest) {
+  // bf16, K = 1, sq_dot = 1, y = 0, fp32 output: only the accumulation term
+  // (2^-48/3)(1/2) remains, twice.
+  const float abs_dot[] = {1.0f};
+  const float sq_dot[] = {1.0f};
+  const double y[] = {0.0};
+  ErrorModelInput in{Precision::kBf16, 1,      DType::kFloat32, false,
+                     abs_dot,          sq_dot, y,               1};
+  float sigma = 0;
+  PredictPairSigma(in, &sigma);
+  EXPECT_FLOAT_EQ(sigma, static_cast<float>(0x1p-24 / std::sqrt(3.0)));
+}
+
+TEST(ErrorModelTest, TwoSummationOrdersDifferByThePredictedPairRms) {
+  // fp32 products summed in fp32 forwards and backwards. (Short products,
+  // e.g. bf16 x bf16 with 16 significant bits, make many fp32 additions
+  // exact, and the model then overestimates.)
+  const int64_t outputs = 256, k = 2048;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> abs_dot(outputs), sq_dot(outputs), sigma(outputs);
+  std::vector<double> y(outputs);
+  std::vector<float> p(k);
+  double diff2 = 0;
+  for (int64_t o = 0; o < outputs; ++o) {
+    double exact = 0, abs_sum = 0, sq_sum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      p[i] = normal(rng) * normal(rng);  // the same rounded products in both
+      exact += p[i];
+      abs_sum += std::fabs(p[i]);
+      sq_sum += static_cast<double>(p[i]) * p[i];
+    }
+    float fwd = 0, bwd = 0;
+    for (int64_t i = 0; i < k; ++i) fwd += p[i];
+    for (int64_t i = k - 1; i >= 0; --i) bwd += p[i];
+    y[o] = exact;
+    abs_dot[o] = static_cast<float>(abs_sum);
+    sq_dot[o] = static_cast<float>(std::sqrt(sq_sum));
+    const double d = static_cast<double>(fwd) - bwd;
+    diff2 += d * d;
+  }
+  ErrorModelInput in{Precision::kFp32, k,             DType::kFloat32, false,
+                     abs_dot.data(),   sq_dot.data(), y.data(),        outputs};
+  PredictPairSigma(in, sigma.data());
+  double sigma2 = 0;
+  for (float s : sigma) sigma2 += static_cast<double>(s) * s;
+  const double ratio = std::sqrt(diff2 / sigma2);
+  RecordProperty("measured_over_predicted", std::to_string(ratio));
+  EXPECT_GE(ratio, 0.3);
+  EXPECT_LE(ratio, 3.0);
+}
+
+}  // namespace
+}  // namespace tensorcheck

@@ -3,13 +3,26 @@
 //   Tolerance t = ResolveTolerance(TolerancePreset::kTorch, DType::kBFloat16);
 //   t.atol == 1e-5, t.rtol == 1.6e-2       // torch.testing.assert_close
 //   ElementPasses(t, actual, expected, /*bound=*/0, /*ulp=*/3)
+//
+// Presets and their rules, for finite values:
+//   torch, numpy, explicit  |a-e| <= atol + rtol*|e|
+//   polygraphy              |a-e| <= atol  OR  |a-e|/|e| <= rtol
+//                           (evaluated as |a-e| <= rtol*|e|, so e == 0
+//                           passes only when a == 0)
+//   ulp                     ULP distance in the compared dtype <= max_ulp
+//   bound                   |a-e| <= bound_factor * bound, where `bound` is
+//                           the element's unscaled hard bound (HardBound in
+//                           error_model.h); ElementPasses applies the factor.
+// Non-finite values, for every preset: equal infinities pass, any other pair
+// involving an infinity fails; NaN passes only against NaN and only when
+// nan_equal is set.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/core/dtype.h"
 
 namespace tensorcheck {
@@ -25,6 +38,7 @@ enum class TolerancePreset {
 
 // "torch", "numpy", "polygraphy", "explicit", "ulp", "bound".
 absl::string_view TolerancePresetName(TolerancePreset p);
+// INVALID_ARGUMENT naming what came and the accepted names.
 absl::StatusOr<TolerancePreset> ParseTolerancePreset(absl::string_view name);
 
 struct Tolerance {
@@ -37,17 +51,45 @@ struct Tolerance {
 };
 
 // Fills atol/rtol from the preset's defaults for `dtype`, then applies the
-// overrides.
+// overrides:
+//   torch       fp64 1e-7/1e-7, fp32 1e-5/1.3e-6, fp16 1e-5/1e-3,
+//               bf16 1e-5/1.6e-2 (atol/rtol)
+//   numpy       atol 0, rtol 1e-7
+//   polygraphy  atol 1e-5, rtol 1e-5
+//   explicit    the given values, 0 where absent
+//   ulp, bound  atol = rtol = 0 unless given (unused by their rules)
 Tolerance ResolveTolerance(TolerancePreset preset, DType dtype,
                            std::optional<double> atol = std::nullopt,
                            std::optional<double> rtol = std::nullopt,
                            uint64_t max_ulp = 0, double bound_factor = 1.0,
                            bool nan_equal = false);
 
-// Whether one element passes. `bound` is the element's hard bound (kBound),
-// `ulp` its ULP distance (kUlp). NaN/Inf: equal infinities pass; NaN passes
-// only against NaN with nan_equal.
+// Whether one element passes. `bound` is the element's unscaled hard bound
+// (kBound; multiplied by t.bound_factor here), `ulp` its ULP distance
+// (kUlp). NaN/Inf: equal infinities pass; NaN passes only against NaN with
+// nan_equal.
 bool ElementPasses(const Tolerance& t, double actual, double expected,
                    double bound, uint64_t ulp);
+
+// The preset's rule for a pair of finite values, given |a-e| and |e|. The
+// hot loop of Compare calls this directly; ElementPasses adds the non-finite
+// cases on top.
+inline bool FinitePairPasses(const Tolerance& t, double abs_diff,
+                             double abs_expected, double bound,
+                             uint64_t ulp) {
+  switch (t.preset) {
+    case TolerancePreset::kTorch:
+    case TolerancePreset::kNumpy:
+    case TolerancePreset::kExplicit:
+      return abs_diff <= t.atol + t.rtol * abs_expected;
+    case TolerancePreset::kPolygraphy:
+      return abs_diff <= t.atol || abs_diff <= t.rtol * abs_expected;
+    case TolerancePreset::kUlp:
+      return ulp <= t.max_ulp;
+    case TolerancePreset::kBound:
+      return abs_diff <= t.bound_factor * bound;
+  }
+  return false;
+}
 
 }  // namespace tensorcheck

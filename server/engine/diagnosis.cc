@@ -1,0 +1,504 @@
+#include "server/engine/diagnosis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tensorcheck {
+
+namespace {
+
+// ULP distances above this count as this much in means and t-statistics, so
+// a few wild elements cannot dominate.
+constexpr uint64_t kUlpCap = 1 << 10;
+
+// Above this bitwise-equal share with best, localization looks at the
+// runner-up instead (the handful of elements left say little).
+constexpr double kLocalizeAgainstRunnerUp = 0.99;
+
+double Capped(uint64_t ulp) {
+  return static_cast<double>(std::min<uint64_t>(ulp, kUlpCap));
+}
+
+// Position of a configuration in the fixed tie-break preference.
+int Preference(const Config& c, DType storage) {
+  auto input_format_matches = [&](Precision p) {
+    switch (storage) {
+      case DType::kFloat64:
+        return p == Precision::kFp64;
+      case DType::kFloat32:
+        return p == Precision::kFp32;
+      case DType::kFloat16:
+        return p == Precision::kFp16;
+      case DType::kBFloat16:
+        return p == Precision::kBf16;
+    }
+    return false;
+  };
+  int order = 0;
+  for (Precision p : kAllPrecisions) {
+    if (p == c.precision) break;
+    ++order;
+  }
+  // Framework priors for configurations the data cannot tell apart: TF32 is
+  // mostly JAX/Flax (bias unfused), the others mostly PyTorch (fused).
+  const bool tf32 = c.precision == Precision::kTf32 || c.precision == Precision::kTf32Rna ||
+                    c.precision == Precision::kTf32Trunc;
+  const BiasMode preferred = tf32 ? BiasMode::kUnfused : BiasMode::kFused;
+  const int bias = c.bias == preferred || c.bias == BiasMode::kNone ? 0 : 1;
+  const int backend = c.backend == "cpu" ? 1 : 0;  // device runs first
+  return (input_format_matches(c.precision) ? 0 : 100) + order * 4 + bias * 2 +
+         backend;
+}
+
+// Evidence about one class of bitwise-identical candidates.
+struct ClassScore {
+  std::vector<size_t> members;  // indices into input.candidates; [0] names it
+  int64_t consistent = 0;       // over explained elements
+  int64_t bitwise = 0;
+  double ulp_sum = 0;
+  uint64_t max_ulp = 0;
+  double err_sq = 0;
+  double sigma_sq = 0;
+  int64_t counted = 0;  // explained elements
+  double within() const { return counted ? double(consistent) / counted : 0; }
+  double bitwise_fraction() const { return counted ? double(bitwise) / counted : 0; }
+  double mean_ulp() const { return counted ? ulp_sum / counted : 0; }
+  double bound_ratio() const {
+    return sigma_sq > 0 ? std::sqrt(err_sq / sigma_sq)
+                        : (err_sq > 0 ? std::numeric_limits<double>::infinity() : 0);
+  }
+  bool is_consistent() const { return within() >= kConsistentShare; }
+};
+
+bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
+  if (ulp == 0) return true;
+  if (!std::isfinite(o) || !std::isfinite(v)) return false;
+  return std::fabs(o - v) <= kConsistentZ * static_cast<double>(sigma);
+}
+
+// Paired t-statistic of per-element capped ULP distances: how surely
+// `runner` is further from the observed output than `best`.
+double PairedT(const Tensor& observed, const Tensor& best, const Tensor& runner,
+               const std::vector<uint8_t>& explained, DType dtype) {
+  double sum = 0, sum_sq = 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < observed.numel(); ++i) {
+    if (!explained[static_cast<size_t>(i)]) continue;
+    const double o = observed.GetDouble(i);
+    const double d = Capped(UlpDistance(o, runner.GetDouble(i), dtype)) -
+                     Capped(UlpDistance(o, best.GetDouble(i), dtype));
+    sum += d;
+    sum_sq += d * d;
+    ++n;
+  }
+  if (n == 0) return 0;
+  const double mean = sum / n;
+  const double var = std::max(0.0, sum_sq / n - mean * mean);
+  if (var == 0) return mean == 0 ? 0 : std::copysign(1e9, mean);
+  return mean / std::sqrt(var / n);
+}
+
+std::string GroupList(const std::vector<GroupCount>& groups) {
+  std::vector<std::string> parts;
+  double share = 0;
+  for (const auto& g : groups) {
+    parts.push_back(absl::StrCat(g.index));
+    share += g.share;
+  }
+  return absl::StrFormat("{%s} (%.0f%% of them)", absl::StrJoin(parts, ", "),
+                         100 * share);
+}
+
+// Counts elements that differ (in bits) between `a` and `b` by column and row.
+void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained,
+              int64_t n, DType dtype, int top, std::vector<GroupCount>* columns,
+              std::vector<GroupCount>* rows) {
+  const int64_t total = a.numel();
+  const int64_t m = n > 0 ? total / n : 0;
+  std::vector<int64_t> col(static_cast<size_t>(n), 0), row(static_cast<size_t>(m), 0);
+  int64_t differing = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    if (!explained[static_cast<size_t>(i)]) continue;
+    if (UlpDistance(a.GetDouble(i), b.GetDouble(i), dtype) == 0) continue;
+    ++col[static_cast<size_t>(i % n)];
+    ++row[static_cast<size_t>(i / n)];
+    ++differing;
+  }
+  auto top_of = [&](const std::vector<int64_t>& counts, std::vector<GroupCount>* out) {
+    std::vector<int64_t> idx(counts.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    const size_t k = std::min<size_t>(static_cast<size_t>(top), idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                      [&](int64_t x, int64_t y) {
+                        return counts[static_cast<size_t>(x)] > counts[static_cast<size_t>(y)] ||
+                               (counts[static_cast<size_t>(x)] == counts[static_cast<size_t>(y)] && x < y);
+                      });
+    for (size_t j = 0; j < k; ++j) {
+      const int64_t c = counts[static_cast<size_t>(idx[j])];
+      if (c == 0) break;
+      out->push_back({idx[j], c, static_cast<double>(c) / static_cast<double>(differing)});
+    }
+  };
+  top_of(col, columns);
+  top_of(row, rows);
+}
+
+}  // namespace
+
+std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
+  const bool fused = c.bias != BiasMode::kUnfused;
+  const std::string bias =
+      !has_bias ? ""
+      : fused   ? ", bias added in the fp32 GEMM epilogue (one rounding)"
+                : ", bias added separately after the GEMM output was rounded (two roundings)";
+  switch (c.precision) {
+    case Precision::kFp64:
+      return "fp64 matmul (numpy or torch float64)" + bias;
+    case Precision::kFp32:
+      if (storage != DType::kFloat32 && storage != DType::kFloat64) {
+        return absl::StrCat(DTypeShortName(storage),
+                            " inputs with fp32 accumulation") +
+               (fused ? ": PyTorch's default (cuBLASLt addmm with the bias in the epilogue)"
+                      : ": candle's default, or XLA/Flax (matmul, then the bias as its own op)") +
+               bias;
+      }
+      return fused ? "PyTorch >= 1.12 default for fp32 (allow_tf32=False): strict fp32 "
+                     "matmul" + bias
+                   : "strict fp32 matmul with the bias as a separate op: candle's "
+                     "default, or JAX with precision=HIGHEST" + bias;
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc: {
+      const std::string rounding =
+          c.precision == Precision::kTf32   ? ""
+          : c.precision == Precision::kTf32Rna ? " (inputs rounded ties-away)"
+                                               : " (inputs truncated to TF32)";
+      return (fused ? "fp32 matmul in TF32 with a fused bias: PyTorch with "
+                      "allow_tf32=True, or TensorFlow fp32 on Ampere+"
+                    : "JAX/Flax default on Ampere+: fp32 matmul in TF32, bias added "
+                      "separately") +
+             rounding + (has_bias ? "" : "");
+    }
+    case Precision::kBf16:
+      return fused ? "PyTorch bf16 default: bf16 inputs, fp32 accumulation, bias in "
+                     "the cuBLASLt epilogue (addmm), rounded once"
+                   : "candle (or XLA/Flax) bf16: matmul rounded to bf16, then the bias "
+                     "added in bf16 (two roundings)";
+    case Precision::kFp16:
+      return fused ? "PyTorch fp16 default: fp16 inputs, fp32 accumulation, bias in "
+                     "the cuBLASLt epilogue (addmm), rounded once"
+                   : "candle (or XLA/Flax) fp16: matmul rounded to fp16, then the bias "
+                     "added in fp16 (two roundings)";
+    case Precision::kFp16Acc:
+      return "fp16 accumulation (CUBLAS_COMPUTE_16F), as in TensorRT fp16 kernels or "
+             "torch with reduced-precision reductions" + bias;
+  }
+  return "";
+}
+
+DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
+  DiagnosisOutcome out;
+  out.compared_dtype = in.output_dtype;
+  const Tensor& observed = *in.observed;
+  const int64_t total = observed.numel();
+  const DType dtype = in.output_dtype;
+  const int64_t n = in.output_shape.empty() ? total : in.output_shape.back();
+  if (in.candidates.empty() || total == 0) {
+    out.explanation = "No candidates to compare the observed output with.";
+    return out;
+  }
+
+  // Classes of bitwise-identical outputs, each named by its preferred member.
+  std::vector<size_t> order(in.candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return Preference(in.candidates[a].config, in.storage_dtype) <
+           Preference(in.candidates[b].config, in.storage_dtype);
+  });
+  std::vector<ClassScore> classes;
+  for (size_t idx : order) {
+    const Tensor& t = *in.candidates[idx].output;
+    bool merged = false;
+    for (ClassScore& cls : classes) {
+      const Tensor& rep = *in.candidates[cls.members[0]].output;
+      if (rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
+          std::memcmp(rep.raw(), t.raw(), t.nbytes()) == 0) {
+        cls.members.push_back(idx);
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) classes.push_back(ClassScore{{idx}});
+  }
+
+  // Which elements some candidate explains.
+  std::vector<uint8_t> explained(static_cast<size_t>(total), 0);
+  for (const ClassScore& cls : classes) {
+    const DiagnosisCandidate& c = in.candidates[cls.members[0]];
+    for (int64_t i = 0; i < total; ++i) {
+      if (explained[static_cast<size_t>(i)]) continue;
+      const double o = observed.GetDouble(i);
+      const double v = c.output->GetDouble(i);
+      if (ElementConsistent(o, v, UlpDistance(o, v, dtype), c.pair_sigma[i])) {
+        explained[static_cast<size_t>(i)] = 1;
+      }
+    }
+  }
+  const int64_t explained_count =
+      std::count(explained.begin(), explained.end(), uint8_t{1});
+  const double unexplained_share =
+      1.0 - static_cast<double>(explained_count) / static_cast<double>(total);
+
+  // Scores over the explained elements (all of them when none is).
+  const bool use_all = explained_count == 0;
+  for (ClassScore& cls : classes) {
+    const DiagnosisCandidate& c = in.candidates[cls.members[0]];
+    for (int64_t i = 0; i < total; ++i) {
+      if (!use_all && !explained[static_cast<size_t>(i)]) continue;
+      const double o = observed.GetDouble(i);
+      const double v = c.output->GetDouble(i);
+      const uint64_t ulp = UlpDistance(o, v, dtype);
+      ++cls.counted;
+      if (ulp == 0) ++cls.bitwise;
+      if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
+      cls.ulp_sum += Capped(ulp);
+      cls.max_ulp = std::max(cls.max_ulp, ulp);
+      if (std::isfinite(o) && std::isfinite(v)) {
+        const double s = c.pair_sigma[i];
+        cls.err_sq += (o - v) * (o - v);
+        cls.sigma_sq += s * s;
+      }
+    }
+  }
+  std::stable_sort(classes.begin(), classes.end(),
+                   [](const ClassScore& a, const ClassScore& b) {
+                     if (a.is_consistent() != b.is_consistent()) return a.is_consistent();
+                     if (a.bitwise != b.bitwise) return a.bitwise > b.bitwise;
+                     if (a.ulp_sum != b.ulp_sum) return a.ulp_sum < b.ulp_sum;
+                     return a.bound_ratio() < b.bound_ratio();
+                   });
+
+  // Among the consistent candidates the data cannot separate from the top
+  // one, the preferred configuration is named (and ranked) first.
+  auto output_of = [&](const ClassScore& c) -> const Tensor& {
+    return *in.candidates[c.members[0]].output;
+  };
+  auto preference_of = [&](const ClassScore& c) {
+    return Preference(in.candidates[c.members[0]].config, in.storage_dtype);
+  };
+  if (classes[0].is_consistent()) {
+    size_t chosen = 0;
+    for (size_t j = 1; j < classes.size() && classes[j].is_consistent(); ++j) {
+      const double t =
+          PairedT(observed, output_of(classes[0]), output_of(classes[j]), explained, dtype);
+      if (t < kTieT && preference_of(classes[j]) < preference_of(classes[chosen])) chosen = j;
+    }
+    std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
+                classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
+  }
+
+  for (const ClassScore& cls : classes) {
+    for (size_t m = 0; m < cls.members.size(); ++m) {
+      RankedCandidate r;
+      r.config = in.candidates[cls.members[m]].config.ToString();
+      r.bitwise_equal_fraction = cls.bitwise_fraction();
+      r.max_ulp = cls.max_ulp;
+      r.mean_ulp = cls.mean_ulp();
+      r.bound_ratio = cls.bound_ratio();
+      for (size_t j = 0; j < cls.members.size(); ++j) {
+        if (j != m) r.equivalent.push_back(in.candidates[cls.members[j]].config.ToString());
+      }
+      out.ranking.push_back(std::move(r));
+    }
+  }
+
+  const ClassScore& top = classes[0];
+  const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+
+  // Outliers: elements no candidate explains, largest first.
+  {
+    std::vector<ElementDiff> outliers;
+    for (int64_t i = 0; i < total; ++i) {
+      if (explained[static_cast<size_t>(i)]) continue;
+      ElementDiff e;
+      e.flat_index = i;
+      e.actual = observed.GetDouble(i);
+      e.expected = top_c.output->GetDouble(i);
+      e.actual_bits = BitsIn(e.actual, dtype);
+      e.expected_bits = BitsIn(e.expected, dtype);
+      e.abs_diff = std::fabs(e.actual - e.expected);
+      e.rel_diff = e.expected != 0 ? e.abs_diff / std::fabs(e.expected)
+                                   : (e.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
+      e.ulp = UlpDistance(e.actual, e.expected, dtype);
+      outliers.push_back(e);
+    }
+    const size_t k = std::min<size_t>(static_cast<size_t>(in.top_k), outliers.size());
+    std::partial_sort(outliers.begin(), outliers.begin() + static_cast<std::ptrdiff_t>(k),
+                      outliers.end(), [](const ElementDiff& a, const ElementDiff& b) {
+                        const double x = std::isnan(a.abs_diff) ? INFINITY : a.abs_diff;
+                        const double y = std::isnan(b.abs_diff) ? INFINITY : b.abs_diff;
+                        return x > y;
+                      });
+    outliers.resize(k);
+    out.outliers = std::move(outliers);
+  }
+  const int64_t outlier_count = total - explained_count;
+
+  const bool nothing_explains =
+      unexplained_share > kMaxUnexplainedShare || !top.is_consistent();
+  if (nothing_explains) {
+    const DiffStats* closest = top_c.vs_observed;
+    out.explanation = absl::StrFormat(
+        "No candidate explains the observed output: %.1f%% of its elements differ "
+        "from every candidate by more than %.0f predicted standard errors (closest: "
+        "%s, %.1f%% of elements consistent, max abs difference %.3g, error %.3g "
+        "times what that precision predicts). This is not a precision or "
+        "bias-placement difference. Check the weight layout (a transposed or "
+        "mis-shaped W), whether the bias was added (and which one), the activation, "
+        "and that the same input was used.",
+        100 * unexplained_share, kConsistentZ, top_c.config.ToString(),
+        100 * top.within(), closest ? closest->max_abs : 0.0, top.bound_ratio());
+    Localize(observed, *top_c.output, std::vector<uint8_t>(static_cast<size_t>(total), 1), n,
+             dtype, in.top_groups, &out.columns, &out.rows);
+    return out;
+  }
+
+  out.best = top_c.config.ToString();
+  for (size_t j = 1; j < top.members.size(); ++j) {
+    out.equivalent.push_back(in.candidates[top.members[j]].config.ToString());
+  }
+  out.framework_hint = FrameworkHint(top_c.config, in.storage_dtype, in.has_bias);
+  // Members of the class that mean something else in framework terms.
+  for (size_t j = 1; j < top.members.size(); ++j) {
+    const Config& eq = in.candidates[top.members[j]].config;
+    if (eq.precision != top_c.config.precision || eq.bias == top_c.config.bias) continue;
+    const std::string hint = FrameworkHint(eq, in.storage_dtype, in.has_bias);
+    if (hint != out.framework_hint &&
+        out.framework_hint.find(hint) == std::string::npos) {
+      absl::StrAppend(&out.framework_hint, "; equally: ", hint);
+    }
+  }
+
+  // Candidates the data cannot separate from best (|paired t| below kTieT),
+  // and the runner-up: the first consistent candidate it can, else the
+  // first inconsistent one.
+  const ClassScore* runner = nullptr;
+  double t_runner = std::numeric_limits<double>::infinity();
+  for (size_t j = 1; j < classes.size(); ++j) {
+    if (!classes[j].is_consistent()) {
+      if (runner == nullptr) runner = &classes[j];
+      break;
+    }
+    const double t = PairedT(observed, *top_c.output, output_of(classes[j]), explained, dtype);
+    if (std::fabs(t) < kTieT) {
+      for (size_t member : classes[j].members) {
+        out.tied.push_back(in.candidates[member].config.ToString());
+      }
+    } else if (runner == nullptr) {
+      runner = &classes[j];
+      t_runner = t;
+    }
+  }
+  // Confidence that the output came from best or a configuration listed
+  // with it (equivalent, tied): the share of elements consistent with it,
+  // times how far the runner-up is ruled out, times the explained share.
+  const double separation =
+      std::isinf(t_runner) ? 1.0 : 1.0 - std::exp(-std::max(0.0, t_runner - 1.0) / 4.0);
+  out.confidence = top.within() * separation * (1.0 - unexplained_share);
+
+  // Where the differences sit: against best, or when it matches (nearly)
+  // bit for bit, against the runner-up: where the observed output parts
+  // from the configuration it would be mistaken for.
+  const Tensor* against = top_c.output;
+  std::string against_name = top_c.config.ToString();
+  if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp && runner != nullptr) {
+    against = in.candidates[runner->members[0]].output;
+    against_name = in.candidates[runner->members[0]].config.ToString();
+  }
+  Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
+
+  // The paragraph.
+  std::string text = absl::StrFormat(
+      "The observed output matches %s: %.1f%% of elements bitwise equal, max %d ULP, "
+      "mean %.3g ULP in %s; its differences are %.2g times what that configuration "
+      "predicts for another summation order. That is: %s.",
+      *out.best, 100 * top.bitwise_fraction(), top.max_ulp, top.mean_ulp(),
+      DTypeName(dtype), top.bound_ratio(), out.framework_hint);
+  if (!out.equivalent.empty()) {
+    absl::StrAppend(&text, " Equivalent on these inputs (same bits): ",
+                    absl::StrJoin(out.equivalent, ", "), ".");
+  }
+  if (!out.tied.empty()) {
+    absl::StrAppend(&text, " The data cannot separate it from ",
+                    absl::StrJoin(out.tied, ", "),
+                    " (paired t below ", kTieT,
+                    "); the first is named by preference, not evidence.");
+  } else if (runner != nullptr) {
+    const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
+    if (runner->is_consistent()) {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 " Runner-up %s is less likely (paired t = %.1f; "
+                                 "%.1f%% bitwise equal).",
+                                 runner_name, t_runner, 100 * runner->bitwise_fraction()));
+    } else {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 " Runner-up %s is ruled out (only %.1f%% of elements "
+                                 "consistent with it).",
+                                 runner_name, 100 * runner->within()));
+    }
+  }
+  // Error against the exact result, in the best precision's own terms.
+  if (top_c.sigma_vs_reference != nullptr && in.reference != nullptr) {
+    double err_sq = 0, sigma_sq = 0, max_abs = 0;
+    for (int64_t i = 0; i < total; ++i) {
+      if (!explained[static_cast<size_t>(i)]) continue;
+      const double d = observed.GetDouble(i) - in.reference->GetDouble(i);
+      if (!std::isfinite(d)) continue;
+      err_sq += d * d;
+      sigma_sq += double(top_c.sigma_vs_reference[i]) * top_c.sigma_vs_reference[i];
+      max_abs = std::max(max_abs, std::fabs(d));
+    }
+    if (sigma_sq > 0) {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 " Against the %s reference its error (max abs %.3g) is "
+                                 "%.2g times what %s predicts (error/bound near 1: "
+                                 "expected for that precision).",
+                                 in.reference_config, max_abs, std::sqrt(err_sq / sigma_sq),
+                                 PrecisionName(top_c.config.precision)));
+    }
+    for (const DiagnosisCandidate& c : in.candidates) {
+      if (c.config.precision == Precision::kFp32 && c.vs_reference != nullptr &&
+          top_c.config.precision != Precision::kFp32) {
+        absl::StrAppend(&text, absl::StrFormat(
+                                   " Strict fp32 (%s) would differ from the reference "
+                                   "by at most %.2g.",
+                                   c.config.ToString(), c.vs_reference->max_abs));
+        break;
+      }
+    }
+  }
+  if (!out.columns.empty()) {
+    absl::StrAppend(&text, absl::StrFormat(
+                               " The elements that differ from %s concentrate in columns "
+                               "%s and rows %s.",
+                               against_name, GroupList(out.columns), GroupList(out.rows)));
+  }
+  if (outlier_count > 0) {
+    absl::StrAppend(&text, absl::StrFormat(
+                               " %d element(s) fit no candidate at all and are listed as "
+                               "outliers (corrupted values, or a different computation "
+                               "there).",
+                               outlier_count));
+  }
+  out.explanation = std::move(text);
+  return out;
+}
+
+}  // namespace tensorcheck

@@ -1,0 +1,86 @@
+// Diagnosis: which candidate configuration produced the client's output.
+//
+// Each candidate is a hypothesis "the observed output was computed by this
+// configuration, in some other summation order". Under it, the difference
+// observed - candidate has a predicted standard error per element (the
+// candidate's `pair_sigma`, from the error model). An element is consistent
+// with the hypothesis when it is bitwise equal to the candidate or within
+// kConsistentZ predicted standard errors of it. Ranking:
+//
+//   1. consistent candidates (>= kConsistentShare of elements consistent)
+//      before the others;
+//   2. then by the share of bitwise-equal elements (descending);
+//   3. then by mean ULP distance (ascending);
+//   4. then by bound_ratio = rms(observed - candidate) / rms(pair_sigma);
+//   5. ties keep a fixed preference: the precision matching the storage
+//      dtype first, then DESIGN.md's table order, fused before unfused.
+//
+// Rule 1 is what lets an fp32 output be told from an fp64 one: a correctly
+// rounded (fp64-accumulated) result would agree bit for bit, so an output
+// carrying fp32 accumulation error is inconsistent with fp64 although it is
+// closer to it in ULPs.
+//
+// Elements consistent with no candidate at all are outliers: they are left
+// out of every score and listed, so a handful of corrupted elements do not
+// change the verdict on the bulk. When more than kMaxUnexplainedShare of the
+// elements are outliers, or the top candidate is not consistent, nothing
+// explains the output and `best` is empty.
+//
+// Candidates whose outputs are bitwise identical on this request compute the
+// same function for these inputs (bf16 storage makes bf16/TF32/fp32 input
+// rounding the same; a zero bias makes fused and unfused the same) and are
+// merged: `best` names one, `equivalent` the others. The runner-up is
+// compared with `best` by a paired t-statistic on per-element ULP distances;
+// below kTieT the evidence cannot separate them and `tied` lists them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/backends/config.h"
+#include "server/core/tensor.h"
+#include "server/engine/engine.h"
+#include "server/stats/diff_stats.h"
+
+namespace tensorcheck {
+
+inline constexpr double kConsistentZ = 4.0;
+inline constexpr double kConsistentShare = 0.9;
+inline constexpr double kMaxUnexplainedShare = 0.1;
+inline constexpr double kTieT = 3.0;
+
+struct DiagnosisCandidate {
+  Config config;
+  const Tensor* output = nullptr;           // shaped like the observed output
+  const DiffStats* vs_observed = nullptr;   // observed vs this candidate
+  const DiffStats* vs_reference = nullptr;  // this candidate vs the reference
+  // Per element: predicted standard error of observed - candidate if the
+  // observed output came from this configuration in another order.
+  const float* pair_sigma = nullptr;
+  // Per element: predicted standard error of this precision vs the exact
+  // result (for "error/bound" of the observed output against the reference).
+  const float* sigma_vs_reference = nullptr;
+};
+
+struct DiagnosisInput {
+  const Tensor* observed = nullptr;
+  const Tensor* reference = nullptr;
+  std::string reference_config;
+  DType storage_dtype = DType::kFloat32;
+  DType output_dtype = DType::kFloat32;
+  bool has_bias = false;
+  Activation activation = Activation::kNone;
+  std::vector<int64_t> output_shape;  // [..., N]
+  std::vector<DiagnosisCandidate> candidates;
+  int top_k = 10;
+  int top_groups = 5;
+};
+
+DiagnosisOutcome RankCandidates(const DiagnosisInput& input);
+
+// What a configuration means in framework terms, e.g. "JAX/Flax default on
+// Ampere+: fp32 matmul in TF32, bias added separately".
+std::string FrameworkHint(const Config& config, DType storage, bool has_bias);
+
+}  // namespace tensorcheck

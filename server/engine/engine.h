@@ -1,0 +1,176 @@
+// Engine: turns a validated linear-layer request into backend runs,
+// statistics and a verdict. No gRPC types: it is driven in-process by the
+// service and by tests.
+//
+//   BackendRegistry registry;
+//   TC_RETURN_IF_ERROR(RegisterBuiltinBackends(&registry));
+//   TC_ASSIGN_OR_RETURN(auto engine, Engine::Create(EngineOptions{}, &registry));
+//   LinearRequest req;
+//   req.input = std::move(x);  req.weight = std::move(w);
+//   req.configs = {"cpu:fp32", "cpu:tf32:fused"};
+//   TC_ASSIGN_OR_RETURN(VerifyOutcome out, engine->Verify(req));
+//   out.passed, out.results[1].vs_reference.max_abs, ...
+//
+// Thread safety: Verify and Diagnose may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/backends/config.h"
+#include "server/backends/linear_backend.h"
+#include "server/core/tensor.h"
+#include "server/stats/diff_stats.h"
+#include "server/stats/tolerance.h"
+
+namespace tensorcheck {
+
+struct EngineOptions {
+  // Largest single tensor accepted (bytes).
+  int64_t max_tensor_bytes = int64_t{256} << 20;
+  // Largest output, in elements (each configuration holds one).
+  int64_t max_output_elements = int64_t{64} << 20;
+  // Largest problem, in multiply-adds M*N*K.
+  int64_t max_macs = int64_t{1} << 37;
+  int max_configs = 64;
+  int max_top_k = 1000;
+  int max_top_groups = 100;
+  int max_repeat = 100;
+  // Statistics worker threads; 0: hardware concurrency.
+  int stats_threads = 0;
+  std::string default_reference = "cpu:fp64";
+};
+
+// What the client asked for, already decoded into core types.
+struct ToleranceRequest {
+  TolerancePreset preset = TolerancePreset::kTorch;
+  std::optional<double> atol;
+  std::optional<double> rtol;
+  uint64_t max_ulp = 0;
+  double bound_factor = 0;  // 0: 1
+  bool nan_equal = false;
+  std::string bound_precision;  // empty: natural precision of the dtype
+};
+
+struct LinearRequest {
+  Tensor input;
+  Tensor weight;
+  WeightLayout layout = WeightLayout::kOutIn;
+  std::optional<Tensor> bias;
+  Activation activation = Activation::kNone;
+  std::optional<DType> output_dtype;
+  std::optional<Tensor> observed;
+  std::vector<std::string> configs;
+  std::string reference;  // empty: options.default_reference
+  ToleranceRequest tolerance;
+  bool return_outputs = false;
+  int top_k = 0;       // 0: 10
+  int top_groups = 0;  // 0: 5
+  int repeat = 0;      // 0: 1
+  bool disallow_reduced_precision_reduction = false;
+};
+
+struct ConfigOutcome {
+  std::string config;  // canonical
+  DiffStats vs_reference;
+  std::optional<DiffStats> vs_observed;
+  double elapsed_ms = 0;
+  std::optional<Tensor> output;  // when return_outputs, shaped [..., N]
+  std::map<std::string, std::string> details;
+  bool deterministic = true;
+  int runs = 1;
+};
+
+struct RankedCandidate {
+  std::string config;
+  double bitwise_equal_fraction = 0;
+  uint64_t max_ulp = 0;
+  double mean_ulp = 0;
+  std::optional<double> bound_ratio;
+  std::vector<std::string> equivalent;
+};
+
+struct DiagnosisOutcome {
+  std::optional<std::string> best;
+  std::vector<std::string> equivalent;
+  std::vector<std::string> tied;
+  double confidence = 0;
+  std::vector<RankedCandidate> ranking;
+  std::string framework_hint;
+  std::vector<GroupCount> columns;
+  std::vector<GroupCount> rows;
+  std::vector<ElementDiff> outliers;
+  std::string explanation;
+  DType compared_dtype = DType::kFloat32;
+};
+
+struct VerifyOutcome {
+  bool passed = false;
+  Tolerance tolerance;  // as applied to the output dtype
+  std::optional<DiffStats> observed_vs_reference;
+  // The precision whose error model observed_vs_reference is judged by.
+  Precision observed_bound_precision = Precision::kFp32;
+  ConfigOutcome reference;
+  std::vector<ConfigOutcome> results;
+  std::vector<int64_t> output_shape;
+  std::vector<std::string> notes;
+  std::optional<DiagnosisOutcome> diagnosis;
+};
+
+// A configuration the engine can run here, with its backend.
+struct AvailableConfig {
+  std::string config;
+  std::string backend;
+};
+
+class Engine {
+ public:
+  // `registry` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const EngineOptions& options, const BackendRegistry* registry);
+
+  // Runs the reference and every configuration; compares. Errors:
+  // INVALID_ARGUMENT (names the field), RESOURCE_EXHAUSTED (limits),
+  // NOT_FOUND (backend), FAILED_PRECONDITION (backend not on this host or
+  // configuration unsupported), INTERNAL (device failure).
+  absl::StatusOr<VerifyOutcome> Verify(const LinearRequest& request) const;
+
+  // Verify over the candidate set (request.configs, or the default set when
+  // empty) and rank the candidates against the observed output, which is
+  // required.
+  absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request) const;
+
+  // Every precision x bias mode this host runs, on the best backend for
+  // each (GPU before CPU emulation), for inputs stored as `storage`.
+  std::vector<std::string> DefaultCandidates(DType storage, bool has_bias,
+                                             Activation activation) const;
+
+  const EngineOptions& options() const { return options_; }
+  const BackendRegistry& registry() const { return *registry_; }
+
+ private:
+  Engine(const EngineOptions& options, const BackendRegistry* registry)
+      : options_(options), registry_(registry) {}
+
+  struct Plan;
+  struct Artifacts;
+  absl::StatusOr<Plan> MakePlan(const LinearRequest& request,
+                                const std::vector<std::string>& configs) const;
+  // With `artifacts`, keeps what a diagnosis needs (outputs, error models).
+  absl::StatusOr<VerifyOutcome> Run(const LinearRequest& request, const Plan& plan,
+                                    Artifacts* artifacts) const;
+
+  EngineOptions options_;
+  const BackendRegistry* registry_;
+};
+
+// Multi-dimensional index of flat element `flat` in `shape` (row-major).
+std::vector<int64_t> UnflattenIndex(int64_t flat,
+                                    const std::vector<int64_t>& shape);
+
+}  // namespace tensorcheck

@@ -1,0 +1,40 @@
+// Conversions between the tensorcheck.v1 proto messages and the engine's
+// core types. Validation of everything the wire can get wrong (enums,
+// shapes, byte counts, sizes) happens here, before any tensor is allocated;
+// every error names the proto field.
+//
+//   TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(request, limits));
+//   TC_ASSIGN_OR_RETURN(VerifyOutcome out, engine.Verify(req));
+//   ToProto(out, &response);
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "server/engine/engine.h"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck {
+
+struct WireLimits {
+  int64_t max_tensor_bytes = int64_t{256} << 20;
+  int max_configs = 64;
+};
+
+// Decodes one tensor. `field` is its path in the request ("op.input").
+absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
+                                       absl::string_view field,
+                                       const WireLimits& limits);
+
+// Copies a tensor into a proto (data bytes, shape, dtype).
+void TensorToProto(const Tensor& tensor, v1::Tensor* proto);
+
+absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
+                                        const WireLimits& limits);
+
+void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
+
+v1::DType DTypeToProto(DType dtype);
+absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
+
+}  // namespace tensorcheck

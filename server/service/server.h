@@ -1,0 +1,70 @@
+// TensorCheckServer: builds the gRPC server (TensorCheck, health checking,
+// reflection) around an engine and its backends, and stops it gracefully.
+//
+//   ServerOptions options;  options.port = 0;   // 0: pick a free port
+//   TC_ASSIGN_OR_RETURN(auto server, TensorCheckServer::Start(options));
+//   std::cout << "listening on " << server->address() << "\n";
+//   ...                                         // on SIGTERM:
+//   server->Shutdown(absl::Seconds(30));        // NOT_SERVING, drain, stop
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/backends/linear_backend.h"
+#include "server/engine/engine.h"
+#include "server/service/service.h"
+
+namespace tensorcheck {
+
+inline constexpr char kServerVersion[] = "0.1.0";
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 50051;
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // Worker threads running requests; 0: hardware concurrency.
+  int workers = 0;
+  int max_queue = 64;
+  BuiltinBackendOptions backends;
+  EngineOptions engine;
+  // Called when a request hits an error that leaves the device unusable.
+  std::function<void(const absl::Status&)> on_fatal;
+};
+
+class TensorCheckServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TensorCheckServer>> Start(
+      const ServerOptions& options);
+  ~TensorCheckServer();
+
+  // "HOST:PORT" with the port actually bound.
+  std::string address() const;
+  int port() const { return port_; }
+
+  // Health NOT_SERVING, new requests UNAVAILABLE, in-flight ones get until
+  // `grace` to finish, then the server stops. Idempotent.
+  void Shutdown(absl::Duration grace);
+  // Marks health NOT_SERVING (e.g. after a sticky device error).
+  void SetNotServing();
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+  const Engine& engine() const { return *engine_; }
+
+ private:
+  TensorCheckServer() = default;
+
+  ServerOptions options_;
+  int port_ = 0;
+  std::unique_ptr<BackendRegistry> registry_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<TensorCheckServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace tensorcheck
