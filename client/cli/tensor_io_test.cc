@@ -1,1 +1,539 @@
-// placeholder: being written
+#include "client/cli/tensor_io.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "status_matchers.h"
+
+namespace tensorcheck::cli {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+// ---- byte builders, written out by hand (not with the code under test).
+
+std::string Le(uint64_t v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+// A .npy file: magic, version, header length, `header` verbatim, `data`.
+std::string Npy(int major, const std::string& header, const std::string& data) {
+  std::string s("\x93NUMPY", 6);
+  s.push_back(static_cast<char>(major));
+  s.push_back('\0');
+  s += Le(header.size(), major == 1 ? 2 : 4);
+  return s + header + data;
+}
+
+std::string Dict(const std::string& descr, const std::string& shape,
+                 const std::string& fortran = "False") {
+  return "{'descr': '" + descr + "', 'fortran_order': " + fortran +
+         ", 'shape': " + shape + ", }    \n";
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// A safetensors file: 8-byte LE header length, JSON, data.
+std::string St(const std::string& json, const std::string& data) {
+  return Le(json.size(), 8) + json + data;
+}
+
+// fp16 and bf16 bit patterns of a few exact values, by hand:
+// 1.0 = 0x3c00 (fp16) / 0x3f80 (bf16); -2.5 = 0xc100 / 0xc020;
+// 0.5 = 0x3800 / 0x3f00.
+const std::vector<uint16_t> kF16Bits = {0x3c00, 0xc100, 0x3800};
+const std::vector<uint16_t> kBf16Bits = {0x3f80, 0xc020, 0x3f00};
+const std::vector<double> kValues = {1.0, -2.5, 0.5};
+
+TensorReadOptions ExpectBf16() {
+  TensorReadOptions o;
+  o.expected_dtype = DType::kBFloat16;
+  return o;
+}
+
+// ---- .npy round trips
+
+class NpyVersionTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(NpyVersionTest, EveryDTypeReadsBackItsValues) {
+  const int v = GetParam();
+  struct Case {
+    std::string descr;
+    std::string data;
+    DType dtype;
+    TensorReadOptions options;
+  };
+  const std::vector<Case> cases = {
+      {"<f8", Raw(kValues), DType::kFloat64, {}},
+      {"<f4", Raw(std::vector<float>{1.0f, -2.5f, 0.5f}), DType::kFloat32, {}},
+      {"<f2", Raw(kF16Bits), DType::kFloat16, {}},
+      {"<u2", Raw(kBf16Bits), DType::kBFloat16, ExpectBf16()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.descr);
+    auto t = ParseNpy(Npy(v, Dict(c.descr, "(1, 3)"), c.data), "x.npy", c.options);
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->dtype(), c.dtype);
+    EXPECT_THAT(t->shape(), ElementsAre(1, 3));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(t->GetDouble(i), kValues[static_cast<size_t>(i)]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, NpyVersionTest, ::testing::Values(1, 2, 3));
+
+TEST(TensorIo, NpyScalarAndOneDimAndEmptyShapesRead) {
+  auto scalar = ParseNpy(Npy(1, Dict("<f8", "()"), Raw(std::vector<double>{7.0})), "s.npy");
+  ASSERT_THAT(scalar, IsOk());
+  EXPECT_TRUE(scalar->shape().empty());
+  EXPECT_EQ(scalar->GetDouble(0), 7.0);
+  auto one = ParseNpy(Npy(1, Dict("<f8", "(3,)"), Raw(kValues)), "v.npy");
+  ASSERT_THAT(one, IsOk());
+  EXPECT_THAT(one->shape(), ElementsAre(3));
+  auto empty = ParseNpy(Npy(1, Dict("<f4", "(0, 5)"), ""), "e.npy");
+  ASSERT_THAT(empty, IsOk());
+  EXPECT_EQ(empty->numel(), 0);
+}
+
+TEST(TensorIo, NpyHeaderKeysInAnyOrderWithDoubleQuotesRead) {
+  const std::string h = "{\"shape\": (3,), \"fortran_order\": False, \"descr\": \"<f8\"}\n";
+  auto t = ParseNpy(Npy(1, h, Raw(kValues)), "x.npy");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->GetDouble(1), -2.5);
+}
+
+TEST(TensorIo, NpyWriterRoundTripsEveryDType) {
+  for (DType d : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(d));
+    auto src = FromDoubles(d, {2, 3}, {1.0, -2.5, 0.5, 3.0, -0.0, 65504.0 / 4});
+    ASSERT_THAT(src, IsOk());
+    const bool bf16 = d == DType::kBFloat16;
+    // bf16 as raw bits, read back with the bf16 option.
+    auto back = ParseNpy(EncodeNpy(*src, Bf16NpyEncoding::kUint16Bits), "w.npy",
+                         bf16 ? ExpectBf16() : TensorReadOptions{});
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(back->dtype(), d);
+    EXPECT_THAT(back->shape(), ElementsAre(2, 3));
+    EXPECT_EQ(back->bytes(), src->bytes());
+  }
+}
+
+TEST(TensorIo, NpyWriterWidensBf16ToFloat32ByDefault) {
+  auto src = FromDoubles(DType::kBFloat16, {3}, kValues);
+  ASSERT_THAT(src, IsOk());
+  const std::string bytes = EncodeNpy(*src);
+  EXPECT_EQ((10 + (static_cast<unsigned char>(bytes[8]) |
+                   static_cast<unsigned char>(bytes[9]) << 8)) % 64, 0u);
+  EXPECT_THAT(bytes, HasSubstr("'descr': '<f4'"));
+  EXPECT_THAT(bytes, HasSubstr("'shape': (3,)"));
+  auto back = ParseNpy(bytes, "w.npy");
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->dtype(), DType::kFloat32);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(back->GetDouble(i), kValues[static_cast<size_t>(i)]);
+}
+
+// ---- hostile .npy files
+
+TEST(TensorIo, NpyBadMagicIsRejected) {
+  std::string b = Npy(1, Dict("<f8", "(3,)"), Raw(kValues));
+  b[1] = 'X';
+  EXPECT_THAT(ParseNpy(b, "bad.npy"),
+              StatusIs(kInvalid, AllOf(HasSubstr("bad.npy"), HasSubstr("magic"))));
+  EXPECT_THAT(ParseNpy("", "empty.npy"), StatusIs(kInvalid, HasSubstr("magic")));
+}
+
+TEST(TensorIo, NpyUnknownVersionIsRejected) {
+  std::string b = Npy(1, Dict("<f8", "(3,)"), Raw(kValues));
+  b[6] = 4;
+  EXPECT_THAT(ParseNpy(b, "x.npy"), StatusIs(kInvalid, HasSubstr("found 4.0")));
+  b[6] = 1;
+  b[7] = 1;
+  EXPECT_THAT(ParseNpy(b, "x.npy"), StatusIs(kInvalid, HasSubstr("found 1.1")));
+}
+
+TEST(TensorIo, NpyTruncatedPreambleIsRejected) {
+  EXPECT_THAT(ParseNpy(std::string("\x93NUMPY\x01\x00", 8), "x.npy"),
+              StatusIs(kInvalid, HasSubstr("truncated")));
+  EXPECT_THAT(ParseNpy(std::string("\x93NUMPY\x02\x00\x10\x00", 10), "x.npy"),
+              StatusIs(kInvalid, HasSubstr("truncated")));
+}
+
+TEST(TensorIo, NpyHeaderLengthPastEndOfFileIsRejected) {
+  std::string b("\x93NUMPY\x01\x00", 8);
+  b += Le(0xffff, 2);
+  b += "{'descr': '<f8'";
+  EXPECT_THAT(ParseNpy(b, "x.npy"),
+              StatusIs(kInvalid, HasSubstr("runs past the end")));
+  std::string v2("\x93NUMPY\x02\x00", 8);
+  v2 += Le(0xfffffff0u, 4);
+  v2 += "{}";
+  EXPECT_THAT(ParseNpy(v2, "x.npy"),
+              StatusIs(kInvalid, HasSubstr("runs past the end")));
+}
+
+TEST(TensorIo, NpyNonDictHeaderIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, "['<f8', False, (3,)]\n", Raw(kValues)), "x.npy"),
+              StatusIs(kInvalid, HasSubstr("dict")));
+  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,)\n",
+                           Raw(kValues)),
+                       "x.npy"),
+              StatusIs(kInvalid, HasSubstr("unparseable")));
+  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'shape': (3,)}\n", Raw(kValues)), "x.npy"),
+              StatusIs(kInvalid, HasSubstr("'fortran_order'")));
+  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, "
+                              "'shape': (3,)}\n",
+                           Raw(kValues)),
+                       "x.npy"),
+              StatusIs(kInvalid, HasSubstr("twice")));
+  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), "
+                              "'extra': 1}\n",
+                           Raw(kValues)),
+                       "x.npy"),
+              StatusIs(kInvalid, HasSubstr("'extra'")));
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(3,)") + "junk", Raw(kValues)), "x.npy"),
+              StatusIs(kInvalid, HasSubstr("padding")));
+}
+
+TEST(TensorIo, NpyBigEndianIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict(">f4", "(3,)"), std::string(12, '\0')), "be.npy"),
+              StatusIs(kInvalid, AllOf(HasSubstr("be.npy"), HasSubstr("big-endian"),
+                                       HasSubstr("'>f4'"))));
+}
+
+TEST(TensorIo, NpyObjectDTypeIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("|O", "(3,)"), std::string(24, '\0')), "o.npy"),
+              StatusIs(kInvalid, HasSubstr("object")));
+}
+
+TEST(TensorIo, NpyUnsupportedDTypeIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<i4", "(3,)"), std::string(12, '\0')), "i.npy"),
+              StatusIs(kInvalid, AllOf(HasSubstr("unsupported dtype"), HasSubstr("'<i4'"))));
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("|u1", "(3,)"), std::string(3, '\0')), "u.npy"),
+              StatusIs(kInvalid, HasSubstr("'|u1'")));
+  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, "
+                              "'shape': (3,)}\n",
+                           std::string(12, '\0')),
+                       "s.npy"),
+              StatusIs(kInvalid, HasSubstr("structured")));
+}
+
+TEST(TensorIo, NpyUint16WithoutBf16OptionIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<u2", "(3,)"), Raw(kBf16Bits)), "b.npy"),
+              StatusIs(kInvalid, HasSubstr("--dtype NAME=bf16")));
+}
+
+TEST(TensorIo, NpyDTypeOtherThanExpectedIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f4", "(3,)"), std::string(12, '\0')), "b.npy",
+                       ExpectBf16()),
+              StatusIs(kInvalid, AllOf(HasSubstr("bfloat16 expected"), HasSubstr("'<f4'"))));
+}
+
+TEST(TensorIo, NpyFortranOrderIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(1, 3)", "True"), Raw(kValues)), "f.npy"),
+              StatusIs(kInvalid, HasSubstr("fortran_order")));
+}
+
+TEST(TensorIo, NpyNegativeDimensionIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(-1, 3)"), Raw(kValues)), "n.npy"),
+              StatusIs(kInvalid, HasSubstr("non-negative")));
+}
+
+TEST(TensorIo, NpyOverflowingShapeIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(99999999999999999999999,)"), ""), "o.npy"),
+              StatusIs(kInvalid, HasSubstr("int64")));
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(4294967296, 4294967296)"), ""), "o.npy"),
+              StatusIs(kInvalid, HasSubstr("overflows")));
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(1, 1, 1, 1, 1, 1, 1, 1, 1)"), Raw(kValues)),
+                       "r.npy"),
+              StatusIs(kInvalid, HasSubstr("rank")));
+}
+
+TEST(TensorIo, NpyHugeShapeOverSmallFileFailsWithoutAllocating) {
+  // 2^40 doubles would be 8 TiB: the size check comes first.
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(1099511627776,)"), Raw(kValues)), "h.npy"),
+              StatusIs(kInvalid, HasSubstr("truncated")));
+}
+
+TEST(TensorIo, NpyShortDataIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(4,)"), Raw(kValues)), "s.npy"),
+              StatusIs(kInvalid, AllOf(HasSubstr("32 bytes of data expected"),
+                                       HasSubstr("found 24"))));
+}
+
+TEST(TensorIo, NpyTrailingDataIsRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(2,)"), Raw(kValues)), "l.npy"),
+              StatusIs(kInvalid, HasSubstr("trailing bytes")));
+}
+
+TEST(TensorIo, NpyOverSizeLimitIsRejected) {
+  TensorReadOptions o;
+  o.max_file_bytes = 16;
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(3,)"), Raw(kValues)), "big.npy", o),
+              StatusIs(kInvalid, HasSubstr("at most 16 bytes")));
+}
+
+// ---- safetensors
+
+const std::string kTwoTensors =
+    R"({"__metadata__": {"format": "pt"},)"
+    R"( "w": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]},)"
+    R"( "b": {"dtype": "F16", "shape": [3], "data_offsets": [12, 18]}})";
+
+std::string TwoTensorData() {
+  return Raw(std::vector<float>{1.0f, -2.5f, 0.5f}) + Raw(kF16Bits);
+}
+
+TEST(TensorIo, SafetensorsEveryDTypeReadsBackItsValues) {
+  struct Case {
+    std::string dtype;
+    std::string data;
+    DType want;
+  };
+  const std::vector<Case> cases = {
+      {"F64", Raw(kValues), DType::kFloat64},
+      {"F32", Raw(std::vector<float>{1.0f, -2.5f, 0.5f}), DType::kFloat32},
+      {"F16", Raw(kF16Bits), DType::kFloat16},
+      {"BF16", Raw(kBf16Bits), DType::kBFloat16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dtype);
+    const std::string json = absl::StrCat(R"({"t": {"dtype": ")", c.dtype,
+                                          R"(", "shape": [3, 1], "data_offsets": [0, )",
+                                          c.data.size(), "]}}");
+    auto t = ParseSafetensors(St(json, c.data), "t", "m.safetensors");
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->dtype(), c.want);
+    EXPECT_THAT(t->shape(), ElementsAre(3, 1));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(t->GetDouble(i), kValues[static_cast<size_t>(i)]);
+  }
+}
+
+TEST(TensorIo, SafetensorsSecondTensorReadsAtItsOffset) {
+  auto b = ParseSafetensors(St(kTwoTensors, TwoTensorData()), "b", "m.safetensors");
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(b->dtype(), DType::kFloat16);
+  EXPECT_EQ(b->GetDouble(1), -2.5);
+}
+
+TEST(TensorIo, SafetensorsHeaderLengthPastEndIsRejected) {
+  std::string b = Le(1000, 8) + "{}";
+  EXPECT_THAT(ParseSafetensors(b, "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("runs past the end")));
+  EXPECT_THAT(ParseSafetensors("abc", "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("truncated")));
+}
+
+TEST(TensorIo, SafetensorsAbsurdHeaderLengthIsRejected) {
+  EXPECT_THAT(ParseSafetensors(Le(0xffffffffffffffffull, 8) + "{}", "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("at most 100000000")));
+}
+
+TEST(TensorIo, SafetensorsInvalidJsonIsRejected) {
+  EXPECT_THAT(ParseSafetensors(St("{\"w\": ", ""), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("not valid JSON")));
+  EXPECT_THAT(ParseSafetensors(St(std::string(5000, '[') + std::string(5000, ']'), ""), "w",
+                               "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("nested")));
+}
+
+TEST(TensorIo, SafetensorsJsonNotAnObjectIsRejected) {
+  EXPECT_THAT(ParseSafetensors(St("[1, 2]", ""), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("object expected, found array")));
+}
+
+TEST(TensorIo, SafetensorsMissingTensorListsAvailableNames) {
+  EXPECT_THAT(ParseSafetensors(St(kTwoTensors, TwoTensorData()), "x", "m.safetensors"),
+              StatusIs(kInvalid, AllOf(HasSubstr("m.safetensors"), HasSubstr("'x'"),
+                                       HasSubstr("available: b, w"))));
+}
+
+TEST(TensorIo, SafetensorsUnknownDTypeIsRejected) {
+  const std::string json = R"({"w": {"dtype": "F7", "shape": [3], "data_offsets": [0, 3]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, "abc"), "w", "m.safetensors"),
+              StatusIs(kInvalid, AllOf(HasSubstr("'F7'"), HasSubstr("unknown dtype"))));
+  const std::string i64 = R"({"w": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})";
+  EXPECT_THAT(ParseSafetensors(St(i64, std::string(8, '\0')), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("F64, F32, F16 or BF16 expected")));
+}
+
+TEST(TensorIo, SafetensorsDataOffsetsOutOfRangeAreRejected) {
+  const std::string json = R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, std::string(8, '\0')), "w", "m.safetensors"),
+              StatusIs(kInvalid, AllOf(HasSubstr("out of range"), HasSubstr("8 bytes"))));
+}
+
+TEST(TensorIo, SafetensorsEndBeforeBeginIsRejected) {
+  const std::string json = R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, std::string(8, '\0')), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("end >= begin")));
+}
+
+TEST(TensorIo, SafetensorsSizeNotMatchingShapeIsRejected) {
+  const std::string json = R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, std::string(12, '\0')), "w", "m.safetensors"),
+              StatusIs(kInvalid, AllOf(HasSubstr("16 bytes expected"), HasSubstr("span 12"))));
+}
+
+TEST(TensorIo, SafetensorsOverlappingOffsetsAreRejected) {
+  const std::string json =
+      R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
+      R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, std::string(16, '\0')), "w", "m.safetensors"),
+              StatusIs(kInvalid, AllOf(HasSubstr("overlap"), HasSubstr("'w'"),
+                                       HasSubstr("'b'"))));
+}
+
+TEST(TensorIo, SafetensorsNegativeOrNonIntegerShapeIsRejected) {
+  const std::string neg = R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}})";
+  EXPECT_THAT(ParseSafetensors(St(neg, ""), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("non-negative integer")));
+  const std::string big =
+      R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})";
+  EXPECT_THAT(ParseSafetensors(St(big, ""), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("overflows")));
+  const std::string bad_off = R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})";
+  EXPECT_THAT(ParseSafetensors(St(bad_off, "abcd"), "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("data_offsets")));
+}
+
+// ---- random damage never crashes
+
+void DamageNeverCrashes(const std::string& valid,
+                        const std::function<absl::Status(const std::string&)>& parse) {
+  for (size_t n = 0; n < valid.size(); ++n) {
+    const absl::Status s = parse(valid.substr(0, n));
+    EXPECT_FALSE(s.ok()) << "truncated to " << n << " bytes";
+  }
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<size_t> pos(0, valid.size() - 1);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int i = 0; i < 3000; ++i) {
+    std::string b = valid;
+    const int flips = 1 + i % 4;
+    for (int f = 0; f < flips; ++f) b[pos(rng)] = static_cast<char>(byte(rng));
+    (void)parse(b);  // an error or a tensor; either is fine
+  }
+}
+
+TEST(TensorIo, NpyRandomTruncationsAndByteFlipsNeverCrash) {
+  const std::string valid = Npy(1, Dict("<f8", "(1, 3)"), Raw(kValues));
+  DamageNeverCrashes(valid, [](const std::string& b) {
+    auto t = ParseNpy(b, "fuzz.npy", ExpectBf16());
+    if (t.ok()) {
+      EXPECT_EQ(static_cast<size_t>(t->numel()) * ItemSize(t->dtype()), t->nbytes());
+    }
+    return t.status();
+  });
+}
+
+TEST(TensorIo, SafetensorsRandomTruncationsAndByteFlipsNeverCrash) {
+  const std::string valid = St(kTwoTensors, TwoTensorData());
+  DamageNeverCrashes(valid, [](const std::string& b) {
+    auto t = ParseSafetensors(b, "w", "fuzz.safetensors");
+    return t.status();
+  });
+}
+
+// ---- files and CLI arguments
+
+class TensorFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tensor_io_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const std::string& f : files_) std::remove(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_ + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    EXPECT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    files_.push_back(path);
+    return path;
+  }
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(TensorFileTest, NpyArgumentReadsFromDisk) {
+  const std::string p = Write("x.npy", Npy(2, Dict("<f8", "(3,)"), Raw(kValues)));
+  auto t = ReadTensorArg(p);
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->GetDouble(2), 0.5);
+}
+
+TEST_F(TensorFileTest, SafetensorsArgumentReadsTheNamedTensor) {
+  const std::string p = Write("m.safetensors", St(kTwoTensors, TwoTensorData()));
+  auto t = ReadTensorArg(p + ":w");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->dtype(), DType::kFloat32);
+  EXPECT_EQ(t->GetDouble(1), -2.5);
+}
+
+TEST_F(TensorFileTest, SafetensorsArgumentWithoutNameListsTensors) {
+  const std::string p = Write("m.safetensors", St(kTwoTensors, TwoTensorData()));
+  EXPECT_THAT(ReadTensorArg(p), StatusIs(kInvalid, HasSubstr("available: b, w")));
+  EXPECT_THAT(ReadTensorArg(p + ":"), StatusIs(kInvalid, HasSubstr("available: b, w")));
+  EXPECT_THAT(ReadTensorArg(p + ":nope"), StatusIs(kInvalid, HasSubstr("available: b, w")));
+}
+
+TEST_F(TensorFileTest, WrittenNpyReadsBack) {
+  auto src = FromDoubles(DType::kFloat16, {3}, kValues);
+  ASSERT_THAT(src, IsOk());
+  const std::string p = dir_ + "/out.npy";
+  files_.push_back(p);
+  ASSERT_THAT(WriteNpyFile(p, *src), IsOk());
+  auto t = ReadTensorArg(p);
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->bytes(), src->bytes());
+}
+
+TEST_F(TensorFileTest, FileOverLimitIsRejectedBeforeReading) {
+  const std::string p = Write("x.npy", Npy(1, Dict("<f8", "(3,)"), Raw(kValues)));
+  TensorReadOptions o;
+  o.max_file_bytes = 10;
+  EXPECT_THAT(ReadTensorArg(p, o), StatusIs(kInvalid, HasSubstr("at most 10 bytes")));
+}
+
+TEST_F(TensorFileTest, TruncatedFileOnDiskIsRejected) {
+  const std::string p = Write("t.npy", Npy(1, Dict("<f8", "(4,)"), Raw(kValues)));
+  EXPECT_THAT(ReadTensorArg(p), StatusIs(kInvalid, HasSubstr("truncated")));
+}
+
+TEST_F(TensorFileTest, MissingFileIsNotFound) {
+  EXPECT_THAT(ReadTensorArg(dir_ + "/none.npy"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.npy")));
+}
+
+TEST_F(TensorFileTest, UnknownExtensionIsRejected) {
+  EXPECT_THAT(ReadTensorArg("x.pt"),
+              StatusIs(kInvalid, HasSubstr("FILE.npy or FILE.safetensors:TENSOR")));
+}
+
+}  // namespace
+}  // namespace tensorcheck::cli

@@ -1,0 +1,110 @@
+// Reports of a Verify/Diagnose response: the JSON object of
+// docs/json-report.md, numpy/torch-style text for people, JUnit XML and
+// GitHub Actions annotations for CI.
+//
+//   ReportContext ctx{"verify"};
+//   std::cout << FormatHuman(response, ctx);
+//   std::cout << VerifyResponseToJson(response).dump(2);
+//   WriteFile("report.xml", FormatJUnit(response, ctx));
+//
+// Every format derives its pass/fail lines from one list of Outcomes, so
+// the JUnit failures, the `::error` annotations and the exit code agree.
+//
+// Extension point: the HTML report of issue 3 (`--html FILE`: ranking
+// table, ULP histogram, heatmaps) belongs here as
+//   std::string FormatHtml(const v1::VerifyResponse&, const ReportContext&);
+// built on Outcomes() and the response, like the formats below. It needs the
+// returned outputs for the heatmaps, so the CLI sets return_outputs when
+// --html is given.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck::cli {
+
+namespace pb = ::tensorcheck::v1;
+
+// Which command produced the response ("verify" or "diagnose").
+struct ReportContext {
+  std::string command = "verify";
+};
+
+// The JSON report of docs/json-report.md: keys in the documented order,
+// enums as lower-case words, non-finite numbers as "inf"/"-inf"/"nan",
+// unset messages as null, infinite ULP distances as "inf".
+nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r);
+
+// The capabilities as JSON, with the same conventions.
+nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r);
+
+// One pass/fail line of a report: a JUnit test case, a GitHub annotation.
+struct Outcome {
+  // "observed vs cpu:fp64:none", "cpu:tf32:none", "diagnosis".
+  std::string name;
+  // Whether this outcome is a parity failure (counted in the exit code).
+  bool failed = false;
+  // Informational outcomes (each configuration when an observed output
+  // decides the verdict) never fail; they carry their statistics.
+  bool informational = false;
+  // One line, e.g. "Tensor-likes are not close! Mismatched elements: ...".
+  std::string summary;
+  // The full numpy-style message.
+  std::string details;
+  double seconds = 0;
+};
+
+// The outcomes of a response:
+// - verify with an observed output: "observed vs REFERENCE" (fails when the
+//   observed output is not within tolerance of the reference), then each
+//   configuration, informational, compared with the observed output;
+// - verify without one: each configuration, failing when it is not within
+//   tolerance of the reference;
+// - diagnose: "diagnosis" (fails when no candidate explains the observed
+//   output), then each candidate, informational.
+std::vector<Outcome> Outcomes(const pb::VerifyResponse& r,
+                              const ReportContext& ctx);
+
+// Exit status of a successful RPC: 0 pass, 1 parity failure (verify: the
+// verdict is fail; diagnose: no candidate explains the observed output),
+// 3 when the server sent no verdict.
+int ExitCodeFor(const pb::VerifyResponse& r, const ReportContext& ctx);
+
+// numpy/torch-style text for one comparison:
+//   Tensor-likes are not close!
+//
+//   Mismatched elements: 3 / 1024 (0.3%)
+//   Greatest absolute difference: 0.015625 at index (1, 3) (up to 1e-05 allowed)
+//   Greatest relative difference: 0.0039 at index (1, 3) (up to 0.016 allowed)
+std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t);
+
+// The human report (verify or diagnose), ending in a newline.
+std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx);
+std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r);
+
+// JUnit XML: one <testcase> per Outcome, failures carrying the
+// numpy-style message.
+std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx);
+
+// GitHub Actions workflow commands: `::error` for each failed Outcome and
+// one `::notice` (or `::error`) with the overall result.
+std::string FormatGithubAnnotations(const pb::VerifyResponse& r,
+                                    const ReportContext& ctx);
+// Markdown for $GITHUB_STEP_SUMMARY.
+std::string FormatGithubSummary(const pb::VerifyResponse& r,
+                                const ReportContext& ctx);
+
+// Escaping, exposed for tests.
+// XML text and attribute values (&, <, >, ", ', newlines in attributes;
+// characters XML 1.0 forbids become U+FFFD).
+std::string XmlEscape(absl::string_view s);
+// Workflow-command data: % \r \n.
+std::string GithubEscapeData(absl::string_view s);
+// Workflow-command property values: also : and ,.
+std::string GithubEscapeProperty(absl::string_view s);
+
+}  // namespace tensorcheck::cli

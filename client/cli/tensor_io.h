@@ -1,0 +1,101 @@
+// Tensor files for the CLI: `.npy` (format v1, v2, v3) and `.safetensors`.
+//
+// Reading is strict and bounded: every header field is validated, and the
+// data size is checked against the file size before anything is allocated,
+// so a truncated or hostile file is an INVALID_ARGUMENT naming the file
+// (and tensor) with what was expected and what was found, never a crash or
+// a huge allocation.
+//
+//   TensorReadOptions opts;
+//   opts.expected_dtype = DType::kBFloat16;  // from `--dtype input=bf16`
+//   TC_ASSIGN_OR_RETURN(Tensor x, ReadTensorArg("x.npy", opts));
+//   TC_ASSIGN_OR_RETURN(Tensor w, ReadTensorArg("m.safetensors:fc.weight"));
+//   TC_RETURN_IF_ERROR(WriteNpyFile("out/cpu_fp32_none.npy", y));
+//
+// Accepted `.npy` dtypes: `<f8`, `<f4`, `<f2`, and `<u2` as bfloat16 bit
+// patterns only when the caller expects bfloat16 (numpy has no bfloat16, so
+// bf16 arrays are commonly saved as `x.view(np.uint16)`). Accepted
+// safetensors dtypes: F64, F32, F16, BF16.
+//
+// This library has no gRPC dependency.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/dtype.h"
+#include "server/core/tensor.h"
+
+namespace tensorcheck::cli {
+
+// Files larger than this are rejected before they are read.
+inline constexpr int64_t kDefaultMaxFileBytes = int64_t{8} << 30;  // 8 GiB
+// A safetensors JSON header larger than this is rejected (the reference
+// implementation's own limit is 100 MB).
+inline constexpr int64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+struct TensorReadOptions {
+  // Files (and in-memory buffers) over this size are INVALID_ARGUMENT.
+  int64_t max_file_bytes = kDefaultMaxFileBytes;
+  // The dtype the caller requires (`--dtype NAME=DTYPE`). When set, a
+  // tensor of another dtype is an error. bfloat16 additionally allows a
+  // `.npy` of dtype `<u2`, read as bf16 bit patterns.
+  std::optional<DType> expected_dtype;
+};
+
+// Reads a CLI tensor argument: `path.npy` or `path.safetensors:TENSOR`.
+// `path.safetensors` without a tensor name is an error that lists the
+// tensors the file holds.
+absl::StatusOr<Tensor> ReadTensorArg(absl::string_view arg,
+                                     const TensorReadOptions& options = {});
+
+// Reads a `.npy` file.
+absl::StatusOr<Tensor> ReadNpyFile(const std::string& path,
+                                   const TensorReadOptions& options = {});
+
+// Reads one tensor of a `.safetensors` file. Only the header and that
+// tensor's bytes are read; every entry of the header is still validated
+// (offsets in range, no overlaps, sizes that match dtype and shape).
+absl::StatusOr<Tensor> ReadSafetensorsFile(const std::string& path,
+                                           absl::string_view tensor_name,
+                                           const TensorReadOptions& options = {});
+
+// The same parsers over bytes in memory. `file_name` only labels messages.
+absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes,
+                                absl::string_view file_name,
+                                const TensorReadOptions& options = {});
+absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes,
+                                        absl::string_view tensor_name,
+                                        absl::string_view file_name,
+                                        const TensorReadOptions& options = {});
+
+// Names of the tensors in a safetensors header (without `__metadata__`),
+// sorted. Used to list what is available.
+absl::StatusOr<std::vector<std::string>> ListSafetensors(
+    const std::string& path, const TensorReadOptions& options = {});
+
+// How a bfloat16 tensor is written to `.npy`, which has no bfloat16 dtype.
+enum class Bf16NpyEncoding {
+  // `<f4`: every bf16 value widened exactly to float32. The default: the
+  // file loads with plain numpy and holds exactly the same values.
+  kFloat32,
+  // `<u2`: the raw bit patterns (`np.load(f).view(ml_dtypes.bfloat16)`);
+  // read back with `--dtype NAME=bf16`.
+  kUint16Bits,
+};
+
+// Serialises `t` as a `.npy` format v1.0 file (little-endian, C order,
+// header padded to 64 bytes).
+std::string EncodeNpy(const Tensor& t,
+                      Bf16NpyEncoding bf16 = Bf16NpyEncoding::kFloat32);
+
+// Writes EncodeNpy(t) to `path` (replacing it).
+absl::Status WriteNpyFile(const std::string& path, const Tensor& t,
+                          Bf16NpyEncoding bf16 = Bf16NpyEncoding::kFloat32);
+
+}  // namespace tensorcheck::cli

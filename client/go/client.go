@@ -1,0 +1,259 @@
+package tensorcheck
+
+import (
+	"context"
+	"crypto/tls"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
+)
+
+// DefaultMaxMessageBytes bounds request and response messages unless
+// WithMaxMessageBytes says otherwise. It is larger than gRPC's 4 MiB
+// receive default so that returned outputs of mid-sized layers fit.
+const DefaultMaxMessageBytes = 64 << 20
+
+// Client calls a tensorcheck server. It is safe for concurrent use; make one
+// per target and Close it when done.
+type Client struct {
+	conn *grpc.ClientConn
+	stub pb.TensorCheckClient
+}
+
+type options struct {
+	creds           credentials.TransportCredentials
+	token           string
+	maxMessageBytes int
+	block           bool
+	dialOptions     []grpc.DialOption
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+// WithInsecure uses a plaintext connection (the default).
+func WithInsecure() Option {
+	return func(o *options) { o.creds = nil }
+}
+
+// WithTLS uses TLS with the given configuration (nil: system roots).
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		o.creds = credentials.NewTLS(cfg)
+	}
+}
+
+// WithToken sends "authorization: Bearer <token>" metadata on every call.
+// Over a plaintext connection the token travels in the clear; use WithTLS
+// outside a trusted network.
+func WithToken(token string) Option {
+	return func(o *options) { o.token = token }
+}
+
+// WithMaxMessageBytes bounds the size of each request and response message
+// (default DefaultMaxMessageBytes). A larger message fails with
+// codes.ResourceExhausted before it is sent or after it arrives.
+func WithMaxMessageBytes(n int) Option {
+	return func(o *options) { o.maxMessageBytes = n }
+}
+
+// WithBlock makes Dial wait, within its context, until the connection is
+// up. Without it Dial returns at once and connects on the first call.
+func WithBlock() Option {
+	return func(o *options) { o.block = true }
+}
+
+// WithDialOptions passes extra gRPC dial options (interceptors, keepalive,
+// a load-balancing service config, ...). They are applied last.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// bearer is per-RPC bearer-token metadata.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false so that tokens also work over plaintext
+// connections inside a cluster; WithToken's comment says what that means.
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// Dial connects to a tensorcheck server at target ("host:port", or any gRPC
+// target such as "dns:///tensorcheck.ns.svc:50051"). ctx bounds the dial
+// only when WithBlock is given; each call takes its deadline from its own
+// context.
+func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
+	o := options{maxMessageBytes: DefaultMaxMessageBytes}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxMessageBytes <= 0 {
+		return nil, invalidArgument("max_message_bytes", "is %d, expected > 0", o.maxMessageBytes)
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(o.maxMessageBytes),
+			grpc.MaxCallSendMsgSize(o.maxMessageBytes),
+		),
+	}
+	if o.creds != nil {
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(o.creds))
+	} else {
+		dialOpts = append(dialOpts, grpc.WithInsecure())
+	}
+	if o.token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(o.token)))
+	}
+	if o.block {
+		dialOpts = append(dialOpts, grpc.WithBlock())
+	}
+	dialOpts = append(dialOpts, o.dialOptions...)
+	conn, err := grpc.DialContext(ctx, target, dialOpts...)
+	if err != nil {
+		return nil, fromRPC(err)
+	}
+	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn)}, nil
+}
+
+// Close releases the connection. Calls in flight fail with codes.Canceled.
+func (c *Client) Close() error {
+	return c.conn.Close()
+}
+
+// Conn is the underlying connection, for the standard health service or
+// for calling the generated stubs in tensorcheckpb directly.
+func (c *Client) Conn() *grpc.ClientConn {
+	return c.conn
+}
+
+// VerifyLinear runs the layer under each of req.Configs and compares each
+// output with the reference and, when req.Observed is set, with it.
+// Report.Passed is the verdict; a request the server cannot run is an
+// *Error (codes.InvalidArgument, codes.NotFound for an unknown backend, ...).
+func (c *Client) VerifyLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
+	msg, err := req.toProto(false)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stub.Verify(ctx, msg)
+	if err != nil {
+		return nil, fromRPC(err)
+	}
+	return reportFromProto(resp), nil
+}
+
+// DiagnoseLinear ranks req.Configs (none: every configuration this host
+// supports) by how well each explains req.Observed, which is required, and
+// sets Report.Diagnosis.
+func (c *Client) DiagnoseLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
+	msg, err := req.toProto(true)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.stub.Diagnose(ctx, msg)
+	if err != nil {
+		return nil, fromRPC(err)
+	}
+	return reportFromProto(resp), nil
+}
+
+// Capabilities describes what the server can run, its devices and limits.
+type Capabilities struct {
+	ServerVersion    string
+	Backends         []BackendInfo
+	Limits           Limits
+	DefaultReference string
+	TolerancePresets []string
+	// Whether the server has the content-addressed tensor store.
+	TensorStore bool
+}
+
+// BackendInfo is one backend on the server's host.
+type BackendInfo struct {
+	Name      string
+	Available bool
+	// Why the backend cannot run here (no device, ...).
+	UnavailableReason string
+	Precisions        []string
+	BiasModes         []string
+	// Every canonical configuration this backend runs here.
+	Configs       []string
+	Device        *DeviceInfo
+	StorageDTypes []DType
+}
+
+// DeviceInfo describes a backend's device.
+type DeviceInfo struct {
+	Name              string
+	ComputeCapability string
+	MemoryBytes       int64
+	DriverVersion     string
+	RuntimeVersion    string
+	CublasVersion     string
+}
+
+// Limits are the server's bounds on a request.
+type Limits struct {
+	MaxMessageBytes int64
+	MaxTensorBytes  int64
+	MaxConfigs      int64
+	MaxRank         int64
+	MaxTopK         int64
+	MaxRepeat       int64
+}
+
+// Capabilities asks the server what it can run.
+func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
+	resp, err := c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{})
+	if err != nil {
+		return nil, fromRPC(err)
+	}
+	caps := &Capabilities{
+		ServerVersion:    resp.ServerVersion,
+		DefaultReference: resp.DefaultReference,
+		TolerancePresets: resp.TolerancePresets,
+		TensorStore:      resp.TensorStore,
+	}
+	if l := resp.Limits; l != nil {
+		caps.Limits = Limits{
+			MaxMessageBytes: l.MaxMessageBytes,
+			MaxTensorBytes:  l.MaxTensorBytes,
+			MaxConfigs:      l.MaxConfigs,
+			MaxRank:         l.MaxRank,
+			MaxTopK:         l.MaxTopK,
+			MaxRepeat:       l.MaxRepeat,
+		}
+	}
+	for _, b := range resp.Backends {
+		info := BackendInfo{
+			Name:              b.Name,
+			Available:         b.Available,
+			UnavailableReason: b.UnavailableReason,
+			Precisions:        b.Precisions,
+			BiasModes:         b.BiasModes,
+			Configs:           b.Configs,
+		}
+		if d := b.Device; d != nil {
+			info.Device = &DeviceInfo{
+				Name:              d.Name,
+				ComputeCapability: d.ComputeCapability,
+				MemoryBytes:       d.MemoryBytes,
+				DriverVersion:     d.DriverVersion,
+				RuntimeVersion:    d.RuntimeVersion,
+				CublasVersion:     d.CublasVersion,
+			}
+		}
+		for _, dt := range b.StorageDtypes {
+			info.StorageDTypes = append(info.StorageDTypes, DType(dt))
+		}
+		caps.Backends = append(caps.Backends, info)
+	}
+	return caps, nil
+}

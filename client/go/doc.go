@@ -1,0 +1,27 @@
+// Package tensorcheck is the Go client of the tensorcheck service, which
+// verifies the numerics of linear layers y = act(x·Wᵀ + b) remotely: it runs
+// the layer under backend configurations ("cpu:fp32", "cpu:tf32:fused",
+// "cublaslt:bf16:fused", ...), compares each with a high-precision reference
+// and with the output your framework produced, and says which configuration
+// that output matches.
+//
+//	c, err := tensorcheck.Dial(ctx, "localhost:50051")
+//	if err != nil { ... }
+//	defer c.Close()
+//	rep, err := c.VerifyLinear(ctx, &tensorcheck.LinearRequest{
+//		Input:    tensorcheck.Float32Tensor(x, 2, 768),
+//		Weight:   tensorcheck.Float32Tensor(w, 512, 768),
+//		Bias:     tensorcheck.Float32Tensor(b, 512),
+//		Observed: tensorcheck.Float32Tensor(y, 2, 512),
+//		Configs:  []string{"cpu:fp32", "cpu:tf32:fused"},
+//	})
+//	if err != nil { ... }
+//	fmt.Println(rep.Passed, rep.Result("cpu:tf32").VsObserved.MaxAbs)
+//
+// Every call takes a context.Context first and its deadline from it. Errors
+// are *Error values carrying the gRPC status code and the server's message;
+// requests with obvious mistakes (data length vs shape) are refused before
+// they are sent, with codes.InvalidArgument and a message naming the field.
+//
+// The generated protocol code lives in the tensorcheckpb subpackage.
+package tensorcheck

@@ -1,0 +1,63 @@
+package tensorcheck_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	tensorcheck "github.com/tensorcheck/tensorcheck/client/go"
+)
+
+// Compiled, not run: it needs a server.
+func ExampleClient_VerifyLinear() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := tensorcheck.Dial(ctx, "localhost:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	x := []float32{0.1, -0.2, 0.3, 0.7, 1.1, 0.9}       // [2, 3]
+	w := []float32{0.5, -0.25, 0.333, 0.77, 0.01, -0.6} // [2, 3], torch layout
+	y := []float32{0.0299, 0.2, -0.3, 0.4}              // [2, 2], from your framework
+	rep, err := c.VerifyLinear(ctx, &tensorcheck.LinearRequest{
+		Input:     tensorcheck.Float32Tensor(x, 2, 3),
+		Weight:    tensorcheck.Float32Tensor(w, 2, 3),
+		Observed:  tensorcheck.Float32Tensor(y, 2, 2),
+		Configs:   []string{"cpu:fp32", "cpu:tf32:fused"},
+		Tolerance: tensorcheck.Tolerance{Preset: "torch", Atol: tensorcheck.Float(1e-4)},
+	})
+	if err != nil {
+		log.Fatal(err) // a *tensorcheck.Error with the gRPC code
+	}
+	fmt.Println("passed:", rep.Passed)
+	for _, r := range rep.Results {
+		fmt.Printf("%s: max_abs vs observed %g\n", r.Config, r.VsObserved.MaxAbs)
+	}
+}
+
+func ExampleClient_DiagnoseLinear() {
+	ctx := context.Background()
+	c, err := tensorcheck.Dial(ctx, "localhost:50051", tensorcheck.WithToken("my-token"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	// bf16 tensors travel as their bit patterns.
+	x := []uint16{0x3f80, 0x3c00} // 1, 2^-7
+	w := []uint16{0x4000, 0x3f80} // 2, 1
+	b := []uint16{0x3c00}         // 2^-7
+	y := []uint16{0x4000}         // 2: what candle computes (unfused bias)
+	rep, err := c.DiagnoseLinear(ctx, &tensorcheck.LinearRequest{
+		Input:    tensorcheck.BFloat16Tensor(x, 1, 2),
+		Weight:   tensorcheck.BFloat16Tensor(w, 1, 2),
+		Bias:     tensorcheck.BFloat16Tensor(b, 1),
+		Observed: tensorcheck.BFloat16Tensor(y, 1, 1),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(rep.Diagnosis.Best, "-", rep.Diagnosis.Explanation)
+}

@@ -1,0 +1,181 @@
+package tensorcheck
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang/protobuf/ptypes/wrappers"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
+)
+
+// fakeServer is an in-process TensorCheck server that records what arrives
+// and answers what the test says; it checks the client's plumbing without
+// the real server.
+type fakeServer struct {
+	pb.UnimplementedTensorCheckServer
+	mu       sync.Mutex
+	lastReq  *pb.VerifyRequest
+	lastAuth []string
+	resp     *pb.VerifyResponse
+	err      error
+	block    bool
+}
+
+func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.VerifyResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	f.lastReq, f.lastAuth = req, md.Get("authorization")
+	resp, err, block := f.resp, f.err, f.block
+	f.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return resp, err
+}
+
+func (f *fakeServer) Diagnose(ctx context.Context, req *pb.VerifyRequest) (*pb.VerifyResponse, error) {
+	return f.Verify(ctx, req)
+}
+
+func (f *fakeServer) GetCapabilities(context.Context, *pb.GetCapabilitiesRequest) (*pb.GetCapabilitiesResponse, error) {
+	return &pb.GetCapabilitiesResponse{
+		ServerVersion:    "fake",
+		DefaultReference: "cpu:fp64",
+		Backends: []*pb.BackendInfo{{
+			Name: "cpu", Available: true, Configs: []string{"cpu:fp32:fused"},
+			StorageDtypes: []pb.DType{pb.DType_DTYPE_FLOAT32},
+			Device:        &pb.DeviceInfo{Name: "host"},
+		}},
+		Limits: &pb.Limits{MaxConfigs: 16},
+	}, nil
+}
+
+func startFake(t *testing.T, opts ...Option) (*fakeServer, *Client) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeServer{}
+	srv := grpc.NewServer()
+	pb.RegisterTensorCheckServer(srv, fake)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	c, err := Dial(context.Background(), lis.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return fake, c
+}
+
+func TestFakeReportMirrorsTheResponse(t *testing.T) {
+	fake, c := startFake(t, WithToken("s3cret"))
+	fake.resp = &pb.VerifyResponse{
+		Verdict:     pb.Verdict_VERDICT_PASS,
+		Tolerance:   &pb.Tolerance{Preset: pb.Tolerance_PRESET_TORCH, Atol: &wrappers.DoubleValue{Value: 1e-5}},
+		OutputShape: []int64{2, 2},
+		Results: []*pb.ConfigResult{
+			{Config: "cpu:fp32:fused", VsReference: &pb.Stats{MaxAbs: 0.25, MaxAbsIndex: []int64{1, 0},
+				BoundRatio: &wrappers.DoubleValue{Value: 0.9}, ComparedDtype: pb.DType_DTYPE_FLOAT32,
+				Worst:        []*pb.Element{{Index: []int64{1, 0}, ActualBits: "0x3f800000", Ulp: 3}},
+				UlpHistogram: []*pb.UlpBucket{{Lo: 3, Hi: 4, Count: 1}}}},
+			{Config: "cpu:tf32:unfused", Output: &pb.Tensor{Dtype: pb.DType_DTYPE_FLOAT32, Shape: []int64{1},
+				Source: &pb.Tensor_Data{Data: []byte{0, 0, 0x80, 0x3f}}}},
+		},
+		Diagnosis: &pb.Diagnosis{Best: "cpu:tf32:unfused", Ranking: []*pb.RankedCandidate{{Config: "cpu:tf32:unfused"}},
+			Localization: &pb.Localization{Columns: []*pb.Group{{Index: 7, Mismatched: 2, Share: 1}}}},
+	}
+	rep, err := c.DiagnoseLinear(context.Background(), &LinearRequest{
+		Input: Float32Tensor([]float32{1, 2}, 1, 2), Weight: Float32Tensor([]float32{1, 2, 3, 4}, 2, 2),
+		Observed: Float32Tensor([]float32{5, 11}, 1, 2),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.lastAuth) != 1 || fake.lastAuth[0] != "Bearer s3cret" {
+		t.Errorf("authorization metadata = %q", fake.lastAuth)
+	}
+	if !rep.Passed || rep.Tolerance.Preset != "torch" || rep.Tolerance.Atol == nil || *rep.Tolerance.Atol != 1e-5 ||
+		rep.Tolerance.Rtol != nil || len(rep.OutputShape) != 2 || rep.ObservedVsReference != nil || rep.Reference != nil {
+		t.Errorf("report = %+v", rep)
+	}
+	s := rep.Result("cpu:fp32").VsReference
+	if s.MaxAbs != 0.25 || s.MaxAbsIndex[0] != 1 || s.BoundRatio == nil || *s.BoundRatio != 0.9 ||
+		s.ComparedDType != Float32 || s.Worst[0].ULP != 3 || s.ULPHistogram[0].Hi != 4 {
+		t.Errorf("stats = %+v", s)
+	}
+	if r := rep.Result("cpu:tf32"); r == nil || r.VsObserved != nil || r.Output == nil {
+		t.Fatalf("tf32 result = %+v", r)
+	}
+	if out, err := rep.Result("cpu:tf32:unfused").Output.Float64s(); err != nil || out[0] != 1 {
+		t.Errorf("output = %v, %v", out, err)
+	}
+	if rep.Result("cublas:fp32") != nil {
+		t.Errorf("Result of an absent config is not nil")
+	}
+	d := rep.Diagnosis
+	if d == nil || d.Best != "cpu:tf32:unfused" || len(d.Ranking) != 1 || d.Localization.Columns[0].Index != 7 {
+		t.Errorf("diagnosis = %+v", d)
+	}
+}
+
+func TestFakeStatusBecomesError(t *testing.T) {
+	fake, c := startFake(t)
+	fake.err = status.Error(codes.NotFound, "unknown backend \"tpu\"")
+	_, err := c.VerifyLinear(context.Background(), validRequest())
+	var e *Error
+	if !errors.As(err, &e) || e.Code != codes.NotFound || e.Message != "unknown backend \"tpu\"" {
+		t.Fatalf("got %#v", err)
+	}
+	if Code(err) != codes.NotFound || status.Code(err) != codes.NotFound {
+		t.Errorf("Code(err) = %v, status.Code(err) = %v", Code(err), status.Code(err))
+	}
+}
+
+func TestFakeContextDeadlineIsDeadlineExceeded(t *testing.T) {
+	fake, c := startFake(t)
+	fake.block = true
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.VerifyLinear(ctx, validRequest())
+	if Code(err) != codes.DeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestFakeOversizedRequestIsResourceExhausted(t *testing.T) {
+	_, c := startFake(t, WithMaxMessageBytes(1024))
+	r := validRequest()
+	r.Input = Float32Tensor(make([]float32, 600), 200, 3)
+	_, err := c.VerifyLinear(context.Background(), r)
+	if Code(err) != codes.ResourceExhausted {
+		t.Fatalf("got %v, want ResourceExhausted", err)
+	}
+}
+
+func TestFakeCapabilities(t *testing.T) {
+	_, c := startFake(t)
+	caps, err := c.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.ServerVersion != "fake" || len(caps.Backends) != 1 || caps.Backends[0].Device.Name != "host" ||
+		caps.Backends[0].StorageDTypes[0] != Float32 || caps.Limits.MaxConfigs != 16 {
+		t.Errorf("capabilities = %+v", caps)
+	}
+}

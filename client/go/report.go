@@ -1,0 +1,295 @@
+package tensorcheck
+
+import (
+	"strings"
+
+	"github.com/golang/protobuf/ptypes/wrappers"
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
+)
+
+// Report is the answer to VerifyLinear and DiagnoseLinear. It mirrors the
+// VerifyResponse message and the CLI's JSON report (docs/json-report.md).
+type Report struct {
+	// Whether the verdict is "pass".
+	Passed bool
+	// The tolerance as applied: preset resolved, Atol/Rtol filled in.
+	Tolerance Tolerance
+	// The observed output against the reference; nil without Observed.
+	ObservedVsReference *Stats
+	// One per requested configuration, in request order.
+	Results []ConfigResult
+	// The reference configuration's own run.
+	Reference *ConfigResult
+	// Set by DiagnoseLinear.
+	Diagnosis *Diagnosis
+	// Numerics facts relevant to this request.
+	Notes []string
+	// Shape of every output, [..., N].
+	OutputShape []int64
+}
+
+// Result returns the result for config: an exact match of the canonical
+// "backend:precision:bias" name, else the first result whose name starts
+// with config followed by ':' (so "cpu:fp32" finds "cpu:fp32:fused").
+// It returns nil when none matches.
+func (r *Report) Result(config string) *ConfigResult {
+	for i := range r.Results {
+		if r.Results[i].Config == config {
+			return &r.Results[i]
+		}
+	}
+	for i := range r.Results {
+		if strings.HasPrefix(r.Results[i].Config, config+":") {
+			return &r.Results[i]
+		}
+	}
+	return nil
+}
+
+// ConfigResult is one configuration's run.
+type ConfigResult struct {
+	// Canonical "backend:precision:bias".
+	Config      string
+	VsReference *Stats
+	// Nil when no observed output was sent.
+	VsObserved *Stats
+	ElapsedMS  float64
+	// With LinearRequest.ReturnOutputs.
+	Output *Tensor
+	// Backend detail: algorithm id, device, workspace.
+	Details map[string]string
+	// With Repeat > 1: whether every run gave the same bits.
+	Deterministic bool
+	Runs          int32
+}
+
+// Stats are the differences between an actual and an expected tensor.
+type Stats struct {
+	Total             int64
+	Mismatched        int64
+	MaxAbs            float64
+	MaxAbsIndex       []int64
+	MaxRel            float64
+	MaxRelIndex       []int64
+	MeanAbs           float64
+	RMS               float64
+	RelL2             float64 // ||a-e|| / ||e||
+	Cosine            float64
+	MaxULP            uint64
+	MeanULP           float64
+	ULPHistogram      []ULPBucket
+	BitwiseEqual      bool
+	BitwiseEqualCount int64
+	NaNActual         int64
+	NaNExpected       int64
+	InfActual         int64
+	InfExpected       int64
+	NaNMismatch       int64 // positions where exactly one side is NaN
+	Worst             []Element
+	TopColumns        []Group
+	TopRows           []Group
+	// Observed error over the error the precision BoundPrecision predicts
+	// (~1: as predicted); nil when no error model applies.
+	BoundRatio     *float64
+	BoundPrecision string
+	// The dtype the ULP distance and the tolerance defaults are taken in.
+	ComparedDType DType
+	// Whether this comparison passes the request's tolerance.
+	Passed bool
+}
+
+// ULPBucket counts elements whose ULP distance lies in [Lo, Hi].
+type ULPBucket struct {
+	Lo, Hi uint64
+	Count  int64
+}
+
+// Element is one compared element, as listed among the worst.
+type Element struct {
+	Index                    []int64
+	Actual, Expected         float64
+	ActualBits, ExpectedBits string // "0x..." in the compared dtype
+	AbsDiff, RelDiff         float64
+	ULP                      uint64
+}
+
+// Group is a column (last dimension) or row (flattened leading dimensions)
+// where mismatches concentrate.
+type Group struct {
+	Index      int64
+	Mismatched int64
+	// Share of all mismatched elements this group holds.
+	Share float64
+}
+
+// Diagnosis says which configuration the observed output matches.
+type Diagnosis struct {
+	// Empty when no candidate explains the observed output.
+	Best string
+	// Configurations indistinguishable from Best on this request.
+	Equivalent []string
+	// Candidates the evidence cannot separate from Best.
+	Tied          []string
+	Confidence    float64
+	Ranking       []RankedCandidate
+	FrameworkHint string
+	Localization  *Localization
+	Explanation   string
+}
+
+// RankedCandidate is one candidate's agreement with the observed output.
+type RankedCandidate struct {
+	Config               string
+	BitwiseEqualFraction float64
+	MaxULP               uint64
+	MeanULP              float64
+	BoundRatio           *float64
+	// Candidates that computed the same bits for this request.
+	Equivalent []string
+}
+
+// Localization is where the remaining differences sit.
+type Localization struct {
+	Columns, Rows []Group
+	// Elements far beyond the best candidate's error model.
+	Outliers []Element
+}
+
+func reportFromProto(p *pb.VerifyResponse) *Report {
+	r := &Report{
+		Passed:              p.Verdict == pb.Verdict_VERDICT_PASS,
+		Tolerance:           toleranceFromProto(p.Tolerance),
+		ObservedVsReference: statsFromProto(p.ObservedVsReference),
+		Reference:           configResultFromProto(p.Reference),
+		Diagnosis:           diagnosisFromProto(p.Diagnosis),
+		Notes:               p.Notes,
+		OutputShape:         p.OutputShape,
+	}
+	if len(p.Results) > 0 {
+		r.Results = make([]ConfigResult, len(p.Results))
+		for i, c := range p.Results {
+			if c != nil {
+				r.Results[i] = *configResultFromProto(c)
+			}
+		}
+	}
+	return r
+}
+
+func configResultFromProto(p *pb.ConfigResult) *ConfigResult {
+	if p == nil {
+		return nil
+	}
+	return &ConfigResult{
+		Config:        p.Config,
+		VsReference:   statsFromProto(p.VsReference),
+		VsObserved:    statsFromProto(p.VsObserved),
+		ElapsedMS:     p.ElapsedMs,
+		Output:        tensorFromProto(p.Output),
+		Details:       p.Details,
+		Deterministic: p.Deterministic,
+		Runs:          p.Runs,
+	}
+}
+
+func optFloat(v *wrappers.DoubleValue) *float64 {
+	if v == nil {
+		return nil
+	}
+	return Float(v.Value)
+}
+
+func statsFromProto(p *pb.Stats) *Stats {
+	if p == nil {
+		return nil
+	}
+	s := &Stats{
+		Total:             p.Total,
+		Mismatched:        p.Mismatched,
+		MaxAbs:            p.MaxAbs,
+		MaxAbsIndex:       p.MaxAbsIndex,
+		MaxRel:            p.MaxRel,
+		MaxRelIndex:       p.MaxRelIndex,
+		MeanAbs:           p.MeanAbs,
+		RMS:               p.Rms,
+		RelL2:             p.RelL2,
+		Cosine:            p.Cosine,
+		MaxULP:            p.MaxUlp,
+		MeanULP:           p.MeanUlp,
+		BitwiseEqual:      p.BitwiseEqual,
+		BitwiseEqualCount: p.BitwiseEqualCount,
+		NaNActual:         p.NanActual,
+		NaNExpected:       p.NanExpected,
+		InfActual:         p.InfActual,
+		InfExpected:       p.InfExpected,
+		NaNMismatch:       p.NanMismatch,
+		Worst:             elementsFromProto(p.Worst),
+		TopColumns:        groupsFromProto(p.TopColumns),
+		TopRows:           groupsFromProto(p.TopRows),
+		BoundRatio:        optFloat(p.BoundRatio),
+		BoundPrecision:    p.BoundPrecision,
+		ComparedDType:     DType(p.ComparedDtype),
+		Passed:            p.Passed,
+	}
+	for _, b := range p.UlpHistogram {
+		s.ULPHistogram = append(s.ULPHistogram, ULPBucket{Lo: b.Lo, Hi: b.Hi, Count: b.Count})
+	}
+	return s
+}
+
+func elementsFromProto(ps []*pb.Element) []Element {
+	var out []Element
+	for _, e := range ps {
+		out = append(out, Element{
+			Index:        e.Index,
+			Actual:       e.Actual,
+			Expected:     e.Expected,
+			ActualBits:   e.ActualBits,
+			ExpectedBits: e.ExpectedBits,
+			AbsDiff:      e.AbsDiff,
+			RelDiff:      e.RelDiff,
+			ULP:          e.Ulp,
+		})
+	}
+	return out
+}
+
+func groupsFromProto(ps []*pb.Group) []Group {
+	var out []Group
+	for _, g := range ps {
+		out = append(out, Group{Index: g.Index, Mismatched: g.Mismatched, Share: g.Share})
+	}
+	return out
+}
+
+func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
+	if p == nil {
+		return nil
+	}
+	d := &Diagnosis{
+		Best:          p.Best,
+		Equivalent:    p.Equivalent,
+		Tied:          p.Tied,
+		Confidence:    p.Confidence,
+		FrameworkHint: p.FrameworkHint,
+		Explanation:   p.Explanation,
+	}
+	for _, c := range p.Ranking {
+		d.Ranking = append(d.Ranking, RankedCandidate{
+			Config:               c.Config,
+			BitwiseEqualFraction: c.BitwiseEqualFraction,
+			MaxULP:               c.MaxUlp,
+			MeanULP:              c.MeanUlp,
+			BoundRatio:           optFloat(c.BoundRatio),
+			Equivalent:           c.Equivalent,
+		})
+	}
+	if l := p.Localization; l != nil {
+		d.Localization = &Localization{
+			Columns:  groupsFromProto(l.Columns),
+			Rows:     groupsFromProto(l.Rows),
+			Outliers: elementsFromProto(l.Outliers),
+		}
+	}
+	return d
+}

@@ -1,0 +1,229 @@
+package tensorcheck
+
+import (
+	"math"
+	"strings"
+
+	"github.com/golang/protobuf/ptypes/wrappers"
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
+)
+
+// WeightLayout says how the weight is stored. The zero value is OutIn.
+type WeightLayout int32
+
+const (
+	// OutIn is [N, K]: torch.nn.Linear.weight, candle Linear.
+	OutIn WeightLayout = WeightLayout(pb.WeightLayout_WEIGHT_LAYOUT_OUT_IN)
+	// InOut is [K, N]: a flax nn.Dense kernel.
+	InOut WeightLayout = WeightLayout(pb.WeightLayout_WEIGHT_LAYOUT_IN_OUT)
+)
+
+// Activation applied after the bias. The zero value is ActivationNone.
+type Activation int32
+
+const (
+	ActivationNone Activation = Activation(pb.Activation_ACTIVATION_NONE)
+	ActivationReLU Activation = Activation(pb.Activation_ACTIVATION_RELU)
+	// ActivationGELUTanh is 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))),
+	// as cuBLASLt's GELU epilogue.
+	ActivationGELUTanh Activation = Activation(pb.Activation_ACTIVATION_GELU_TANH)
+)
+
+// Tolerance decides pass/fail. The zero value is the "torch" preset with
+// torch.testing.assert_close's defaults for the compared dtype.
+type Tolerance struct {
+	// "torch" (default), "numpy", "polygraphy", "explicit", "ulp" or "bound".
+	Preset string
+	// Overrides of the preset's atol/rtol; for "explicit", the values.
+	Atol, Rtol *float64
+	// For "ulp".
+	MaxULP uint64
+	// The constant c of "bound"; 0 means 1.
+	BoundFactor float64
+	// Whether NaN compares equal to NaN.
+	NaNEqual bool
+	// For "bound": the precision ("fp32", "tf32", "bf16", ...) whose bound
+	// the observed output is held to; empty: the output dtype's own.
+	BoundPrecision string
+}
+
+// Float returns a pointer to v, for Tolerance.Atol and Tolerance.Rtol:
+// Tolerance{Atol: tensorcheck.Float(1e-4), Rtol: tensorcheck.Float(0)}.
+func Float(v float64) *float64 { return &v }
+
+var presets = map[string]pb.Tolerance_Preset{
+	"":           pb.Tolerance_PRESET_UNSPECIFIED,
+	"torch":      pb.Tolerance_PRESET_TORCH,
+	"numpy":      pb.Tolerance_PRESET_NUMPY,
+	"polygraphy": pb.Tolerance_PRESET_POLYGRAPHY,
+	"explicit":   pb.Tolerance_PRESET_EXPLICIT,
+	"ulp":        pb.Tolerance_PRESET_ULP,
+	"bound":      pb.Tolerance_PRESET_BOUND,
+}
+
+func presetName(p pb.Tolerance_Preset) string {
+	for name, v := range presets {
+		if v == p && name != "" {
+			return name
+		}
+	}
+	return ""
+}
+
+// LinearRequest is y = act(x·Wᵀ + b) with the output a framework produced
+// and the configurations to run. Input, Weight and, for DiagnoseLinear,
+// Observed are required.
+type LinearRequest struct {
+	// [..., K]; leading dimensions are flattened to M.
+	Input *Tensor
+	// [N, K] (OutIn, the default) or [K, N] (InOut); same dtype as Input.
+	Weight       *Tensor
+	WeightLayout WeightLayout
+	// Optional, [N].
+	Bias       *Tensor
+	Activation Activation
+	// Dtype every configuration rounds its output to; 0: Input's dtype.
+	OutputDType DType
+	// The output the caller's framework produced, [..., N]; optional for
+	// VerifyLinear.
+	Observed *Tensor
+	// Configurations "backend:precision[:bias]", e.g. "cpu:fp32",
+	// "cublaslt:bf16:fused". VerifyLinear with none runs the reference
+	// alone; DiagnoseLinear with none ranks every configuration the host
+	// supports.
+	Configs []string
+	// Default "cpu:fp64".
+	Reference string
+	Tolerance Tolerance
+	// Return every configuration's output tensor (ConfigResult.Output).
+	ReturnOutputs bool
+	// Worst elements listed per comparison (0: 10) and columns/rows listed
+	// where mismatches concentrate (0: 5).
+	TopK, TopGroups int32
+	// Run each configuration this many times and report determinism.
+	Repeat int32
+	// Forbid reduced-precision reductions on GPU backends.
+	DisallowReducedPrecisionReduction bool
+}
+
+// toProto validates what the client can check alone and builds the message.
+func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
+	if r == nil {
+		return nil, invalidArgument("request", "is nil")
+	}
+	required := []struct {
+		name string
+		t    *Tensor
+		need bool
+	}{
+		{"input", r.Input, true},
+		{"weight", r.Weight, true},
+		{"bias", r.Bias, false},
+		{"observed", r.Observed, needObserved},
+	}
+	for _, f := range required {
+		if f.t == nil {
+			if f.need {
+				return nil, invalidArgument(f.name, "is required")
+			}
+			continue
+		}
+		if err := f.t.validate(f.name); err != nil {
+			return nil, err
+		}
+	}
+	if r.OutputDType != 0 && r.OutputDType.ItemSize() == 0 {
+		return nil, invalidArgument("output_dtype", "%v is not one of float64, float32, float16, bfloat16", r.OutputDType)
+	}
+	switch r.WeightLayout {
+	case 0, OutIn, InOut:
+	default:
+		return nil, invalidArgument("weight_layout", "%d is not OutIn or InOut", r.WeightLayout)
+	}
+	switch r.Activation {
+	case 0, ActivationNone, ActivationReLU, ActivationGELUTanh:
+	default:
+		return nil, invalidArgument("activation", "%d is not None, ReLU or GELUTanh", r.Activation)
+	}
+	for i, c := range r.Configs {
+		if strings.TrimSpace(c) == "" {
+			return nil, invalidArgument("configs", "entry %d is empty; expected backend:precision[:bias]", i)
+		}
+	}
+	tol, err := r.Tolerance.toProto()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.VerifyRequest{
+		Op: &pb.LinearOp{
+			Input:        r.Input.toProto(),
+			Weight:       r.Weight.toProto(),
+			WeightLayout: pb.WeightLayout(r.WeightLayout),
+			Bias:         r.Bias.toProto(),
+			Activation:   pb.Activation(r.Activation),
+			OutputDtype:  pb.DType(r.OutputDType),
+		},
+		Observed:  r.Observed.toProto(),
+		Configs:   r.Configs,
+		Reference: r.Reference,
+		Tolerance: tol,
+		Output: &pb.OutputOptions{
+			ReturnOutputs: r.ReturnOutputs,
+			TopK:          r.TopK,
+			TopGroups:     r.TopGroups,
+		},
+		Repeat:                            r.Repeat,
+		DisallowReducedPrecisionReduction: r.DisallowReducedPrecisionReduction,
+	}, nil
+}
+
+func (t *Tolerance) toProto() (*pb.Tolerance, error) {
+	preset, ok := presets[strings.ToLower(t.Preset)]
+	if !ok {
+		return nil, invalidArgument("tolerance.preset", "%q is not one of torch, numpy, polygraphy, explicit, ulp, bound", t.Preset)
+	}
+	out := &pb.Tolerance{
+		Preset:         preset,
+		MaxUlp:         t.MaxULP,
+		BoundFactor:    t.BoundFactor,
+		NanEqual:       t.NaNEqual,
+		BoundPrecision: t.BoundPrecision,
+	}
+	for _, v := range []struct {
+		name string
+		p    *float64
+		dst  **wrappers.DoubleValue
+	}{{"tolerance.atol", t.Atol, &out.Atol}, {"tolerance.rtol", t.Rtol, &out.Rtol}} {
+		if v.p == nil {
+			continue
+		}
+		if math.IsNaN(*v.p) || *v.p < 0 {
+			return nil, invalidArgument(v.name, "is %v, expected a number >= 0", *v.p)
+		}
+		*v.dst = &wrappers.DoubleValue{Value: *v.p}
+	}
+	if t.BoundFactor < 0 || math.IsNaN(t.BoundFactor) {
+		return nil, invalidArgument("tolerance.bound_factor", "is %v, expected a number >= 0", t.BoundFactor)
+	}
+	return out, nil
+}
+
+func toleranceFromProto(p *pb.Tolerance) Tolerance {
+	if p == nil {
+		return Tolerance{}
+	}
+	t := Tolerance{
+		Preset:         presetName(p.Preset),
+		MaxULP:         p.MaxUlp,
+		BoundFactor:    p.BoundFactor,
+		NaNEqual:       p.NanEqual,
+		BoundPrecision: p.BoundPrecision,
+	}
+	if p.Atol != nil {
+		t.Atol = Float(p.Atol.Value)
+	}
+	if p.Rtol != nil {
+		t.Rtol = Float(p.Rtol.Value)
+	}
+	return t
+}

@@ -1,0 +1,197 @@
+package tensorcheck
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
+)
+
+// DType is a tensor's storage type.
+type DType int32
+
+// The storage types the service accepts. The zero value is "unspecified".
+const (
+	Float64  DType = DType(pb.DType_DTYPE_FLOAT64)
+	Float32  DType = DType(pb.DType_DTYPE_FLOAT32)
+	Float16  DType = DType(pb.DType_DTYPE_FLOAT16)
+	BFloat16 DType = DType(pb.DType_DTYPE_BFLOAT16)
+)
+
+// String returns the name used in the JSON report: "float64", "float32",
+// "float16", "bfloat16".
+func (d DType) String() string {
+	switch d {
+	case Float64:
+		return "float64"
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	case 0:
+		return "unspecified"
+	}
+	return fmt.Sprintf("DType(%d)", int32(d))
+}
+
+// ItemSize is the size of one element in bytes; 0 for an unknown dtype.
+func (d DType) ItemSize() int {
+	switch d {
+	case Float64:
+		return 8
+	case Float32:
+		return 4
+	case Float16, BFloat16:
+		return 2
+	}
+	return 0
+}
+
+// Tensor is a dense tensor as the service sees it: a dtype, a row-major
+// shape and the elements as little-endian bytes. The constructors encode a
+// Go slice once; the bytes are sent as they are, with no further copy.
+type Tensor struct {
+	DType DType
+	Shape []int64
+	// numel(Shape) * DType.ItemSize() bytes, little-endian, row-major.
+	Data []byte
+}
+
+// shapeOr returns shape, or [n] when no shape was given.
+func shapeOr(shape []int64, n int) []int64 {
+	if len(shape) == 0 {
+		return []int64{int64(n)}
+	}
+	return append([]int64(nil), shape...)
+}
+
+// Float64Tensor encodes data with the given shape ([len(data)] if omitted).
+func Float64Tensor(data []float64, shape ...int64) *Tensor {
+	b := make([]byte, 8*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return &Tensor{DType: Float64, Shape: shapeOr(shape, len(data)), Data: b}
+}
+
+// Float32Tensor encodes data with the given shape ([len(data)] if omitted).
+func Float32Tensor(data []float32, shape ...int64) *Tensor {
+	b := make([]byte, 4*len(data))
+	for i, v := range data {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return &Tensor{DType: Float32, Shape: shapeOr(shape, len(data)), Data: b}
+}
+
+// BFloat16Tensor encodes bfloat16 bit patterns (as torch.bfloat16's
+// .view(torch.int16), or BFloat16FromFloat32) with the given shape.
+func BFloat16Tensor(bits []uint16, shape ...int64) *Tensor {
+	return &Tensor{DType: BFloat16, Shape: shapeOr(shape, len(bits)), Data: encode16(bits)}
+}
+
+// Float16Tensor encodes IEEE binary16 bit patterns (as Float16FromFloat32)
+// with the given shape.
+func Float16Tensor(bits []uint16, shape ...int64) *Tensor {
+	return &Tensor{DType: Float16, Shape: shapeOr(shape, len(bits)), Data: encode16(bits)}
+}
+
+func encode16(bits []uint16) []byte {
+	b := make([]byte, 2*len(bits))
+	for i, v := range bits {
+		binary.LittleEndian.PutUint16(b[2*i:], v)
+	}
+	return b
+}
+
+// maxElements bounds numel so that numel*itemsize fits in an int on every
+// platform; the server's own limits are far lower.
+const maxElements = math.MaxInt32 / 8
+
+// Numel is the product of the shape, or an error for negative or
+// overflowing dimensions.
+func (t *Tensor) Numel() (int64, error) {
+	n := int64(1)
+	for i, d := range t.Shape {
+		if d < 0 {
+			return 0, fmt.Errorf("shape[%d] is %d, dimensions must be >= 0", i, d)
+		}
+		if d != 0 && n > maxElements/d {
+			return 0, fmt.Errorf("shape %v has more than %d elements", t.Shape, int64(maxElements))
+		}
+		n *= d
+	}
+	return n, nil
+}
+
+// validate checks what can be checked of one tensor alone: a known dtype,
+// sane dimensions and a data length that matches the shape. The op-level
+// checks (K, N, bias length, dtypes agreeing) are the server's.
+func (t *Tensor) validate(field string) error {
+	size := t.DType.ItemSize()
+	if size == 0 {
+		return invalidArgument(field, "dtype %v is not one of float64, float32, float16, bfloat16", t.DType)
+	}
+	n, err := t.Numel()
+	if err != nil {
+		return invalidArgument(field, "%v", err)
+	}
+	if int64(len(t.Data)) != n*int64(size) {
+		if len(t.Data)%size == 0 {
+			return invalidArgument(field, "shape %v needs %d %v elements (%d bytes), data has %d elements (%d bytes)",
+				t.Shape, n, t.DType, n*int64(size), len(t.Data)/size, len(t.Data))
+		}
+		return invalidArgument(field, "shape %v needs %d %v elements (%d bytes), data has %d bytes",
+			t.Shape, n, t.DType, n*int64(size), len(t.Data))
+	}
+	return nil
+}
+
+func (t *Tensor) toProto() *pb.Tensor {
+	if t == nil {
+		return nil
+	}
+	return &pb.Tensor{
+		Dtype:  pb.DType(t.DType),
+		Shape:  t.Shape,
+		Source: &pb.Tensor_Data{Data: t.Data},
+	}
+}
+
+func tensorFromProto(p *pb.Tensor) *Tensor {
+	if p == nil {
+		return nil
+	}
+	return &Tensor{DType: DType(p.Dtype), Shape: p.Shape, Data: p.GetData()}
+}
+
+// Float64s decodes the elements, widening 32- and 16-bit types exactly.
+func (t *Tensor) Float64s() ([]float64, error) {
+	if err := t.validate("tensor"); err != nil {
+		return nil, err
+	}
+	n := len(t.Data) / t.DType.ItemSize()
+	out := make([]float64, n)
+	b := t.Data
+	switch t.DType {
+	case Float64:
+		for i := range out {
+			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+	case Float32:
+		for i := range out {
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case BFloat16:
+		for i := range out {
+			out[i] = float64(Float32FromBFloat16(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	case Float16:
+		for i := range out {
+			out[i] = float64(Float32FromFloat16(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	}
+	return out, nil
+}

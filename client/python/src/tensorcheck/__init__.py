@@ -1,0 +1,92 @@
+"""tensorcheck: verify a linear layer's numerics on a remote tensorcheck server.
+
+    import tensorcheck
+
+    # In a pytest suite: one line, a torch-style message and a diagnosis on
+    # failure.
+    tensorcheck.assert_linear_parity(x, w, b, observed=y)
+
+    # Or the full report:
+    with tensorcheck.Client("gpu-host:50051") as client:
+        report = client.verify_linear(x, w, b, observed=y,
+                                      configs=["cublaslt:tf32:fused"])
+        report.passed, report.to_dict()
+
+Tensors may be numpy arrays (float64, float32, float16,
+ml_dtypes.bfloat16), torch tensors (any device, including torch.bfloat16)
+or JAX arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from ._client import DEFAULT_TARGET, MAX_MESSAGE_BYTES, Client, TlsArg
+from ._errors import (
+    AbortedError,
+    AlreadyExistsError,
+    CancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+    UnknownError,
+)
+from ._report import (
+    BackendInfo,
+    Capabilities,
+    ConfigResult,
+    DeviceInfo,
+    Diagnosis,
+    Element,
+    Group,
+    Limits,
+    Localization,
+    RankedCandidate,
+    Report,
+    Stats,
+    Tolerance,
+    UlpBucket,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "assert_linear_parity", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES",
+    "Report", "Stats", "ConfigResult", "Tolerance", "Diagnosis", "RankedCandidate",
+    "Localization", "Element", "Group", "UlpBucket",
+    "Capabilities", "BackendInfo", "DeviceInfo", "Limits",
+    "Error", "CancelledError", "UnknownError", "InvalidArgumentError",
+    "DeadlineExceededError", "NotFoundError", "AlreadyExistsError",
+    "PermissionDeniedError", "ResourceExhaustedError", "FailedPreconditionError",
+    "AbortedError", "OutOfRangeError", "UnimplementedError", "InternalError",
+    "UnavailableError", "DataLossError", "UnauthenticatedError",
+]
+
+
+def assert_linear_parity(
+    x: Any, weight: Any, bias: Any = None, *, observed: Any,
+    target: str = DEFAULT_TARGET, timeout: Optional[float] = None,
+    tls: TlsArg = None, token: Optional[str] = None,
+    candidates: Union[None, str, Sequence[str]] = None, diagnose: bool = True,
+    **verify_options: Any,
+) -> Report:
+    """`Client(target, ...).assert_linear_parity(...)` on a one-off connection.
+
+    Raises AssertionError ("Tensor-likes are not close!", the mismatch
+    statistics, then the diagnosis) when `observed` is not within the
+    tolerance of the reference; returns the Report otherwise.
+    """
+    with Client(target, timeout=timeout, tls=tls, token=token) as client:
+        return client.assert_linear_parity(x, weight, bias, observed=observed,
+                                           candidates=candidates, diagnose=diagnose,
+                                           **verify_options)

@@ -1,0 +1,548 @@
+"""`Report`: a VerifyResponse as Python objects, and its JSON form.
+
+Attributes hold real Python values (floats may be inf/nan, a ULP distance
+of a NaN-against-number pair is `math.inf`, unset messages are None);
+`to_dict()` gives exactly the object of docs/json-report.md, the one the
+CLI's `--json` prints: proto field names, lower-case enum words, non-finite
+floats as the strings "inf"/"-inf"/"nan", unset messages as null.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._pb import pb
+from ._tensors import dtype_name, from_proto
+
+__all__ = [
+    "Report", "Stats", "ConfigResult", "Tolerance", "Diagnosis",
+    "RankedCandidate", "Localization", "Element", "Group", "UlpBucket",
+    "Capabilities", "BackendInfo", "DeviceInfo", "Limits",
+]
+
+# UINT64_MAX on the wire: the ULP distance of NaN against a number.
+_ULP_INFINITE = (1 << 64) - 1
+
+_PRESET_NAMES = {
+    pb.Tolerance.PRESET_UNSPECIFIED: "torch",  # same as TORCH
+    pb.Tolerance.PRESET_TORCH: "torch",
+    pb.Tolerance.PRESET_NUMPY: "numpy",
+    pb.Tolerance.PRESET_POLYGRAPHY: "polygraphy",
+    pb.Tolerance.PRESET_EXPLICIT: "explicit",
+    pb.Tolerance.PRESET_ULP: "ulp",
+    pb.Tolerance.PRESET_BOUND: "bound",
+}
+_VERDICT_NAMES = {pb.VERDICT_PASS: "pass", pb.VERDICT_FAIL: "fail"}
+
+Ulp = Union[int, float]  # an int, or math.inf for NaN against a number
+
+
+def _json_float(v: Optional[float]) -> Union[float, str, None]:
+    if v is None:
+        return None
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _ulp(v: int) -> Ulp:
+    return math.inf if v == _ULP_INFINITE else int(v)
+
+
+def _json_ulp(v: Ulp) -> Union[int, str]:
+    return "inf" if v == math.inf else int(v)
+
+
+def _wrapped(msg: Any, name: str) -> Optional[float]:
+    return getattr(msg, name).value if msg.HasField(name) else None
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, _Node):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return _json_float(value)
+    return value
+
+
+class _Node:
+    """to_dict() over the dataclass fields, in order; subclasses list the
+    fields that are not part of the JSON and override special encodings."""
+
+    _not_json: Tuple[str, ...] = ()
+    _ulp_fields: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.name in self._not_json:
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = _json_ulp(v) if f.name in self._ulp_fields else _json(v)
+        return out
+
+
+@dataclass(frozen=True)
+class UlpBucket(_Node):
+    """Histogram bucket: `count` elements `lo`..`hi` ULP apart (inclusive)."""
+    lo: Ulp
+    hi: Ulp
+    count: int
+    _ulp_fields = ("lo", "hi")
+
+    @classmethod
+    def from_proto(cls, m: "pb.UlpBucket") -> "UlpBucket":
+        return cls(lo=_ulp(m.lo), hi=_ulp(m.hi), count=m.count)
+
+
+@dataclass(frozen=True)
+class Element(_Node):
+    """One compared element: its index in the output shape, both values,
+    their bit patterns in the compared dtype, the differences."""
+    index: Tuple[int, ...]
+    actual: float
+    expected: float
+    actual_bits: str
+    expected_bits: str
+    abs_diff: float
+    rel_diff: float
+    ulp: Ulp
+    _ulp_fields = ("ulp",)
+
+    @classmethod
+    def from_proto(cls, m: "pb.Element") -> "Element":
+        return cls(index=tuple(m.index), actual=m.actual, expected=m.expected,
+                   actual_bits=m.actual_bits, expected_bits=m.expected_bits,
+                   abs_diff=m.abs_diff, rel_diff=m.rel_diff, ulp=_ulp(m.ulp))
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = super().to_dict()
+        d["index"] = list(self.index)
+        return d
+
+
+@dataclass(frozen=True)
+class Group(_Node):
+    """A column (last dim) or row (flattened leading dims) and how many of
+    all mismatched elements it holds (`share` in [0, 1])."""
+    index: int
+    mismatched: int
+    share: float
+
+    @classmethod
+    def from_proto(cls, m: "pb.Group") -> "Group":
+        return cls(index=m.index, mismatched=m.mismatched, share=m.share)
+
+
+@dataclass(frozen=True)
+class Stats(_Node):
+    """Differences of `actual` against `expected`, DESIGN.md's names.
+    Indices are tuples in the output's shape."""
+    total: int
+    mismatched: int
+    max_abs: float
+    max_abs_index: Tuple[int, ...]
+    max_rel: float
+    max_rel_index: Tuple[int, ...]
+    mean_abs: float
+    rms: float
+    rel_l2: float
+    cosine: float
+    max_ulp: Ulp
+    mean_ulp: float
+    bitwise_equal: bool
+    bitwise_equal_count: int
+    ulp_histogram: List[UlpBucket]
+    nan_actual: int
+    nan_expected: int
+    inf_actual: int
+    inf_expected: int
+    nan_mismatch: int
+    worst: List[Element]
+    top_columns: List[Group]
+    top_rows: List[Group]
+    bound_ratio: Optional[float]
+    bound_precision: str
+    compared_dtype: Optional[str]
+    passed: bool
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: "pb.Stats") -> "Stats":
+        return cls(
+            total=m.total, mismatched=m.mismatched,
+            max_abs=m.max_abs, max_abs_index=tuple(m.max_abs_index),
+            max_rel=m.max_rel, max_rel_index=tuple(m.max_rel_index),
+            mean_abs=m.mean_abs, rms=m.rms, rel_l2=m.rel_l2, cosine=m.cosine,
+            max_ulp=_ulp(m.max_ulp), mean_ulp=m.mean_ulp,
+            bitwise_equal=m.bitwise_equal, bitwise_equal_count=m.bitwise_equal_count,
+            ulp_histogram=[UlpBucket.from_proto(b) for b in m.ulp_histogram],
+            nan_actual=m.nan_actual, nan_expected=m.nan_expected,
+            inf_actual=m.inf_actual, inf_expected=m.inf_expected,
+            nan_mismatch=m.nan_mismatch,
+            worst=[Element.from_proto(e) for e in m.worst],
+            top_columns=[Group.from_proto(g) for g in m.top_columns],
+            top_rows=[Group.from_proto(g) for g in m.top_rows],
+            bound_ratio=_wrapped(m, "bound_ratio"),
+            bound_precision=m.bound_precision,
+            compared_dtype=dtype_name(m.compared_dtype),
+            passed=m.passed,
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = super().to_dict()
+        d["max_abs_index"] = list(self.max_abs_index)
+        d["max_rel_index"] = list(self.max_rel_index)
+        return d
+
+    @property
+    def mismatched_fraction(self) -> float:
+        return self.mismatched / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class Tolerance(_Node):
+    """The tolerance as the server applied it (preset resolved for the
+    compared dtype, atol/rtol filled in, bound_factor 0 shown as 1).
+    `bound_precision` is not part of the JSON report."""
+    preset: str
+    atol: Optional[float]
+    rtol: Optional[float]
+    max_ulp: Ulp
+    bound_factor: float
+    nan_equal: bool
+    bound_precision: str = ""
+    _ulp_fields = ("max_ulp",)
+    _not_json = ("bound_precision",)
+
+    @classmethod
+    def from_proto(cls, m: "pb.Tolerance") -> "Tolerance":
+        return cls(preset=_PRESET_NAMES.get(m.preset, "torch"),
+                   atol=_wrapped(m, "atol"), rtol=_wrapped(m, "rtol"),
+                   max_ulp=_ulp(m.max_ulp), bound_factor=m.bound_factor or 1.0,
+                   nan_equal=m.nan_equal,
+                   bound_precision=getattr(m, "bound_precision", ""))
+
+
+@dataclass(frozen=True)
+class ConfigResult(_Node):
+    """One configuration's run. `output` is a numpy array when the call
+    asked for `return_outputs=True` (it is not part of to_dict())."""
+    config: str
+    vs_reference: Optional[Stats]
+    vs_observed: Optional[Stats]
+    elapsed_ms: float
+    details: Dict[str, str]
+    deterministic: bool
+    runs: int
+    output: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    _not_json = ("output",)
+
+    @classmethod
+    def from_proto(cls, m: "pb.ConfigResult", name: str = "result") -> "ConfigResult":
+        return cls(
+            config=m.config,
+            vs_reference=Stats.from_proto(m.vs_reference) if m.HasField("vs_reference") else None,
+            vs_observed=Stats.from_proto(m.vs_observed) if m.HasField("vs_observed") else None,
+            elapsed_ms=m.elapsed_ms, details=dict(sorted(m.details.items())),
+            deterministic=m.deterministic, runs=m.runs,
+            output=from_proto(m.output, f"{name}.output") if m.HasField("output") else None,
+        )
+
+
+@dataclass(frozen=True)
+class RankedCandidate(_Node):
+    """A candidate configuration and how well it agrees with the observed
+    output."""
+    config: str
+    bitwise_equal_fraction: float
+    max_ulp: Ulp
+    mean_ulp: float
+    bound_ratio: Optional[float]
+    equivalent: List[str]
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: "pb.RankedCandidate") -> "RankedCandidate":
+        return cls(config=m.config, bitwise_equal_fraction=m.bitwise_equal_fraction,
+                   max_ulp=_ulp(m.max_ulp), mean_ulp=m.mean_ulp,
+                   bound_ratio=_wrapped(m, "bound_ratio"), equivalent=list(m.equivalent))
+
+
+@dataclass(frozen=True)
+class Localization(_Node):
+    """Where the differences from the best candidate sit."""
+    columns: List[Group]
+    rows: List[Group]
+    outliers: List[Element]
+
+    @classmethod
+    def from_proto(cls, m: "pb.Localization") -> "Localization":
+        return cls(columns=[Group.from_proto(g) for g in m.columns],
+                   rows=[Group.from_proto(g) for g in m.rows],
+                   outliers=[Element.from_proto(e) for e in m.outliers])
+
+
+@dataclass(frozen=True)
+class Diagnosis(_Node):
+    """Which configuration the observed output matches, and why.
+
+    `best` is None when no candidate explains the output; `confidence` in
+    [0, 1] as the server documents it; `explanation` is one paragraph."""
+    best: Optional[str]
+    equivalent: List[str]
+    tied: List[str]
+    confidence: float
+    ranking: List[RankedCandidate]
+    framework_hint: str
+    localization: Localization
+    explanation: str
+
+    @classmethod
+    def from_proto(cls, m: "pb.Diagnosis") -> "Diagnosis":
+        return cls(best=m.best or None, equivalent=list(m.equivalent), tied=list(m.tied),
+                   confidence=m.confidence,
+                   ranking=[RankedCandidate.from_proto(r) for r in m.ranking],
+                   framework_hint=m.framework_hint,
+                   localization=Localization.from_proto(m.localization),
+                   explanation=m.explanation)
+
+
+@dataclass(frozen=True)
+class Report(_Node):
+    """The answer of `verify_linear` / `diagnose_linear`.
+
+        report.passed, report.verdict                 # True, "pass"
+        report.observed_vs_reference.max_abs          # None without observed
+        report.results[0].config                      # "cpu:tf32:fused"
+        report.results[0].vs_observed.max_ulp
+        report.diagnosis.best                         # diagnose_linear only
+        report.to_dict()                              # the CLI's --json object
+    """
+    verdict: Optional[str]
+    tolerance: Tolerance
+    observed_vs_reference: Optional[Stats]
+    reference: Optional[ConfigResult]
+    results: List[ConfigResult]
+    output_shape: Tuple[int, ...]
+    notes: List[str]
+    diagnosis: Optional[Diagnosis]
+
+    @classmethod
+    def from_proto(cls, m: "pb.VerifyResponse") -> "Report":
+        return cls(
+            verdict=_VERDICT_NAMES.get(m.verdict),
+            tolerance=Tolerance.from_proto(m.tolerance),
+            observed_vs_reference=(Stats.from_proto(m.observed_vs_reference)
+                                   if m.HasField("observed_vs_reference") else None),
+            reference=(ConfigResult.from_proto(m.reference, "reference")
+                       if m.HasField("reference") else None),
+            results=[ConfigResult.from_proto(r, f"results[{i}]")
+                     for i, r in enumerate(m.results)],
+            output_shape=tuple(m.output_shape),
+            notes=list(m.notes),
+            diagnosis=Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None,
+        )
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def result(self, config: str) -> ConfigResult:
+        """The result of one configuration, by its canonical name or a
+        prefix of it ("cpu:tf32" finds "cpu:tf32:fused")."""
+        for r in self.results:
+            if r.config == config:
+                return r
+        matches = [r for r in self.results if r.config.startswith(config + ":")]
+        if len(matches) == 1:
+            return matches[0]
+        raise KeyError(f"no single result for {config!r}; have "
+                       f"{[r.config for r in self.results]}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = super().to_dict()
+        d["output_shape"] = list(self.output_shape)
+        return d
+
+    def failure_message(self) -> str:
+        """The numpy/torch-style message of a failed comparison of the
+        observed output against the reference (or, without an observed
+        output, of the first failing configuration)."""
+        return format_mismatch(self)
+
+
+# --- messages --------------------------------------------------------------
+
+def _fmt_index(index: Sequence[int]) -> str:
+    return "(" + ", ".join(str(i) for i in index) + ("," if len(index) == 1 else "") + ")"
+
+
+def _fmt_num(v: Optional[float]) -> str:
+    return "None" if v is None else repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def format_mismatch(report: Report) -> str:
+    stats, what = report.observed_vs_reference, "observed output vs reference"
+    if stats is None:
+        failing = [r for r in report.results if r.vs_reference and not r.vs_reference.passed]
+        if not failing:
+            return "All comparisons passed."
+        stats, what = failing[0].vs_reference, f"{failing[0].config} vs reference"
+    assert stats is not None
+    tol = report.tolerance
+    lines = ["Tensor-likes are not close!" if not stats.passed else "Tensor-likes are close.", ""]
+    pct = 100.0 * stats.mismatched / stats.total if stats.total else 0.0
+    lines.append(f"Mismatched elements: {stats.mismatched} / {stats.total} ({pct:.1f}%)")
+    preset = tol.preset
+    if preset in ("torch", "numpy", "polygraphy", "explicit"):
+        lines.append(f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
+                     f"{_fmt_index(stats.max_abs_index)} (up to {_fmt_num(tol.atol)} allowed)")
+        lines.append(f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
+                     f"{_fmt_index(stats.max_rel_index)} (up to {_fmt_num(tol.rtol)} allowed)")
+    else:
+        lines.append(f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
+                     f"{_fmt_index(stats.max_abs_index)}")
+        lines.append(f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
+                     f"{_fmt_index(stats.max_rel_index)}")
+    if preset == "ulp":
+        lines.append(f"Greatest ULP distance: {stats.max_ulp} (up to {tol.max_ulp} allowed)")
+    else:
+        lines.append(f"Greatest ULP distance: {stats.max_ulp}"
+                     + (f" in {stats.compared_dtype}" if stats.compared_dtype else ""))
+    if stats.nan_mismatch:
+        lines.append(f"NaN at different positions: {stats.nan_mismatch}")
+    if stats.bound_ratio is not None:
+        lines.append(f"Error / predicted error of {stats.bound_precision or 'the precision'}: "
+                     f"{stats.bound_ratio:.3g}")
+    lines.append(f"(tolerance {preset}; {what})")
+    worst = [e for e in stats.worst
+             if e.ulp != 0 or not (e.abs_diff == 0)]  # `not ==`: keeps NaN
+    if worst:
+        lines.append("")
+        lines.append("Worst elements (index: actual vs expected, ULP):")
+        for e in worst[:5]:
+            lines.append(f"  {_fmt_index(e.index)}: {e.actual!r} vs {e.expected!r}, "
+                         f"{e.ulp} ULP")
+    # Only worth a line when a few columns hold most of the mismatches.
+    if stats.top_columns and sum(g.share for g in stats.top_columns) >= 0.5:
+        cols = ", ".join(f"{g.index} ({100 * g.share:.0f}%)" for g in stats.top_columns)
+        lines.append(f"Mismatches concentrate in columns: {cols}")
+    return "\n".join(lines)
+
+
+def format_diagnosis(d: Diagnosis) -> str:
+    lines = []
+    if d.best:
+        head = f"Diagnosis: best match {d.best} (confidence {d.confidence:.2f})"
+        if d.equivalent:
+            head += f", equivalent here: {', '.join(d.equivalent)}"
+        if d.tied:
+            head += f"; cannot be told apart from: {', '.join(d.tied)}"
+        lines.append(head)
+    else:
+        lines.append("Diagnosis: no candidate configuration explains the observed output "
+                     f"(confidence {d.confidence:.2f})")
+    if d.framework_hint:
+        lines.append(f"Framework hint: {d.framework_hint}")
+    if d.explanation:
+        lines.append(d.explanation)
+    if d.ranking:
+        lines.append("Ranking (config: bitwise-equal share, max ULP, bound ratio):")
+        for r in d.ranking[:5]:
+            br = "n/a" if r.bound_ratio is None else f"{r.bound_ratio:.3g}"
+            lines.append(f"  {r.config}: {100 * r.bitwise_equal_fraction:.1f}%, "
+                         f"{r.max_ulp}, {br}")
+    return "\n".join(lines)
+
+
+# --- capabilities ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceInfo(_Node):
+    name: str
+    compute_capability: str
+    memory_bytes: int
+    driver_version: str
+    runtime_version: str
+    cublas_version: str
+
+    @classmethod
+    def from_proto(cls, m: "pb.DeviceInfo") -> "DeviceInfo":
+        return cls(name=m.name, compute_capability=m.compute_capability,
+                   memory_bytes=m.memory_bytes, driver_version=m.driver_version,
+                   runtime_version=m.runtime_version, cublas_version=m.cublas_version)
+
+
+@dataclass(frozen=True)
+class BackendInfo(_Node):
+    name: str
+    available: bool
+    unavailable_reason: str
+    precisions: List[str]
+    bias_modes: List[str]
+    configs: List[str]
+    device: Optional[DeviceInfo]
+    storage_dtypes: List[Optional[str]]  # None for a dtype this client does not know
+
+    @classmethod
+    def from_proto(cls, m: "pb.BackendInfo") -> "BackendInfo":
+        return cls(name=m.name, available=m.available, unavailable_reason=m.unavailable_reason,
+                   precisions=list(m.precisions), bias_modes=list(m.bias_modes),
+                   configs=list(m.configs),
+                   device=DeviceInfo.from_proto(m.device) if m.HasField("device") else None,
+                   storage_dtypes=[dtype_name(d) for d in m.storage_dtypes])
+
+
+@dataclass(frozen=True)
+class Limits(_Node):
+    max_message_bytes: int
+    max_tensor_bytes: int
+    max_configs: int
+    max_rank: int
+    max_top_k: int
+    max_repeat: int
+
+    @classmethod
+    def from_proto(cls, m: "pb.Limits") -> "Limits":
+        return cls(max_message_bytes=m.max_message_bytes, max_tensor_bytes=m.max_tensor_bytes,
+                   max_configs=m.max_configs, max_rank=m.max_rank,
+                   max_top_k=m.max_top_k, max_repeat=m.max_repeat)
+
+
+@dataclass(frozen=True)
+class Capabilities(_Node):
+    """What a server host runs (GetCapabilitiesResponse)."""
+    server_version: str
+    backends: List[BackendInfo]
+    limits: Optional[Limits]
+    default_reference: str
+    tolerance_presets: List[str]
+    tensor_store: bool
+
+    @classmethod
+    def from_proto(cls, m: "pb.GetCapabilitiesResponse") -> "Capabilities":
+        return cls(server_version=m.server_version,
+                   backends=[BackendInfo.from_proto(b) for b in m.backends],
+                   limits=Limits.from_proto(m.limits) if m.HasField("limits") else None,
+                   default_reference=m.default_reference,
+                   tolerance_presets=list(m.tolerance_presets),
+                   tensor_store=m.tensor_store)
+
+    def backend(self, name: str) -> Optional[BackendInfo]:
+        return next((b for b in self.backends if b.name == name), None)
+
+    @property
+    def configs(self) -> List[str]:
+        """Every configuration an available backend runs here."""
+        return [c for b in self.backends if b.available for c in b.configs]

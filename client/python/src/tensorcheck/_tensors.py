@@ -1,0 +1,166 @@
+"""Array conversion: numpy / torch / JAX in, `tensorcheck.v1.Tensor` out.
+
+Every conversion is whole-buffer: torch tensors are detached, moved to the
+CPU and made contiguous by torch itself; bfloat16 travels as its 16-bit
+patterns (torch int16 view -> numpy uint16 -> ml_dtypes.bfloat16 view);
+bytes are little-endian and row-major. torch and jax are never imported
+here: an object is treated as a torch tensor or JAX array only when its type
+comes from those modules, which are then already loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+import ml_dtypes
+import numpy as np
+
+from ._pb import pb
+
+__all__ = ["as_array", "to_proto", "from_proto", "dtype_name", "DTYPES"]
+
+# numpy scalar type -> (wire enum, JSON name)
+_NP_TO_PB: Dict[Any, Tuple[Any, str]] = {
+    np.float64: (pb.DTYPE_FLOAT64, "float64"),
+    np.float32: (pb.DTYPE_FLOAT32, "float32"),
+    np.float16: (pb.DTYPE_FLOAT16, "float16"),
+    ml_dtypes.bfloat16: (pb.DTYPE_BFLOAT16, "bfloat16"),
+}
+_PB_TO_NP = {
+    pb.DTYPE_FLOAT64: np.dtype("<f8"),
+    pb.DTYPE_FLOAT32: np.dtype("<f4"),
+    pb.DTYPE_FLOAT16: np.dtype("<f2"),
+    pb.DTYPE_BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+}
+_PB_NAMES: Dict[Any, str] = {enum: name for enum, name in _NP_TO_PB.values()}
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+_SUPPORTED = "float64, float32, float16 or bfloat16"
+
+# Names users write for an output dtype.
+_DTYPE_ALIASES = {
+    "float64": pb.DTYPE_FLOAT64, "f64": pb.DTYPE_FLOAT64, "fp64": pb.DTYPE_FLOAT64,
+    "double": pb.DTYPE_FLOAT64,
+    "float32": pb.DTYPE_FLOAT32, "f32": pb.DTYPE_FLOAT32, "fp32": pb.DTYPE_FLOAT32,
+    "float": pb.DTYPE_FLOAT32,
+    "float16": pb.DTYPE_FLOAT16, "f16": pb.DTYPE_FLOAT16, "fp16": pb.DTYPE_FLOAT16,
+    "half": pb.DTYPE_FLOAT16,
+    "bfloat16": pb.DTYPE_BFLOAT16, "bf16": pb.DTYPE_BFLOAT16,
+}
+
+
+def dtype_name(enum_value: Any) -> Optional[str]:
+    """JSON name of a wire dtype ("float32", ...); None when unspecified."""
+    return _PB_NAMES.get(enum_value)
+
+
+def parse_dtype(value: Any, name: str) -> Any:
+    """A wire dtype from "bf16"/"bfloat16"/np.float32/torch.float16/..."""
+    if isinstance(value, str):
+        key = value.lower()
+        if key.startswith("torch."):
+            key = key[len("torch."):]
+        if key in _DTYPE_ALIASES:
+            return _DTYPE_ALIASES[key]
+        raise ValueError(f"{name}: unknown dtype {value!r}; expected {_SUPPORTED}")
+    if type(value).__module__ == "torch":  # torch.dtype
+        return parse_dtype(str(value), name)
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a dtype name such as 'bfloat16', "
+                        f"got {type(value).__name__}") from None
+    if dt.type not in _NP_TO_PB:
+        raise ValueError(f"{name}: dtype {dt} is not supported; expected {_SUPPORTED}")
+    return _NP_TO_PB[dt.type][0]
+
+
+def _module_of(value: Any) -> str:
+    return type(value).__module__ or ""
+
+
+def _is_from(module: str, *roots: str) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+def _from_torch(t: Any, name: str) -> np.ndarray:
+    torch = sys.modules["torch"]  # loaded: the object came from it
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__qualname__}")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name}: {t.layout} tensors are not supported; "
+                        "pass a dense tensor (.to_dense())")
+    supported = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+    if t.dtype not in supported:  # checked before any copy to the host
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported; expected "
+                        "torch.float64, torch.float32, torch.float16 or torch.bfloat16")
+    t = t.detach()
+    if t.is_neg():
+        t = t.resolve_neg()
+    t = t.cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        # numpy has no bfloat16: move the bit patterns.
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """A C-contiguous, little-endian numpy array of a supported dtype.
+
+    Raises TypeError (naming `name`) for anything that is not a float64,
+    float32, float16 or bfloat16 array-like.
+    """
+    if value is None:
+        raise TypeError(f"{name}: expected an array, got None")
+    module = _module_of(value)
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif _is_from(module, "torch"):
+        arr = _from_torch(value, name)
+    elif _is_from(module, "jax", "jaxlib"):
+        arr = np.asarray(value)  # device -> host; keeps bfloat16 as ml_dtypes
+    elif isinstance(value, (str, bytes, dict, set)) or not (
+            isinstance(value, (list, tuple, np.generic))
+            or hasattr(value, "__array__") or hasattr(value, "__array_interface__")):
+        raise TypeError(f"{name}: expected a numpy array, torch tensor or JAX array, "
+                        f"got {type(value).__qualname__}")
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name}: cannot be converted to an array: {e}") from None
+    if arr.dtype.type not in _NP_TO_PB:
+        what = "object" if arr.dtype == object else str(arr.dtype)
+        raise TypeError(f"{name}: dtype {what} is not supported; expected {_SUPPORTED}")
+    little = arr.dtype.newbyteorder("<")
+    if arr.dtype != little:
+        arr = arr.astype(little)
+    # (np.ascontiguousarray would turn a 0-d array into 1-d.)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def to_proto(arr: np.ndarray) -> "pb.Tensor":
+    """The inline wire form of an array from `as_array`.
+
+    This is the one place a tensor becomes a message: once the server has a
+    tensor store, a digest-carrying Tensor is produced here instead (hash,
+    FindMissingTensors, UploadTensor) without touching the callers.
+    """
+    enum = _NP_TO_PB[arr.dtype.type][0]
+    return pb.Tensor(dtype=enum, shape=arr.shape, data=arr.tobytes(order="C"))
+
+
+def from_proto(t: "pb.Tensor", name: str = "tensor") -> np.ndarray:
+    """A writable numpy array from an inline wire tensor."""
+    if t.WhichOneof("source") != "data":
+        raise ValueError(f"{name}: the server returned a tensor by digest; "
+                         "this client only reads inline tensors")
+    dt = _PB_TO_NP.get(t.dtype)
+    if dt is None:
+        raise ValueError(f"{name}: unknown dtype {t.dtype} in the response")
+    shape: Tuple[int, ...] = tuple(t.shape)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if len(t.data) != count * dt.itemsize:
+        raise ValueError(f"{name}: {len(t.data)} bytes for shape {list(shape)} of "
+                         f"{_PB_NAMES[t.dtype]} (expected {count * dt.itemsize})")
+    return np.frombuffer(t.data, dtype=dt).reshape(shape).copy()

@@ -1,0 +1,136 @@
+"""Fixtures: a tensorcheck-server on a free loopback port, and clients.
+
+The server binary is $TENSORCHECK_SERVER_BIN, default
+<repo>/build/server/tensorcheck-server. It is started once per session as
+`tensorcheck-server --host 127.0.0.1 --port 0`, which prints
+`listening on HOST:PORT` on stdout; tests that need it are skipped, with the
+reason, when it is missing.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import tensorcheck
+
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_SERVER_BIN = REPO / "build" / "server" / "tensorcheck-server"
+_LISTENING = re.compile(r"listening on (\S+):(\d+)")
+_START_TIMEOUT_S = 60.0
+
+
+def server_bin() -> Path:
+    return Path(os.environ.get("TENSORCHECK_SERVER_BIN") or DEFAULT_SERVER_BIN)
+
+
+def cli_bin() -> Path:
+    """The C++ CLI, for comparing its --json with Report.to_dict()."""
+    return Path(os.environ.get("TENSORCHECK_CLI_BIN")
+                or REPO / "build" / "client" / "cli" / "tensorcheck")
+
+
+def _dial_host(host: str) -> str:
+    """Where to connect for a server that printed `host`."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "[::1]"
+    return host
+
+
+class _Server:
+    def __init__(self, path: Path) -> None:
+        self.output: collections.deque = collections.deque(maxlen=2000)
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
+        self.proc = subprocess.Popen(
+            # Loopback only: nothing outside this machine needs the test server.
+            [str(path), "--host", "127.0.0.1", "--port", "0"], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        # Drain the output for the server's lifetime: a full pipe would
+        # block its request logging.
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.target = self._wait_listening()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line.rstrip("\n"))
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _wait_listening(self) -> str:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.stop()
+                pytest.fail(f"tensorcheck-server printed no 'listening on HOST:PORT' line "
+                            f"within {_START_TIMEOUT_S:.0f}s; output:\n" + self.log())
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait()
+                pytest.fail(f"tensorcheck-server exited with {self.proc.returncode} "
+                            "before listening; output:\n" + self.log())
+            m = _LISTENING.search(line)
+            if m:
+                return f"{_dial_host(m.group(1))}:{m.group(2)}"
+
+    def log(self) -> str:
+        return "\n".join(self.output)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=5)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[_Server]:
+    path = server_bin()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.skip(f"tensorcheck-server not found at {path}: build the server "
+                    "(cmake --build build) or set TENSORCHECK_SERVER_BIN")
+    srv = _Server(path)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def target(server: _Server) -> str:
+    return server.target
+
+
+@pytest.fixture(scope="session")
+def client(target: str) -> Iterator[tensorcheck.Client]:
+    with tensorcheck.Client(target, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture
+def offline_client() -> Iterator[tensorcheck.Client]:
+    """A client whose server does not exist: any RPC would raise
+    UnavailableError, so a TypeError/ValueError proves the argument was
+    rejected before a call was made."""
+    with tensorcheck.Client("127.0.0.1:1", timeout=10) as c:
+        yield c

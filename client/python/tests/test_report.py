@@ -1,0 +1,224 @@
+"""Report <- VerifyResponse and Report.to_dict() (docs/json-report.md),
+on hand-built responses: no server."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import tensorcheck
+from tensorcheck._pb import pb
+from tensorcheck._report import format_mismatch
+
+UINT64_MAX = (1 << 64) - 1
+
+
+def _stats(**overrides) -> "pb.Stats":
+    s = pb.Stats(
+        total=4, mismatched=1, max_abs=float("inf"), max_abs_index=[1, 0],
+        max_rel=float("nan"), max_rel_index=[1, 0], mean_abs=0.25, rms=0.5,
+        rel_l2=1e-3, cosine=0.999, max_ulp=UINT64_MAX, mean_ulp=1.5,
+        ulp_histogram=[pb.UlpBucket(lo=0, hi=0, count=3),
+                       pb.UlpBucket(lo=3, hi=4, count=1),
+                       pb.UlpBucket(lo=UINT64_MAX, hi=UINT64_MAX, count=1)],
+        bitwise_equal=False, bitwise_equal_count=3, nan_actual=1, nan_expected=0,
+        inf_actual=0, inf_expected=0, nan_mismatch=1,
+        worst=[pb.Element(index=[1, 0], actual=float("nan"), expected=2.0,
+                          actual_bits="0x7fc00000", expected_bits="0x40000000",
+                          abs_diff=float("nan"), rel_diff=float("-inf"),
+                          ulp=UINT64_MAX)],
+        top_columns=[pb.Group(index=0, mismatched=1, share=1.0)],
+        top_rows=[pb.Group(index=1, mismatched=1, share=1.0)],
+        bound_precision="fp32", compared_dtype=pb.DTYPE_FLOAT32, passed=False)
+    for k, v in overrides.items():
+        setattr(s, k, v)
+    return s
+
+
+def _response() -> "pb.VerifyResponse":
+    r = pb.VerifyResponse(verdict=pb.VERDICT_FAIL, output_shape=[2, 2], notes=["a note"])
+    r.tolerance.preset = pb.Tolerance.PRESET_TORCH
+    r.tolerance.atol.value = 1e-5
+    r.tolerance.rtol.value = 1.3e-6
+    r.tolerance.bound_factor = 1.0
+    r.observed_vs_reference.CopyFrom(_stats())
+    ref = r.reference
+    ref.config = "cpu:fp64:none"
+    ref.vs_reference.CopyFrom(_stats(max_ulp=0, max_abs=0.0, max_rel=0.0, mismatched=0,
+                                     passed=True))
+    ref.elapsed_ms = 0.5
+    ref.runs = 1
+    ref.deterministic = True
+    ref.output.CopyFrom(pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=[2, 2],
+                                  data=np.arange(4, dtype="<f4").tobytes()))
+    res = r.results.add(config="cpu:tf32:none", elapsed_ms=1.25, deterministic=True, runs=1)
+    res.vs_reference.CopyFrom(_stats(max_ulp=7))
+    res.vs_reference.bound_ratio.value = 1.1
+    res.vs_observed.CopyFrom(_stats(max_ulp=2))
+    res.details["algo"] = "sgemm"
+    return r
+
+
+STATS_KEYS = {
+    "total", "mismatched", "max_abs", "max_abs_index", "max_rel", "max_rel_index",
+    "mean_abs", "rms", "rel_l2", "cosine", "max_ulp", "mean_ulp", "bitwise_equal",
+    "bitwise_equal_count", "ulp_histogram", "nan_actual", "nan_expected", "inf_actual",
+    "inf_expected", "nan_mismatch", "worst", "top_columns", "top_rows", "bound_ratio",
+    "bound_precision", "compared_dtype", "passed",
+}
+
+
+def test_attributes_hold_real_values():
+    report = tensorcheck.Report.from_proto(_response())
+    assert report.verdict == "fail" and report.passed is False
+    ovr = report.observed_vs_reference
+    assert ovr.max_abs == math.inf and math.isnan(ovr.max_rel)
+    assert ovr.max_ulp == math.inf  # NaN against a number
+    assert ovr.max_abs_index == (1, 0)
+    assert ovr.bound_ratio is None
+    assert ovr.compared_dtype == "float32"
+    assert report.results[0].vs_reference.bound_ratio == 1.1
+    assert report.results[0].vs_observed.max_ulp == 2
+    assert report.result("cpu:tf32").config == "cpu:tf32:none"
+    assert report.reference.output.dtype == np.float32
+    assert report.reference.output.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert report.results[0].output is None
+    assert report.diagnosis is None
+    assert report.tolerance.atol == 1e-5
+
+
+def test_to_dict_is_the_documented_json_object():
+    d = tensorcheck.Report.from_proto(_response()).to_dict()
+    assert list(d) == ["verdict", "tolerance", "observed_vs_reference", "reference",
+                       "results", "output_shape", "notes", "diagnosis"]
+    assert d["verdict"] == "fail"
+    assert d["tolerance"] == {"preset": "torch", "atol": 1e-05, "rtol": 1.3e-06,
+                              "max_ulp": 0, "bound_factor": 1.0, "nan_equal": False}
+    assert d["output_shape"] == [2, 2] and d["notes"] == ["a note"]
+    assert d["diagnosis"] is None
+    ovr = d["observed_vs_reference"]
+    assert set(ovr) == STATS_KEYS
+    assert ovr["max_abs"] == "inf" and ovr["max_rel"] == "nan" and ovr["max_ulp"] == "inf"
+    assert ovr["max_abs_index"] == [1, 0]
+    assert ovr["bound_ratio"] is None
+    assert ovr["compared_dtype"] == "float32"
+    assert ovr["ulp_histogram"] == [{"lo": 0, "hi": 0, "count": 3},
+                                    {"lo": 3, "hi": 4, "count": 1},
+                                    {"lo": "inf", "hi": "inf", "count": 1}]
+    assert ovr["worst"] == [{"index": [1, 0], "actual": "nan", "expected": 2.0,
+                             "actual_bits": "0x7fc00000", "expected_bits": "0x40000000",
+                             "abs_diff": "nan", "rel_diff": "-inf", "ulp": "inf"}]
+    assert ovr["top_columns"] == [{"index": 0, "mismatched": 1, "share": 1.0}]
+    res = d["results"][0]
+    assert list(res) == ["config", "vs_reference", "vs_observed", "elapsed_ms", "details",
+                         "deterministic", "runs"]
+    assert res["vs_reference"]["bound_ratio"] == 1.1
+    assert res["vs_observed"]["max_ulp"] == 2
+    assert res["details"] == {"algo": "sgemm"}
+    assert "output" not in d["reference"]
+    # Strict JSON: no NaN/Infinity literals.
+    json.dumps(d, allow_nan=False)
+
+
+def test_unset_messages_are_null():
+    r = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+    res = r.results.add(config="cpu:fp32:none")
+    res.vs_reference.CopyFrom(_stats(passed=True))
+    d = tensorcheck.Report.from_proto(r).to_dict()
+    assert d["observed_vs_reference"] is None
+    assert d["results"][0]["vs_observed"] is None
+    assert d["reference"] is None
+    # The CLI prints the (default) tolerance message even when unset.
+    assert d["tolerance"] == {"preset": "torch", "atol": None, "rtol": None,
+                              "max_ulp": 0, "bound_factor": 1.0, "nan_equal": False}
+    assert d["verdict"] == "pass"
+    r.verdict = pb.VERDICT_UNSPECIFIED
+    assert tensorcheck.Report.from_proto(r).to_dict()["verdict"] is None
+
+
+def test_diagnosis_to_dict():
+    r = pb.VerifyResponse(verdict=pb.VERDICT_FAIL)
+    dg = r.diagnosis
+    dg.best = "cpu:tf32:unfused"
+    dg.equivalent.append("cpu:tf32rna:unfused")
+    dg.confidence = 0.9
+    rc = dg.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.75,
+                        max_ulp=1, mean_ulp=0.25)
+    rc.bound_ratio.value = 0.98
+    dg.ranking.add(config="cpu:fp32:fused", bitwise_equal_fraction=0.0,
+                   max_ulp=UINT64_MAX, mean_ulp=float("inf"))
+    dg.framework_hint = "JAX/Flax default on Ampere+"
+    dg.localization.columns.add(index=3, mismatched=2, share=0.5)
+    dg.explanation = "TF32."
+    d = tensorcheck.Report.from_proto(r).to_dict()["diagnosis"]
+    assert d == {
+        "best": "cpu:tf32:unfused", "equivalent": ["cpu:tf32rna:unfused"], "tied": [],
+        "confidence": 0.9,
+        "ranking": [
+            {"config": "cpu:tf32:unfused", "bitwise_equal_fraction": 0.75, "max_ulp": 1,
+             "mean_ulp": 0.25, "bound_ratio": 0.98, "equivalent": []},
+            {"config": "cpu:fp32:fused", "bitwise_equal_fraction": 0.0, "max_ulp": "inf",
+             "mean_ulp": "inf", "bound_ratio": None, "equivalent": []},
+        ],
+        "framework_hint": "JAX/Flax default on Ampere+",
+        "localization": {"columns": [{"index": 3, "mismatched": 2, "share": 0.5}],
+                         "rows": [], "outliers": []},
+        "explanation": "TF32.",
+    }
+    r.diagnosis.best = ""
+    r.diagnosis.ClearField("localization")
+    d = tensorcheck.Report.from_proto(r).to_dict()["diagnosis"]
+    assert d["best"] is None
+    assert d["localization"] == {"columns": [], "rows": [], "outliers": []}
+
+
+# Every proto field is in the JSON (except tensors, which the CLI saves to
+# files): catches a proto field added without its Python mirror.
+@pytest.mark.parametrize("message, node", [
+    (pb.VerifyResponse, tensorcheck.Report),
+    (pb.Stats, tensorcheck.Stats),
+    (pb.ConfigResult, tensorcheck.ConfigResult),
+    (pb.Tolerance, tensorcheck.Tolerance),
+    (pb.Diagnosis, tensorcheck.Diagnosis),
+    (pb.RankedCandidate, tensorcheck.RankedCandidate),
+    (pb.Localization, tensorcheck.Localization),
+    (pb.Element, tensorcheck.Element),
+    (pb.Group, tensorcheck.Group),
+    (pb.UlpBucket, tensorcheck.UlpBucket),
+    (pb.GetCapabilitiesResponse, tensorcheck.Capabilities),
+    (pb.BackendInfo, tensorcheck.BackendInfo),
+    (pb.DeviceInfo, tensorcheck.DeviceInfo),
+    (pb.Limits, tensorcheck.Limits),
+])
+def test_python_mirror_covers_every_proto_field(message, node):
+    proto_fields = {f.name for f in message.DESCRIPTOR.fields}
+    py_fields = set(node.__dataclass_fields__)
+    assert proto_fields == py_fields
+
+
+def test_failure_message_reads_like_torch():
+    report = tensorcheck.Report.from_proto(_response())
+    msg = format_mismatch(report)
+    assert msg.startswith("Tensor-likes are not close!\n\nMismatched elements: 1 / 4 (25.0%)\n")
+    assert "Greatest absolute difference: inf at index (1, 0) (up to 1e-05 allowed)" in msg
+    assert "Greatest relative difference: nan at index (1, 0) (up to 1.3e-06 allowed)" in msg
+
+
+def test_capabilities_from_proto():
+    m = pb.GetCapabilitiesResponse(server_version="1.0", default_reference="cpu:fp64",
+                                   tolerance_presets=["torch", "numpy"], tensor_store=False)
+    b = m.backends.add(name="cpu", available=True, precisions=["fp32"],
+                       bias_modes=["fused"], configs=["cpu:fp32:fused"],
+                       storage_dtypes=[pb.DTYPE_FLOAT32, pb.DTYPE_BFLOAT16])
+    m.backends.add(name="cublaslt", available=False, unavailable_reason="no GPU")
+    m.limits.max_configs = 64
+    m.backends[0].storage_dtypes.append(99)  # from a newer server
+    caps = tensorcheck.Capabilities.from_proto(m)
+    assert caps.backend("cpu").storage_dtypes == ["float32", "bfloat16", None]
+    assert caps.backend("cpu").device is None and b.name == "cpu"
+    assert caps.configs == ["cpu:fp32:fused"]
+    assert caps.limits.max_configs == 64
+    assert caps.to_dict()["backends"][1]["unavailable_reason"] == "no GPU"
