@@ -34,7 +34,14 @@ UINT64_MAX = 2**64 - 1
 
 @pytest.fixture(scope="session")
 def pb(tmp_path_factory) -> Any:
-    """Generates the Python stubs of the API into a temporary directory."""
+    """The Python stubs of the API: the installed client's, else generated
+    into a temporary directory (a top-level `tensorcheck` package there
+    would shadow the installed client, so it is used only without one)."""
+    try:
+        from tensorcheck._pb import pb as msgs, pb_grpc as svc
+        return msgs, svc
+    except ImportError:
+        pass
     out = tmp_path_factory.mktemp("pb")
     include = Path(protoc.__file__).parent / "_proto"
     rc = protoc.main([

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what tensorcheck needs on Debian 12 and builds it.
+#
+#   scripts/setup.sh            # apt packages, Python venv (.venv), build/
+#
+# Idempotent: packages already present and an up-to-date build are kept.
+# Environment: BUILD_DIR (default build), TENSORCHECK_CMAKE_ARGS (extra
+# CMake arguments, e.g. -DTENSORCHECK_ENABLE_CUDA=OFF), SKIP_APT=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-build}
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  golang-go golang-google-grpc-dev golang-goprotobuf-dev
+  python3-venv
+)
+
+if [[ "${SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "== installing Debian packages: ${missing[*]}"
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# Python: a venv inside the checkout with the client and its test deps.
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "== creating .venv"
+  "$PY" -m venv .venv
+fi
+if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.installed ]] \
+   || [[ proto/tensorcheck/v1/tensorcheck.proto -nt .venv/.installed ]]; then
+  echo "== installing Python packages into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  # jax (CPU) is small enough for CI; torch from PyPI brings gigabytes of CUDA
+  # wheels, so its tests skip unless torch is already installed.
+  .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax
+  .venv/bin/pip install -q ./client/python
+  touch .venv/.installed
+fi
+
+echo "== building ($BUILD_DIR)"
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TENSORCHECK_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+echo "== built: $ROOT/$BUILD_DIR/server/tensorcheck-server, $ROOT/$BUILD_DIR/client/cli/tensorcheck"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite: installs and builds (scripts/setup.sh), then runs
+# C++ (ctest), Python (pytest) and Go (go test). The Python and Go suites
+# start their own servers on free loopback ports.
+#
+#   scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-build}
+scripts/setup.sh
+
+export TENSORCHECK_SERVER_BIN="$ROOT/$BUILD_DIR/server/tensorcheck-server"
+export TENSORCHECK_CLI_BIN="$ROOT/$BUILD_DIR/client/cli/tensorcheck"
+failed=()
+
+echo "== C++ (ctest)"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" || failed+=(ctest)
+
+echo "== Python (pytest)"
+.venv/bin/python -m pytest -q -rs client/python/tests tests/e2e || failed+=(pytest)
+
+echo "== Go (go test)"
+client/go/test.sh || failed+=("go test")
+
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all suites passed"
