@@ -83,26 +83,25 @@ bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
   return std::fabs(o - v) <= kConsistentZ * static_cast<double>(sigma);
 }
 
-// Paired t-statistic of per-element capped ULP distances: how surely
-// `runner` is further from the observed output than `best`.
-double PairedT(const Tensor& observed, const Tensor& best, const Tensor& runner,
+// Paired sign test of per-element ULP distances: z = (n+ - n-) /
+// sqrt(n+ + n-), n+ the elements where `runner` is further from the
+// observed output than `best`, n- where it is closer. Robust to the heavy
+// tail of ULP distances near zero, where a cancelling sum makes one ULP
+// tiny; |z| < kTieZ means the data cannot tell the two apart.
+double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner,
                const std::vector<uint8_t>& explained, DType dtype) {
-  double sum = 0, sum_sq = 0;
-  int64_t n = 0;
+  int64_t further = 0, closer = 0;
   for (int64_t i = 0; i < observed.numel(); ++i) {
     if (!explained[static_cast<size_t>(i)]) continue;
     const double o = observed.GetDouble(i);
-    const double d = Capped(UlpDistance(o, runner.GetDouble(i), dtype)) -
-                     Capped(UlpDistance(o, best.GetDouble(i), dtype));
-    sum += d;
-    sum_sq += d * d;
-    ++n;
+    const uint64_t r = UlpDistance(o, runner.GetDouble(i), dtype);
+    const uint64_t b = UlpDistance(o, best.GetDouble(i), dtype);
+    if (r > b) ++further;
+    if (r < b) ++closer;
   }
-  if (n == 0) return 0;
-  const double mean = sum / n;
-  const double var = std::max(0.0, sum_sq / n - mean * mean);
-  if (var == 0) return mean == 0 ? 0 : std::copysign(1e9, mean);
-  return mean / std::sqrt(var / n);
+  if (further + closer == 0) return 0;
+  return static_cast<double>(further - closer) /
+         std::sqrt(static_cast<double>(further + closer));
 }
 
 std::string GroupList(const std::vector<GroupCount>& groups) {
@@ -296,9 +295,9 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   if (classes[0].is_consistent()) {
     size_t chosen = 0;
     for (size_t j = 1; j < classes.size() && classes[j].is_consistent(); ++j) {
-      const double t =
-          PairedT(observed, output_of(classes[0]), output_of(classes[j]), explained, dtype);
-      if (t < kTieT && preference_of(classes[j]) < preference_of(classes[chosen])) chosen = j;
+      const double z =
+          PairedZ(observed, output_of(classes[0]), output_of(classes[j]), explained, dtype);
+      if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) chosen = j;
     }
     std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
                 classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
@@ -386,31 +385,32 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     }
   }
 
-  // Candidates the data cannot separate from best (|paired t| below kTieT),
+  // Candidates the data cannot separate from best (|z| of a paired sign test
+  // below kTieZ),
   // and the runner-up: the first consistent candidate it can, else the
   // first inconsistent one.
   const ClassScore* runner = nullptr;
-  double t_runner = std::numeric_limits<double>::infinity();
+  double z_runner = std::numeric_limits<double>::infinity();
   for (size_t j = 1; j < classes.size(); ++j) {
     if (!classes[j].is_consistent()) {
       if (runner == nullptr) runner = &classes[j];
       break;
     }
-    const double t = PairedT(observed, *top_c.output, output_of(classes[j]), explained, dtype);
-    if (std::fabs(t) < kTieT) {
+    const double z = PairedZ(observed, *top_c.output, output_of(classes[j]), explained, dtype);
+    if (std::fabs(z) < kTieZ) {
       for (size_t member : classes[j].members) {
         out.tied.push_back(in.candidates[member].config.ToString());
       }
     } else if (runner == nullptr) {
       runner = &classes[j];
-      t_runner = t;
+      z_runner = z;
     }
   }
   // Confidence that the output came from best or a configuration listed
   // with it (equivalent, tied): the share of elements consistent with it,
   // times how far the runner-up is ruled out, times the explained share.
   const double separation =
-      std::isinf(t_runner) ? 1.0 : 1.0 - std::exp(-std::max(0.0, t_runner - 1.0) / 4.0);
+      std::isinf(z_runner) ? 1.0 : 1.0 - std::exp(-std::max(0.0, z_runner - 1.0) / 4.0);
   out.confidence = top.within() * separation * (1.0 - unexplained_share);
 
   // Where the differences sit: against best, or when it matches (nearly)
@@ -438,15 +438,15 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   if (!out.tied.empty()) {
     absl::StrAppend(&text, " The data cannot separate it from ",
                     absl::StrJoin(out.tied, ", "),
-                    " (paired t below ", kTieT,
+                    " (paired sign test z below ", kTieZ,
                     "); the first is named by preference, not evidence.");
   } else if (runner != nullptr) {
     const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
     if (runner->is_consistent()) {
       absl::StrAppend(&text, absl::StrFormat(
-                                 " Runner-up %s is less likely (paired t = %.1f; "
+                                 " Runner-up %s is less likely (paired sign test z = %.1f; "
                                  "%.1f%% bitwise equal).",
-                                 runner_name, t_runner, 100 * runner->bitwise_fraction()));
+                                 runner_name, z_runner, 100 * runner->bitwise_fraction()));
     } else {
       absl::StrAppend(&text, absl::StrFormat(
                                  " Runner-up %s is ruled out (only %.1f%% of elements "

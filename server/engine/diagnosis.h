@@ -30,8 +30,9 @@
 // same function for these inputs (bf16 storage makes bf16/TF32/fp32 input
 // rounding the same; a zero bias makes fused and unfused the same) and are
 // merged: `best` names one, `equivalent` the others. The runner-up is
-// compared with `best` by a paired t-statistic on per-element ULP distances;
-// below kTieT the evidence cannot separate them and `tied` lists them.
+// compared with `best` by a paired sign test on per-element ULP distances;
+// with |z| below kTieZ the evidence cannot separate them and `tied` lists
+// them. Confidence is documented in docs/numerics.md.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ namespace tensorcheck {
 inline constexpr double kConsistentZ = 4.0;
 inline constexpr double kConsistentShare = 0.9;
 inline constexpr double kMaxUnexplainedShare = 0.1;
-inline constexpr double kTieT = 3.0;
+inline constexpr double kTieZ = 3.0;
 
 struct DiagnosisCandidate {
   Config config;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +46,29 @@ absl::Status CheckTensorSize(const Tensor& t, absl::string_view field,
                      max_bytes, " bytes per tensor"));
   }
   return absl::OkStatus();
+}
+
+// Whether every value of `storage` is exact in the input format of
+// `precision` (so the multiply rounds nothing), decided from the dtypes.
+bool InputsAlreadyIn(Precision precision, DType storage) {
+  switch (precision) {
+    case Precision::kFp64:
+      return true;
+    case Precision::kFp32:
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+      // bf16 (8 significant bits) and fp16 (11) values lie in fp32's
+      // exponent range: exact in TF32 and fp32.
+      return storage != DType::kFloat64 &&
+             (precision == Precision::kFp32 || storage != DType::kFloat32);
+    case Precision::kBf16:
+      return storage == DType::kBFloat16;
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      return storage == DType::kFloat16;
+  }
+  return false;
 }
 
 // Per-element error model arrays of one precision.
@@ -397,12 +421,33 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
   std::vector<double> ref_values(static_cast<size_t>(count));
   ToDouble(ref, ref_values.data());
 
+  // Whether the stored x and W are already in a precision's input format,
+  // so that it rounds nothing (cached per precision).
+  std::map<Precision, bool> exact_cache;
+  auto inputs_exact = [&](Precision precision) {
+    auto it = exact_cache.find(precision);
+    if (it != exact_cache.end()) return it->second;
+    bool exact = InputsAlreadyIn(precision, req.input.dtype());
+    if (!exact) {
+      exact = true;
+      for (const Tensor* t : {&req.input, &req.weight}) {
+        for (int64_t i = 0; exact && i < t->numel(); ++i) {
+          const double v = t->GetDouble(i);
+          const float f = static_cast<float>(v);
+          exact = static_cast<double>(f) == v && RoundInput(precision, f) == f;
+        }
+      }
+    }
+    exact_cache[precision] = exact;
+    return exact;
+  };
   auto model_input = [&](Precision precision, bool unfused_bias) {
     ErrorModelInput in;
     in.precision = precision;
     in.k = plan.k;
     in.output_dtype = plan.output_dtype;
     in.unfused_bias = unfused_bias;
+    in.inputs_exact = inputs_exact(precision);
     in.abs_dot = abs_dot.data();
     in.sq_dot = sq_dot.data();
     in.value = ref_values.data();

@@ -84,7 +84,7 @@ void Predict(const ErrorModelInput& in, double input_weight,
 }  // namespace
 
 void PredictSigma(const ErrorModelInput& in, float* sigma) {
-  Predict(in, /*input_weight=*/1.0, /*other_weight=*/1.0, sigma);
+  Predict(in, /*input_weight=*/in.inputs_exact ? 0.0 : 1.0, /*other_weight=*/1.0, sigma);
 }
 
 void PredictPairSigma(const ErrorModelInput& in, float* sigma) {

@@ -59,6 +59,9 @@ struct ErrorModelInput {
   const float* sq_dot = nullptr;       // per output element sqrt(sum_k (x_k w_k)^2)
   const double* value = nullptr;       // per output element, the reference y
   int64_t count = 0;                   // output elements
+  // The stored inputs are already in the precision's input format (bf16
+  // tensors under bf16/tf32/fp32, fp16 under fp16...): no input rounding.
+  bool inputs_exact = false;
 };
 
 // Unit roundoff of `d`: fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8.
