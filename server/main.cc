@@ -5,6 +5,7 @@
 // SIGINT/SIGTERM: health goes NOT_SERVING, new requests are refused,
 // in-flight ones get --shutdown-grace-seconds to finish, then exit 0. A
 // sticky device error exits 1 so the orchestrator restarts the process.
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -34,6 +35,17 @@ ABSL_FLAG(int64_t, cublaslt_workspace_mb, 32, "cuBLASLt workspace in MiB.");
 ABSL_FLAG(std::string, default_reference, "cpu:fp64", "Reference configuration.");
 
 namespace {
+
+// Written by the signal handler, read by the waiter thread.
+int signal_pipe[2] = {-1, -1};
+// Not a signal: a request hit an error that leaves the device unusable.
+constexpr int kFatalDeviceError = 0;
+
+void OnSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Async-signal-safe; nothing to do if the pipe is full.
+  [[maybe_unused]] ssize_t n = write(signal_pipe[1], &byte, 1);
+}
 
 int Run() {
   const std::string format = absl::GetFlag(FLAGS_log_format);
@@ -66,18 +78,23 @@ int Run() {
   options.backends.cublaslt_workspace_bytes = absl::GetFlag(FLAGS_cublaslt_workspace_mb) << 20;
   options.engine.default_reference = absl::GetFlag(FLAGS_default_reference);
 
-  // Signals are taken by one thread with sigwait; block them everywhere
-  // else before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);  // internal: fatal device error
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT/SIGTERM go through a self-pipe to one waiter thread. (Blocking
+  // them and calling sigwait is not enough: OpenBLAS starts its threads
+  // before main, with the signals unblocked, and one of them would take the
+  // default action.)
+  if (pipe(signal_pipe) != 0) {
+    std::cerr << "cannot create the signal pipe\n";
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   std::atomic<int> exit_code{0};
   options.on_fatal = [&exit_code](const absl::Status&) {
     exit_code = 1;
-    kill(getpid(), SIGUSR1);
+    OnSignal(kFatalDeviceError);
   };
 
   auto server = tensorcheck::TensorCheckServer::Start(options);
@@ -92,8 +109,9 @@ int Run() {
                          {"address", (*server)->address()}});
 
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
+    unsigned char sig = 0;
+    while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
     tensorcheck::LogEvent(spdlog::level::info, "draining",
                           {{"signal", sig},
                            {"grace_seconds", absl::GetFlag(FLAGS_shutdown_grace_seconds)}});
