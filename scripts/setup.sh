@@ -45,7 +45,7 @@ if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.ins
   .venv/bin/pip install -q --upgrade pip
   # jax (CPU) is small enough for CI; torch from PyPI brings gigabytes of CUDA
   # wheels, so its tests skip unless torch is already installed.
-  .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax
+  .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax pyyaml
   .venv/bin/pip install -q ./client/python
   touch .venv/.installed
 fi
