@@ -17,7 +17,7 @@ APT_PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
-  python3-venv
+  python3-venv chromium
 )
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then

@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/html_report.h"
 #include "client/cli/report.h"
 #include "client/cli/tensor_io.h"
 #include "grpcpp/grpcpp.h"
@@ -103,6 +104,9 @@ Output:
   --save-outputs DIR     write DIR/<config, ':' -> '_'>.npy for every
                          configuration and the reference (bf16 outputs are
                          written as float32, exactly)
+  --html FILE            write a self-contained HTML page: summary, ranking,
+                         ULP histograms, heatmaps of the differences (asks
+                         the server for every output)
 
 Connection:
   --server HOST:PORT     (default localhost:50051)
@@ -131,7 +135,7 @@ constexpr const char kVerifyUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] verify --input X --weight W [--bias B]
     [--observed Y] [--config SPEC]... [--reference SPEC] [--tolerance PRESET]
     [--atol A] [--rtol R] [--json] [--junit FILE] [--github]
-    [--save-outputs DIR] [--repeat N] [--timeout SECONDS] ...
+    [--save-outputs DIR] [--html FILE] [--repeat N] [--timeout SECONDS] ...
 
 Runs y = act(x W^T + b) under each --config (repeatable; none: the reference
 alone) and compares every output with the reference and with --observed.
@@ -147,7 +151,7 @@ without, "every configuration within tolerance of the reference".
 constexpr const char kDiagnoseUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] diagnose --input X --weight W [--bias B]
     --observed Y [--candidates SPEC,SPEC...] [--json] [--junit FILE] [--github]
-    ...
+    [--html FILE] ...
 
 Ranks candidate configurations by how well they reproduce --observed and
 explains the best match in framework terms.
@@ -203,7 +207,8 @@ constexpr FlagSpec kFlags[] = {
     {"junit", true, kRun},
     {"github", false, kRun},
     {"save-outputs", true, kRun},
-    // --html FILE (issue 3) goes here, with FormatHtml in report.h.
+    // --html FILE (issue 3): client/cli/html_report.h.
+    {"html", true, kRun},
 };
 
 // Parsed command line: every flag's values in order of appearance.
@@ -502,6 +507,8 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl) {
   req.set_disallow_reduced_precision_reduction(
       cl.Has("disallow-reduced-precision-reduction"));
   if (cl.Has("save-outputs")) req.mutable_output()->set_return_outputs(true);
+  // The heatmaps of --html need every output.
+  if (cl.Has("html")) req.mutable_output()->set_return_outputs(true);
 
   std::map<std::string, DType> dtypes;
   for (const std::string& v : cl.All("dtype")) {
@@ -679,6 +686,23 @@ absl::Status SaveOutputs(const pb::VerifyResponse& r, const std::string& dir) {
   return absl::OkStatus();
 }
 
+// --html FILE: the observed tensor is rebuilt from the request's bytes
+// (BuildRequest moved them there); without it the page has no heatmaps.
+absl::Status WriteHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
+                       const pb::VerifyRequest& req, const std::string& path) {
+  std::optional<Tensor> observed;
+  if (req.has_observed() && req.observed().source_case() == pb::Tensor::kData) {
+    if (const std::optional<DType> d = FromProto(req.observed().dtype()); d.has_value()) {
+      auto t = Tensor::FromBytes(
+          *d, {req.observed().shape().begin(), req.observed().shape().end()},
+          req.observed().data());
+      if (t.ok()) observed = *std::move(t);
+    }
+  }
+  return WriteTextFile(path, FormatHtml(r, ctx, observed ? &*observed : nullptr),
+                       /*append=*/false);
+}
+
 int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double timeout) {
   auto req = BuildRequest(cl);
   if (!req.ok()) {
@@ -723,6 +747,7 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
     out_status.Update(WriteTextFile(cl.Get("junit"), FormatJUnit(resp, ctx), /*append=*/false));
   }
   if (cl.Has("save-outputs")) out_status.Update(SaveOutputs(resp, cl.Get("save-outputs")));
+  if (cl.Has("html")) out_status.Update(WriteHtml(resp, ctx, *req, cl.Get("html")));
   if (!out_status.ok()) {
     std::cerr << "tensorcheck: " << out_status.message() << "\n";
     if (code == kExitPass) code = kExitUsage;

@@ -10,12 +10,10 @@
 // Every format derives its pass/fail lines from one list of Outcomes, so
 // the JUnit failures, the `::error` annotations and the exit code agree.
 //
-// Extension point: the HTML report of issue 3 (`--html FILE`: ranking
-// table, ULP histogram, heatmaps) belongs here as
-//   std::string FormatHtml(const v1::VerifyResponse&, const ReportContext&);
-// built on Outcomes() and the response, like the formats below. It needs the
-// returned outputs for the heatmaps, so the CLI sets return_outputs when
-// --html is given.
+// The HTML report of issue 3 (`--html FILE`: ranking table, ULP histogram,
+// heatmaps) is FormatHtml in client/cli/html_report.h: it also needs the
+// observed tensor and the returned outputs, so the CLI sets return_outputs
+// when --html is given.
 #pragma once
 
 #include <string>

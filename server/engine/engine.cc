@@ -340,6 +340,16 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
     in.candidates.push_back(c);
   }
   outcome.diagnosis = RankCandidates(in);
+  if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
+    // A diagnosis returns the outputs that explain it, not every
+    // candidate's: the reference's and the best (or closest) candidate's.
+    const std::string& keep = outcome.diagnosis->best.has_value()
+                                  ? *outcome.diagnosis->best
+                                  : outcome.diagnosis->ranking.front().config;
+    for (ConfigOutcome& r : outcome.results) {
+      if (r.config != keep) r.output.reset();
+    }
+  }
   return outcome;
 }
 

@@ -276,6 +276,26 @@ TEST_F(EngineTest, DefaultCandidatesCoverEveryPrecisionAndBiasMode) {
   EXPECT_THAT(no_bias, ::testing::Contains("cpu:fp32:none"));
 }
 
+TEST_F(EngineTest, DiagnoseReturnsOnlyTheBestAndReferenceOutputs) {
+  LinearRequest r = Request(2, 64, 8, /*bias=*/true);
+  const std::vector<double> y = Fp64Linear(r.input, r.weight, &*r.bias);
+  r.observed = *FromDoubles(DType::kFloat32, {2, 8}, y);
+  r.return_outputs = true;
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  ASSERT_TRUE(out->diagnosis.has_value());
+  const std::string kept = out->diagnosis->best.value_or(out->diagnosis->ranking[0].config);
+  int with_output = 0;
+  for (const ConfigOutcome& c : out->results) {
+    if (c.output.has_value()) {
+      ++with_output;
+      EXPECT_EQ(c.config, kept);
+    }
+  }
+  EXPECT_EQ(with_output, 1);
+  EXPECT_TRUE(out->reference.output.has_value());
+}
+
 TEST(UnflattenIndexTest, RowMajor) {
   EXPECT_EQ(UnflattenIndex(0, {2, 3, 4}), (std::vector<int64_t>{0, 0, 0}));
   EXPECT_EQ(UnflattenIndex(23, {2, 3, 4}), (std::vector<int64_t>{1, 2, 3}));

@@ -479,7 +479,9 @@ func (m *Tolerance) GetBoundPrecision() string {
 }
 
 type OutputOptions struct {
-	// Return each configuration's output tensor (and the reference's).
+	// Return each configuration's output tensor (and the reference's). In
+	// Diagnose: the reference's and the best (or, when nothing explains the
+	// output, the closest) candidate's only.
 	ReturnOutputs bool `protobuf:"varint,1,opt,name=return_outputs,json=returnOutputs,proto3" json:"return_outputs,omitempty"`
 	// How many worst elements to list per comparison; 0 means 10.
 	TopK int32 `protobuf:"varint,2,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`

@@ -1,0 +1,446 @@
+#include "client/cli/html_report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "status_matchers.h"
+
+namespace tensorcheck::cli {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int Count(const std::string& haystack, const std::string& needle) {
+  int n = 0;
+  for (size_t p = haystack.find(needle); p != std::string::npos;
+       p = haystack.find(needle, p + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+// Nothing on the page may reach the network.
+void ExpectSelfContained(const std::string& page) {
+  EXPECT_THAT(page, Not(HasSubstr("http://")));
+  EXPECT_THAT(page, Not(HasSubstr("https://")));
+  EXPECT_THAT(page, Not(HasSubstr("src=\"//")));
+  EXPECT_THAT(page, Not(HasSubstr("<script")));
+  EXPECT_THAT(page, Not(HasSubstr("<link")));
+  EXPECT_THAT(page, Not(HasSubstr("@import")));
+  EXPECT_THAT(page, Not(HasSubstr("url(http")));
+}
+
+pb::Tensor Fp64Tensor(const std::vector<int64_t>& shape, const std::vector<double>& v) {
+  pb::Tensor t;
+  t.set_dtype(pb::DTYPE_FLOAT64);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double)));
+  return t;
+}
+
+pb::Tensor Fp32Tensor(const std::vector<int64_t>& shape, const std::vector<float>& v) {
+  pb::Tensor t;
+  t.set_dtype(pb::DTYPE_FLOAT32);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  return t;
+}
+
+void AddBucket(pb::Stats* s, uint64_t lo, uint64_t hi, int64_t count) {
+  pb::UlpBucket* b = s->add_ulp_histogram();
+  b->set_lo(lo);
+  b->set_hi(hi);
+  b->set_count(count);
+}
+
+// A 4x3 output. The reference is 0..11; cpu:fp32 equals the observed
+// output except element (2, 1), which is 0.5 larger; cpu:tf32 is 1e-3 off
+// everywhere. The observed output is the reference plus 1e-6 everywhere.
+struct Fixture {
+  pb::VerifyResponse response;
+  Tensor observed;
+};
+
+Fixture DiagnoseFixture() {
+  Fixture f;
+  pb::VerifyResponse& r = f.response;
+  r.add_output_shape(4);
+  r.add_output_shape(3);
+  std::vector<double> ref(12), obs(12), fp32(12), tf32(12);
+  for (int i = 0; i < 12; ++i) {
+    ref[i] = i;
+    obs[i] = i + 1e-6;
+    fp32[i] = obs[i];
+    tf32[i] = obs[i] + 1e-3;
+  }
+  fp32[2 * 3 + 1] += 0.5;
+  f.observed = *FromDoubles(DType::kFloat64, {4, 3}, obs);
+
+  pb::ConfigResult* ref_res = r.mutable_reference();
+  ref_res->set_config("cpu:fp64:none");
+  *ref_res->mutable_output() = Fp64Tensor({4, 3}, ref);
+
+  pb::ConfigResult* a = r.add_results();
+  a->set_config("cpu:fp32:none");
+  *a->mutable_output() = Fp64Tensor({4, 3}, fp32);
+  pb::Stats* s = a->mutable_vs_observed();
+  s->set_total(12);
+  s->set_bitwise_equal_count(11);
+  AddBucket(s, 0, 0, 11);
+  AddBucket(s, 1, 1, 0);
+  AddBucket(s, 3, 4, 1);
+
+  pb::ConfigResult* b = r.add_results();
+  b->set_config("cpu:tf32:none");
+  *b->mutable_output() = Fp64Tensor({4, 3}, tf32);
+  b->mutable_vs_observed()->set_total(12);
+
+  pb::Stats* ovr = r.mutable_observed_vs_reference();
+  ovr->set_total(12);
+  AddBucket(ovr, 5, 8, 12);
+
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:fp32:none");
+  d->set_confidence(0.93);
+  d->add_equivalent("cpu:fp64:none");
+  d->set_framework_hint("PyTorch default: fp32 matmul");
+  d->set_explanation("Matches <b>& nothing else");
+  pb::RankedCandidate* c1 = d->add_ranking();
+  c1->set_config("cpu:fp32:none");
+  c1->set_bitwise_equal_fraction(11.0 / 12.0);
+  c1->set_max_ulp(4);
+  c1->set_mean_ulp(0.25);
+  c1->mutable_bound_ratio()->set_value(1.5);
+  pb::RankedCandidate* c2 = d->add_ranking();
+  c2->set_config("cpu:tf32:none");
+  c2->set_bitwise_equal_fraction(0.0);
+  c2->set_max_ulp(70000);
+  c2->set_mean_ulp(65000);
+  return f;
+}
+
+// ---------------------------------------------------------------- encoders
+
+TEST(Crc32Test, CheckValueOfTheStandardString) {
+  // The CRC-32/ISO-HDLC check value.
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);
+  EXPECT_EQ(Crc32(""), 0u);
+  // PNG's IEND chunk always ends in AE 42 60 82.
+  EXPECT_EQ(Crc32("IEND"), 0xAE426082u);
+}
+
+TEST(Adler32Test, KnownValues) {
+  EXPECT_EQ(Adler32(""), 1u);
+  EXPECT_EQ(Adler32("Wikipedia"), 0x11E60398u);
+  // 100000 bytes of 0xff: a = 1 + 255 * 100000 mod 65521, b = sum of the
+  // running a's: sum_{k=1..n} (1 + 255 k) = n + 255 n (n + 1) / 2.
+  const std::string ff(100000, '\xff');
+  const uint64_t n = 100000, m = 65521;
+  const uint64_t a = (1 + 255 * n) % m;
+  const uint64_t b = (n + 255 * n * (n + 1) / 2) % m;
+  EXPECT_EQ(Adler32(ff), static_cast<uint32_t>(b << 16 | a));
+}
+
+TEST(ZlibStoredTest, EmptyInputIsOneFinalEmptyBlock) {
+  const std::string z = ZlibStored("");
+  EXPECT_EQ(z, std::string("\x78\x01\x01\x00\x00\xff\xff\x00\x00\x00\x01", 11));
+}
+
+TEST(ZlibStoredTest, LongInputIsSplitInto65535ByteBlocks) {
+  const std::string data(70000, 'a');
+  const std::string z = ZlibStored(data);
+  ASSERT_EQ(z.size(), 2u + 5 + 65535 + 5 + (70000 - 65535) + 4);
+  // First block: not final, LEN 0xffff, NLEN 0x0000.
+  EXPECT_EQ(z.substr(2, 5), std::string("\x00\xff\xff\x00\x00", 5));
+  // Second block: final, LEN 4465 = 0x1171, NLEN 0xee8e.
+  EXPECT_EQ(z.substr(2 + 5 + 65535, 5), std::string("\x01\x71\x11\x8e\xee", 5));
+}
+
+TEST(EncodePalettePngTest, HeaderChunksAndSizeAreAsSpecified) {
+  const std::string palette("\x00\x00\x00\xff\xff\xff", 6);
+  const std::string png =
+      EncodePalettePng(3, 2, std::string("\x00\x01\x00\x01\x00\x01", 6), palette);
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  // IHDR: length 13, width 3, height 2, depth 8, colour type 3 (palette).
+  EXPECT_EQ(png.substr(8, 8), std::string("\x00\x00\x00\x0dIHDR", 8));
+  EXPECT_EQ(png.substr(16, 13),
+            std::string("\x00\x00\x00\x03\x00\x00\x00\x02\x08\x03\x00\x00\x00", 13));
+  EXPECT_EQ(png.substr(33, 8), std::string("\x00\x00\x00\x06PLTE", 8));
+  // Signature, IHDR (12 + 13), PLTE (12 + 6), IDAT (12 + zlib of 2 rows of
+  // 1 + 3 bytes: 2 + 5 + 8 + 4), IEND (12).
+  EXPECT_EQ(png.size(), 8u + 25 + 18 + 12 + 19 + 12);
+  EXPECT_EQ(png.substr(png.size() - 12), std::string("\x00\x00\x00\x00IEND\xae\x42\x60\x82", 12));
+}
+
+TEST(Base64Test, PaddingCases) {
+  EXPECT_EQ(Base64(""), "");
+  EXPECT_EQ(Base64("M"), "TQ==");
+  EXPECT_EQ(Base64("Ma"), "TWE=");
+  EXPECT_EQ(Base64("Man"), "TWFu");
+  EXPECT_EQ(Base64(std::string("\xff\xfe\x00", 3)), "//4A");
+}
+
+TEST(HtmlEscapeTest, MarkupCharactersAndControlsAreEscaped) {
+  EXPECT_EQ(HtmlEscape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
+  EXPECT_EQ(HtmlEscape("a\x01z"), "a\xef\xbf\xbdz");
+  EXPECT_EQ(HtmlEscape("cpu:fp32:none"), "cpu:fp32:none");
+}
+
+// ---------------------------------------------------------------- downsampling
+
+TEST(MatrixViewTest, LeadingDimensionsAreFlattened) {
+  EXPECT_EQ(MatrixView({2, 3, 5}), std::make_pair(int64_t{6}, int64_t{5}));
+  EXPECT_EQ(MatrixView({7}), std::make_pair(int64_t{1}, int64_t{7}));
+  EXPECT_EQ(MatrixView({}), std::make_pair(int64_t{1}, int64_t{1}));
+}
+
+TEST(MaxPoolAbsDiffTest, SmallMatrixIsNotResampled) {
+  auto g = MaxPoolAbsDiff({1, 2, 3, 4, 5, 6}, {1, 2, 3.5, 4, 3, 6}, 2, 3, 512);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->grid_rows, 2);
+  EXPECT_EQ(g->grid_cols, 3);
+  EXPECT_EQ(g->cells, (std::vector<double>{0, 0, 0.5, 0, 2, 0}));
+}
+
+TEST(MaxPoolAbsDiffTest, FourBySixIntoTwoByTwoTakesEachBlocksMaximum) {
+  // a[i][j] = -(10 i + j), b = 0: |a - b| = 10 i + j. Cell (0, 0) covers
+  // rows 0-1 and cols 0-2 (max 12); (0, 1) cols 3-5 (15); (1, 0) rows 2-3
+  // (32); (1, 1) 35.
+  std::vector<double> a(24), b(24, 0.0);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 6; ++j) a[i * 6 + j] = -(10.0 * i + j);
+  }
+  auto g = MaxPoolAbsDiff(a, b, 4, 6, 2);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->grid_rows, 2);
+  EXPECT_EQ(g->grid_cols, 2);
+  EXPECT_EQ(g->cells, (std::vector<double>{12, 15, 32, 35}));
+}
+
+TEST(MaxPoolAbsDiffTest, ThousandByThreeKeepsOneLargeElementVisible) {
+  // 1000 rows into 512 cells: row i lands in floor(512 i / 1000); row 700
+  // in floor(358.4) = 358. Rows 698 and 699 share cell 357 (357.4, 357.9),
+  // rows 700 and 701 cell 358 (358.4, 358.9).
+  std::vector<double> a(3000, 1.0), b(3000, 1.0);
+  for (size_t k = 0; k < b.size(); ++k) b[k] += 1e-3;
+  a[700 * 3 + 1] = 6.0;  // |6 - 1.001| = 4.999
+  auto g = MaxPoolAbsDiff(a, b, 1000, 3, 512);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->grid_rows, 512);
+  EXPECT_EQ(g->grid_cols, 3);
+  ASSERT_EQ(g->cells.size(), 512u * 3);
+  EXPECT_EQ(GridIndex(700, 1000, 512), 358);
+  EXPECT_EQ(GridIndex(699, 1000, 512), 357);
+  EXPECT_EQ(GridIndex(701, 1000, 512), 358);
+  EXPECT_EQ(GridIndex(702, 1000, 512), 359);
+  EXPECT_EQ(GridIndex(999, 1000, 512), 511);
+  EXPECT_DOUBLE_EQ(g->cells[358 * 3 + 1], 6.0 - 1.001);
+  int at_max = 0;
+  for (size_t k = 0; k < g->cells.size(); ++k) {
+    if (k == 358 * 3 + 1) continue;
+    EXPECT_NEAR(g->cells[k], 1e-3, 1e-12) << "cell " << k;
+    at_max += g->cells[k] > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(at_max, 0);
+}
+
+TEST(CellSourceRangeTest, InvertsGridIndex) {
+  // Cell 358 of 512 over 1000 rows: rows 700 (358.4) and 701 (358.9).
+  EXPECT_EQ(CellSourceRange(358, 1000, 512), std::make_pair(int64_t{700}, int64_t{701}));
+  EXPECT_EQ(CellSourceRange(0, 1000, 512), std::make_pair(int64_t{0}, int64_t{1}));
+  EXPECT_EQ(CellSourceRange(511, 1000, 512), std::make_pair(int64_t{999}, int64_t{999}));
+  EXPECT_EQ(CellSourceRange(2, 3, 3), std::make_pair(int64_t{2}, int64_t{2}));
+  for (int64_t i = 0; i < 1000; ++i) {
+    const auto [lo, hi] = CellSourceRange(GridIndex(i, 1000, 512), 1000, 512);
+    EXPECT_LE(lo, i);
+    EXPECT_GE(hi, i);
+  }
+}
+
+TEST(MaxPoolAbsDiffTest, EveryCellCoversOneOrTwoRowsOfAThousand) {
+  std::vector<int> covered(512, 0);
+  for (int64_t i = 0; i < 1000; ++i) ++covered[static_cast<size_t>(GridIndex(i, 1000, 512))];
+  for (int c : covered) {
+    EXPECT_GE(c, 1);
+    EXPECT_LE(c, 2);
+  }
+}
+
+TEST(MaxPoolAbsDiffTest, NonFiniteMismatchesAreInfiniteAndMatchesAreZero) {
+  auto g = MaxPoolAbsDiff({kNaN, kNaN, kInf, kInf, 1.0}, {1.0, kNaN, kInf, 1.0, -kInf}, 1, 5, 8);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->cells, (std::vector<double>{kInf, 0, 0, kInf, kInf}));
+}
+
+TEST(MaxPoolAbsDiffTest, SizeMismatchIsInvalidArgument) {
+  EXPECT_THAT(MaxPoolAbsDiff({1, 2, 3}, {1, 2}, 1, 3, 512),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs 3 values")));
+  EXPECT_THAT(MaxPoolAbsDiff({1}, {1}, 1, 1, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// ---------------------------------------------------------------- page
+
+TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
+  Fixture f = DiagnoseFixture();
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  ExpectSelfContained(page);
+  EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(page, HasSubstr("<code class=\"pass\">cpu:fp32:none</code>"));
+  EXPECT_THAT(page, HasSubstr("0.93"));
+  EXPECT_THAT(page, HasSubstr("<code>cpu:fp64:none</code>"));  // equivalent
+  EXPECT_THAT(page, HasSubstr("PyTorch default: fp32 matmul"));
+  // The explanation is escaped, never markup.
+  EXPECT_THAT(page, HasSubstr("Matches &lt;b&gt;&amp; nothing else"));
+  EXPECT_THAT(page, Not(HasSubstr("<b>&")));
+  // Ranking rows, the best one marked.
+  EXPECT_THAT(page, HasSubstr("<th>bitwise_equal_fraction</th>"));
+  EXPECT_THAT(page, HasSubstr("<tr class=\"best\"><td class=\"num\">1</td><td><code>"
+                              "cpu:fp32:none</code></td><td class=\"num\">0.9167</td>"
+                              "<td class=\"num\">4</td><td class=\"num\">0.25</td>"
+                              "<td class=\"num\">1.5</td>"));
+  EXPECT_THAT(page, HasSubstr("<tr><td class=\"num\">2</td><td><code>cpu:tf32:none</code>"
+                              "</td><td class=\"num\">0.0000</td><td class=\"num\">70000</td>"
+                              "<td class=\"num\">65000</td><td class=\"num\">&ndash;</td>"));
+  // Histograms: the best candidate's buckets 0, 1, 3-4, then observed vs
+  // reference's 5-8.
+  EXPECT_THAT(page, HasSubstr("ULP distance, observed vs best candidate cpu:fp32:none"));
+  EXPECT_THAT(page, HasSubstr(">3-4</text>"));
+  EXPECT_THAT(page, HasSubstr(">5-8</text>"));
+  EXPECT_EQ(Count(page, "<rect class=\"bar\""), 4);
+  // Two heatmaps, each a PNG with its legend. |observed - fp32| is 0.5 at
+  // one element and 0 elsewhere; |observed - reference| is 1e-6 everywhere
+  // (to rounding of i + 1e-6).
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 2);
+  EXPECT_THAT(page, HasSubstr("|observed vs best candidate cpu:fp32:none|"));
+  EXPECT_THAT(page, HasSubstr("|observed vs reference cpu:fp64:none|"));
+  EXPECT_THAT(page, HasSubstr(">min 0.5</text>"));
+  EXPECT_THAT(page, HasSubstr(">max 0.5</text>"));
+  EXPECT_THAT(page, HasSubstr(">min 1e-06</text>"));
+  EXPECT_THAT(page, HasSubstr(">max 1e-06</text>"));
+  EXPECT_THAT(page, HasSubstr("Output viewed as 4 &times; 3"));
+  // The largest difference, element (2, 1), is ringed and named.
+  EXPECT_THAT(page, HasSubstr("Largest |difference| 0.5 in rows 2, columns 1 (ringed)."));
+  EXPECT_EQ(Count(page, "<circle class=\"largest\""), 2);
+}
+
+TEST(FormatHtmlTest, NullBestSaysNoCandidateExplainsTheOutput) {
+  Fixture f = DiagnoseFixture();
+  f.response.mutable_diagnosis()->clear_best();
+  f.response.mutable_diagnosis()->clear_equivalent();
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  ExpectSelfContained(page);
+  EXPECT_THAT(page, HasSubstr("no candidate explains the output"));
+  EXPECT_THAT(page, Not(HasSubstr("class=\"best\"")));
+  // The heatmap falls back to the top-ranked candidate, labelled as such.
+  EXPECT_THAT(page, HasSubstr("closest candidate cpu:fp32:none (which does not explain it)"));
+}
+
+TEST(FormatHtmlTest, ConfigNamesAreEscaped) {
+  Fixture f = DiagnoseFixture();
+  f.response.mutable_diagnosis()->mutable_ranking(1)->set_config("cpu:<img src=x>");
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  EXPECT_THAT(page, HasSubstr("cpu:&lt;img src=x&gt;"));
+  EXPECT_THAT(page, Not(HasSubstr("<img")));
+}
+
+TEST(FormatHtmlTest, MissingOutputsBecomeNotesInsteadOfHeatmaps) {
+  Fixture f = DiagnoseFixture();
+  f.response.mutable_results(0)->clear_output();
+  f.response.mutable_reference()->clear_output();
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 0);
+  EXPECT_THAT(page, HasSubstr("the server returned no output for cpu:fp32:none"));
+  EXPECT_THAT(page, HasSubstr("the server returned no output for cpu:fp64:none"));
+}
+
+TEST(FormatHtmlTest, ObservedOfAnotherShapeIsANoteNotACrash) {
+  Fixture f = DiagnoseFixture();
+  Tensor wrong = *FromDoubles(DType::kFloat64, {5}, {1, 2, 3, 4, 5});
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &wrong);
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 0);
+  EXPECT_THAT(page, HasSubstr("needs 12 values; got 5 and 12"));
+}
+
+TEST(FormatHtmlTest, VerifyWithoutObservedShowsEachConfigurationAgainstTheReference) {
+  Fixture f = DiagnoseFixture();
+  pb::VerifyResponse& r = f.response;
+  r.clear_diagnosis();
+  r.clear_observed_vs_reference();
+  r.set_verdict(pb::VERDICT_FAIL);
+  for (pb::ConfigResult& c : *r.mutable_results()) {
+    c.clear_vs_observed();
+    c.mutable_vs_reference()->set_total(12);
+    AddBucket(c.mutable_vs_reference(), 0, 0, 12);
+  }
+  const std::string page = FormatHtml(r, ReportContext{"verify"}, /*observed=*/nullptr);
+  ExpectSelfContained(page);
+  EXPECT_THAT(page, HasSubstr("<span class=\"fail\">FAIL</span>"));
+  EXPECT_THAT(page, HasSubstr("ULP distance, cpu:fp32:none vs reference cpu:fp64:none"));
+  EXPECT_THAT(page, HasSubstr("ULP distance, cpu:tf32:none vs reference cpu:fp64:none"));
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 2);
+  // |fp32 - ref| peaks at (2, 1): 0.5 + 1e-6.
+  EXPECT_THAT(page, HasSubstr(">max 0.5</text>"));
+  EXPECT_THAT(page, Not(HasSubstr("Ranking")));
+}
+
+TEST(FormatHtmlTest, HeatmapsBeyondTheLimitAreLeftOutWithANote) {
+  Fixture f = DiagnoseFixture();
+  HtmlOptions opts;
+  opts.max_heatmaps = 1;
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed, opts);
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 1);
+  EXPECT_THAT(page, HasSubstr("left out (at most 1 heatmaps per page)"));
+}
+
+// The size budget of issue 3: a 1921 x 3072 output (the motivating case)
+// gives a page well under 10 MB.
+TEST(FormatHtmlTest, PageForA1921By3072OutputStaysUnderTenMegabytes) {
+  const int64_t m = 1921, n = 3072;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> ref(static_cast<size_t>(m * n)), cand(ref.size()), obs(ref.size());
+  for (size_t k = 0; k < ref.size(); ++k) {
+    ref[k] = normal(rng);
+    cand[k] = ref[k] * (1 + 1e-3f * normal(rng));
+    obs[k] = cand[k] * (1 + 1e-6f * normal(rng));
+  }
+  pb::VerifyResponse r;
+  r.add_output_shape(m);
+  r.add_output_shape(n);
+  r.mutable_reference()->set_config("cpu:fp64:none");
+  *r.mutable_reference()->mutable_output() = Fp32Tensor({m, n}, ref);
+  pb::ConfigResult* c = r.add_results();
+  c->set_config("cpu:bf16:fused");
+  *c->mutable_output() = Fp32Tensor({m, n}, cand);
+  pb::Stats* s = c->mutable_vs_observed();
+  s->set_total(m * n);
+  for (uint64_t lo = 0; lo < 40; ++lo) AddBucket(s, lo, lo, 1000);
+  r.mutable_diagnosis()->set_best("cpu:bf16:fused");
+  r.mutable_diagnosis()->add_ranking()->set_config("cpu:bf16:fused");
+  Tensor observed = *FromFloats(DType::kFloat32, {m, n}, obs);
+  const std::string page = FormatHtml(r, ReportContext{"diagnose"}, &observed);
+  std::cout << "page size for a " << m << "x" << n << " output: " << page.size() << " bytes\n";
+  ::testing::Test::RecordProperty("page_bytes", static_cast<int>(page.size()));
+  EXPECT_EQ(Count(page, "data:image/png;base64,"), 2);
+  EXPECT_LT(page.size(), 10u << 20);
+  ExpectSelfContained(page);
+}
+
+}  // namespace
+}  // namespace tensorcheck::cli
