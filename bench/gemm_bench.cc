@@ -6,6 +6,13 @@
 //
 // The ratio comes from BM_PairedBackendVsBare, which alternates the two so
 // that a shared machine's load falls on both alike.
+//
+// `cpu:fp16acc` (fp16 accumulation, rounded after every multiply-add):
+// BM_Fp16AccFast (the AVX2 path where the CPU has it) and BM_Fp16AccScalar
+// (the portable path, forced with TENSORCHECK_FP16ACC_SCALAR=1), one run
+// each at M=1921, K=4096, N=3072, fp16 storage; prints scalar/fast. The
+// scalar run takes minutes; select with
+//   build-cpu/bench/gemm_bench --benchmark_filter=Fp16Acc
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -14,6 +21,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -152,6 +160,74 @@ void BM_PairedBackendVsBare(benchmark::State& state) {
   }
 }
 
+// ---- cpu:fp16acc, fast path vs portable path.
+
+constexpr int64_t kAccM = 1921;
+constexpr int64_t kAccK = 4096;
+constexpr int64_t kAccN = 3072;
+
+struct AccData {
+  Tensor x, w;
+};
+
+const AccData& GetAccData() {
+  static const AccData* data = [] {
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto fill = [&](int64_t count) {
+      std::vector<float> v(static_cast<size_t>(count));
+      for (float& f : v) f = normal(rng);
+      return v;
+    };
+    auto* d = new AccData;
+    d->x = *FromFloats(DType::kFloat16, {kAccM, kAccK}, fill(kAccM * kAccK));
+    d->w = *FromFloats(DType::kFloat16, {kAccN, kAccK}, fill(kAccN * kAccK));
+    return d;
+  }();
+  return *data;
+}
+
+double g_fp16acc_fast = 0, g_fp16acc_scalar = 0;
+std::vector<uint8_t> g_fp16acc_fast_out, g_fp16acc_scalar_out;
+
+void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds,
+                std::vector<uint8_t>* out) {
+  const AccData& d = GetAccData();
+  auto backend = CpuBackend::Create({});
+  if (!backend.ok()) {
+    state.SkipWithError(std::string(backend.status().message()).c_str());
+    return;
+  }
+  LinearProblem p;
+  p.input = &d.x;
+  p.weight = &d.w;
+  p.output_dtype = DType::kFloat16;
+  p.m = kAccM;
+  p.n = kAccN;
+  p.k = kAccK;
+  const Config config{"cpu", Precision::kFp16Acc, BiasMode::kNone};
+  if (scalar) setenv("TENSORCHECK_FP16ACC_SCALAR", "1", 1);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = (*backend)->Run(p, config, RunOptions{});
+    *seconds = Seconds(t0, std::chrono::steady_clock::now());
+    if (!r.ok()) {
+      state.SkipWithError(std::string(r.status().message()).c_str());
+      break;
+    }
+    const auto* bytes = static_cast<const uint8_t*>(r->output.raw());
+    out->assign(bytes, bytes + r->output.nbytes());
+  }
+  if (scalar) unsetenv("TENSORCHECK_FP16ACC_SCALAR");
+}
+
+void BM_Fp16AccFast(benchmark::State& state) {
+  RunFp16Acc(state, false, &g_fp16acc_fast, &g_fp16acc_fast_out);
+}
+void BM_Fp16AccScalar(benchmark::State& state) {
+  RunFp16Acc(state, true, &g_fp16acc_scalar, &g_fp16acc_scalar_out);
+}
+
 // Fixed iterations (~0.2-0.7 s per GEMM on 2 cores; ~15 s in all).
 BENCHMARK(BM_BareSgemm)
     ->Unit(benchmark::kMillisecond)
@@ -164,6 +240,15 @@ BENCHMARK(BM_CpuBackendFp32)
 BENCHMARK(BM_PairedBackendVsBare)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(10)
+    ->UseRealTime();
+// One run each: the scalar path takes minutes on 2 cores.
+BENCHMARK(BM_Fp16AccFast)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->UseRealTime();
+BENCHMARK(BM_Fp16AccScalar)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
     ->UseRealTime();
 
 }  // namespace
@@ -190,6 +275,19 @@ int main(int argc, char** argv) {
         "bare %.1f ms); target <= 1.1\n",
         n, median, g_best_backend / g_best_bare, g_best_backend * 1e3,
         g_best_bare * 1e3);
+  }
+  if (tensorcheck::g_fp16acc_fast > 0 && tensorcheck::g_fp16acc_scalar > 0) {
+    std::printf(
+        "cpu:fp16acc 1921x4096->3072: fast %.2f s, scalar %.2f s, "
+        "speed-up scalar/fast = %.1fx, outputs %s\n",
+        tensorcheck::g_fp16acc_fast, tensorcheck::g_fp16acc_scalar,
+        tensorcheck::g_fp16acc_scalar / tensorcheck::g_fp16acc_fast,
+        tensorcheck::g_fp16acc_fast_out == tensorcheck::g_fp16acc_scalar_out
+            ? "bitwise identical"
+            : "DIFFER");
+  } else if (tensorcheck::g_fp16acc_fast > 0) {
+    std::printf("cpu:fp16acc 1921x4096->3072: fast %.2f s\n",
+                tensorcheck::g_fp16acc_fast);
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -677,6 +678,224 @@ TEST(CpuBackendTest, Fp16AccOverflowsToInfinity) {
       Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone))
                  .output)[0],
       80000.0);
+}
+
+// ---- fp16acc: the vectorised path and the portable one against a scalar
+// loop, bit for bit (signed zeros, infinities and NaN included), on data
+// built to hit fp16 subnormals, rounding ties and overflow.
+
+// Forces the portable fp16acc path while alive (cpu_backend.cc reads
+// TENSORCHECK_FP16ACC_SCALAR on every run).
+class ScopedScalarFp16Acc {
+ public:
+  explicit ScopedScalarFp16Acc(bool on) : on_(on) {
+    if (on_) setenv("TENSORCHECK_FP16ACC_SCALAR", "1", 1);
+  }
+  ~ScopedScalarFp16Acc() {
+    if (on_) unsetenv("TENSORCHECK_FP16ACC_SCALAR");
+  }
+
+ private:
+  bool on_;
+};
+
+// A random fp16 value: sign, exponent in [emin, emax] (below -14: the
+// subnormal quantum 2^-24), 10 random fraction bits.
+double RandomHalf(std::mt19937& rng, int emin, int emax) {
+  std::uniform_int_distribution<int> exp(emin, emax);
+  std::uniform_int_distribution<int> frac(0, 1023);
+  std::bernoulli_distribution neg(0.5);
+  const int e = exp(rng);
+  const double v = e < -14 ? std::ldexp(frac(rng), -24)
+                           : std::ldexp(1024 + frac(rng), e - 10);
+  return neg(rng) ? -v : v;
+}
+
+// One of several regimes per element, so that a running sum sees all of
+// them: wide exponent spans (subnormal sums, long-span double sums), small
+// integers (sums past 2048 where odd steps are exact ties), large values
+// (overflow to +-inf, then inf - inf = NaN), tiny values (products below
+// half the smallest subnormal: +-0, including -0) and exact zeros.
+double RegimeValue(std::mt19937& rng) {
+  std::uniform_int_distribution<int> regime(0, 9);
+  std::uniform_int_distribution<int> small_int(-15, 15);
+  switch (regime(rng)) {
+    case 0:
+    case 1:
+    case 2:
+      return RandomHalf(rng, -20, 4);
+    case 3:
+    case 4:
+    case 5:
+      return small_int(rng);
+    case 6:
+      return RandomHalf(rng, 5, 9);
+    case 7:
+    case 8:
+      return RandomHalf(rng, -24, -12);
+    default:
+      return 0.0;
+  }
+}
+
+// fp16(... fp16(fp16(0 + x_i0 w_j0) + x_i1 w_j1) ...) with the sum of two
+// doubles rounded by the test's own RefRound (sign of zero kept).
+std::vector<double> NaiveFp16Acc(const Layer& l) {
+  std::vector<double> want;
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < l.k; ++kk) {
+        acc =
+            RefRound(acc + l.x[i * l.k + kk] * l.w[j * l.k + kk], kFp16Format);
+      }
+      want.push_back(acc);
+    }
+  }
+  return want;
+}
+
+// Same value and sign (so -0 != +0), or both NaN.
+bool SameValue(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
+TEST(CpuBackendTest, Fp16AccFastAndPortablePathsMatchScalarLoopBitwise) {
+  struct Shape {
+    int64_t m, n, k;
+    bool tiny;  // only values below 2^-13: every sum rounds to +-0
+  };
+  // Odd n (not a multiple of 4, 8 or 12), k past one 256-step block, n past
+  // one 288-column block, and sizes over 2^20 multiply-adds that split rows
+  // across threads. The tiny ones end in -0 about half the time.
+  const Shape shapes[] = {{1, 1, 1, false},     {3, 5, 7, false},
+                          {5, 13, 300, false},  {9, 25, 513, false},
+                          {6, 301, 260, false}, {17, 130, 600, false},
+                          {37, 70, 512, false}, {2, 4, 0, false},
+                          {5, 27, 40, true},    {20, 61, 1000, true}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(
+        absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, s.tiny ? " tiny" : ""));
+    std::mt19937 rng(seed++);
+    auto value = [&] {
+      return s.tiny ? RandomHalf(rng, -24, -14) : RegimeValue(rng);
+    };
+    Layer l;
+    l.m = s.m;
+    l.n = s.n;
+    l.k = s.k;
+    for (int64_t i = 0; i < l.m * l.k; ++i) l.x.push_back(value());
+    for (int64_t i = 0; i < l.n * l.k; ++i) l.w.push_back(value());
+    const std::vector<double> want = NaiveFp16Acc(l);
+    if (s.tiny) {
+      EXPECT_GT(
+          std::count_if(want.begin(), want.end(),
+                        [](double v) { return v == 0.0 && std::signbit(v); }),
+          l.m * l.n / 4);
+    }
+    CpuBackend::Options o;
+    o.threads = 3;
+    auto cpu = CpuBackend::Create(o);
+    ASSERT_THAT(cpu, IsOk());
+    for (bool portable : {false, true}) {
+      ScopedScalarFp16Acc force(portable);
+      for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+        for (DType out : {DType::kFloat32, DType::kFloat16}) {
+          SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ",
+                                    WeightLayoutName(layout), " ",
+                                    DTypeName(out)));
+          auto b = Build(l, DType::kFloat16, layout, Activation::kNone, out);
+          RunResult r = MustRun(**cpu, b->problem,
+                                Cfg(Precision::kFp16Acc, BiasMode::kNone));
+          const std::vector<double> got = Values(r.output);
+          ASSERT_EQ(got.size(), want.size());
+          int bad = 0;
+          for (size_t e = 0; e < got.size() && bad < 5; ++e) {
+            if (!SameValue(got[e], want[e])) {
+              ++bad;
+              ADD_FAILURE() << "element " << e << ": got " << got[e]
+                            << ", want " << want[e];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, Fp16AccDataReallyHitsSubnormalsTiesAndOverflow) {
+  // Guards the previous test's data: its running sums do reach each case.
+  std::mt19937 rng(100 + 4);  // the {6, 301, 260} shape's seed
+  Layer l;
+  l.m = 6;
+  l.n = 301;
+  l.k = 260;
+  for (int64_t i = 0; i < l.m * l.k; ++i) l.x.push_back(RegimeValue(rng));
+  for (int64_t i = 0; i < l.n * l.k; ++i) l.w.push_back(RegimeValue(rng));
+  int subnormal = 0, ties = 0, overflow = 0, neg_zero = 0;
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < l.k; ++kk) {
+        const double s = acc + l.x[i * l.k + kk] * l.w[j * l.k + kk];
+        acc = RefRound(s, kFp16Format);
+        if (acc != 0.0 && std::fabs(acc) < 0x1p-14) ++subnormal;
+        if (std::isfinite(s) && std::fabs(s) >= 0x1p-14 &&
+            std::fabs(s - acc) == Ulp(acc, 10) / 2)
+          ++ties;
+        if (std::isfinite(s) && std::isinf(acc)) ++overflow;
+        if (acc == 0.0 && std::signbit(acc)) ++neg_zero;
+      }
+    }
+  }
+  EXPECT_GT(subnormal, 100);
+  EXPECT_GT(ties, 100);
+  EXPECT_GT(overflow, 10);
+  EXPECT_GT(neg_zero, 10);
+}
+
+TEST(CpuBackendTest, Fp16AccEpilogueMatchesReferenceInBothPaths) {
+  // Bias (fused and unfused) and activations after fp16 accumulation, on
+  // a shape with full and partial register tiles.
+  std::mt19937 rng(31);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Layer l;
+  l.m = 7;
+  l.n = 29;
+  l.k = 70;
+  for (int64_t i = 0; i < l.m * l.k; ++i)
+    l.x.push_back(RefRound(normal(rng), kFp16Format));
+  for (int64_t i = 0; i < l.n * l.k; ++i)
+    l.w.push_back(RefRound(normal(rng), kFp16Format));
+  for (int64_t j = 0; j < l.n; ++j)
+    l.b.push_back(RefRound(normal(rng), kFp16Format));
+  auto cpu = NewBackend();
+  for (bool portable : {false, true}) {
+    ScopedScalarFp16Acc force(portable);
+    for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
+      for (Activation act :
+           {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
+        for (DType out : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+          for (WeightLayout layout :
+               {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+            SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ",
+                                      BiasModeName(mode), " ",
+                                      ActivationName(act), " ", DTypeName(out),
+                                      " ", WeightLayoutName(layout)));
+            auto b = Build(l, DType::kFloat16, layout, act, out, {},
+                           DType::kFloat16);
+            RunResult r =
+                MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, mode));
+            ExpectMatches(Values(r.output),
+                          RefLinear(l, Precision::kFp16Acc, mode, act, out),
+                          act, out, Precision::kFp16Acc);
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- Run options and edge shapes.
