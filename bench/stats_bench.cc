@@ -3,7 +3,10 @@
 // Compare() over 2^24 fp32 pairs (actual = expected moved by a few ULPs, as
 // two runs of one GEMM differ) against std::memcpy of the same two arrays.
 // Bandwidth is input bytes (both arrays, 128 MiB) over the best wall time
-// of several repetitions; the target is Compare >= 0.5 x memcpy.
+// of several repetitions; the target is Compare >= 0.5 x memcpy. "ratio"
+// is Compare's bandwidth over memcpy's (best times), "med ratio" the same
+// with median times; cpu/wall is process CPU time over wall time (about
+// the number of threads that really ran at once).
 //
 //   stats_bench [--n=LOG2_ELEMENTS] [--reps=R] [--threads=T]
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <thread>
 #include <vector>
@@ -25,16 +29,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Wall times of `reps` runs, and the process CPU time over their sum: ~1
+// for one thread; ~T when T threads really ran at once (less when other
+// processes hold the cores).
+struct Timing {
+  double best = 0;
+  double median = 0;
+  double cpu_per_wall = 0;
+};
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 template <typename F>
-double BestSeconds(int reps, F&& f) {
-  double best = 1e30;
+Timing Time(int reps, F&& f) {
+  std::vector<double> walls;
+  const double cpu0 = ProcessCpuSeconds();
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     f();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::min(best, s);
+    walls.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  return best;
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  Timing t;
+  double sum = 0;
+  for (double w : walls) sum += w;
+  t.cpu_per_wall = cpu / sum;
+  std::sort(walls.begin(), walls.end());
+  t.best = walls.front();
+  t.median = walls[walls.size() / 2];
+  return t;
 }
 
 int Main(int argc, char** argv) {
@@ -109,31 +137,39 @@ int Main(int argc, char** argv) {
   // Warm up both, then time them interleaved-free but back to back.
   run_memcpy();
   run_compare(threads);
-  const double t_memcpy = BestSeconds(reps, run_memcpy);
-  const double t_compare = BestSeconds(reps, [&] { run_compare(threads); });
-  const double t_compare1 = BestSeconds(reps, [&] { run_compare(1); });
+  const Timing t_memcpy = Time(reps, run_memcpy);
+  const Timing t_compare = Time(reps, [&] { run_compare(threads); });
+  const Timing t_compare1 = Time(reps, [&] { run_compare(1); });
 
   const double in_bytes = 2.0 * static_cast<double>(bytes);
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const double bw_memcpy = in_bytes / t_memcpy / gib;
-  const double bw_compare = in_bytes / t_compare / gib;
-  const double bw_compare1 = in_bytes / t_compare1 / gib;
+  const double bw_memcpy = in_bytes / t_memcpy.best / gib;
+  const double bw_compare = in_bytes / t_compare.best / gib;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  double load1 = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load1) != 1) load1 = -1;
+    std::fclose(f);
+  }
 
-  std::printf("stats_bench: %lld fp32 pairs (%.0f MiB in), best of %d, "
-              "%u hardware threads\n",
+  std::printf("stats_bench: %lld fp32 pairs (%.0f MiB in), %d reps, "
+              "%u hardware threads, load average %.2f\n",
               static_cast<long long>(n), in_bytes / (1024.0 * 1024.0), reps,
-              hw);
-  std::printf("%-28s %10s %12s %8s\n", "case", "ms", "GiB/s", "ratio");
-  std::printf("%-28s %10.2f %12.2f %8.2f\n", "memcpy (baseline)",
-              t_memcpy * 1e3, bw_memcpy, 1.0);
+              hw, load1);
+  std::printf("%-24s %9s %9s %9s %8s %9s %8s\n", "case", "best ms",
+              "median ms", "GiB/s", "ratio", "med ratio", "cpu/wall");
+  auto row = [&](const char* label, const Timing& t) {
+    std::printf("%-24s %9.2f %9.2f %9.2f %8.2f %9.2f %8.2f\n", label,
+                t.best * 1e3, t.median * 1e3, in_bytes / t.best / gib,
+                t_memcpy.best / t.best, t_memcpy.median / t.median,
+                t.cpu_per_wall);
+  };
+  row("memcpy (baseline)", t_memcpy);
   char label[64];
   std::snprintf(label, sizeof(label), "Compare threads=%s",
                 threads == 0 ? "auto" : std::to_string(threads).c_str());
-  std::printf("%-28s %10.2f %12.2f %8.2f\n", label, t_compare * 1e3,
-              bw_compare, bw_compare / bw_memcpy);
-  std::printf("%-28s %10.2f %12.2f %8.2f\n", "Compare threads=1",
-              t_compare1 * 1e3, bw_compare1, bw_compare1 / bw_memcpy);
+  row(label, t_compare);
+  row("Compare threads=1", t_compare1);
   std::printf("target: Compare/memcpy >= 0.50 -> %s\n",
               bw_compare / bw_memcpy >= 0.5 ? "met" : "NOT met");
   std::printf("(check: mismatched=%lld max_ulp=%llu)\n",

@@ -2,15 +2,24 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/float_formats.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace tensorcheck {
 namespace {
@@ -609,10 +618,368 @@ inline uint64_t BitsAt(const FastView<T>& v, const T* values,
   }
 }
 
+// |a-e| and ULP distances of a finite block, element by element: the same
+// values the vector passes produce. Either output may be null.
+template <typename T>
+void FillFastBuffers(const FastView<T>& v, const BitLayout& l,
+                     double* abs_buf, uint64_t* ulp_buf) {
+  if (abs_buf != nullptr) {
+    for (int64_t k = 0; k < v.n; ++k) {
+      abs_buf[k] = std::fabs(static_cast<double>(v.a[k]) -
+                             static_cast<double>(v.e[k]));
+    }
+  }
+  if (ulp_buf != nullptr) {
+    for (int64_t k = 0; k < v.n; ++k) {
+      ulp_buf[k] = OrderedDistance(BitsAt(v, v.a, v.ba, k),
+                                   BitsAt(v, v.e, v.be, k), l);
+    }
+  }
+}
+
+// Pass 3 of FastBlock, shared by its portable and fused fp32 forms: in
+// element order, everything that depends on it (maxima and their indices,
+// the tolerance, the worst list); skipped when the block's summary shows
+// that nothing in it can change them. `may_fail_or_raise_rel` must be true
+// when some element may fail an atol/rtol rule or raise max_rel above
+// `rel0` (it may be true when none does: the scan then changes nothing).
+// abs_buf/ulp_buf hold |a-e| and the ULP distances when *_ready; else they
+// are filled here when the scan needs them.
+template <typename T>
+void FinishFastBlock(ThreadAcc& acc, const Shared& sh, const FastView<T>& v,
+                     int64_t& col, int64_t& row, double* abs_buf,
+                     uint64_t* ulp_buf, double rel0, bool may_fail_or_raise_rel,
+                     double bmax, uint64_t block_max_ulp, bool abs_ready,
+                     bool ulp_ready) {
+  const CompareOptions& opt = *sh.options;
+  const Tolerance& tol = opt.tolerance;
+  const int64_t n = v.n;
+  // Pass 3: in element order, everything that depends on it; skipped when
+  // pass 1 showed that nothing in the block can change it.
+  const bool sum_rule_preset = tol.preset == TolerancePreset::kTorch ||
+                               tol.preset == TolerancePreset::kNumpy ||
+                               tol.preset == TolerancePreset::kExplicit;
+  const bool scan = !sum_rule_preset || rel0 < 0 || may_fail_or_raise_rel ||
+                    bmax > acc.max_abs ||
+                    acc.worst.TierZeroGate().Admits(bmax, block_max_ulp);
+  if (!scan) {
+    col += n;
+    if (col >= sh.cols) {
+      row += col / sh.cols;
+      col %= sh.cols;
+    }
+    return;
+  }
+  if (sum_rule_preset && rel0 >= 0 && !may_fail_or_raise_rel) {
+    // The common scan: no element fails or raises max_rel, so only max_abs
+    // and the worst list can change; elements below both thresholds are
+    // passed over. The same updates, in the same order, as the full loop.
+    double max_abs = acc.max_abs;
+    int64_t max_abs_index = acc.max_abs_index;
+    WorstHeap::Gate gate = acc.worst.TierZeroGate();
+    for (int64_t k = 0; k < n; ++k) {
+      const double ad =
+          abs_ready ? abs_buf[k]
+                    : std::fabs(static_cast<double>(v.a[k]) -
+                                static_cast<double>(v.e[k]));
+      if (!(ad > max_abs) && ad < gate.r) continue;
+      const int64_t i = v.start + k;
+      if (ad > max_abs) {
+        max_abs = ad;
+        max_abs_index = i;
+      }
+      const uint64_t ba = BitsAt(v, v.a, v.ba, k);
+      const uint64_t be = BitsAt(v, v.e, v.be, k);
+      const uint64_t u =
+          ulp_ready ? ulp_buf[k] : OrderedDistance(ba, be, sh.layout);
+      if (gate.Admits(ad, u)) {
+        const double abs_e = std::fabs(static_cast<double>(v.e[k]));
+        acc.worst.Offer({{0, ad, u, i},
+                         MakeDiff(i, v.a[k], v.e[k], ba, be, ad,
+                                  RelDiff(ad, abs_e), u)});
+        gate = acc.worst.TierZeroGate();
+      }
+    }
+    acc.max_abs = max_abs;
+    acc.max_abs_index = max_abs_index;
+    col += n;
+    if (col >= sh.cols) {
+      row += col / sh.cols;
+      col %= sh.cols;
+    }
+    return;
+  }
+  if (!abs_ready || !ulp_ready) {
+    FillFastBuffers(v, sh.layout, abs_ready ? nullptr : abs_buf,
+                    ulp_ready ? nullptr : ulp_buf);
+  }
+  double max_abs = acc.max_abs;
+  int64_t max_abs_index = acc.max_abs_index;
+  double max_rel = acc.max_rel;
+  int64_t max_rel_index = acc.max_rel_index;
+  const float* const bound = opt.error_bound;
+  const bool sum_rule = tol.preset == TolerancePreset::kTorch ||
+                        tol.preset == TolerancePreset::kNumpy ||
+                        tol.preset == TolerancePreset::kExplicit;
+  const int64_t cols = sh.cols;
+  WorstHeap::Gate gate = acc.worst.TierZeroGate();
+  for (int64_t k = 0; k < n; ++k) {
+    const double ad = abs_buf[k];
+    const double abs_e = std::fabs(static_cast<double>(v.e[k]));
+    const int64_t i = v.start + k;
+    if (ad > max_abs) {
+      max_abs = ad;
+      max_abs_index = i;
+    }
+    const double rel_floor = max_rel * abs_e;
+    if (ad > rel_floor * kShrink || max_rel < 0 ||
+        (rel_floor < 0x1p-1000 && rel_floor > 0)) {
+      const double rel = RelDiff(ad, abs_e);
+      if (rel > max_rel) {
+        max_rel = rel;
+        max_rel_index = i;
+      }
+    }
+    const bool pass =
+        sum_rule ? ad <= tol.atol + tol.rtol * abs_e
+                 : FinitePairPasses(tol, ad, abs_e,
+                                    bound != nullptr ? bound[i] : 0.0,
+                                    ulp_buf[k]);
+    if (!pass) RecordMismatch(acc, sh, i, col, row);
+    if (gate.Admits(ad, ulp_buf[k])) {
+      const uint64_t u = ulp_buf[k];
+      acc.worst.Offer({{0, ad, u, i},
+                       MakeDiff(i, v.a[k], v.e[k], BitsAt(v, v.a, v.ba, k),
+                                BitsAt(v, v.e, v.be, k), ad,
+                                RelDiff(ad, abs_e), u)});
+      gate = acc.worst.TierZeroGate();
+    }
+    if (++col == cols) {
+      col = 0;
+      ++row;
+    }
+  }
+  acc.max_abs = max_abs;
+  acc.max_abs_index = max_abs_index;
+  acc.max_rel = max_rel;
+  acc.max_rel_index = max_rel_index;
+}
+
+// Which FastBlock form runs; see SetCompareKernelForTesting below.
+std::atomic<int> g_kernel_mode{0};
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TC_STATS_FUSED_AVX2 1
+
+bool CpuHasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+// What the fused fp32 kernel reports for one block.
+struct FusedF32Summary {
+  double abs, sq, aa, ee, ae;  // the block sums, as pass 1 adds them
+  double bmax;                 // largest |a-e|
+  // Some element fails an atol/rtol rule or may raise max_rel.
+  bool may_fail_or_raise_rel;
+  int64_t bit_equal;
+  uint32_t max_ulp;
+  uint64_t ulp_sum;            // exact when max_ulp < 2^24
+  int64_t c0, c1, c2;          // distances 0, 1 and 2
+};
+
+// (l0 + l1) + (l2 + l3): pass 1's final reduction.
+__attribute__((target("avx2"))) inline double HSumAvx(__m256d x) {
+  alignas(32) double t[4];
+  _mm256_store_pd(t, x);
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+__attribute__((target("avx2"))) inline uint64_t LaneSumAvx2(__m256i x) {
+  alignas(32) uint32_t w[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w), x);
+  uint64_t sum = 0;
+  for (uint32_t q : w) sum += q;
+  return sum;
+}
+
+// Passes 1 and 2 of FastBlock for fp32 tensors compared in fp32, fused so
+// each block is read from memory once; n a multiple of 8. The double sums
+// keep pass 1's lanes and order exactly (one 4-wide accumulator per sum
+// whose lanes are pass 1's [s[0][0], s[0][1], s[1][0], s[1][1]], fed four
+// consecutive elements at a time), so they are bitwise the same; no FMA.
+// ULP distances use 32-bit lanes: d = |ma - mb| for equal signs, ma + mb
+// otherwise (< 2^32 for finite values); each lane sums n/8 of them, exact
+// while they stay below 2^24.
+__attribute__((target("avx2"))) void FusedF32Avx2(
+    const float* a, const float* e, int64_t n, double atol, double rtol,
+    double rel0_shrunk, FusedF32Summary* out) {
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+  const __m256d vatol = _mm256_set1_pd(atol);
+  const __m256d vrtol = _mm256_set1_pd(rtol);
+  const __m256d vrel = _mm256_set1_pd(rel0_shrunk);
+  __m256d s_abs = _mm256_setzero_pd(), s_sq = s_abs, s_aa = s_abs,
+          s_ee = s_abs, s_ae = s_abs, vmax = s_abs, flag = s_abs;
+  const __m256i mag = _mm256_set1_epi32(0x7fffffff);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+  __m256i eq = zero, umax = zero, usum = zero, c0 = zero, c1 = zero,
+          c2 = zero;
+  for (int64_t k = 0; k < n; k += 8) {
+    const __m256i xa =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k));
+    const __m256i xe =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + k));
+    const __m256i ma = _mm256_and_si256(xa, mag);
+    const __m256i mb = _mm256_and_si256(xe, mag);
+    const __m256i same = _mm256_abs_epi32(_mm256_sub_epi32(ma, mb));
+    const __m256i across = _mm256_add_epi32(ma, mb);
+    // Selected by the sign bit of a ^ e: signs differ.
+    const __m256i u = _mm256_castps_si256(_mm256_blendv_ps(
+        _mm256_castsi256_ps(same), _mm256_castsi256_ps(across),
+        _mm256_castsi256_ps(_mm256_xor_si256(xa, xe))));
+    eq = _mm256_sub_epi32(eq, _mm256_cmpeq_epi32(xa, xe));
+    umax = _mm256_max_epu32(umax, u);
+    usum = _mm256_add_epi32(usum, u);
+    c0 = _mm256_sub_epi32(c0, _mm256_cmpeq_epi32(u, zero));
+    c1 = _mm256_sub_epi32(c1, _mm256_cmpeq_epi32(u, one));
+    c2 = _mm256_sub_epi32(c2, _mm256_cmpeq_epi32(u, two));
+    for (int h = 0; h < 8; h += 4) {
+      const __m256d da = _mm256_cvtps_pd(_mm_loadu_ps(a + k + h));
+      const __m256d de = _mm256_cvtps_pd(_mm_loadu_ps(e + k + h));
+      const __m256d d = _mm256_sub_pd(da, de);
+      const __m256d ad = _mm256_and_pd(d, abs_mask);
+      const __m256d abs_e = _mm256_and_pd(de, abs_mask);
+      s_abs = _mm256_add_pd(s_abs, ad);
+      s_sq = _mm256_add_pd(s_sq, _mm256_mul_pd(d, d));
+      s_aa = _mm256_add_pd(s_aa, _mm256_mul_pd(da, da));
+      s_ee = _mm256_add_pd(s_ee, _mm256_mul_pd(de, de));
+      s_ae = _mm256_add_pd(s_ae, _mm256_mul_pd(da, de));
+      vmax = _mm256_max_pd(ad, vmax);
+      // !(ad <= atol + rtol|e|), true on NaN like pass 1's test.
+      const __m256d thr = _mm256_add_pd(vatol, _mm256_mul_pd(vrtol, abs_e));
+      flag = _mm256_or_pd(flag, _mm256_cmp_pd(ad, thr, _CMP_NLE_UQ));
+      flag = _mm256_or_pd(
+          flag, _mm256_cmp_pd(ad, _mm256_mul_pd(vrel, abs_e), _CMP_GT_OQ));
+    }
+  }
+  alignas(32) double t[4];
+  // "+ 0.0": pass 1 adds its (here empty) scalar tail the same way.
+  out->abs = HSumAvx(s_abs) + 0.0;
+  out->sq = HSumAvx(s_sq) + 0.0;
+  out->aa = HSumAvx(s_aa) + 0.0;
+  out->ee = HSumAvx(s_ee) + 0.0;
+  out->ae = HSumAvx(s_ae) + 0.0;
+  _mm256_store_pd(t, vmax);
+  out->bmax = std::max({t[0], t[1], t[2], t[3], 0.0});
+  out->may_fail_or_raise_rel = _mm256_movemask_pd(flag) != 0;
+  alignas(32) uint32_t w[8];
+  out->bit_equal = static_cast<int64_t>(LaneSumAvx2(eq));
+  out->ulp_sum = LaneSumAvx2(usum);
+  out->c0 = static_cast<int64_t>(LaneSumAvx2(c0));
+  out->c1 = static_cast<int64_t>(LaneSumAvx2(c1));
+  out->c2 = static_cast<int64_t>(LaneSumAvx2(c2));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w), umax);
+  out->max_ulp = *std::max_element(w, w + 8);
+}
+#endif  // x86-64
+
+// Passes 1 and 2 of FastBlock through FusedF32Avx2 for a finite block, and
+// the commit of their results. Returns false, having changed nothing, when
+// the kernel does not apply (no AVX2, a partial block, a tiny max_rel)
+// or the block is not all finite / its sums overflow; *handled tells which.
+bool FusedF32Block(ThreadAcc& acc, const Shared& sh,
+                   const FastView<float>& v, int64_t& col, int64_t& row,
+                   BlockSums& bs, double* abs_buf, uint64_t* ulp_buf,
+                   bool* handled) {
+  *handled = false;
+#if defined(TC_STATS_FUSED_AVX2)
+  const CompareOptions& opt = *sh.options;
+  const int64_t n = v.n;
+  const double rel0 = acc.max_rel;
+  // The portable pass 1 keeps a tiny-product fallback for max_rel below
+  // 2^-800; that rare case stays there.
+  if (g_kernel_mode.load(std::memory_order_relaxed) != 0 || n % 8 != 0 ||
+      (rel0 > 0 && rel0 < 0x1p-800) || !CpuHasAvx2()) {
+    return false;
+  }
+  *handled = true;
+  FusedF32Summary f;
+  // rel0 * kShrink * |e| <= rel0 * |e| * (1 - 2^-51) with the two
+  // roundings (no underflow: |e| >= 2^-149 or 0, rel0 >= 2^-800), so an
+  // element whose quotient beats rel0 is still flagged.
+  FusedF32Avx2(v.a, v.e, n, opt.tolerance.atol, opt.tolerance.rtol,
+               rel0 * kShrink, &f);
+  if (!std::isfinite(f.aa + f.ee + f.sq + f.abs)) return false;
+  bs.abs = f.abs;
+  bs.sq = f.sq;
+  bs.aa = f.aa;
+  bs.ee = f.ee;
+  bs.ae = f.ae;
+  bs.sigma2 = bs.sq_sigma = 0;
+  bool abs_ready = false;
+  if (opt.predicted_sigma != nullptr) {
+    FillFastBuffers(v, sh.layout, abs_buf, nullptr);
+    abs_ready = true;
+    const float* sigma = opt.predicted_sigma + v.start;
+    double s2 = 0, d2 = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      if (!std::isfinite(sigma[k])) continue;
+      s2 += static_cast<double>(sigma[k]) * sigma[k];
+      d2 += abs_buf[k] * abs_buf[k];
+    }
+    bs.sigma2 = s2;
+    bs.sq_sigma = d2;
+  }
+  bool ulp_ready = false;
+  if (f.max_ulp <= 4) {
+    acc.hist[0][0] += f.c0;
+    acc.hist[0][1] += f.c1;
+    acc.hist[0][2] += f.c2;
+    acc.hist[0][3] += n - f.c0 - f.c1 - f.c2;
+    bs.ulp = static_cast<double>(f.ulp_sum);
+  } else {
+    // As FloatUlpPass: the distances, then their buckets, per element.
+    FillFastBuffers(v, sh.layout, nullptr, ulp_buf);
+    ulp_ready = true;
+    int64_t hist[4][kHistBuckets] = {};
+    uint64_t ulp_sum = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const uint64_t u = ulp_buf[k];
+      ulp_sum += u;
+      const int bucket = 64 - __builtin_clzll(((u - 1) << 1) | 1);
+      ++hist[k & 3][u == 0 ? 0 : bucket];
+    }
+    for (int lane = 0; lane < 4; ++lane) {
+      for (int q = 0; q < kHistBuckets; ++q) acc.hist[lane][q] += hist[lane][q];
+    }
+    bs.ulp = static_cast<double>(ulp_sum);
+  }
+  acc.max_ulp = std::max<uint64_t>(acc.max_ulp, f.max_ulp);
+  acc.bit_equal += f.bit_equal;
+  acc.finite += n;
+  FinishFastBlock(acc, sh, v, col, row, abs_buf, ulp_buf, rel0,
+                  f.may_fail_or_raise_rel, f.bmax, f.max_ulp, abs_ready,
+                  ulp_ready);
+  return true;
+#else
+  return false;
+#endif
+}
+
 template <typename T>
 bool FastBlock(ThreadAcc& acc, const Shared& sh, const FastView<T>& v,
                int64_t& col, int64_t& row, BlockSums& bs, double* abs_buf,
                uint64_t* ulp_buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    bool handled;
+    const bool ok =
+        FusedF32Block(acc, sh, v, col, row, bs, abs_buf, ulp_buf, &handled);
+    if (handled) return ok;
+  }
   const CompareOptions& opt = *sh.options;
   const int64_t n = v.n;
 
@@ -794,73 +1161,9 @@ bool FastBlock(ThreadAcc& acc, const Shared& sh, const FastView<T>& v,
   acc.bit_equal += bit_equal;
   acc.finite += n;
 
-  // Pass 3: in element order, everything that depends on it; skipped when
-  // pass 1 showed that nothing in the block can change it.
-  const bool sum_rule_preset = tol.preset == TolerancePreset::kTorch ||
-                               tol.preset == TolerancePreset::kNumpy ||
-                               tol.preset == TolerancePreset::kExplicit;
-  const bool scan = !sum_rule_preset || rel0 < 0 || n_fails != 0 ||
-                    any_rel_cand ||
-                    bmax > acc.max_abs ||
-                    acc.worst.TierZeroGate().Admits(bmax, block_max_ulp);
-  if (!scan) {
-    col += n;
-    if (col >= sh.cols) {
-      row += col / sh.cols;
-      col %= sh.cols;
-    }
-    return true;
-  }
-  double max_abs = acc.max_abs;
-  int64_t max_abs_index = acc.max_abs_index;
-  double max_rel = acc.max_rel;
-  int64_t max_rel_index = acc.max_rel_index;
-  const float* const bound = opt.error_bound;
-  const bool sum_rule = tol.preset == TolerancePreset::kTorch ||
-                        tol.preset == TolerancePreset::kNumpy ||
-                        tol.preset == TolerancePreset::kExplicit;
-  const int64_t cols = sh.cols;
-  WorstHeap::Gate gate = acc.worst.TierZeroGate();
-  for (int64_t k = 0; k < n; ++k) {
-    const double ad = abs_buf[k];
-    const double abs_e = std::fabs(static_cast<double>(v.e[k]));
-    const int64_t i = v.start + k;
-    if (ad > max_abs) {
-      max_abs = ad;
-      max_abs_index = i;
-    }
-    const double rel_floor = max_rel * abs_e;
-    if (ad > rel_floor * kShrink || max_rel < 0 ||
-        (rel_floor < 0x1p-1000 && rel_floor > 0)) {
-      const double rel = RelDiff(ad, abs_e);
-      if (rel > max_rel) {
-        max_rel = rel;
-        max_rel_index = i;
-      }
-    }
-    const bool pass =
-        sum_rule ? ad <= tol.atol + tol.rtol * abs_e
-                 : FinitePairPasses(tol, ad, abs_e,
-                                    bound != nullptr ? bound[i] : 0.0,
-                                    ulp_buf[k]);
-    if (!pass) RecordMismatch(acc, sh, i, col, row);
-    if (gate.Admits(ad, ulp_buf[k])) {
-      const uint64_t u = ulp_buf[k];
-      acc.worst.Offer({{0, ad, u, i},
-                       MakeDiff(i, v.a[k], v.e[k], BitsAt(v, v.a, v.ba, k),
-                                BitsAt(v, v.e, v.be, k), ad,
-                                RelDiff(ad, abs_e), u)});
-      gate = acc.worst.TierZeroGate();
-    }
-    if (++col == cols) {
-      col = 0;
-      ++row;
-    }
-  }
-  acc.max_abs = max_abs;
-  acc.max_abs_index = max_abs_index;
-  acc.max_rel = max_rel;
-  acc.max_rel_index = max_rel_index;
+  FinishFastBlock(acc, sh, v, col, row, abs_buf, ulp_buf, rel0,
+                  n_fails != 0 || any_rel_cand, bmax, block_max_ulp,
+                  /*abs_ready=*/true, /*ulp_ready=*/true);
   return true;
 }
 
@@ -879,11 +1182,14 @@ void RunRange(const Shared& sh, int64_t first_block, int64_t last_block,
   std::vector<double> va(kBlock), ve(kBlock), abs_buf(kBlock);
   std::vector<uint64_t> ba(kBlock), be(kBlock), ulp_buf(kBlock);
 
+  // Testing only: every block element by element.
+  const bool slow_only = g_kernel_mode.load(std::memory_order_relaxed) == 2;
+
   for (int64_t b = first_block; b < last_block; ++b) {
     const int64_t start = b * kBlock;
     const int64_t n = std::min(kBlock, sh.total - start);
     BlockSums& bs = (*sh.blocks)[static_cast<size_t>(b)];
-    if (fp32_in_place) {
+    if (fp32_in_place && !slow_only) {
       const FastView<float> fv{start, n, sh.actual->data<float>() + start,
                                sh.expected->data<float>() + start, nullptr,
                                nullptr};
@@ -896,7 +1202,7 @@ void RunRange(const Shared& sh, int64_t first_block, int64_t last_block,
     Decode(*sh.expected, start, n, ve.data());
     ToBits(*sh.actual, start, n, va.data(), opt.compared_dtype, ba.data());
     ToBits(*sh.expected, start, n, ve.data(), opt.compared_dtype, be.data());
-    if (!fp32_in_place) {
+    if (!fp32_in_place && !slow_only) {
       const FastView<double> dv{start,     n,         va.data(),
                                 ve.data(), ba.data(), be.data()};
       if (FastBlock(acc, sh, dv, col, row, bs, abs_buf.data(),
@@ -947,6 +1253,13 @@ absl::Status Validate(const Tensor& actual, const Tensor& expected,
 
 }  // namespace
 
+namespace stats_internal {
+// Testing only, declared by the tests rather than the header. 0: Compare
+// as in production; 1: without the fused AVX2 fp32 kernel (the portable
+// vector passes run); 2: every block element by element (SlowBlock).
+void SetCompareKernelForTesting(int mode) { g_kernel_mode.store(mode); }
+}  // namespace stats_internal
+
 uint64_t BitsIn(double v, DType dtype) {
   switch (dtype) {
     case DType::kFloat64:
@@ -992,22 +1305,62 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
   std::vector<BlockSums> blocks(static_cast<size_t>(num_blocks));
   Shared sh{&actual,      &expected, &options, LayoutOf(options.compared_dtype),
             total,        cols,      &blocks};
+  // Threads take contiguous chunks of blocks, in order, from a shared
+  // counter rather than one fixed share each: a thread that starts late or
+  // shares its core with other work then does less, instead of the others
+  // waiting for its share. Each chunk has its own accumulator and they
+  // merge in chunk (= element) order, which gives the same result for any
+  // split. Fewer, larger chunks for large top_k, whose lists each chunk
+  // keeps.
+  const int64_t chunks_per_thread = options.top_k <= 4096 ? 4 : 1;
+  const int64_t chunks =
+      threads == 1 ? 1 : std::min(num_blocks, threads * chunks_per_thread);
   std::vector<ThreadAcc> accs;
-  accs.reserve(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; ++t) accs.emplace_back(options.top_k);
-  auto block_of = [&](int64_t t) { return num_blocks * t / threads; };
-  {
-    std::vector<std::thread> workers;
-    workers.reserve(static_cast<size_t>(threads - 1));
-    for (int64_t t = 1; t < threads; ++t) {
-      workers.emplace_back(RunRange, std::cref(sh), block_of(t),
-                           block_of(t + 1), std::ref(accs[t]));
+  accs.reserve(static_cast<size_t>(chunks));
+  for (int64_t c = 0; c < chunks; ++c) accs.emplace_back(options.top_k);
+  //
+  // The caller waits for the chunks, not for the threads: a worker that
+  // the scheduler starts late (both cores busy) would otherwise hold up
+  // join() after the caller has done all the work. Workers are detached;
+  // the queue is shared with them, and a worker touches the tensors and
+  // accumulators only for a chunk it claimed, which the caller waits for.
+  struct ChunkQueue {
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    std::condition_variable all_done;
+    int64_t done = 0;  // guarded by mu
+  };
+  auto queue = std::make_shared<ChunkQueue>();
+  const Shared* const shp = &sh;
+  ThreadAcc* const acc_of = accs.data();
+  auto work = [queue, shp, acc_of, num_blocks, chunks] {
+    int64_t ran = 0;
+    for (int64_t c = queue->next.fetch_add(1, std::memory_order_relaxed);
+         c < chunks;
+         c = queue->next.fetch_add(1, std::memory_order_relaxed)) {
+      RunRange(*shp, num_blocks * c / chunks, num_blocks * (c + 1) / chunks,
+               acc_of[c]);
+      ++ran;
     }
-    RunRange(sh, block_of(0), block_of(1), accs[0]);
-    for (std::thread& w : workers) w.join();
+    if (ran == 0) return;
+    std::lock_guard<std::mutex> lock(queue->mu);
+    queue->done += ran;
+    if (queue->done == chunks) queue->all_done.notify_all();
+  };
+  for (int64_t t = 1; t < threads; ++t) {
+    try {
+      std::thread(work).detach();
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: the caller takes the chunks
+    }
+  }
+  work();
+  {
+    std::unique_lock<std::mutex> lock(queue->mu);
+    queue->all_done.wait(lock, [&] { return queue->done == chunks; });
   }
 
-  // Merge, in thread (= element) order.
+  // Merge, in chunk (= element) order.
   std::array<int64_t, kHistBuckets> hist{};
   int64_t ulp_infinite = 0;
   WorstHeap worst(options.top_k);
@@ -1124,8 +1477,8 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
     }
     s.top_columns = top_cols.Take(s.mismatched);
 
-    // Rows: threads hold ascending, contiguous row ranges that overlap at
-    // most in one boundary row, so a row is complete once a later thread
+    // Rows: chunks hold ascending, contiguous row ranges that overlap at
+    // most in one boundary row, so a row is complete once a later chunk
     // starts past it.
     TopGroups top_rows(options.top_groups);
     int64_t pending_row = -1;
