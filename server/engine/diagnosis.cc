@@ -67,6 +67,9 @@ struct ClassScore {
   double err_sq = 0;
   double sigma_sq = 0;
   int64_t counted = 0;  // explained elements
+  // Bitwise disagreements with the observed output, and how many the
+  // candidate's accumulation noise alone would produce.
+  double expected_disagreements = 0;
   double within() const { return counted ? double(consistent) / counted : 0; }
   double bitwise_fraction() const { return counted ? double(bitwise) / counted : 0; }
   double mean_ulp() const { return counted ? ulp_sum / counted : 0; }
@@ -75,7 +78,43 @@ struct ClassScore {
                         : (err_sq > 0 ? std::numeric_limits<double>::infinity() : 0);
   }
   bool is_consistent() const { return within() >= kConsistentShare; }
+  double excess_disagreement() const {
+    const double d = static_cast<double>(counted - bitwise);
+    return (d - expected_disagreements) / std::sqrt(expected_disagreements + 1.0);
+  }
+  bool is_plausible() const {
+    return is_consistent() && excess_disagreement() < kMaxExcessDisagreement;
+  }
 };
+
+// Spacing of `dtype`'s values around v.
+double Spacing(double v, DType dtype) {
+  int mant = 23, emin = -126;
+  switch (dtype) {
+    case DType::kFloat64:
+      mant = 52;
+      emin = -1022;
+      break;
+    case DType::kFloat32:
+      break;
+    case DType::kFloat16:
+      mant = 10;
+      emin = -14;
+      break;
+    case DType::kBFloat16:
+      mant = 7;
+      break;
+  }
+  const int e = (v == 0 || !std::isfinite(v)) ? emin : std::max(std::ilogb(v), emin);
+  return std::ldexp(1.0, e - mant);
+}
+
+// Chance that two roundings of accumulators `sigma` apart land on
+// different output values: E|d| / spacing for d ~ N(0, sigma^2).
+double DisagreementChance(double v, float sigma, DType dtype) {
+  constexpr double kMeanAbsOverSigma = 0.7978845608;  // sqrt(2/pi)
+  return std::min(1.0, kMeanAbsOverSigma * static_cast<double>(sigma) / Spacing(v, dtype));
+}
 
 bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
   if (ulp == 0) return true;
@@ -85,17 +124,24 @@ bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
 
 // Paired sign test of per-element ULP distances: z = (n+ - n-) /
 // sqrt(n+ + n-), n+ the elements where `runner` is further from the
-// observed output than `best`, n- where it is closer. Robust to the heavy
-// tail of ULP distances near zero, where a cancelling sum makes one ULP
-// tiny; |z| < kTieZ means the data cannot tell the two apart.
+// observed output than `best`, n- where it is closer. Only elements where
+// the two candidates differ by more than half a pair sigma (`sigma`, best's)
+// count: elsewhere summation noise decides which is closer. Robust to the
+// heavy tail of ULP distances near zero, where a cancelling sum makes one
+// ULP tiny.
 double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner,
-               const std::vector<uint8_t>& explained, DType dtype) {
+               const float* sigma, const std::vector<uint8_t>& explained, DType dtype) {
   int64_t further = 0, closer = 0;
   for (int64_t i = 0; i < observed.numel(); ++i) {
     if (!explained[static_cast<size_t>(i)]) continue;
+    const double bv = best.GetDouble(i), rv = runner.GetDouble(i);
+    if (!(std::fabs(bv - rv) > 0.5 * static_cast<double>(sigma[i])) &&
+        std::isfinite(bv - rv)) {
+      continue;
+    }
     const double o = observed.GetDouble(i);
-    const uint64_t r = UlpDistance(o, runner.GetDouble(i), dtype);
-    const uint64_t b = UlpDistance(o, best.GetDouble(i), dtype);
+    const uint64_t r = UlpDistance(o, rv, dtype);
+    const uint64_t b = UlpDistance(o, bv, dtype);
     if (r > b) ++further;
     if (r < b) ++closer;
   }
@@ -268,6 +314,7 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
       if (ulp == 0) ++cls.bitwise;
       if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
       cls.ulp_sum += Capped(ulp);
+      cls.expected_disagreements += DisagreementChance(v, c.pair_accumulation_sigma[i], dtype);
       cls.max_ulp = std::max(cls.max_ulp, ulp);
       if (std::isfinite(o) && std::isfinite(v)) {
         const double s = c.pair_sigma[i];
@@ -279,6 +326,7 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   std::stable_sort(classes.begin(), classes.end(),
                    [](const ClassScore& a, const ClassScore& b) {
                      if (a.is_consistent() != b.is_consistent()) return a.is_consistent();
+                     if (a.is_plausible() != b.is_plausible()) return a.is_plausible();
                      if (a.bitwise != b.bitwise) return a.bitwise > b.bitwise;
                      if (a.ulp_sum != b.ulp_sum) return a.ulp_sum < b.ulp_sum;
                      return a.bound_ratio() < b.bound_ratio();
@@ -292,12 +340,15 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   auto preference_of = [&](const ClassScore& c) {
     return Preference(in.candidates[c.members[0]].config, in.storage_dtype);
   };
-  if (classes[0].is_consistent()) {
+  auto sigma_of = [&](const ClassScore& c) { return in.candidates[c.members[0]].pair_sigma; };
+  if (classes[0].is_plausible()) {
     size_t chosen = 0;
-    for (size_t j = 1; j < classes.size() && classes[j].is_consistent(); ++j) {
-      const double z =
-          PairedZ(observed, output_of(classes[0]), output_of(classes[j]), explained, dtype);
-      if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) chosen = j;
+    for (size_t j = 1; j < classes.size() && classes[j].is_plausible(); ++j) {
+      const double z = PairedZ(observed, output_of(classes[0]), output_of(classes[j]),
+                               sigma_of(classes[0]), explained, dtype);
+      if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
+        chosen = j;
+      }
     }
     std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
                 classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
@@ -385,18 +436,18 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     }
   }
 
-  // Candidates the data cannot separate from best (|z| of a paired sign test
-  // below kTieZ),
-  // and the runner-up: the first consistent candidate it can, else the
-  // first inconsistent one.
+  // Plausible candidates the data cannot separate from best (|z| of a
+  // paired sign test below kTieZ), and the runner-up: the first plausible
+  // candidate it can separate, else the first implausible one (ruled out).
   const ClassScore* runner = nullptr;
   double z_runner = std::numeric_limits<double>::infinity();
   for (size_t j = 1; j < classes.size(); ++j) {
-    if (!classes[j].is_consistent()) {
+    if (!classes[j].is_plausible()) {
       if (runner == nullptr) runner = &classes[j];
       break;
     }
-    const double z = PairedZ(observed, *top_c.output, output_of(classes[j]), explained, dtype);
+    const double z = PairedZ(observed, *top_c.output, output_of(classes[j]),
+                             top_c.pair_sigma, explained, dtype);
     if (std::fabs(z) < kTieZ) {
       for (size_t member : classes[j].members) {
         out.tied.push_back(in.candidates[member].config.ToString());
@@ -411,7 +462,8 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   // times how far the runner-up is ruled out, times the explained share.
   const double separation =
       std::isinf(z_runner) ? 1.0 : 1.0 - std::exp(-std::max(0.0, z_runner - 1.0) / 4.0);
-  out.confidence = top.within() * separation * (1.0 - unexplained_share);
+  out.confidence = top.within() * separation * (1.0 - unexplained_share) *
+                   (top.is_plausible() ? 1.0 : 0.5);
 
   // Where the differences sit: against best, or when it matches (nearly)
   // bit for bit, against the runner-up: where the observed output parts
@@ -431,6 +483,14 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
       "predicts for another summation order. That is: %s.",
       *out.best, 100 * top.bitwise_fraction(), top.max_ulp, top.mean_ulp(),
       DTypeName(dtype), top.bound_ratio(), out.framework_hint);
+  if (!top.is_plausible()) {
+    absl::StrAppend(&text, absl::StrFormat(
+                               " Caution: it differs from the observed output in %d "
+                               "elements where summation order alone would explain about "
+                               "%.1f; another placement of a rounding (e.g. a split-K "
+                               "reduction at output precision) may be involved.",
+                               top.counted - top.bitwise, top.expected_disagreements));
+  }
   if (!out.equivalent.empty()) {
     absl::StrAppend(&text, " Equivalent on these inputs (same bits): ",
                     absl::StrJoin(out.equivalent, ", "), ".");
@@ -442,7 +502,14 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
                     "); the first is named by preference, not evidence.");
   } else if (runner != nullptr) {
     const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
-    if (runner->is_consistent()) {
+    if (runner->is_consistent() && !runner->is_plausible()) {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 " Runner-up %s is ruled out: the observed output differs "
+                                 "from it in %d elements where summation order alone would "
+                                 "explain about %.1f.",
+                                 runner_name, runner->counted - runner->bitwise,
+                                 runner->expected_disagreements));
+    } else if (runner->is_consistent()) {
       absl::StrAppend(&text, absl::StrFormat(
                                  " Runner-up %s is less likely (paired sign test z = %.1f; "
                                  "%.1f%% bitwise equal).",

@@ -12,8 +12,17 @@
 //   2. then by the share of bitwise-equal elements (descending);
 //   3. then by mean ULP distance (ascending);
 //   4. then by bound_ratio = rms(observed - candidate) / rms(pair_sigma);
-//   5. ties keep a fixed preference: the precision matching the storage
-//      dtype first, then DESIGN.md's table order, fused before unfused.
+//   5. among the plausible candidates the evidence cannot separate from the
+//      top one (|z| of a paired sign test below kTieZ), a fixed preference
+//      names best: the precision matching the storage dtype first, then
+//      DESIGN.md's table order; TF32 unfused before fused, others fused
+//      before unfused. Plausible: the observed output disagrees with the
+//      candidate in bits on no more elements than the candidate's own
+//      accumulation noise explains (each element differs with chance
+//      ~ accumulation sigma / output spacing). With a 16-bit output this is
+//      what tells fused from unfused on a handful of elements, and lets
+//      fp32 and fp64 accumulation, which round to the same bf16 values,
+//      stay a tie.
 //
 // Rule 1 is what lets an fp32 output be told from an fp64 one: a correctly
 // rounded (fp64-accumulated) result would agree bit for bit, so an output
@@ -50,6 +59,11 @@ inline constexpr double kConsistentZ = 4.0;
 inline constexpr double kConsistentShare = 0.9;
 inline constexpr double kMaxUnexplainedShare = 0.1;
 inline constexpr double kTieZ = 3.0;
+// A candidate is implausible when the observed output disagrees with it
+// (in bits) on more elements than its accumulation noise explains:
+// (disagreements - expected) / sqrt(expected + 1) above this.
+inline constexpr double kMaxExcessDisagreement = 3.0;
+
 
 struct DiagnosisCandidate {
   Config config;
@@ -59,6 +73,8 @@ struct DiagnosisCandidate {
   // Per element: predicted standard error of observed - candidate if the
   // observed output came from this configuration in another order.
   const float* pair_sigma = nullptr;
+  // Per element: the accumulation part of pair_sigma (before rounding).
+  const float* pair_accumulation_sigma = nullptr;
   // Per element: predicted standard error of this precision vs the exact
   // result (for "error/bound" of the observed output against the reference).
   const float* sigma_vs_reference = nullptr;

@@ -297,6 +297,7 @@ struct Engine::Artifacts {
   Tensor reference;
   std::vector<Tensor> outputs;
   std::vector<std::vector<float>> pair_sigma;
+  std::vector<std::vector<float>> pair_accumulation_sigma;
   std::vector<std::vector<float>> sigma_vs_reference;
 };
 
@@ -336,6 +337,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
     c.vs_observed = &*outcome.results[i].vs_observed;
     c.vs_reference = &outcome.results[i].vs_reference;
     c.pair_sigma = artifacts.pair_sigma[i].data();
+    c.pair_accumulation_sigma = artifacts.pair_accumulation_sigma[i].data();
     c.sigma_vs_reference = artifacts.sigma_vs_reference[i].data();
     in.candidates.push_back(c);
   }
@@ -510,6 +512,10 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
       o.vs_observed = std::move(s);
       if (artifacts != nullptr) {
         artifacts->pair_sigma.push_back(std::move(pair.sigma));
+        std::vector<float> accumulation(static_cast<size_t>(count));
+        PredictPairAccumulationSigma(model_input(config.precision, unfused),
+                                     accumulation.data());
+        artifacts->pair_accumulation_sigma.push_back(std::move(accumulation));
         artifacts->sigma_vs_reference.push_back(std::move(to_reference.sigma));
       }
     }
@@ -541,6 +547,7 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     artifacts->outputs.pop_back();
     if (req.observed) {
       artifacts->pair_sigma.pop_back();
+      artifacts->pair_accumulation_sigma.pop_back();
       artifacts->sigma_vs_reference.pop_back();
     }
   }

@@ -52,10 +52,11 @@ double BoundUnitRoundoff(Precision p) {
 
 namespace {
 
-// Shared by PredictSigma and PredictPairSigma: `input_weight` scales the
-// input-rounding variance, `other_weight` every other term.
+// Shared by the Predict* functions: `input_weight` scales the
+// input-rounding variance, `other_weight` the accumulation terms and
+// `output_weight` times `other_weight` the output rounding.
 void Predict(const ErrorModelInput& in, double input_weight,
-             double other_weight, float* sigma) {
+             double other_weight, float* sigma, double output_weight = 1.0) {
   const PrecisionInfo info = GetPrecisionInfo(in.precision);
   const double u_in2 = info.u_input * info.u_input;
   const double u_acc2 = info.u_accumulate * info.u_accumulate;
@@ -74,7 +75,8 @@ void Predict(const ErrorModelInput& in, double input_weight,
     const double var =
         input_weight * (2.0 / 3.0) * u_in2 * sq +
         other_weight * ((u_acc2 / 3.0) * k * (sq / 2.0 + y2 / 3.0) +
-                        product_term * sq + out_roundings * (u_out2 / 3.0) * y2);
+                        product_term * sq +
+                        output_weight * out_roundings * (u_out2 / 3.0) * y2);
     const double s = std::sqrt(var);
     // std::max would turn a NaN into the floor; keep it visible.
     sigma[i] = ToFloatSaturated(std::isnan(s) ? s : std::max(s, floor));
@@ -89,6 +91,10 @@ void PredictSigma(const ErrorModelInput& in, float* sigma) {
 
 void PredictPairSigma(const ErrorModelInput& in, float* sigma) {
   Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma);
+}
+
+void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma) {
+  Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma, /*output_weight=*/0.0);
 }
 
 void HardBound(const ErrorModelInput& in, double c, float* bound) {

@@ -84,6 +84,11 @@ void PredictSigma(const ErrorModelInput& in, float* sigma);
 // double. Same floor as PredictSigma.
 void PredictPairSigma(const ErrorModelInput& in, float* sigma);
 
+// The accumulation part of PredictPairSigma alone: how far apart the two
+// accumulators are before the output rounding. Against the output grid's
+// spacing it gives the chance that the two rounded outputs differ.
+void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma);
+
 // Writes the hard bound c*u_p*sqrt(K)*abs_dot + u_out*|y| of each output
 // to `bound` (see the header comment).
 void HardBound(const ErrorModelInput& in, double c, float* bound);
