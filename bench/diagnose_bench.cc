@@ -105,9 +105,9 @@ int Main(int argc, char** argv) {
               c, diagnose_s, runs_ms / 1e3, runs_ms / 1e3 / double(c),
               diagnose_s - (runs_ms + diagnosed->reference.elapsed_ms) / 1e3);
   std::printf("ratio diagnose / verify: %.1f\n", diagnose_s / verify_s);
-  std::printf("best: %s (confidence %.2f)\n",
+  std::printf("best: %s (confidence %.2f)\n%s\n",
               diagnosed->diagnosis->best.value_or("null").c_str(),
-              diagnosed->diagnosis->confidence);
+              diagnosed->diagnosis->confidence, diagnosed->diagnosis->explanation.c_str());
   return 0;
 }
 

@@ -461,7 +461,7 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   // with it (equivalent, tied): the share of elements consistent with it,
   // times how far the runner-up is ruled out, times the explained share.
   const double separation =
-      std::isinf(z_runner) ? 1.0 : 1.0 - std::exp(-std::max(0.0, z_runner - 1.0) / 4.0);
+      std::isinf(z_runner) ? 1.0 : 1.0 - std::exp(-std::pow(std::max(0.0, z_runner - 1.0), 2) / 4.0);
   out.confidence = top.within() * separation * (1.0 - unexplained_share) *
                    (top.is_plausible() ? 1.0 : 0.5);
 
