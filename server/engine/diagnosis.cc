@@ -466,13 +466,22 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
                    (top.is_plausible() ? 1.0 : 0.5);
 
   // Where the differences sit: against best, or when it matches (nearly)
-  // bit for bit, against the runner-up: where the observed output parts
-  // from the configuration it would be mistaken for.
+  // bit for bit, against the closest alternative (most bitwise-equal
+  // elements among the candidates not tied with best): where the observed
+  // output parts from the configuration it would be mistaken for.
   const Tensor* against = top_c.output;
   std::string against_name = top_c.config.ToString();
-  if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp && runner != nullptr) {
-    against = in.candidates[runner->members[0]].output;
-    against_name = in.candidates[runner->members[0]].config.ToString();
+  if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp) {
+    const ClassScore* closest = nullptr;
+    for (size_t j = 1; j < classes.size(); ++j) {
+      const std::string name = in.candidates[classes[j].members[0]].config.ToString();
+      if (std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end()) continue;
+      if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
+    }
+    if (closest != nullptr) {
+      against = in.candidates[closest->members[0]].output;
+      against_name = in.candidates[closest->members[0]].config.ToString();
+    }
   }
   Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
 
