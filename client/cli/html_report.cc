@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/service/dtype_proto.h"
 
 namespace tensorcheck::cli {
 namespace {
@@ -111,27 +112,12 @@ void AppendPngChunk(std::string* out, const char type[4], absl::string_view data
   AppendBigEndian32(out, Crc32(body));
 }
 
-std::optional<DType> FromProto(pb::DType d) {
-  switch (d) {
-    case pb::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case pb::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case pb::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case pb::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
-}
-
 // A returned output widened to doubles, or why it cannot be.
 absl::StatusOr<std::vector<double>> OutputValues(const pb::ConfigResult& c) {
   if (!c.has_output() || c.output().source_case() != pb::Tensor::kData) {
     return absl::NotFoundError(absl::StrCat("the server returned no output for ", c.config()));
   }
-  const std::optional<DType> d = FromProto(c.output().dtype());
+  const std::optional<DType> d = DTypeFromProto(c.output().dtype());
   if (!d.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("output of ", c.config(), ": unknown dtype"));
   }

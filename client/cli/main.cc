@@ -41,6 +41,7 @@
 #include "server/core/dtype.h"
 #include "server/core/status_macros.h"
 #include "server/core/tensor.h"
+#include "server/service/dtype_proto.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli {
@@ -327,35 +328,6 @@ absl::StatusOr<int64_t> ParseIntFlag(const CommandLine& cl, const std::string& f
   return v;
 }
 
-pb::DType ToProto(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return pb::DTYPE_FLOAT64;
-    case DType::kFloat32:
-      return pb::DTYPE_FLOAT32;
-    case DType::kFloat16:
-      return pb::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return pb::DTYPE_BFLOAT16;
-  }
-  return pb::DTYPE_UNSPECIFIED;
-}
-
-std::optional<DType> FromProto(pb::DType d) {
-  switch (d) {
-    case pb::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case pb::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case pb::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case pb::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
-}
-
 // Reads a tensor argument into `out`, moving its bytes into the proto.
 absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
                         const std::map<std::string, DType>& dtypes, pb::Tensor* out) {
@@ -368,7 +340,7 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
     return absl::Status(t.status().code(),
                         absl::StrCat("--", flag, ": ", t.status().message()));
   }
-  out->set_dtype(ToProto(t->dtype()));
+  out->set_dtype(DTypeToProto(t->dtype()));
   for (int64_t d : t->shape()) out->add_shape(d);
   out->set_data(t->bytes().data(), t->bytes().size());
   return absl::OkStatus();
@@ -411,7 +383,7 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl) {
   if (cl.Has("output-dtype")) {
     auto d = ParseDType(cl.Get("output-dtype"));
     if (!d.ok()) return Usage(absl::StrCat("--output-dtype: ", d.status().message()));
-    op->set_output_dtype(ToProto(*d));
+    op->set_output_dtype(DTypeToProto(*d));
   }
 
   std::vector<std::string> specs;
@@ -669,7 +641,7 @@ absl::Status SaveOutputs(const pb::VerifyResponse& r, const std::string& dir) {
                 << "\n";
       continue;
     }
-    const std::optional<DType> d = FromProto(c->output().dtype());
+    const std::optional<DType> d = DTypeFromProto(c->output().dtype());
     if (!d.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("output of ", c->config(), ": unknown dtype from the server"));
@@ -692,7 +664,7 @@ absl::Status WriteHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                        const pb::VerifyRequest& req, const std::string& path) {
   std::optional<Tensor> observed;
   if (req.has_observed() && req.observed().source_case() == pb::Tensor::kData) {
-    if (const std::optional<DType> d = FromProto(req.observed().dtype()); d.has_value()) {
+    if (const std::optional<DType> d = DTypeFromProto(req.observed().dtype()); d.has_value()) {
       auto t = Tensor::FromBytes(
           *d, {req.observed().shape().begin(), req.observed().shape().end()},
           req.observed().data());

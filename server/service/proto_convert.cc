@@ -146,36 +146,11 @@ absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
 
 }  // namespace
 
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      return Invalid(field,
-                     "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
-                     dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED")
-                                                    : absl::StrCat(dtype));
-  }
+  if (std::optional<DType> d = DTypeFromProto(dtype)) return *d;
+  return Invalid(field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
+                 dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED")
+                                                : absl::StrCat(dtype));
 }
 
 absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/engine/engine.h"
+#include "server/service/dtype_proto.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck {
@@ -34,7 +35,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
 
 void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
 
-v1::DType DTypeToProto(DType dtype);
+// DTypeFromProto naming `field` in the error.
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
 
 }  // namespace tensorcheck

@@ -1,0 +1,18 @@
+// DType <-> tensorcheck.v1.DType, shared by the service and the CLI.
+//
+//   v1::DType p = DTypeToProto(DType::kBFloat16);   // DTYPE_BFLOAT16
+//   std::optional<DType> d = DTypeFromProto(p);     // kBFloat16; nullopt for
+//                                                   // UNSPECIFIED or unknown
+#pragma once
+
+#include <optional>
+
+#include "server/core/dtype.h"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck {
+
+v1::DType DTypeToProto(DType dtype);
+std::optional<DType> DTypeFromProto(int dtype);
+
+}  // namespace tensorcheck
