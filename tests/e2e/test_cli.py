@@ -11,25 +11,16 @@ with numpy in float64, independently of the server.
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import socket
 import struct
 import subprocess
-import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SERVER_BIN = Path(
-    os.environ.get("TENSORCHECK_SERVER_BIN", REPO / "build/server/tensorcheck-server")
-)
-CLI_BIN = Path(os.environ.get("TENSORCHECK_CLI_BIN", REPO / "build/client/cli/tensorcheck"))
+from e2e_support import run_cli
 
 TOP_LEVEL_KEYS = [
     "verdict", "tolerance", "observed_vs_reference", "reference", "results",
@@ -46,64 +37,6 @@ CONFIG_RESULT_KEYS = {
     "config", "vs_reference", "vs_observed", "elapsed_ms", "details",
     "deterministic", "runs",
 }
-
-
-def _need_cli() -> None:
-    if not CLI_BIN.is_file():
-        pytest.skip(f"CLI binary not built: {CLI_BIN} (set TENSORCHECK_CLI_BIN)")
-
-
-@pytest.fixture(scope="session")
-def server() -> Iterator[str]:
-    """Starts the server with --port 0 and yields HOST:PORT."""
-    _need_cli()
-    if not SERVER_BIN.is_file():
-        pytest.skip(f"server binary not built: {SERVER_BIN} (set TENSORCHECK_SERVER_BIN)")
-    proc = subprocess.Popen(
-        [str(SERVER_BIN), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    address: list[str] = []
-    ready = threading.Event()
-
-    def drain() -> None:
-        # Reads stdout for the whole run, so server logs never fill the pipe.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on (\S+):(\d+)", line)
-            if m and not address:
-                host = m.group(1)
-                if host in ("0.0.0.0", "[::]", "::", "*", ""):
-                    host = "localhost"
-                address.append(f"{host}:{m.group(2)}")
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(timeout=60) or not address:
-        proc.kill()
-        proc.wait()
-        pytest.fail("server did not print 'listening on HOST:PORT' within 60 s")
-    yield address[0]
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    _need_cli()
-    full_env = dict(os.environ)
-    full_env.pop("GITHUB_STEP_SUMMARY", None)
-    if env:
-        full_env.update(env)
-    return subprocess.run(
-        [str(CLI_BIN), *args], capture_output=True, text=True, timeout=180, env=full_env
-    )
 
 
 def verify(server: str, *args: str, **kw) -> subprocess.CompletedProcess:

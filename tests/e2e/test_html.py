@@ -13,72 +13,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
-import threading
 import zlib
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SERVER_BIN = Path(
-    os.environ.get("TENSORCHECK_SERVER_BIN", REPO / "build/server/tensorcheck-server")
-)
-CLI_BIN = Path(os.environ.get("TENSORCHECK_CLI_BIN", REPO / "build/client/cli/tensorcheck"))
+from e2e_support import run_cli
 
 PNG_URI = re.compile(r'data:image/png;base64,([A-Za-z0-9+/=]+)"')
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """Starts the server on 127.0.0.1 with --port 0 and yields HOST:PORT."""
-    if not CLI_BIN.is_file():
-        pytest.skip(f"CLI binary not built: {CLI_BIN} (set TENSORCHECK_CLI_BIN)")
-    if not SERVER_BIN.is_file():
-        pytest.skip(f"server binary not built: {SERVER_BIN} (set TENSORCHECK_SERVER_BIN)")
-    proc = subprocess.Popen(
-        [str(SERVER_BIN), "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    address: list[str] = []
-    ready = threading.Event()
-
-    def drain() -> None:
-        # Reads stdout for the whole run, so server logs never fill the pipe.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on (\S+):(\d+)", line)
-            if m and not address:
-                address.append(f"127.0.0.1:{m.group(2)}")
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(timeout=60) or not address:
-        proc.kill()
-        proc.wait()
-        pytest.fail("server did not print 'listening on HOST:PORT' within 60 s")
-    yield address[0]
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("GITHUB_STEP_SUMMARY", None)
-    return subprocess.run([str(CLI_BIN), *args], capture_output=True, text=True,
-                          timeout=120, env=env)
 
 
 def chromium_binary() -> str:

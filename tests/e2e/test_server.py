@@ -8,14 +8,9 @@ it with the Python client (installed into the venv by scripts/setup.sh).
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import threading
 import time
 from concurrent import futures
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,46 +18,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 tensorcheck = pytest.importorskip("tensorcheck")
 
-REPO = Path(__file__).resolve().parents[2]
-SERVER_BIN = Path(
-    os.environ.get("TENSORCHECK_SERVER_BIN", REPO / "build/server/tensorcheck-server")
-)
-
-
-class Server:
-    """A server process with its stdout and stderr collected line by line."""
-
-    def __init__(self, *flags: str) -> None:
-        if not SERVER_BIN.is_file():
-            pytest.skip(f"server binary not built: {SERVER_BIN}")
-        self.proc = subprocess.Popen(
-            [str(SERVER_BIN), "--host", "127.0.0.1", "--port", "0", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-        self.address = ""
-        ready = threading.Event()
-
-        def read(stream, sink, watch):
-            for line in stream:
-                sink.append(line.rstrip("\n"))
-                m = re.match(r"listening on (\S+:\d+)$", line.strip())
-                if watch and m:
-                    self.address = m.group(1)
-                    ready.set()
-            ready.set()
-
-        for stream, sink, watch in ((self.proc.stdout, self.stdout, True),
-                                    (self.proc.stderr, self.stderr, False)):
-            threading.Thread(target=read, args=(stream, sink, watch), daemon=True).start()
-        assert ready.wait(30), "server did not print its address"
-        assert self.address, f"server exited: {self.stderr}"
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
-
+from e2e_support import ServerProcess as Server  # noqa: E402
 
 def health(address: str) -> int:
     """grpc.health.v1.Health/Check with an empty request; the status enum."""
