@@ -34,12 +34,6 @@ def server_bin() -> Path:
     return Path(os.environ.get("TENSORCHECK_SERVER_BIN") or DEFAULT_SERVER_BIN)
 
 
-def cli_bin() -> Path:
-    """The C++ CLI, for comparing its --json with Report.to_dict()."""
-    return Path(os.environ.get("TENSORCHECK_CLI_BIN")
-                or REPO / "build" / "client" / "cli" / "tensorcheck")
-
-
 def _dial_host(host: str) -> str:
     """Where to connect for a server that printed `host`."""
     if host in ("0.0.0.0", ""):

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import subprocess
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -14,7 +15,6 @@ import pytest
 
 import tensorcheck
 from tensorcheck._pb import pb
-from conftest import cli_bin
 from numerics import BF16, linear64, round_bf16, round_tf32
 
 REPORT_KEYS = {"verdict", "tolerance", "observed_vs_reference", "reference", "results",
@@ -29,6 +29,13 @@ STATS_KEYS = {
     "bound_precision", "compared_dtype", "passed",
 }
 TOLERANCE_KEYS = {"preset", "atol", "rtol", "max_ulp", "bound_factor", "nan_equal"}
+
+
+def cli_bin() -> Path:
+    """The C++ CLI, for comparing its --json with Report.to_dict()."""
+    repo = Path(__file__).resolve().parents[3]
+    return Path(os.environ.get("TENSORCHECK_CLI_BIN")
+                or repo / "build" / "client" / "cli" / "tensorcheck")
 
 
 def _data(m, k, n, dtype, seed=0, w_scale=None):
