@@ -85,9 +85,12 @@ void TensorCheckServer::Shutdown(absl::Duration grace) {
   std::call_once(shutdown_once_, [&] {
     if (server_ == nullptr) return;
     SetNotServing();
+    // Refuse new work with UNAVAILABLE while in-flight requests finish;
+    // only then stop gRPC (which would answer new calls CANCELLED).
+    const absl::Time deadline = absl::Now() + grace;
     service_->StartDraining();
-    // In-flight calls get until the deadline; then they are cancelled.
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    service_->WaitForIdle(deadline);
+    server_->Shutdown(absl::ToChronoTime(deadline));
   });
 }
 

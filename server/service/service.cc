@@ -92,6 +92,12 @@ TensorCheckServiceImpl::~TensorCheckServiceImpl() = default;
 
 void TensorCheckServiceImpl::StartDraining() { draining_ = true; }
 
+bool TensorCheckServiceImpl::WaitForIdle(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(idle_mu_);
+  return idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
+                             [this] { return in_flight_ == 0; });
+}
+
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(
     grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
     v1::VerifyResponse* response) {
@@ -135,8 +141,22 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
       options_.on_fatal(status);
     }
     reactor->Finish(ToGrpcStatus(status));
+    {
+      std::lock_guard<std::mutex> lock(idle_mu_);
+      --in_flight_;
+    }
+    idle_cv_.notify_all();
   };
+  {
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    ++in_flight_;
+  }
   if (!pool_.TrySubmit(std::move(task))) {
+    {
+      std::lock_guard<std::mutex> lock(idle_mu_);
+      --in_flight_;
+    }
+    idle_cv_.notify_all();
     const absl::Status s = absl::UnavailableError(absl::StrCat(
         "server busy: ", options_.max_queue, " requests already queued; retry later"));
     LogRequest(method, request, 0, s);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/engine/engine.h"
 #include "server/service/proto_convert.h"
@@ -87,6 +88,10 @@ class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
   // New requests are answered UNAVAILABLE; in-flight ones finish.
   void StartDraining();
 
+  // Blocks until no request is queued or running, or until `deadline`;
+  // true when idle.
+  bool WaitForIdle(absl::Time deadline);
+
   // The capabilities answer (also used by tests and the start-up log).
   void FillCapabilities(v1::GetCapabilitiesResponse* response) const;
 
@@ -101,6 +106,10 @@ class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
   const Engine* engine_;
   ServiceOptions options_;
   std::atomic<bool> draining_{false};
+  // Requests accepted and not yet finished.
+  std::mutex idle_mu_;
+  std::condition_variable idle_cv_;
+  int in_flight_ = 0;
   std::atomic<bool> fatal_reported_{false};
   WorkerPool pool_;
 };
