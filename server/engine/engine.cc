@@ -495,8 +495,10 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     return Compare(actual, expected, opts);
   };
 
-  auto make_outcome = [&](const Config& config, std::pair<RunResult, double>&& run)
-      -> absl::StatusOr<ConfigOutcome> {
+  // `keep` stores what a diagnosis needs of this configuration in
+  // `artifacts` (candidates only, not the reference).
+  auto make_outcome = [&](const Config& config, std::pair<RunResult, double>&& run,
+                          Artifacts* keep) -> absl::StatusOr<ConfigOutcome> {
     ConfigOutcome o;
     o.config = config.ToString();
     o.elapsed_ms = run.second;
@@ -510,17 +512,21 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
       ErrorArrays pair = pair_model(config.precision, unfused);
       TC_ASSIGN_OR_RETURN(DiffStats s, compare(*req.observed, run.first.output, pair));
       o.vs_observed = std::move(s);
-      if (artifacts != nullptr) {
-        artifacts->pair_sigma.push_back(std::move(pair.sigma));
+      if (keep != nullptr) {
+        keep->pair_sigma.push_back(std::move(pair.sigma));
         std::vector<float> accumulation(static_cast<size_t>(count));
         PredictPairAccumulationSigma(model_input(config.precision, unfused),
                                      accumulation.data());
-        artifacts->pair_accumulation_sigma.push_back(std::move(accumulation));
-        artifacts->sigma_vs_reference.push_back(std::move(to_reference.sigma));
+        keep->pair_accumulation_sigma.push_back(std::move(accumulation));
+        keep->sigma_vs_reference.push_back(std::move(to_reference.sigma));
       }
     }
-    if (req.return_outputs) o.output = run.first.output.Clone();
-    if (artifacts != nullptr) artifacts->outputs.push_back(std::move(run.first.output));
+    if (keep != nullptr) {
+      if (req.return_outputs) o.output = run.first.output.Clone();
+      keep->outputs.push_back(std::move(run.first.output));
+    } else if (req.return_outputs) {
+      o.output = std::move(run.first.output);
+    }
     return o;
   };
 
@@ -533,24 +539,16 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
   bool all_pass = true;
   for (size_t i = 0; i < plan.configs.size(); ++i) {
     TC_ASSIGN_OR_RETURN(auto run, run_one(plan.backends[i], plan.configs[i]));
-    TC_ASSIGN_OR_RETURN(ConfigOutcome o, make_outcome(plan.configs[i], std::move(run)));
+    TC_ASSIGN_OR_RETURN(ConfigOutcome o,
+                        make_outcome(plan.configs[i], std::move(run), artifacts));
     all_pass = all_pass && o.vs_reference.passed;
     outcome.results.push_back(std::move(o));
   }
   // The reference against itself is trivially equal; its outcome carries
   // its timing, details and (when asked) its output.
   if (artifacts != nullptr) artifacts->reference = reference.first.output.Clone();
-  TC_ASSIGN_OR_RETURN(outcome.reference, make_outcome(plan.reference, std::move(reference)));
-  if (artifacts != nullptr) {
-    // make_outcome appended the reference's own artifacts; they are not a
-    // candidate.
-    artifacts->outputs.pop_back();
-    if (req.observed) {
-      artifacts->pair_sigma.pop_back();
-      artifacts->pair_accumulation_sigma.pop_back();
-      artifacts->sigma_vs_reference.pop_back();
-    }
-  }
+  TC_ASSIGN_OR_RETURN(outcome.reference,
+                      make_outcome(plan.reference, std::move(reference), /*keep=*/nullptr));
 
   outcome.passed = outcome.observed_vs_reference
                        ? outcome.observed_vs_reference->passed
