@@ -471,39 +471,7 @@ std::pair<int64_t, int64_t> MatrixView(absl::Span<const int64_t> shape) {
 }
 
 std::string HtmlEscape(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      case '\n':
-      case '\t':
-        out.push_back(ch);
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += "\xef\xbf\xbd";
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  return out;
+  return MarkupEscape(s, /*escape_whitespace=*/false);
 }
 
 uint32_t Crc32(absl::string_view data) {

@@ -638,11 +638,11 @@ std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r) {
   return out;
 }
 
-std::string XmlEscape(absl::string_view s) {
+std::string MarkupEscape(absl::string_view s, bool escape_whitespace) {
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
       case '&':
         out += "&amp;";
@@ -657,27 +657,29 @@ std::string XmlEscape(absl::string_view s) {
         out += "&quot;";
         break;
       case '\'':
-        out += "&apos;";
+        out += "&#39;";  // &apos; is not HTML 4; the numeric form is both.
         break;
       case '\n':
-        out += "&#10;";
-        break;
       case '\r':
-        out += "&#13;";
-        break;
       case '\t':
-        out += "&#9;";
+        if (escape_whitespace) {
+          absl::StrAppend(&out, "&#", static_cast<int>(c), ";");
+        } else if (c != '\r') {
+          out.push_back(ch);
+        }
         break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += "\xef\xbf\xbd";  // U+FFFD: XML 1.0 forbids these.
         } else {
-          out.push_back(static_cast<char>(c));
+          out.push_back(ch);
         }
     }
   }
   return out;
 }
+
+std::string XmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/true); }
 
 std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx) {
   const std::vector<Outcome> outcomes = Outcomes(r, ctx);

@@ -97,8 +97,12 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r,
                                 const ReportContext& ctx);
 
 // Escaping, exposed for tests.
-// XML text and attribute values (&, <, >, ", ', newlines in attributes;
-// characters XML 1.0 forbids become U+FFFD).
+// XML/HTML text and attribute values: & < > " '; control characters XML
+// 1.0 forbids become U+FFFD; tab, newline and carriage return become
+// character references with `escape_whitespace` (attributes keep them),
+// else tab and newline stay and carriage return is dropped.
+std::string MarkupEscape(absl::string_view s, bool escape_whitespace);
+// MarkupEscape with whitespace escaped (JUnit XML).
 std::string XmlEscape(absl::string_view s);
 // Workflow-command data: % \r \n.
 std::string GithubEscapeData(absl::string_view s);
