@@ -549,9 +549,15 @@ void FloatUlpPass(const float* a, const float* e, int64_t n, uint64_t* ulp_buf,
     I4 xa, xe;
     std::memcpy(&xa, a + k, sizeof(xa));
     std::memcpy(&xe, e + k, sizeof(xe));
-    // Sign-magnitude to ordered two's complement (no overflow: x < 0).
-    const I4 oa = xa < zero ? min - xa : xa;
-    const I4 oe = xe < zero ? min - xe : xe;
+    // Sign-magnitude to ordered two's complement. A vector ?: evaluates
+    // both sides in every lane, so subtract in unsigned arithmetic (the
+    // lanes that keep it have x < 0 and do not wrap).
+    const I4 oa = xa < zero ? reinterpret_cast<I4>(reinterpret_cast<U4>(min) -
+                                                   reinterpret_cast<U4>(xa))
+                            : xa;
+    const I4 oe = xe < zero ? reinterpret_cast<I4>(reinterpret_cast<U4>(min) -
+                                                   reinterpret_cast<U4>(xe))
+                            : xe;
     const U4 d = reinterpret_cast<U4>(oa) - reinterpret_cast<U4>(oe);
     const U4 u = oa >= oe ? d : -d;  // distances stay below 2^32
     eq -= xa == xe;
