@@ -476,15 +476,13 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     HardBound(in, /*c=*/1.0, arrays.bound.data());  // Compare applies bound_factor
     return arrays;
   };
-  // Between two runs of one configuration in different summation orders.
-  auto pair_model = [&](Precision precision, bool unfused_bias) {
-    ErrorArrays arrays;
-    arrays.sigma.resize(static_cast<size_t>(count));
-    arrays.bound.resize(static_cast<size_t>(count));
-    const ErrorModelInput in = model_input(precision, unfused_bias);
-    PredictPairSigma(in, arrays.sigma.data());
-    HardBound(in, /*c=*/1.0, arrays.bound.data());  // Compare applies bound_factor
-    return arrays;
+
+  // Between two runs of one configuration in different summation orders:
+  // only the sigma differs; the hard bound is the configuration's own.
+  auto pair_sigma = [&](Precision precision, bool unfused_bias) {
+    std::vector<float> sigma(static_cast<size_t>(count));
+    PredictPairSigma(model_input(precision, unfused_bias), sigma.data());
+    return sigma;
   };
 
   auto compare = [&](const Tensor& actual, const Tensor& expected,
@@ -509,7 +507,7 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     ErrorArrays to_reference = model(config.precision, unfused);
     TC_ASSIGN_OR_RETURN(o.vs_reference, compare(run.first.output, ref, to_reference));
     if (req.observed) {
-      ErrorArrays pair = pair_model(config.precision, unfused);
+      ErrorArrays pair{pair_sigma(config.precision, unfused), std::move(to_reference.bound)};
       TC_ASSIGN_OR_RETURN(DiffStats s, compare(*req.observed, run.first.output, pair));
       o.vs_observed = std::move(s);
       if (keep != nullptr) {
