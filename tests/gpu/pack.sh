@@ -68,26 +68,33 @@ done
 tar -czf "$pack/lib.tar.gz" -C "$pack" lib
 rm -rf "$libdir"
 
-# The Python client, with its generated gRPC stubs (from the source tree
-# when present there, else from a setup.py build, else generated now).
+# The Python client, with gRPC stubs generated here by Debian's protoc 3.21
+# and grpc_python_plugin: that generated code carries no runtime version
+# check, so it imports under whatever protobuf/grpcio the GPU host has
+# (newer gencode refuses an older runtime). Without those tools, the stubs
+# of the source tree or a setup.py build are taken as they are.
 cp -r "$repo/client/python/src/tensorcheck" "$pack/python/"
 find "$pack/python" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$pack/python/tensorcheck.egg-info"
 stubs="$pack/python/tensorcheck/_proto/tensorcheck/v1"
-if [[ ! -f "$stubs/tensorcheck_pb2.py" ]]; then
-  if [[ -f "$repo/client/python/build/lib/tensorcheck/_proto/tensorcheck/v1/tensorcheck_pb2.py" ]]; then
-    cp "$repo"/client/python/build/lib/tensorcheck/_proto/tensorcheck/v1/tensorcheck_pb2*.py "$stubs/"
-  elif python3 -c "import grpc_tools" 2>/dev/null; then
-    tmp="$(mktemp -d)"
-    python3 -m grpc_tools.protoc -I "$repo/proto" --python_out="$tmp" --grpc_python_out="$tmp" \
-      "$repo/proto/tensorcheck/v1/tensorcheck.proto"
-    cp "$tmp"/tensorcheck/v1/tensorcheck_pb2*.py "$stubs/"
-    # The generated grpc module imports "tensorcheck.v1"; point it at the package.
-    sed -i 's/^from tensorcheck\.v1 import/from . import/' "$stubs/tensorcheck_pb2_grpc.py"
-    rm -rf "$tmp"
+mkdir -p "$stubs"
+if command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null; then
+  tmp="$(mktemp -d)"
+  protoc -I "$repo/proto" --python_out="$tmp" \
+    --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
+    --grpc_python_out="$tmp" "$repo/proto/tensorcheck/v1/tensorcheck.proto"
+  rm -f "$stubs"/tensorcheck_pb2*.py "$stubs"/tensorcheck_pb2*.pyi
+  cp "$tmp"/tensorcheck/v1/tensorcheck_pb2*.py "$stubs/"
+  # The generated grpc module imports "tensorcheck.v1"; point it at the package.
+  sed -i 's/^from tensorcheck\.v1 import/from . import/' "$stubs/tensorcheck_pb2_grpc.py"
+  rm -rf "$tmp"
+elif [[ ! -f "$stubs/tensorcheck_pb2.py" ]]; then
+  built="$repo/client/python/build/lib/tensorcheck/_proto/tensorcheck/v1"
+  if [[ -f "$built/tensorcheck_pb2.py" ]]; then
+    cp "$built"/tensorcheck_pb2*.py "$stubs/"
   else
-    echo "pack.sh: warning: no generated Python stubs (pip install grpcio-tools, or" \
-         "pip install client/python once); the replay will be skipped" >&2
+    echo "pack.sh: warning: no generated Python stubs (apt-get install" \
+         "protobuf-compiler-grpc); the replay will be skipped" >&2
   fi
 fi
 
