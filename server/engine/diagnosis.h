@@ -9,10 +9,13 @@
 //
 //   1. consistent candidates (>= kConsistentShare of elements consistent)
 //      before the others;
-//   2. then by the share of bitwise-equal elements (descending);
-//   3. then by mean ULP distance (ascending);
-//   4. then by bound_ratio = rms(observed - candidate) / rms(pair_sigma);
-//   5. among the plausible candidates the evidence cannot separate from the
+//   2. then those with no clearly more inconsistent elements than the
+//      consistent candidate with the fewest (a 3-sigma Poisson slack plus
+//      0.1% of the elements) before those with clearly more;
+//   3. then by the share of bitwise-equal elements (descending);
+//   4. then by mean ULP distance (ascending);
+//   5. then by bound_ratio = rms(observed - candidate) / rms(pair_sigma);
+//   6. among the plausible candidates the evidence cannot separate from the
 //      top one (|z| of a paired sign test below kTieZ), a fixed preference
 //      names best: the precision matching the storage dtype first, then
 //      DESIGN.md's table order; TF32 unfused before fused, others fused

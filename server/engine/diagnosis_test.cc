@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -279,6 +280,59 @@ TEST_F(DiagnosisTest, IndistinguishableCandidatesAreReportedAsTied) {
   together.insert(together.end(), d.tied.begin(), d.tied.end());
   together.push_back(*d.best);
   EXPECT_THAT(together, ::testing::IsSupersetOf({"cpu:tf32:none", "cpu:tf32rna:none"}));
+}
+
+// Ranking alone, on synthetic outputs: the wrong candidate shares the bits
+// of 60% of the elements with the observed output (a kernel summing in
+// nearly the observed order) but leaves 8% of them 20 sigma away (the wrong
+// input rounding); the right one shares no bits (another summation order)
+// and keeps every element within a few sigma. The right one must be named.
+// This is what an H200 showed for Flax's Dense (TF32 rounded ties away)
+// against cuBLAS's fp16 and TF32 (ties to even) kernels.
+TEST(RankCandidatesTest, FewInconsistentElementsOutrankManyBitwiseMatches) {
+  const int64_t n = 4096;
+  const float sigma = 1e-4f;
+  std::mt19937 rng(21);
+  std::normal_distribution<double> normal;
+  std::uniform_real_distribution<double> uniform;
+  auto make = [&] {
+    auto t = Tensor::Create(DType::kFloat32, {2, n / 2});
+    EXPECT_THAT(t.status(), IsOk());
+    return std::move(t).value();
+  };
+  Tensor observed = make(), wrong = make(), right = make();
+  for (int64_t i = 0; i < n; ++i) {
+    const double o = 1.0 + normal(rng);  // magnitude ~1: spacing 1.2e-7 << sigma
+    observed.data<float>()[i] = static_cast<float>(o);
+    right.data<float>()[i] = static_cast<float>(o + sigma * normal(rng));
+    const double u = uniform(rng);
+    wrong.data<float>()[i] = static_cast<float>(
+        u < 0.60 ? o : u < 0.68 ? o + 20.0 * sigma : o + sigma * normal(rng));
+  }
+  const std::vector<float> pair_sigma(static_cast<size_t>(n), sigma);
+  DiagnosisInput in;
+  in.observed = &observed;
+  in.storage_dtype = DType::kFloat32;
+  in.output_dtype = DType::kFloat32;
+  in.output_shape = {2, n / 2};
+  for (const auto& [precision, bias, output] :
+       {std::tuple<Precision, BiasMode, const Tensor*>{Precision::kFp16, BiasMode::kFused, &wrong},
+        std::tuple<Precision, BiasMode, const Tensor*>{Precision::kTf32Rna, BiasMode::kUnfused,
+                                                       &right}}) {
+    DiagnosisCandidate c;
+    c.config = Config{"cpu", precision, bias};
+    c.output = output;
+    c.pair_sigma = pair_sigma.data();
+    c.pair_accumulation_sigma = pair_sigma.data();
+    in.candidates.push_back(c);
+  }
+  const DiagnosisOutcome d = RankCandidates(in);
+  ASSERT_TRUE(d.best.has_value()) << d.explanation;
+  EXPECT_EQ(*d.best, "cpu:tf32rna:unfused") << d.explanation;
+  ASSERT_EQ(d.ranking.size(), 2u);
+  // The wrong one does share more bits: bitwise share alone would pick it.
+  EXPECT_GT(d.ranking[1].bitwise_equal_fraction, 0.5);
+  EXPECT_LT(d.ranking[0].bitwise_equal_fraction, 0.01);
 }
 
 TEST(FrameworkHintTest, NamesTheFrameworkDefaults) {

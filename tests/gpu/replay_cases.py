@@ -129,7 +129,7 @@ def case_candle_vs_torch(client: Any) -> List[Dict[str, Any]]:
     bf16 = ml_dtypes.bfloat16
 
     def to_np(t: "torch.Tensor") -> "np.ndarray":
-        return t.float().cpu().numpy().astype(bf16)
+        return t.detach().float().cpu().numpy().astype(bf16)
 
     x_np, w_np, b_np = to_np(x), to_np(linear.weight), to_np(linear.bias)
     yt, yc = to_np(y_torch), to_np(y_candle)
