@@ -34,7 +34,7 @@ constexpr int kMaxThreads = 256;
 // ULP histogram: index 0 holds distance 0, index i >= 1 holds
 // (2^(i-2), 2^(i-1)] (1, 2, 3-4, 5-8, ...). Distances stay below 2^64, so
 // index 65 is the last.
-constexpr int kHistBuckets = 66;
+constexpr int kHistBuckets = kUlpHistogramBuckets;
 
 inline int BucketIndex(uint64_t d) {
   // Branch-free for the common range: ceil(log2(d)) + 1 == bit length of
@@ -1230,31 +1230,7 @@ absl::Status Validate(const Tensor& actual, const Tensor& expected,
         actual.numel(), " ", ShapeString(actual.shape()), ", expected has ",
         expected.numel(), " ", ShapeString(expected.shape())));
   }
-  if (o.cols < 0 || (o.cols > 0 && actual.numel() % o.cols != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compare: cols must be 0 or divide the element count ",
-                     actual.numel(), "; got ", o.cols));
-  }
-  if (o.top_k < 0 || o.top_k > kMaxTopK) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compare: top_k must be in [0, ", kMaxTopK, "]; got ", o.top_k));
-  }
-  if (o.top_groups < 0 || o.top_groups > kMaxTopK) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compare: top_groups must be in [0, ", kMaxTopK,
-                     "]; got ", o.top_groups));
-  }
-  if (o.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compare: threads must be >= 0 (0: one per core); got ", o.threads));
-  }
-  if (o.tolerance.preset == TolerancePreset::kBound &&
-      o.error_bound == nullptr) {
-    return absl::InvalidArgumentError(
-        "compare: the bound tolerance needs a per-element error bound; none "
-        "was given");
-  }
-  return absl::OkStatus();
+  return ValidateCompare(actual.numel(), expected.numel(), o);
 }
 
 }  // namespace
@@ -1282,6 +1258,148 @@ uint64_t BitsIn(double v, DType dtype) {
 
 uint64_t UlpDistance(double a, double b, DType dtype) {
   return DistanceFromBits(BitsIn(a, dtype), BitsIn(b, dtype), LayoutOf(dtype));
+}
+
+absl::Status ValidateCompare(int64_t actual_numel, int64_t expected_numel,
+                             const CompareOptions& o) {
+  if (actual_numel != expected_numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compare: actual and expected must have the same number of "
+        "elements; actual has ",
+        actual_numel, ", expected has ", expected_numel));
+  }
+  if (o.cols < 0 || (o.cols > 0 && actual_numel % o.cols != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compare: cols must be 0 or divide the element count ",
+                     actual_numel, "; got ", o.cols));
+  }
+  if (o.top_k < 0 || o.top_k > kMaxTopK) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compare: top_k must be in [0, ", kMaxTopK, "]; got ", o.top_k));
+  }
+  if (o.top_groups < 0 || o.top_groups > kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compare: top_groups must be in [0, ", kMaxTopK,
+                     "]; got ", o.top_groups));
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compare: threads must be >= 0 (0: one per core); got ", o.threads));
+  }
+  if (o.tolerance.preset == TolerancePreset::kBound &&
+      o.error_bound == nullptr) {
+    return absl::InvalidArgumentError(
+        "compare: the bound tolerance needs a per-element error bound; none "
+        "was given");
+  }
+  return absl::OkStatus();
+}
+
+int UlpHistogramBucket(uint64_t ulp) { return BucketIndex(ulp); }
+
+ElementDiff DescribeElement(int64_t flat_index, double actual,
+                            double expected, DType compared_dtype) {
+  const uint64_t ba = BitsIn(actual, compared_dtype);
+  const uint64_t be = BitsIn(expected, compared_dtype);
+  const uint64_t ulp = DistanceFromBits(ba, be, LayoutOf(compared_dtype));
+  double abs_diff, rel;
+  if (std::isnan(actual) || std::isnan(expected)) {
+    abs_diff = rel = std::numeric_limits<double>::quiet_NaN();
+  } else if (!std::isfinite(actual) || !std::isfinite(expected)) {
+    abs_diff = rel = actual == expected
+                         ? 0.0
+                         : std::numeric_limits<double>::infinity();
+  } else {
+    abs_diff = std::fabs(actual - expected);
+    rel = RelDiff(abs_diff, std::fabs(expected));
+  }
+  return MakeDiff(flat_index, actual, expected, ba, be, abs_diff, rel, ulp);
+}
+
+std::vector<GroupCount> TopGroupCounts(const std::vector<int64_t>& counts,
+                                       int limit, int64_t mismatched) {
+  TopGroups top(limit);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    top.Offer(static_cast<int64_t>(i), counts[i]);
+  }
+  return top.Take(mismatched);
+}
+
+DiffStats FinishDiffStats(int64_t total, const DiffTotals& t,
+                          std::vector<ElementDiff> worst_candidates,
+                          const CompareOptions& options) {
+  DiffStats s;
+  s.total = total;
+  s.compared_dtype = options.compared_dtype;
+  s.finite = t.finite;
+  s.mismatched = t.mismatched;
+  s.bitwise_equal_count = t.bitwise_equal;
+  s.bitwise_equal = t.bitwise_equal == total;
+  s.nan_actual = t.nan_actual;
+  s.nan_expected = t.nan_expected;
+  s.inf_actual = t.inf_actual;
+  s.inf_expected = t.inf_expected;
+  s.nan_mismatch = t.nan_mismatch;
+  s.max_ulp = t.max_ulp;
+  s.passed = t.mismatched == 0;
+  s.max_abs = std::max(t.max_abs, 0.0);
+  s.max_abs_index = t.max_abs_index;
+  s.max_rel = std::max(t.max_rel, 0.0);
+  s.max_rel_index = t.max_rel_index;
+
+  const double inf = std::numeric_limits<double>::infinity();
+  if (t.finite > 0) {
+    s.mean_abs = t.sum_abs / static_cast<double>(t.finite);
+    s.rms = std::sqrt(t.sum_sq / static_cast<double>(t.finite));
+  }
+  s.rel_l2 = t.sum_ee > 0 ? std::sqrt(t.sum_sq) / std::sqrt(t.sum_ee)
+                          : (t.sum_sq > 0 ? inf : 0.0);
+  if (t.sum_aa == 0 && t.sum_ee == 0) {
+    s.cosine = 1;
+  } else if (t.sum_aa == 0 || t.sum_ee == 0) {
+    s.cosine = 0;
+  } else {
+    s.cosine = std::clamp(
+        t.sum_ae / (std::sqrt(t.sum_aa) * std::sqrt(t.sum_ee)), -1.0, 1.0);
+  }
+  const int64_t ulp_finite = total - t.ulp_infinite;
+  if (ulp_finite > 0) s.mean_ulp = t.sum_ulp / static_cast<double>(ulp_finite);
+  for (int k = 0; k < kHistBuckets && k < static_cast<int>(t.ulp_histogram.size());
+       ++k) {
+    if (t.ulp_histogram[k] == 0) continue;
+    UlpBucket b = BucketBounds(k);
+    b.count = t.ulp_histogram[k];
+    s.ulp_histogram.push_back(b);
+  }
+  if (t.ulp_infinite > 0) {
+    s.ulp_histogram.push_back({kUlpInfinite, kUlpInfinite, t.ulp_infinite});
+  }
+  if (options.predicted_sigma != nullptr) {
+    s.bound_ratio = t.sum_sigma2 > 0 ? std::sqrt(t.sum_sq_sigma / t.sum_sigma2)
+                                     : (t.sum_sq_sigma > 0 ? inf : 0.0);
+  }
+
+  // `worst`: NaN against a number first, then by abs diff (NaN against NaN
+  // as 0 with nan_equal, else +inf), ULP, lower index.
+  auto key_of = [&](const ElementDiff& d) {
+    const bool nan_a = std::isnan(d.actual), nan_e = std::isnan(d.expected);
+    RankKey k;
+    k.tier = nan_a != nan_e ? 1 : 0;
+    k.r = (nan_a || nan_e) ? ((nan_a && nan_e && options.tolerance.nan_equal) ? 0.0 : inf)
+                           : d.abs_diff;
+    k.ulp = d.ulp;
+    k.index = d.flat_index;
+    return k;
+  };
+  std::sort(worst_candidates.begin(), worst_candidates.end(),
+            [&](const ElementDiff& x, const ElementDiff& y) {
+              return RanksAbove(key_of(x), key_of(y));
+            });
+  if (worst_candidates.size() > static_cast<size_t>(options.top_k)) {
+    worst_candidates.resize(static_cast<size_t>(options.top_k));
+  }
+  s.worst = std::move(worst_candidates);
+  return s;
 }
 
 absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
@@ -1367,41 +1485,32 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
   }
 
   // Merge, in chunk (= element) order.
-  std::array<int64_t, kHistBuckets> hist{};
-  int64_t ulp_infinite = 0;
+  DiffTotals totals;
   WorstHeap worst(options.top_k);
-  s.max_abs_index = s.max_rel_index = -1;
-  double max_abs = -1;
-  double max_rel = -1;
   for (ThreadAcc& a : accs) {
-    s.finite += a.finite;
-    s.mismatched += a.mismatched;
-    s.bitwise_equal_count += a.bit_equal;
-    s.nan_actual += a.nan_actual;
-    s.nan_expected += a.nan_expected;
-    s.inf_actual += a.inf_actual;
-    s.inf_expected += a.inf_expected;
-    s.nan_mismatch += a.nan_mismatch;
-    ulp_infinite += a.ulp_infinite;
-    s.max_ulp = std::max(s.max_ulp, a.max_ulp);
+    totals.finite += a.finite;
+    totals.mismatched += a.mismatched;
+    totals.bitwise_equal += a.bit_equal;
+    totals.nan_actual += a.nan_actual;
+    totals.nan_expected += a.nan_expected;
+    totals.inf_actual += a.inf_actual;
+    totals.inf_expected += a.inf_expected;
+    totals.nan_mismatch += a.nan_mismatch;
+    totals.ulp_infinite += a.ulp_infinite;
+    totals.max_ulp = std::max(totals.max_ulp, a.max_ulp);
     for (const auto& lane : a.hist) {
-      for (int k = 0; k < kHistBuckets; ++k) hist[k] += lane[k];
+      for (int k = 0; k < kHistBuckets; ++k) totals.ulp_histogram[k] += lane[k];
     }
-    if (a.max_abs > max_abs) {
-      max_abs = a.max_abs;
-      s.max_abs_index = a.max_abs_index;
+    if (a.max_abs > totals.max_abs) {
+      totals.max_abs = a.max_abs;
+      totals.max_abs_index = a.max_abs_index;
     }
-    if (a.max_rel > max_rel) {
-      max_rel = a.max_rel;
-      s.max_rel_index = a.max_rel_index;
+    if (a.max_rel > totals.max_rel) {
+      totals.max_rel = a.max_rel;
+      totals.max_rel_index = a.max_rel_index;
     }
     for (const Candidate& c : a.worst.items()) worst.Offer(c);
   }
-  s.max_abs = std::max(max_abs, 0.0);
-  s.max_rel = std::max(max_rel, 0.0);
-  s.bitwise_equal = s.bitwise_equal_count == total;
-  s.passed = s.mismatched == 0;
-
   CompensatedSum sum_abs, sum_sq, sum_aa, sum_ee, sum_ae, sum_ulp, sum_sigma2,
       sum_sq_sigma;
   for (const BlockSums& b : blocks) {
@@ -1414,49 +1523,18 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
     sum_sigma2.Add(b.sigma2);
     sum_sq_sigma.Add(b.sq_sigma);
   }
-  const double inf = std::numeric_limits<double>::infinity();
-  if (s.finite > 0) {
-    s.mean_abs = sum_abs.Value() / static_cast<double>(s.finite);
-    s.rms = std::sqrt(sum_sq.Value() / static_cast<double>(s.finite));
-  }
-  const double sq = sum_sq.Value();
-  const double aa = sum_aa.Value();
-  const double ee = sum_ee.Value();
-  s.rel_l2 = ee > 0 ? std::sqrt(sq) / std::sqrt(ee) : (sq > 0 ? inf : 0.0);
-  if (aa == 0 && ee == 0) {
-    s.cosine = 1;
-  } else if (aa == 0 || ee == 0) {
-    s.cosine = 0;
-  } else {
-    s.cosine = std::clamp(sum_ae.Value() / (std::sqrt(aa) * std::sqrt(ee)),
-                          -1.0, 1.0);
-  }
-  const int64_t ulp_finite = total - ulp_infinite;
-  if (ulp_finite > 0) {
-    s.mean_ulp = sum_ulp.Value() / static_cast<double>(ulp_finite);
-  }
-  for (int k = 0; k < kHistBuckets; ++k) {
-    if (hist[k] == 0) continue;
-    UlpBucket b = BucketBounds(k);
-    b.count = hist[k];
-    s.ulp_histogram.push_back(b);
-  }
-  if (ulp_infinite > 0) {
-    s.ulp_histogram.push_back({kUlpInfinite, kUlpInfinite, ulp_infinite});
-  }
-  if (options.predicted_sigma != nullptr) {
-    const double sig2 = sum_sigma2.Value();
-    const double err2 = sum_sq_sigma.Value();
-    s.bound_ratio =
-        sig2 > 0 ? std::sqrt(err2 / sig2) : (err2 > 0 ? inf : 0.0);
-  }
-
-  std::vector<Candidate>& w = worst.items();
-  std::sort(w.begin(), w.end(), [](const Candidate& x, const Candidate& y) {
-    return RanksAbove(x.key, y.key);
-  });
-  s.worst.reserve(w.size());
-  for (const Candidate& c : w) s.worst.push_back(c.diff);
+  totals.sum_abs = sum_abs.Value();
+  totals.sum_sq = sum_sq.Value();
+  totals.sum_aa = sum_aa.Value();
+  totals.sum_ee = sum_ee.Value();
+  totals.sum_ae = sum_ae.Value();
+  totals.sum_ulp = sum_ulp.Value();
+  totals.sum_sigma2 = sum_sigma2.Value();
+  totals.sum_sq_sigma = sum_sq_sigma.Value();
+  std::vector<ElementDiff> worst_diffs;
+  worst_diffs.reserve(worst.items().size());
+  for (const Candidate& c : worst.items()) worst_diffs.push_back(c.diff);
+  s = FinishDiffStats(total, totals, std::move(worst_diffs), options);
 
   if (s.mismatched > 0 && options.top_groups > 0) {
     // Columns: sum every thread's counts into one array.
@@ -1477,11 +1555,7 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
         if (++c == cols) c = 0;
       }
     }
-    TopGroups top_cols(options.top_groups);
-    for (int64_t c = 0; c < cols; ++c) {
-      top_cols.Offer(c, col_counts[static_cast<size_t>(c)]);
-    }
-    s.top_columns = top_cols.Take(s.mismatched);
+    s.top_columns = TopGroupCounts(col_counts, options.top_groups, s.mismatched);
 
     // Rows: chunks hold ascending, contiguous row ranges that overlap at
     // most in one boundary row, so a row is complete once a later chunk

@@ -132,6 +132,62 @@ inline constexpr int kMaxTopK = 1 << 16;
 absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
                                   const CompareOptions& options);
 
+// ---- For implementations of Compare that run elsewhere (the GPU backends
+// compare on the device, where their outputs are). They accumulate
+// DiffTotals in one pass, pick candidates for `worst` and count mismatches
+// per column and row; FinishDiffStats turns that into the DiffStats that
+// Compare returns for the same tensors (sums may differ in the last bits,
+// being added in another order).
+
+// INVALID_ARGUMENT as Compare answers for these element counts and options.
+absl::Status ValidateCompare(int64_t actual_numel, int64_t expected_numel,
+                             const CompareOptions& options);
+
+// ULP histogram: bucket 0 holds distance 0, bucket i >= 1 holds
+// (2^(i-2), 2^(i-1)] (1, 2, 3-4, 5-8, ...); 65 is the last finite one.
+inline constexpr int kUlpHistogramBuckets = 66;
+int UlpHistogramBucket(uint64_t ulp);
+
+struct DiffTotals {
+  int64_t finite = 0;
+  int64_t mismatched = 0;
+  int64_t bitwise_equal = 0;
+  int64_t nan_actual = 0;
+  int64_t nan_expected = 0;
+  int64_t inf_actual = 0;
+  int64_t inf_expected = 0;
+  int64_t nan_mismatch = 0;
+  int64_t ulp_infinite = 0;  // NaN against a number
+  uint64_t max_ulp = 0;
+  std::vector<int64_t> ulp_histogram =
+      std::vector<int64_t>(kUlpHistogramBuckets, 0);  // finite distances
+  // First occurrence of the largest; -1 for none.
+  double max_abs = -1;
+  int64_t max_abs_index = -1;
+  double max_rel = -1;
+  int64_t max_rel_index = -1;
+  // Over the finite pairs; sigma2/sq_sigma over those with a finite sigma.
+  double sum_abs = 0, sum_sq = 0, sum_aa = 0, sum_ee = 0, sum_ae = 0;
+  double sum_ulp = 0;  // finite distances, every pair
+  double sum_sigma2 = 0, sum_sq_sigma = 0;
+};
+
+// The DiffStats of `total` pairs. `worst_candidates` holds any superset of
+// the top_k worst elements (as DescribeElement makes them); they are ranked
+// and cut to top_k here. The group lists are left empty (TopGroupCounts).
+DiffStats FinishDiffStats(int64_t total, const DiffTotals& totals,
+                          std::vector<ElementDiff> worst_candidates,
+                          const CompareOptions& options);
+
+// One element as `worst` lists it.
+ElementDiff DescribeElement(int64_t flat_index, double actual,
+                            double expected, DType compared_dtype);
+
+// The `limit` largest of `counts` (mismatches per column or row; ties to
+// the lower index), with their share of `mismatched`.
+std::vector<GroupCount> TopGroupCounts(const std::vector<int64_t>& counts,
+                                       int limit, int64_t mismatched);
+
 // Bit pattern of `v` rounded to `dtype` (to nearest even).
 uint64_t BitsIn(double v, DType dtype);
 

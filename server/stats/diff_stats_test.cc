@@ -349,6 +349,58 @@ TEST(CompareTest, WorstPutsNanMismatchFirstThenLargestAbsThenLowerIndex) {
   EXPECT_EQ(s.worst[1].ulp, 0x3f000000u);
 }
 
+// What another implementation of Compare (the device one) builds on:
+// DescribeElement gives the entries Compare lists, and FinishDiffStats ranks
+// a superset of candidates as Compare does.
+TEST(FinishDiffStatsTest, DescribeElementAndRankingMatchCompare) {
+  const Tensor a = F32({0.1f, 0.5f, kNanF, -kInfF, 0.2f, kNanF, 3.0f});
+  const Tensor e = F32({0.0f, 0.0f, 0.0f, -kInfF, 0.2f, kNanF, kInfF});
+  for (bool nan_equal : {false, true}) {
+    CompareOptions o = Opts();
+    o.tolerance.nan_equal = nan_equal;
+    o.top_k = 4;
+    const DiffStats s = Cmp(a, e, o);
+    std::vector<ElementDiff> all;
+    for (int64_t i = 6; i >= 0; --i) {  // any order
+      all.push_back(DescribeElement(i, a.GetDouble(i), e.GetDouble(i), DType::kFloat32));
+    }
+    const DiffStats f = FinishDiffStats(7, DiffTotals{}, all, o);
+    ASSERT_EQ(f.worst.size(), s.worst.size());
+    for (size_t j = 0; j < s.worst.size(); ++j) {
+      SCOPED_TRACE(j);
+      EXPECT_EQ(f.worst[j].flat_index, s.worst[j].flat_index);
+      EXPECT_EQ(f.worst[j].actual_bits, s.worst[j].actual_bits);
+      EXPECT_EQ(f.worst[j].expected_bits, s.worst[j].expected_bits);
+      EXPECT_EQ(f.worst[j].ulp, s.worst[j].ulp);
+      EXPECT_EQ(std::isnan(f.worst[j].abs_diff), std::isnan(s.worst[j].abs_diff));
+      if (!std::isnan(s.worst[j].abs_diff)) {
+        EXPECT_EQ(f.worst[j].abs_diff, s.worst[j].abs_diff);
+        EXPECT_EQ(f.worst[j].rel_diff, s.worst[j].rel_diff);
+      }
+    }
+  }
+  // Hand-checked order without nan_equal: NaN against a number (2), then
+  // +inf differences (NaN against NaN 5, inf against 3 at 6: ULP decides,
+  // NaN/NaN is 0 ULP apart), then the largest finite difference (1).
+  CompareOptions o = Opts();
+  o.top_k = 4;
+  const DiffStats s = Cmp(a, e, o);
+  ASSERT_EQ(s.worst.size(), 4u);
+  EXPECT_EQ(s.worst[0].flat_index, 2);
+  EXPECT_EQ(s.worst[1].flat_index, 6);
+  EXPECT_EQ(s.worst[2].flat_index, 5);
+  EXPECT_EQ(s.worst[3].flat_index, 1);
+}
+
+TEST(FinishDiffStatsTest, TopGroupCountsTakesTheLargestWithTiesToTheLowerIndex) {
+  const std::vector<GroupCount> g = TopGroupCounts({0, 3, 1, 3, 2}, 3, 9);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].index, 1);
+  EXPECT_EQ(g[1].index, 3);
+  EXPECT_EQ(g[2].index, 4);
+  EXPECT_DOUBLE_EQ(g[0].share, 3.0 / 9.0);
+}
+
 TEST(CompareTest, WorstBreaksAbsTiesByUlp) {
   // Same abs diff 2^-10 in fp32, but the larger ULP count is near 0.5.
   CompareOptions o = Opts();
