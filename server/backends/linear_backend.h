@@ -63,6 +63,8 @@ struct DeviceDescription {
   std::string cublas_version;
 };
 
+class ComparingBackend;  // comparing_backend.h
+
 class LinearBackend {
  public:
   virtual ~LinearBackend() = default;
@@ -86,6 +88,10 @@ class LinearBackend {
 
   // The device, for GPU backends.
   virtual DeviceDescription device() const { return {}; }
+
+  // Non-null when the backend compares its outputs where they are computed
+  // (GPU backends: on the device); see comparing_backend.h.
+  virtual ComparingBackend* comparing() { return nullptr; }
 
   // OK when `config` with inputs stored as `storage` can run; otherwise
   // FAILED_PRECONDITION (unsupported here) naming the configuration.

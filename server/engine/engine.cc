@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/backends/comparing_backend.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/core/status_macros.h"
 #include "server/engine/diagnosis.h"
@@ -396,6 +397,15 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
   problem.k = plan.k;
   const int64_t count = plan.m * plan.n;
 
+  auto shape_output = [&](const Config& config, Tensor& output) -> absl::Status {
+    if (output.numel() != count) {
+      return absl::InternalError(absl::StrCat("configuration ", config.ToString(),
+                                              ": backend returned ", output.numel(),
+                                              " elements, expected ", count));
+    }
+    return output.Reshape(plan.output_shape);
+  };
+
   auto run_one = [&](LinearBackend* backend, const Config& config)
       -> absl::StatusOr<std::pair<RunResult, double>> {
     const auto start = Clock::now();
@@ -407,13 +417,7 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
                           absl::StrCat("configuration ", config.ToString(), ": ",
                                        result.status().message()));
     }
-    if (result->output.numel() != count) {
-      return absl::InternalError(absl::StrCat("configuration ", config.ToString(),
-                                              ": backend returned ",
-                                              result->output.numel(),
-                                              " elements, expected ", count));
-    }
-    TC_RETURN_IF_ERROR(result->output.Reshape(plan.output_shape));
+    TC_RETURN_IF_ERROR(shape_output(config, result->output));
     return std::make_pair(std::move(result).value(), ms);
   };
 
@@ -485,60 +489,99 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     return sigma;
   };
 
-  auto compare = [&](const Tensor& actual, const Tensor& expected,
-                     const ErrorArrays& arrays) {
+  auto options_for = [&](const float* sigma, const float* bound) {
     CompareOptions opts = plan.compare;
-    opts.predicted_sigma = arrays.sigma.data();
-    opts.error_bound = arrays.bound.data();
-    return Compare(actual, expected, opts);
+    opts.predicted_sigma = sigma;
+    opts.error_bound = bound;
+    return opts;
   };
 
-  // `keep` stores what a diagnosis needs of this configuration in
-  // `artifacts` (candidates only, not the reference).
-  auto make_outcome = [&](const Config& config, std::pair<RunResult, double>&& run,
-                          Artifacts* keep) -> absl::StatusOr<ConfigOutcome> {
-    ConfigOutcome o;
-    o.config = config.ToString();
-    o.elapsed_ms = run.second;
-    o.details = std::move(run.first.details);
-    o.deterministic = run.first.deterministic;
-    o.runs = run.first.runs;
+  // A configuration's outcome: its output against the reference, and the
+  // observed output against it. Backends that compare where they compute
+  // (GPU: on the device) get the comparisons with the run; the others'
+  // outputs are compared here. `keep` stores what a diagnosis needs in
+  // `artifacts` (candidates only, not the reference); `ran` is the
+  // reference's run, already done.
+  auto outcome_of = [&](LinearBackend* backend, const Config& config, Artifacts* keep,
+                        std::pair<RunResult, double>* ran) -> absl::StatusOr<ConfigOutcome> {
     const bool unfused = config.bias == BiasMode::kUnfused;
     ErrorArrays to_reference = model(config.precision, unfused);
-    TC_ASSIGN_OR_RETURN(o.vs_reference, compare(run.first.output, ref, to_reference));
-    if (req.observed) {
-      ErrorArrays pair{pair_sigma(config.precision, unfused), std::move(to_reference.bound)};
-      TC_ASSIGN_OR_RETURN(DiffStats s, compare(*req.observed, run.first.output, pair));
-      o.vs_observed = std::move(s);
-      if (keep != nullptr) {
-        keep->pair_sigma.push_back(std::move(pair.sigma));
+    std::vector<float> pair;
+    if (req.observed) pair = pair_sigma(config.precision, unfused);
+    const CompareOptions vs_reference_options =
+        options_for(to_reference.sigma.data(), to_reference.bound.data());
+    const CompareOptions vs_observed_options =
+        options_for(pair.data(), to_reference.bound.data());
+
+    ConfigOutcome o;
+    o.config = config.ToString();
+    RunResult run;
+    ComparingBackend* comparing = ran == nullptr ? backend->comparing() : nullptr;
+    if (comparing != nullptr) {
+      std::vector<OutputComparison> comparisons = {{&ref, true, vs_reference_options}};
+      if (req.observed) comparisons.push_back({&*req.observed, false, vs_observed_options});
+      const bool need_output = req.return_outputs || keep != nullptr;
+      const auto start = Clock::now();
+      auto compared =
+          comparing->RunAndCompare(problem, config, plan.run, comparisons, need_output);
+      o.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (!compared.ok()) {
+        return absl::Status(compared.status().code(),
+                            absl::StrCat("configuration ", o.config, ": ",
+                                         compared.status().message()));
+      }
+      o.vs_reference = std::move(compared->stats[0]);
+      if (req.observed) o.vs_observed = std::move(compared->stats[1]);
+      run = std::move(compared->run);
+      if (need_output) TC_RETURN_IF_ERROR(shape_output(config, run.output));
+    } else {
+      std::pair<RunResult, double> done;
+      if (ran == nullptr) {
+        TC_ASSIGN_OR_RETURN(done, run_one(backend, config));
+        ran = &done;
+      }
+      o.elapsed_ms = ran->second;
+      TC_ASSIGN_OR_RETURN(o.vs_reference,
+                          Compare(ran->first.output, ref, vs_reference_options));
+      if (req.observed) {
+        TC_ASSIGN_OR_RETURN(DiffStats s,
+                            Compare(*req.observed, ran->first.output, vs_observed_options));
+        o.vs_observed = std::move(s);
+      }
+      run = std::move(ran->first);  // last use of `ref` when this is the reference
+    }
+    o.details = std::move(run.details);
+    o.deterministic = run.deterministic;
+    o.runs = run.runs;
+    if (keep != nullptr) {
+      if (req.observed) {
+        keep->pair_sigma.push_back(std::move(pair));
         std::vector<float> accumulation(static_cast<size_t>(count));
         PredictPairAccumulationSigma(model_input(config.precision, unfused),
                                      accumulation.data());
         keep->pair_accumulation_sigma.push_back(std::move(accumulation));
         keep->sigma_vs_reference.push_back(std::move(to_reference.sigma));
       }
-    }
-    if (keep != nullptr) {
-      if (req.return_outputs) o.output = run.first.output.Clone();
-      keep->outputs.push_back(std::move(run.first.output));
+      if (req.return_outputs) o.output = run.output.Clone();
+      keep->outputs.push_back(std::move(run.output));
     } else if (req.return_outputs) {
-      o.output = std::move(run.first.output);
+      o.output = std::move(run.output);
     }
     return o;
   };
 
   if (req.observed) {
     ErrorArrays arrays = model(plan.observed_bound_precision, false);
-    TC_ASSIGN_OR_RETURN(DiffStats s, compare(*req.observed, ref, arrays));
+    TC_ASSIGN_OR_RETURN(DiffStats s, Compare(*req.observed, ref,
+                                             options_for(arrays.sigma.data(),
+                                                         arrays.bound.data())));
     outcome.observed_vs_reference = std::move(s);
   }
 
   bool all_pass = true;
   for (size_t i = 0; i < plan.configs.size(); ++i) {
-    TC_ASSIGN_OR_RETURN(auto run, run_one(plan.backends[i], plan.configs[i]));
-    TC_ASSIGN_OR_RETURN(ConfigOutcome o,
-                        make_outcome(plan.configs[i], std::move(run), artifacts));
+    TC_ASSIGN_OR_RETURN(ConfigOutcome o, outcome_of(plan.backends[i], plan.configs[i],
+                                                    artifacts, /*ran=*/nullptr));
     all_pass = all_pass && o.vs_reference.passed;
     outcome.results.push_back(std::move(o));
   }
@@ -546,7 +589,8 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
   // its timing, details and (when asked) its output.
   if (artifacts != nullptr) artifacts->reference = reference.first.output.Clone();
   TC_ASSIGN_OR_RETURN(outcome.reference,
-                      make_outcome(plan.reference, std::move(reference), /*keep=*/nullptr));
+                      outcome_of(plan.reference_backend, plan.reference, /*keep=*/nullptr,
+                                 &reference));
 
   outcome.passed = outcome.observed_vs_reference
                        ? outcome.observed_vs_reference->passed

@@ -65,8 +65,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/device_compare.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/core/status_macros.h"
 
@@ -292,7 +294,7 @@ struct CudaDevice {
   bool tf32_disabled = false;  // NVIDIA_TF32_OVERRIDE=0 in the environment
 };
 
-class CudaLinearBackend final : public LinearBackend {
+class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
  public:
   CudaLinearBackend(Flavor flavor, std::shared_ptr<CudaDevice> device)
       : flavor_(flavor), device_(std::move(device)) {}
@@ -337,17 +339,26 @@ class CudaLinearBackend final : public LinearBackend {
     return device_->probe.description;
   }
 
+  ComparingBackend* comparing() override { return this; }
+
   absl::StatusOr<RunResult> Run(const LinearProblem& problem,
                                 const Config& config,
                                 const RunOptions& options) override;
 
+  absl::StatusOr<ComparedRun> RunAndCompare(
+      const LinearProblem& problem, const Config& config,
+      const RunOptions& options,
+      const std::vector<OutputComparison>& comparisons,
+      bool return_output) override;
+
  private:
   absl::Status CheckRequest(const LinearProblem& problem, const Config& config,
                             const RunOptions& options) const;
-  absl::StatusOr<RunResult> RunLocked(const LinearProblem& problem,
-                                      const Config& config,
-                                      const RunOptions& options,
-                                      CudaContext& ctx);
+  absl::StatusOr<ComparedRun> RunLocked(
+      const LinearProblem& problem, const Config& config,
+      const RunOptions& options,
+      const std::vector<OutputComparison>& comparisons, bool return_output,
+      CudaContext& ctx);
 
   Flavor flavor_;
   std::shared_ptr<CudaDevice> device_;
@@ -391,10 +402,17 @@ absl::Status CudaLinearBackend::CheckRequest(const LinearProblem& problem,
 absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
                                                  const Config& config,
                                                  const RunOptions& options) {
+  TC_ASSIGN_OR_RETURN(ComparedRun r,
+                      RunAndCompare(problem, config, options, {},
+                                    /*return_output=*/true));
+  return std::move(r.run);
+}
+
+absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
+    const LinearProblem& problem, const Config& config,
+    const RunOptions& options, const std::vector<OutputComparison>& comparisons,
+    bool return_output) {
   TC_RETURN_IF_ERROR(CheckRequest(problem, config, options));
-  if (!device_->init.ok()) {
-    return absl::FailedPreconditionError(device_->init.message());
-  }
   // Shapes: the engine validated them; these checks keep every copy below
   // in bounds regardless.
   const std::string cfg = config.ToString();
@@ -415,10 +433,20 @@ absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
         absl::StrCat("configuration ", cfg, ": tensor sizes do not match m=", m,
                      " n=", n, " k=", k));
   }
+  for (const OutputComparison& c : comparisons) {
+    if (c.other == nullptr) {
+      return absl::InvalidArgumentError("comparison without a tensor");
+    }
+    TC_RETURN_IF_ERROR(ValidateCompare(mn, c.other->numel(), c.options));
+  }
+  if (!device_->init.ok()) {
+    return absl::FailedPreconditionError(device_->init.message());
+  }
   CudaContext& ctx = *device_->ctx;
   std::lock_guard<std::mutex> lock(ctx.mutex());
   if (!ctx.health().ok()) return ctx.health();
-  absl::StatusOr<RunResult> result = RunLocked(problem, config, options, ctx);
+  absl::StatusOr<ComparedRun> result =
+      RunLocked(problem, config, options, comparisons, return_output, ctx);
   if (!result.ok()) {
     // Surface a fault of work already queued, and remember a sticky one.
     const absl::Status sync = ctx.Note(
@@ -429,9 +457,10 @@ absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
   return result;
 }
 
-absl::StatusOr<RunResult> CudaLinearBackend::RunLocked(
+absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
     const LinearProblem& problem, const Config& config,
-    const RunOptions& options, CudaContext& ctx) {
+    const RunOptions& options, const std::vector<OutputComparison>& comparisons,
+    bool return_output, CudaContext& ctx) {
   const std::string cfg = config.ToString();
   const int64_t m = problem.m, n = problem.n, k = problem.k;
   const Tensor& x = *problem.input;
@@ -466,6 +495,14 @@ absl::StatusOr<RunResult> CudaLinearBackend::RunLocked(
   const int64_t out0 = regions.Add(out_bytes);
   const int64_t out1 = repeat > 1 ? regions.Add(out_bytes) : -1;
   const int64_t flag = regions.Add(sizeof(int));
+  // Comparisons: the other tensor and the statistics' device memory each.
+  std::vector<std::unique_ptr<DeviceCompare>> compares;
+  std::vector<int64_t> other_at, compare_at;
+  for (const OutputComparison& c : comparisons) {
+    compares.push_back(std::make_unique<DeviceCompare>(m * n, c.options));
+    other_at.push_back(regions.Add(static_cast<int64_t>(c.other->nbytes())));
+    compare_at.push_back(regions.Add(compares.back()->bytes()));
+  }
   if (regions.overflow()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("configuration ", cfg, ": device memory size overflows"));
@@ -735,17 +772,57 @@ absl::StatusOr<RunResult> CudaLinearBackend::RunLocked(
     }
   }
 
-  TC_ASSIGN_OR_RETURN(result.output, Tensor::Create(out, {m, n}));
+  // ---- statistics on the device, against the other tensors.
+  const DeviceArray output{at(out0), out, m * n};
+  for (size_t c = 0; c < comparisons.size(); ++c) {
+    const Tensor& other_host = *comparisons[c].other;
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(at(other_at[c]), other_host.raw(),
+                                            other_host.nbytes(),
+                                            cudaMemcpyHostToDevice, stream));
+    const DeviceArray other{at(other_at[c]), other_host.dtype(), other_host.numel()};
+    const bool output_is_actual = comparisons[c].output_is_actual;
+    TC_RETURN_IF_ERROR(compares[c]->Enqueue(output_is_actual ? output : other,
+                                            output_is_actual ? other : output,
+                                            at(compare_at[c]), stream));
+  }
+
+  auto download_output = [&]() -> absl::Status {
+    TC_ASSIGN_OR_RETURN(result.output, Tensor::Create(out, {m, n}));
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.output.raw(), at(out0),
+                                            static_cast<size_t>(out_bytes),
+                                            cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  };
+  if (return_output) TC_RETURN_IF_ERROR(download_output());
   int differ = 0;
-  TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.output.raw(), at(out0),
-                                          static_cast<size_t>(out_bytes),
-                                          cudaMemcpyDeviceToHost, stream));
   TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&differ, at(flag), sizeof(differ),
                                           cudaMemcpyDeviceToHost, stream));
   TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   result.runs = repeat;
   result.deterministic = differ == 0;
-  return result;
+
+  ComparedRun compared;
+  for (size_t c = 0; c < comparisons.size(); ++c) {
+    const Tensor* host_output = nullptr;
+    if (compares[c]->NeedsTensorsOnHost()) {
+      // Rare: too many NaN/Inf pairs for bound_ratio's device path.
+      if (result.output.numel() != m * n) {
+        TC_RETURN_IF_ERROR(download_output());
+        TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      }
+      host_output = &result.output;
+    }
+    const bool output_is_actual = comparisons[c].output_is_actual;
+    TC_ASSIGN_OR_RETURN(
+        DiffStats s,
+        compares[c]->Finish(output_is_actual ? host_output : comparisons[c].other,
+                            output_is_actual ? comparisons[c].other : host_output));
+    compared.stats.push_back(std::move(s));
+  }
+  if (!return_output) result.output = Tensor();
+  if (!comparisons.empty()) details["statistics"] = "device";
+  compared.run = std::move(result);
+  return compared;
 }
 
 }  // namespace

@@ -1,0 +1,248 @@
+#include "server/backends/cuda/device_compare.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/core/status_macros.h"
+
+namespace tensorcheck::cuda {
+namespace {
+
+constexpr int64_t kAlign = 256;
+
+int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+ElemType ElemOf(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return ElemType::kF64;
+    case DType::kFloat32:
+      return ElemType::kF32;
+    case DType::kFloat16:
+      return ElemType::kF16;
+    case DType::kBFloat16:
+      return ElemType::kBF16;
+  }
+  return ElemType::kF32;
+}
+
+ToleranceRule RuleOf(TolerancePreset p) {
+  switch (p) {
+    case TolerancePreset::kTorch:
+    case TolerancePreset::kNumpy:
+    case TolerancePreset::kExplicit:
+      return ToleranceRule::kAbsPlusRel;
+    case TolerancePreset::kPolygraphy:
+      return ToleranceRule::kAbsOrRel;
+    case TolerancePreset::kUlp:
+      return ToleranceRule::kUlp;
+    case TolerancePreset::kBound:
+      return ToleranceRule::kBound;
+  }
+  return ToleranceRule::kAbsPlusRel;
+}
+
+// Copies `count` elements of T from the device.
+template <typename T>
+absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count,
+                                        cudaStream_t stream) {
+  std::vector<T> out(static_cast<size_t>(count));
+  if (count == 0) return out;
+  TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), device, sizeof(T) * out.size(),
+                                          cudaMemcpyDeviceToHost, stream));
+  TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return out;
+}
+
+}  // namespace
+
+DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
+    : total_(total),
+      options_(options),
+      cols_(options.cols == 0 ? total : options.cols) {
+  const float* sigma = options.predicted_sigma;
+  if (sigma != nullptr) {
+    for (int64_t i = 0; i < total && !upload_sigma_; ++i) {
+      upload_sigma_ = !std::isfinite(sigma[i]);
+    }
+  }
+  upload_bound_ = options.tolerance.preset == TolerancePreset::kBound &&
+                  options.error_bound != nullptr;
+  count_groups_ = options.top_groups > 0 && total > 0;
+
+  int64_t offset = 0;
+  auto add = [&](int64_t bytes) {
+    const int64_t at = offset;
+    offset += Aligned(bytes);
+    return at;
+  };
+  layout_.scratch = add(static_cast<int64_t>(CompareScratchBytes(total)));
+  layout_.result = add(sizeof(CompareResult));
+  layout_.worst = add(sizeof(WorstEntry) * static_cast<int64_t>(options.top_k));
+  layout_.nonfinite = add(sizeof(long long) * int64_t{kNonFiniteCapacity});
+  if (count_groups_ && cols_ > 0) {
+    layout_.cols = add(sizeof(unsigned long long) * cols_);
+    layout_.rows = add(sizeof(unsigned long long) * (total / cols_));
+  }
+  if (upload_sigma_) layout_.sigma = add(sizeof(float) * total);
+  if (upload_bound_) layout_.bound = add(sizeof(float) * total);
+  layout_.total = offset;
+}
+
+absl::Status DeviceCompare::Validate() const {
+  return ValidateCompare(total_, total_, options_);
+}
+
+int64_t DeviceCompare::bytes() const { return layout_.total; }
+
+absl::Status DeviceCompare::Enqueue(const DeviceArray& actual,
+                                    const DeviceArray& expected, char* memory,
+                                    cudaStream_t stream) {
+  TC_RETURN_IF_ERROR(ValidateCompare(actual.numel, expected.numel, options_));
+  if (actual.numel != total_) {
+    return absl::InternalError(absl::StrCat("device compare: prepared for ", total_,
+                                            " elements, given ", actual.numel));
+  }
+  memory_ = memory;
+  stream_ = stream;
+  if (total_ == 0) return absl::OkStatus();
+
+  CompareArgs args;
+  args.actual = actual.data;
+  args.actual_type = ElemOf(actual.dtype);
+  args.expected = expected.data;
+  args.expected_type = ElemOf(expected.dtype);
+  args.compared = ElemOf(options_.compared_dtype);
+  args.total = total_;
+  args.cols = cols_;
+  const Tolerance& tol = options_.tolerance;
+  args.rule = RuleOf(tol.preset);
+  args.atol = tol.atol;
+  args.rtol = tol.rtol;
+  args.bound_factor = tol.bound_factor;
+  args.max_ulp = tol.max_ulp;
+  args.nan_equal = tol.nan_equal;
+  args.nonfinite_indices = reinterpret_cast<long long*>(memory + layout_.nonfinite);
+  args.nonfinite_capacity = kNonFiniteCapacity;
+  if (upload_sigma_) {
+    float* d = reinterpret_cast<float*>(memory + layout_.sigma);
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.predicted_sigma,
+                                            sizeof(float) * total_,
+                                            cudaMemcpyHostToDevice, stream));
+    args.sigma = d;
+  }
+  if (upload_bound_) {
+    float* d = reinterpret_cast<float*>(memory + layout_.bound);
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.error_bound,
+                                            sizeof(float) * total_,
+                                            cudaMemcpyHostToDevice, stream));
+    args.bound = d;
+  }
+  auto* result = reinterpret_cast<CompareResult*>(memory + layout_.result);
+  auto* cols = count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.cols)
+                             : nullptr;
+  auto* rows = count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.rows)
+                             : nullptr;
+  TC_CUDA_RETURN_IF_ERROR(
+      LaunchCompareTotals(args, memory + layout_.scratch, result, cols, rows, stream));
+  if (options_.top_k > 0) {
+    TC_CUDA_RETURN_IF_ERROR(LaunchSelectWorst(
+        args, options_.top_k, memory + layout_.scratch,
+        reinterpret_cast<WorstEntry*>(memory + layout_.worst), result, stream));
+  }
+  TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&result_, result, sizeof(result_),
+                                          cudaMemcpyDeviceToHost, stream));
+  return absl::OkStatus();
+}
+
+bool DeviceCompare::NeedsTensorsOnHost() const {
+  return options_.predicted_sigma != nullptr && !upload_sigma_ &&
+         result_.nonfinite_count > kNonFiniteCapacity;
+}
+
+absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
+                                                const Tensor* expected_on_host) {
+  if (NeedsTensorsOnHost()) {
+    if (actual_on_host == nullptr || expected_on_host == nullptr) {
+      return absl::InternalError(
+          "device compare: too many NaN/Inf pairs for the device path; the "
+          "tensors are needed on the host");
+    }
+    return Compare(*actual_on_host, *expected_on_host, options_);
+  }
+  if (total_ == 0) return Compare(Tensor(), Tensor(), options_);
+
+  const CompareTotals& r = result_.totals;
+  DiffTotals t;
+  t.finite = r.finite;
+  t.mismatched = r.mismatched;
+  t.bitwise_equal = r.bit_equal;
+  t.nan_actual = r.nan_actual;
+  t.nan_expected = r.nan_expected;
+  t.inf_actual = r.inf_actual;
+  t.inf_expected = r.inf_expected;
+  t.nan_mismatch = r.nan_mismatch;
+  t.ulp_infinite = r.ulp_infinite;
+  t.max_ulp = r.max_ulp;
+  for (int b = 0; b < kCompareHistBuckets && b < kUlpHistogramBuckets; ++b) {
+    t.ulp_histogram[static_cast<size_t>(b)] = static_cast<int64_t>(result_.ulp_histogram[b]);
+  }
+  t.max_abs = r.max_abs;
+  t.max_abs_index = r.max_abs_index;
+  t.max_rel = r.max_rel;
+  t.max_rel_index = r.max_rel_index;
+  t.sum_abs = r.sum_abs;
+  t.sum_sq = r.sum_sq;
+  t.sum_aa = r.sum_aa;
+  t.sum_ee = r.sum_ee;
+  t.sum_ae = r.sum_ae;
+  t.sum_ulp = r.sum_ulp;
+  t.sum_sigma2 = r.sum_sigma2;
+  t.sum_sq_sigma = r.sum_sq_sigma;
+
+  const float* sigma = options_.predicted_sigma;
+  if (sigma != nullptr && !upload_sigma_) {
+    // Every sigma is finite: the sums run over the finite pairs, which are
+    // all pairs but the NaN/Inf ones whose indices came back.
+    TC_ASSIGN_OR_RETURN(std::vector<long long> nonfinite,
+                        CopyBack<long long>(memory_ + layout_.nonfinite,
+                                            result_.nonfinite_count, stream_));
+    double sigma2 = 0;
+    for (int64_t i = 0; i < total_; ++i) sigma2 += double(sigma[i]) * sigma[i];
+    for (long long i : nonfinite) sigma2 -= double(sigma[i]) * sigma[i];
+    t.sum_sigma2 = std::max(sigma2, 0.0);
+    t.sum_sq_sigma = r.sum_sq;
+  }
+
+  std::vector<ElementDiff> worst;
+  if (options_.top_k > 0) {
+    const int64_t count = std::min<int64_t>(result_.worst_count, options_.top_k);
+    TC_ASSIGN_OR_RETURN(std::vector<WorstEntry> entries,
+                        CopyBack<WorstEntry>(memory_ + layout_.worst, count, stream_));
+    worst.reserve(entries.size());
+    for (const WorstEntry& w : entries) {
+      ElementDiff d = DescribeElement(w.index, w.actual, w.expected, options_.compared_dtype);
+      d.actual_bits = w.actual_bits;  // as stored, when stored in the compared type
+      d.expected_bits = w.expected_bits;
+      worst.push_back(d);
+    }
+  }
+  DiffStats s = FinishDiffStats(total_, t, std::move(worst), options_);
+  if (s.mismatched > 0 && count_groups_) {
+    auto to_counts = [](const std::vector<unsigned long long>& v) {
+      return std::vector<int64_t>(v.begin(), v.end());
+    };
+    TC_ASSIGN_OR_RETURN(auto cols, CopyBack<unsigned long long>(memory_ + layout_.cols,
+                                                                 cols_, stream_));
+    TC_ASSIGN_OR_RETURN(auto rows, CopyBack<unsigned long long>(memory_ + layout_.rows,
+                                                                 total_ / cols_, stream_));
+    s.top_columns = TopGroupCounts(to_counts(cols), options_.top_groups, s.mismatched);
+    s.top_rows = TopGroupCounts(to_counts(rows), options_.top_groups, s.mismatched);
+  }
+  return s;
+}
+
+}  // namespace tensorcheck::cuda

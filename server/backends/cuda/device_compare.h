@@ -1,0 +1,92 @@
+// Statistics on the device: compares a device array with another, as stats'
+// Compare does, so that only the statistics travel back to the host.
+//
+//   DeviceCompare cmp(total, options);            // options as for Compare
+//   regions: cmp.bytes() of device memory, 256-byte aligned
+//   TC_RETURN_IF_ERROR(cmp.Enqueue(actual, expected, device_memory, stream));
+//   ... cudaStreamSynchronize(stream) ...
+//   TC_ASSIGN_OR_RETURN(DiffStats s, cmp.Finish());
+//
+// The result equals Compare's on the same values: counts, maxima and their
+// indices, the ULP histogram, `worst` and the group lists exactly; the sums
+// (mean_abs, rms, rel_l2, cosine, mean_ulp, bound_ratio) up to the rounding
+// of adding in another order. Options' predicted_sigma and error_bound are
+// host arrays: the bound goes to the device for the bound preset only; the
+// sigma only when some of it is not finite, since otherwise bound_ratio's
+// sums follow from the device's sum of squares and the host's sigma (less
+// the pairs with a NaN or infinity, whose indices come back). When more
+// such pairs exist than come back, Finish asks for the actual values
+// (NeedsActualOnHost) and compares on the host.
+//
+// Internal to this folder.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/backends/cuda/device_compare_kernels.h"
+#include "server/core/dtype.h"
+#include "server/core/tensor.h"
+#include "server/stats/diff_stats.h"
+
+namespace tensorcheck::cuda {
+
+// A device array of `numel` elements of `dtype`.
+struct DeviceArray {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t numel = 0;
+};
+
+class DeviceCompare {
+ public:
+  // How many NaN/Inf pair indices come back for bound_ratio's correction.
+  static constexpr unsigned int kNonFiniteCapacity = 4096;
+
+  // `options` (and the host arrays it points to) must outlive Finish.
+  DeviceCompare(int64_t total, const CompareOptions& options);
+
+  // INVALID_ARGUMENT as Compare would answer.
+  absl::Status Validate() const;
+
+  // Device memory Enqueue needs, in one 256-byte aligned region.
+  int64_t bytes() const;
+
+  // Uploads what the device needs of the options and enqueues the kernels
+  // and the copy of their totals to the host. `memory` holds bytes() and
+  // stays untouched until Finish.
+  absl::Status Enqueue(const DeviceArray& actual, const DeviceArray& expected,
+                       char* memory, cudaStream_t stream);
+
+  // After the stream has synchronised: true when Finish needs both tensors
+  // on the host (more NaN/Inf pairs than came back, for bound_ratio).
+  bool NeedsTensorsOnHost() const;
+
+  // The statistics; copies back what they need of the device memory (the
+  // worst elements, the group counts). With NeedsTensorsOnHost, pass the
+  // actual and expected values: they are then compared on the host.
+  absl::StatusOr<DiffStats> Finish(const Tensor* actual_on_host = nullptr,
+                                   const Tensor* expected_on_host = nullptr);
+
+ private:
+  struct Layout {
+    int64_t scratch = 0, result = 0, worst = 0, cols = 0, rows = 0,
+            nonfinite = 0, sigma = -1, bound = -1, total = 0;
+  };
+
+  int64_t total_;
+  const CompareOptions& options_;
+  int64_t cols_;
+  bool upload_sigma_ = false;
+  bool upload_bound_ = false;
+  bool count_groups_ = false;
+  Layout layout_;
+  char* memory_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  CompareResult result_{};  // copied back by Enqueue's last copy
+};
+
+}  // namespace tensorcheck::cuda

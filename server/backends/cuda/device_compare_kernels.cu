@@ -1,0 +1,510 @@
+// Device comparison kernels: one pass for the totals (block partials,
+// reduced by a second kernel in a fixed order, so the sums are the same on
+// every run), and a radix selection of the worst elements.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "server/backends/cuda/device_compare_kernels.h"
+
+namespace tensorcheck::cuda {
+namespace {
+
+using ull = unsigned long long;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxBlocks = 1024;
+constexpr int kDigits = 24;  // 3 key words of 8 bytes
+constexpr ull kUlpInfinite = ~0ull;
+
+int Blocks(int64_t total) {
+  const int64_t per_block = int64_t{kThreads} * 4;
+  return static_cast<int>(
+      std::clamp<int64_t>((total + per_block - 1) / per_block, 1, kMaxBlocks));
+}
+
+// Radix selection state, in the scratch after the block partials.
+struct SelectState {
+  ull prefix[3];  // the selected digits so far; the rest 0
+  long long need;  // elements still to take among those matching prefix
+  int done;        // every element matching prefix is taken
+  int pad;
+  ull hist[256];
+};
+
+size_t PartialsBytes() { return sizeof(CompareTotals) * kMaxBlocks; }
+
+// ---- element access
+
+__device__ __forceinline__ double Load(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::kF64:
+      return static_cast<const double*>(p)[i];
+    case ElemType::kF32:
+      return static_cast<double>(static_cast<const float*>(p)[i]);
+    case ElemType::kF16:
+      return static_cast<double>(__half2float(static_cast<const __half*>(p)[i]));
+    case ElemType::kBF16:
+      return static_cast<double>(
+          __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+  }
+  return 0.0;
+}
+
+__device__ __forceinline__ ull RawBits(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::kF64:
+      return static_cast<const ull*>(p)[i];
+    case ElemType::kF32:
+      return static_cast<const unsigned int*>(p)[i];
+    case ElemType::kF16:
+    case ElemType::kBF16:
+      return static_cast<const unsigned short*>(p)[i];
+  }
+  return 0;
+}
+
+// Bits of v rounded to nearest even in `cmp`.
+__device__ __forceinline__ ull BitsOf(double v, ElemType cmp) {
+  switch (cmp) {
+    case ElemType::kF64:
+      return static_cast<ull>(__double_as_longlong(v));
+    case ElemType::kF32:
+      return __float_as_uint(__double2float_rn(v));
+    case ElemType::kF16:
+      return __half_as_ushort(__double2half(v));
+    case ElemType::kBF16:
+      return __bfloat16_as_ushort(__double2bfloat16(v));
+  }
+  return 0;
+}
+
+struct Layout {
+  ull sign, magnitude, inf;
+};
+
+__device__ __forceinline__ Layout LayoutOf(ElemType t) {
+  switch (t) {
+    case ElemType::kF64:
+      return {1ull << 63, ~(1ull << 63), 0x7ff0000000000000ull};
+    case ElemType::kF32:
+      return {0x80000000ull, 0x7fffffffull, 0x7f800000ull};
+    case ElemType::kF16:
+      return {0x8000ull, 0x7fffull, 0x7c00ull};
+    case ElemType::kBF16:
+      return {0x8000ull, 0x7fffull, 0x7f80ull};
+  }
+  return {0x80000000ull, 0x7fffffffull, 0x7f800000ull};
+}
+
+// As diff_stats.cc: ordered integers, negative values mirrored; NaN
+// against a number is infinitely far, NaN against NaN 0.
+__device__ __forceinline__ ull Distance(ull a, ull b, const Layout& l) {
+  const ull ma = a & l.magnitude, mb = b & l.magnitude;
+  const bool nan_a = ma > l.inf, nan_b = mb > l.inf;
+  if (nan_a || nan_b) return nan_a && nan_b ? 0 : kUlpInfinite;
+  if ((a & l.sign) == (b & l.sign)) return ma > mb ? ma - mb : mb - ma;
+  return ma + mb;
+}
+
+__device__ __forceinline__ int Bucket(ull d) {
+  if (d == 0) return 0;
+  if (d > (1ull << 62)) return 1 + (64 - __clzll(static_cast<long long>(d - 1)));
+  return 64 - __clzll(static_cast<long long>(((d - 1) << 1) | 1));
+}
+
+struct Element {
+  double a, e;
+  ull ba, be;
+};
+
+__device__ __forceinline__ Element LoadElement(const CompareArgs& args, int64_t i) {
+  Element x;
+  x.a = Load(args.actual, args.actual_type, i);
+  x.e = Load(args.expected, args.expected_type, i);
+  x.ba = args.actual_type == args.compared ? RawBits(args.actual, args.actual_type, i)
+                                           : BitsOf(x.a, args.compared);
+  x.be = args.expected_type == args.compared
+             ? RawBits(args.expected, args.expected_type, i)
+             : BitsOf(x.e, args.compared);
+  return x;
+}
+
+// tolerance.h's FinitePairPasses.
+__device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs_diff,
+                                             double abs_e, int64_t i, ull ulp) {
+  switch (args.rule) {
+    case ToleranceRule::kAbsPlusRel:
+      return abs_diff <= args.atol + args.rtol * abs_e;
+    case ToleranceRule::kAbsOrRel:
+      return abs_diff <= args.atol || abs_diff <= args.rtol * abs_e;
+    case ToleranceRule::kUlp:
+      return ulp <= args.max_ulp;
+    case ToleranceRule::kBound:
+      return abs_diff <= args.bound_factor *
+                             (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
+  }
+  return false;
+}
+
+// ---- totals
+
+__device__ __forceinline__ CompareTotals EmptyTotals() {
+  CompareTotals t;
+  t.sum_abs = t.sum_sq = t.sum_aa = t.sum_ee = t.sum_ae = t.sum_ulp = 0;
+  t.sum_sigma2 = t.sum_sq_sigma = 0;
+  t.max_abs = t.max_rel = -1;
+  t.max_abs_index = t.max_rel_index = -1;
+  t.max_ulp = 0;
+  t.finite = t.mismatched = t.bit_equal = t.nan_actual = t.nan_expected = 0;
+  t.inf_actual = t.inf_expected = t.nan_mismatch = t.ulp_infinite = 0;
+  return t;
+}
+
+// Larger value wins; equal values: the lower index (first occurrence).
+__device__ __forceinline__ void TakeMax(double& v, long long& idx, double ov, long long oi) {
+  if (ov > v || (ov == v && oi >= 0 && (idx < 0 || oi < idx))) {
+    v = ov;
+    idx = oi;
+  }
+}
+
+__device__ __forceinline__ void Combine(CompareTotals& x, const CompareTotals& y) {
+  x.sum_abs += y.sum_abs;
+  x.sum_sq += y.sum_sq;
+  x.sum_aa += y.sum_aa;
+  x.sum_ee += y.sum_ee;
+  x.sum_ae += y.sum_ae;
+  x.sum_ulp += y.sum_ulp;
+  x.sum_sigma2 += y.sum_sigma2;
+  x.sum_sq_sigma += y.sum_sq_sigma;
+  TakeMax(x.max_abs, x.max_abs_index, y.max_abs, y.max_abs_index);
+  TakeMax(x.max_rel, x.max_rel_index, y.max_rel, y.max_rel_index);
+  x.max_ulp = x.max_ulp > y.max_ulp ? x.max_ulp : y.max_ulp;
+  x.finite += y.finite;
+  x.mismatched += y.mismatched;
+  x.bit_equal += y.bit_equal;
+  x.nan_actual += y.nan_actual;
+  x.nan_expected += y.nan_expected;
+  x.inf_actual += y.inf_actual;
+  x.inf_expected += y.inf_expected;
+  x.nan_mismatch += y.nan_mismatch;
+  x.ulp_infinite += y.ulp_infinite;
+}
+
+__device__ __forceinline__ CompareTotals ShuffleDown(const CompareTotals& t, int offset) {
+  constexpr unsigned kAll = 0xffffffffu;
+  CompareTotals o;
+  o.sum_abs = __shfl_down_sync(kAll, t.sum_abs, offset);
+  o.sum_sq = __shfl_down_sync(kAll, t.sum_sq, offset);
+  o.sum_aa = __shfl_down_sync(kAll, t.sum_aa, offset);
+  o.sum_ee = __shfl_down_sync(kAll, t.sum_ee, offset);
+  o.sum_ae = __shfl_down_sync(kAll, t.sum_ae, offset);
+  o.sum_ulp = __shfl_down_sync(kAll, t.sum_ulp, offset);
+  o.sum_sigma2 = __shfl_down_sync(kAll, t.sum_sigma2, offset);
+  o.sum_sq_sigma = __shfl_down_sync(kAll, t.sum_sq_sigma, offset);
+  o.max_abs = __shfl_down_sync(kAll, t.max_abs, offset);
+  o.max_rel = __shfl_down_sync(kAll, t.max_rel, offset);
+  o.max_abs_index = __shfl_down_sync(kAll, t.max_abs_index, offset);
+  o.max_rel_index = __shfl_down_sync(kAll, t.max_rel_index, offset);
+  o.max_ulp = __shfl_down_sync(kAll, t.max_ulp, offset);
+  o.finite = __shfl_down_sync(kAll, t.finite, offset);
+  o.mismatched = __shfl_down_sync(kAll, t.mismatched, offset);
+  o.bit_equal = __shfl_down_sync(kAll, t.bit_equal, offset);
+  o.nan_actual = __shfl_down_sync(kAll, t.nan_actual, offset);
+  o.nan_expected = __shfl_down_sync(kAll, t.nan_expected, offset);
+  o.inf_actual = __shfl_down_sync(kAll, t.inf_actual, offset);
+  o.inf_expected = __shfl_down_sync(kAll, t.inf_expected, offset);
+  o.nan_mismatch = __shfl_down_sync(kAll, t.nan_mismatch, offset);
+  o.ulp_infinite = __shfl_down_sync(kAll, t.ulp_infinite, offset);
+  return o;
+}
+
+// Reduces every thread's `t` into the block's thread 0 (fixed order).
+__device__ CompareTotals BlockReduce(CompareTotals t) {
+  __shared__ CompareTotals warp_totals[kWarps];
+  for (int offset = 16; offset > 0; offset /= 2) Combine(t, ShuffleDown(t, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_totals[warp] = t;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) Combine(t, warp_totals[w]);
+  }
+  return t;
+}
+
+// One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
+__device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
+                                           int64_t i, CompareTotals& t, ull* hist,
+                                           ull* col_counts, ull* row_counts,
+                                           unsigned int* nonfinite_count) {
+  const Element x = LoadElement(args, i);
+  t.bit_equal += x.ba == x.be;
+  bool passes;
+  if (isfinite(x.a) && isfinite(x.e)) {
+    ++t.finite;
+    const double d = x.a - x.e;
+    const double abs_diff = fabs(d);
+    const double abs_e = fabs(x.e);
+    t.sum_abs += abs_diff;
+    t.sum_sq += d * d;
+    t.sum_aa += x.a * x.a;
+    t.sum_ee += x.e * x.e;
+    t.sum_ae += x.a * x.e;
+    if (args.sigma != nullptr) {
+      const float s = args.sigma[i];
+      if (isfinite(s)) {
+        t.sum_sigma2 += static_cast<double>(s) * s;
+        t.sum_sq_sigma += d * d;
+      }
+    }
+    const ull ulp = Distance(x.ba, x.be, layout);
+    atomicAdd(&hist[Bucket(ulp)], 1ull);
+    t.sum_ulp += static_cast<double>(ulp);
+    t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
+    if (abs_diff > t.max_abs) {
+      t.max_abs = abs_diff;
+      t.max_abs_index = i;
+    }
+    const double rel = abs_e > 0 ? abs_diff / abs_e : (abs_diff > 0 ? CUDART_INF : 0.0);
+    if (rel > t.max_rel) {
+      t.max_rel = rel;
+      t.max_rel_index = i;
+    }
+    passes = FinitePasses(args, abs_diff, abs_e, i, ulp);
+  } else {
+    const unsigned int slot = atomicAdd(nonfinite_count, 1u);
+    if (slot < args.nonfinite_capacity) args.nonfinite_indices[slot] = i;
+    const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
+    t.nan_actual += nan_a;
+    t.nan_expected += nan_e;
+    t.inf_actual += isinf(x.a);
+    t.inf_expected += isinf(x.e);
+    t.nan_mismatch += nan_a != nan_e;
+    const ull ulp = Distance(x.ba, x.be, layout);
+    if (ulp == kUlpInfinite) {
+      ++t.ulp_infinite;
+    } else {
+      atomicAdd(&hist[Bucket(ulp)], 1ull);
+      t.sum_ulp += static_cast<double>(ulp);
+    }
+    t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
+    if (nan_a || nan_e) {
+      passes = nan_a && nan_e && args.nan_equal;
+    } else {
+      const double v = x.a == x.e ? 0.0 : CUDART_INF;
+      if (v > t.max_abs) {
+        t.max_abs = v;
+        t.max_abs_index = i;
+      }
+      if (v > t.max_rel) {
+        t.max_rel = v;
+        t.max_rel_index = i;
+      }
+      passes = x.a == x.e;
+    }
+  }
+  if (!passes) {
+    ++t.mismatched;
+    if (col_counts != nullptr) {
+      atomicAdd(&col_counts[i % args.cols], 1ull);
+      atomicAdd(&row_counts[i / args.cols], 1ull);
+    }
+  }
+}
+
+__global__ void TotalsKernel(CompareArgs args, CompareTotals* partials, ull* hist,
+                             ull* col_counts, ull* row_counts,
+                             unsigned int* nonfinite_count) {
+  __shared__ ull block_hist[kCompareHistBuckets];
+  for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
+  __syncthreads();
+  const Layout layout = LayoutOf(args.compared);
+  CompareTotals t = EmptyTotals();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
+    Accumulate(args, layout, i, t, block_hist, col_counts, row_counts, nonfinite_count);
+  }
+  t = BlockReduce(t);
+  if (threadIdx.x == 0) partials[blockIdx.x] = t;
+  __syncthreads();
+  for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) {
+    if (block_hist[b] != 0) atomicAdd(&hist[b], block_hist[b]);
+  }
+}
+
+__global__ void FinishTotalsKernel(const CompareTotals* partials, int count,
+                                   CompareResult* result) {
+  CompareTotals t = EmptyTotals();
+  for (int j = threadIdx.x; j < count; j += blockDim.x) Combine(t, partials[j]);
+  t = BlockReduce(t);
+  if (threadIdx.x == 0) result->totals = t;
+}
+
+// ---- worst elements
+
+struct Key {
+  ull w[3];
+};
+
+// Compare's ranking as one 192-bit unsigned key, higher ranks first:
+// (NaN against a number ? all ones : bits of the abs diff, which order
+// like the values for r >= 0), then the ULP distance, then ~index.
+__device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& layout,
+                                       int64_t i, Element* out) {
+  const Element x = LoadElement(args, i);
+  if (out != nullptr) *out = x;
+  const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
+  double r;
+  if (nan_a || nan_e) {
+    r = (nan_a && nan_e && args.nan_equal) ? 0.0 : CUDART_INF;
+  } else if (!isfinite(x.a) || !isfinite(x.e)) {
+    r = x.a == x.e ? 0.0 : CUDART_INF;
+  } else {
+    r = fabs(x.a - x.e);
+  }
+  Key k;
+  k.w[0] = nan_a != nan_e ? ~0ull : static_cast<ull>(__double_as_longlong(r));
+  k.w[1] = Distance(x.ba, x.be, layout);
+  k.w[2] = ~static_cast<ull>(i);
+  return k;
+}
+
+__device__ __forceinline__ int Digit(const Key& k, int p) {
+  return static_cast<int>((k.w[p / 8] >> (56 - 8 * (p % 8))) & 0xff);
+}
+
+// Whether the first p digits of k are those of prefix.
+__device__ __forceinline__ bool MatchesPrefix(const Key& k, const ull* prefix, int p) {
+  const int full = p / 8;
+  for (int j = 0; j < full; ++j) {
+    if (k.w[j] != prefix[j]) return false;
+  }
+  const int rest = p % 8;
+  if (rest == 0) return true;
+  const ull mask = ~0ull << (64 - 8 * rest);
+  return (k.w[full] & mask) == (prefix[full] & mask);
+}
+
+__global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefix,
+                                 CompareResult* result) {
+  s->prefix[0] = s->prefix[1] = 0;
+  s->prefix[2] = index_prefix;
+  s->need = need;
+  s->done = 0;
+  for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+  result->worst_count = 0;
+}
+
+__global__ void SelectHistogramKernel(CompareArgs args, SelectState* s, int p) {
+  if (s->done) return;  // the same for every thread
+  __shared__ unsigned int block_hist[256];
+  block_hist[threadIdx.x] = 0;  // blockDim.x == 256
+  __syncthreads();
+  const Layout layout = LayoutOf(args.compared);
+  ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
+    const Key k = RankKey(args, layout, i, nullptr);
+    if (MatchesPrefix(k, prefix, p)) atomicAdd(&block_hist[Digit(k, p)], 1u);
+  }
+  __syncthreads();
+  if (block_hist[threadIdx.x] != 0) atomicAdd(&s->hist[threadIdx.x], ull{block_hist[threadIdx.x]});
+}
+
+__global__ void SelectPickKernel(SelectState* s, int p) {
+  if (s->done) return;
+  long long above = 0;
+  int d = 0;
+  for (d = 255; d > 0; --d) {
+    const long long h = static_cast<long long>(s->hist[d]);
+    if (above + h >= s->need) break;
+    above += h;
+  }
+  s->need -= above;
+  const int word = p / 8, shift = 56 - 8 * (p % 8);
+  s->prefix[word] = (s->prefix[word] & ~(0xffull << shift)) | (ull(d) << shift);
+  if (static_cast<long long>(s->hist[d]) == s->need) s->done = 1;
+  for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+}
+
+__global__ void SelectGatherKernel(CompareArgs args, const SelectState* s, int k,
+                                   WorstEntry* out, CompareResult* result) {
+  const Layout layout = LayoutOf(args.compared);
+  const ull t0 = s->prefix[0], t1 = s->prefix[1], t2 = s->prefix[2];
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
+    Element x;
+    const Key key = RankKey(args, layout, i, &x);
+    const bool at_least = key.w[0] != t0   ? key.w[0] > t0
+                          : key.w[1] != t1 ? key.w[1] > t1
+                                           : key.w[2] >= t2;
+    if (!at_least) continue;
+    const unsigned int pos = atomicAdd(&result->worst_count, 1u);
+    if (pos < static_cast<unsigned int>(k)) {
+      out[pos] = WorstEntry{static_cast<long long>(i), x.a, x.e, x.ba, x.be};
+    }
+  }
+}
+
+}  // namespace
+
+size_t CompareScratchBytes(int64_t /*total*/) {
+  return PartialsBytes() + sizeof(SelectState);
+}
+
+cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch,
+                                CompareResult* result, ull* col_counts,
+                                ull* row_counts, cudaStream_t stream) {
+  cudaError_t e = cudaMemsetAsync(result, 0, sizeof(*result), stream);
+  if (e != cudaSuccess) return e;
+  if (col_counts != nullptr) {
+    e = cudaMemsetAsync(col_counts, 0, sizeof(ull) * static_cast<size_t>(args.cols), stream);
+    if (e != cudaSuccess) return e;
+    e = cudaMemsetAsync(row_counts, 0, sizeof(ull) * static_cast<size_t>(args.total / args.cols),
+                        stream);
+    if (e != cudaSuccess) return e;
+  }
+  auto* partials = static_cast<CompareTotals*>(scratch);
+  const int blocks = Blocks(args.total);
+  TotalsKernel<<<blocks, kThreads, 0, stream>>>(args, partials, result->ulp_histogram,
+                                                col_counts, row_counts,
+                                                &result->nonfinite_count);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  FinishTotalsKernel<<<1, kThreads, 0, stream>>>(partials, blocks, result);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
+                              WorstEntry* out, CompareResult* result,
+                              cudaStream_t stream) {
+  auto* state = reinterpret_cast<SelectState*>(static_cast<char*>(scratch) + PartialsBytes());
+  const long long need = std::min<long long>(k, args.total);
+  // ~index: above the bytes that hold total-1, every key has all ones, so
+  // those digits are set here and not selected.
+  int index_bytes = 1;
+  while (index_bytes < 8 && (static_cast<ull>(args.total - 1) >> (8 * index_bytes)) != 0) {
+    ++index_bytes;
+  }
+  const ull index_prefix = index_bytes == 8 ? 0 : ~0ull << (8 * index_bytes);
+  SelectInitKernel<<<1, 1, 0, stream>>>(state, need, index_prefix, result);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const int blocks = Blocks(args.total);
+  for (int p = 0; p < kDigits; ++p) {
+    if (p >= 16 && p < 16 + (8 - index_bytes)) continue;  // constant ~index bytes
+    SelectHistogramKernel<<<blocks, kThreads, 0, stream>>>(args, state, p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    SelectPickKernel<<<1, 1, 0, stream>>>(state, p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
+  SelectGatherKernel<<<blocks, kThreads, 0, stream>>>(args, state, k, out, result);
+  return cudaGetLastError();
+}
+
+}  // namespace tensorcheck::cuda

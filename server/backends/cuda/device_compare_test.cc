@@ -1,0 +1,289 @@
+// Statistics on the device against stats' Compare on the host: the GPU
+// backends' RunAndCompare must report what Compare reports for the same
+// output and tensor (Compare itself is tested against hand-derived values
+// in diff_stats_test.cc). Gpu* tests skip without a device.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/backends/comparing_backend.h"
+#include "server/backends/cuda/cuda_backends.h"
+#include "server/core/tensor.h"
+#include "server/stats/diff_stats.h"
+#include "server/stats/tolerance.h"
+#include "status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+
+LinearBackend* Lt() {
+  static BackendRegistry* registry = [] {
+    auto* r = new BackendRegistry();
+    (void)RegisterCudaBackends(r, BuiltinBackendOptions{});
+    return r;
+  }();
+  auto b = registry->Find("cublaslt");
+  return b.ok() ? *b : nullptr;
+}
+
+struct Layer {
+  Tensor x, w, b;
+  LinearProblem problem;
+};
+
+std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType out,
+                                 uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  auto values = [&](int64_t count) {
+    std::vector<double> v(static_cast<size_t>(count));
+    for (double& e : v) e = u(rng);
+    return v;
+  };
+  auto l = std::make_unique<Layer>();
+  l->x = *FromDoubles(DType::kFloat32, {m, k}, values(m * k));
+  l->w = *FromDoubles(DType::kFloat32, {n, k}, values(n * k));
+  l->b = *FromDoubles(DType::kFloat32, {n}, values(n));
+  LinearProblem& p = l->problem;
+  p.input = &l->x;
+  p.weight = &l->w;
+  p.bias = &l->b;
+  p.output_dtype = out;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return l;
+}
+
+Config LtConfig(Precision p) { return Config{"cublaslt", p, BiasMode::kFused}; }
+
+// What one scenario does to the GPU output to make the other tensor.
+struct Scenario {
+  std::string name;
+  int64_t m, n;
+  DType out;                 // the layer's output dtype
+  DType other;               // the other tensor's dtype
+  TolerancePreset preset;
+  uint64_t max_ulp = 0;
+  bool nan_equal = false;
+  int nans = 0;              // NaNs put into the other tensor
+  int infs = 0;              // +/-inf put into the other tensor
+  double noise = 1e-3;       // relative perturbation of the others
+  double untouched = 0.3;    // share of elements left equal
+  bool sigma = true;
+  int sigma_nans = 0;        // non-finite sigma entries (device upload path)
+  int top_k = 10;
+  int top_groups = 5;
+};
+
+Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> g;
+  const int64_t total = output.numel();
+  std::vector<double> v(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) {
+    const double o = output.GetDouble(i);
+    v[static_cast<size_t>(i)] = u(rng) < sc.untouched ? o : o * (1 + sc.noise * g(rng));
+  }
+  std::uniform_int_distribution<int64_t> at(0, total - 1);
+  for (int j = 0; j < sc.nans; ++j) {
+    v[static_cast<size_t>(at(rng))] = std::numeric_limits<double>::quiet_NaN();
+  }
+  for (int j = 0; j < sc.infs; ++j) {
+    v[static_cast<size_t>(at(rng))] =
+        (j % 2 ? -1 : 1) * std::numeric_limits<double>::infinity();
+  }
+  if (sc.noise > 0) v[0] = -0.0;  // a signed zero against the output's value
+  auto t = FromDoubles(sc.other, output.shape(), v);
+  EXPECT_THAT(t, IsOk());
+  return std::move(t).value();
+}
+
+void ExpectSameStats(const DiffStats& d, const DiffStats& h) {
+  EXPECT_EQ(d.total, h.total);
+  EXPECT_EQ(d.finite, h.finite);
+  EXPECT_EQ(d.mismatched, h.mismatched);
+  EXPECT_EQ(d.passed, h.passed);
+  EXPECT_EQ(d.max_abs, h.max_abs);
+  EXPECT_EQ(d.max_abs_index, h.max_abs_index);
+  EXPECT_EQ(d.max_rel, h.max_rel);
+  EXPECT_EQ(d.max_rel_index, h.max_rel_index);
+  EXPECT_EQ(d.max_ulp, h.max_ulp);
+  EXPECT_EQ(d.bitwise_equal, h.bitwise_equal);
+  EXPECT_EQ(d.bitwise_equal_count, h.bitwise_equal_count);
+  EXPECT_EQ(d.nan_actual, h.nan_actual);
+  EXPECT_EQ(d.nan_expected, h.nan_expected);
+  EXPECT_EQ(d.inf_actual, h.inf_actual);
+  EXPECT_EQ(d.inf_expected, h.inf_expected);
+  EXPECT_EQ(d.nan_mismatch, h.nan_mismatch);
+  ASSERT_EQ(d.ulp_histogram.size(), h.ulp_histogram.size());
+  for (size_t b = 0; b < d.ulp_histogram.size(); ++b) {
+    EXPECT_EQ(d.ulp_histogram[b].lo, h.ulp_histogram[b].lo);
+    EXPECT_EQ(d.ulp_histogram[b].count, h.ulp_histogram[b].count);
+  }
+  auto near = [](double a, double b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    if (std::isinf(a) || std::isinf(b)) return a == b;
+    return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b)) + 1e-300;
+  };
+  EXPECT_PRED2(near, d.mean_abs, h.mean_abs);
+  EXPECT_PRED2(near, d.rms, h.rms);
+  EXPECT_PRED2(near, d.rel_l2, h.rel_l2);
+  EXPECT_PRED2(near, d.cosine, h.cosine);
+  EXPECT_PRED2(near, d.mean_ulp, h.mean_ulp);
+  ASSERT_EQ(d.bound_ratio.has_value(), h.bound_ratio.has_value());
+  if (h.bound_ratio) {
+    EXPECT_PRED2(near, *d.bound_ratio, *h.bound_ratio);
+  }
+  ASSERT_EQ(d.worst.size(), h.worst.size());
+  for (size_t j = 0; j < d.worst.size(); ++j) {
+    SCOPED_TRACE(::testing::Message() << "worst[" << j << "]");
+    EXPECT_EQ(d.worst[j].flat_index, h.worst[j].flat_index);
+    EXPECT_EQ(d.worst[j].actual_bits, h.worst[j].actual_bits);
+    EXPECT_EQ(d.worst[j].expected_bits, h.worst[j].expected_bits);
+    EXPECT_EQ(d.worst[j].ulp, h.worst[j].ulp);
+  }
+  ASSERT_EQ(d.top_columns.size(), h.top_columns.size());
+  for (size_t j = 0; j < d.top_columns.size(); ++j) {
+    EXPECT_EQ(d.top_columns[j].index, h.top_columns[j].index);
+    EXPECT_EQ(d.top_columns[j].mismatched, h.top_columns[j].mismatched);
+  }
+  ASSERT_EQ(d.top_rows.size(), h.top_rows.size());
+  for (size_t j = 0; j < d.top_rows.size(); ++j) {
+    EXPECT_EQ(d.top_rows[j].index, h.top_rows[j].index);
+    EXPECT_EQ(d.top_rows[j].mismatched, h.top_rows[j].mismatched);
+  }
+}
+
+TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
+  LinearBackend* lt = Lt();
+  ASSERT_NE(lt, nullptr);
+  if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
+  ComparingBackend* comparing = lt->comparing();
+  ASSERT_NE(comparing, nullptr);
+
+  const std::vector<Scenario> scenarios = {
+      {"fp32 torch, NaN and inf", 96, 80, DType::kFloat32, DType::kFloat32,
+       TolerancePreset::kTorch, 0, false, 20, 10},
+      {"fp32 torch, 1M elements", 1024, 1024, DType::kFloat32, DType::kFloat32,
+       TolerancePreset::kTorch, 0, false, 50, 50, 1e-5},
+      {"bf16 ulp, NaN equal", 96, 80, DType::kBFloat16, DType::kBFloat16,
+       TolerancePreset::kUlp, 1, true, 15, 0, 1e-2, 0.6, true, 0, 1000, 7},
+      {"bf16 out vs fp32, bound, sigma with NaN", 96, 80, DType::kBFloat16,
+       DType::kFloat32, TolerancePreset::kBound, 0, false, 0, 4, 1e-3, 0.3, true, 9},
+      {"fp32 polygraphy, more NaN than come back", 128, 96, DType::kFloat32,
+       DType::kFloat32, TolerancePreset::kPolygraphy, 0, false, 6000, 0},
+      {"fp32 explicit, equal tensors (ties everywhere)", 64, 48, DType::kFloat32,
+       DType::kFloat32, TolerancePreset::kExplicit, 0, false, 0, 0, 0, 1.0, false, 0, 7},
+      {"fp16 out, numpy, no worst and no groups", 64, 48, DType::kFloat16,
+       DType::kFloat16, TolerancePreset::kNumpy, 0, false, 3, 3, 1e-3, 0.3, true, 0, 0, 0},
+  };
+  uint32_t seed = 100;
+  for (const Scenario& sc : scenarios) {
+    SCOPED_TRACE(sc.name);
+    ++seed;
+    auto layer = MakeLayer(sc.m, sc.n, 32, sc.out, seed);
+    const Precision precision = sc.out == DType::kBFloat16  ? Precision::kBf16
+                                : sc.out == DType::kFloat16 ? Precision::kFp16
+                                                            : Precision::kFp32;
+    auto base = lt->Run(layer->problem, LtConfig(precision), {});
+    ASSERT_THAT(base, IsOk());
+    const Tensor other = MakeOther(base->output, sc, seed);
+    const int64_t total = other.numel();
+
+    std::vector<float> sigma(static_cast<size_t>(total)), bound(sigma.size());
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(1e-4f, 1e-2f);
+    for (size_t i = 0; i < sigma.size(); ++i) {
+      sigma[i] = u(rng);
+      bound[i] = 4 * sigma[i];
+    }
+    for (int j = 0; j < sc.sigma_nans; ++j) {
+      sigma[static_cast<size_t>(j * 7 % total)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    CompareOptions opts;
+    opts.tolerance = ResolveTolerance(sc.preset, sc.out, std::nullopt, std::nullopt,
+                                      sc.max_ulp, 1.0, sc.nan_equal);
+    if (sc.preset == TolerancePreset::kExplicit) opts.tolerance.atol = 1e-6;
+    opts.compared_dtype = sc.out;
+    opts.cols = sc.n;
+    opts.top_k = sc.top_k;
+    opts.top_groups = sc.top_groups;
+    opts.predicted_sigma = sc.sigma ? sigma.data() : nullptr;
+    opts.error_bound = bound.data();
+
+    auto run = comparing->RunAndCompare(layer->problem, LtConfig(precision), {},
+                                        {{&other, true, opts}, {&other, false, opts}},
+                                        /*return_output=*/true);
+    ASSERT_THAT(run, IsOk());
+    ASSERT_EQ(run->stats.size(), 2u);
+    EXPECT_EQ(run->run.details.at("statistics"), "device");
+    // The device run is the same computation as the first: bit for bit.
+    ASSERT_EQ(run->run.output.nbytes(), base->output.nbytes());
+    ASSERT_EQ(std::memcmp(run->run.output.raw(), base->output.raw(), base->output.nbytes()), 0);
+
+    auto host_forward = Compare(run->run.output, other, opts);
+    auto host_backward = Compare(other, run->run.output, opts);
+    ASSERT_THAT(host_forward, IsOk());
+    ASSERT_THAT(host_backward, IsOk());
+    {
+      SCOPED_TRACE("output vs other");
+      ExpectSameStats(run->stats[0], *host_forward);
+    }
+    {
+      SCOPED_TRACE("other vs output");
+      ExpectSameStats(run->stats[1], *host_backward);
+    }
+    // The scenarios do what they say.
+    if (sc.top_k > 0 && sc.nans + sc.infs > 0) {
+      EXPECT_FALSE(run->stats[0].worst.empty());
+    }
+    if (sc.noise == 0) {
+      EXPECT_TRUE(run->stats[0].bitwise_equal);
+    }
+  }
+}
+
+TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
+  LinearBackend* lt = Lt();
+  ASSERT_NE(lt, nullptr);
+  if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
+  auto layer = MakeLayer(8, 16, 32, DType::kFloat32, 7);
+  auto base = lt->Run(layer->problem, LtConfig(Precision::kFp32), {});
+  ASSERT_THAT(base, IsOk());
+  CompareOptions opts;
+  opts.cols = 16;
+  auto run = lt->comparing()->RunAndCompare(layer->problem, LtConfig(Precision::kFp32), {},
+                                            {{&base->output, true, opts}}, false);
+  ASSERT_THAT(run, IsOk());
+  EXPECT_EQ(run->run.output.numel(), 0);
+  ASSERT_EQ(run->stats.size(), 1u);
+  EXPECT_TRUE(run->stats[0].bitwise_equal);
+  EXPECT_EQ(run->stats[0].total, 8 * 16);
+}
+
+TEST(DeviceStatsTest, BadComparisonIsInvalidArgumentBeforeTheDevice) {
+  LinearBackend* lt = Lt();
+  ASSERT_NE(lt, nullptr);
+  auto layer = MakeLayer(4, 6, 8, DType::kFloat32, 3);
+  Tensor wrong = *FromDoubles(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
+  CompareOptions opts;
+  auto run = lt->comparing()->RunAndCompare(layer->problem, LtConfig(Precision::kFp32), {},
+                                            {{&wrong, true, opts}}, false);
+  EXPECT_THAT(run.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     ::testing::HasSubstr("same number of elements")));
+}
+
+}  // namespace
+}  // namespace tensorcheck
