@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Packs what a GPU host needs to validate the CUDA backends into one folder
-# (under 60 MiB): the server, the GPU test binary, the CLI, the non-CUDA
+# (under 60 MiB): the server, the GPU test and benchmark binaries, the CLI, the non-CUDA
 # shared libraries they load, the Python client and the runner scripts.
 #
 #   cmake -S . -B build-cuda -G Ninja
-#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test
+#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test gpu_bench
 #   tests/gpu/pack.sh [BUILD_DIR] [PACK_DIR]      # defaults: build-cuda, BUILD_DIR/gpu-pack
 #   # copy PACK_DIR to the GPU host, then there:  PACK_DIR/run.sh OUTDIR
 #
@@ -21,10 +21,11 @@ limit_mib=60
 server="$build/server/tensorcheck-server"
 cli="$build/client/cli/tensorcheck"
 gputest="$build/server/backends/cuda/cuda_backends_test"
-for f in "$server" "$cli" "$gputest"; do
+gpubench="$build/bench/gpu_bench"
+for f in "$server" "$cli" "$gputest" "$gpubench"; do
   if [[ ! -x "$f" ]]; then
     echo "pack.sh: missing $f" >&2
-    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test" >&2
+    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test gpu_bench" >&2
     exit 1
   fi
 done
@@ -43,7 +44,7 @@ rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/python"
 libdir="$pack/lib"
 
-for f in "$server" "$cli" "$gputest"; do
+for f in "$server" "$cli" "$gputest" "$gpubench"; do
   cp "$f" "$pack/bin/"
   strip --strip-debug "$pack/bin/$(basename "$f")"
 done
@@ -53,7 +54,7 @@ done
 # run.sh unpacks them into a temporary folder.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libnsl\.so|libanl\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnvidia-)'
 declare -A seen=()
-for f in "$server" "$cli" "$gputest"; do
+for f in "$server" "$cli" "$gputest" "$gpubench"; do
   while read -r name path; do
     [[ -z "$path" || "$path" == "not" ]] && { echo "pack.sh: $f needs $name, not found" >&2; exit 1; }
     [[ "$name" =~ $skip ]] && continue

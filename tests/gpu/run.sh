@@ -11,6 +11,7 @@
 #   2. the server on a free port (--port 0)                -> server.log
 #   3. DESIGN.md's two cases replayed with real PyTorch and
 #      JAX/Flax through the Python client, when installed  -> replay.log
+#   4. the GPU benchmark (bench/gpu_bench)                  -> bench.log
 # and prints a short summary table last. Exit status 0 when nothing failed.
 set -uo pipefail
 
@@ -61,7 +62,7 @@ tests_passed=$(grep -c '^\[       OK \]' "$out/gpu_tests.log")
 tests_failed=$(grep -c '^\[  FAILED  \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
 tests_skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
 [[ $tests_rc -ne 0 ]] && failed=1
-gpu_skipped=$(grep -c '^\[  SKIPPED \] CudaGpuTest\.Gpu.* (' "$out/gpu_tests.log")
+gpu_skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z0-9_]*\.Gpu.* (' "$out/gpu_tests.log")
 [[ $gpu_skipped -gt 0 ]] && failed=1   # on a GPU host nothing may skip
 
 # ---- 2. The server.
@@ -110,6 +111,15 @@ wait "$server_pid" 2>/dev/null
 server_rc=$?
 if grep -q "sticky CUDA error" "$out/server.log"; then failed=1; fi
 
+# ---- 4. The GPU benchmark (hard limit 150 s).
+timeout 150 "$here/bin/gpu_bench" 20 > "$out/bench.log" 2>&1
+bench_rc=$?
+case $bench_rc in
+  0) bench_state="ok (bench.log)" ;;
+  124) bench_state="timed out"; failed=1 ;;
+  *) bench_state="FAILED (rc $bench_rc, see bench.log)"; failed=1 ;;
+esac
+
 elapsed=$(( $(date +%s) - start ))
 
 # ---- Summary (last).
@@ -128,6 +138,8 @@ elapsed=$(( $(date +%s) - start ))
   echo "| server | $server_state; exit $server_rc after SIGTERM |"
   echo "| replay | $replay_state |"
   grep '^| case ' "$out/replay.log" 2>/dev/null
+  echo "| benchmark | $bench_state |"
+  grep -E '\*\*[0-9.]+\*\*' "$out/bench.log" 2>/dev/null | cut -c1-220
   echo
   echo "logs: $out"
   [[ $failed -eq 0 ]] && echo "RESULT: PASS" || echo "RESULT: FAIL"

@@ -1,0 +1,227 @@
+// GPU benchmark (issue 5), at the candle case's size: 1921x4096 -> 3072,
+// bf16 x, W, b and output.
+//
+//  1. Server-side time of a `cublaslt:bf16:fused` configuration in a
+//     verification, statistics on the device included (upload x, W, b, the
+//     matmul, upload the observed output and the reference, both
+//     comparisons, statistics back), against the bare cuBLASLt call in this
+//     process with the same uploads and the output's download. Target: at
+//     most 2x. The same against the matmul alone, for the record.
+//  2. The whole Engine::Verify of that configuration, with the reference on
+//     the CPU (cpu:fp64, the default) and on the GPU (cublas:fp64), and
+//     where its time goes.
+//  3. Bandwidth of the statistics kernels against a device-to-device copy
+//     (bytes read / time against bytes read and written / time). Target: at
+//     least 0.5.
+//
+//   build/bench/gpu_bench [iterations]      # default 20
+//
+// Without a device it says so and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/backends/comparing_backend.h"
+#include "server/backends/cuda/cuda_bench.h"
+#include "server/backends/linear_backend.h"
+#include "server/engine/engine.h"
+#include "server/stats/tolerance.h"
+
+namespace tensorcheck {
+namespace {
+
+Tensor Random(DType dtype, std::vector<int64_t> shape, double lo, double hi, uint32_t seed) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(static_cast<size_t>(count));
+  for (double& e : v) e = u(rng);
+  return *FromDoubles(dtype, shape, v);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double MedianWallMs(int iterations, F&& work) {
+  std::vector<double> ms;
+  for (int i = 0; i < 2 + iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    const double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (i >= 2) ms.push_back(t);
+  }
+  return Median(ms);
+}
+
+int Fail(const absl::Status& s, const char* what) {
+  std::fprintf(stderr, "gpu_bench: %s: %s\n", what, s.ToString().c_str());
+  return 1;
+}
+
+int Main(int iterations) {
+  BackendRegistry registry;
+  absl::Status s = RegisterBuiltinBackends(&registry);
+  if (!s.ok()) return Fail(s, "backends");
+  LinearBackend* lt = *registry.Find("cublaslt");
+  LinearBackend* gemm_ex = *registry.Find("cublas");
+  if (!lt->Available().ok()) {
+    std::printf("gpu_bench: no GPU here (%s); nothing measured\n",
+                std::string(lt->Available().message()).c_str());
+    return 0;
+  }
+  const DeviceDescription dev = lt->device();
+  std::printf("device: %s (cc %s), driver %s, cuBLAS %s; %d iterations, medians\n\n",
+              dev.name.c_str(), dev.compute_capability.c_str(), dev.driver_version.c_str(),
+              dev.cublas_version.c_str(), iterations);
+
+  const int64_t m = 1921, k = 4096, n = 3072;
+  const DType bf16 = DType::kBFloat16;
+  Tensor x = Random(bf16, {m, k}, -1, 1, 1);
+  Tensor w = Random(bf16, {n, k}, -1.0 / 64, 1.0 / 64, 2);
+  Tensor b = Random(bf16, {n}, -2, 2, 3);
+  LinearProblem problem;
+  problem.input = &x;
+  problem.weight = &w;
+  problem.bias = &b;
+  problem.output_dtype = bf16;
+  problem.m = m;
+  problem.n = n;
+  problem.k = k;
+  const Config fused{"cublaslt", Precision::kBf16, BiasMode::kFused};
+
+  // The observed output (candle-style, two roundings) and a reference.
+  auto observed = gemm_ex->Run(problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
+  if (!observed.ok()) return Fail(observed.status(), "observed output");
+  auto reference = gemm_ex->Run(problem, {"cublas", Precision::kFp64, BiasMode::kUnfused}, {});
+  if (!reference.ok()) return Fail(reference.status(), "reference output");
+
+  // ---- 1. one configuration of a verification vs the bare call.
+  auto bare = TimeBareCublasLt(problem, iterations);
+  if (!bare.ok()) return Fail(bare.status(), "bare cuBLASLt");
+  const int64_t count = m * n;
+  std::vector<float> sigma(static_cast<size_t>(count), 0.01f), pair_sigma(sigma.size(), 0.001f),
+      bound(sigma.size(), 0.05f);
+  CompareOptions base;
+  base.tolerance = ResolveTolerance(TolerancePreset::kTorch, bf16);
+  base.compared_dtype = bf16;
+  base.cols = n;
+  CompareOptions vs_ref = base, vs_obs = base;
+  vs_ref.predicted_sigma = sigma.data();
+  vs_ref.error_bound = bound.data();
+  vs_obs.predicted_sigma = pair_sigma.data();
+  vs_obs.error_bound = bound.data();
+  const std::vector<OutputComparison> comparisons = {{&reference->output, true, vs_ref},
+                                                     {&observed->output, false, vs_obs}};
+  absl::Status run_status;
+  const double config_ms = MedianWallMs(iterations, [&] {
+    auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
+    if (!r.ok()) run_status = r.status();
+  });
+  if (!run_status.ok()) return Fail(run_status, "cublaslt:bf16:fused with device statistics");
+  const double run_only_ms = MedianWallMs(iterations, [&] {
+    auto r = lt->Run(problem, fused, {});
+    if (!r.ok()) run_status = r.status();
+  });
+
+  std::printf("## 1. cublaslt:bf16:fused, %lldx%lld -> %lld, bf16\n\n", (long long)m,
+              (long long)k, (long long)n);
+  std::printf("| what | ms | ratio |\n|---|---|---|\n");
+  std::printf("| bare cublasLtMatmul, data on the device (algo %s) | %.3f | |\n",
+              bare->algo.c_str(), bare->matmul_ms);
+  std::printf("| bare: upload x, W, b + matmul + download y | %.3f | 1.00 (baseline) |\n",
+              bare->with_transfers_ms);
+  std::printf("| backend Run (upload, matmul, download y) | %.3f | %.2f |\n", run_only_ms,
+              run_only_ms / bare->with_transfers_ms);
+  std::printf("| verification share: upload x, W, b, observed, reference + matmul + "
+              "2 comparisons on the device, statistics back | %.3f | **%.2f** (target <= 2) |\n",
+              config_ms, config_ms / bare->with_transfers_ms);
+  std::printf("| the same against the matmul alone | | %.1f |\n\n",
+              config_ms / bare->matmul_ms);
+
+  // ---- 2. the whole verification through the engine.
+  auto engine = Engine::Create(EngineOptions{}, &registry);
+  if (!engine.ok()) return Fail(engine.status(), "engine");
+  std::printf("## 2. Engine::Verify of cublaslt:bf16:fused with the observed output\n\n");
+  std::printf("| reference | verify ms | reference run ms | configuration ms (run + device "
+              "statistics) | rest (error model, host statistics) ms |\n|---|---|---|---|---|\n");
+  for (const char* ref : {"cublas:fp64", "cpu:fp64"}) {
+    LinearRequest req;
+    req.input = x.Clone();
+    req.weight = w.Clone();
+    req.bias = b.Clone();
+    req.observed = observed->output.Clone();
+    req.configs = {"cublaslt:bf16:fused"};
+    req.reference = ref;
+    std::vector<double> total, ref_ms, cfg_ms;
+    const int runs = std::max(3, iterations / 5);
+    for (int i = 0; i < runs + 1; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      auto out = (*engine)->Verify(req);
+      const double t =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (!out.ok()) return Fail(out.status(), "verify");
+      if (i == 0) continue;  // warm-up
+      total.push_back(t);
+      ref_ms.push_back(out->reference.elapsed_ms);
+      cfg_ms.push_back(out->results[0].elapsed_ms);
+      if (i == 1 && out->results[0].details.count("statistics") == 0) {
+        std::fprintf(stderr, "gpu_bench: the configuration was not compared on the device\n");
+        return 1;
+      }
+    }
+    const double t = Median(total), r = Median(ref_ms), c = Median(cfg_ms);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", ref, t, r, c, t - r - c);
+  }
+  std::printf("\n");
+
+  // ---- 3. statistics kernels vs a device-to-device copy.
+  std::printf("## 3. Statistics kernels vs device-to-device copy\n\n");
+  std::printf("| pairs | dtype | copy of one array ms | totals pass ms | ratio (totals) | "
+              "full comparison (with worst elements) ms | ratio (full) |\n"
+              "|---|---|---|---|---|---|---|\n");
+  struct Size {
+    DType dtype;
+    int64_t pairs;
+  };
+  for (const Size& size : {Size{bf16, count}, Size{DType::kFloat32, int64_t{1} << 24}}) {
+    Tensor a = size.dtype == bf16 ? observed->output.Clone()
+                                  : Random(size.dtype, {size.pairs}, -1, 1, 4);
+    Tensor e = size.dtype == bf16 ? reference->output.Clone()
+                                  : Random(size.dtype, {size.pairs}, -1, 1, 5);
+    CompareOptions o;
+    o.tolerance = ResolveTolerance(TolerancePreset::kTorch, size.dtype);
+    o.compared_dtype = size.dtype;
+    o.cols = size.dtype == bf16 ? n : 0;
+    auto stats = TimeDeviceStatistics(a, e, o, iterations);
+    if (!stats.ok()) return Fail(stats.status(), "statistics kernels");
+    // Bandwidth: the statistics read both arrays (2B bytes); a copy of one
+    // array reads and writes B bytes each (2B bytes). Equal bytes, so the
+    // ratio of bandwidths is the inverse ratio of times.
+    auto copy = TimeDeviceCopyMs(static_cast<int64_t>(a.nbytes()), iterations);
+    if (!copy.ok()) return Fail(copy.status(), "device copy");
+    std::printf("| %lld | %s | %.4f | %.4f | **%.2f** (target >= 0.5) | %.4f | %.2f |\n",
+                (long long)size.pairs, std::string(DTypeName(size.dtype)).c_str(), *copy,
+                stats->totals_ms, *copy / stats->totals_ms, stats->full_ms,
+                *copy / stats->full_ms);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tensorcheck
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::max(3, std::atoi(argv[1])) : 20;
+  return tensorcheck::Main(iterations);
+}
