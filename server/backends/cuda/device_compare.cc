@@ -63,11 +63,24 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     : total_(total),
       options_(options),
       cols_(options.cols == 0 ? total : options.cols) {
+  // One pass over the sigma: whether it is all finite, and its sum of
+  // squares (four independent sums, for speed; added in a fixed order).
   const float* sigma = options.predicted_sigma;
   if (sigma != nullptr) {
-    for (int64_t i = 0; i < total && !upload_sigma_; ++i) {
-      upload_sigma_ = !std::isfinite(sigma[i]);
+    double s[4] = {0, 0, 0, 0};
+    bool finite = true;
+    int64_t i = 0;
+    for (; i + 4 <= total; i += 4) {
+      for (int j = 0; j < 4; ++j) {
+        const double v = sigma[i + j];
+        s[j] += v * v;
+      }
     }
+    for (; i < total; ++i) s[0] += double(sigma[i]) * sigma[i];
+    const double sum = (s[0] + s[1]) + (s[2] + s[3]);
+    finite = std::isfinite(sum);  // a NaN or infinite sigma makes it so
+    upload_sigma_ = !finite;
+    sigma2_all_ = sum;
   }
   upload_bound_ = options.tolerance.preset == TolerancePreset::kBound &&
                   options.error_bound != nullptr;
@@ -210,8 +223,7 @@ absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
     TC_ASSIGN_OR_RETURN(std::vector<long long> nonfinite,
                         CopyBack<long long>(memory_ + layout_.nonfinite,
                                             result_.nonfinite_count, stream_));
-    double sigma2 = 0;
-    for (int64_t i = 0; i < total_; ++i) sigma2 += double(sigma[i]) * sigma[i];
+    double sigma2 = sigma2_all_;
     for (long long i : nonfinite) sigma2 -= double(sigma[i]) * sigma[i];
     t.sum_sigma2 = std::max(sigma2, 0.0);
     t.sum_sq_sigma = r.sum_sq;

@@ -81,6 +81,7 @@ class DeviceCompare {
   const CompareOptions& options_;
   int64_t cols_;
   bool upload_sigma_ = false;
+  double sigma2_all_ = 0;  // sum of sigma^2 over every element (all finite)
   bool upload_bound_ = false;
   bool count_groups_ = false;
   Layout layout_;

@@ -27,13 +27,23 @@ int Blocks(int64_t total) {
       std::clamp<int64_t>((total + per_block - 1) / per_block, 1, kMaxBlocks));
 }
 
-// Radix selection state, in the scratch after the block partials.
+// Radix selection state, in the scratch after the block partials. Digits
+// are selected from the most significant; once few elements match the
+// selected prefix (at most kListCapacity), the next full pass also lists
+// them and one block finishes the selection on that list alone.
+constexpr unsigned int kListCapacity = 1u << 16;
+
 struct SelectState {
-  ull prefix[3];  // the selected digits so far; the rest 0
-  long long need;  // elements still to take among those matching prefix
-  int done;        // every element matching prefix is taken
-  int pad;
+  ull prefix[3];     // the selected digits so far; the rest 0
+  long long need;    // elements still to take among those matching prefix
+  int done;          // every element matching prefix is taken
+  int build_list;    // the next full pass lists the elements matching prefix
+  int use_list;      // `list` holds every element matching prefix
+  int next_digit;    // the next digit to select
+  unsigned int list_count;
+  unsigned int pad;
   ull hist[256];
+  long long list[kListCapacity];
 };
 
 size_t PartialsBytes() { return sizeof(CompareTotals) * kMaxBlocks; }
@@ -237,9 +247,34 @@ __device__ CompareTotals BlockReduce(CompareTotals t) {
   return t;
 }
 
+// ULP histogram of one thread: buckets below kLocalBuckets (distances up to
+// 2^(kLocalBuckets-2), where close outputs put nearly every element) in
+// registers, the rest by shared-memory atomics. Same-address atomics from
+// every thread of a block would serialise the pass.
+constexpr int kLocalBuckets = 8;
+
+struct LocalHistogram {
+  unsigned int count[kLocalBuckets] = {};
+  unsigned int* shared;  // the block's [kCompareHistBuckets]
+
+  __device__ __forceinline__ void Add(int bucket) {
+#pragma unroll
+    for (int b = 0; b < kLocalBuckets; ++b) count[b] += bucket == b;
+    if (bucket >= kLocalBuckets) atomicAdd(&shared[bucket], 1u);
+  }
+  // Adds the registers into the shared histogram (a warp sum per bucket).
+  __device__ __forceinline__ void Flush() {
+#pragma unroll
+    for (int b = 0; b < kLocalBuckets; ++b) {
+      const unsigned int sum = __reduce_add_sync(0xffffffffu, count[b]);
+      if (threadIdx.x % 32 == 0 && sum != 0) atomicAdd(&shared[b], sum);
+    }
+  }
+};
+
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
 __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
-                                           int64_t i, CompareTotals& t, ull* hist,
+                                           int64_t i, CompareTotals& t, LocalHistogram& hist,
                                            ull* col_counts, ull* row_counts,
                                            unsigned int* nonfinite_count) {
   const Element x = LoadElement(args, i);
@@ -263,7 +298,7 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
       }
     }
     const ull ulp = Distance(x.ba, x.be, layout);
-    atomicAdd(&hist[Bucket(ulp)], 1ull);
+    hist.Add(Bucket(ulp));
     t.sum_ulp += static_cast<double>(ulp);
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
     if (abs_diff > t.max_abs) {
@@ -289,7 +324,7 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
     if (ulp == kUlpInfinite) {
       ++t.ulp_infinite;
     } else {
-      atomicAdd(&hist[Bucket(ulp)], 1ull);
+      hist.Add(Bucket(ulp));
       t.sum_ulp += static_cast<double>(ulp);
     }
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
@@ -317,23 +352,26 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
   }
 }
 
-__global__ void TotalsKernel(CompareArgs args, CompareTotals* partials, ull* hist,
+__global__ void TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist,
                              ull* col_counts, ull* row_counts,
                              unsigned int* nonfinite_count) {
-  __shared__ ull block_hist[kCompareHistBuckets];
+  __shared__ unsigned int block_hist[kCompareHistBuckets];
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
   __syncthreads();
   const Layout layout = LayoutOf(args.compared);
   CompareTotals t = EmptyTotals();
+  LocalHistogram hist;
+  hist.shared = block_hist;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
-    Accumulate(args, layout, i, t, block_hist, col_counts, row_counts, nonfinite_count);
+    Accumulate(args, layout, i, t, hist, col_counts, row_counts, nonfinite_count);
   }
+  hist.Flush();  // every thread of the block reaches it
   t = BlockReduce(t);
   if (threadIdx.x == 0) partials[blockIdx.x] = t;
   __syncthreads();
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) {
-    if (block_hist[b] != 0) atomicAdd(&hist[b], block_hist[b]);
+    if (block_hist[b] != 0) atomicAdd(&result_hist[b], ull{block_hist[b]});
   }
 }
 
@@ -390,46 +428,109 @@ __device__ __forceinline__ bool MatchesPrefix(const Key& k, const ull* prefix, i
   return (k.w[full] & mask) == (prefix[full] & mask);
 }
 
-__global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefix,
-                                 CompareResult* result) {
-  s->prefix[0] = s->prefix[1] = 0;
-  s->prefix[2] = index_prefix;
-  s->need = need;
-  s->done = 0;
-  for (int b = 0; b < 256; ++b) s->hist[b] = 0;
-  result->worst_count = 0;
+// Digits of ~index above the bytes that can differ are constant and skipped.
+__device__ __forceinline__ int NextDigit(int p, int first_index_digit) {
+  ++p;
+  return (p >= 16 && p < first_index_digit) ? first_index_digit : p;
 }
 
-__global__ void SelectHistogramKernel(CompareArgs args, SelectState* s, int p) {
-  if (s->done) return;  // the same for every thread
-  __shared__ unsigned int block_hist[256];
-  block_hist[threadIdx.x] = 0;  // blockDim.x == 256
-  __syncthreads();
-  const Layout layout = LayoutOf(args.compared);
-  ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
-    const Key k = RankKey(args, layout, i, nullptr);
-    if (MatchesPrefix(k, prefix, p)) atomicAdd(&block_hist[Digit(k, p)], 1u);
-  }
-  __syncthreads();
-  if (block_hist[threadIdx.x] != 0) atomicAdd(&s->hist[threadIdx.x], ull{block_hist[threadIdx.x]});
-}
-
-__global__ void SelectPickKernel(SelectState* s, int p) {
-  if (s->done) return;
+// Selects digit p from its histogram (thread 0 of one block): the bin
+// holding the need-th highest element among those matching prefix.
+template <typename Count>
+__device__ void PickDigit(SelectState* s, int p, const Count* hist, int first_index_digit) {
   long long above = 0;
-  int d = 0;
-  for (d = 255; d > 0; --d) {
-    const long long h = static_cast<long long>(s->hist[d]);
+  int d = 255;
+  for (; d > 0; --d) {
+    const long long h = static_cast<long long>(hist[d]);
     if (above + h >= s->need) break;
     above += h;
   }
   s->need -= above;
   const int word = p / 8, shift = 56 - 8 * (p % 8);
   s->prefix[word] = (s->prefix[word] & ~(0xffull << shift)) | (ull(d) << shift);
-  if (static_cast<long long>(s->hist[d]) == s->need) s->done = 1;
+  const long long in_bin = static_cast<long long>(hist[d]);
+  if (in_bin == s->need) s->done = 1;
+  if (!s->use_list && in_bin <= static_cast<long long>(kListCapacity)) s->build_list = 1;
+  s->next_digit = NextDigit(p, first_index_digit);
+}
+
+__global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefix,
+                                 CompareResult* result) {
+  s->prefix[0] = s->prefix[1] = 0;
+  s->prefix[2] = index_prefix;
+  s->need = need;
+  s->done = s->build_list = s->use_list = 0;
+  s->next_digit = 0;
+  s->list_count = 0;
   for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+  result->worst_count = 0;
+}
+
+// Histogram of digit p over every element matching the prefix (and, when
+// asked, the list of those elements).
+__global__ void SelectHistogramKernel(CompareArgs args, SelectState* s, int p) {
+  if (s->done || s->use_list) return;  // the same for every thread
+  __shared__ unsigned int block_hist[256];
+  block_hist[threadIdx.x] = 0;  // blockDim.x == 256
+  __syncthreads();
+  const Layout layout = LayoutOf(args.compared);
+  const ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
+  const bool build = s->build_list != 0;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
+    const Key k = RankKey(args, layout, i, nullptr);
+    if (MatchesPrefix(k, prefix, p)) {
+      // One atomic per distinct digit in the warp: the first digits of
+      // close outputs are mostly the same.
+      const int digit = Digit(k, p);
+      const unsigned int peers = __match_any_sync(__activemask(), digit);
+      if ((threadIdx.x % 32) == static_cast<unsigned int>(__ffs(peers) - 1)) {
+        atomicAdd(&block_hist[digit], static_cast<unsigned int>(__popc(peers)));
+      }
+      if (build) {
+        const unsigned int slot = atomicAdd(&s->list_count, 1u);
+        if (slot < kListCapacity) s->list[slot] = i;
+      }
+    }
+  }
+  __syncthreads();
+  if (block_hist[threadIdx.x] != 0) atomicAdd(&s->hist[threadIdx.x], ull{block_hist[threadIdx.x]});
+}
+
+__global__ void SelectPickKernel(SelectState* s, int p, int first_index_digit) {
+  if (s->done || s->use_list) return;
+  if (s->build_list) {  // the pass just run listed the matching elements
+    s->use_list = 1;
+    s->build_list = 0;
+  }
+  PickDigit(s, p, s->hist, first_index_digit);
+  for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+}
+
+// Once the list holds every element matching the prefix: the remaining
+// digits, in one block, over the list only.
+__global__ void SelectListKernel(CompareArgs args, SelectState* s, int first_index_digit) {
+  if (s->done || !s->use_list) return;
+  __shared__ unsigned int block_hist[256];
+  __shared__ int finished;
+  const Layout layout = LayoutOf(args.compared);
+  const unsigned int count = s->list_count;
+  for (int p = s->next_digit; p < kDigits; p = NextDigit(p, first_index_digit)) {
+    block_hist[threadIdx.x] = 0;
+    __syncthreads();
+    const ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
+    for (unsigned int j = threadIdx.x; j < count; j += blockDim.x) {
+      const Key k = RankKey(args, layout, s->list[j], nullptr);
+      if (MatchesPrefix(k, prefix, p)) atomicAdd(&block_hist[Digit(k, p)], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      PickDigit(s, p, block_hist, first_index_digit);
+      finished = s->done;
+    }
+    __syncthreads();
+    if (finished) break;
+  }
 }
 
 __global__ void SelectGatherKernel(CompareArgs args, const SelectState* s, int k,
@@ -492,16 +593,30 @@ cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
     ++index_bytes;
   }
   const ull index_prefix = index_bytes == 8 ? 0 : ~0ull << (8 * index_bytes);
+  const int first_index_digit = 16 + (8 - index_bytes);
   SelectInitKernel<<<1, 1, 0, stream>>>(state, need, index_prefix, result);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int blocks = Blocks(args.total);
-  for (int p = 0; p < kDigits; ++p) {
-    if (p >= 16 && p < 16 + (8 - index_bytes)) continue;  // constant ~index bytes
+  // Full passes until the list takes over (usually two or three); after
+  // the third, ask the device whether it is done before launching more.
+  int passes = 0;
+  for (int p = 0; p < kDigits; p = p + 1 == 16 ? first_index_digit : p + 1) {
     SelectHistogramKernel<<<blocks, kThreads, 0, stream>>>(args, state, p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    SelectPickKernel<<<1, 1, 0, stream>>>(state, p);
+    SelectPickKernel<<<1, 1, 0, stream>>>(state, p, first_index_digit);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    SelectListKernel<<<1, kThreads, 0, stream>>>(args, state, first_index_digit);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if (++passes == 3) {
+      int done = 0;
+      if ((e = cudaMemcpyAsync(&done, &state->done, sizeof(done), cudaMemcpyDeviceToHost,
+                               stream)) != cudaSuccess ||
+          (e = cudaStreamSynchronize(stream)) != cudaSuccess) {
+        return e;
+      }
+      if (done) break;
+    }
   }
   SelectGatherKernel<<<blocks, kThreads, 0, stream>>>(args, state, k, out, result);
   return cudaGetLastError();
