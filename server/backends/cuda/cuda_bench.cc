@@ -199,6 +199,24 @@ absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& p, int iterati
   return out;
 }
 
+absl::StatusOr<double> TimeUploadMs(const Tensor& tensor, int iterations) {
+  TC_RETURN_IF_ERROR(NeedDevice());
+  DeviceBuffer dst;
+  TC_RETURN_IF_ERROR(dst.Allocate(tensor.nbytes()));
+  std::vector<double> wall;
+  for (int i = 0; i < kWarmup + iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    TC_RETURN_IF_ERROR(ToStatus(
+        cudaMemcpy(dst.get(), tensor.raw(), tensor.nbytes(), cudaMemcpyHostToDevice),
+        "cudaMemcpy"));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (i >= kWarmup) wall.push_back(ms);
+  }
+  return Median(wall);
+}
+
 absl::StatusOr<double> TimeDeviceCopyMs(int64_t bytes, int iterations) {
   TC_RETURN_IF_ERROR(NeedDevice());
   DeviceBuffer src, dst;
@@ -222,6 +240,14 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
                                                       int iterations) {
   TC_RETURN_IF_ERROR(NeedDevice());
   const int64_t total = actual.numel();
+  std::vector<double> host;
+  for (int i = 0; i < kWarmup + iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    cuda::DeviceCompare prepared(total, options);
+    host.push_back(std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count());
+  }
   cuda::DeviceCompare compare(total, options);
   TC_RETURN_IF_ERROR(compare.Validate());
   DeviceBuffer a, e, scratch, result_buffer, memory;
@@ -237,6 +263,7 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
   cudaStream_t stream = nullptr;
   TC_RETURN_IF_ERROR(ToStatus(cudaStreamCreate(&stream), "cudaStreamCreate"));
   DeviceStatsTimes out;
+  out.host_ms = Median(host);
   auto body = [&]() -> absl::Status {
     cuda::CompareArgs args;
     args.actual = a.get();

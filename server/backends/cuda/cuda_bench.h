@@ -31,12 +31,16 @@ struct BareLtTimes {
 absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& problem,
                                              int iterations);
 
+// Wall clock of copying `tensor` from (pageable) host memory to the device.
+absl::StatusOr<double> TimeUploadMs(const Tensor& tensor, int iterations);
+
 // cudaMemcpyAsync device to device of `bytes` (CUDA events).
 absl::StatusOr<double> TimeDeviceCopyMs(int64_t bytes, int iterations);
 
 struct DeviceStatsTimes {
   double totals_ms = 0;  // the one-pass totals (counts, sums, maxima, histogram, groups)
   double full_ms = 0;    // everything a comparison enqueues, worst elements included
+  double host_ms = 0;    // host work of a comparison: the pass over the sigma (wall clock)
 };
 
 // The statistics kernels on `actual` and `expected` once both are on the

@@ -28,22 +28,25 @@ int Blocks(int64_t total) {
 }
 
 // Radix selection state, in the scratch after the block partials. Digits
-// are selected from the most significant; once few elements match the
-// selected prefix (at most kListCapacity), the next full pass also lists
-// them and one block finishes the selection on that list alone.
-constexpr unsigned int kListCapacity = 1u << 16;
+// (bytes of the 192-bit rank key) are selected from the most significant.
+// Digits that every remaining candidate has as 0 are skipped (the low bytes
+// of a 16-bit output's abs diff, the high bytes of small ULP distances).
+// Once at most kListCapacity elements match the selected prefix, the next
+// full pass also lists their keys and one block finishes on that list.
+constexpr unsigned int kListCapacity = 1u << 14;
 
 struct SelectState {
   ull prefix[3];     // the selected digits so far; the rest 0
   long long need;    // elements still to take among those matching prefix
   int done;          // every element matching prefix is taken
   int build_list;    // the next full pass lists the elements matching prefix
-  int use_list;      // `list` holds every element matching prefix
-  int next_digit;    // the next digit to select
+  int use_list;      // `list` holds the keys of every element matching prefix
+  int next_digit;    // the next digit to select; passes for others do nothing
   unsigned int list_count;
   unsigned int pad;
   ull hist[256];
-  long long list[kListCapacity];
+  ull word_or[3];    // OR of the keys matching the prefix, this pass
+  ull list[kListCapacity][3];
 };
 
 size_t PartialsBytes() { return sizeof(CompareTotals) * kMaxBlocks; }
@@ -252,6 +255,7 @@ __device__ CompareTotals BlockReduce(CompareTotals t) {
 // registers, the rest by shared-memory atomics. Same-address atomics from
 // every thread of a block would serialise the pass.
 constexpr int kLocalBuckets = 8;
+constexpr double kShrink = 1.0 - 0x1p-50;
 
 struct LocalHistogram {
   unsigned int count[kLocalBuckets] = {};
@@ -274,10 +278,9 @@ struct LocalHistogram {
 
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
 __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
-                                           int64_t i, CompareTotals& t, LocalHistogram& hist,
-                                           ull* col_counts, ull* row_counts,
-                                           unsigned int* nonfinite_count) {
-  const Element x = LoadElement(args, i);
+                                           int64_t i, const Element& x, CompareTotals& t,
+                                           LocalHistogram& hist, ull* col_counts,
+                                           ull* row_counts, unsigned int* nonfinite_count) {
   t.bit_equal += x.ba == x.be;
   bool passes;
   if (isfinite(x.a) && isfinite(x.e)) {
@@ -305,10 +308,22 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
       t.max_abs = abs_diff;
       t.max_abs_index = i;
     }
-    const double rel = abs_e > 0 ? abs_diff / abs_e : (abs_diff > 0 ? CUDART_INF : 0.0);
-    if (rel > t.max_rel) {
-      t.max_rel = rel;
-      t.max_rel_index = i;
+    // Divides only when the quotient may win (as diff_stats.cc: multiply
+    // first, with a factor just below 1 so that no winner is missed).
+    if (abs_e > 0) {
+      if (abs_diff > t.max_rel * abs_e * kShrink) {
+        const double rel = abs_diff / abs_e;
+        if (rel > t.max_rel) {
+          t.max_rel = rel;
+          t.max_rel_index = i;
+        }
+      }
+    } else {
+      const double rel = abs_diff > 0 ? CUDART_INF : 0.0;
+      if (rel > t.max_rel) {
+        t.max_rel = rel;
+        t.max_rel_index = i;
+      }
     }
     passes = FinitePasses(args, abs_diff, abs_e, i, ulp);
   } else {
@@ -352,7 +367,77 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
   }
 }
 
-__global__ void TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist,
+// Elements of one storage type in 16-byte vectors (the arrays are 256-byte
+// aligned): kPerVector of them per load, decoded from the raw bits.
+template <ElemType kType>
+constexpr int kPerVector = kType == ElemType::kF64 ? 2 : kType == ElemType::kF32 ? 4 : 8;
+
+template <ElemType kType>
+__device__ __forceinline__ void Decode(const uint4& raw, int j, double* v, ull* bits) {
+  const unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (kType == ElemType::kF64) {
+    *bits = (ull{w[2 * j + 1]} << 32) | w[2 * j];
+    *v = __longlong_as_double(static_cast<long long>(*bits));
+  } else if constexpr (kType == ElemType::kF32) {
+    *bits = w[j];
+    *v = static_cast<double>(__uint_as_float(w[j]));
+  } else {
+    const unsigned int h = (w[j / 2] >> (16 * (j % 2))) & 0xffffu;
+    *bits = h;
+    *v = kType == ElemType::kBF16
+             ? static_cast<double>(__uint_as_float(h << 16))
+             : static_cast<double>(__half2float(__ushort_as_half(static_cast<unsigned short>(h))));
+  }
+}
+
+// The totals pass. kType: both arrays stored in the compared type (four
+// elements per load); kAny: any types, element by element.
+constexpr int kAnyTypes = -1;
+
+// Calls f(i, element) for each element this thread owns, in increasing
+// index order: 16-byte vectors when both arrays are stored in the compared
+// type (kType), the next vectors loaded before the current ones are used.
+template <int kType, typename F>
+__device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  int64_t vectorised = 0;
+  if constexpr (kType != kAnyTypes) {
+    constexpr ElemType type = static_cast<ElemType>(kType);
+    constexpr int per = kPerVector<type>;
+    const int64_t vectors = args.total / per;
+    vectorised = vectors * per;
+    const uint4* a4 = static_cast<const uint4*>(args.actual);
+    const uint4* e4 = static_cast<const uint4*>(args.expected);
+    uint4 ra{}, re{};
+    if (first < vectors) {
+      ra = a4[first];
+      re = e4[first];
+    }
+    for (int64_t q = first; q < vectors; q += stride) {
+      uint4 na{}, ne{};
+      if (q + stride < vectors) {
+        na = a4[q + stride];
+        ne = e4[q + stride];
+      }
+#pragma unroll
+      for (int j = 0; j < per; ++j) {
+        Element x;
+        Decode<type>(ra, j, &x.a, &x.ba);
+        Decode<type>(re, j, &x.e, &x.be);
+        f(q * per + j, x);
+      }
+      ra = na;
+      re = ne;
+    }
+  }
+  for (int64_t i = vectorised + first; i < args.total; i += stride) f(i, LoadElement(args, i));
+}
+
+
+template <int kType>
+__global__ void __launch_bounds__(kThreads)
+    TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist,
                              ull* col_counts, ull* row_counts,
                              unsigned int* nonfinite_count) {
   __shared__ unsigned int block_hist[kCompareHistBuckets];
@@ -362,10 +447,9 @@ __global__ void TotalsKernel(CompareArgs args, CompareTotals* partials, ull* res
   CompareTotals t = EmptyTotals();
   LocalHistogram hist;
   hist.shared = block_hist;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
-    Accumulate(args, layout, i, t, hist, col_counts, row_counts, nonfinite_count);
-  }
+  ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
+    Accumulate(args, layout, i, x, t, hist, col_counts, row_counts, nonfinite_count);
+  });
   hist.Flush();  // every thread of the block reaches it
   t = BlockReduce(t);
   if (threadIdx.x == 0) partials[blockIdx.x] = t;
@@ -393,9 +477,7 @@ struct Key {
 // (NaN against a number ? all ones : bits of the abs diff, which order
 // like the values for r >= 0), then the ULP distance, then ~index.
 __device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& layout,
-                                       int64_t i, Element* out) {
-  const Element x = LoadElement(args, i);
-  if (out != nullptr) *out = x;
+                                       int64_t i, const Element& x) {
   const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
   double r;
   if (nan_a || nan_e) {
@@ -435,9 +517,11 @@ __device__ __forceinline__ int NextDigit(int p, int first_index_digit) {
 }
 
 // Selects digit p from its histogram (thread 0 of one block): the bin
-// holding the need-th highest element among those matching prefix.
+// holding the need-th highest element among those matching prefix. Then
+// skips the digits that `word_or` shows to be 0 for every such element.
 template <typename Count>
-__device__ void PickDigit(SelectState* s, int p, const Count* hist, int first_index_digit) {
+__device__ void PickDigit(SelectState* s, int p, const Count* hist, const ull* word_or,
+                          int first_index_digit) {
   long long above = 0;
   int d = 255;
   for (; d > 0; --d) {
@@ -451,7 +535,11 @@ __device__ void PickDigit(SelectState* s, int p, const Count* hist, int first_in
   const long long in_bin = static_cast<long long>(hist[d]);
   if (in_bin == s->need) s->done = 1;
   if (!s->use_list && in_bin <= static_cast<long long>(kListCapacity)) s->build_list = 1;
-  s->next_digit = NextDigit(p, first_index_digit);
+  int q = NextDigit(p, first_index_digit);
+  while (q < kDigits && ((word_or[q / 8] >> (56 - 8 * (q % 8))) & 0xff) == 0) {
+    q = NextDigit(q, first_index_digit);
+  }
+  s->next_digit = q;
 }
 
 __global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefix,
@@ -463,69 +551,92 @@ __global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefi
   s->next_digit = 0;
   s->list_count = 0;
   for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+  s->word_or[0] = s->word_or[1] = s->word_or[2] = 0;
   result->worst_count = 0;
 }
 
-// Histogram of digit p over every element matching the prefix (and, when
-// asked, the list of those elements).
-__global__ void SelectHistogramKernel(CompareArgs args, SelectState* s, int p) {
-  if (s->done || s->use_list) return;  // the same for every thread
+// Histogram of digit p over every element matching the prefix, the OR of
+// their keys and, when asked, the list of their keys.
+template <int kType>
+__global__ void __launch_bounds__(kThreads) SelectHistogramKernel(CompareArgs args,
+                                                                  SelectState* s, int p) {
+  if (s->done || s->use_list || s->next_digit != p) return;  // the same for every thread
   __shared__ unsigned int block_hist[256];
   block_hist[threadIdx.x] = 0;  // blockDim.x == 256
   __syncthreads();
   const Layout layout = LayoutOf(args.compared);
   const ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
   const bool build = s->build_list != 0;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
-    const Key k = RankKey(args, layout, i, nullptr);
-    if (MatchesPrefix(k, prefix, p)) {
-      // One atomic per distinct digit in the warp: the first digits of
-      // close outputs are mostly the same.
-      const int digit = Digit(k, p);
-      const unsigned int peers = __match_any_sync(__activemask(), digit);
-      if ((threadIdx.x % 32) == static_cast<unsigned int>(__ffs(peers) - 1)) {
-        atomicAdd(&block_hist[digit], static_cast<unsigned int>(__popc(peers)));
-      }
-      if (build) {
-        const unsigned int slot = atomicAdd(&s->list_count, 1u);
-        if (slot < kListCapacity) s->list[slot] = i;
+  ull word_or[3] = {0, 0, 0};
+  ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
+    const Key k = RankKey(args, layout, i, x);
+    if (!MatchesPrefix(k, prefix, p)) return;
+    // One atomic per distinct digit in the warp: the first digits of close
+    // outputs are mostly the same.
+    const int digit = Digit(k, p);
+    const unsigned int peers = __match_any_sync(__activemask(), digit);
+    if ((threadIdx.x % 32) == static_cast<unsigned int>(__ffs(peers) - 1)) {
+      atomicAdd(&block_hist[digit], static_cast<unsigned int>(__popc(peers)));
+    }
+    word_or[0] |= k.w[0];
+    word_or[1] |= k.w[1];
+    word_or[2] |= k.w[2];
+    if (build) {
+      const unsigned int slot = atomicAdd(&s->list_count, 1u);
+      if (slot < kListCapacity) {
+        s->list[slot][0] = k.w[0];
+        s->list[slot][1] = k.w[1];
+        s->list[slot][2] = k.w[2];
       }
     }
-  }
+  });
   __syncthreads();
   if (block_hist[threadIdx.x] != 0) atomicAdd(&s->hist[threadIdx.x], ull{block_hist[threadIdx.x]});
+  for (int w = 0; w < 3; ++w) {
+    // OR across the warp, as two 32-bit halves; then one atomic per warp.
+    const unsigned int hi = __reduce_or_sync(0xffffffffu, static_cast<unsigned int>(word_or[w] >> 32));
+    const unsigned int lo = __reduce_or_sync(0xffffffffu, static_cast<unsigned int>(word_or[w]));
+    const ull v = (ull{hi} << 32) | lo;
+    if (threadIdx.x % 32 == 0 && v != 0) atomicOr(&s->word_or[w], v);
+  }
 }
 
 __global__ void SelectPickKernel(SelectState* s, int p, int first_index_digit) {
-  if (s->done || s->use_list) return;
+  if (s->done || s->use_list || s->next_digit != p) return;
   if (s->build_list) {  // the pass just run listed the matching elements
     s->use_list = 1;
     s->build_list = 0;
   }
-  PickDigit(s, p, s->hist, first_index_digit);
+  PickDigit(s, p, s->hist, s->word_or, first_index_digit);
   for (int b = 0; b < 256; ++b) s->hist[b] = 0;
+  s->word_or[0] = s->word_or[1] = s->word_or[2] = 0;
 }
 
-// Once the list holds every element matching the prefix: the remaining
-// digits, in one block, over the list only.
-__global__ void SelectListKernel(CompareArgs args, SelectState* s, int first_index_digit) {
+// Once the list holds the keys of every element matching the prefix: the
+// remaining digits, in one block, over the list alone.
+__global__ void __launch_bounds__(kThreads) SelectListKernel(SelectState* s,
+                                                             int first_index_digit) {
   if (s->done || !s->use_list) return;
   __shared__ unsigned int block_hist[256];
+  __shared__ ull block_or[3];
   __shared__ int finished;
-  const Layout layout = LayoutOf(args.compared);
-  const unsigned int count = s->list_count;
-  for (int p = s->next_digit; p < kDigits; p = NextDigit(p, first_index_digit)) {
+  const unsigned int count = min(s->list_count, kListCapacity);
+  for (int p = s->next_digit; p < kDigits; p = s->next_digit) {
     block_hist[threadIdx.x] = 0;
+    if (threadIdx.x < 3) block_or[threadIdx.x] = 0;
     __syncthreads();
     const ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
     for (unsigned int j = threadIdx.x; j < count; j += blockDim.x) {
-      const Key k = RankKey(args, layout, s->list[j], nullptr);
-      if (MatchesPrefix(k, prefix, p)) atomicAdd(&block_hist[Digit(k, p)], 1u);
+      const Key k{{s->list[j][0], s->list[j][1], s->list[j][2]}};
+      if (!MatchesPrefix(k, prefix, p)) continue;
+      atomicAdd(&block_hist[Digit(k, p)], 1u);
+      atomicOr(&block_or[0], k.w[0]);
+      atomicOr(&block_or[1], k.w[1]);
+      atomicOr(&block_or[2], k.w[2]);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      PickDigit(s, p, block_hist, first_index_digit);
+      PickDigit(s, p, block_hist, block_or, first_index_digit);
       finished = s->done;
     }
     __syncthreads();
@@ -533,24 +644,77 @@ __global__ void SelectListKernel(CompareArgs args, SelectState* s, int first_ind
   }
 }
 
-__global__ void SelectGatherKernel(CompareArgs args, const SelectState* s, int k,
-                                   WorstEntry* out, CompareResult* result) {
+template <int kType>
+__global__ void __launch_bounds__(kThreads)
+    SelectGatherKernel(CompareArgs args, const SelectState* s, int k, WorstEntry* out,
+                       CompareResult* result) {
   const Layout layout = LayoutOf(args.compared);
   const ull t0 = s->prefix[0], t1 = s->prefix[1], t2 = s->prefix[2];
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < args.total; i += stride) {
-    Element x;
-    const Key key = RankKey(args, layout, i, &x);
+  ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
+    const Key key = RankKey(args, layout, i, x);
     const bool at_least = key.w[0] != t0   ? key.w[0] > t0
                           : key.w[1] != t1 ? key.w[1] > t1
                                            : key.w[2] >= t2;
-    if (!at_least) continue;
+    if (!at_least) return;
     const unsigned int pos = atomicAdd(&result->worst_count, 1u);
     if (pos < static_cast<unsigned int>(k)) {
       out[pos] = WorstEntry{static_cast<long long>(i), x.a, x.e, x.ba, x.be};
     }
+  });
+}
+
+// The kernel instance for `args`: vectorised when both arrays are stored
+// in the compared type.
+int KernelType(const CompareArgs& args) {
+  const bool same = args.actual_type == args.compared && args.expected_type == args.compared;
+  return same ? static_cast<int>(args.compared) : kAnyTypes;
+}
+
+// Calls Launch<type>::Run(args...) for the instance KernelType picked.
+template <template <int> class Launch, typename... Args>
+cudaError_t Dispatch(int type, Args&&... args) {
+  switch (type) {
+    case static_cast<int>(ElemType::kF64):
+      return Launch<static_cast<int>(ElemType::kF64)>::Run(args...);
+    case static_cast<int>(ElemType::kF32):
+      return Launch<static_cast<int>(ElemType::kF32)>::Run(args...);
+    case static_cast<int>(ElemType::kF16):
+      return Launch<static_cast<int>(ElemType::kF16)>::Run(args...);
+    case static_cast<int>(ElemType::kBF16):
+      return Launch<static_cast<int>(ElemType::kBF16)>::Run(args...);
+    default:
+      return Launch<kAnyTypes>::Run(args...);
   }
 }
+
+template <int kType>
+struct TotalsLaunch {
+  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
+                         CompareTotals* partials, ull* hist, ull* cols, ull* rows,
+                         unsigned int* nonfinite) {
+    TotalsKernel<kType><<<blocks, kThreads, 0, stream>>>(args, partials, hist, cols, rows,
+                                                         nonfinite);
+    return cudaGetLastError();
+  }
+};
+
+template <int kType>
+struct HistogramLaunch {
+  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
+                         SelectState* s, int p) {
+    SelectHistogramKernel<kType><<<blocks, kThreads, 0, stream>>>(args, s, p);
+    return cudaGetLastError();
+  }
+};
+
+template <int kType>
+struct GatherLaunch {
+  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
+                         const SelectState* s, int k, WorstEntry* out, CompareResult* result) {
+    SelectGatherKernel<kType><<<blocks, kThreads, 0, stream>>>(args, s, k, out, result);
+    return cudaGetLastError();
+  }
+};
 
 }  // namespace
 
@@ -572,10 +736,9 @@ cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch,
   }
   auto* partials = static_cast<CompareTotals*>(scratch);
   const int blocks = Blocks(args.total);
-  TotalsKernel<<<blocks, kThreads, 0, stream>>>(args, partials, result->ulp_histogram,
-                                                col_counts, row_counts,
-                                                &result->nonfinite_count);
-  e = cudaGetLastError();
+  e = Dispatch<TotalsLaunch>(KernelType(args), blocks, stream, args, partials,
+                             result->ulp_histogram, col_counts, row_counts,
+                             &result->nonfinite_count);
   if (e != cudaSuccess) return e;
   FinishTotalsKernel<<<1, kThreads, 0, stream>>>(partials, blocks, result);
   return cudaGetLastError();
@@ -598,17 +761,19 @@ cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int blocks = Blocks(args.total);
+  const int type = KernelType(args);
   // Full passes until the list takes over (usually two or three); after
-  // the third, ask the device whether it is done before launching more.
+  // every third, ask the device whether it is done before launching more.
   int passes = 0;
   for (int p = 0; p < kDigits; p = p + 1 == 16 ? first_index_digit : p + 1) {
-    SelectHistogramKernel<<<blocks, kThreads, 0, stream>>>(args, state, p);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if ((e = Dispatch<HistogramLaunch>(type, blocks, stream, args, state, p)) != cudaSuccess) {
+      return e;
+    }
     SelectPickKernel<<<1, 1, 0, stream>>>(state, p, first_index_digit);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    SelectListKernel<<<1, kThreads, 0, stream>>>(args, state, first_index_digit);
+    SelectListKernel<<<1, kThreads, 0, stream>>>(state, first_index_digit);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    if (++passes == 3) {
+    if (++passes % 3 == 0) {
       int done = 0;
       if ((e = cudaMemcpyAsync(&done, &state->done, sizeof(done), cudaMemcpyDeviceToHost,
                                stream)) != cudaSuccess ||
@@ -618,8 +783,7 @@ cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
       if (done) break;
     }
   }
-  SelectGatherKernel<<<blocks, kThreads, 0, stream>>>(args, state, k, out, result);
-  return cudaGetLastError();
+  return Dispatch<GatherLaunch>(type, blocks, stream, args, state, k, out, result);
 }
 
 }  // namespace tensorcheck::cuda
