@@ -147,8 +147,18 @@ int Main(int iterations) {
               config_ms, config_ms / bare->with_transfers_ms);
   std::printf("| the same against the matmul alone | | %.1f |\n",
               config_ms / bare->matmul_ms);
-  // Where the verification share goes beyond the bare call: the two extra
-  // uploads (pageable host memory, as the request's tensors are).
+  // Where the verification share goes: the backend's own phases, and the
+  // two uploads beyond the bare call's (pageable host memory, as the
+  // request's tensors are).
+  {
+    auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
+    if (r.ok()) {
+      std::printf("| of which: host work before the device / device (uploads, matmul, "
+                  "statistics) / host work after | %s / %s / %s | |\n",
+                  r->run.details["host_prepare_ms"].c_str(), r->run.details["device_ms"].c_str(),
+                  r->run.details["host_finish_ms"].c_str());
+    }
+  }
   auto upload_ref = TimeUploadMs(reference->output, iterations);
   auto upload_obs = TimeUploadMs(observed->output, iterations);
   if (upload_ref.ok() && upload_obs.ok()) {

@@ -50,6 +50,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -65,6 +66,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/cuda_kernels.h"
@@ -495,6 +497,12 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
   const int64_t out0 = regions.Add(out_bytes);
   const int64_t out1 = repeat > 1 ? regions.Add(out_bytes) : -1;
   const int64_t flag = regions.Add(sizeof(int));
+  // Where a request's time goes, reported in the details as
+  // "host_prepare_ms" (the comparisons' host work before the device),
+  // "device_ms" (uploads, runs, statistics, until the stream is done) and
+  // "host_finish_ms" (the statistics back and finished).
+  using Clock = std::chrono::steady_clock;
+  const auto t_prepare = Clock::now();
   // Comparisons: the other tensor and the statistics' device memory each.
   std::vector<std::unique_ptr<DeviceCompare>> compares;
   std::vector<int64_t> other_at, compare_at;
@@ -510,6 +518,7 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
 
   TC_RETURN_IF_ERROR(ToStatus(cudaSetDevice(ctx.device()), "cudaSetDevice"));
   TC_ASSIGN_OR_RETURN(char* base, ctx.Reserve(regions.total()));
+  const auto t_device = Clock::now();
   auto at = [base](int64_t offset) -> char* {
     return offset < 0 ? nullptr : base + offset;
   };
@@ -800,6 +809,7 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
   TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   result.runs = repeat;
   result.deterministic = differ == 0;
+  const auto t_finish = Clock::now();
 
   ComparedRun compared;
   for (size_t c = 0; c < comparisons.size(); ++c) {
@@ -821,6 +831,12 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
   }
   if (!return_output) result.output = Tensor();
   if (!comparisons.empty()) details["statistics"] = "device";
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return absl::StrFormat("%.3f", std::chrono::duration<double, std::milli>(b - a).count());
+  };
+  details["host_prepare_ms"] = ms(t_prepare, t_device);
+  details["device_ms"] = ms(t_device, t_finish);
+  details["host_finish_ms"] = ms(t_finish, Clock::now());
   compared.run = std::move(result);
   return compared;
 }

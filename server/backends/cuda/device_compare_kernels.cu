@@ -250,26 +250,39 @@ __device__ CompareTotals BlockReduce(CompareTotals t) {
   return t;
 }
 
-// ULP histogram of one thread: buckets below kLocalBuckets (distances up to
-// 2^(kLocalBuckets-2), where close outputs put nearly every element) in
-// registers, the rest by shared-memory atomics. Same-address atomics from
-// every thread of a block would serialise the pass.
-constexpr int kLocalBuckets = 8;
+// ULP histogram of one thread: the buckets where close outputs put nearly
+// every element in registers, the rest by shared-memory atomics.
+// Same-address atomics from every thread of a block would serialise the
+// pass.
 constexpr double kShrink = 1.0 - 0x1p-50;
 
 struct LocalHistogram {
-  unsigned int count[kLocalBuckets] = {};
+  // Buckets 0-3 (distances 0, 1, 2, 3-4) as 32-bit counters packed two to
+  // a register: one shift and one add per element. A thread owns fewer
+  // than 2^32 elements.
+  ull low = 0, high = 0;
   unsigned int* shared;  // the block's [kCompareHistBuckets]
 
   __device__ __forceinline__ void Add(int bucket) {
-#pragma unroll
-    for (int b = 0; b < kLocalBuckets; ++b) count[b] += bucket == b;
-    if (bucket >= kLocalBuckets) atomicAdd(&shared[bucket], 1u);
+    if (bucket < 4) {
+      const ull one = 1ull << (32 * (bucket & 1));
+      if (bucket < 2) {
+        low += one;
+      } else {
+        high += one;
+      }
+    } else {
+      atomicAdd(&shared[bucket], 1u);
+    }
   }
   // Adds the registers into the shared histogram (a warp sum per bucket).
   __device__ __forceinline__ void Flush() {
+    const unsigned int count[4] = {static_cast<unsigned int>(low),
+                                   static_cast<unsigned int>(low >> 32),
+                                   static_cast<unsigned int>(high),
+                                   static_cast<unsigned int>(high >> 32)};
 #pragma unroll
-    for (int b = 0; b < kLocalBuckets; ++b) {
+    for (int b = 0; b < 4; ++b) {
       const unsigned int sum = __reduce_add_sync(0xffffffffu, count[b]);
       if (threadIdx.x % 32 == 0 && sum != 0) atomicAdd(&shared[b], sum);
     }
@@ -361,8 +374,15 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
   if (!passes) {
     ++t.mismatched;
     if (col_counts != nullptr) {
-      atomicAdd(&col_counts[i % args.cols], 1ull);
-      atomicAdd(&row_counts[i / args.cols], 1ull);
+      // One atomic per distinct row (and column) among the warp's lanes
+      // here: a warp's elements are mostly in one row.
+      const unsigned int active = __activemask();
+      const int lane = threadIdx.x % 32;
+      const ull row = static_cast<ull>(i / args.cols), col = static_cast<ull>(i % args.cols);
+      const unsigned int same_row = __match_any_sync(active, row);
+      if (lane == __ffs(same_row) - 1) atomicAdd(&row_counts[row], ull(__popc(same_row)));
+      const unsigned int same_col = __match_any_sync(active, col);
+      if (lane == __ffs(same_col) - 1) atomicAdd(&col_counts[col], ull(__popc(same_col)));
     }
   }
 }
