@@ -117,8 +117,10 @@ int Main(int iterations) {
   base.cols = n;
   CompareOptions vs_ref = base, vs_obs = base;
   vs_ref.predicted_sigma = sigma.data();
+  vs_ref.predicted_sigma_sum_sq = 0.01 * 0.01 * static_cast<double>(count);  // as PredictSigma returns
   vs_ref.error_bound = bound.data();
   vs_obs.predicted_sigma = pair_sigma.data();
+  vs_obs.predicted_sigma_sum_sq = 0.001 * 0.001 * static_cast<double>(count);
   vs_obs.error_bound = bound.data();
   const std::vector<OutputComparison> comparisons = {{&reference->output, true, vs_ref},
                                                      {&observed->output, false, vs_obs}};

@@ -76,6 +76,7 @@ bool InputsAlreadyIn(Precision precision, DType storage) {
 struct ErrorArrays {
   std::vector<float> sigma;
   std::vector<float> bound;
+  double sigma_sum_sq = -1;  // sum of sigma^2, as PredictSigma returns it
 };
 
 }  // namespace
@@ -476,22 +477,23 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     ErrorArrays arrays;
     arrays.sigma.resize(static_cast<size_t>(count));
     arrays.bound.resize(static_cast<size_t>(count));
-    PredictSigma(in, arrays.sigma.data());
+    arrays.sigma_sum_sq = PredictSigma(in, arrays.sigma.data());
     HardBound(in, /*c=*/1.0, arrays.bound.data());  // Compare applies bound_factor
     return arrays;
   };
 
   // Between two runs of one configuration in different summation orders:
   // only the sigma differs; the hard bound is the configuration's own.
-  auto pair_sigma = [&](Precision precision, bool unfused_bias) {
+  auto pair_sigma = [&](Precision precision, bool unfused_bias, double* sum_sq) {
     std::vector<float> sigma(static_cast<size_t>(count));
-    PredictPairSigma(model_input(precision, unfused_bias), sigma.data());
+    *sum_sq = PredictPairSigma(model_input(precision, unfused_bias), sigma.data());
     return sigma;
   };
 
-  auto options_for = [&](const float* sigma, const float* bound) {
+  auto options_for = [&](const float* sigma, const float* bound, double sigma_sum_sq) {
     CompareOptions opts = plan.compare;
     opts.predicted_sigma = sigma;
+    opts.predicted_sigma_sum_sq = sigma_sum_sq;
     opts.error_bound = bound;
     return opts;
   };
@@ -507,11 +509,13 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     const bool unfused = config.bias == BiasMode::kUnfused;
     ErrorArrays to_reference = model(config.precision, unfused);
     std::vector<float> pair;
-    if (req.observed) pair = pair_sigma(config.precision, unfused);
+    double pair_sum_sq = -1;
+    if (req.observed) pair = pair_sigma(config.precision, unfused, &pair_sum_sq);
     const CompareOptions vs_reference_options =
-        options_for(to_reference.sigma.data(), to_reference.bound.data());
+        options_for(to_reference.sigma.data(), to_reference.bound.data(),
+                    to_reference.sigma_sum_sq);
     const CompareOptions vs_observed_options =
-        options_for(pair.data(), to_reference.bound.data());
+        options_for(pair.data(), to_reference.bound.data(), pair_sum_sq);
 
     ConfigOutcome o;
     o.config = config.ToString();
@@ -574,7 +578,8 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req,
     ErrorArrays arrays = model(plan.observed_bound_precision, false);
     TC_ASSIGN_OR_RETURN(DiffStats s, Compare(*req.observed, ref,
                                              options_for(arrays.sigma.data(),
-                                                         arrays.bound.data())));
+                                                         arrays.bound.data(),
+                                                         arrays.sigma_sum_sq)));
     outcome.observed_vs_reference = std::move(s);
   }
 

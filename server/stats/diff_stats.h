@@ -115,6 +115,11 @@ struct CompareOptions {
   // Per element, the standard error the precision predicts (error model);
   // gives bound_ratio. May be null.
   const float* predicted_sigma = nullptr;
+  // The sum over all elements of predicted_sigma^2 when the caller has it
+  // (PredictSigma returns it; not finite when some sigma is not), or < 0.
+  // Compare ignores it; the device comparison then skips a pass over the
+  // sigma on the host.
+  double predicted_sigma_sum_sq = -1;
   // Per element, the unscaled hard bound of TolerancePreset::kBound (the
   // tolerance's bound_factor is applied by the rule). Required for that
   // preset.

@@ -55,8 +55,10 @@ namespace {
 // Shared by the Predict* functions: `input_weight` scales the
 // input-rounding variance, `other_weight` the accumulation terms and
 // `output_weight` times `other_weight` the output rounding.
-void Predict(const ErrorModelInput& in, double input_weight,
-             double other_weight, float* sigma, double output_weight = 1.0) {
+// Returns the sum of the squares of what it wrote (not finite when some
+// sigma is not), which comparisons on a device use instead of another pass.
+double Predict(const ErrorModelInput& in, double input_weight,
+               double other_weight, float* sigma, double output_weight = 1.0) {
   const PrecisionInfo info = GetPrecisionInfo(in.precision);
   const double u_in2 = info.u_input * info.u_input;
   const double u_acc2 = info.u_accumulate * info.u_accumulate;
@@ -69,6 +71,7 @@ void Predict(const ErrorModelInput& in, double input_weight,
   const double floor = std::max<double>(
       u_out * SmallestNormal(in.output_dtype),
       std::numeric_limits<float>::denorm_min());
+  double sum_sq = 0;
   for (int64_t i = 0; i < in.count; ++i) {
     const double sq = static_cast<double>(in.sq_dot[i]) * in.sq_dot[i];
     const double y2 = in.value[i] * in.value[i];
@@ -80,17 +83,19 @@ void Predict(const ErrorModelInput& in, double input_weight,
     const double s = std::sqrt(var);
     // std::max would turn a NaN into the floor; keep it visible.
     sigma[i] = ToFloatSaturated(std::isnan(s) ? s : std::max(s, floor));
+    sum_sq += static_cast<double>(sigma[i]) * sigma[i];
   }
+  return sum_sq;
 }
 
 }  // namespace
 
-void PredictSigma(const ErrorModelInput& in, float* sigma) {
-  Predict(in, /*input_weight=*/in.inputs_exact ? 0.0 : 1.0, /*other_weight=*/1.0, sigma);
+double PredictSigma(const ErrorModelInput& in, float* sigma) {
+  return Predict(in, /*input_weight=*/in.inputs_exact ? 0.0 : 1.0, /*other_weight=*/1.0, sigma);
 }
 
-void PredictPairSigma(const ErrorModelInput& in, float* sigma) {
-  Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma);
+double PredictPairSigma(const ErrorModelInput& in, float* sigma) {
+  return Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma);
 }
 
 void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma) {

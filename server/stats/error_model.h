@@ -73,8 +73,9 @@ double OutputUnitRoundoff(DType d);
 double BoundUnitRoundoff(Precision p);
 
 // Writes the predicted standard error of each of the `in.count` outputs to
-// `sigma`. Non-finite inputs give a non-finite sigma.
-void PredictSigma(const ErrorModelInput& in, float* sigma);
+// `sigma`. Non-finite inputs give a non-finite sigma. Returns the sum of
+// the squares of the written values (CompareOptions::predicted_sigma_sum_sq).
+double PredictSigma(const ErrorModelInput& in, float* sigma);
 
 // Writes the predicted standard deviation of the difference between two
 // runs of the same precision that differ only in summation order (say, the
@@ -82,7 +83,7 @@ void PredictSigma(const ErrorModelInput& in, float* sigma);
 // input-rounding term cancels; their accumulation (and fp16acc product)
 // and output roundings are taken as independent, so those variances
 // double. Same floor as PredictSigma.
-void PredictPairSigma(const ErrorModelInput& in, float* sigma);
+double PredictPairSigma(const ErrorModelInput& in, float* sigma);  // as PredictSigma
 
 // The accumulation part of PredictPairSigma alone: how far apart the two
 // accumulators are before the output rounding. Against the output grid's

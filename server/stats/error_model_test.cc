@@ -56,8 +56,20 @@ TEST(ErrorModelTest, SigmaOfFp32AccumulationMatchesHandComputation) {
   ErrorModelInput in{Precision::kFp32, 3,      DType::kFloat32, false,
                      abs_dot,          sq_dot, y,               1};
   float sigma = 0;
-  PredictSigma(in, &sigma);
+  const double sum_sq = PredictSigma(in, &sigma);
   EXPECT_FLOAT_EQ(sigma, static_cast<float>(std::sqrt(8.0) * 0x1p-24));
+  EXPECT_EQ(sum_sq, double(sigma) * sigma);  // what it returns: the sum of squares written
+}
+
+TEST(ErrorModelTest, SumOfSquaresIsNotFiniteWhenASigmaIsNot) {
+  const float abs_dot[] = {1.0f, 1.0f};
+  const float sq_dot[] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const double y[] = {1.0, 1.0};
+  ErrorModelInput in{Precision::kFp32, 4,      DType::kFloat32, false,
+                     abs_dot,          sq_dot, y,               2};
+  float sigma[2] = {0, 0};
+  EXPECT_FALSE(std::isfinite(PredictPairSigma(in, sigma)));
+  EXPECT_TRUE(std::isnan(sigma[1]));
 }
 
 TEST(ErrorModelTest, SigmaOfBf16InputsIsDominatedByInputRounding) {

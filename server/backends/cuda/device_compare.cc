@@ -63,23 +63,27 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     : total_(total),
       options_(options),
       cols_(options.cols == 0 ? total : options.cols) {
-  // One pass over the sigma: whether it is all finite, and its sum of
-  // squares (four independent sums, for speed; added in a fixed order).
+  // The sum of sigma^2 over every element: the caller's (PredictSigma
+  // returns it), else one pass here (four independent sums, added in a
+  // fixed order). Not finite: some sigma is not, and the sigma goes to the
+  // device instead.
   const float* sigma = options.predicted_sigma;
+  const double given = options.predicted_sigma_sum_sq;
   if (sigma != nullptr) {
-    double s[4] = {0, 0, 0, 0};
-    bool finite = true;
-    int64_t i = 0;
-    for (; i + 4 <= total; i += 4) {
-      for (int j = 0; j < 4; ++j) {
-        const double v = sigma[i + j];
-        s[j] += v * v;
+    double sum = given;
+    if (given < 0) {  // not given (NaN and +inf are given)
+      double s[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= total; i += 4) {
+        for (int j = 0; j < 4; ++j) {
+          const double v = sigma[i + j];
+          s[j] += v * v;
+        }
       }
+      for (; i < total; ++i) s[0] += double(sigma[i]) * sigma[i];
+      sum = (s[0] + s[1]) + (s[2] + s[3]);
     }
-    for (; i < total; ++i) s[0] += double(sigma[i]) * sigma[i];
-    const double sum = (s[0] + s[1]) + (s[2] + s[3]);
-    finite = std::isfinite(sum);  // a NaN or infinite sigma makes it so
-    upload_sigma_ = !finite;
+    upload_sigma_ = !std::isfinite(sum);
     sigma2_all_ = sum;
   }
   upload_bound_ = options.tolerance.preset == TolerancePreset::kBound &&

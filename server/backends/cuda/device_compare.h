@@ -13,10 +13,11 @@
 // of adding in another order. Options' predicted_sigma and error_bound are
 // host arrays: the bound goes to the device for the bound preset only; the
 // sigma only when some of it is not finite, since otherwise bound_ratio's
-// sums follow from the device's sum of squares and the host's sigma (less
-// the pairs with a NaN or infinity, whose indices come back). When more
-// such pairs exist than come back, Finish asks for the actual values
-// (NeedsActualOnHost) and compares on the host.
+// sums follow from the device's sum of squares and the sigma's sum of
+// squares (the caller's predicted_sigma_sum_sq, or one pass here), less
+// the pairs with a NaN or infinity, whose indices come back. When more
+// such pairs exist than come back, Finish needs both tensors on the host
+// (NeedsTensorsOnHost) and compares there.
 //
 // Internal to this folder.
 #pragma once

@@ -209,38 +209,48 @@ __device__ __forceinline__ void Combine(CompareTotals& x, const CompareTotals& y
   x.ulp_infinite += y.ulp_infinite;
 }
 
-__device__ __forceinline__ CompareTotals ShuffleDown(const CompareTotals& t, int offset) {
-  constexpr unsigned kAll = 0xffffffffu;
-  CompareTotals o;
-  o.sum_abs = __shfl_down_sync(kAll, t.sum_abs, offset);
-  o.sum_sq = __shfl_down_sync(kAll, t.sum_sq, offset);
-  o.sum_aa = __shfl_down_sync(kAll, t.sum_aa, offset);
-  o.sum_ee = __shfl_down_sync(kAll, t.sum_ee, offset);
-  o.sum_ae = __shfl_down_sync(kAll, t.sum_ae, offset);
-  o.sum_ulp = __shfl_down_sync(kAll, t.sum_ulp, offset);
-  o.sum_sigma2 = __shfl_down_sync(kAll, t.sum_sigma2, offset);
-  o.sum_sq_sigma = __shfl_down_sync(kAll, t.sum_sq_sigma, offset);
-  o.max_abs = __shfl_down_sync(kAll, t.max_abs, offset);
-  o.max_rel = __shfl_down_sync(kAll, t.max_rel, offset);
-  o.max_abs_index = __shfl_down_sync(kAll, t.max_abs_index, offset);
-  o.max_rel_index = __shfl_down_sync(kAll, t.max_rel_index, offset);
-  o.max_ulp = __shfl_down_sync(kAll, t.max_ulp, offset);
-  o.finite = __shfl_down_sync(kAll, t.finite, offset);
-  o.mismatched = __shfl_down_sync(kAll, t.mismatched, offset);
-  o.bit_equal = __shfl_down_sync(kAll, t.bit_equal, offset);
-  o.nan_actual = __shfl_down_sync(kAll, t.nan_actual, offset);
-  o.nan_expected = __shfl_down_sync(kAll, t.nan_expected, offset);
-  o.inf_actual = __shfl_down_sync(kAll, t.inf_actual, offset);
-  o.inf_expected = __shfl_down_sync(kAll, t.inf_expected, offset);
-  o.nan_mismatch = __shfl_down_sync(kAll, t.nan_mismatch, offset);
-  o.ulp_infinite = __shfl_down_sync(kAll, t.ulp_infinite, offset);
-  return o;
+// Warp reductions one field at a time (a whole-struct shuffle would hold
+// two copies of the struct in registers).
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ void WarpMax(double& v, long long& idx) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const double ov = __shfl_down_sync(0xffffffffu, v, offset);
+    const long long oi = __shfl_down_sync(0xffffffffu, idx, offset);
+    TakeMax(v, idx, ov, oi);
+  }
 }
 
 // Reduces every thread's `t` into the block's thread 0 (fixed order).
 __device__ CompareTotals BlockReduce(CompareTotals t) {
   __shared__ CompareTotals warp_totals[kWarps];
-  for (int offset = 16; offset > 0; offset /= 2) Combine(t, ShuffleDown(t, offset));
+  t.sum_abs = WarpSum(t.sum_abs);
+  t.sum_sq = WarpSum(t.sum_sq);
+  t.sum_aa = WarpSum(t.sum_aa);
+  t.sum_ee = WarpSum(t.sum_ee);
+  t.sum_ae = WarpSum(t.sum_ae);
+  t.sum_ulp = WarpSum(t.sum_ulp);
+  t.sum_sigma2 = WarpSum(t.sum_sigma2);
+  t.sum_sq_sigma = WarpSum(t.sum_sq_sigma);
+  WarpMax(t.max_abs, t.max_abs_index);
+  WarpMax(t.max_rel, t.max_rel_index);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const ull o = __shfl_down_sync(0xffffffffu, t.max_ulp, offset);
+    t.max_ulp = t.max_ulp > o ? t.max_ulp : o;
+  }
+  t.finite = WarpSum(t.finite);
+  t.mismatched = WarpSum(t.mismatched);
+  t.bit_equal = WarpSum(t.bit_equal);
+  t.nan_actual = WarpSum(t.nan_actual);
+  t.nan_expected = WarpSum(t.nan_expected);
+  t.inf_actual = WarpSum(t.inf_actual);
+  t.inf_expected = WarpSum(t.inf_expected);
+  t.nan_mismatch = WarpSum(t.nan_mismatch);
+  t.ulp_infinite = WarpSum(t.ulp_infinite);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) warp_totals[warp] = t;
   __syncthreads();
@@ -289,11 +299,59 @@ struct LocalHistogram {
   }
 };
 
+// What one thread accumulates, kept small (registers bound the pass): the
+// counts of NaN/Inf pairs, which are rare, go to the block's shared
+// RareCounts; ULP distances below 2^32 are summed exactly as integers.
+struct ThreadTotals {
+  double sum_abs = 0, sum_sq = 0, sum_aa = 0, sum_ee = 0, sum_ae = 0;
+  double sum_sigma2 = 0, sum_sq_sigma = 0;
+  double sum_ulp_large = 0;  // distances >= 2^32
+  ull sum_ulp_small = 0;     // distances < 2^32 (a thread owns < 2^32 elements)
+  double max_abs = -1, max_rel = -1;
+  long long max_abs_index = -1, max_rel_index = -1;
+  ull max_ulp = 0;
+  unsigned int finite = 0, mismatched = 0, bit_equal = 0;
+};
+
+struct RareCounts {
+  ull nan_actual, nan_expected, inf_actual, inf_expected, nan_mismatch, ulp_infinite;
+};
+
+__device__ __forceinline__ CompareTotals ToTotals(const ThreadTotals& x) {
+  CompareTotals t = EmptyTotals();
+  t.sum_abs = x.sum_abs;
+  t.sum_sq = x.sum_sq;
+  t.sum_aa = x.sum_aa;
+  t.sum_ee = x.sum_ee;
+  t.sum_ae = x.sum_ae;
+  t.sum_sigma2 = x.sum_sigma2;
+  t.sum_sq_sigma = x.sum_sq_sigma;
+  t.sum_ulp = static_cast<double>(x.sum_ulp_small) + x.sum_ulp_large;
+  t.max_abs = x.max_abs;
+  t.max_rel = x.max_rel;
+  t.max_abs_index = x.max_abs_index;
+  t.max_rel_index = x.max_rel_index;
+  t.max_ulp = x.max_ulp;
+  t.finite = x.finite;
+  t.mismatched = x.mismatched;
+  t.bit_equal = x.bit_equal;
+  return t;
+}
+
+__device__ __forceinline__ void AddUlp(ThreadTotals& t, ull ulp) {
+  if (ulp < (1ull << 32)) {
+    t.sum_ulp_small += ulp;
+  } else {
+    t.sum_ulp_large += static_cast<double>(ulp);
+  }
+}
+
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
 __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
-                                           int64_t i, const Element& x, CompareTotals& t,
-                                           LocalHistogram& hist, ull* col_counts,
-                                           ull* row_counts, unsigned int* nonfinite_count) {
+                                           int64_t i, const Element& x, ThreadTotals& t,
+                                           RareCounts* rare, LocalHistogram& hist,
+                                           ull* col_counts, ull* row_counts,
+                                           unsigned int* nonfinite_count) {
   t.bit_equal += x.ba == x.be;
   bool passes;
   if (isfinite(x.a) && isfinite(x.e)) {
@@ -315,7 +373,7 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
     }
     const ull ulp = Distance(x.ba, x.be, layout);
     hist.Add(Bucket(ulp));
-    t.sum_ulp += static_cast<double>(ulp);
+    AddUlp(t, ulp);
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
     if (abs_diff > t.max_abs) {
       t.max_abs = abs_diff;
@@ -343,17 +401,17 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
     const unsigned int slot = atomicAdd(nonfinite_count, 1u);
     if (slot < args.nonfinite_capacity) args.nonfinite_indices[slot] = i;
     const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
-    t.nan_actual += nan_a;
-    t.nan_expected += nan_e;
-    t.inf_actual += isinf(x.a);
-    t.inf_expected += isinf(x.e);
-    t.nan_mismatch += nan_a != nan_e;
+    if (nan_a) atomicAdd(&rare->nan_actual, 1ull);
+    if (nan_e) atomicAdd(&rare->nan_expected, 1ull);
+    if (isinf(x.a)) atomicAdd(&rare->inf_actual, 1ull);
+    if (isinf(x.e)) atomicAdd(&rare->inf_expected, 1ull);
+    if (nan_a != nan_e) atomicAdd(&rare->nan_mismatch, 1ull);
     const ull ulp = Distance(x.ba, x.be, layout);
     if (ulp == kUlpInfinite) {
-      ++t.ulp_infinite;
+      atomicAdd(&rare->ulp_infinite, 1ull);
     } else {
       hist.Add(Bucket(ulp));
-      t.sum_ulp += static_cast<double>(ulp);
+      AddUlp(t, ulp);
     }
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
     if (nan_a || nan_e) {
@@ -455,24 +513,36 @@ __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
 }
 
 
+// Three blocks of 256 threads per multiprocessor (at most 85 registers):
+// more loads in flight for a pass bound by memory latency.
 template <int kType>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist,
                              ull* col_counts, ull* row_counts,
                              unsigned int* nonfinite_count) {
   __shared__ unsigned int block_hist[kCompareHistBuckets];
+  __shared__ RareCounts rare;
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
+  if (threadIdx.x == 0) rare = RareCounts{0, 0, 0, 0, 0, 0};
   __syncthreads();
   const Layout layout = LayoutOf(args.compared);
-  CompareTotals t = EmptyTotals();
+  ThreadTotals mine;
   LocalHistogram hist;
   hist.shared = block_hist;
   ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
-    Accumulate(args, layout, i, x, t, hist, col_counts, row_counts, nonfinite_count);
+    Accumulate(args, layout, i, x, mine, &rare, hist, col_counts, row_counts, nonfinite_count);
   });
   hist.Flush();  // every thread of the block reaches it
-  t = BlockReduce(t);
-  if (threadIdx.x == 0) partials[blockIdx.x] = t;
+  CompareTotals t = BlockReduce(ToTotals(mine));  // its __syncthreads orders `rare`
+  if (threadIdx.x == 0) {
+    t.nan_actual += rare.nan_actual;
+    t.nan_expected += rare.nan_expected;
+    t.inf_actual += rare.inf_actual;
+    t.inf_expected += rare.inf_expected;
+    t.nan_mismatch += rare.nan_mismatch;
+    t.ulp_infinite += rare.ulp_infinite;
+    partials[blockIdx.x] = t;
+  }
   __syncthreads();
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) {
     if (block_hist[b] != 0) atomicAdd(&result_hist[b], ull{block_hist[b]});

@@ -221,6 +221,11 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
     opts.top_k = sc.top_k;
     opts.top_groups = sc.top_groups;
     opts.predicted_sigma = sc.sigma ? sigma.data() : nullptr;
+    if (seed % 2 == 0) {  // the caller's sum of squares (NaN with a NaN sigma)
+      double sum = 0;
+      for (float v : sigma) sum += double(v) * v;
+      opts.predicted_sigma_sum_sq = sum;
+    }
     opts.error_bound = bound.data();
 
     auto run = comparing->RunAndCompare(layer->problem, LtConfig(precision), {},
