@@ -14,7 +14,7 @@
 //     (bytes read / time against bytes read and written / time). Target: at
 //     least 0.5.
 //
-//   build/bench/gpu_bench [iterations]      # default 20
+//   build/bench/gpu_bench [iterations] [stats]   # default 20; `stats`: part 3 only
 //
 // Without a device it says so and exits 0.
 #include <algorithm>
@@ -56,8 +56,7 @@ double MedianWallMs(int iterations, F&& work) {
     const auto start = std::chrono::steady_clock::now();
     work();
     const double t =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (i >= 2) ms.push_back(t);
   }
   return Median(ms);
@@ -68,7 +67,7 @@ int Fail(const absl::Status& s, const char* what) {
   return 1;
 }
 
-int Main(int iterations) {
+int Main(int iterations, bool stats_only) {
   BackendRegistry registry;
   absl::Status s = RegisterBuiltinBackends(&registry);
   if (!s.ok()) return Fail(s, "backends");
@@ -105,122 +104,129 @@ int Main(int iterations) {
   auto reference = gemm_ex->Run(problem, {"cublas", Precision::kFp64, BiasMode::kUnfused}, {});
   if (!reference.ok()) return Fail(reference.status(), "reference output");
 
-  // ---- 1. one configuration of a verification vs the bare call.
-  auto bare = TimeBareCublasLt(problem, iterations);
-  if (!bare.ok()) return Fail(bare.status(), "bare cuBLASLt");
   const int64_t count = m * n;
-  std::vector<float> sigma(static_cast<size_t>(count), 0.01f), pair_sigma(sigma.size(), 0.001f),
-      bound(sigma.size(), 0.05f);
-  CompareOptions base;
-  base.tolerance = ResolveTolerance(TolerancePreset::kTorch, bf16);
-  base.compared_dtype = bf16;
-  base.cols = n;
-  CompareOptions vs_ref = base, vs_obs = base;
-  vs_ref.predicted_sigma = sigma.data();
-  vs_ref.predicted_sigma_sum_sq = 0.01 * 0.01 * static_cast<double>(count);  // as PredictSigma returns
-  vs_ref.error_bound = bound.data();
-  vs_obs.predicted_sigma = pair_sigma.data();
-  vs_obs.predicted_sigma_sum_sq = 0.001 * 0.001 * static_cast<double>(count);
-  vs_obs.error_bound = bound.data();
-  const std::vector<OutputComparison> comparisons = {{&reference->output, true, vs_ref},
-                                                     {&observed->output, false, vs_obs}};
-  absl::Status run_status;
-  const double config_ms = MedianWallMs(iterations, [&] {
-    auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
-    if (!r.ok()) run_status = r.status();
-  });
-  if (!run_status.ok()) return Fail(run_status, "cublaslt:bf16:fused with device statistics");
-  const double run_only_ms = MedianWallMs(iterations, [&] {
-    auto r = lt->Run(problem, fused, {});
-    if (!r.ok()) run_status = r.status();
-  });
+  if (!stats_only) {
+    // ---- 1. one configuration of a verification vs the bare call.
+    auto bare = TimeBareCublasLt(problem, iterations);
+    if (!bare.ok()) return Fail(bare.status(), "bare cuBLASLt");
+    std::vector<float> sigma(static_cast<size_t>(count), 0.01f), pair_sigma(sigma.size(), 0.001f),
+        bound(sigma.size(), 0.05f);
+    CompareOptions base;
+    base.tolerance = ResolveTolerance(TolerancePreset::kTorch, bf16);
+    base.compared_dtype = bf16;
+    base.cols = n;
+    CompareOptions vs_ref = base, vs_obs = base;
+    vs_ref.predicted_sigma = sigma.data();
+    vs_ref.predicted_sigma_sum_sq =
+        0.01 * 0.01 * static_cast<double>(count);  // as PredictSigma returns
+    vs_ref.error_bound = bound.data();
+    vs_obs.predicted_sigma = pair_sigma.data();
+    vs_obs.predicted_sigma_sum_sq = 0.001 * 0.001 * static_cast<double>(count);
+    vs_obs.error_bound = bound.data();
+    const std::vector<OutputComparison> comparisons = {{&reference->output, true, vs_ref},
+                                                       {&observed->output, false, vs_obs}};
+    absl::Status run_status;
+    const double config_ms = MedianWallMs(iterations, [&] {
+      auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
+      if (!r.ok()) run_status = r.status();
+    });
+    if (!run_status.ok()) return Fail(run_status, "cublaslt:bf16:fused with device statistics");
+    const double run_only_ms = MedianWallMs(iterations, [&] {
+      auto r = lt->Run(problem, fused, {});
+      if (!r.ok()) run_status = r.status();
+    });
 
-  std::printf("## 1. cublaslt:bf16:fused, %lldx%lld -> %lld, bf16\n\n", (long long)m,
-              (long long)k, (long long)n);
-  std::printf("| what | ms | ratio |\n|---|---|---|\n");
-  std::printf("| bare cublasLtMatmul, data on the device (algo %s) | %.3f | |\n",
-              bare->algo.c_str(), bare->matmul_ms);
-  std::printf("| bare: upload x, W, b + matmul + download y | %.3f | 1.00 (baseline) |\n",
-              bare->with_transfers_ms);
-  std::printf("| backend Run (upload, matmul, download y) | %.3f | %.2f |\n", run_only_ms,
-              run_only_ms / bare->with_transfers_ms);
-  std::printf("| verification share: upload x, W, b, observed, reference + matmul + "
-              "2 comparisons on the device, statistics back | %.3f | **%.2f** (target <= 2) |\n",
-              config_ms, config_ms / bare->with_transfers_ms);
-  std::printf("| the same against the matmul alone | | %.1f |\n",
-              config_ms / bare->matmul_ms);
-  // Where the verification share goes: the backend's own phases, and the
-  // two uploads beyond the bare call's (pageable host memory, as the
-  // request's tensors are).
-  {
-    auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
-    if (r.ok()) {
-      std::printf("| of which: host work before the device / device (uploads, matmul, "
-                  "statistics) / host work after | %s / %s / %s | |\n",
-                  r->run.details["host_prepare_ms"].c_str(), r->run.details["device_ms"].c_str(),
-                  r->run.details["host_finish_ms"].c_str());
-    }
-  }
-  auto upload_ref = TimeUploadMs(reference->output, iterations);
-  auto upload_obs = TimeUploadMs(observed->output, iterations);
-  if (upload_ref.ok() && upload_obs.ok()) {
-    std::printf("| of which: uploading the reference and the observed output | %.3f | |\n",
-                *upload_ref + *upload_obs);
-  }
-  std::printf("\n");
-
-  // ---- 2. the whole verification through the engine.
-  auto engine = Engine::Create(EngineOptions{}, &registry);
-  if (!engine.ok()) return Fail(engine.status(), "engine");
-  std::printf("## 2. Engine::Verify of cublaslt:bf16:fused with the observed output\n\n");
-  std::printf("| reference | verify ms | reference run ms | configuration ms (run + device "
-              "statistics) | rest (error model, host statistics) ms |\n|---|---|---|---|---|\n");
-  for (const char* ref : {"cublas:fp64", "cpu:fp64"}) {
-    LinearRequest req;
-    req.input = x.Clone();
-    req.weight = w.Clone();
-    req.bias = b.Clone();
-    req.observed = observed->output.Clone();
-    req.configs = {"cublaslt:bf16:fused"};
-    req.reference = ref;
-    std::vector<double> total, ref_ms, cfg_ms;
-    const int runs = std::max(3, iterations / 5);
-    for (int i = 0; i < runs + 1; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      auto out = (*engine)->Verify(req);
-      const double t =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
-      if (!out.ok()) return Fail(out.status(), "verify");
-      if (i == 0) continue;  // warm-up
-      total.push_back(t);
-      ref_ms.push_back(out->reference.elapsed_ms);
-      cfg_ms.push_back(out->results[0].elapsed_ms);
-      if (i == 1 && out->results[0].details.count("statistics") == 0) {
-        std::fprintf(stderr, "gpu_bench: the configuration was not compared on the device\n");
-        return 1;
+    std::printf("## 1. cublaslt:bf16:fused, %lldx%lld -> %lld, bf16\n\n", (long long)m,
+                (long long)k, (long long)n);
+    std::printf("| what | ms | ratio |\n|---|---|---|\n");
+    std::printf("| bare cublasLtMatmul, data on the device (algo %s) | %.3f | |\n",
+                bare->algo.c_str(), bare->matmul_ms);
+    std::printf("| bare: upload x, W, b + matmul + download y | %.3f | 1.00 (baseline) |\n",
+                bare->with_transfers_ms);
+    std::printf("| backend Run (upload, matmul, download y) | %.3f | %.2f |\n", run_only_ms,
+                run_only_ms / bare->with_transfers_ms);
+    std::printf(
+        "| verification share: upload x, W, b, observed, reference + matmul + "
+        "2 comparisons on the device, statistics back | %.3f | **%.2f** (target <= 2) |\n",
+        config_ms, config_ms / bare->with_transfers_ms);
+    std::printf("| the same against the matmul alone | | %.1f |\n", config_ms / bare->matmul_ms);
+    // Where the verification share goes: the backend's own phases, and the
+    // two uploads beyond the bare call's (pageable host memory, as the
+    // request's tensors are).
+    {
+      auto r = lt->comparing()->RunAndCompare(problem, fused, {}, comparisons, false);
+      if (r.ok()) {
+        std::printf(
+            "| of which: host work before the device / device (uploads, matmul, "
+            "statistics) / host work after | %s / %s / %s | |\n",
+            r->run.details["host_prepare_ms"].c_str(), r->run.details["device_ms"].c_str(),
+            r->run.details["host_finish_ms"].c_str());
       }
     }
-    const double t = Median(total), r = Median(ref_ms), c = Median(cfg_ms);
-    std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", ref, t, r, c, t - r - c);
-  }
-  std::printf("\n");
+    auto upload_ref = TimeUploadMs(reference->output, iterations);
+    auto upload_obs = TimeUploadMs(observed->output, iterations);
+    if (upload_ref.ok() && upload_obs.ok()) {
+      std::printf("| of which: uploading the reference and the observed output | %.3f | |\n",
+                  *upload_ref + *upload_obs);
+    }
+    std::printf("\n");
+
+    // ---- 2. the whole verification through the engine.
+    auto engine = Engine::Create(EngineOptions{}, &registry);
+    if (!engine.ok()) return Fail(engine.status(), "engine");
+    std::printf("## 2. Engine::Verify of cublaslt:bf16:fused with the observed output\n\n");
+    std::printf(
+        "| reference | verify ms | reference run ms | configuration ms (run + device "
+        "statistics) | rest (error model, host statistics) ms |\n|---|---|---|---|---|\n");
+    for (const char* ref : {"cublas:fp64", "cpu:fp64"}) {
+      LinearRequest req;
+      req.input = x.Clone();
+      req.weight = w.Clone();
+      req.bias = b.Clone();
+      req.observed = observed->output.Clone();
+      req.configs = {"cublaslt:bf16:fused"};
+      req.reference = ref;
+      std::vector<double> total, ref_ms, cfg_ms;
+      const int runs = std::max(3, iterations / 5);
+      for (int i = 0; i < runs + 1; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        auto out = (*engine)->Verify(req);
+        const double t =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        if (!out.ok()) return Fail(out.status(), "verify");
+        if (i == 0) continue;  // warm-up
+        total.push_back(t);
+        ref_ms.push_back(out->reference.elapsed_ms);
+        cfg_ms.push_back(out->results[0].elapsed_ms);
+        if (i == 1 && out->results[0].details.count("statistics") == 0) {
+          std::fprintf(stderr, "gpu_bench: the configuration was not compared on the device\n");
+          return 1;
+        }
+      }
+      const double t = Median(total), r = Median(ref_ms), c = Median(cfg_ms);
+      std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", ref, t, r, c, t - r - c);
+    }
+    std::printf("\n");
+
+  }  // !stats_only
 
   // ---- 3. statistics kernels vs a device-to-device copy.
   std::printf("## 3. Statistics kernels vs device-to-device copy\n\n");
-  std::printf("| pairs | dtype | copy of one array ms | totals pass ms | ratio (totals) | "
-              "full comparison (with worst elements) ms | ratio (full) | host pass over "
-              "the sigma ms |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| pairs | dtype | copy of one array ms | totals pass ms | ratio (totals) | "
+      "full comparison (with worst elements) ms | ratio (full) | host pass over "
+      "the sigma ms |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   struct Size {
     DType dtype;
     int64_t pairs;
   };
   for (const Size& size : {Size{bf16, count}, Size{DType::kFloat32, int64_t{1} << 24}}) {
-    Tensor a = size.dtype == bf16 ? observed->output.Clone()
-                                  : Random(size.dtype, {size.pairs}, -1, 1, 4);
-    Tensor e = size.dtype == bf16 ? reference->output.Clone()
-                                  : Random(size.dtype, {size.pairs}, -1, 1, 5);
+    Tensor a =
+        size.dtype == bf16 ? observed->output.Clone() : Random(size.dtype, {size.pairs}, -1, 1, 4);
+    Tensor e =
+        size.dtype == bf16 ? reference->output.Clone() : Random(size.dtype, {size.pairs}, -1, 1, 5);
     CompareOptions o;
     o.tolerance = ResolveTolerance(TolerancePreset::kTorch, size.dtype);
     o.compared_dtype = size.dtype;
@@ -236,8 +242,8 @@ int Main(int iterations) {
     if (!copy.ok()) return Fail(copy.status(), "device copy");
     std::printf("| %lld | %s | %.4f | %.4f | **%.2f** (target >= 0.5) | %.4f | %.2f | %.2f |\n",
                 (long long)size.pairs, std::string(DTypeName(size.dtype)).c_str(), *copy,
-                stats->totals_ms, *copy / stats->totals_ms, stats->full_ms,
-                *copy / stats->full_ms, stats->host_ms);
+                stats->totals_ms, *copy / stats->totals_ms, stats->full_ms, *copy / stats->full_ms,
+                stats->host_ms);
   }
   return 0;
 }
@@ -247,5 +253,6 @@ int Main(int iterations) {
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::max(3, std::atoi(argv[1])) : 20;
-  return tensorcheck::Main(iterations);
+  const bool stats_only = argc > 2 && std::string(argv[2]) == "stats";
+  return tensorcheck::Main(iterations, stats_only);
 }
