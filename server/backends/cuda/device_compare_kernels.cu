@@ -20,9 +20,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 1024;
 constexpr int kDigits = 24;  // 3 key words of 8 bytes
 constexpr ull kUlpInfinite = ~0ull;
-// Kernel instances: an ElemType value when both arrays are stored in the
-// compared type, else this.
-constexpr int kAnyTypes = -1;
 
 int Blocks(int64_t total) {
   const int64_t per_block = int64_t{kThreads} * 4;
@@ -131,33 +128,6 @@ __device__ __forceinline__ int Bucket(ull d) {
   if (d == 0) return 0;
   if (d > (1ull << 62)) return 1 + (64 - __clzll(static_cast<long long>(d - 1)));
   return 64 - __clzll(static_cast<long long>(((d - 1) << 1) | 1));
-}
-
-// The same for types of at most 32 bits, on 32-bit integers (half the
-// instructions of the 64-bit forms; the totals pass is bound by them).
-struct NarrowLayout {
-  unsigned int sign, magnitude, inf;
-};
-
-template <ElemType kType>
-__device__ __forceinline__ constexpr NarrowLayout NarrowLayoutOf() {
-  return kType == ElemType::kF32   ? NarrowLayout{0x80000000u, 0x7fffffffu, 0x7f800000u}
-         : kType == ElemType::kF16 ? NarrowLayout{0x8000u, 0x7fffu, 0x7c00u}
-                                   : NarrowLayout{0x8000u, 0x7fffu, 0x7f80u};
-}
-
-// Distance between two non-NaN narrow bit patterns.
-__device__ __forceinline__ unsigned int NarrowDistance(unsigned int a, unsigned int b,
-                                                       const NarrowLayout& l) {
-  const unsigned int ma = a & l.magnitude, mb = b & l.magnitude;
-  if ((a & l.sign) == (b & l.sign)) return ma > mb ? ma - mb : mb - ma;
-  return ma + mb;  // < 2^32: each magnitude is below 2^31
-}
-
-__device__ __forceinline__ int NarrowBucket(unsigned int d) {
-  if (d == 0) return 0;
-  if (d > (1u << 30)) return 1 + (32 - __clz(static_cast<int>(d - 1)));
-  return 32 - __clz(static_cast<int>(((d - 1) << 1) | 1));
 }
 
 struct Element {
@@ -377,28 +347,14 @@ __device__ __forceinline__ void AddUlp(ThreadTotals& t, ull ulp) {
 }
 
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
-// kType: both stored in the compared type, narrower than 64 bits (the
-// finite test and the ULP distance then run on 32-bit integers); else
-// kAnyTypes.
-template <int kType>
 __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
                                            int64_t i, const Element& x, ThreadTotals& t,
                                            RareCounts* rare, LocalHistogram& hist,
                                            ull* col_counts, ull* row_counts,
                                            unsigned int* nonfinite_count) {
-  constexpr bool kNarrow =
-      kType != kAnyTypes && kType != static_cast<int>(ElemType::kF64);
   t.bit_equal += x.ba == x.be;
   bool passes;
-  bool finite;
-  if constexpr (kNarrow) {
-    constexpr NarrowLayout nl = NarrowLayoutOf<static_cast<ElemType>(kType)>();
-    finite = ((static_cast<unsigned int>(x.ba) & nl.magnitude) < nl.inf) &
-             ((static_cast<unsigned int>(x.be) & nl.magnitude) < nl.inf);
-  } else {
-    finite = isfinite(x.a) && isfinite(x.e);
-  }
-  if (finite) {
+  if (isfinite(x.a) && isfinite(x.e)) {
     ++t.finite;
     const double d = x.a - x.e;
     const double abs_diff = fabs(d);
@@ -415,19 +371,9 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
         t.sum_sq_sigma += d * d;
       }
     }
-    ull ulp;
-    if constexpr (kNarrow) {
-      constexpr NarrowLayout nl = NarrowLayoutOf<static_cast<ElemType>(kType)>();
-      const unsigned int u = NarrowDistance(static_cast<unsigned int>(x.ba),
-                                            static_cast<unsigned int>(x.be), nl);
-      hist.Add(NarrowBucket(u));
-      t.sum_ulp_small += u;
-      ulp = u;
-    } else {
-      ulp = Distance(x.ba, x.be, layout);
-      hist.Add(Bucket(ulp));
-      AddUlp(t, ulp);
-    }
+    const ull ulp = Distance(x.ba, x.be, layout);
+    hist.Add(Bucket(ulp));
+    AddUlp(t, ulp);
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
     if (abs_diff > t.max_abs) {
       t.max_abs = abs_diff;
@@ -522,8 +468,9 @@ __device__ __forceinline__ void Decode(const uint4& raw, int j, double* v, ull* 
   }
 }
 
-// The totals pass. kType: both arrays stored in the compared type (a
-// 16-byte vector per load); kAnyTypes: any types, element by element.
+// The totals pass. kType: both arrays stored in the compared type (four
+// elements per load); kAny: any types, element by element.
+constexpr int kAnyTypes = -1;
 
 // Calls f(i, element) for each element this thread owns, in increasing
 // index order: 16-byte vectors when both arrays are stored in the compared
@@ -583,8 +530,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   LocalHistogram hist;
   hist.shared = block_hist;
   ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
-    Accumulate<kType>(args, layout, i, x, mine, &rare, hist, col_counts, row_counts,
-                      nonfinite_count);
+    Accumulate(args, layout, i, x, mine, &rare, hist, col_counts, row_counts, nonfinite_count);
   });
   hist.Flush();  // every thread of the block reaches it
   CompareTotals t = BlockReduce(ToTotals(mine));  // its __syncthreads orders `rare`
