@@ -45,9 +45,8 @@ class ComparingBackend {
   // Runs as LinearBackend::Run, then the comparisons where the output is.
   // Errors: Run's, and INVALID_ARGUMENT as Compare answers.
   virtual absl::StatusOr<ComparedRun> RunAndCompare(
-      const LinearProblem& problem, const Config& config,
-      const RunOptions& options, const std::vector<OutputComparison>& comparisons,
-      bool return_output) = 0;
+      const LinearProblem& problem, const Config& config, const RunOptions& options,
+      const std::vector<OutputComparison>& comparisons, bool return_output) = 0;
 };
 
 }  // namespace tensorcheck

@@ -66,7 +66,8 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, int iterations,
     cudaEventRecord(stop, stream);
     if (status.ok()) status = ToStatus(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float t = 0;
-    if (status.ok()) status = ToStatus(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    if (status.ok())
+      status = ToStatus(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
     if (status.ok() && i >= kWarmup) ms.push_back(t);
   }
   cudaEventDestroy(start);
@@ -75,9 +76,7 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, int iterations,
   return Median(ms);
 }
 
-cudaDataType_t CudaType(DType d) {
-  return d == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
-}
+cudaDataType_t CudaType(DType d) { return d == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
 
 cuda::ElemType ElemOf(DType d) {
   switch (d) {
@@ -125,14 +124,14 @@ absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& p, int iterati
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const void* bias_ptr = bias.get();
-    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                           &transa, sizeof(transa)));
-    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                           &transb, sizeof(transb)));
+    TC_CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    TC_CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                            &epilogue, sizeof(epilogue)));
-    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                           &bias_ptr, sizeof(bias_ptr)));
     const cudaDataType_t ct = CudaType(t);
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&a, ct, k, n, k));
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&b, ct, k, m, k));
@@ -148,14 +147,14 @@ absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& p, int iterati
     if (found == 0) return absl::FailedPreconditionError("no cuBLASLt heuristic result");
     int32_t id = 0;
     size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&heuristic.algo, CUBLASLT_ALGO_CONFIG_ID, &id,
-                                         sizeof(id), &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&heuristic.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
+                                         &written);
     out.algo = absl::StrCat(id);
     const float one = 1.0f, zero = 0.0f;
     auto matmul = [&]() -> absl::Status {
-      TC_CUDA_RETURN_IF_ERROR(cublasLtMatmul(lt, op, &one, w.get(), a, x.get(), b, &zero,
-                                             y.get(), d, y.get(), d, &heuristic.algo,
-                                             ws.get(), ws_bytes, stream));
+      TC_CUDA_RETURN_IF_ERROR(cublasLtMatmul(lt, op, &one, w.get(), a, x.get(), b, &zero, y.get(),
+                                             d, y.get(), d, &heuristic.algo, ws.get(), ws_bytes,
+                                             stream));
       return absl::OkStatus();
     };
     auto upload = [&]() -> absl::Status {
@@ -176,12 +175,12 @@ absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& p, int iterati
       const auto start = std::chrono::steady_clock::now();
       TC_RETURN_IF_ERROR(upload());
       TC_RETURN_IF_ERROR(matmul());
-      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_y.raw(), y.get(), host_y.nbytes(),
-                                              cudaMemcpyDeviceToHost, stream));
+      TC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(host_y.raw(), y.get(), host_y.nbytes(), cudaMemcpyDeviceToHost, stream));
       TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      const double ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       if (i >= kWarmup) wall.push_back(ms);
     }
     out.with_transfers_ms = Median(wall);
@@ -206,12 +205,11 @@ absl::StatusOr<double> TimeUploadMs(const Tensor& tensor, int iterations) {
   std::vector<double> wall;
   for (int i = 0; i < kWarmup + iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    TC_RETURN_IF_ERROR(ToStatus(
-        cudaMemcpy(dst.get(), tensor.raw(), tensor.nbytes(), cudaMemcpyHostToDevice),
-        "cudaMemcpy"));
+    TC_RETURN_IF_ERROR(
+        ToStatus(cudaMemcpy(dst.get(), tensor.raw(), tensor.nbytes(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy"));
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (i >= kWarmup) wall.push_back(ms);
   }
   return Median(wall);
@@ -234,8 +232,7 @@ absl::StatusOr<double> TimeDeviceCopyMs(int64_t bytes, int iterations) {
   return ms;
 }
 
-absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
-                                                      const Tensor& expected,
+absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, const Tensor& expected,
                                                       const CompareOptions& options,
                                                       int iterations) {
   TC_RETURN_IF_ERROR(NeedDevice());
@@ -244,9 +241,9 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
   for (int i = 0; i < kWarmup + iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
     cuda::DeviceCompare prepared(total, options);
-    host.push_back(std::chrono::duration<double, std::milli>(
-                       std::chrono::steady_clock::now() - start)
-                       .count());
+    host.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   cuda::DeviceCompare compare(total, options);
   TC_RETURN_IF_ERROR(compare.Validate());
@@ -256,10 +253,11 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
   TC_RETURN_IF_ERROR(memory.Allocate(static_cast<size_t>(compare.bytes())));
   TC_RETURN_IF_ERROR(scratch.Allocate(cuda::CompareScratchBytes(total)));
   TC_RETURN_IF_ERROR(result_buffer.Allocate(sizeof(cuda::CompareResult)));
-  TC_RETURN_IF_ERROR(ToStatus(cudaMemcpy(a.get(), actual.raw(), actual.nbytes(),
-                                         cudaMemcpyHostToDevice), "cudaMemcpy"));
-  TC_RETURN_IF_ERROR(ToStatus(cudaMemcpy(e.get(), expected.raw(), expected.nbytes(),
-                                         cudaMemcpyHostToDevice), "cudaMemcpy"));
+  TC_RETURN_IF_ERROR(ToStatus(
+      cudaMemcpy(a.get(), actual.raw(), actual.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy"));
+  TC_RETURN_IF_ERROR(
+      ToStatus(cudaMemcpy(e.get(), expected.raw(), expected.nbytes(), cudaMemcpyHostToDevice),
+               "cudaMemcpy"));
   cudaStream_t stream = nullptr;
   TC_RETURN_IF_ERROR(ToStatus(cudaStreamCreate(&stream), "cudaStreamCreate"));
   DeviceStatsTimes out;
@@ -277,15 +275,15 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
     args.rtol = options.tolerance.rtol;
     auto* result = reinterpret_cast<cuda::CompareResult*>(result_buffer.get());
     TC_ASSIGN_OR_RETURN(out.totals_ms, TimeOnStream(stream, iterations, [&]() -> absl::Status {
-      TC_CUDA_RETURN_IF_ERROR(cuda::LaunchCompareTotals(args, scratch.get(), result, nullptr,
-                                                        nullptr, stream));
-      return absl::OkStatus();
-    }));
+                          TC_CUDA_RETURN_IF_ERROR(cuda::LaunchCompareTotals(
+                              args, scratch.get(), result, nullptr, nullptr, stream));
+                          return absl::OkStatus();
+                        }));
     const cuda::DeviceArray da{a.get(), actual.dtype(), total};
     const cuda::DeviceArray de{e.get(), expected.dtype(), total};
     TC_ASSIGN_OR_RETURN(out.full_ms, TimeOnStream(stream, iterations, [&]() -> absl::Status {
-      return compare.Enqueue(da, de, memory.get(), stream);
-    }));
+                          return compare.Enqueue(da, de, memory.get(), stream);
+                        }));
     return absl::OkStatus();
   };
   const absl::Status status = body();

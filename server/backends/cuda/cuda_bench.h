@@ -28,8 +28,7 @@ struct BareLtTimes {
 
 // x, W ([n, k], OUT_IN) and b of one 16-bit type, y of the same type, fp32
 // compute and scale (the `cublaslt:bf16:fused` / `:fp16:fused` plan).
-absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& problem,
-                                             int iterations);
+absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& problem, int iterations);
 
 // Wall clock of copying `tensor` from (pageable) host memory to the device.
 absl::StatusOr<double> TimeUploadMs(const Tensor& tensor, int iterations);
@@ -45,8 +44,7 @@ struct DeviceStatsTimes {
 
 // The statistics kernels on `actual` and `expected` once both are on the
 // device (CUDA events; uploads excluded).
-absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual,
-                                                      const Tensor& expected,
+absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, const Tensor& expected,
                                                       const CompareOptions& options,
                                                       int iterations);
 

@@ -47,12 +47,11 @@ ToleranceRule RuleOf(TolerancePreset p) {
 
 // Copies `count` elements of T from the device.
 template <typename T>
-absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count,
-                                        cudaStream_t stream) {
+absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaStream_t stream) {
   std::vector<T> out(static_cast<size_t>(count));
   if (count == 0) return out;
-  TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), device, sizeof(T) * out.size(),
-                                          cudaMemcpyDeviceToHost, stream));
+  TC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data(), device, sizeof(T) * out.size(), cudaMemcpyDeviceToHost, stream));
   TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return out;
 }
@@ -60,9 +59,7 @@ absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count,
 }  // namespace
 
 DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
-    : total_(total),
-      options_(options),
-      cols_(options.cols == 0 ? total : options.cols) {
+    : total_(total), options_(options), cols_(options.cols == 0 ? total : options.cols) {
   // The sum of sigma^2 over every element: the caller's (PredictSigma
   // returns it), else one pass here (four independent sums, added in a
   // fixed order). Not finite: some sigma is not, and the sigma goes to the
@@ -86,8 +83,8 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     upload_sigma_ = !std::isfinite(sum);
     sigma2_all_ = sum;
   }
-  upload_bound_ = options.tolerance.preset == TolerancePreset::kBound &&
-                  options.error_bound != nullptr;
+  upload_bound_ =
+      options.tolerance.preset == TolerancePreset::kBound && options.error_bound != nullptr;
   count_groups_ = options.top_groups > 0 && total > 0;
 
   int64_t offset = 0;
@@ -109,19 +106,16 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
   layout_.total = offset;
 }
 
-absl::Status DeviceCompare::Validate() const {
-  return ValidateCompare(total_, total_, options_);
-}
+absl::Status DeviceCompare::Validate() const { return ValidateCompare(total_, total_, options_); }
 
 int64_t DeviceCompare::bytes() const { return layout_.total; }
 
-absl::Status DeviceCompare::Enqueue(const DeviceArray& actual,
-                                    const DeviceArray& expected, char* memory,
-                                    cudaStream_t stream) {
+absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray& expected,
+                                    char* memory, cudaStream_t stream) {
   TC_RETURN_IF_ERROR(ValidateCompare(actual.numel, expected.numel, options_));
   if (actual.numel != total_) {
-    return absl::InternalError(absl::StrCat("device compare: prepared for ", total_,
-                                            " elements, given ", actual.numel));
+    return absl::InternalError(
+        absl::StrCat("device compare: prepared for ", total_, " elements, given ", actual.numel));
   }
   memory_ = memory;
   stream_ = stream;
@@ -146,32 +140,30 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual,
   args.nonfinite_capacity = kNonFiniteCapacity;
   if (upload_sigma_) {
     float* d = reinterpret_cast<float*>(memory + layout_.sigma);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.predicted_sigma,
-                                            sizeof(float) * total_,
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.predicted_sigma, sizeof(float) * total_,
                                             cudaMemcpyHostToDevice, stream));
     args.sigma = d;
   }
   if (upload_bound_) {
     float* d = reinterpret_cast<float*>(memory + layout_.bound);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.error_bound,
-                                            sizeof(float) * total_,
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.error_bound, sizeof(float) * total_,
                                             cudaMemcpyHostToDevice, stream));
     args.bound = d;
   }
   auto* result = reinterpret_cast<CompareResult*>(memory + layout_.result);
-  auto* cols = count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.cols)
-                             : nullptr;
-  auto* rows = count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.rows)
-                             : nullptr;
+  auto* cols =
+      count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.cols) : nullptr;
+  auto* rows =
+      count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.rows) : nullptr;
   TC_CUDA_RETURN_IF_ERROR(
       LaunchCompareTotals(args, memory + layout_.scratch, result, cols, rows, stream));
   if (options_.top_k > 0) {
-    TC_CUDA_RETURN_IF_ERROR(LaunchSelectWorst(
-        args, options_.top_k, memory + layout_.scratch,
-        reinterpret_cast<WorstEntry*>(memory + layout_.worst), result, stream));
+    TC_CUDA_RETURN_IF_ERROR(LaunchSelectWorst(args, options_.top_k, memory + layout_.scratch,
+                                              reinterpret_cast<WorstEntry*>(memory + layout_.worst),
+                                              result, stream));
   }
-  TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&result_, result, sizeof(result_),
-                                          cudaMemcpyDeviceToHost, stream));
+  TC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&result_, result, sizeof(result_), cudaMemcpyDeviceToHost, stream));
   return absl::OkStatus();
 }
 
@@ -224,9 +216,9 @@ absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
   if (sigma != nullptr && !upload_sigma_) {
     // Every sigma is finite: the sums run over the finite pairs, which are
     // all pairs but the NaN/Inf ones whose indices came back.
-    TC_ASSIGN_OR_RETURN(std::vector<long long> nonfinite,
-                        CopyBack<long long>(memory_ + layout_.nonfinite,
-                                            result_.nonfinite_count, stream_));
+    TC_ASSIGN_OR_RETURN(
+        std::vector<long long> nonfinite,
+        CopyBack<long long>(memory_ + layout_.nonfinite, result_.nonfinite_count, stream_));
     double sigma2 = sigma2_all_;
     for (long long i : nonfinite) sigma2 -= double(sigma[i]) * sigma[i];
     t.sum_sigma2 = std::max(sigma2, 0.0);
@@ -251,10 +243,10 @@ absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
     auto to_counts = [](const std::vector<unsigned long long>& v) {
       return std::vector<int64_t>(v.begin(), v.end());
     };
-    TC_ASSIGN_OR_RETURN(auto cols, CopyBack<unsigned long long>(memory_ + layout_.cols,
-                                                                 cols_, stream_));
-    TC_ASSIGN_OR_RETURN(auto rows, CopyBack<unsigned long long>(memory_ + layout_.rows,
-                                                                 total_ / cols_, stream_));
+    TC_ASSIGN_OR_RETURN(auto cols,
+                        CopyBack<unsigned long long>(memory_ + layout_.cols, cols_, stream_));
+    TC_ASSIGN_OR_RETURN(
+        auto rows, CopyBack<unsigned long long>(memory_ + layout_.rows, total_ / cols_, stream_));
     s.top_columns = TopGroupCounts(to_counts(cols), options_.top_groups, s.mismatched);
     s.top_rows = TopGroupCounts(to_counts(rows), options_.top_groups, s.mismatched);
   }

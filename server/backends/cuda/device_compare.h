@@ -59,8 +59,8 @@ class DeviceCompare {
   // Uploads what the device needs of the options and enqueues the kernels
   // and the copy of their totals to the host. `memory` holds bytes() and
   // stays untouched until Finish.
-  absl::Status Enqueue(const DeviceArray& actual, const DeviceArray& expected,
-                       char* memory, cudaStream_t stream);
+  absl::Status Enqueue(const DeviceArray& actual, const DeviceArray& expected, char* memory,
+                       cudaStream_t stream);
 
   // After the stream has synchronised: true when Finish needs both tensors
   // on the host (more NaN/Inf pairs than came back, for bound_ratio).
@@ -74,8 +74,8 @@ class DeviceCompare {
 
  private:
   struct Layout {
-    int64_t scratch = 0, result = 0, worst = 0, cols = 0, rows = 0,
-            nonfinite = 0, sigma = -1, bound = -1, total = 0;
+    int64_t scratch = 0, result = 0, worst = 0, cols = 0, rows = 0, nonfinite = 0, sigma = -1,
+            bound = -1, total = 0;
   };
 
   int64_t total_;

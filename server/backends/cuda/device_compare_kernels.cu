@@ -23,8 +23,7 @@ constexpr ull kUlpInfinite = ~0ull;
 
 int Blocks(int64_t total) {
   const int64_t per_block = int64_t{kThreads} * 4;
-  return static_cast<int>(
-      std::clamp<int64_t>((total + per_block - 1) / per_block, 1, kMaxBlocks));
+  return static_cast<int>(std::clamp<int64_t>((total + per_block - 1) / per_block, 1, kMaxBlocks));
 }
 
 // Radix selection state, in the scratch after the block partials. Digits
@@ -36,16 +35,16 @@ int Blocks(int64_t total) {
 constexpr unsigned int kListCapacity = 1u << 14;
 
 struct SelectState {
-  ull prefix[3];     // the selected digits so far; the rest 0
-  long long need;    // elements still to take among those matching prefix
-  int done;          // every element matching prefix is taken
-  int build_list;    // the next full pass lists the elements matching prefix
-  int use_list;      // `list` holds the keys of every element matching prefix
-  int next_digit;    // the next digit to select; passes for others do nothing
+  ull prefix[3];   // the selected digits so far; the rest 0
+  long long need;  // elements still to take among those matching prefix
+  int done;        // every element matching prefix is taken
+  int build_list;  // the next full pass lists the elements matching prefix
+  int use_list;    // `list` holds the keys of every element matching prefix
+  int next_digit;  // the next digit to select; passes for others do nothing
   unsigned int list_count;
   unsigned int pad;
   ull hist[256];
-  ull word_or[3];    // OR of the keys matching the prefix, this pass
+  ull word_or[3];  // OR of the keys matching the prefix, this pass
   ull list[kListCapacity][3];
 };
 
@@ -62,8 +61,7 @@ __device__ __forceinline__ double Load(const void* p, ElemType t, int64_t i) {
     case ElemType::kF16:
       return static_cast<double>(__half2float(static_cast<const __half*>(p)[i]));
     case ElemType::kBF16:
-      return static_cast<double>(
-          __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+      return static_cast<double>(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
   }
   return 0.0;
 }
@@ -141,15 +139,14 @@ __device__ __forceinline__ Element LoadElement(const CompareArgs& args, int64_t 
   x.e = Load(args.expected, args.expected_type, i);
   x.ba = args.actual_type == args.compared ? RawBits(args.actual, args.actual_type, i)
                                            : BitsOf(x.a, args.compared);
-  x.be = args.expected_type == args.compared
-             ? RawBits(args.expected, args.expected_type, i)
-             : BitsOf(x.e, args.compared);
+  x.be = args.expected_type == args.compared ? RawBits(args.expected, args.expected_type, i)
+                                             : BitsOf(x.e, args.compared);
   return x;
 }
 
 // tolerance.h's FinitePairPasses.
-__device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs_diff,
-                                             double abs_e, int64_t i, ull ulp) {
+__device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs_diff, double abs_e,
+                                             int64_t i, ull ulp) {
   switch (args.rule) {
     case ToleranceRule::kAbsPlusRel:
       return abs_diff <= args.atol + args.rtol * abs_e;
@@ -158,8 +155,8 @@ __device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs
     case ToleranceRule::kUlp:
       return ulp <= args.max_ulp;
     case ToleranceRule::kBound:
-      return abs_diff <= args.bound_factor *
-                             (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
+      return abs_diff <=
+             args.bound_factor * (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
   }
   return false;
 }
@@ -287,10 +284,9 @@ struct LocalHistogram {
   }
   // Adds the registers into the shared histogram (a warp sum per bucket).
   __device__ __forceinline__ void Flush() {
-    const unsigned int count[4] = {static_cast<unsigned int>(low),
-                                   static_cast<unsigned int>(low >> 32),
-                                   static_cast<unsigned int>(high),
-                                   static_cast<unsigned int>(high >> 32)};
+    const unsigned int count[4] = {
+        static_cast<unsigned int>(low), static_cast<unsigned int>(low >> 32),
+        static_cast<unsigned int>(high), static_cast<unsigned int>(high >> 32)};
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const unsigned int sum = __reduce_add_sync(0xffffffffu, count[b]);
@@ -347,10 +343,9 @@ __device__ __forceinline__ void AddUlp(ThreadTotals& t, ull ulp) {
 }
 
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
-__device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout,
-                                           int64_t i, const Element& x, ThreadTotals& t,
-                                           RareCounts* rare, LocalHistogram& hist,
-                                           ull* col_counts, ull* row_counts,
+__device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout& layout, int64_t i,
+                                           const Element& x, ThreadTotals& t, RareCounts* rare,
+                                           LocalHistogram& hist, ull* col_counts, ull* row_counts,
                                            unsigned int* nonfinite_count) {
   t.bit_equal += x.ba == x.be;
   bool passes;
@@ -448,7 +443,9 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
 // Elements of one storage type in 16-byte vectors (the arrays are 256-byte
 // aligned): kPerVector of them per load, decoded from the raw bits.
 template <ElemType kType>
-constexpr int kPerVector = kType == ElemType::kF64 ? 2 : kType == ElemType::kF32 ? 4 : 8;
+constexpr int kPerVector = kType == ElemType::kF64   ? 2
+                           : kType == ElemType::kF32 ? 4
+                                                     : 8;
 
 template <ElemType kType>
 __device__ __forceinline__ void Decode(const uint4& raw, int j, double* v, ull* bits) {
@@ -512,14 +509,12 @@ __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
   for (int64_t i = vectorised + first; i < args.total; i += stride) f(i, LoadElement(args, i));
 }
 
-
 // Three blocks of 256 threads per multiprocessor (at most 85 registers):
 // more loads in flight for a pass bound by memory latency.
 template <int kType>
 __global__ void __launch_bounds__(kThreads, 3)
-    TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist,
-                             ull* col_counts, ull* row_counts,
-                             unsigned int* nonfinite_count) {
+    TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist, ull* col_counts,
+                 ull* row_counts, unsigned int* nonfinite_count) {
   __shared__ unsigned int block_hist[kCompareHistBuckets];
   __shared__ RareCounts rare;
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
@@ -532,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
     Accumulate(args, layout, i, x, mine, &rare, hist, col_counts, row_counts, nonfinite_count);
   });
-  hist.Flush();  // every thread of the block reaches it
+  hist.Flush();                                   // every thread of the block reaches it
   CompareTotals t = BlockReduce(ToTotals(mine));  // its __syncthreads orders `rare`
   if (threadIdx.x == 0) {
     t.nan_actual += rare.nan_actual;
@@ -566,8 +561,8 @@ struct Key {
 // Compare's ranking as one 192-bit unsigned key, higher ranks first:
 // (NaN against a number ? all ones : bits of the abs diff, which order
 // like the values for r >= 0), then the ULP distance, then ~index.
-__device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& layout,
-                                       int64_t i, const Element& x) {
+__device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& layout, int64_t i,
+                                       const Element& x) {
   const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
   double r;
   if (nan_a || nan_e) {
@@ -648,8 +643,8 @@ __global__ void SelectInitKernel(SelectState* s, long long need, ull index_prefi
 // Histogram of digit p over every element matching the prefix, the OR of
 // their keys and, when asked, the list of their keys.
 template <int kType>
-__global__ void __launch_bounds__(kThreads) SelectHistogramKernel(CompareArgs args,
-                                                                  SelectState* s, int p) {
+__global__ void __launch_bounds__(kThreads)
+    SelectHistogramKernel(CompareArgs args, SelectState* s, int p) {
   if (s->done || s->use_list || s->next_digit != p) return;  // the same for every thread
   __shared__ unsigned int block_hist[256];
   block_hist[threadIdx.x] = 0;  // blockDim.x == 256
@@ -684,7 +679,8 @@ __global__ void __launch_bounds__(kThreads) SelectHistogramKernel(CompareArgs ar
   if (block_hist[threadIdx.x] != 0) atomicAdd(&s->hist[threadIdx.x], ull{block_hist[threadIdx.x]});
   for (int w = 0; w < 3; ++w) {
     // OR across the warp, as two 32-bit halves; then one atomic per warp.
-    const unsigned int hi = __reduce_or_sync(0xffffffffu, static_cast<unsigned int>(word_or[w] >> 32));
+    const unsigned int hi =
+        __reduce_or_sync(0xffffffffu, static_cast<unsigned int>(word_or[w] >> 32));
     const unsigned int lo = __reduce_or_sync(0xffffffffu, static_cast<unsigned int>(word_or[w]));
     const ull v = (ull{hi} << 32) | lo;
     if (threadIdx.x % 32 == 0 && v != 0) atomicOr(&s->word_or[w], v);
@@ -704,8 +700,8 @@ __global__ void SelectPickKernel(SelectState* s, int p, int first_index_digit) {
 
 // Once the list holds the keys of every element matching the prefix: the
 // remaining digits, in one block, over the list alone.
-__global__ void __launch_bounds__(kThreads) SelectListKernel(SelectState* s,
-                                                             int first_index_digit) {
+__global__ void __launch_bounds__(kThreads)
+    SelectListKernel(SelectState* s, int first_index_digit) {
   if (s->done || !s->use_list) return;
   __shared__ unsigned int block_hist[256];
   __shared__ ull block_or[3];
@@ -782,16 +778,16 @@ struct TotalsLaunch {
   static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
                          CompareTotals* partials, ull* hist, ull* cols, ull* rows,
                          unsigned int* nonfinite) {
-    TotalsKernel<kType><<<blocks, kThreads, 0, stream>>>(args, partials, hist, cols, rows,
-                                                         nonfinite);
+    TotalsKernel<kType>
+        <<<blocks, kThreads, 0, stream>>>(args, partials, hist, cols, rows, nonfinite);
     return cudaGetLastError();
   }
 };
 
 template <int kType>
 struct HistogramLaunch {
-  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
-                         SelectState* s, int p) {
+  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args, SelectState* s,
+                         int p) {
     SelectHistogramKernel<kType><<<blocks, kThreads, 0, stream>>>(args, s, p);
     return cudaGetLastError();
   }
@@ -808,13 +804,10 @@ struct GatherLaunch {
 
 }  // namespace
 
-size_t CompareScratchBytes(int64_t /*total*/) {
-  return PartialsBytes() + sizeof(SelectState);
-}
+size_t CompareScratchBytes(int64_t /*total*/) { return PartialsBytes() + sizeof(SelectState); }
 
-cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch,
-                                CompareResult* result, ull* col_counts,
-                                ull* row_counts, cudaStream_t stream) {
+cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch, CompareResult* result,
+                                ull* col_counts, ull* row_counts, cudaStream_t stream) {
   cudaError_t e = cudaMemsetAsync(result, 0, sizeof(*result), stream);
   if (e != cudaSuccess) return e;
   if (col_counts != nullptr) {
@@ -834,9 +827,8 @@ cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
-                              WorstEntry* out, CompareResult* result,
-                              cudaStream_t stream) {
+cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch, WorstEntry* out,
+                              CompareResult* result, cudaStream_t stream) {
   auto* state = reinterpret_cast<SelectState*>(static_cast<char*>(scratch) + PartialsBytes());
   const long long need = std::min<long long>(k, args.total);
   // ~index: above the bytes that hold total-1, every key has all ones, so

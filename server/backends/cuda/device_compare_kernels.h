@@ -54,13 +54,12 @@ struct CompareArgs {
 
 // Totals of a range of elements; the same fields as stats' DiffTotals.
 struct CompareTotals {
-  double sum_abs, sum_sq, sum_aa, sum_ee, sum_ae, sum_ulp, sum_sigma2,
-      sum_sq_sigma;
+  double sum_abs, sum_sq, sum_aa, sum_ee, sum_ae, sum_ulp, sum_sigma2, sum_sq_sigma;
   double max_abs, max_rel;  // -1: none yet
   long long max_abs_index, max_rel_index;
   unsigned long long max_ulp;
-  long long finite, mismatched, bit_equal, nan_actual, nan_expected,
-      inf_actual, inf_expected, nan_mismatch, ulp_infinite;
+  long long finite, mismatched, bit_equal, nan_actual, nan_expected, inf_actual, inf_expected,
+      nan_mismatch, ulp_infinite;
 };
 
 inline constexpr int kCompareHistBuckets = 66;
@@ -79,10 +78,8 @@ size_t CompareScratchBytes(int64_t total);
 // The totals pass: result->totals and ->ulp_histogram; with `col_counts`
 // ([cols]) and `row_counts` ([total / cols]) non-null, the mismatches per
 // column and row too (both zeroed here first).
-cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch,
-                                CompareResult* result,
-                                unsigned long long* col_counts,
-                                unsigned long long* row_counts,
+cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch, CompareResult* result,
+                                unsigned long long* col_counts, unsigned long long* row_counts,
                                 cudaStream_t stream);
 
 // One of the `k` highest-ranked elements for `worst` (Compare's order: NaN
@@ -99,8 +96,7 @@ struct WorstEntry {
 // Selects those k elements by a radix selection on their rank keys, all on
 // the device, and writes them (in no particular order) to `out` (capacity
 // k), their number to result->worst_count. k >= 1.
-cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch,
-                              WorstEntry* out, CompareResult* result,
-                              cudaStream_t stream);
+cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch, WorstEntry* out,
+                              CompareResult* result, cudaStream_t stream);
 
 }  // namespace tensorcheck::cuda

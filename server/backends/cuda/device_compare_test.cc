@@ -41,8 +41,7 @@ struct Layer {
   LinearProblem problem;
 };
 
-std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType out,
-                                 uint32_t seed) {
+std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType out, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-1, 1);
   auto values = [&](int64_t count) {
@@ -71,17 +70,17 @@ Config LtConfig(Precision p) { return Config{"cublaslt", p, BiasMode::kFused}; }
 struct Scenario {
   std::string name;
   int64_t m, n;
-  DType out;                 // the layer's output dtype
-  DType other;               // the other tensor's dtype
+  DType out;    // the layer's output dtype
+  DType other;  // the other tensor's dtype
   TolerancePreset preset;
   uint64_t max_ulp = 0;
   bool nan_equal = false;
-  int nans = 0;              // NaNs put into the other tensor
-  int infs = 0;              // +/-inf put into the other tensor
-  double noise = 1e-3;       // relative perturbation of the others
-  double untouched = 0.3;    // share of elements left equal
+  int nans = 0;            // NaNs put into the other tensor
+  int infs = 0;            // +/-inf put into the other tensor
+  double noise = 1e-3;     // relative perturbation of the others
+  double untouched = 0.3;  // share of elements left equal
   bool sigma = true;
-  int sigma_nans = 0;        // non-finite sigma entries (device upload path)
+  int sigma_nans = 0;  // non-finite sigma entries (device upload path)
   int top_k = 10;
   int top_groups = 5;
 };
@@ -101,8 +100,7 @@ Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
     v[static_cast<size_t>(at(rng))] = std::numeric_limits<double>::quiet_NaN();
   }
   for (int j = 0; j < sc.infs; ++j) {
-    v[static_cast<size_t>(at(rng))] =
-        (j % 2 ? -1 : 1) * std::numeric_limits<double>::infinity();
+    v[static_cast<size_t>(at(rng))] = (j % 2 ? -1 : 1) * std::numeric_limits<double>::infinity();
   }
   if (sc.noise > 0) v[0] = -0.0;  // a signed zero against the output's value
   auto t = FromDoubles(sc.other, output.shape(), v);
@@ -174,20 +172,20 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
   ASSERT_NE(comparing, nullptr);
 
   const std::vector<Scenario> scenarios = {
-      {"fp32 torch, NaN and inf", 96, 80, DType::kFloat32, DType::kFloat32,
-       TolerancePreset::kTorch, 0, false, 20, 10},
+      {"fp32 torch, NaN and inf", 96, 80, DType::kFloat32, DType::kFloat32, TolerancePreset::kTorch,
+       0, false, 20, 10},
       {"fp32 torch, 1M elements", 1024, 1024, DType::kFloat32, DType::kFloat32,
        TolerancePreset::kTorch, 0, false, 50, 50, 1e-5},
-      {"bf16 ulp, NaN equal", 96, 80, DType::kBFloat16, DType::kBFloat16,
-       TolerancePreset::kUlp, 1, true, 15, 0, 1e-2, 0.6, true, 0, 1000, 7},
-      {"bf16 out vs fp32, bound, sigma with NaN", 96, 80, DType::kBFloat16,
-       DType::kFloat32, TolerancePreset::kBound, 0, false, 0, 4, 1e-3, 0.3, true, 9},
-      {"fp32 polygraphy, more NaN than come back", 128, 96, DType::kFloat32,
-       DType::kFloat32, TolerancePreset::kPolygraphy, 0, false, 6000, 0},
-      {"fp32 explicit, equal tensors (ties everywhere)", 64, 48, DType::kFloat32,
-       DType::kFloat32, TolerancePreset::kExplicit, 0, false, 0, 0, 0, 1.0, false, 0, 7},
-      {"fp16 out, numpy, no worst and no groups", 64, 48, DType::kFloat16,
-       DType::kFloat16, TolerancePreset::kNumpy, 0, false, 3, 3, 1e-3, 0.3, true, 0, 0, 0},
+      {"bf16 ulp, NaN equal", 96, 80, DType::kBFloat16, DType::kBFloat16, TolerancePreset::kUlp, 1,
+       true, 15, 0, 1e-2, 0.6, true, 0, 1000, 7},
+      {"bf16 out vs fp32, bound, sigma with NaN", 96, 80, DType::kBFloat16, DType::kFloat32,
+       TolerancePreset::kBound, 0, false, 0, 4, 1e-3, 0.3, true, 9},
+      {"fp32 polygraphy, more NaN than come back", 128, 96, DType::kFloat32, DType::kFloat32,
+       TolerancePreset::kPolygraphy, 0, false, 6000, 0},
+      {"fp32 explicit, equal tensors (ties everywhere)", 64, 48, DType::kFloat32, DType::kFloat32,
+       TolerancePreset::kExplicit, 0, false, 0, 0, 0, 1.0, false, 0, 7},
+      {"fp16 out, numpy, no worst and no groups", 64, 48, DType::kFloat16, DType::kFloat16,
+       TolerancePreset::kNumpy, 0, false, 3, 3, 1e-3, 0.3, true, 0, 0, 0},
   };
   uint32_t seed = 100;
   for (const Scenario& sc : scenarios) {
@@ -213,8 +211,8 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
       sigma[static_cast<size_t>(j * 7 % total)] = std::numeric_limits<float>::quiet_NaN();
     }
     CompareOptions opts;
-    opts.tolerance = ResolveTolerance(sc.preset, sc.out, std::nullopt, std::nullopt,
-                                      sc.max_ulp, 1.0, sc.nan_equal);
+    opts.tolerance = ResolveTolerance(sc.preset, sc.out, std::nullopt, std::nullopt, sc.max_ulp,
+                                      1.0, sc.nan_equal);
     if (sc.preset == TolerancePreset::kExplicit) opts.tolerance.atol = 1e-6;
     opts.compared_dtype = sc.out;
     opts.cols = sc.n;
