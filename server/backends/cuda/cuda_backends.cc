@@ -107,21 +107,7 @@ using PreferencePtr =
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
                     PreferenceDestroy>;
 
-// ---- types
-
-ElemType ToElem(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return ElemType::kF64;
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-  }
-  return ElemType::kF32;
-}
+// ---- types (ToElem: device_compare.h)
 
 cudaDataType_t ToCudaType(DType d) {
   switch (d) {

@@ -78,20 +78,6 @@ absl::StatusOr<double> TimeOnStream(cudaStream_t stream, int iterations,
 
 cudaDataType_t CudaType(DType d) { return d == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
 
-cuda::ElemType ElemOf(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return cuda::ElemType::kF64;
-    case DType::kFloat32:
-      return cuda::ElemType::kF32;
-    case DType::kFloat16:
-      return cuda::ElemType::kF16;
-    case DType::kBFloat16:
-      return cuda::ElemType::kBF16;
-  }
-  return cuda::ElemType::kF32;
-}
-
 }  // namespace
 
 absl::StatusOr<BareLtTimes> TimeBareCublasLt(const LinearProblem& p, int iterations) {
@@ -265,10 +251,10 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, cons
   auto body = [&]() -> absl::Status {
     cuda::CompareArgs args;
     args.actual = a.get();
-    args.actual_type = ElemOf(actual.dtype());
+    args.actual_type = cuda::ToElem(actual.dtype());
     args.expected = e.get();
-    args.expected_type = ElemOf(expected.dtype());
-    args.compared = ElemOf(options.compared_dtype);
+    args.expected_type = cuda::ToElem(expected.dtype());
+    args.compared = cuda::ToElem(options.compared_dtype);
     args.total = total;
     args.cols = options.cols == 0 ? total : options.cols;
     args.atol = options.tolerance.atol;

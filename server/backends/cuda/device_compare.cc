@@ -15,20 +15,6 @@ constexpr int64_t kAlign = 256;
 
 int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-ElemType ElemOf(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return ElemType::kF64;
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-  }
-  return ElemType::kF32;
-}
-
 ToleranceRule RuleOf(TolerancePreset p) {
   switch (p) {
     case TolerancePreset::kTorch:
@@ -57,6 +43,20 @@ absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaS
 }
 
 }  // namespace
+
+ElemType ToElem(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return ElemType::kF64;
+    case DType::kFloat32:
+      return ElemType::kF32;
+    case DType::kFloat16:
+      return ElemType::kF16;
+    case DType::kBFloat16:
+      return ElemType::kBF16;
+  }
+  return ElemType::kF32;
+}
 
 DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     : total_(total), options_(options), cols_(options.cols == 0 ? total : options.cols) {
@@ -123,10 +123,10 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray
 
   CompareArgs args;
   args.actual = actual.data;
-  args.actual_type = ElemOf(actual.dtype);
+  args.actual_type = ToElem(actual.dtype);
   args.expected = expected.data;
-  args.expected_type = ElemOf(expected.dtype);
-  args.compared = ElemOf(options_.compared_dtype);
+  args.expected_type = ToElem(expected.dtype);
+  args.compared = ToElem(options_.compared_dtype);
   args.total = total_;
   args.cols = cols_;
   const Tolerance& tol = options_.tolerance;

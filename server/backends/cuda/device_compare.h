@@ -35,6 +35,9 @@
 
 namespace tensorcheck::cuda {
 
+// The device element type of a dtype.
+ElemType ToElem(DType d);
+
 // A device array of `numel` elements of `dtype`.
 struct DeviceArray {
   const void* data = nullptr;
