@@ -5,7 +5,6 @@
 // host's Compare on a GPU (server/backends/cuda/device_compare_test.cc).
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -14,12 +13,15 @@
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
+#include "stats_testing.h"
 #include "status_matchers.h"
 
 namespace tensorcheck {
 namespace {
 
+using ::tensorcheck::testing::ExpectSameStats;
 using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::RandomNormal;
 using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -88,23 +90,13 @@ class ComparingBackendTest : public ::testing::Test {
     engine_ = *std::move(engine);
   }
 
-  static Tensor Random(std::vector<int64_t> shape, double stddev, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<double> dist(0.0, stddev);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<double> v(static_cast<size_t>(n));
-    for (double& x : v) x = dist(rng);
-    return *FromDoubles(DType::kFloat32, shape, v);
-  }
-
   // A layer and an observed output that differs from everything a little.
   LinearRequest Request() {
     LinearRequest r;
-    r.input = Random({2, 3, 64}, 1.0, 1);
-    r.weight = Random({16, 64}, 0.125, 2);
-    r.bias = Random({16}, 0.5, 3);
-    r.observed = Random({2, 3, 16}, 1.0, 4);
+    r.input = RandomNormal({2, 3, 64}, 1.0, 1);
+    r.weight = RandomNormal({16, 64}, 0.125, 2);
+    r.bias = RandomNormal({16}, 0.5, 3);
+    r.observed = RandomNormal({2, 3, 16}, 1.0, 4);
     return r;
   }
 
@@ -112,20 +104,6 @@ class ComparingBackendTest : public ::testing::Test {
   ComparingCpu* stand_in_ = nullptr;
   std::unique_ptr<Engine> engine_;
 };
-
-void ExpectSameStats(const DiffStats& a, const DiffStats& b) {
-  EXPECT_EQ(a.total, b.total);
-  EXPECT_EQ(a.mismatched, b.mismatched);
-  EXPECT_EQ(a.max_abs, b.max_abs);
-  EXPECT_EQ(a.max_abs_index, b.max_abs_index);
-  EXPECT_EQ(a.max_ulp, b.max_ulp);
-  EXPECT_EQ(a.bitwise_equal_count, b.bitwise_equal_count);
-  EXPECT_EQ(a.bound_ratio, b.bound_ratio);
-  ASSERT_EQ(a.worst.size(), b.worst.size());
-  for (size_t i = 0; i < a.worst.size(); ++i) {
-    EXPECT_EQ(a.worst[i].flat_index, b.worst[i].flat_index);
-  }
-}
 
 TEST_F(ComparingBackendTest, VerifyHandsBothComparisonsToTheBackend) {
   LinearRequest r = Request();

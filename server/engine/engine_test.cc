@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "stats_testing.h"
 #include "status_matchers.h"
 
 namespace tensorcheck {
@@ -26,13 +27,7 @@ class EngineTest : public ::testing::Test {
 
   static Tensor Random(std::vector<int64_t> shape, double stddev, uint32_t seed,
                        DType dtype = DType::kFloat32) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<double> dist(0.0, stddev);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<double> v(static_cast<size_t>(n));
-    for (double& x : v) x = dist(rng);
-    return *FromDoubles(dtype, shape, v);
+    return ::tensorcheck::testing::RandomNormal(shape, stddev, seed, dtype);
   }
 
   // y = x W^T + b in fp64 from the tensors' exact values ([N, K] weight).

@@ -18,11 +18,13 @@
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
+#include "stats_testing.h"
 #include "status_matchers.h"
 
 namespace tensorcheck {
 namespace {
 
+using ::tensorcheck::testing::ExpectSameStats;
 using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
 
@@ -106,62 +108,6 @@ Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
   auto t = FromDoubles(sc.other, output.shape(), v);
   EXPECT_THAT(t, IsOk());
   return std::move(t).value();
-}
-
-void ExpectSameStats(const DiffStats& d, const DiffStats& h) {
-  EXPECT_EQ(d.total, h.total);
-  EXPECT_EQ(d.finite, h.finite);
-  EXPECT_EQ(d.mismatched, h.mismatched);
-  EXPECT_EQ(d.passed, h.passed);
-  EXPECT_EQ(d.max_abs, h.max_abs);
-  EXPECT_EQ(d.max_abs_index, h.max_abs_index);
-  EXPECT_EQ(d.max_rel, h.max_rel);
-  EXPECT_EQ(d.max_rel_index, h.max_rel_index);
-  EXPECT_EQ(d.max_ulp, h.max_ulp);
-  EXPECT_EQ(d.bitwise_equal, h.bitwise_equal);
-  EXPECT_EQ(d.bitwise_equal_count, h.bitwise_equal_count);
-  EXPECT_EQ(d.nan_actual, h.nan_actual);
-  EXPECT_EQ(d.nan_expected, h.nan_expected);
-  EXPECT_EQ(d.inf_actual, h.inf_actual);
-  EXPECT_EQ(d.inf_expected, h.inf_expected);
-  EXPECT_EQ(d.nan_mismatch, h.nan_mismatch);
-  ASSERT_EQ(d.ulp_histogram.size(), h.ulp_histogram.size());
-  for (size_t b = 0; b < d.ulp_histogram.size(); ++b) {
-    EXPECT_EQ(d.ulp_histogram[b].lo, h.ulp_histogram[b].lo);
-    EXPECT_EQ(d.ulp_histogram[b].count, h.ulp_histogram[b].count);
-  }
-  auto near = [](double a, double b) {
-    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-    if (std::isinf(a) || std::isinf(b)) return a == b;
-    return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b)) + 1e-300;
-  };
-  EXPECT_PRED2(near, d.mean_abs, h.mean_abs);
-  EXPECT_PRED2(near, d.rms, h.rms);
-  EXPECT_PRED2(near, d.rel_l2, h.rel_l2);
-  EXPECT_PRED2(near, d.cosine, h.cosine);
-  EXPECT_PRED2(near, d.mean_ulp, h.mean_ulp);
-  ASSERT_EQ(d.bound_ratio.has_value(), h.bound_ratio.has_value());
-  if (h.bound_ratio) {
-    EXPECT_PRED2(near, *d.bound_ratio, *h.bound_ratio);
-  }
-  ASSERT_EQ(d.worst.size(), h.worst.size());
-  for (size_t j = 0; j < d.worst.size(); ++j) {
-    SCOPED_TRACE(::testing::Message() << "worst[" << j << "]");
-    EXPECT_EQ(d.worst[j].flat_index, h.worst[j].flat_index);
-    EXPECT_EQ(d.worst[j].actual_bits, h.worst[j].actual_bits);
-    EXPECT_EQ(d.worst[j].expected_bits, h.worst[j].expected_bits);
-    EXPECT_EQ(d.worst[j].ulp, h.worst[j].ulp);
-  }
-  ASSERT_EQ(d.top_columns.size(), h.top_columns.size());
-  for (size_t j = 0; j < d.top_columns.size(); ++j) {
-    EXPECT_EQ(d.top_columns[j].index, h.top_columns[j].index);
-    EXPECT_EQ(d.top_columns[j].mismatched, h.top_columns[j].mismatched);
-  }
-  ASSERT_EQ(d.top_rows.size(), h.top_rows.size());
-  for (size_t j = 0; j < d.top_rows.size(); ++j) {
-    EXPECT_EQ(d.top_rows[j].index, h.top_rows[j].index);
-    EXPECT_EQ(d.top_rows[j].mismatched, h.top_rows[j].mismatched);
-  }
 }
 
 TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
