@@ -247,6 +247,42 @@ Layer MakeLayer(int64_t m, int64_t n, int64_t k, bool with_bias, bool nudge,
   return l;
 }
 
+// x [m, k], W [n, k] and, with `bias`, b [n], drawn from Normal(0, stddev)
+// in that order and each rounded to `format`.
+Layer NormalLayer(int64_t m, int64_t n, int64_t k, double stddev, Format format,
+                  uint32_t seed, bool bias) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, stddev);
+  Layer l;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  for (int64_t i = 0; i < m * k; ++i) l.x.push_back(RefRound(normal(rng), format));
+  for (int64_t i = 0; i < n * k; ++i) l.w.push_back(RefRound(normal(rng), format));
+  if (bias) {
+    for (int64_t j = 0; j < n; ++j) l.b.push_back(RefRound(normal(rng), format));
+  }
+  return l;
+}
+
+// What fp16acc computes, naively: acc = fp16(acc + fp16(x) * fp16(w)), k
+// ascending, no bias.
+std::vector<double> NaiveFp16Acc(const Layer& l) {
+  std::vector<double> want;
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < l.k; ++kk) {
+        acc = RefRound(acc + RefRound(l.x[i * l.k + kk], kFp16Format) *
+                                 RefRound(l.w[j * l.k + kk], kFp16Format),
+                       kFp16Format);
+      }
+      want.push_back(acc);
+    }
+  }
+  return want;
+}
+
 // Tensors and the problem that points at them (heap-held, so the pointers
 // stay valid when the holder moves).
 struct Built {
@@ -584,29 +620,10 @@ TEST(CpuBackendTest, Fp16AccMatchesNaiveFp16AccumulationBitwise) {
   // range (quantum 2^-24); large ones with sums in the thousands.
   for (double scale : {1.0, 1e-3, 16.0}) {
     SCOPED_TRACE(scale);
-    std::mt19937 rng(21);
-    std::normal_distribution<double> normal(0.0, scale);
-    Layer l;
-    l.m = 5;
-    l.n = 11;   // not a multiple of any column blocking
-    l.k = 300;  // long enough for the fp16 running sum to lose bits
-    for (int64_t i = 0; i < l.m * l.k; ++i)
-      l.x.push_back(RefRound(normal(rng), kFp32Format));
-    for (int64_t i = 0; i < l.n * l.k; ++i)
-      l.w.push_back(RefRound(normal(rng), kFp32Format));
-    // Naive: acc = fp16(acc + fp16(x) * fp16(w)), k ascending.
-    std::vector<double> want;
-    for (int64_t i = 0; i < l.m; ++i) {
-      for (int64_t j = 0; j < l.n; ++j) {
-        double acc = 0.0;
-        for (int64_t kk = 0; kk < l.k; ++kk) {
-          acc = RefRound(acc + RefRound(l.x[i * l.k + kk], kFp16Format) *
-                                   RefRound(l.w[j * l.k + kk], kFp16Format),
-                         kFp16Format);
-        }
-        want.push_back(acc);
-      }
-    }
+    // n = 11: not a multiple of any column blocking; k = 300: long enough
+    // for the fp16 running sum to lose bits.
+    const Layer l = NormalLayer(5, 11, 300, scale, kFp32Format, 21, /*bias=*/false);
+    const std::vector<double> want = NaiveFp16Acc(l);
     // The accumulation really is fp16: fp32 accumulation gives other values.
     const std::vector<double> fp32_acc =
         RefLinear(l, Precision::kFp16, BiasMode::kNone, Activation::kNone,
@@ -628,27 +645,8 @@ TEST(CpuBackendTest, Fp16AccMatchesNaiveFp16AccumulationBitwise) {
 
 TEST(CpuBackendTest, Fp16AccSplitsLargeProblemsAcrossThreadsBitwise) {
   // Large enough (m*n*k >= 2^20) for the row-parallel path.
-  std::mt19937 rng(22);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Layer l;
-  l.m = 37;
-  l.n = 70;
-  l.k = 512;
-  for (int64_t i = 0; i < l.m * l.k; ++i)
-    l.x.push_back(RefRound(normal(rng), kFp16Format));
-  for (int64_t i = 0; i < l.n * l.k; ++i)
-    l.w.push_back(RefRound(normal(rng), kFp16Format));
-  std::vector<double> want;
-  for (int64_t i = 0; i < l.m; ++i) {
-    for (int64_t j = 0; j < l.n; ++j) {
-      double acc = 0.0;
-      for (int64_t kk = 0; kk < l.k; ++kk) {
-        acc =
-            RefRound(acc + l.x[i * l.k + kk] * l.w[j * l.k + kk], kFp16Format);
-      }
-      want.push_back(acc);
-    }
-  }
+  const Layer l = NormalLayer(37, 70, 512, 1.0, kFp16Format, 22, /*bias=*/false);
+  const std::vector<double> want = NaiveFp16Acc(l);
   CpuBackend::Options o;
   o.threads = 3;
   auto cpu = CpuBackend::Create(o);
@@ -740,20 +738,6 @@ double RegimeValue(std::mt19937& rng) {
 
 // fp16(... fp16(fp16(0 + x_i0 w_j0) + x_i1 w_j1) ...) with the sum of two
 // doubles rounded by the test's own RefRound (sign of zero kept).
-std::vector<double> NaiveFp16Acc(const Layer& l) {
-  std::vector<double> want;
-  for (int64_t i = 0; i < l.m; ++i) {
-    for (int64_t j = 0; j < l.n; ++j) {
-      double acc = 0.0;
-      for (int64_t kk = 0; kk < l.k; ++kk) {
-        acc =
-            RefRound(acc + l.x[i * l.k + kk] * l.w[j * l.k + kk], kFp16Format);
-      }
-      want.push_back(acc);
-    }
-  }
-  return want;
-}
 
 // Same value and sign (so -0 != +0), or both NaN.
 bool SameValue(double a, double b) {
@@ -859,18 +843,7 @@ TEST(CpuBackendTest, Fp16AccDataReallyHitsSubnormalsTiesAndOverflow) {
 TEST(CpuBackendTest, Fp16AccEpilogueMatchesReferenceInBothPaths) {
   // Bias (fused and unfused) and activations after fp16 accumulation, on
   // a shape with full and partial register tiles.
-  std::mt19937 rng(31);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Layer l;
-  l.m = 7;
-  l.n = 29;
-  l.k = 70;
-  for (int64_t i = 0; i < l.m * l.k; ++i)
-    l.x.push_back(RefRound(normal(rng), kFp16Format));
-  for (int64_t i = 0; i < l.n * l.k; ++i)
-    l.w.push_back(RefRound(normal(rng), kFp16Format));
-  for (int64_t j = 0; j < l.n; ++j)
-    l.b.push_back(RefRound(normal(rng), kFp16Format));
+  const Layer l = NormalLayer(7, 29, 70, 1.0, kFp16Format, 31, /*bias=*/true);
   auto cpu = NewBackend();
   for (bool portable : {false, true}) {
     ScopedScalarFp16Acc force(portable);
@@ -901,18 +874,7 @@ TEST(CpuBackendTest, Fp16AccEpilogueMatchesReferenceInBothPaths) {
 // ---- Run options and edge shapes.
 
 TEST(CpuBackendTest, RepeatThreeIsDeterministic) {
-  std::mt19937 rng(5);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Layer l;
-  l.m = 33;
-  l.n = 65;
-  l.k = 129;
-  for (int64_t i = 0; i < l.m * l.k; ++i)
-    l.x.push_back(RefRound(normal(rng), kFp32Format));
-  for (int64_t i = 0; i < l.n * l.k; ++i)
-    l.w.push_back(RefRound(normal(rng), kFp32Format));
-  for (int64_t j = 0; j < l.n; ++j)
-    l.b.push_back(RefRound(normal(rng), kFp32Format));
+  const Layer l = NormalLayer(33, 65, 129, 1.0, kFp32Format, 5, /*bias=*/true);
   auto cpu = NewBackend();
   auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn,
                  Activation::kGeluTanh, DType::kBFloat16);
@@ -1027,16 +989,7 @@ TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
 // ---- ComputeMagnitudeSums.
 
 TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
-  std::mt19937 rng(9);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  Layer l;
-  l.m = 4;
-  l.n = 6;
-  l.k = 50;
-  for (int64_t i = 0; i < l.m * l.k; ++i)
-    l.x.push_back(RefRound(normal(rng), kFp32Format));
-  for (int64_t i = 0; i < l.n * l.k; ++i)
-    l.w.push_back(RefRound(normal(rng), kFp32Format));
+  const Layer l = NormalLayer(4, 6, 50, 1.0, kFp32Format, 9, /*bias=*/false);
   for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     SCOPED_TRACE(WeightLayoutName(layout));
     auto b =
