@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 
 namespace tensorcheck {
 namespace {
@@ -96,105 +97,81 @@ void ExpectSameValue(double got, double want) {
   EXPECT_EQ(std::signbit(got), std::signbit(want)) << got << " vs " << want;
 }
 
-// ---- Exhaustive over all 65,536 patterns.
+// ---- Exhaustive over all 65,536 patterns, for both 16-bit formats.
 
-TEST(Fp16Test, EveryPatternDecodesToTheFormula) {
+struct Codec16 {
+  const char* name;
+  float (*decode)(uint16_t);
+  double (*formula)(uint16_t);  // the independent formula above
+  bool (*is_nan)(uint16_t);
+  uint16_t (*from_float)(float);
+  uint16_t (*from_double)(double);
+  float (*round)(float);
+  uint16_t largest_finite;  // positive finite patterns 0 .. this increase in value
+};
+
+const Codec16 kFp16Codec{"fp16",          Fp16BitsToFloat, Fp16Formula,  Fp16IsNan,
+                         FloatToFp16Bits, DoubleToFp16Bits, RoundToFp16, 0x7bff};
+const Codec16 kBf16Codec{"bf16",          Bf16BitsToFloat, Bf16Formula,  Bf16IsNan,
+                         FloatToBf16Bits, DoubleToBf16Bits, RoundToBf16, 0x7f7f};
+
+class Codec16Test : public ::testing::TestWithParam<Codec16> {};
+
+TEST_P(Codec16Test, EveryPatternDecodesToTheFormula) {
+  const Codec16& c = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     SCOPED_TRACE(b);
-    ExpectSameValue(Fp16BitsToFloat(static_cast<uint16_t>(b)),
-                    Fp16Formula(static_cast<uint16_t>(b)));
+    ExpectSameValue(c.decode(static_cast<uint16_t>(b)), c.formula(static_cast<uint16_t>(b)));
   }
 }
 
-TEST(Fp16Test, EveryNonNanPatternRoundTripsThroughFloatAndDouble) {
+TEST_P(Codec16Test, EveryNonNanPatternRoundTripsThroughFloatAndDouble) {
+  const Codec16& c = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     const uint16_t bits = static_cast<uint16_t>(b);
-    const float f = Fp16BitsToFloat(bits);
-    if (Fp16IsNan(bits)) {
-      EXPECT_TRUE(Fp16IsNan(FloatToFp16Bits(f))) << b;
-      EXPECT_TRUE(Fp16IsNan(DoubleToFp16Bits(f))) << b;
+    const float f = c.decode(bits);
+    if (c.is_nan(bits)) {
+      EXPECT_TRUE(c.is_nan(c.from_float(f))) << b;
+      EXPECT_TRUE(c.is_nan(c.from_double(f))) << b;
       continue;
     }
-    EXPECT_EQ(FloatToFp16Bits(f), bits) << b;
-    EXPECT_EQ(DoubleToFp16Bits(static_cast<double>(f)), bits) << b;
-    EXPECT_EQ(RoundToFp16(f), f) << b;
+    EXPECT_EQ(c.from_float(f), bits) << b;
+    EXPECT_EQ(c.from_double(static_cast<double>(f)), bits) << b;
+    EXPECT_EQ(c.round(f), f) << b;
   }
 }
 
-// Positive finite patterns 0 .. 0x7bff are in increasing order of value;
-// the negative ones mirror them.
-TEST(Fp16Test, MidpointsOfAdjacentValuesRoundToEvenAndNeighboursToNearer) {
-  for (uint16_t lo = 0; lo < 0x7bff; ++lo) {
+// Positive finite patterns 0 .. largest_finite are in increasing order of
+// value; the negative ones mirror them.
+TEST_P(Codec16Test, MidpointsOfAdjacentValuesRoundToEvenAndNeighboursToNearer) {
+  const Codec16& c = GetParam();
+  for (uint16_t lo = 0; lo < c.largest_finite; ++lo) {
     const uint16_t hi = lo + 1;
-    const double a = Fp16Formula(lo), b = Fp16Formula(hi);
-    const double mid = (a + b) / 2;  // exact: 12 significant bits at most
+    const double a = c.formula(lo), b = c.formula(hi);
+    const double mid = (a + b) / 2;  // exact: 12 (fp16) or 9 (bf16) significant bits
     const uint16_t even = (lo & 1) ? hi : lo;
     for (int sign : {1, -1}) {
       SCOPED_TRACE(::testing::Message() << "lo=" << lo << " sign=" << sign);
       const uint16_t s = sign < 0 ? 0x8000 : 0;
       const double m = sign * mid;
       ASSERT_EQ(static_cast<double>(static_cast<float>(m)), m);
-      EXPECT_EQ(FloatToFp16Bits(static_cast<float>(m)), even | s);
-      EXPECT_EQ(DoubleToFp16Bits(m), even | s);
+      EXPECT_EQ(c.from_float(static_cast<float>(m)), even | s);
+      EXPECT_EQ(c.from_double(m), even | s);
       // Just inside each side, in float and in double.
       const float mf = static_cast<float>(m);
-      const float toward_zero_f = std::nextafter(mf, 0.0f);
-      const float away_f =
-          std::nextafter(mf, sign * std::numeric_limits<float>::infinity());
-      EXPECT_EQ(FloatToFp16Bits(toward_zero_f), lo | s);
-      EXPECT_EQ(FloatToFp16Bits(away_f), hi | s);
-      EXPECT_EQ(DoubleToFp16Bits(std::nextafter(m, 0.0)), lo | s);
-      EXPECT_EQ(DoubleToFp16Bits(std::nextafter(m, sign * kInf)), hi | s);
-    }
-  }
-}
-
-TEST(Bf16Test, EveryPatternDecodesToTheFormula) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    SCOPED_TRACE(b);
-    ExpectSameValue(Bf16BitsToFloat(static_cast<uint16_t>(b)),
-                    Bf16Formula(static_cast<uint16_t>(b)));
-  }
-}
-
-TEST(Bf16Test, EveryNonNanPatternRoundTripsThroughFloatAndDouble) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    const uint16_t bits = static_cast<uint16_t>(b);
-    const float f = Bf16BitsToFloat(bits);
-    if (Bf16IsNan(bits)) {
-      EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(f))) << b;
-      EXPECT_TRUE(Bf16IsNan(DoubleToBf16Bits(f))) << b;
-      continue;
-    }
-    EXPECT_EQ(FloatToBf16Bits(f), bits) << b;
-    EXPECT_EQ(DoubleToBf16Bits(static_cast<double>(f)), bits) << b;
-    EXPECT_EQ(RoundToBf16(f), f) << b;
-  }
-}
-
-TEST(Bf16Test, MidpointsOfAdjacentValuesRoundToEvenAndNeighboursToNearer) {
-  for (uint16_t lo = 0; lo < 0x7f7f; ++lo) {
-    const uint16_t hi = lo + 1;
-    const double a = Bf16Formula(lo), b = Bf16Formula(hi);
-    const double mid = (a + b) / 2;  // exact: 9 significant bits at most
-    const uint16_t even = (lo & 1) ? hi : lo;
-    for (int sign : {1, -1}) {
-      SCOPED_TRACE(::testing::Message() << "lo=" << lo << " sign=" << sign);
-      const uint16_t s = sign < 0 ? 0x8000 : 0;
-      const double m = sign * mid;
-      ASSERT_EQ(static_cast<double>(static_cast<float>(m)), m);
-      EXPECT_EQ(FloatToBf16Bits(static_cast<float>(m)), even | s);
-      EXPECT_EQ(DoubleToBf16Bits(m), even | s);
-      const float mf = static_cast<float>(m);
-      EXPECT_EQ(FloatToBf16Bits(std::nextafter(mf, 0.0f)), lo | s);
-      EXPECT_EQ(FloatToBf16Bits(std::nextafter(
-                    mf, sign * std::numeric_limits<float>::infinity())),
+      EXPECT_EQ(c.from_float(std::nextafter(mf, 0.0f)), lo | s);
+      EXPECT_EQ(c.from_float(std::nextafter(mf, sign * std::numeric_limits<float>::infinity())),
                 hi | s);
-      EXPECT_EQ(DoubleToBf16Bits(std::nextafter(m, 0.0)), lo | s);
-      EXPECT_EQ(DoubleToBf16Bits(std::nextafter(m, sign * kInf)), hi | s);
+      EXPECT_EQ(c.from_double(std::nextafter(m, 0.0)), lo | s);
+      EXPECT_EQ(c.from_double(std::nextafter(m, sign * kInf)), hi | s);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, Codec16Test, ::testing::Values(kFp16Codec, kBf16Codec),
+                         [](const ::testing::TestParamInfo<Codec16>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // ---- Edge values.
 
