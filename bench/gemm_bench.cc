@@ -72,15 +72,29 @@ void SetFlops(benchmark::State& state) {
 }
 
 // The baseline: y = x W^T, nothing else (no bias, no output allocation).
+void BareSgemm(const Data& d, std::vector<float>& y) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f, d.x.data<float>(),
+              kK, d.w.data<float>(), kK, 0.0f, y.data(), kN);
+  benchmark::DoNotOptimize(y.data());
+}
+
+// The `cpu:fp32:fused` layer on the shared data.
+LinearProblem Fp32Problem(const Data& d) {
+  LinearProblem p;
+  p.input = &d.x;
+  p.weight = &d.w;
+  p.bias = &d.b;
+  p.output_dtype = DType::kFloat32;
+  p.m = kM;
+  p.n = kN;
+  p.k = kK;
+  return p;
+}
+
 void BM_BareSgemm(benchmark::State& state) {
   const Data& d = GetData();
   std::vector<float> y(static_cast<size_t>(kM * kN));
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f,
-                d.x.data<float>(), kK, d.w.data<float>(), kK, 0.0f, y.data(),
-                kN);
-    benchmark::DoNotOptimize(y.data());
-  }
+  for (auto _ : state) BareSgemm(d, y);
   SetFlops(state);
 }
 
@@ -92,14 +106,7 @@ void BM_CpuBackendFp32(benchmark::State& state) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
     return;
   }
-  LinearProblem p;
-  p.input = &d.x;
-  p.weight = &d.w;
-  p.bias = &d.b;
-  p.output_dtype = DType::kFloat32;
-  p.m = kM;
-  p.n = kN;
-  p.k = kK;
+  const LinearProblem p = Fp32Problem(d);
   const Config config{"cpu", Precision::kFp32, BiasMode::kFused};
   for (auto _ : state) {
     auto r = (*backend)->Run(p, config, RunOptions{});
@@ -122,14 +129,7 @@ void BM_PairedBackendVsBare(benchmark::State& state) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
     return;
   }
-  LinearProblem p;
-  p.input = &d.x;
-  p.weight = &d.w;
-  p.bias = &d.b;
-  p.output_dtype = DType::kFloat32;
-  p.m = kM;
-  p.n = kN;
-  p.k = kK;
+  const LinearProblem p = Fp32Problem(d);
   const Config config{"cpu", Precision::kFp32, BiasMode::kFused};
   std::vector<float> y(static_cast<size_t>(kM * kN));
   bool bare_first = true;
@@ -138,11 +138,8 @@ void BM_PairedBackendVsBare(benchmark::State& state) {
     for (int step = 0; step < 2; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       if ((step == 0) == bare_first) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f,
-                    d.x.data<float>(), kK, d.w.data<float>(), kK, 0.0f,
-                    y.data(), kN);
+        BareSgemm(d, y);
         bare = Seconds(t0, std::chrono::steady_clock::now());
-        benchmark::DoNotOptimize(y.data());
       } else {
         auto r = (*backend)->Run(p, config, RunOptions{});
         ours = Seconds(t0, std::chrono::steady_clock::now());
