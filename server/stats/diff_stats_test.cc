@@ -502,84 +502,7 @@ TEST(CompareTest, ColsZeroTreatsTheTensorAsOneRow) {
   }
 }
 
-// ---------------------------------------------------------------- threads
-
-void ExpectSameStats(const DiffStats& x, const DiffStats& y) {
-  EXPECT_EQ(x.total, y.total);
-  EXPECT_EQ(x.finite, y.finite);
-  EXPECT_EQ(x.mismatched, y.mismatched);
-  EXPECT_EQ(x.max_abs, y.max_abs);
-  EXPECT_EQ(x.max_abs_index, y.max_abs_index);
-  EXPECT_EQ(x.max_rel, y.max_rel);
-  EXPECT_EQ(x.max_rel_index, y.max_rel_index);
-  EXPECT_EQ(x.mean_abs, y.mean_abs);
-  EXPECT_EQ(x.rms, y.rms);
-  EXPECT_EQ(x.rel_l2, y.rel_l2);
-  EXPECT_EQ(x.cosine, y.cosine);
-  EXPECT_EQ(x.max_ulp, y.max_ulp);
-  EXPECT_EQ(x.mean_ulp, y.mean_ulp);
-  ASSERT_EQ(x.ulp_histogram.size(), y.ulp_histogram.size());
-  for (size_t k = 0; k < x.ulp_histogram.size(); ++k) {
-    EXPECT_EQ(x.ulp_histogram[k].lo, y.ulp_histogram[k].lo);
-    EXPECT_EQ(x.ulp_histogram[k].count, y.ulp_histogram[k].count);
-  }
-  EXPECT_EQ(x.bitwise_equal_count, y.bitwise_equal_count);
-  EXPECT_EQ(x.nan_actual, y.nan_actual);
-  EXPECT_EQ(x.nan_expected, y.nan_expected);
-  EXPECT_EQ(x.inf_actual, y.inf_actual);
-  EXPECT_EQ(x.inf_expected, y.inf_expected);
-  EXPECT_EQ(x.nan_mismatch, y.nan_mismatch);
-  ASSERT_EQ(x.worst.size(), y.worst.size());
-  for (size_t k = 0; k < x.worst.size(); ++k) {
-    EXPECT_EQ(x.worst[k].flat_index, y.worst[k].flat_index);
-    EXPECT_EQ(x.worst[k].ulp, y.worst[k].ulp);
-  }
-  ASSERT_EQ(x.top_columns.size(), y.top_columns.size());
-  for (size_t k = 0; k < x.top_columns.size(); ++k) {
-    EXPECT_EQ(x.top_columns[k].index, y.top_columns[k].index);
-    EXPECT_EQ(x.top_columns[k].mismatched, y.top_columns[k].mismatched);
-  }
-  ASSERT_EQ(x.top_rows.size(), y.top_rows.size());
-  for (size_t k = 0; k < x.top_rows.size(); ++k) {
-    EXPECT_EQ(x.top_rows[k].index, y.top_rows[k].index);
-    EXPECT_EQ(x.top_rows[k].mismatched, y.top_rows[k].mismatched);
-  }
-  ASSERT_EQ(x.bound_ratio.has_value(), y.bound_ratio.has_value());
-  if (x.bound_ratio) {
-    EXPECT_EQ(*x.bound_ratio, *y.bound_ratio);
-  }
-}
-
-TEST(CompareTest, MultithreadedResultIsIdenticalToOneThreadOn1e6Elements) {
-  const int64_t n = 1000000;
-  std::mt19937 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> ulps(-40, 40);
-  std::vector<float> a(n), e(n), sigma(n);
-  for (int64_t i = 0; i < n; ++i) {
-    e[i] = normal(rng);
-    a[i] = Fp32Ulps(e[i], ulps(rng));
-    sigma[i] = 1e-6f;
-  }
-  a[12345] = kNanF;
-  e[777777] = kInfF;
-  a[999] = -kInfF;
-  CompareOptions o = Opts();
-  o.cols = 1000;
-  o.top_k = 20;
-  o.predicted_sigma = sigma.data();
-  o.threads = 1;
-  DiffStats one = Cmp(F32(a), F32(e), o);
-  EXPECT_GT(one.mismatched, 0);
-  EXPECT_EQ(one.worst.size(), 20u);
-  for (int threads : {2, 3, 7}) {
-    SCOPED_TRACE(threads);
-    o.threads = threads;
-    ExpectSameStats(one, Cmp(F32(a), F32(e), o));
-  }
-}
-
-// ---------------------------------------------------------------- kernels
+// ---------------------------------------------------------------- threads, kernels
 
 }  // namespace
 namespace stats_internal {
@@ -659,6 +582,35 @@ void ExpectBitwiseSameStats(const DiffStats& x, const DiffStats& y) {
   }
   EXPECT_EQ(x.compared_dtype, y.compared_dtype);
   EXPECT_EQ(x.passed, y.passed);
+}
+
+TEST(CompareTest, MultithreadedResultIsIdenticalToOneThreadOn1e6Elements) {
+  const int64_t n = 1000000;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ulps(-40, 40);
+  std::vector<float> a(n), e(n), sigma(n);
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = normal(rng);
+    a[i] = Fp32Ulps(e[i], ulps(rng));
+    sigma[i] = 1e-6f;
+  }
+  a[12345] = kNanF;
+  e[777777] = kInfF;
+  a[999] = -kInfF;
+  CompareOptions o = Opts();
+  o.cols = 1000;
+  o.top_k = 20;
+  o.predicted_sigma = sigma.data();
+  o.threads = 1;
+  DiffStats one = Cmp(F32(a), F32(e), o);
+  EXPECT_GT(one.mismatched, 0);
+  EXPECT_EQ(one.worst.size(), 20u);
+  for (int threads : {2, 3, 7}) {
+    SCOPED_TRACE(threads);
+    o.threads = threads;
+    ExpectBitwiseSameStats(one, Cmp(F32(a), F32(e), o));
+  }
 }
 
 // fp32 data whose 1024-element blocks take every path: close values (ULP
