@@ -9,6 +9,8 @@
 #include <random>
 #include <string>
 
+#include "ref_round.h"
+
 namespace tensorcheck {
 namespace {
 
@@ -53,39 +55,12 @@ bool Fp16IsNan(uint16_t b) {
 }
 bool Bf16IsNan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
 
-struct Format {
-  int mant;  // fraction bits
-  int emin;  // exponent of the smallest normal
-  int emax;  // exponent of the largest finite
-};
-constexpr Format kFp16{10, -14, 15};
-constexpr Format kBf16{7, -126, 127};
-constexpr Format kTf32{10, -126, 127};
-
-enum class Tie { kEven, kAway, kTruncate };
-
-// Rounds a double to `f`: scale to an integer significand, split off the
-// remainder, decide by comparing it with one half. No nearbyint, no casts
-// through a narrower type.
-double RefRound(double v, Format f, Tie tie = Tie::kEven) {
-  if (v == 0.0 || !std::isfinite(v)) return v;
-  const double a = std::fabs(v);
-  int e = 0;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-  e = std::max(e - 1, f.emin);
-  const double scaled = std::ldexp(a, f.mant - e);
-  const double whole = std::floor(scaled);
-  const double rem = scaled - whole;
-  double q = whole;
-  if (tie == Tie::kEven &&
-      (rem > 0.5 || (rem == 0.5 && std::fmod(whole, 2.0) == 1.0))) {
-    q += 1.0;
-  }
-  if (tie == Tie::kAway && rem >= 0.5) q += 1.0;
-  double r = std::ldexp(q, e - f.mant);
-  if (r > std::ldexp(2.0 - std::ldexp(1.0, -f.mant), f.emax)) r = kInf;
-  return std::copysign(r, v);
-}
+// The reference rounding (tests/testing/ref_round.h).
+using ::tensorcheck::testing::RefRound;
+using ::tensorcheck::testing::Tie;
+constexpr ::tensorcheck::testing::Format kFp16 = ::tensorcheck::testing::kFp16Format;
+constexpr ::tensorcheck::testing::Format kBf16 = ::tensorcheck::testing::kBf16Format;
+constexpr ::tensorcheck::testing::Format kTf32 = ::tensorcheck::testing::kTf32Format;
 
 // Same value (NaN matches NaN), and the same sign for zeros.
 void ExpectSameValue(double got, double want) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ref_round.h"
 #include "status_matchers.h"
 
 namespace tensorcheck {
@@ -26,47 +27,15 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // ---- An independent reference: rounding written out from the formats'
-// definitions (integer part and remainder of the scaled value), not
-// server/core's float_formats.
+// definitions (tests/testing/ref_round.h), not server/core's float_formats.
 
-struct Format {
-  int mant;  // fraction bits
-  int emin;  // exponent of the smallest normal
-  int emax;  // exponent of the largest finite
-};
-constexpr Format kFp32Format{23, -126, 127};
-constexpr Format kTf32Format{10, -126, 127};
-constexpr Format kBf16Format{7, -126, 127};
-constexpr Format kFp16Format{10, -14, 15};
-
-enum class Tie { kEven, kAway, kTruncate };
-
-double RefRound(double v, Format f, Tie tie = Tie::kEven) {
-  if (v == 0.0 || !std::isfinite(v)) return v;
-  const double a = std::fabs(v);
-  int e = 0;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-  e = std::max(e - 1, f.emin);
-  const double scaled =
-      std::ldexp(a, f.mant - e);  // exact: a power-of-two scale
-  const double whole = std::floor(scaled);
-  const double rem = scaled - whole;
-  double q = whole;
-  switch (tie) {
-    case Tie::kEven:
-      if (rem > 0.5 || (rem == 0.5 && std::fmod(whole, 2.0) == 1.0)) q += 1.0;
-      break;
-    case Tie::kAway:
-      if (rem >= 0.5) q += 1.0;
-      break;
-    case Tie::kTruncate:
-      break;
-  }
-  double r = std::ldexp(q, e - f.mant);
-  const double max_finite = std::ldexp(2.0 - std::ldexp(1.0, -f.mant), f.emax);
-  if (r > max_finite) r = std::numeric_limits<double>::infinity();
-  return std::copysign(r, v);
-}
+using ::tensorcheck::testing::Format;
+using ::tensorcheck::testing::kBf16Format;
+using ::tensorcheck::testing::kFp16Format;
+using ::tensorcheck::testing::kFp32Format;
+using ::tensorcheck::testing::kTf32Format;
+using ::tensorcheck::testing::RefRound;
+using ::tensorcheck::testing::Tie;
 
 double RefRoundTo(DType d, double v) {
   switch (d) {
