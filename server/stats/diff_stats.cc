@@ -455,6 +455,19 @@ struct BlockView {
   const uint64_t* be;
 };
 
+// bound_ratio's block sums: sigma^2 and (a-e)^2 over the elements with a
+// finite sigma, from the block's |a-e|.
+void SigmaSums(const float* sigma, const double* abs_diff, int64_t n, BlockSums& bs) {
+  double s2 = 0, d2 = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (!std::isfinite(sigma[k])) continue;
+    s2 += static_cast<double>(sigma[k]) * sigma[k];
+    d2 += abs_diff[k] * abs_diff[k];
+  }
+  bs.sigma2 = s2;
+  bs.sq_sigma = d2;
+}
+
 // Just below 1: the max_rel pre-check multiplies instead of dividing and
 // must never reject an element whose quotient would win.
 constexpr double kShrink = 1.0 - 0x1p-50;
@@ -930,15 +943,7 @@ bool FusedF32Block(ThreadAcc& acc, const Shared& sh,
   if (opt.predicted_sigma != nullptr) {
     FillFastBuffers(v, sh.layout, abs_buf, nullptr);
     abs_ready = true;
-    const float* sigma = opt.predicted_sigma + v.start;
-    double s2 = 0, d2 = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      if (!std::isfinite(sigma[k])) continue;
-      s2 += static_cast<double>(sigma[k]) * sigma[k];
-      d2 += abs_buf[k] * abs_buf[k];
-    }
-    bs.sigma2 = s2;
-    bs.sq_sigma = d2;
+    SigmaSums(opt.predicted_sigma + v.start, abs_buf, n, bs);
   }
   bool ulp_ready = false;
   if (f.max_ulp <= 4) {
@@ -1097,15 +1102,7 @@ bool FastBlock(ThreadAcc& acc, const Shared& sh, const FastView<T>& v,
   if (!std::isfinite(bs.aa + bs.ee + bs.sq + bs.abs)) return false;
   bs.sigma2 = bs.sq_sigma = 0;
   if (opt.predicted_sigma != nullptr) {
-    const float* sigma = opt.predicted_sigma + v.start;
-    double s2 = 0, d2 = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      if (!std::isfinite(sigma[k])) continue;
-      s2 += static_cast<double>(sigma[k]) * sigma[k];
-      d2 += abs_buf[k] * abs_buf[k];
-    }
-    bs.sigma2 = s2;
-    bs.sq_sigma = d2;
+    SigmaSums(opt.predicted_sigma + v.start, abs_buf, n, bs);
   }
 
   // Pass 2: ULP distances and their histogram.
