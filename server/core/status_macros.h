@@ -5,10 +5,26 @@
 //
 //   TC_RETURN_IF_ERROR(ValidateShape(shape));
 //   TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {2, 3}));
+//
+// and the one form of a request error that names its field:
+//
+//   return InvalidFieldError("tolerance.atol", "a finite value >= 0", "-1");
+//   // INVALID_ARGUMENT "tolerance.atol: a finite value >= 0 expected, got -1"
 #pragma once
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace tensorcheck {
+
+inline absl::Status InvalidFieldError(absl::string_view field, absl::string_view expected,
+                                      absl::string_view got) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected, " expected, got ", got));
+}
+
+}  // namespace tensorcheck
 
 #define TC_STATUS_CONCAT_INNER_(a, b) a##b
 #define TC_STATUS_CONCAT_(a, b) TC_STATUS_CONCAT_INNER_(a, b)

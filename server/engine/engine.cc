@@ -17,12 +17,6 @@ namespace tensorcheck {
 
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view expected,
-                     absl::string_view got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", expected, " expected, got ", got));
-}
-
 // The precision a tensor of `dtype` naturally carries: the bound an output
 // stored in it is held to when no configuration says otherwise.
 Precision NaturalPrecision(DType dtype) {
@@ -140,13 +134,13 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   }
 
   if (x.rank() < 1 || x.numel() == 0) {
-    return Invalid("op.input.shape", "a non-empty [..., K] tensor",
+    return InvalidFieldError("op.input.shape", "a non-empty [..., K] tensor",
                    ShapeString(x.shape()));
   }
   plan.k = x.shape().back();
   plan.m = x.numel() / plan.k;
   if (w.rank() != 2) {
-    return Invalid("op.weight.shape",
+    return InvalidFieldError("op.weight.shape",
                    req.layout == WeightLayout::kOutIn ? "rank 2 [N, K]" : "rank 2 [K, N]",
                    ShapeString(w.shape()));
   }
@@ -161,16 +155,16 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
                                            : absl::StrCat("[", plan.k, ", N]")));
   }
   if (plan.n == 0) {
-    return Invalid("op.weight.shape", "N >= 1", ShapeString(w.shape()));
+    return InvalidFieldError("op.weight.shape", "N >= 1", ShapeString(w.shape()));
   }
   if (w.dtype() != x.dtype()) {
-    return Invalid("op.weight.dtype",
+    return InvalidFieldError("op.weight.dtype",
                    absl::StrCat(DTypeName(x.dtype()), " (the input's dtype)"),
                    DTypeName(w.dtype()));
   }
   if (req.bias) {
     if (req.bias->rank() != 1 || req.bias->dim(0) != plan.n) {
-      return Invalid("op.bias.shape", absl::StrCat("[", plan.n, "] (N)"),
+      return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.n, "] (N)"),
                      ShapeString(req.bias->shape()));
     }
   }
@@ -189,23 +183,23 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   plan.output_shape.assign(x.shape().begin(), x.shape().end() - 1);
   plan.output_shape.push_back(plan.n);
   if (req.observed && req.observed->shape() != plan.output_shape) {
-    return Invalid("observed.shape",
+    return InvalidFieldError("observed.shape",
                    absl::StrCat(ShapeString(plan.output_shape), " (input's leading dims, N)"),
                    ShapeString(req.observed->shape()));
   }
 
   // Options.
   if (req.top_k < 0 || req.top_k > options_.max_top_k) {
-    return Invalid("output.top_k", absl::StrCat("0..", options_.max_top_k),
+    return InvalidFieldError("output.top_k", absl::StrCat("0..", options_.max_top_k),
                    absl::StrCat(req.top_k));
   }
   if (req.top_groups < 0 || req.top_groups > options_.max_top_groups) {
-    return Invalid("output.top_groups",
+    return InvalidFieldError("output.top_groups",
                    absl::StrCat("0..", options_.max_top_groups),
                    absl::StrCat(req.top_groups));
   }
   if (req.repeat < 0 || req.repeat > options_.max_repeat) {
-    return Invalid("repeat", absl::StrCat("0..", options_.max_repeat),
+    return InvalidFieldError("repeat", absl::StrCat("0..", options_.max_repeat),
                    absl::StrCat(req.repeat));
   }
   if (static_cast<int>(config_specs.size()) > options_.max_configs) {
@@ -218,11 +212,11 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
        {std::pair<const char*, std::optional<double>>{"tolerance.atol", tr.atol},
         {"tolerance.rtol", tr.rtol}}) {
     if (value && !(*value >= 0 && std::isfinite(*value))) {
-      return Invalid(name, "a finite value >= 0", absl::StrCat(*value));
+      return InvalidFieldError(name, "a finite value >= 0", absl::StrCat(*value));
     }
   }
   if (!(tr.bound_factor >= 0 && std::isfinite(tr.bound_factor))) {
-    return Invalid("tolerance.bound_factor", "a finite value >= 0",
+    return InvalidFieldError("tolerance.bound_factor", "a finite value >= 0",
                    absl::StrCat(tr.bound_factor));
   }
   plan.tolerance = ResolveTolerance(tr.preset, plan.output_dtype, tr.atol, tr.rtol,

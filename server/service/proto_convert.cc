@@ -10,12 +10,6 @@ namespace tensorcheck {
 
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view expected,
-                     absl::string_view got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", expected, " expected, got ", got));
-}
-
 std::string BitsHex(uint64_t bits, DType dtype) {
   return absl::StrFormat("0x%0*x", static_cast<int>(ItemSize(dtype) * 2), bits);
 }
@@ -140,7 +134,7 @@ absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
     case v1::Tolerance::PRESET_BOUND:
       return TolerancePreset::kBound;
   }
-  return Invalid("tolerance.preset", "a Tolerance.Preset value (0..6)",
+  return InvalidFieldError("tolerance.preset", "a Tolerance.Preset value (0..6)",
                  absl::StrCat(p));
 }
 
@@ -148,7 +142,7 @@ absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
 
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
   if (std::optional<DType> d = DTypeFromProto(dtype)) return *d;
-  return Invalid(field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
+  return InvalidFieldError(field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
                  dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED")
                                                 : absl::StrCat(dtype));
 }
@@ -164,7 +158,7 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
         proto.digest().substr(0, 80), "]; send the tensor as data"));
   }
   if (proto.source_case() != v1::Tensor::kData) {
-    return Invalid(field, "data (raw little-endian bytes) or digest", "neither");
+    return InvalidFieldError(field, "data (raw little-endian bytes) or digest", "neither");
   }
   const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
   const int64_t max_elements =
@@ -190,10 +184,10 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
                                         const WireLimits& limits) {
   LinearRequest req;
-  if (!r.has_op()) return Invalid("op", "a LinearOp", "none");
+  if (!r.has_op()) return InvalidFieldError("op", "a LinearOp", "none");
   const v1::LinearOp& op = r.op();
-  if (!op.has_input()) return Invalid("op.input", "a tensor", "none");
-  if (!op.has_weight()) return Invalid("op.weight", "a tensor", "none");
+  if (!op.has_input()) return InvalidFieldError("op.input", "a tensor", "none");
+  if (!op.has_weight()) return InvalidFieldError("op.weight", "a tensor", "none");
   if (r.configs_size() > limits.max_configs) {
     return absl::InvalidArgumentError(
         absl::StrCat("configs: at most ", limits.max_configs,
@@ -208,7 +202,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
       req.layout = WeightLayout::kInOut;
       break;
     default:
-      return Invalid("op.weight_layout", "WEIGHT_LAYOUT_OUT_IN or WEIGHT_LAYOUT_IN_OUT",
+      return InvalidFieldError("op.weight_layout", "WEIGHT_LAYOUT_OUT_IN or WEIGHT_LAYOUT_IN_OUT",
                      absl::StrCat(op.weight_layout()));
   }
   switch (op.activation()) {
@@ -223,7 +217,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
       req.activation = Activation::kGeluTanh;
       break;
     default:
-      return Invalid("op.activation", "ACTIVATION_NONE, ACTIVATION_RELU or ACTIVATION_GELU_TANH",
+      return InvalidFieldError("op.activation", "ACTIVATION_NONE, ACTIVATION_RELU or ACTIVATION_GELU_TANH",
                      absl::StrCat(op.activation()));
   }
   if (op.output_dtype() != v1::DTYPE_UNSPECIFIED) {
