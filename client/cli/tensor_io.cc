@@ -764,6 +764,17 @@ absl::StatusOr<const StEntry*> SelectEntry(const std::vector<StEntry>& entries,
   return found;
 }
 
+// In-memory contents are held to the same size limit as files.
+absl::Status CheckFileSize(absl::string_view bytes, absl::string_view file_name,
+                           const TensorReadOptions& options) {
+  if (bytes.size() > static_cast<uint64_t>(options.max_file_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_name, ": file of at most ", options.max_file_bytes,
+                     " bytes expected, found ", bytes.size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -771,11 +782,7 @@ absl::StatusOr<const StEntry*> SelectEntry(const std::vector<StEntry>& entries,
 absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes,
                                 absl::string_view file_name,
                                 const TensorReadOptions& options) {
-  if (bytes.size() > static_cast<uint64_t>(options.max_file_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_name, ": file of at most ", options.max_file_bytes,
-                     " bytes expected, found ", bytes.size()));
-  }
+  TC_RETURN_IF_ERROR(CheckFileSize(bytes, file_name, options));
   auto read_header = [&](size_t offset,
                          size_t n) -> absl::StatusOr<std::string> {
     return std::string(bytes.substr(offset, n));
@@ -811,11 +818,7 @@ absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes,
                                         absl::string_view tensor_name,
                                         absl::string_view file_name,
                                         const TensorReadOptions& options) {
-  if (bytes.size() > static_cast<uint64_t>(options.max_file_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_name, ": file of at most ", options.max_file_bytes,
-                     " bytes expected, found ", bytes.size()));
-  }
+  TC_RETURN_IF_ERROR(CheckFileSize(bytes, file_name, options));
   TC_ASSIGN_OR_RETURN(
       const uint64_t n,
       SafetensorsHeaderLength(bytes.substr(0, 8), bytes.size(), file_name));
