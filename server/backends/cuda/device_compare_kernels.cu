@@ -144,12 +144,14 @@ __device__ __forceinline__ Element LoadElement(const CompareArgs& args, int64_t 
   return x;
 }
 
-// tolerance.h's FinitePairPasses.
+// tolerance.h's FinitePairPasses. atol + rtol|e| is rounded twice, as on
+// the host: nvcc would fuse it into one FMA, whose single rounding can put
+// an element exactly at the limit on the other side of it.
 __device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs_diff, double abs_e,
                                              int64_t i, ull ulp) {
   switch (args.rule) {
     case ToleranceRule::kAbsPlusRel:
-      return abs_diff <= args.atol + args.rtol * abs_e;
+      return abs_diff <= __dadd_rn(args.atol, __dmul_rn(args.rtol, abs_e));
     case ToleranceRule::kAbsOrRel:
       return abs_diff <= args.atol || abs_diff <= args.rtol * abs_e;
     case ToleranceRule::kUlp:

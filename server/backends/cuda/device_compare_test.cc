@@ -15,6 +15,8 @@
 
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_backends.h"
+#include "server/backends/cuda/cuda_context.h"
+#include "server/backends/cuda/device_compare.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
@@ -220,6 +222,55 @@ TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
   ASSERT_EQ(run->stats.size(), 1u);
   EXPECT_TRUE(run->stats[0].bitwise_equal);
   EXPECT_EQ(run->stats[0].total, 8 * 16);
+}
+
+// |a-e| <= atol + rtol|e| is rounded twice, as tolerance.h writes it and
+// the host computes it; a fused multiply-add rounds once and moves the
+// limit. Hand-derived: with e = 1 + 2^-52, rtol = 1 + 2^-52 and
+// atol = 2^-53, rtol*e = 1 + 2^-51 + 2^-104 rounds to 1 + 2^-51, and
+// adding atol is a tie that rounds to even: the limit is 1 + 2^-51. Fused,
+// the 2^-104 breaks the tie upwards: 1 + 3*2^-52. a = 2 + 2^-50 puts
+// |a-e| = 1 + 3*2^-52 between the two: it fails the tolerance.
+TEST(DeviceStatsTest, GpuToleranceLimitIsRoundedAsOnTheHost) {
+  const double e = 0x1.0000000000001p+0, rtol = 0x1.0000000000001p+0, atol = 0x1p-53;
+  const double a = 0x1.0000000000002p+1;
+  ASSERT_EQ(a - e, 0x1.0000000000003p+0);                  // exact
+  ASSERT_EQ(std::fma(rtol, e, atol), 0x1.0000000000003p+0);  // the fused limit
+  const Tensor actual = *FromDoubles(DType::kFloat64, {3}, {a, 1.5, -0.25});
+  const Tensor expected = *FromDoubles(DType::kFloat64, {3}, {e, 1.5, -0.25});
+
+  CompareOptions opts;
+  opts.tolerance = ResolveTolerance(TolerancePreset::kExplicit, DType::kFloat64, atol, rtol);
+  opts.compared_dtype = DType::kFloat64;
+  auto host = Compare(actual, expected, opts);
+  ASSERT_THAT(host, IsOk());
+  EXPECT_EQ(host->mismatched, 1);
+
+  LinearBackend* lt = Lt();
+  ASSERT_NE(lt, nullptr);
+  if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
+  cuda::DeviceBuffer da, de, memory;
+  cuda::DeviceCompare device(3, opts);
+  ASSERT_THAT(device.Validate(), IsOk());
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, actual.nbytes()), cudaSuccess);
+  da.reset(p);
+  ASSERT_EQ(cudaMalloc(&p, expected.nbytes()), cudaSuccess);
+  de.reset(p);
+  ASSERT_EQ(cudaMalloc(&p, static_cast<size_t>(device.bytes())), cudaSuccess);
+  memory.reset(p);
+  ASSERT_EQ(cudaMemcpy(da.get(), actual.raw(), actual.nbytes(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(de.get(), expected.raw(), expected.nbytes(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_THAT(device.Enqueue({da.get(), DType::kFloat64, 3}, {de.get(), DType::kFloat64, 3},
+                             static_cast<char*>(memory.get()), nullptr),
+              IsOk());
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  auto on_device = device.Finish();
+  ASSERT_THAT(on_device, IsOk());
+  EXPECT_EQ(on_device->mismatched, 1);
+  ExpectSameStats(*on_device, *host);
 }
 
 TEST(DeviceStatsTest, BadComparisonIsInvalidArgumentBeforeTheDevice) {
