@@ -1,6 +1,6 @@
 // Device comparison kernels: one pass for the totals (block partials,
-// reduced by a second kernel in a fixed order, so the sums are the same on
-// every run), and a radix selection of the worst elements.
+// reduced in a fixed order by the pass's last block, so the sums are the
+// same on every run), and a radix selection of the worst elements.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "server/backends/cuda/device_compare_kernels.h"
+#include "server/backends/cuda/narrow_patterns.h"
 
 namespace tensorcheck::cuda {
 namespace {
@@ -147,18 +148,32 @@ __device__ __forceinline__ Element LoadElement(const CompareArgs& args, int64_t 
 // tolerance.h's FinitePairPasses. atol + rtol|e| is rounded twice, as on
 // the host: nvcc would fuse it into one FMA, whose single rounding can put
 // an element exactly at the limit on the other side of it.
+template <ToleranceRule kRule>
+__device__ __forceinline__ bool FinitePassesBy(const CompareArgs& args, double abs_diff,
+                                               double abs_e, int64_t i, ull ulp) {
+  if constexpr (kRule == ToleranceRule::kAbsPlusRel) {
+    return abs_diff <= __dadd_rn(args.atol, __dmul_rn(args.rtol, abs_e));
+  } else if constexpr (kRule == ToleranceRule::kAbsOrRel) {
+    return abs_diff <= args.atol || abs_diff <= args.rtol * abs_e;
+  } else if constexpr (kRule == ToleranceRule::kUlp) {
+    return ulp <= args.max_ulp;
+  } else {
+    return abs_diff <=
+           args.bound_factor * (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
+  }
+}
+
 __device__ __forceinline__ bool FinitePasses(const CompareArgs& args, double abs_diff, double abs_e,
                                              int64_t i, ull ulp) {
   switch (args.rule) {
     case ToleranceRule::kAbsPlusRel:
-      return abs_diff <= __dadd_rn(args.atol, __dmul_rn(args.rtol, abs_e));
+      return FinitePassesBy<ToleranceRule::kAbsPlusRel>(args, abs_diff, abs_e, i, ulp);
     case ToleranceRule::kAbsOrRel:
-      return abs_diff <= args.atol || abs_diff <= args.rtol * abs_e;
+      return FinitePassesBy<ToleranceRule::kAbsOrRel>(args, abs_diff, abs_e, i, ulp);
     case ToleranceRule::kUlp:
-      return ulp <= args.max_ulp;
+      return FinitePassesBy<ToleranceRule::kUlp>(args, abs_diff, abs_e, i, ulp);
     case ToleranceRule::kBound:
-      return abs_diff <=
-             args.bound_factor * (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
+      return FinitePassesBy<ToleranceRule::kBound>(args, abs_diff, abs_e, i, ulp);
   }
   return false;
 }
@@ -270,6 +285,11 @@ struct LocalHistogram {
   // a register: one shift and one add per element. A thread owns fewer
   // than 2^32 elements.
   ull low = 0, high = 0;
+  // The lean path's: buckets 0 and 2 (`even`), 1 and 3 (`odd`) as 16-bit
+  // counters, emptied into low/high every kLeanSpill vectors (of at most 8
+  // elements, so that they cannot overflow).
+  static constexpr unsigned int kLeanSpill = 8191;
+  unsigned int even = 0, odd = 0, vectors = 0;
   unsigned int* shared;  // the block's [kCompareHistBuckets]
 
   __device__ __forceinline__ void Add(int bucket) {
@@ -284,8 +304,20 @@ struct LocalHistogram {
       atomicAdd(&shared[bucket], 1u);
     }
   }
+  // A lean vector's buckets 0-3 as four 8-bit counters (byte b: bucket b).
+  __device__ __forceinline__ void AddVector(unsigned int bytes) {
+    even += bytes & 0x00ff00ffu;
+    odd += (bytes >> 8) & 0x00ff00ffu;
+    if (++vectors == kLeanSpill) Spill();
+  }
+  __device__ __forceinline__ void Spill() {
+    low += ull{even & 0xffffu} | (ull{odd & 0xffffu} << 32);
+    high += ull{even >> 16} | (ull{odd >> 16} << 32);
+    even = odd = vectors = 0;
+  }
   // Adds the registers into the shared histogram (a warp sum per bucket).
   __device__ __forceinline__ void Flush() {
+    Spill();
     const unsigned int count[4] = {
         static_cast<unsigned int>(low), static_cast<unsigned int>(low >> 32),
         static_cast<unsigned int>(high), static_cast<unsigned int>(high >> 32)};
@@ -342,6 +374,27 @@ __device__ __forceinline__ void AddUlp(ThreadTotals& t, ull ulp) {
   } else {
     t.sum_ulp_large += static_cast<double>(ulp);
   }
+}
+
+// Element i failed the tolerance: its row's and column's counts, when
+// kept. One atomic per distinct row (and column) among the warp's lanes
+// here: a warp's elements are mostly in one row.
+__device__ __forceinline__ void CountGroups(const CompareArgs& args, int64_t i, ull* col_counts,
+                                            ull* row_counts) {
+  if (col_counts == nullptr) return;
+  const unsigned int active = __activemask();
+  const int lane = threadIdx.x % 32;
+  const ull row = static_cast<ull>(i / args.cols), col = static_cast<ull>(i % args.cols);
+  const unsigned int same_row = __match_any_sync(active, row);
+  if (lane == __ffs(same_row) - 1) atomicAdd(&row_counts[row], ull(__popc(same_row)));
+  const unsigned int same_col = __match_any_sync(active, col);
+  if (lane == __ffs(same_col) - 1) atomicAdd(&col_counts[col], ull(__popc(same_col)));
+}
+
+__device__ __forceinline__ void CountMismatch(const CompareArgs& args, int64_t i, ThreadTotals& t,
+                                              ull* col_counts, ull* row_counts) {
+  ++t.mismatched;
+  CountGroups(args, i, col_counts, row_counts);
 }
 
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
@@ -426,20 +479,7 @@ __device__ __forceinline__ void Accumulate(const CompareArgs& args, const Layout
       passes = x.a == x.e;
     }
   }
-  if (!passes) {
-    ++t.mismatched;
-    if (col_counts != nullptr) {
-      // One atomic per distinct row (and column) among the warp's lanes
-      // here: a warp's elements are mostly in one row.
-      const unsigned int active = __activemask();
-      const int lane = threadIdx.x % 32;
-      const ull row = static_cast<ull>(i / args.cols), col = static_cast<ull>(i % args.cols);
-      const unsigned int same_row = __match_any_sync(active, row);
-      if (lane == __ffs(same_row) - 1) atomicAdd(&row_counts[row], ull(__popc(same_row)));
-      const unsigned int same_col = __match_any_sync(active, col);
-      if (lane == __ffs(same_col) - 1) atomicAdd(&col_counts[col], ull(__popc(same_col)));
-    }
-  }
+  if (!passes) CountMismatch(args, i, t, col_counts, row_counts);
 }
 
 // Elements of one storage type in 16-byte vectors (the arrays are 256-byte
@@ -451,15 +491,14 @@ constexpr int kPerVector = kType == ElemType::kF64   ? 2
 
 template <ElemType kType>
 __device__ __forceinline__ void Decode(const uint4& raw, int j, double* v, ull* bits) {
-  const unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
   if constexpr (kType == ElemType::kF64) {
-    *bits = (ull{w[2 * j + 1]} << 32) | w[2 * j];
+    *bits = (ull{narrow::Word(raw, 2 * j + 1)} << 32) | narrow::Word(raw, 2 * j);
     *v = __longlong_as_double(static_cast<long long>(*bits));
   } else if constexpr (kType == ElemType::kF32) {
-    *bits = w[j];
-    *v = static_cast<double>(__uint_as_float(w[j]));
+    *bits = narrow::Word(raw, j);
+    *v = static_cast<double>(__uint_as_float(*bits));
   } else {
-    const unsigned int h = (w[j / 2] >> (16 * (j % 2))) & 0xffffu;
+    const unsigned int h = (narrow::Word(raw, j / 2) >> (16 * (j % 2))) & 0xffffu;
     *bits = h;
     *v = kType == ElemType::kBF16
              ? static_cast<double>(__uint_as_float(h << 16))
@@ -467,15 +506,199 @@ __device__ __forceinline__ void Decode(const uint4& raw, int j, double* v, ull* 
   }
 }
 
-// The totals pass. kType: both arrays stored in the compared type (four
-// elements per load); kAny: any types, element by element.
+// ---- the lean path
+//
+// Both arrays stored in the compared type, and that type narrow (fp32,
+// fp16, bf16): the common case of a verification. A 16-byte vector with
+// no NaN or infinity in either array (one add per 32-bit word tells) goes
+// through LeanVector: Accumulate's finite branch on 32-bit patterns
+// (narrow_patterns.h), without a branch per element. Any other vector goes
+// through Accumulate. The pass is bound by instruction issue, not by
+// memory: the fewer instructions per element, the nearer a copy's speed.
+
+// Element j of a vector: its widened pattern (narrow_patterns.h) and value.
+template <ElemType kType>
+__device__ __forceinline__ void LeanDecode(const uint4& raw, int j, unsigned int* p, float* v) {
+  *p = narrow::Widened<kType>(raw, j);
+  if constexpr (kType == ElemType::kF16) {
+    *v = __half2float(__ushort_as_half(static_cast<unsigned short>(*p >> 16)));
+  } else {
+    *v = __uint_as_float(*p);  // fp32, and bf16 shifted up: the same bits
+  }
+}
+
+// What a lean vector keeps besides the thread's totals. Per element, the
+// common path has no branch: what is rarely needed (a large ULP distance,
+// a new maximum, a quotient that may win, a mismatch) is noted in these
+// and handled once per vector, in element order.
+struct LeanVectorState {
+  double rel_limit;             // max_rel * kShrink: no smaller quotient can win
+  double max_abs;               // of this vector
+  unsigned int hist_bytes;      // buckets 0-3 as 8-bit counters
+  unsigned int ulp_sum;         // 16-bit types: at most 8 distances below 2^16
+  unsigned int max_ulp;         // > 4: some distance is in bucket 4 or above
+  unsigned int rel_candidates;  // bit j: element j's quotient may beat max_rel
+  unsigned int fails;           // bit j: element j fails the tolerance
+};
+
+// Element j of a lean vector: its patterns and values.
+template <ElemType kType>
+struct LeanPair {
+  unsigned int pa, pe;
+  double a, e;
+  __device__ __forceinline__ LeanPair(const uint4& ra, const uint4& re, int j) {
+    float fa, fe;
+    LeanDecode<kType>(ra, j, &pa, &fa);
+    LeanDecode<kType>(re, j, &pe, &fe);
+    a = fa;
+    e = fe;
+  }
+  __device__ __forceinline__ double abs_diff() const { return fabs(a - e); }
+};
+
+// Element j of a lean vector: Accumulate's finite branch, its rare parts
+// left to LeanVector.
+template <ElemType kType, ToleranceRule kRule>
+__device__ __forceinline__ void LeanElement(const CompareArgs& args, int64_t first, int j,
+                                            const LeanPair<kType>& x, ThreadTotals& t,
+                                            LeanVectorState& v) {
+  const double d = x.a - x.e;
+  const double abs_diff = fabs(d);
+  const double abs_e = fabs(x.e);
+  t.bit_equal += x.pa == x.pe;
+  t.sum_abs += abs_diff;
+  t.sum_sq += d * d;
+  t.sum_aa += x.a * x.a;
+  t.sum_ee += x.e * x.e;
+  t.sum_ae += x.a * x.e;
+  const unsigned int u = narrow::Distance<kType>(x.pa, x.pe);
+  v.hist_bytes += 1u << (8 * min(u, 3u));  // 3 and 4, and above 4 until LeanVector
+  if constexpr (kType == ElemType::kF32) {
+    t.sum_ulp_small += u;
+  } else {
+    v.ulp_sum += u;
+  }
+  v.max_ulp = max(v.max_ulp, u);
+  v.max_abs = abs_diff > v.max_abs ? abs_diff : v.max_abs;
+  // With |e| = 0: rel_limit * 0 is 0 (or NaN once max_rel is infinite), so
+  // a nonzero difference is a candidate, with the quotient +inf.
+  if (abs_diff > v.rel_limit * abs_e) v.rel_candidates |= 1u << j;
+  if (!FinitePassesBy<kRule>(args, abs_diff, abs_e, first + j, u)) v.fails |= 1u << j;
+}
+
+// A vector of finite pairs whose first element is `first`.
+template <ElemType kType, ToleranceRule kRule>
+__device__ __forceinline__ void LeanVector(const CompareArgs& args, int64_t first, const uint4& ra,
+                                           const uint4& re, ThreadTotals& t, LocalHistogram& hist,
+                                           ull* col_counts, ull* row_counts) {
+  constexpr int per = kPerVector<kType>;
+  // Every pair here has a quotient of at least 0: the first of them is
+  // where max_rel stands until a larger one comes (rel_limit * |e| could
+  // not let a 0 in when |e| = 0).
+  if (t.max_rel < 0) {
+    t.max_rel = 0;
+    t.max_rel_index = first;
+  }
+  LeanVectorState v{t.max_rel * kShrink, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < per; ++j) {
+    LeanElement<kType, kRule>(args, first, j, LeanPair<kType>(ra, re, j), t, v);
+  }
+  t.finite += per;
+  t.sum_ulp_small += v.ulp_sum;
+  t.max_ulp = max(t.max_ulp, ull{v.max_ulp});
+  if (v.max_ulp > 4) {  // buckets 4 and above: counted in bucket 3 so far
+#pragma unroll 1
+    for (int j = 0; j < per; ++j) {
+      const LeanPair<kType> x(ra, re, j);
+      const unsigned int u = narrow::Distance<kType>(x.pa, x.pe);
+      if (u > 4) {
+        v.hist_bytes -= 1u << 24;
+        atomicAdd(&hist.shared[Bucket(u)], 1u);
+      }
+    }
+  }
+  hist.AddVector(v.hist_bytes);
+  if (v.max_abs > t.max_abs) {  // a new maximum: its first element here
+#pragma unroll 1
+    for (int j = 0; j < per; ++j) {
+      if (LeanPair<kType>(ra, re, j).abs_diff() == v.max_abs) {
+        t.max_abs = v.max_abs;
+        t.max_abs_index = first + j;
+        break;
+      }
+    }
+  }
+  for (unsigned int c = v.rel_candidates; c != 0; c &= c - 1) {  // in element order
+    const int j = __ffs(c) - 1;
+    const LeanPair<kType> x(ra, re, j);
+    const double abs_e = fabs(x.e);
+    const double rel = abs_e > 0 ? x.abs_diff() / abs_e : CUDART_INF;
+    if (rel > t.max_rel) {
+      t.max_rel = rel;
+      t.max_rel_index = first + j;
+    }
+  }
+  if (v.fails != 0) {
+    t.mismatched += __popc(v.fails);
+    for (unsigned int f = v.fails; f != 0; f &= f - 1) {
+      CountGroups(args, first + __ffs(f) - 1, col_counts, row_counts);
+    }
+  }
+  if (args.sigma != nullptr) {  // bound_ratio's sums over the finite sigma
+#pragma unroll 1
+    for (int j = 0; j < per; ++j) {
+      const float s = args.sigma[first + j];
+      if (isfinite(s)) {
+        const LeanPair<kType> x(ra, re, j);
+        const double d = x.a - x.e;
+        t.sum_sigma2 += static_cast<double>(s) * s;
+        t.sum_sq_sigma += d * d;
+      }
+    }
+  }
+}
+
+// The vector at `first` through the lean path if it can take it.
+template <ElemType kType>
+__device__ __forceinline__ bool TryLeanVector(const CompareArgs& args, int64_t first,
+                                              const uint4& ra, const uint4& re, ThreadTotals& t,
+                                              LocalHistogram& hist, ull* col_counts,
+                                              ull* row_counts) {
+  if (!narrow::AllFinite<kType>(ra, re)) return false;
+  switch (args.rule) {
+    case ToleranceRule::kAbsPlusRel:
+      LeanVector<kType, ToleranceRule::kAbsPlusRel>(args, first, ra, re, t, hist, col_counts,
+                                                    row_counts);
+      break;
+    case ToleranceRule::kAbsOrRel:
+      LeanVector<kType, ToleranceRule::kAbsOrRel>(args, first, ra, re, t, hist, col_counts,
+                                                  row_counts);
+      break;
+    case ToleranceRule::kUlp:
+      LeanVector<kType, ToleranceRule::kUlp>(args, first, ra, re, t, hist, col_counts, row_counts);
+      break;
+    case ToleranceRule::kBound:
+      LeanVector<kType, ToleranceRule::kBound>(args, first, ra, re, t, hist, col_counts,
+                                               row_counts);
+      break;
+  }
+  return true;
+}
+
+// Kernel instances: an ElemType value when both arrays are stored in the
+// compared type (16-byte vectors), kAnyTypes otherwise (element by element).
 constexpr int kAnyTypes = -1;
 
 // Calls f(i, element) for each element this thread owns, in increasing
 // index order: 16-byte vectors when both arrays are stored in the compared
 // type (kType), the next vectors loaded before the current ones are used.
-template <int kType, typename F>
-__device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
+// Each vector goes first to on_vector(its first index, actual, expected);
+// when that returns false, f takes its elements.
+// kRareFallback: on_vector takes nearly every vector, so f's loop is kept
+// rolled (registers for the common path, not for eight inlined copies of f).
+template <int kType, bool kRareFallback, typename V, typename F>
+__device__ __forceinline__ void ForEachVector(const CompareArgs& args, V&& on_vector, F&& f) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   int64_t vectorised = 0;
@@ -497,12 +720,14 @@ __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
         na = a4[q + stride];
         ne = e4[q + stride];
       }
-#pragma unroll
-      for (int j = 0; j < per; ++j) {
-        Element x;
-        Decode<type>(ra, j, &x.a, &x.ba);
-        Decode<type>(re, j, &x.e, &x.be);
-        f(q * per + j, x);
+      if (!on_vector(q * per, ra, re)) {
+#pragma unroll(kRareFallback ? 1 : per)
+        for (int j = 0; j < per; ++j) {
+          Element x;
+          Decode<type>(ra, j, &x.a, &x.ba);
+          Decode<type>(re, j, &x.e, &x.be);
+          f(q * per + j, x);
+        }
       }
       ra = na;
       re = ne;
@@ -511,14 +736,40 @@ __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
   for (int64_t i = vectorised + first; i < args.total; i += stride) f(i, LoadElement(args, i));
 }
 
-// Three blocks of 256 threads per multiprocessor (at most 85 registers):
-// more loads in flight for a pass bound by memory latency.
+template <int kType, typename F>
+__device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
+  ForEachVector<kType, false>(
+      args, [](int64_t, const uint4&, const uint4&) { return false; }, f);
+}
+
+// A partial written by another block: read past this multiprocessor's L1.
+__device__ __forceinline__ CompareTotals LoadPartial(const CompareTotals* p) {
+  static_assert(sizeof(CompareTotals) % sizeof(ull) == 0, "8-byte fields");
+  CompareTotals t;
+  const ull* from = reinterpret_cast<const ull*>(p);
+  ull* to = reinterpret_cast<ull*>(&t);
+  for (size_t k = 0; k < sizeof(CompareTotals) / sizeof(ull); ++k) to[k] = __ldcg(from + k);
+  return t;
+}
+
 template <int kType>
-__global__ void __launch_bounds__(kThreads, 3)
-    TotalsKernel(CompareArgs args, CompareTotals* partials, ull* result_hist, ull* col_counts,
-                 ull* row_counts, unsigned int* nonfinite_count) {
+constexpr bool kLean = kType == static_cast<int>(ElemType::kF32) ||
+                       kType == static_cast<int>(ElemType::kF16) ||
+                       kType == static_cast<int>(ElemType::kBF16);
+
+// The totals pass. Each block writes its partial; the last block to finish
+// reduces them in block order (the same sums on every run) into
+// result->totals, which saves the launch of a kernel for it. Blocks of 256
+// threads, three per multiprocessor (at most 85 registers), two for the
+// lean kernels, whose common path needs about 110 registers and would
+// otherwise spill to local memory.
+template <int kType>
+__global__ void __launch_bounds__(kThreads, kLean<kType> ? 2 : 3)
+    TotalsKernel(CompareArgs args, CompareTotals* partials, CompareResult* result, ull* col_counts,
+                 ull* row_counts) {
   __shared__ unsigned int block_hist[kCompareHistBuckets];
   __shared__ RareCounts rare;
+  __shared__ bool last_block;
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
   if (threadIdx.x == 0) rare = RareCounts{0, 0, 0, 0, 0, 0};
   __syncthreads();
@@ -526,9 +777,20 @@ __global__ void __launch_bounds__(kThreads, 3)
   ThreadTotals mine;
   LocalHistogram hist;
   hist.shared = block_hist;
-  ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
-    Accumulate(args, layout, i, x, mine, &rare, hist, col_counts, row_counts, nonfinite_count);
-  });
+  ForEachVector<kType, kLean<kType>>(
+      args,
+      [&](int64_t first, const uint4& ra, const uint4& re) {
+        if constexpr (kLean<kType>) {
+          return TryLeanVector<static_cast<ElemType>(kType)>(args, first, ra, re, mine, hist,
+                                                              col_counts, row_counts);
+        } else {
+          return false;
+        }
+      },
+      [&](int64_t i, const Element& x) {
+        Accumulate(args, layout, i, x, mine, &rare, hist, col_counts, row_counts,
+                   &result->nonfinite_count);
+      });
   hist.Flush();                                   // every thread of the block reaches it
   CompareTotals t = BlockReduce(ToTotals(mine));  // its __syncthreads orders `rare`
   if (threadIdx.x == 0) {
@@ -542,16 +804,21 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) {
-    if (block_hist[b] != 0) atomicAdd(&result_hist[b], ull{block_hist[b]});
+    if (block_hist[b] != 0) atomicAdd(&result->ulp_histogram[b], ull{block_hist[b]});
   }
-}
-
-__global__ void FinishTotalsKernel(const CompareTotals* partials, int count,
-                                   CompareResult* result) {
-  CompareTotals t = EmptyTotals();
-  for (int j = threadIdx.x; j < count; j += blockDim.x) Combine(t, partials[j]);
-  t = BlockReduce(t);
-  if (threadIdx.x == 0) result->totals = t;
+  if (threadIdx.x == 0) {
+    __threadfence();  // the partial before the ticket
+    last_block = atomicAdd(&result->blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  CompareTotals total = EmptyTotals();
+  for (int j = threadIdx.x; j < static_cast<int>(gridDim.x); j += blockDim.x) {
+    Combine(total, LoadPartial(&partials[j]));
+  }
+  total = BlockReduce(total);
+  if (threadIdx.x == 0) result->totals = total;
 }
 
 // ---- worst elements
@@ -778,10 +1045,9 @@ cudaError_t Dispatch(int type, Args&&... args) {
 template <int kType>
 struct TotalsLaunch {
   static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
-                         CompareTotals* partials, ull* hist, ull* cols, ull* rows,
-                         unsigned int* nonfinite) {
-    TotalsKernel<kType>
-        <<<blocks, kThreads, 0, stream>>>(args, partials, hist, cols, rows, nonfinite);
+                         CompareTotals* partials, CompareResult* result, ull* cols,
+                         ull* rows) {
+    TotalsKernel<kType><<<blocks, kThreads, 0, stream>>>(args, partials, result, cols, rows);
     return cudaGetLastError();
   }
 };
@@ -821,12 +1087,8 @@ cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch, CompareR
   }
   auto* partials = static_cast<CompareTotals*>(scratch);
   const int blocks = Blocks(args.total);
-  e = Dispatch<TotalsLaunch>(KernelType(args), blocks, stream, args, partials,
-                             result->ulp_histogram, col_counts, row_counts,
-                             &result->nonfinite_count);
-  if (e != cudaSuccess) return e;
-  FinishTotalsKernel<<<1, kThreads, 0, stream>>>(partials, blocks, result);
-  return cudaGetLastError();
+  return Dispatch<TotalsLaunch>(KernelType(args), blocks, stream, args, partials, result,
+                                col_counts, row_counts);
 }
 
 cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch, WorstEntry* out,

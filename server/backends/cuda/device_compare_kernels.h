@@ -70,6 +70,7 @@ struct CompareResult {
   unsigned long long ulp_histogram[kCompareHistBuckets];
   unsigned int worst_count;  // entries written by the worst-element gather
   unsigned int nonfinite_count;
+  unsigned int blocks_done;  // blocks of the totals pass that have written their partial
 };
 
 // Device scratch of one comparison: CompareScratchBytes(total) bytes.

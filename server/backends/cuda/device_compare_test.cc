@@ -87,6 +87,8 @@ struct Scenario {
   int sigma_nans = 0;  // non-finite sigma entries (device upload path)
   int top_k = 10;
   int top_groups = 5;
+  bool relu = false;     // the layer's activation: many exact zeros in both
+  int zeros_moved = 0;   // zeros of the output made nonzero in the other
 };
 
 Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
@@ -105,6 +107,11 @@ Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
   }
   for (int j = 0; j < sc.infs; ++j) {
     v[static_cast<size_t>(at(rng))] = (j % 2 ? -1 : 1) * std::numeric_limits<double>::infinity();
+  }
+  for (int64_t i = 0, moved = 0; i < total && moved < sc.zeros_moved; ++i) {
+    if (output.GetDouble(i) == 0) {  // |e| = 0 against a difference: rel = inf
+      v[static_cast<size_t>(i)] = 1e-3 * static_cast<double>(++moved);
+    }
   }
   if (sc.noise > 0) v[0] = -0.0;  // a signed zero against the output's value
   auto t = FromDoubles(sc.other, output.shape(), v);
@@ -134,12 +141,21 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
        TolerancePreset::kExplicit, 0, false, 0, 0, 0, 1.0, false, 0, 7},
       {"fp16 out, numpy, no worst and no groups", 64, 48, DType::kFloat16, DType::kFloat16,
        TolerancePreset::kNumpy, 0, false, 3, 3, 1e-3, 0.3, true, 0, 0, 0},
+      // Same-type pairs take the lean path of the totals pass; these cover
+      // what the ones above leave to the general path there.
+      {"bf16 same type, bound, sigma with NaN", 96, 80, DType::kBFloat16, DType::kBFloat16,
+       TolerancePreset::kBound, 0, false, 0, 2, 1e-2, 0.3, true, 11},
+      {"fp16 relu, torch: zeros in both, rel = inf", 128, 64, DType::kFloat16, DType::kFloat16,
+       TolerancePreset::kTorch, 0, false, 0, 0, 1e-2, 0.5, false, 0, 10, 5, true, 7},
+      {"fp32 relu, polygraphy, no NaN anywhere", 64, 256, DType::kFloat32, DType::kFloat32,
+       TolerancePreset::kPolygraphy, 0, false, 0, 0, 1e-6, 0.2, false, 0, 10, 5, true, 0},
   };
   uint32_t seed = 100;
   for (const Scenario& sc : scenarios) {
     SCOPED_TRACE(sc.name);
     ++seed;
     auto layer = MakeLayer(sc.m, sc.n, 32, sc.out, seed);
+    if (sc.relu) layer->problem.activation = Activation::kRelu;
     const Precision precision = sc.out == DType::kBFloat16  ? Precision::kBf16
                                 : sc.out == DType::kFloat16 ? Precision::kFp16
                                                             : Precision::kFp32;

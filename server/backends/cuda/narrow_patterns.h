@@ -1,0 +1,92 @@
+// Bit patterns of the narrow types (fp32, fp16, bf16) as the device
+// comparison's lean path reads them, for host and device alike: the kernels
+// use them, narrow_patterns_test.cc checks them on any host against an
+// independent enumeration (internal to this folder).
+//
+// A pattern is widened to 32 bits with its sign in bit 31: an fp32's own
+// bits, a 16-bit pattern shifted up by 16. Then one code serves the three
+// types, and a 16-bit distance is the 32-bit one shifted down by 16.
+#pragma once
+
+#include <cuda_runtime.h>  // uint4
+
+#include <cstdint>
+
+#include "server/backends/cuda/cuda_kernels.h"
+
+#if defined(__CUDACC__)
+#define TC_HOST_DEVICE __host__ __device__
+#else
+#define TC_HOST_DEVICE
+#endif
+
+namespace tensorcheck::cuda::narrow {
+
+template <ElemType kType>
+struct Layout {
+  static_assert(kType == ElemType::kF32 || kType == ElemType::kF16 || kType == ElemType::kBF16,
+                "narrow types only");
+  static constexpr int kShift = kType == ElemType::kF32 ? 0 : 16;
+  // Per 32-bit word of storage, (word & kMagnitudes) + kToTop sets the top
+  // bit (kTops) of each element's lane exactly when its exponent is all
+  // ones (infinity or NaN); no lane carries into the next.
+  static constexpr uint32_t kMagnitudes = kType == ElemType::kF32 ? 0x7fffffffu : 0x7fff7fffu;
+  static constexpr uint32_t kToTop = kType == ElemType::kF32    ? 0x00800000u
+                                     : kType == ElemType::kBF16 ? 0x00800080u
+                                                                : 0x04000400u;
+  static constexpr uint32_t kTops = kType == ElemType::kF32 ? 0x80000000u : 0x80008000u;
+};
+
+// A word of storage with the top bit of each element's lane set exactly
+// when that element is infinite or NaN (the other bits are of no use).
+template <ElemType kType>
+TC_HOST_DEVICE inline uint32_t ExponentTops(uint32_t word) {
+  return (word & Layout<kType>::kMagnitudes) + Layout<kType>::kToTop;
+}
+
+// Whether every element of two 16-byte vectors of storage is finite.
+template <ElemType kType>
+TC_HOST_DEVICE inline bool AllFinite(const uint4& a, const uint4& e) {
+  const uint32_t tops = ExponentTops<kType>(a.x) | ExponentTops<kType>(a.y) |
+                        ExponentTops<kType>(a.z) | ExponentTops<kType>(a.w) |
+                        ExponentTops<kType>(e.x) | ExponentTops<kType>(e.y) |
+                        ExponentTops<kType>(e.z) | ExponentTops<kType>(e.w);
+  return (tops & Layout<kType>::kTops) == 0;
+}
+
+// Word k of a vector; selects, not an array, so that k may vary at run time
+// without the vector going to local memory.
+TC_HOST_DEVICE inline uint32_t Word(const uint4& raw, int k) {
+  return k == 0 ? raw.x : k == 1 ? raw.y : k == 2 ? raw.z : raw.w;
+}
+
+// The widened pattern of element j of a vector (little-endian: element 2k
+// of a 16-bit type is the low half of word k).
+template <ElemType kType>
+TC_HOST_DEVICE inline uint32_t Widened(const uint4& raw, int j) {
+  if constexpr (kType == ElemType::kF32) {
+    return Word(raw, j);
+  } else {
+    const uint32_t word = Word(raw, j / 2);
+    return j % 2 == 0 ? word << 16 : word & 0xffff0000u;
+  }
+}
+
+// Sign and magnitude to two's complement: ordered as the values, with
+// -0 == +0.
+TC_HOST_DEVICE inline int32_t Ordered(uint32_t p) {
+  const int32_t sign = static_cast<int32_t>(p) >> 31;
+  return (static_cast<int32_t>(p & 0x7fffffffu) ^ sign) - sign;
+}
+
+// ULP distance between two finite widened patterns: stats' UlpDistance.
+// Their ordered values differ by less than 2^32, so the unsigned difference
+// of the larger and the smaller is exact.
+template <ElemType kType>
+TC_HOST_DEVICE inline uint32_t Distance(uint32_t pa, uint32_t pe) {
+  const int32_t oa = Ordered(pa), oe = Ordered(pe);
+  const int32_t hi = oa > oe ? oa : oe, lo = oa > oe ? oe : oa;
+  return (static_cast<uint32_t>(hi) - static_cast<uint32_t>(lo)) >> Layout<kType>::kShift;
+}
+
+}  // namespace tensorcheck::cuda::narrow
