@@ -639,8 +639,8 @@ __device__ __forceinline__ void LeanVector(const CompareArgs& args, int64_t firs
       t.max_rel_index = first + j;
     }
   }
-  if (v.fails != 0) {
-    t.mismatched += __popc(v.fails);
+  t.mismatched += __popc(v.fails);
+  if (col_counts != nullptr) {
     for (unsigned int f = v.fails; f != 0; f &= f - 1) {
       CountGroups(args, first + __ffs(f) - 1, col_counts, row_counts);
     }
@@ -670,20 +670,20 @@ __device__ __forceinline__ bool TryLeanVector(const CompareArgs& args, int64_t f
     case ToleranceRule::kAbsPlusRel:
       LeanVector<kType, ToleranceRule::kAbsPlusRel>(args, first, ra, re, t, hist, col_counts,
                                                     row_counts);
-      break;
+      return true;
     case ToleranceRule::kAbsOrRel:
       LeanVector<kType, ToleranceRule::kAbsOrRel>(args, first, ra, re, t, hist, col_counts,
                                                   row_counts);
-      break;
+      return true;
     case ToleranceRule::kUlp:
       LeanVector<kType, ToleranceRule::kUlp>(args, first, ra, re, t, hist, col_counts, row_counts);
-      break;
+      return true;
     case ToleranceRule::kBound:
       LeanVector<kType, ToleranceRule::kBound>(args, first, ra, re, t, hist, col_counts,
                                                row_counts);
-      break;
+      return true;
   }
-  return true;
+  return false;
 }
 
 // Kernel instances: an ElemType value when both arrays are stored in the
