@@ -530,13 +530,15 @@ __device__ __forceinline__ void LeanDecode(const uint4& raw, int j, unsigned int
 // What a lean vector keeps besides the thread's totals. Per element, the
 // common path has no branch: what is rarely needed (a large ULP distance,
 // a new maximum, a quotient that may win, a mismatch) is noted in these
-// and handled once per vector, in element order.
+// and handled once per vector, in element order; the maxima are compared
+// with the thread's as they stood before the vector.
 struct LeanVectorState {
   double rel_limit;             // max_rel * kShrink: no smaller quotient can win
-  double max_abs;               // of this vector
   unsigned int hist_bytes;      // buckets 0-3 as 8-bit counters
   unsigned int ulp_sum;         // 16-bit types: at most 8 distances below 2^16
   unsigned int max_ulp;         // > 4: some distance is in bucket 4 or above
+  unsigned int bit_equal;       // bit j: element j's patterns are equal
+  unsigned int abs_candidates;  // bit j: element j's |a-e| beats max_abs
   unsigned int rel_candidates;  // bit j: element j's quotient may beat max_rel
   unsigned int fails;           // bit j: element j fails the tolerance
 };
@@ -565,7 +567,7 @@ __device__ __forceinline__ void LeanElement(const CompareArgs& args, int64_t fir
   const double d = x.a - x.e;
   const double abs_diff = fabs(d);
   const double abs_e = fabs(x.e);
-  t.bit_equal += x.pa == x.pe;
+  v.bit_equal |= static_cast<unsigned int>(x.pa == x.pe) << j;
   t.sum_abs += abs_diff;
   t.sum_sq += d * d;
   t.sum_aa += x.a * x.a;
@@ -579,7 +581,7 @@ __device__ __forceinline__ void LeanElement(const CompareArgs& args, int64_t fir
     v.ulp_sum += u;
   }
   v.max_ulp = max(v.max_ulp, u);
-  v.max_abs = abs_diff > v.max_abs ? abs_diff : v.max_abs;
+  if (abs_diff > t.max_abs) v.abs_candidates |= 1u << j;
   // With |e| = 0: rel_limit * 0 is 0 (or NaN once max_rel is infinite), so
   // a nonzero difference is a candidate, with the quotient +inf.
   if (abs_diff > v.rel_limit * abs_e) v.rel_candidates |= 1u << j;
@@ -599,12 +601,13 @@ __device__ __forceinline__ void LeanVector(const CompareArgs& args, int64_t firs
     t.max_rel = 0;
     t.max_rel_index = first;
   }
-  LeanVectorState v{t.max_rel * kShrink, 0, 0, 0, 0, 0, 0};
+  LeanVectorState v{t.max_rel * kShrink, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < per; ++j) {
     LeanElement<kType, kRule>(args, first, j, LeanPair<kType>(ra, re, j), t, v);
   }
   t.finite += per;
+  t.bit_equal += __popc(v.bit_equal);
   t.sum_ulp_small += v.ulp_sum;
   t.max_ulp = max(t.max_ulp, ull{v.max_ulp});
   if (v.max_ulp > 4) {  // buckets 4 and above: counted in bucket 3 so far
@@ -619,14 +622,12 @@ __device__ __forceinline__ void LeanVector(const CompareArgs& args, int64_t firs
     }
   }
   hist.AddVector(v.hist_bytes);
-  if (v.max_abs > t.max_abs) {  // a new maximum: its first element here
-#pragma unroll 1
-    for (int j = 0; j < per; ++j) {
-      if (LeanPair<kType>(ra, re, j).abs_diff() == v.max_abs) {
-        t.max_abs = v.max_abs;
-        t.max_abs_index = first + j;
-        break;
-      }
+  for (unsigned int c = v.abs_candidates; c != 0; c &= c - 1) {  // in element order
+    const int j = __ffs(c) - 1;
+    const double abs_diff = LeanPair<kType>(ra, re, j).abs_diff();
+    if (abs_diff > t.max_abs) {
+      t.max_abs = abs_diff;
+      t.max_abs_index = first + j;
     }
   }
   for (unsigned int c = v.rel_candidates; c != 0; c &= c - 1) {  // in element order
