@@ -45,6 +45,15 @@ struct DeviceArray {
   int64_t numel = 0;
 };
 
+// The kernels' arguments for comparing `actual` with `expected` under
+// `options` (the device scratch pointers, sigma and bound left unset).
+CompareArgs MakeCompareArgs(const DeviceArray& actual, const DeviceArray& expected,
+                            const CompareOptions& options);
+
+// The totals pass's result as stats' DiffTotals (before the sigma
+// correction and `worst`, which Finish adds).
+DiffTotals ToDiffTotals(const CompareResult& result);
+
 class DeviceCompare {
  public:
   // How many NaN/Inf pair indices come back for bound_ratio's correction.

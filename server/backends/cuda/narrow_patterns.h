@@ -13,12 +13,7 @@
 #include <cstdint>
 
 #include "server/backends/cuda/cuda_kernels.h"
-
-#if defined(__CUDACC__)
-#define TC_HOST_DEVICE __host__ __device__
-#else
-#define TC_HOST_DEVICE
-#endif
+#include "server/backends/cuda/host_device.h"
 
 namespace tensorcheck::cuda::narrow {
 
@@ -40,13 +35,13 @@ struct Layout {
 // A word of storage with the top bit of each element's lane set exactly
 // when that element is infinite or NaN (the other bits are of no use).
 template <ElemType kType>
-TC_HOST_DEVICE inline uint32_t ExponentTops(uint32_t word) {
+TC_INLINE uint32_t ExponentTops(uint32_t word) {
   return (word & Layout<kType>::kMagnitudes) + Layout<kType>::kToTop;
 }
 
 // Whether every element of two 16-byte vectors of storage is finite.
 template <ElemType kType>
-TC_HOST_DEVICE inline bool AllFinite(const uint4& a, const uint4& e) {
+TC_INLINE bool AllFinite(const uint4& a, const uint4& e) {
   const uint32_t tops = ExponentTops<kType>(a.x) | ExponentTops<kType>(a.y) |
                         ExponentTops<kType>(a.z) | ExponentTops<kType>(a.w) |
                         ExponentTops<kType>(e.x) | ExponentTops<kType>(e.y) |
@@ -56,14 +51,14 @@ TC_HOST_DEVICE inline bool AllFinite(const uint4& a, const uint4& e) {
 
 // Word k of a vector; selects, not an array, so that k may vary at run time
 // without the vector going to local memory.
-TC_HOST_DEVICE inline uint32_t Word(const uint4& raw, int k) {
+TC_INLINE uint32_t Word(const uint4& raw, int k) {
   return k == 0 ? raw.x : k == 1 ? raw.y : k == 2 ? raw.z : raw.w;
 }
 
 // The widened pattern of element j of a vector (little-endian: element 2k
 // of a 16-bit type is the low half of word k).
 template <ElemType kType>
-TC_HOST_DEVICE inline uint32_t Widened(const uint4& raw, int j) {
+TC_INLINE uint32_t Widened(const uint4& raw, int j) {
   if constexpr (kType == ElemType::kF32) {
     return Word(raw, j);
   } else {
@@ -74,7 +69,7 @@ TC_HOST_DEVICE inline uint32_t Widened(const uint4& raw, int j) {
 
 // Sign and magnitude to two's complement: ordered as the values, with
 // -0 == +0.
-TC_HOST_DEVICE inline int32_t Ordered(uint32_t p) {
+TC_INLINE int32_t Ordered(uint32_t p) {
   const int32_t sign = static_cast<int32_t>(p) >> 31;
   return (static_cast<int32_t>(p & 0x7fffffffu) ^ sign) - sign;
 }
@@ -83,7 +78,7 @@ TC_HOST_DEVICE inline int32_t Ordered(uint32_t p) {
 // Their ordered values differ by less than 2^32, so the unsigned difference
 // of the larger and the smaller is exact.
 template <ElemType kType>
-TC_HOST_DEVICE inline uint32_t Distance(uint32_t pa, uint32_t pe) {
+TC_INLINE uint32_t Distance(uint32_t pa, uint32_t pe) {
   const int32_t oa = Ordered(pa), oe = Ordered(pe);
   const int32_t hi = oa > oe ? oa : oe, lo = oa > oe ? oe : oa;
   return (static_cast<uint32_t>(hi) - static_cast<uint32_t>(lo)) >> Layout<kType>::kShift;
