@@ -295,12 +295,15 @@ TC_INLINE CompareTotals EmptyTotals() {
   return t;
 }
 
+// max_rel is found by multiplying first (as diff_stats.cc): a quotient is
+// computed only when |a-e| > max_rel * kShrink * |e|, a factor just below 1
+// so that no winner is missed to rounding.
+inline constexpr double kShrink = 1.0 - 0x1p-50;
+
 // ULP histogram of one thread: the buckets where close outputs put nearly
 // every element in registers, the rest by shared-memory atomics.
 // Same-address atomics from every thread of a block would serialise the
 // pass.
-constexpr double kShrink = 1.0 - 0x1p-50;
-
 struct LocalHistogram {
   // Buckets 0-3 (distances 0, 1, 2, 3-4) as 32-bit counters packed two to
   // a register: one shift and one add per element. A thread owns fewer
