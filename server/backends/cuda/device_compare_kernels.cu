@@ -491,11 +491,36 @@ cudaError_t Dispatch(int type, Args&&... args) {
   }
 }
 
+// Blocks of TotalsKernel<kType> the device holds at once: its
+// multiprocessors times the kernel's occupancy (kMaxBlocks when the device
+// cannot say). The totals pass runs as at most one wave of these, each
+// thread taking many vectors, so that the per-block epilogue (reductions,
+// histogram, partial) is paid by few blocks: with 1024 blocks a thread of
+// the 1921x3072 bf16 case takes under 3 vectors, and the epilogue's
+// instructions (warp and block reductions of 20 fields) are of the order
+// of theirs.
+template <int kType>
+int ResidentTotalsBlocks() {
+  static const int resident = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TotalsKernel<kType>, kThreads, 0) !=
+            cudaSuccess ||
+        sms <= 0 || per_sm <= 0) {
+      cudaGetLastError();  // leave no error behind for the launch to report
+      return static_cast<int>(kMaxBlocks);
+    }
+    return static_cast<int>(std::min<int64_t>(int64_t{sms} * per_sm, kMaxBlocks));
+  }();
+  return resident;
+}
+
 template <int kType>
 struct TotalsLaunch {
-  static cudaError_t Run(int blocks, cudaStream_t stream, const CompareArgs& args,
-                         CompareTotals* partials, CompareResult* result, ull* cols,
-                         ull* rows) {
+  static cudaError_t Run(cudaStream_t stream, const CompareArgs& args, CompareTotals* partials,
+                         CompareResult* result, ull* cols, ull* rows) {
+    const int blocks = std::min(Blocks(args.total), ResidentTotalsBlocks<kType>());
     TotalsKernel<kType><<<blocks, kThreads, 0, stream>>>(args, partials, result, cols, rows);
     return cudaGetLastError();
   }
@@ -535,9 +560,8 @@ cudaError_t LaunchCompareTotals(const CompareArgs& args, void* scratch, CompareR
     if (e != cudaSuccess) return e;
   }
   auto* partials = static_cast<CompareTotals*>(scratch);
-  const int blocks = Blocks(args.total);
-  return Dispatch<TotalsLaunch>(KernelType(args), blocks, stream, args, partials, result,
-                                col_counts, row_counts);
+  return Dispatch<TotalsLaunch>(KernelType(args), stream, args, partials, result, col_counts,
+                                row_counts);
 }
 
 cudaError_t LaunchSelectWorst(const CompareArgs& args, int k, void* scratch, WorstEntry* out,
