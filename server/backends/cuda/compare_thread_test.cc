@@ -29,46 +29,29 @@ namespace {
 using ::tensorcheck::testing::ExpectSameStats;
 using ::tensorcheck::testing::IsOk;
 
-// Vector q (16 bytes) of a host array.
-uint4 VectorAt(const void* data, int64_t q) {
-  uint4 v;
-  std::memcpy(&v, static_cast<const char*>(data) + 16 * q, sizeof v);
-  return v;
-}
-
-// One thread owning every element, in the order a device thread takes its
-// own: 16-byte vectors (the lean path where it applies), then the tail.
+// One thread owning every element (first 0, stride 1), taking them as a
+// device thread takes its own: the lean path where it applies.
 template <int kType>
-void OneThread(const CompareArgs& args, cmp::ThreadTotals& t, cmp::RareCounts& rare,
-               cmp::LocalHistogram& hist, unsigned long long* cols, unsigned long long* rows,
-               unsigned int* nonfinite_count) {
-  const cmp::Layout layout = cmp::LayoutOf(args.compared);
-  auto general = [&](int64_t i, const cmp::Element& x) {
-    cmp::Accumulate(args, layout, i, x, t, &rare, hist, cols, rows, nonfinite_count);
-  };
-  int64_t vectorised = 0;
-  if constexpr (kType >= 0) {
-    constexpr ElemType type = static_cast<ElemType>(kType);
-    constexpr int per = cmp::kPerVector<type>;
-    const int64_t vectors = args.total / per;
-    vectorised = vectors * per;
-    for (int64_t q = 0; q < vectors; ++q) {
-      const uint4 ra = VectorAt(args.actual, q), re = VectorAt(args.expected, q);
-      bool lean = false;
-      if constexpr (type != ElemType::kF64) {
-        lean = cmp::TryLeanVector<type>(args, q * per, ra, re, t, hist, cols, rows);
-      }
-      if (lean) continue;
-      for (int j = 0; j < per; ++j) {
-        cmp::Element x;
-        cmp::Decode<type>(ra, j, &x.a, &x.ba);
-        cmp::Decode<type>(re, j, &x.e, &x.be);
-        general(q * per + j, x);
-      }
-    }
+struct OneThread {
+  static void Run(const CompareArgs& args, cmp::ThreadTotals& t, cmp::RareCounts& rare,
+                  cmp::LocalHistogram& hist, unsigned long long* cols, unsigned long long* rows,
+                  unsigned int* nonfinite_count) {
+    const cmp::Layout layout = cmp::LayoutOf(args.compared);
+    cmp::ForEachVector<kType, cmp::kLean<kType>>(
+        args, 0, 1,
+        [&](int64_t first, const uint4& ra, const uint4& re) {
+          if constexpr (cmp::kLean<kType>) {
+            return cmp::TryLeanVector<static_cast<ElemType>(kType)>(args, first, ra, re, t, hist,
+                                                                     cols, rows);
+          } else {
+            return false;
+          }
+        },
+        [&](int64_t i, const cmp::Element& x) {
+          cmp::Accumulate(args, layout, i, x, t, &rare, hist, cols, rows, nonfinite_count);
+        });
   }
-  for (int64_t i = vectorised; i < args.total; ++i) general(i, cmp::LoadElement(args, i));
-}
+};
 
 // Compare's statistics computed the way the device computes them, with
 // one thread: MakeCompareArgs, the thread's totals, ToDiffTotals,
@@ -92,27 +75,8 @@ DiffStats OneThreadStats(const Tensor& actual, const Tensor& expected,
   cmp::LocalHistogram hist;
   hist.shared = shared;
   unsigned int nonfinite_count = 0;
-  const bool same = args.actual_type == args.compared && args.expected_type == args.compared;
-  auto run = [&](auto type) {
-    OneThread<decltype(type)::value>(args, t, rare, hist, cols.data(), rows.data(),
-                                     &nonfinite_count);
-  };
-  switch (same ? static_cast<int>(args.compared) : -1) {
-    case 0:
-      run(std::integral_constant<int, 0>());
-      break;
-    case 1:
-      run(std::integral_constant<int, 1>());
-      break;
-    case 2:
-      run(std::integral_constant<int, 2>());
-      break;
-    case 3:
-      run(std::integral_constant<int, 3>());
-      break;
-    default:
-      run(std::integral_constant<int, -1>());
-  }
+  cmp::Dispatch<OneThread>(cmp::KernelType(args), args, t, rare, hist, cols.data(), rows.data(),
+                           &nonfinite_count);
   hist.Spill();
 
   CompareResult result{};

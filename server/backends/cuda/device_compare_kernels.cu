@@ -135,60 +135,18 @@ __device__ CompareTotals BlockReduce(CompareTotals t) {
   return t;
 }
 
-// Kernel instances: an ElemType value when both arrays are stored in the
-// compared type (16-byte vectors), kAnyTypes otherwise (element by element).
-constexpr int kAnyTypes = -1;
-
-// Calls f(i, element) for each element this thread owns, in increasing
-// index order: 16-byte vectors when both arrays are stored in the compared
-// type (kType), the next vectors loaded before the current ones are used.
-// Each vector goes first to on_vector(its first index, actual, expected);
-// when that returns false, f takes its elements.
-// kRareFallback: on_vector takes nearly every vector, so f's loop is kept
-// rolled (registers for the common path, not for eight inlined copies of f).
-template <int kType, bool kRareFallback, typename V, typename F>
-__device__ __forceinline__ void ForEachVector(const CompareArgs& args, V&& on_vector, F&& f) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  int64_t vectorised = 0;
-  if constexpr (kType != kAnyTypes) {
-    constexpr ElemType type = static_cast<ElemType>(kType);
-    constexpr int per = kPerVector<type>;
-    const int64_t vectors = args.total / per;
-    vectorised = vectors * per;
-    const uint4* a4 = static_cast<const uint4*>(args.actual);
-    const uint4* e4 = static_cast<const uint4*>(args.expected);
-    uint4 ra{}, re{};
-    if (first < vectors) {
-      ra = a4[first];
-      re = e4[first];
-    }
-    for (int64_t q = first; q < vectors; q += stride) {
-      uint4 na{}, ne{};
-      if (q + stride < vectors) {
-        na = a4[q + stride];
-        ne = e4[q + stride];
-      }
-      if (!on_vector(q * per, ra, re)) {
-#pragma unroll(kRareFallback ? 1 : per)
-        for (int j = 0; j < per; ++j) {
-          Element x;
-          Decode<type>(ra, j, &x.a, &x.ba);
-          Decode<type>(re, j, &x.e, &x.be);
-          f(q * per + j, x);
-        }
-      }
-      ra = na;
-      re = ne;
-    }
-  }
-  for (int64_t i = vectorised + first; i < args.total; i += stride) f(i, LoadElement(args, i));
+// This thread's first element (or vector) and the grid's stride.
+__device__ __forceinline__ int64_t ThreadFirst() {
+  return int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
 }
+__device__ __forceinline__ int64_t GridStride() { return int64_t{gridDim.x} * blockDim.x; }
 
 template <int kType, typename F>
 __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
+  const int64_t stride = GridStride();
+  const int64_t first = ThreadFirst();
   ForEachVector<kType, false>(
-      args, [](int64_t, const uint4&, const uint4&) { return false; }, f);
+      args, first, stride, [](int64_t, const uint4&, const uint4&) { return false; }, f);
 }
 
 // A partial written by another block: read past this multiprocessor's L1.
@@ -200,11 +158,6 @@ __device__ __forceinline__ CompareTotals LoadPartial(const CompareTotals* p) {
   for (size_t k = 0; k < sizeof(CompareTotals) / sizeof(ull); ++k) to[k] = __ldcg(from + k);
   return t;
 }
-
-template <int kType>
-constexpr bool kLean = kType == static_cast<int>(ElemType::kF32) ||
-                       kType == static_cast<int>(ElemType::kF16) ||
-                       kType == static_cast<int>(ElemType::kBF16);
 
 // The totals pass. Each block writes its partial; the last block to finish
 // reduces them in block order (the same sums on every run) into
@@ -226,8 +179,10 @@ __global__ void __launch_bounds__(kThreads, kLean<kType> ? 2 : 3)
   ThreadTotals mine;
   LocalHistogram hist;
   hist.shared = block_hist;
+  const int64_t stride = GridStride();
+  const int64_t first = ThreadFirst();
   ForEachVector<kType, kLean<kType>>(
-      args,
+      args, first, stride,
       [&](int64_t first, const uint4& ra, const uint4& re) {
         if constexpr (kLean<kType>) {
           return TryLeanVector<static_cast<ElemType>(kType)>(args, first, ra, re, mine, hist,
@@ -469,36 +424,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // The kernel instance for `args`: vectorised when both arrays are stored
 // in the compared type.
-int KernelType(const CompareArgs& args) {
-  const bool same = args.actual_type == args.compared && args.expected_type == args.compared;
-  return same ? static_cast<int>(args.compared) : kAnyTypes;
-}
-
-// Calls Launch<type>::Run(args...) for the instance KernelType picked.
-template <template <int> class Launch, typename... Args>
-cudaError_t Dispatch(int type, Args&&... args) {
-  switch (type) {
-    case static_cast<int>(ElemType::kF64):
-      return Launch<static_cast<int>(ElemType::kF64)>::Run(args...);
-    case static_cast<int>(ElemType::kF32):
-      return Launch<static_cast<int>(ElemType::kF32)>::Run(args...);
-    case static_cast<int>(ElemType::kF16):
-      return Launch<static_cast<int>(ElemType::kF16)>::Run(args...);
-    case static_cast<int>(ElemType::kBF16):
-      return Launch<static_cast<int>(ElemType::kBF16)>::Run(args...);
-    default:
-      return Launch<kAnyTypes>::Run(args...);
-  }
-}
-
-// Blocks of TotalsKernel<kType> the device holds at once: its
-// multiprocessors times the kernel's occupancy (kMaxBlocks when the device
-// cannot say). The totals pass runs as at most one wave of these, each
-// thread taking many vectors, so that the per-block epilogue (reductions,
-// histogram, partial) is paid by few blocks: with 1024 blocks a thread of
-// the 1921x3072 bf16 case takes under 3 vectors, and the epilogue's
-// instructions (warp and block reductions of 20 fields) are of the order
-// of theirs.
 template <int kType>
 int ResidentTotalsBlocks() {
   static const int resident = [] {
