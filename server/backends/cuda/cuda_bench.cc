@@ -249,24 +249,16 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, cons
   DeviceStatsTimes out;
   out.host_ms = Median(host);
   auto body = [&]() -> absl::Status {
-    cuda::CompareArgs args;
-    args.actual = a.get();
-    args.actual_type = cuda::ToElem(actual.dtype());
-    args.expected = e.get();
-    args.expected_type = cuda::ToElem(expected.dtype());
-    args.compared = cuda::ToElem(options.compared_dtype);
-    args.total = total;
-    args.cols = options.cols == 0 ? total : options.cols;
-    args.atol = options.tolerance.atol;
-    args.rtol = options.tolerance.rtol;
+    const cuda::DeviceArray da{a.get(), actual.dtype(), total};
+    const cuda::DeviceArray de{e.get(), expected.dtype(), total};
+    // The totals pass alone: no sigma, bound or group counts.
+    const cuda::CompareArgs args = cuda::MakeCompareArgs(da, de, options);
     auto* result = reinterpret_cast<cuda::CompareResult*>(result_buffer.get());
     TC_ASSIGN_OR_RETURN(out.totals_ms, TimeOnStream(stream, iterations, [&]() -> absl::Status {
                           TC_CUDA_RETURN_IF_ERROR(cuda::LaunchCompareTotals(
                               args, scratch.get(), result, nullptr, nullptr, stream));
                           return absl::OkStatus();
                         }));
-    const cuda::DeviceArray da{a.get(), actual.dtype(), total};
-    const cuda::DeviceArray de{e.get(), expected.dtype(), total};
     TC_ASSIGN_OR_RETURN(out.full_ms, TimeOnStream(stream, iterations, [&]() -> absl::Status {
                           return compare.Enqueue(da, de, memory.get(), stream);
                         }));
