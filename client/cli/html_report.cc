@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/core/share_format.h"
 #include "server/service/dtype_proto.h"
 
 namespace tensorcheck::cli {
@@ -77,11 +78,6 @@ std::string BucketLabel(const pb::UlpBucket& b) {
   if (b.hi() == kUlpInfinite) return absl::StrCat(b.lo(), "+");
   if (b.lo() == b.hi()) return absl::StrCat(b.lo());
   return absl::StrCat(b.lo(), "-", b.hi());
-}
-
-std::string Percent(int64_t part, int64_t whole) {
-  if (whole <= 0) return "0.0%";
-  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
 template <typename Repeated>
@@ -179,7 +175,7 @@ std::string HistogramSvg(const pb::Stats& s, const std::string& title) {
     absl::StrAppend(&out, "<rect class=\"bar\" x=\"", x, "\" y=\"", absl::StrFormat("%.1f", y),
                     "\" width=\"", bar_w - 8, "\" height=\"", absl::StrFormat("%.1f", h),
                     "\"><title>", HtmlEscape(label), " ulp: ", b.count(), " (",
-                    Percent(b.count(), s.total()), ")</title></rect>\n");
+                    FormatShare(b.count(), s.total()), ")</title></rect>\n");
     absl::StrAppend(&out, "<text class=\"count\" x=\"", x + (bar_w - 8) / 2.0, "\" y=\"",
                     absl::StrFormat("%.1f", y - 4), "\" text-anchor=\"middle\">", b.count(),
                     "</text>\n");
@@ -199,7 +195,7 @@ std::string HistogramSvg(const pb::Stats& s, const std::string& title) {
   out += "</svg>\n";
   absl::StrAppend(&out, "<p class=\"note\">", s.total(), " elements, max ", UlpText(s.max_ulp()),
                   " ulp, mean ", G(s.mean_ulp()), " ulp, bitwise-equal ",
-                  Percent(s.bitwise_equal_count(), s.total()), ".</p></figure>\n");
+                  FormatShare(s.bitwise_equal_count(), s.total()), ".</p></figure>\n");
   return out;
 }
 
@@ -392,7 +388,22 @@ figure { margin: 12px 0 24px 0; }
 figcaption { font-weight: 600; margin-bottom: 6px; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #1f2328; }
 rect.bar { fill: #4f7cc9; }
+span.shared { color: #57606a; font-size: 0.88em; }
 )";
+
+// "yes" / "no", or a dash from a server that ran no plausibility test (it
+// compared no elements and found nothing plausible).
+std::string PlausibleCell(const pb::RankedCandidate& c) {
+  if (c.plausible()) return "<span class=\"pass\">yes</span>";
+  return c.compared_elements() > 0 ? "<span class=\"fail\">no</span>" : "&ndash;";
+}
+
+// "12 of 4096 (3.1 expected, p 0.02)": the plausibility test's evidence.
+std::string DisagreementsCell(const pb::RankedCandidate& c) {
+  if (c.compared_elements() == 0) return "&ndash;";
+  return absl::StrCat(c.disagreements(), " of ", c.compared_elements(), " (",
+                      G3(c.expected_disagreements()), " expected, p ", G3(c.plausibility_p()), ")");
+}
 
 // One histogram and heatmap pair: `actual` against `expected`.
 struct Comparison {
@@ -470,9 +481,7 @@ std::pair<int64_t, int64_t> MatrixView(absl::Span<const int64_t> shape) {
   return {m, shape.back()};
 }
 
-std::string HtmlEscape(absl::string_view s) {
-  return MarkupEscape(s, /*escape_whitespace=*/false);
-}
+std::string HtmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/false); }
 
 uint32_t Crc32(absl::string_view data) {
   static const std::array<uint32_t, 256> table = [] {
@@ -645,7 +654,7 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                                : "<span class=\"fail\">not within tolerance</span>",
                     ": mismatched ", s.mismatched(), " / ", s.total(), ", max_abs ", G(s.max_abs()),
                     ", max_ulp ", UlpText(s.max_ulp()), ", bitwise-equal ",
-                    Percent(s.bitwise_equal_count(), s.total()), "</dd>\n");
+                    FormatShare(s.bitwise_equal_count(), s.total()), "</dd>\n");
   }
   out += "</dl>\n";
   if (diagnose && !r.diagnosis().explanation().empty()) {
@@ -661,22 +670,42 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
       out += "<p class=\"note\">No candidates were ranked.</p>\n";
     } else {
       out +=
-          "<table class=\"ranking\">\n<tr><th>rank</th><th>config</th>"
-          "<th>bitwise_equal_fraction</th><th>max_ulp</th><th>mean_ulp</th>"
-          "<th>bound_ratio</th><th>equivalent</th></tr>\n";
+          "<table class=\"ranking\">\n<tr><th>rank</th><th>config</th><th>plausible</th>"
+          "<th>bitwise-equal</th><th>max_ulp</th><th>mean_ulp</th><th>bound_ratio</th>"
+          "<th>disagreements</th><th>GEMM shared with</th><th>equivalent</th></tr>\n";
       int rank = 0;
+      std::string ruled_out;
       for (const pb::RankedCandidate& c : d.ranking()) {
         ++rank;
         absl::StrAppend(
             &out, "<tr", !d.best().empty() && c.config() == d.best() ? " class=\"best\"" : "",
             "><td class=\"num\">", rank, "</td><td><code>", HtmlEscape(c.config()),
-            "</code></td><td class=\"num\">", absl::StrFormat("%.4f", c.bitwise_equal_fraction()),
-            "</td><td class=\"num\">", UlpText(c.max_ulp()), "</td><td class=\"num\">",
-            G(c.mean_ulp()), "</td><td class=\"num\">",
-            c.has_bound_ratio() ? G(c.bound_ratio().value()) : "&ndash;", "</td><td>",
-            c.equivalent_size() > 0 ? CodeList(c.equivalent()) : "", "</td></tr>\n");
+            "</code></td><td>", PlausibleCell(c), "</td><td class=\"num\">",
+            FormatShare(c.bitwise_equal_fraction()), "</td><td class=\"num\">",
+            UlpText(c.max_ulp()), "</td><td class=\"num\">", G(c.mean_ulp()),
+            "</td><td class=\"num\">", c.has_bound_ratio() ? G(c.bound_ratio().value()) : "&ndash;",
+            "</td><td class=\"num\">", DisagreementsCell(c), "</td><td>",
+            c.shared_computation().empty()
+                ? ""
+                : absl::StrCat("<code>", HtmlEscape(c.shared_computation()), "</code>"),
+            "</td><td>", c.equivalent_size() > 0 ? CodeList(c.equivalent()) : "", "</td></tr>\n");
+        if (!c.ruled_out().empty()) {
+          absl::StrAppend(&ruled_out, "<li>", rank, ". <code>", HtmlEscape(c.config()),
+                          "</code>: ", HtmlEscape(c.ruled_out()), "</li>\n");
+        }
       }
       out += "</table>\n";
+      if (std::any_of(d.ranking().begin(), d.ranking().end(), [](const pb::RankedCandidate& c) {
+            return !c.shared_computation().empty();
+          })) {
+        out +=
+            "<p class=\"note\">A candidate with a shared GEMM multiplies the same operands in "
+            "the same arithmetic as the one named on these inputs: that GEMM ran once, and only "
+            "the candidate's own epilogue (bias, activation, output rounding) ran for it.</p>\n";
+      }
+      if (!ruled_out.empty()) {
+        out += "<h3>Ruled out</h3>\n<ul class=\"ruled-out\">\n" + ruled_out + "</ul>\n";
+      }
     }
     const pb::Localization& loc = d.localization();
     if (loc.outliers_size() > 0) {
@@ -707,9 +736,14 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
           s.passed() ? "yes" : "no", "</td><td class=\"num\">", s.mismatched(), " / ", s.total(),
           "</td><td class=\"num\">", G(s.max_abs()), "</td><td class=\"num\">",
           UlpText(s.max_ulp()), "</td><td class=\"num\">", G(s.mean_ulp()),
-          "</td><td class=\"num\">", Percent(s.bitwise_equal_count(), s.total()),
+          "</td><td class=\"num\">", FormatShare(s.bitwise_equal_count(), s.total()),
           "</td><td class=\"num\">", s.has_bound_ratio() ? G(s.bound_ratio().value()) : "&ndash;",
-          "</td><td class=\"num\">", absl::StrFormat("%.1f ms", c.elapsed_ms()), "</td></tr>\n");
+          "</td><td class=\"num\">", absl::StrFormat("%.1f ms", c.elapsed_ms()),
+          c.shared_computation().empty()
+              ? ""
+              : absl::StrCat("<br><span class=\"shared\">epilogue only; GEMM shared with <code>",
+                             HtmlEscape(c.shared_computation()), "</code></span>"),
+          "</td></tr>\n");
     }
     out += "</table>\n";
   }

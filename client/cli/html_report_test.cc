@@ -127,11 +127,24 @@ Fixture DiagnoseFixture() {
   c1->set_max_ulp(4);
   c1->set_mean_ulp(0.25);
   c1->mutable_bound_ratio()->set_value(1.5);
+  c1->set_disagreements(1);
+  c1->set_expected_disagreements(0.8);
+  c1->set_plausibility_p(0.55);
+  c1->set_plausible(true);
+  c1->set_consistent_fraction(1.0);
+  c1->set_compared_elements(12);
   pb::RankedCandidate* c2 = d->add_ranking();
   c2->set_config("cpu:tf32:none");
   c2->set_bitwise_equal_fraction(0.0);
   c2->set_max_ulp(70000);
   c2->set_mean_ulp(65000);
+  c2->set_disagreements(12);
+  c2->set_expected_disagreements(0.5);
+  c2->set_plausibility_p(1e-12);
+  c2->set_compared_elements(12);
+  c2->set_ruled_out("12 of 12 elements differ where <0.5> are expected.");
+  c2->set_shared_computation("cpu:fp32:none");
+  b->set_shared_computation("cpu:fp32:none");
   return f;
 }
 
@@ -309,14 +322,25 @@ TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
   EXPECT_THAT(page, HasSubstr("Matches &lt;b&gt;&amp; nothing else"));
   EXPECT_THAT(page, Not(HasSubstr("<b>&")));
   // Ranking rows, the best one marked.
-  EXPECT_THAT(page, HasSubstr("<th>bitwise_equal_fraction</th>"));
+  EXPECT_THAT(page, HasSubstr("<th>plausible</th><th>bitwise-equal</th>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"best\"><td class=\"num\">1</td><td><code>"
-                              "cpu:fp32:none</code></td><td class=\"num\">0.9167</td>"
+                              "cpu:fp32:none</code></td><td><span class=\"pass\">yes</span></td>"
+                              "<td class=\"num\">91.7%</td>"
                               "<td class=\"num\">4</td><td class=\"num\">0.25</td>"
-                              "<td class=\"num\">1.5</td>"));
+                              "<td class=\"num\">1.5</td>"
+                              "<td class=\"num\">1 of 12 (0.8 expected, p 0.55)</td><td></td>"
+                              "<td></td></tr>"));
   EXPECT_THAT(page, HasSubstr("<tr><td class=\"num\">2</td><td><code>cpu:tf32:none</code>"
-                              "</td><td class=\"num\">0.0000</td><td class=\"num\">70000</td>"
-                              "<td class=\"num\">65000</td><td class=\"num\">&ndash;</td>"));
+                              "</td><td><span class=\"fail\">no</span></td>"
+                              "<td class=\"num\">0%</td><td class=\"num\">70000</td>"
+                              "<td class=\"num\">65000</td><td class=\"num\">&ndash;</td>"
+                              "<td class=\"num\">12 of 12 (0.5 expected, p 1e-12)</td>"
+                              "<td><code>cpu:fp32:none</code></td><td></td></tr>"));
+  // The ruled-out reason, escaped, and the shared GEMM in the configurations.
+  EXPECT_THAT(page, HasSubstr("<li>2. <code>cpu:tf32:none</code>: 12 of 12 elements differ "
+                              "where &lt;0.5&gt; are expected.</li>"));
+  EXPECT_THAT(page, HasSubstr("ms<br><span class=\"shared\">epilogue only; GEMM shared with "
+                              "<code>cpu:fp32:none</code></span></td></tr>"));
   // Histograms: the best candidate's buckets 0, 1, 3-4, then observed vs
   // reference's 5-8.
   EXPECT_THAT(page, HasSubstr("ULP distance, observed vs best candidate cpu:fp32:none"));

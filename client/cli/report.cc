@@ -4,13 +4,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/core/share_format.h"
 
 namespace tensorcheck::cli {
 namespace {
@@ -158,14 +162,14 @@ Json ConfigResultJson(const pb::ConfigResult& c) {
   j["vs_observed"] = c.has_vs_observed() ? StatsJson(c.vs_observed()) : Json();
   j["elapsed_ms"] = Num(c.elapsed_ms());
   // Sorted keys: proto maps have no order.
-  std::vector<std::pair<std::string, std::string>> details(c.details().begin(),
-                                                           c.details().end());
+  std::vector<std::pair<std::string, std::string>> details(c.details().begin(), c.details().end());
   std::sort(details.begin(), details.end());
   Json d = Json::object();
   for (const auto& [k, v] : details) d[k] = v;
   j["details"] = std::move(d);
   j["deterministic"] = c.deterministic();
   j["runs"] = c.runs();
+  j["shared_computation"] = c.shared_computation();
   return j;
 }
 
@@ -196,6 +200,14 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
     r["mean_ulp"] = Num(c.mean_ulp());
     r["bound_ratio"] = Wrapped(c.has_bound_ratio(), c.bound_ratio());
     r["equivalent"] = StringList(c.equivalent());
+    r["disagreements"] = c.disagreements();
+    r["expected_disagreements"] = Num(c.expected_disagreements());
+    r["plausibility_p"] = Num(c.plausibility_p());
+    r["plausible"] = c.plausible();
+    r["consistent_fraction"] = Num(c.consistent_fraction());
+    r["compared_elements"] = c.compared_elements();
+    r["ruled_out"] = c.ruled_out();
+    r["shared_computation"] = c.shared_computation();
     ranking.push_back(std::move(r));
   }
   j["ranking"] = std::move(ranking);
@@ -221,9 +233,7 @@ std::string G(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
-std::string UlpText(uint64_t v) {
-  return v == kUlpInfinite ? "inf" : absl::StrCat(v);
-}
+std::string UlpText(uint64_t v) { return v == kUlpInfinite ? "inf" : absl::StrCat(v); }
 
 // Python tuple notation: (), (3,), (1, 3).
 template <typename Repeated>
@@ -231,12 +241,6 @@ std::string IndexText(const Repeated& idx) {
   std::string s = absl::StrCat("(", absl::StrJoin(idx, ", "));
   if (idx.size() == 1) s += ",";
   return s + ")";
-}
-
-std::string Percent(int64_t part, int64_t whole) {
-  if (whole <= 0) return "0.0%";
-  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) /
-                                       static_cast<double>(whole));
 }
 
 std::string ToleranceText(const pb::Tolerance& t) {
@@ -305,10 +309,9 @@ std::string OneLine(const std::string& s) {
 
 std::string StatsSummaryLine(const pb::Stats& s) {
   return absl::StrCat("mismatched ", s.mismatched(), " / ", s.total(), " (",
-                      Percent(s.mismatched(), s.total()), "), max_abs ",
-                      G(s.max_abs()), ", max_ulp ", UlpText(s.max_ulp()),
-                      ", bitwise-equal ",
-                      Percent(s.bitwise_equal_count(), s.total()));
+                      FormatShare(s.mismatched(), s.total()), "), max_abs ", G(s.max_abs()),
+                      ", max_ulp ", UlpText(s.max_ulp()), ", bitwise-equal ",
+                      FormatShare(s.bitwise_equal_count(), s.total()));
 }
 
 std::string ReferenceName(const pb::VerifyResponse& r) {
@@ -321,10 +324,96 @@ std::string ReferenceName(const pb::VerifyResponse& r) {
 std::string Groups(const google::protobuf::RepeatedPtrField<pb::Group>& g) {
   std::vector<std::string> parts;
   for (const pb::Group& x : g) {
-    parts.push_back(absl::StrCat(x.index(), " (", x.mismatched(), ", ",
-                                 absl::StrFormat("%.0f%%", 100 * x.share()), ")"));
+    parts.push_back(
+        absl::StrCat(x.index(), " (", x.mismatched(), ", ", FormatShare(x.share()), ")"));
   }
   return absl::StrJoin(parts, ", ");
+}
+
+// The notes under the human report's tables are wrapped at this width.
+constexpr size_t kTextWidth = 100;
+// Ruled-out reasons are listed for the candidates ranked this high; the
+// JSON report carries every one.
+constexpr int kRuledOutListed = 5;
+// Marks a configuration that reused another configuration's GEMM.
+constexpr char kSharedMarker[] = "*";
+
+// `text` word-wrapped at kTextWidth, the first line led by `first`, the
+// others by `rest`; a word longer than a line stays whole.
+std::string Wrap(absl::string_view text, absl::string_view first, absl::string_view rest) {
+  std::string out(first);
+  size_t column = first.size();
+  bool empty_line = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!empty_line && column + 1 + word.size() > kTextWidth) {
+      absl::StrAppend(&out, "\n", rest);
+      column = rest.size();
+      empty_line = true;
+    }
+    if (!empty_line) {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+    empty_line = false;
+  }
+  return out + "\n";
+}
+
+// One footnote line per configuration whose GEMM others reused, in order of
+// first appearance: "* A, B reused the GEMM of C<suffix>". `items` are
+// ConfigResults or RankedCandidates.
+template <typename Items>
+std::string SharedFootnotes(const Items& items, absl::string_view suffix) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& item : items) {
+    if (item.shared_computation().empty()) continue;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == item.shared_computation(); });
+    if (it == groups.end()) {
+      groups.push_back({item.shared_computation(), {}});
+      it = std::prev(groups.end());
+    }
+    it->second.push_back(item.config());
+  }
+  std::string out;
+  for (const auto& [shared, configs] : groups) {
+    out += Wrap(absl::StrCat(absl::StrJoin(configs, ", "), " reused the GEMM of ", shared, suffix),
+                absl::StrCat("  ", kSharedMarker, " "), "    ");
+  }
+  return out;
+}
+
+// Whether the observed output could be this candidate in another summation
+// order: "yes", "no", or "-" from a server that ran no plausibility test
+// (it compared no elements and found nothing plausible).
+std::string PlausibleText(const pb::RankedCandidate& c) {
+  if (c.plausible()) return "yes";
+  return c.compared_elements() > 0 ? "no" : "-";
+}
+
+// "Same bits: A = B" for each set of candidates that computed the same bits,
+// once per set.
+std::string SameBitsLines(const pb::Diagnosis& d) {
+  std::vector<std::vector<std::string>> seen;
+  std::string out;
+  for (const pb::RankedCandidate& c : d.ranking()) {
+    if (c.equivalent_size() == 0) continue;
+    std::vector<std::string> set(c.equivalent().begin(), c.equivalent().end());
+    set.push_back(c.config());
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    if (std::find(seen.begin(), seen.end(), set) != seen.end()) continue;
+    seen.push_back(set);
+    // The candidate first, as ranked; then the others.
+    std::vector<std::string> shown = {c.config()};
+    for (const std::string& e : c.equivalent()) {
+      if (e != c.config()) shown.push_back(e);
+    }
+    out += Wrap(absl::StrCat("Same bits: ", absl::StrJoin(shown, " = ")), "  ", "    ");
+  }
+  return out;
 }
 
 }  // namespace
@@ -405,19 +494,18 @@ nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r) 
 }
 
 std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
-  std::string out = s.passed() ? "Tensor-likes are close.\n\n"
-                               : "Tensor-likes are not close!\n\n";
-  absl::StrAppend(&out, "Mismatched elements: ", s.mismatched(), " / ",
-                  s.total(), " (", Percent(s.mismatched(), s.total()), ")\n");
+  std::string out = s.passed() ? "Tensor-likes are close.\n\n" : "Tensor-likes are not close!\n\n";
+  absl::StrAppend(&out, "Mismatched elements: ", s.mismatched(), " / ", s.total(), " (",
+                  FormatShare(s.mismatched(), s.total()), ")\n");
   const bool ulp = t.preset() == pb::Tolerance::PRESET_ULP;
   const bool bound = t.preset() == pb::Tolerance::PRESET_BOUND;
-  absl::StrAppend(&out, "Greatest absolute difference: ", G(s.max_abs()),
-                  " at index ", IndexText(s.max_abs_index()));
+  absl::StrAppend(&out, "Greatest absolute difference: ", G(s.max_abs()), " at index ",
+                  IndexText(s.max_abs_index()));
   if (!ulp && !bound && t.has_atol()) {
     absl::StrAppend(&out, " (up to ", G(t.atol().value()), " allowed)");
   }
-  absl::StrAppend(&out, "\nGreatest relative difference: ", G(s.max_rel()),
-                  " at index ", IndexText(s.max_rel_index()));
+  absl::StrAppend(&out, "\nGreatest relative difference: ", G(s.max_rel()), " at index ",
+                  IndexText(s.max_rel_index()));
   if (!ulp && !bound && t.has_rtol()) {
     absl::StrAppend(&out, " (up to ", G(t.rtol().value()), " allowed)");
   }
@@ -433,14 +521,12 @@ std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
     if (bound) out += " (each element within its bound allowed)";
   }
   if (s.nan_mismatch() > 0) {
-    absl::StrAppend(&out, "\nElements where exactly one side is NaN: ",
-                    s.nan_mismatch());
+    absl::StrAppend(&out, "\nElements where exactly one side is NaN: ", s.nan_mismatch());
   }
   return out;
 }
 
-std::vector<Outcome> Outcomes(const pb::VerifyResponse& r,
-                              const ReportContext& ctx) {
+std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& ctx) {
   std::vector<Outcome> out;
   const std::string ref = ReferenceName(r);
   const bool diagnose = ctx.command == "diagnose";
@@ -449,10 +535,9 @@ std::vector<Outcome> Outcomes(const pb::VerifyResponse& r,
     o.name = "diagnosis";
     const pb::Diagnosis& d = r.diagnosis();
     o.failed = d.best().empty();
-    o.summary = o.failed
-                    ? "No candidate configuration explains the observed output."
-                    : absl::StrCat("Best match: ", d.best(), " (confidence ",
-                                   G(d.confidence()), ")");
+    o.summary =
+        o.failed ? "No candidate configuration explains the observed output."
+                 : absl::StrCat("Best match: ", d.best(), " (confidence ", G(d.confidence()), ")");
     o.details = o.summary;
     if (!d.explanation().empty()) absl::StrAppend(&o.details, "\n\n", d.explanation());
     out.push_back(std::move(o));
@@ -517,28 +602,40 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
       absl::StrAppend(&out, "Equivalent here: ", absl::StrJoin(d.equivalent(), ", "), "\n");
     }
     if (d.tied_size() > 0) {
-      absl::StrAppend(&out, "Cannot be told apart from: ", absl::StrJoin(d.tied(), ", "),
-                      "\n");
+      absl::StrAppend(&out, "Cannot be told apart from: ", absl::StrJoin(d.tied(), ", "), "\n");
     }
     if (!d.framework_hint().empty()) absl::StrAppend(&out, "Framework: ", d.framework_hint(), "\n");
     if (!d.explanation().empty()) absl::StrAppend(&out, "\n", d.explanation(), "\n");
     if (d.ranking_size() > 0) {
-      Table t({"rank", "config", "bitwise-equal", "max_ulp", "mean_ulp", "bound_ratio",
-               "equivalent"},
-              /*left=*/2);
+      // Equivalents, shared GEMMs and ruled-out reasons go under the table:
+      // as columns they would push it past 100 characters.
+      Table t(
+          {"rank", "config", "plausible", "bitwise-equal", "max_ulp", "mean_ulp", "bound_ratio"},
+          /*left=*/3);
       int rank = 0;
       for (const pb::RankedCandidate& c : d.ranking()) {
-        t.Add({absl::StrCat(++rank), c.config(),
-               absl::StrFormat("%.1f%%", 100 * c.bitwise_equal_fraction()),
-               UlpText(c.max_ulp()), G(c.mean_ulp()),
-               c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-",
-               absl::StrJoin(c.equivalent(), ",")});
+        t.Add({absl::StrCat(++rank),
+               c.config() + (c.shared_computation().empty() ? "" : kSharedMarker), PlausibleText(c),
+               FormatShare(c.bitwise_equal_fraction()), UlpText(c.max_ulp()), G(c.mean_ulp()),
+               c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"});
       }
       out += "\nRanking:\n" + t.Render("  ");
+      out += SameBitsLines(d);
+      out += SharedFootnotes(d.ranking(), ".");
+      std::string ruled_out;
+      for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
+        const pb::RankedCandidate& c = d.ranking(i);
+        if (c.ruled_out().empty()) continue;
+        ruled_out += Wrap(absl::StrCat(i + 1, ". ", c.config(), ": ", OneLine(c.ruled_out())),
+                          "    ", "      ");
+      }
+      if (!ruled_out.empty()) out += "  Ruled out:\n" + ruled_out;
     }
     const pb::Localization& loc = d.localization();
-    if (loc.columns_size() > 0) absl::StrAppend(&out, "\nColumns holding most differences: ", Groups(loc.columns()), "\n");
-    if (loc.rows_size() > 0) absl::StrAppend(&out, "Rows holding most differences: ", Groups(loc.rows()), "\n");
+    if (loc.columns_size() > 0)
+      absl::StrAppend(&out, "\nColumns holding most differences: ", Groups(loc.columns()), "\n");
+    if (loc.rows_size() > 0)
+      absl::StrAppend(&out, "Rows holding most differences: ", Groups(loc.rows()), "\n");
     if (loc.outliers_size() > 0) {
       out += "Outliers (beyond the best candidate's error model):\n";
       for (const pb::Element& e : loc.outliers()) {
@@ -548,8 +645,7 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
     }
     if (observed) {
       absl::StrAppend(&out, "\nObserved output vs ", ref, " (", ToleranceText(r.tolerance()),
-                      "):\n", ClosenessMessage(r.observed_vs_reference(), r.tolerance()),
-                      "\n");
+                      "):\n", ClosenessMessage(r.observed_vs_reference(), r.tolerance()), "\n");
     }
   } else {
     absl::StrAppend(&out, "Verdict: ", r.verdict() == pb::VERDICT_PASS ? "PASS" : "FAIL",
@@ -568,26 +664,36 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
   if (r.results_size() > 0) {
     const bool any_repeat = std::any_of(r.results().begin(), r.results().end(),
                                         [](const pb::ConfigResult& c) { return c.runs() > 1; });
-    std::vector<std::string> header = {"config", "pass", "mismatched", "max_abs", "max_ulp",
-                                       "bitwise-equal", "elapsed"};
+    const bool any_shared =
+        std::any_of(r.results().begin(), r.results().end(),
+                    [](const pb::ConfigResult& c) { return !c.shared_computation().empty(); });
+    std::vector<std::string> header = {"config",  "pass",          "mismatched", "max_abs",
+                                       "max_ulp", "bitwise-equal", "elapsed"};
     if (any_repeat) header.push_back("deterministic");
     Table t(header);
     for (const pb::ConfigResult& c : r.results()) {
       const pb::Stats& s = observed && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
-      std::vector<std::string> row = {
-          c.config(), s.passed() ? "yes" : "no",
-          absl::StrCat(s.mismatched(), " / ", s.total()), G(s.max_abs()), UlpText(s.max_ulp()),
-          Percent(s.bitwise_equal_count(), s.total()),
-          absl::StrFormat("%.1f ms", c.elapsed_ms())};
+      // The marker (or a space, keeping the digits aligned) says that the
+      // time is the epilogue's alone.
+      std::string elapsed = absl::StrFormat("%.1f ms", c.elapsed_ms());
+      if (any_shared) elapsed += c.shared_computation().empty() ? " " : kSharedMarker;
+      std::vector<std::string> row = {c.config(),
+                                      s.passed() ? "yes" : "no",
+                                      absl::StrCat(s.mismatched(), " / ", s.total()),
+                                      G(s.max_abs()),
+                                      UlpText(s.max_ulp()),
+                                      FormatShare(s.bitwise_equal_count(), s.total()),
+                                      std::move(elapsed)};
       if (any_repeat) {
-        row.push_back(c.runs() > 1 ? absl::StrCat(c.deterministic() ? "yes" : "no", " (",
-                                                  c.runs(), " runs)")
-                                   : "-");
+        row.push_back(c.runs() > 1
+                          ? absl::StrCat(c.deterministic() ? "yes" : "no", " (", c.runs(), " runs)")
+                          : "-");
       }
       t.Add(std::move(row));
     }
-    absl::StrAppend(&out, "\nConfigurations compared with ",
-                    observed ? "the observed output" : ref, ":\n", t.Render("  "));
+    absl::StrAppend(&out, "\nConfigurations compared with ", observed ? "the observed output" : ref,
+                    ":\n", t.Render("  "));
+    out += SharedFootnotes(r.results(), " (elapsed: epilogue only).");
   }
   if (r.notes_size() > 0) {
     out += "\nNotes:\n";
@@ -602,21 +708,20 @@ std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r) {
     absl::StrAppend(&out, "Default reference: ", r.default_reference(), "\n");
   }
   if (r.tolerance_presets_size() > 0) {
-    absl::StrAppend(&out, "Tolerance presets: ", absl::StrJoin(r.tolerance_presets(), ", "),
-                    "\n");
+    absl::StrAppend(&out, "Tolerance presets: ", absl::StrJoin(r.tolerance_presets(), ", "), "\n");
   }
   absl::StrAppend(&out, "Tensor store: ", r.tensor_store() ? "yes" : "no", "\n");
   for (const pb::BackendInfo& b : r.backends()) {
-    absl::StrAppend(&out, "\nBackend ", b.name(), ": ",
-                    b.available() ? "available" : "unavailable", "\n");
+    absl::StrAppend(&out, "\nBackend ", b.name(), ": ", b.available() ? "available" : "unavailable",
+                    "\n");
     if (!b.available() && !b.unavailable_reason().empty()) {
       absl::StrAppend(&out, "  reason: ", b.unavailable_reason(), "\n");
     }
     if (b.has_device() && !b.device().name().empty()) {
       const pb::DeviceInfo& d = b.device();
       absl::StrAppend(&out, "  device: ", d.name(), " (sm ", d.compute_capability(), ", ",
-                      d.memory_bytes() >> 20, " MiB, driver ", d.driver_version(),
-                      ", cuBLAS ", d.cublas_version(), ")\n");
+                      d.memory_bytes() >> 20, " MiB, driver ", d.driver_version(), ", cuBLAS ",
+                      d.cublas_version(), ")\n");
     }
     if (b.precisions_size() > 0) {
       absl::StrAppend(&out, "  precisions: ", absl::StrJoin(b.precisions(), ", "), "\n");
@@ -632,8 +737,7 @@ std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r) {
     const pb::Limits& l = r.limits();
     absl::StrAppend(&out, "\nLimits: message ", l.max_message_bytes(), " bytes, tensor ",
                     l.max_tensor_bytes(), " bytes, configs ", l.max_configs(), ", rank ",
-                    l.max_rank(), ", top_k ", l.max_top_k(), ", repeat ", l.max_repeat(),
-                    "\n");
+                    l.max_rank(), ", top_k ", l.max_top_k(), ", repeat ", l.max_repeat(), "\n");
   }
   return out;
 }
@@ -694,14 +798,12 @@ std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx) {
   absl::StrAppend(&out, "<testsuites name=\"tensorcheck\" tests=\"", outcomes.size(),
                   "\" failures=\"", failures, "\" errors=\"0\" time=\"",
                   absl::StrFormat("%.6f", total), "\">\n");
-  absl::StrAppend(&out, "  <testsuite name=\"", XmlEscape(suite), "\" tests=\"",
-                  outcomes.size(), "\" failures=\"", failures,
-                  "\" errors=\"0\" skipped=\"0\" time=\"", absl::StrFormat("%.6f", total),
-                  "\">\n");
+  absl::StrAppend(&out, "  <testsuite name=\"", XmlEscape(suite), "\" tests=\"", outcomes.size(),
+                  "\" failures=\"", failures, "\" errors=\"0\" skipped=\"0\" time=\"",
+                  absl::StrFormat("%.6f", total), "\">\n");
   for (const Outcome& o : outcomes) {
     absl::StrAppend(&out, "    <testcase classname=\"", XmlEscape(suite), "\" name=\"",
-                    XmlEscape(o.name), "\" time=\"", absl::StrFormat("%.6f", o.seconds),
-                    "\">\n");
+                    XmlEscape(o.name), "\" time=\"", absl::StrFormat("%.6f", o.seconds), "\">\n");
     if (o.failed) {
       absl::StrAppend(&out, "      <failure type=\"ParityFailure\" message=\"",
                       XmlEscape(o.summary), "\">", XmlEscape(o.details), "</failure>\n");
@@ -751,21 +853,19 @@ std::string GithubEscapeProperty(absl::string_view s) {
   return out;
 }
 
-std::string FormatGithubAnnotations(const pb::VerifyResponse& r,
-                                    const ReportContext& ctx) {
+std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportContext& ctx) {
   std::string out;
   const std::string title = absl::StrCat("tensorcheck ", ctx.command);
   for (const Outcome& o : Outcomes(r, ctx)) {
     if (!o.failed) continue;
-    absl::StrAppend(&out, "::error title=", GithubEscapeProperty(title + ": " + o.name), "::",
-                    GithubEscapeData(o.details), "\n");
+    absl::StrAppend(&out, "::error title=", GithubEscapeProperty(title + ": " + o.name),
+                    "::", GithubEscapeData(o.details), "\n");
   }
   const int code = ExitCodeFor(r, ctx);
   std::string overall;
   if (ctx.command == "diagnose") {
     overall = code == 0 ? absl::StrCat("best match ", r.diagnosis().best(), " (confidence ",
-                                       absl::StrFormat("%.2f", r.diagnosis().confidence()),
-                                       ")")
+                                       absl::StrFormat("%.2f", r.diagnosis().confidence()), ")")
                         : "no candidate configuration explains the observed output";
     if (!r.diagnosis().explanation().empty()) {
       absl::StrAppend(&overall, "\n", r.diagnosis().explanation());
@@ -774,13 +874,13 @@ std::string FormatGithubAnnotations(const pb::VerifyResponse& r,
     overall = absl::StrCat(code == 0 ? "pass" : "fail", " (reference ", ReferenceName(r),
                            ", tolerance ", ToleranceText(r.tolerance()), ")");
     if (r.has_observed_vs_reference()) {
-      absl::StrAppend(&overall, "\nobserved vs reference: ",
-                      StatsSummaryLine(r.observed_vs_reference()));
+      absl::StrAppend(&overall,
+                      "\nobserved vs reference: ", StatsSummaryLine(r.observed_vs_reference()));
     }
   }
   // The failures are annotated above; this line is the overall result.
-  absl::StrAppend(&out, "::notice title=", GithubEscapeProperty(title), "::", GithubEscapeData(overall),
-                  "\n");
+  absl::StrAppend(&out, "::notice title=", GithubEscapeProperty(title),
+                  "::", GithubEscapeData(overall), "\n");
   return out;
 }
 
@@ -815,23 +915,35 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
   std::string out;
   if (ctx.command == "diagnose") {
     const pb::Diagnosis& d = r.diagnosis();
-    absl::StrAppend(&out, "## tensorcheck diagnose: ",
-                    d.best().empty() ? "no matching configuration"
-                                     : absl::StrCat("`", Md(d.best()), "`"),
-                    "\n\n");
+    absl::StrAppend(
+        &out, "## tensorcheck diagnose: ",
+        d.best().empty() ? "no matching configuration" : absl::StrCat("`", Md(d.best()), "`"),
+        "\n\n");
     if (!d.best().empty()) {
       absl::StrAppend(&out, "Confidence: ", absl::StrFormat("%.2f", d.confidence()), "\n\n");
     }
     if (!d.framework_hint().empty()) absl::StrAppend(&out, "_", Md(d.framework_hint()), "_\n\n");
     if (!d.explanation().empty()) absl::StrAppend(&out, Md(d.explanation()), "\n\n");
-    out += "| rank | config | bitwise-equal | max_ulp | mean_ulp | bound_ratio |\n";
-    out += "|---:|---|---:|---:|---:|---:|\n";
+    out += "| rank | config | plausible | bitwise-equal | max_ulp | mean_ulp | bound_ratio |\n";
+    out += "|---:|---|---|---:|---:|---:|---:|\n";
     int rank = 0;
     for (const pb::RankedCandidate& c : d.ranking()) {
-      absl::StrAppend(&out, "| ", ++rank, " | `", Md(c.config()), "` | ",
-                      absl::StrFormat("%.1f%%", 100 * c.bitwise_equal_fraction()), " | ",
-                      UlpText(c.max_ulp()), " | ", G(c.mean_ulp()), " | ",
+      std::string config = absl::StrCat("`", Md(c.config()), "`");
+      if (!c.shared_computation().empty()) {
+        absl::StrAppend(&config, " (GEMM of `", Md(c.shared_computation()), "`)");
+      }
+      absl::StrAppend(&out, "| ", ++rank, " | ", config, " | ", PlausibleText(c), " | ",
+                      FormatShare(c.bitwise_equal_fraction()), " | ", UlpText(c.max_ulp()), " | ",
+                      G(c.mean_ulp()), " | ",
                       c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-", " |\n");
+    }
+    bool any_ruled_out = false;
+    for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
+      const pb::RankedCandidate& c = d.ranking(i);
+      if (c.ruled_out().empty()) continue;
+      if (!any_ruled_out) out += "\nRuled out:\n\n";
+      any_ruled_out = true;
+      absl::StrAppend(&out, "- `", Md(c.config()), "`: ", Md(c.ruled_out()), "\n");
     }
     return out + "\n";
   }
@@ -849,8 +961,12 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
         r.has_observed_vs_reference() && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
     absl::StrAppend(&out, "| `", Md(c.config()), "` | ", s.passed() ? "yes" : "no", " | ",
                     s.mismatched(), " / ", s.total(), " | ", G(s.max_abs()), " | ",
-                    UlpText(s.max_ulp()), " | ", Percent(s.bitwise_equal_count(), s.total()),
-                    " | ", absl::StrFormat("%.1f ms", c.elapsed_ms()), " |\n");
+                    UlpText(s.max_ulp()), " | ", FormatShare(s.bitwise_equal_count(), s.total()),
+                    " | ", absl::StrFormat("%.1f ms", c.elapsed_ms()),
+                    c.shared_computation().empty()
+                        ? ""
+                        : absl::StrCat(" (epilogue; GEMM of `", Md(c.shared_computation()), "`)"),
+                    " |\n");
   }
   if (r.has_observed_vs_reference()) {
     out += "\n_Rows compare each configuration with the observed output._\n";

@@ -61,3 +61,15 @@ func ExampleClient_DiagnoseLinear() {
 	}
 	fmt.Println(rep.Diagnosis.Best, "-", rep.Diagnosis.Explanation)
 }
+
+// Shares read 100% or 0% only when exact: 3 of 94,674 elements differing
+// is not "100.0%".
+func ExampleFormatShare() {
+	fmt.Println(tensorcheck.FormatShare(94671.0 / 94674.0))
+	fmt.Println(tensorcheck.FormatShare(1))
+	fmt.Println(tensorcheck.FormatShare(0.5))
+	// Output:
+	// 99.997%
+	// 100%
+	// 50.0%
+}

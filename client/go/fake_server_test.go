@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -91,9 +92,15 @@ func TestFakeReportMirrorsTheResponse(t *testing.T) {
 				Worst:        []*pb.Element{{Index: []int64{1, 0}, ActualBits: "0x3f800000", Ulp: 3}},
 				UlpHistogram: []*pb.UlpBucket{{Lo: 3, Hi: 4, Count: 1}}}},
 			{Config: "cpu:tf32:unfused", Output: &pb.Tensor{Dtype: pb.DType_DTYPE_FLOAT32, Shape: []int64{1},
-				Source: &pb.Tensor_Data{Data: []byte{0, 0, 0x80, 0x3f}}}},
+				Source: &pb.Tensor_Data{Data: []byte{0, 0, 0x80, 0x3f}}}, SharedComputation: "cpu:tf32:fused"},
 		},
-		Diagnosis: &pb.Diagnosis{Best: "cpu:tf32:unfused", Ranking: []*pb.RankedCandidate{{Config: "cpu:tf32:unfused"}},
+		Diagnosis: &pb.Diagnosis{Best: "cpu:tf32:unfused", Ranking: []*pb.RankedCandidate{
+			{Config: "cpu:tf32:unfused", BitwiseEqualFraction: 0.99996831, Disagreements: 3, ExpectedDisagreements: 2.5,
+				PlausibilityP: 0.46, Plausible: true, ConsistentFraction: 1, ComparedElements: 94674,
+				SharedComputation: "cpu:tf32:fused"},
+			{Config: "cpu:fp32:fused", Disagreements: 94671, ExpectedDisagreements: 12.5, ConsistentFraction: 0.25,
+				ComparedElements: 94674, RuledOut: "94671 of 94674 elements differ where 12.5 are expected."},
+		},
 			Localization: &pb.Localization{Columns: []*pb.Group{{Index: 7, Mismatched: 2, Share: 1}}}},
 	}
 	rep, err := c.DiagnoseLinear(context.Background(), &LinearRequest{
@@ -115,8 +122,12 @@ func TestFakeReportMirrorsTheResponse(t *testing.T) {
 		s.ComparedDType != Float32 || s.Worst[0].ULP != 3 || s.ULPHistogram[0].Hi != 4 {
 		t.Errorf("stats = %+v", s)
 	}
-	if r := rep.Result("cpu:tf32"); r == nil || r.VsObserved != nil || r.Output == nil {
+	if r := rep.Result("cpu:tf32"); r == nil || r.VsObserved != nil || r.Output == nil ||
+		r.SharedComputation != "cpu:tf32:fused" {
 		t.Fatalf("tf32 result = %+v", r)
+	}
+	if r := rep.Result("cpu:fp32"); r.SharedComputation != "" {
+		t.Errorf("fp32 result shares %q, want none", r.SharedComputation)
 	}
 	if out, err := rep.Result("cpu:tf32:unfused").Output.Float64s(); err != nil || out[0] != 1 {
 		t.Errorf("output = %v, %v", out, err)
@@ -125,8 +136,21 @@ func TestFakeReportMirrorsTheResponse(t *testing.T) {
 		t.Errorf("Result of an absent config is not nil")
 	}
 	d := rep.Diagnosis
-	if d == nil || d.Best != "cpu:tf32:unfused" || len(d.Ranking) != 1 || d.Localization.Columns[0].Index != 7 {
-		t.Errorf("diagnosis = %+v", d)
+	if d == nil || d.Best != "cpu:tf32:unfused" || len(d.Ranking) != 2 || d.Localization.Columns[0].Index != 7 {
+		t.Fatalf("diagnosis = %+v", d)
+	}
+	want := RankedCandidate{Config: "cpu:tf32:unfused", BitwiseEqualFraction: 0.99996831, Disagreements: 3,
+		ExpectedDisagreements: 2.5, PlausibilityP: 0.46, Plausible: true, ConsistentFraction: 1,
+		ComparedElements: 94674, SharedComputation: "cpu:tf32:fused"}
+	if got := d.Ranking[0]; !reflect.DeepEqual(got, want) {
+		t.Errorf("ranking[0] = %+v, want %+v", got, want)
+	}
+	if got := FormatShare(d.Ranking[0].BitwiseEqualFraction); got != "99.997%" {
+		t.Errorf("FormatShare(ranking[0].BitwiseEqualFraction) = %q, want 99.997%%", got)
+	}
+	if c := d.Ranking[1]; c.Plausible || c.Disagreements != 94671 || c.ConsistentFraction != 0.25 ||
+		c.RuledOut != "94671 of 94674 elements differ where 12.5 are expected." || c.SharedComputation != "" {
+		t.Errorf("ranking[1] = %+v", c)
 	}
 }
 

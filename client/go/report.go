@@ -61,6 +61,12 @@ type ConfigResult struct {
 	// With Repeat > 1: whether every run gave the same bits.
 	Deterministic bool
 	Runs          int32
+	// Non-empty when this configuration reused the GEMM of the one named:
+	// on these inputs both multiply the same operands in the same
+	// arithmetic, so the GEMM ran once and only this configuration's
+	// epilogue (bias, activation, output rounding) ran for it. ElapsedMS is
+	// then the epilogue's time.
+	SharedComputation string
 }
 
 // Stats are the differences between an actual and an expected tensor.
@@ -146,6 +152,25 @@ type RankedCandidate struct {
 	BoundRatio           *float64
 	// Candidates that computed the same bits for this request.
 	Equivalent []string
+
+	// The plausibility test: could the observed output be this candidate
+	// computed in another summation order? Disagreements of
+	// ComparedElements differ from it in bits where its own accumulation
+	// noise predicts ExpectedDisagreements; PlausibilityP is the Poisson
+	// probability of at least that many; ConsistentFraction the share
+	// within 4 predicted standard errors. A server that predates the test
+	// leaves all of them zero (ComparedElements 0).
+	Disagreements         int64
+	ExpectedDisagreements float64
+	PlausibilityP         float64
+	Plausible             bool
+	ConsistentFraction    float64
+	ComparedElements      int64
+	// Why this candidate cannot be Best, in one sentence; empty when the
+	// evidence allows it.
+	RuledOut string
+	// As in ConfigResult.
+	SharedComputation string
 }
 
 // Localization is where the remaining differences sit.
@@ -181,14 +206,15 @@ func configResultFromProto(p *pb.ConfigResult) *ConfigResult {
 		return nil
 	}
 	return &ConfigResult{
-		Config:        p.Config,
-		VsReference:   statsFromProto(p.VsReference),
-		VsObserved:    statsFromProto(p.VsObserved),
-		ElapsedMS:     p.ElapsedMs,
-		Output:        tensorFromProto(p.Output),
-		Details:       p.Details,
-		Deterministic: p.Deterministic,
-		Runs:          p.Runs,
+		Config:            p.Config,
+		VsReference:       statsFromProto(p.VsReference),
+		VsObserved:        statsFromProto(p.VsObserved),
+		ElapsedMS:         p.ElapsedMs,
+		Output:            tensorFromProto(p.Output),
+		Details:           p.Details,
+		Deterministic:     p.Deterministic,
+		Runs:              p.Runs,
+		SharedComputation: p.SharedComputation,
 	}
 }
 
@@ -282,6 +308,15 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 			MeanULP:              c.MeanUlp,
 			BoundRatio:           optFloat(c.BoundRatio),
 			Equivalent:           c.Equivalent,
+
+			Disagreements:         c.Disagreements,
+			ExpectedDisagreements: c.ExpectedDisagreements,
+			PlausibilityP:         c.PlausibilityP,
+			Plausible:             c.Plausible,
+			ConsistentFraction:    c.ConsistentFraction,
+			ComparedElements:      c.ComparedElements,
+			RuledOut:              c.RuledOut,
+			SharedComputation:     c.SharedComputation,
 		})
 	}
 	if l := p.Localization; l != nil {

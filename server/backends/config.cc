@@ -128,6 +128,37 @@ float RoundInput(Precision p, float v) {
   return v;
 }
 
+bool StorageExactIn(Precision p, DType storage) {
+  switch (p) {
+    case Precision::kFp64:
+      return true;
+    case Precision::kFp32:
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+      // bf16 (8 significant bits) and fp16 (11) values lie in fp32's
+      // exponent range: exact in TF32 and fp32.
+      return storage != DType::kFloat64 &&
+             (p == Precision::kFp32 || storage != DType::kFloat32);
+    case Precision::kBf16:
+      return storage == DType::kBFloat16;
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      return storage == DType::kFloat16;
+  }
+  return false;
+}
+
+bool ValuesExactIn(Precision p, const Tensor& t) {
+  if (StorageExactIn(p, t.dtype())) return true;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = t.GetDouble(i);
+    const float f = static_cast<float>(v);
+    if (static_cast<double>(f) != v || RoundInput(p, f) != f) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec,
                                            absl::string_view field) {
   const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "server/core/dtype.h"
 #include "server/core/float_formats.h"
+#include "server/core/tensor.h"
 
 namespace tensorcheck {
 
@@ -79,6 +80,17 @@ PrecisionInfo GetPrecisionInfo(Precision p);
 // Rounds one input value as the precision's multiply sees it (identity for
 // fp64/fp32).
 float RoundInput(Precision p, float v);
+
+// Whether every value a tensor stored as `storage` can hold is exact in
+// the input format of `p` (so the multiply rounds nothing): bf16 and fp16
+// values under fp32 and TF32, bf16 under bf16, fp16 under fp16, anything
+// under fp64.
+bool StorageExactIn(Precision p, DType storage);
+
+// Whether every value of `t` is exact in the input format of `p`: the
+// dtype rule above, else a look at the values (stops at the first that
+// rounds).
+bool ValuesExactIn(Precision p, const Tensor& t);
 
 // A parsed `backend:precision[:bias]` before the request is known.
 struct ConfigSpec {

@@ -30,6 +30,19 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
   return absl::OkStatus();
 }
 
+absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
+                                     const std::vector<Config>& configs,
+                                     const RunOptions& options,
+                                     const BatchConsumer& consume) {
+  for (size_t i = 0; i < configs.size(); ++i) {
+    absl::StatusOr<RunResult> result = Run(problem, configs[i], options);
+    if (!result.ok()) return result.status();
+    absl::Status consumed = consume(i, *std::move(result));
+    if (!consumed.ok()) return consumed;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BackendRegistry::Register(std::unique_ptr<LinearBackend> backend) {
   if (Find(backend->name()).ok()) {
     return absl::AlreadyExistsError(

@@ -13,6 +13,7 @@
 // answers Available() with the reason.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,7 +52,14 @@ struct RunResult {
   std::map<std::string, std::string> details;
   bool deterministic = true;
   int runs = 1;
+  // Set by RunBatch when this configuration reused the GEMM of the one
+  // named here (canonical form) and ran only its own epilogue.
+  std::string shared_computation;
 };
+
+// Receives RunBatch's results one at a time: `index` into its `configs`.
+// A non-OK status stops the batch and is returned by RunBatch.
+using BatchConsumer = std::function<absl::Status(size_t index, RunResult result)>;
 
 // What a device-backed backend runs on.
 struct DeviceDescription {
@@ -102,6 +110,21 @@ class LinearBackend {
   virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem,
                                         const Config& config,
                                         const RunOptions& options) = 0;
+
+  // Runs every configuration in `configs` on one problem and hands each
+  // result to `consume` as soon as it is ready, so that the caller holds
+  // no more outputs than it keeps. A backend may share work between
+  // configurations that compute the same thing on these inputs (the CPU
+  // backend runs one GEMM for every precision whose input rounding leaves
+  // the stored values unchanged, and one for the fused and unfused
+  // variants of a precision), marking the results that reused it in
+  // `shared_computation`; each output is still exactly what Run returns.
+  // The first configuration's result is always delivered first; the rest
+  // may come in another order. This default runs them one by one.
+  virtual absl::Status RunBatch(const LinearProblem& problem,
+                                const std::vector<Config>& configs,
+                                const RunOptions& options,
+                                const BatchConsumer& consume);
 };
 
 // Holds the backends by name; filled once at start-up, then read-only (so

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/core/share_format.h"
+#include "server/stats/error_model.h"
 
 namespace tensorcheck {
 
@@ -57,6 +59,17 @@ int Preference(const Config& c, DType storage) {
          backend;
 }
 
+// Whether two configurations accumulate alike. Bitwise-equal outputs of
+// configurations that do are one computation on these inputs
+// (`equivalent`); of ones that do not (fp32 and fp64 accumulation rounding
+// to the same bf16 values), a coincidence of this data: they stay apart
+// and end up `tied`.
+bool SameAccumulator(const Config& a, const Config& b) {
+  const PrecisionInfo x = GetPrecisionInfo(a.precision);
+  const PrecisionInfo y = GetPrecisionInfo(b.precision);
+  return x.u_accumulate == y.u_accumulate && x.fp16_accumulate == y.fp16_accumulate;
+}
+
 // Evidence about one class of bitwise-identical candidates.
 struct ClassScore {
   std::vector<size_t> members;  // indices into input.candidates; [0] names it
@@ -70,6 +83,7 @@ struct ClassScore {
   // Bitwise disagreements with the observed output, and how many the
   // candidate's accumulation noise alone would produce.
   double expected_disagreements = 0;
+  double plausibility_p = 1;  // set after scoring
   double within() const { return counted ? double(consistent) / counted : 0; }
   double bitwise_fraction() const { return counted ? double(bitwise) / counted : 0; }
   double mean_ulp() const { return counted ? ulp_sum / counted : 0; }
@@ -78,12 +92,10 @@ struct ClassScore {
                         : (err_sq > 0 ? std::numeric_limits<double>::infinity() : 0);
   }
   bool is_consistent() const { return within() >= kConsistentShare; }
-  double excess_disagreement() const {
-    const double d = static_cast<double>(counted - bitwise);
-    return (d - expected_disagreements) / std::sqrt(expected_disagreements + 1.0);
-  }
+  int64_t disagreements() const { return counted - bitwise; }
   bool is_plausible() const {
-    return is_consistent() && excess_disagreement() < kMaxExcessDisagreement;
+    return is_consistent() && (disagreements() < kMinImplausibleDisagreements ||
+                               plausibility_p >= kPlausibilityAlpha);
   }
   int64_t inconsistent() const { return counted - consistent; }
   // Set after scoring: no clearly more inconsistent elements than the
@@ -97,35 +109,6 @@ bool ClearlyMoreInconsistent(int64_t count, int64_t fewest, int64_t counted) {
   const double slack = 3.0 * std::sqrt(static_cast<double>(fewest) + 1.0) +
                        1e-3 * static_cast<double>(counted);
   return static_cast<double>(count) > static_cast<double>(fewest) + slack;
-}
-
-// Spacing of `dtype`'s values around v.
-double Spacing(double v, DType dtype) {
-  int mant = 23, emin = -126;
-  switch (dtype) {
-    case DType::kFloat64:
-      mant = 52;
-      emin = -1022;
-      break;
-    case DType::kFloat32:
-      break;
-    case DType::kFloat16:
-      mant = 10;
-      emin = -14;
-      break;
-    case DType::kBFloat16:
-      mant = 7;
-      break;
-  }
-  const int e = (v == 0 || !std::isfinite(v)) ? emin : std::max(std::ilogb(v), emin);
-  return std::ldexp(1.0, e - mant);
-}
-
-// Chance that two roundings of accumulators `sigma` apart land on
-// different output values: E|d| / spacing for d ~ N(0, sigma^2).
-double DisagreementChance(double v, float sigma, DType dtype) {
-  constexpr double kMeanAbsOverSigma = 0.7978845608;  // sqrt(2/pi)
-  return std::min(1.0, kMeanAbsOverSigma * static_cast<double>(sigma) / Spacing(v, dtype));
 }
 
 bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
@@ -169,8 +152,8 @@ std::string GroupList(const std::vector<GroupCount>& groups) {
     parts.push_back(absl::StrCat(g.index));
     share += g.share;
   }
-  return absl::StrFormat("{%s} (%.0f%% of them)", absl::StrJoin(parts, ", "),
-                         100 * share);
+  return absl::StrFormat("{%s} (%s of them)", absl::StrJoin(parts, ", "),
+                         FormatShare(std::min(1.0, share)));
 }
 
 // Counts elements that differ (in bits) between `a` and `b` by column and row.
@@ -207,6 +190,31 @@ void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& expl
   top_of(row, rows);
 }
 
+
+// Why a class cannot be best, in one sentence; empty when it could.
+std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
+                     const std::string& best_name) {
+  if (!cls.is_consistent()) {
+    return absl::StrFormat(
+        "only %s of the compared elements lie within %.0f predicted standard errors "
+        "of it (%.0f%% needed): not a summation-order difference",
+        FormatShare(cls.consistent, cls.counted), kConsistentZ, 100 * kConsistentShare);
+  }
+  if (!cls.is_plausible()) {
+    return absl::StrFormat(
+        "it differs from the observed output in %d elements where its own "
+        "summation-order noise predicts about %.3g (Poisson p = %.2g < %.0e): its "
+        "accumulation is more precise than the observed output's, or a rounding sits "
+        "elsewhere",
+        cls.disagreements(), cls.expected_disagreements, cls.plausibility_p,
+        kPlausibilityAlpha);
+  }
+  if (is_best || tied || best_name.empty()) return "";
+  return absl::StrFormat(
+      "the observed output is closer to %s where the two differ (paired sign test "
+      "z = %.1f)",
+      best_name, z);
+}
 }  // namespace
 
 std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
@@ -217,7 +225,15 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
                 : ", bias added separately after the GEMM output was rounded (two roundings)";
   switch (c.precision) {
     case Precision::kFp64:
-      return "fp64 matmul (numpy or torch float64)" + bias;
+      if (storage == DType::kFloat64) return "fp64 matmul (numpy or torch float64)" + bias;
+      // No framework's matmul on 16-bit or fp32 tensors accumulates in
+      // fp64: this is a reference computation, upcast and rounded back.
+      return absl::StrCat(DTypeShortName(storage),
+                          " tensors upcast to fp64, multiplied exactly and rounded back "
+                          "(a float64 reference such as x.double() @ w.double().T, not "
+                          "a framework's ",
+                          DTypeShortName(storage), " matmul)") +
+             bias;
     case Precision::kFp32:
       if (storage != DType::kFloat32 && storage != DType::kFloat64) {
         return absl::StrCat(DTypeShortName(storage),
@@ -285,7 +301,8 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     bool merged = false;
     for (ClassScore& cls : classes) {
       const Tensor& rep = *in.candidates[cls.members[0]].output;
-      if (rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
+      if (SameAccumulator(in.candidates[cls.members[0]].config, in.candidates[idx].config) &&
+          rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
           std::memcmp(rep.raw(), t.raw(), t.nbytes()) == 0) {
         cls.members.push_back(idx);
         merged = true;
@@ -326,7 +343,10 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
       if (ulp == 0) ++cls.bitwise;
       if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
       cls.ulp_sum += Capped(ulp);
-      cls.expected_disagreements += DisagreementChance(v, c.pair_accumulation_sigma[i], dtype);
+      cls.expected_disagreements += FlipChance(
+          c.pair_accumulation_sigma[i],
+          c.flip_grid != nullptr ? c.flip_grid[i]
+                                 : static_cast<float>(OutputSpacing(v, dtype)));
       cls.max_ulp = std::max(cls.max_ulp, ulp);
       if (std::isfinite(o) && std::isfinite(v)) {
         const double s = c.pair_sigma[i];
@@ -334,6 +354,9 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
         cls.sigma_sq += s * s;
       }
     }
+  }
+  for (ClassScore& cls : classes) {
+    cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
   }
   // Elements outside kConsistentZ sigma are the clearest evidence when the
   // summation orders differ (fp32 outputs, where few elements agree in bits
@@ -388,23 +411,42 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
                 classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
   }
 
-  for (const ClassScore& cls : classes) {
-    for (size_t m = 0; m < cls.members.size(); ++m) {
-      RankedCandidate r;
-      r.config = in.candidates[cls.members[m]].config.ToString();
-      r.bitwise_equal_fraction = cls.bitwise_fraction();
-      r.max_ulp = cls.max_ulp;
-      r.mean_ulp = cls.mean_ulp();
-      r.bound_ratio = cls.bound_ratio();
-      for (size_t j = 0; j < cls.members.size(); ++j) {
-        if (j != m) r.equivalent.push_back(in.candidates[cls.members[j]].config.ToString());
-      }
-      out.ranking.push_back(std::move(r));
-    }
-  }
-
   const ClassScore& top = classes[0];
   const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+
+  // Every candidate, class by class in rank order, with the evidence on it.
+  // `z[j]`: class j's paired sign test against best (NaN when not run).
+  auto emit_ranking = [&](const std::string& best_name, const std::vector<double>& z) {
+    for (size_t j = 0; j < classes.size(); ++j) {
+      const ClassScore& cls = classes[j];
+      const std::string name = in.candidates[cls.members[0]].config.ToString();
+      const bool tied =
+          std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end();
+      const std::string why = RuledOut(cls, /*is_best=*/j == 0 && !best_name.empty(), tied,
+                                       j < z.size() ? z[j] : NAN, best_name);
+      for (size_t m = 0; m < cls.members.size(); ++m) {
+        const DiagnosisCandidate& c = in.candidates[cls.members[m]];
+        RankedCandidate r;
+        r.config = c.config.ToString();
+        r.bitwise_equal_fraction = cls.bitwise_fraction();
+        r.max_ulp = cls.max_ulp;
+        r.mean_ulp = cls.mean_ulp();
+        r.bound_ratio = cls.bound_ratio();
+        for (size_t k = 0; k < cls.members.size(); ++k) {
+          if (k != m) r.equivalent.push_back(in.candidates[cls.members[k]].config.ToString());
+        }
+        r.disagreements = cls.disagreements();
+        r.expected_disagreements = cls.expected_disagreements;
+        r.plausibility_p = cls.plausibility_p;
+        r.plausible = cls.is_plausible();
+        r.consistent_fraction = cls.within();
+        r.compared_elements = cls.counted;
+        r.ruled_out = why;
+        r.shared_computation = c.shared_computation;
+        out.ranking.push_back(std::move(r));
+      }
+    }
+  };
 
   // Outliers: elements no candidate explains, largest first.
   {
@@ -440,17 +482,19 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   if (nothing_explains) {
     const DiffStats* closest = top_c.vs_observed;
     out.explanation = absl::StrFormat(
-        "No candidate explains the observed output: %.1f%% of its elements differ "
+        "No candidate explains the observed output: %s of its elements differ "
         "from every candidate by more than %.0f predicted standard errors (closest: "
-        "%s, %.1f%% of elements consistent, max abs difference %.3g, error %.3g "
+        "%s, %s of elements consistent, max abs difference %.3g, error %.3g "
         "times what that precision predicts). This is not a precision or "
         "bias-placement difference. Check the weight layout (a transposed or "
         "mis-shaped W), whether the bias was added (and which one), the activation, "
         "and that the same input was used.",
-        100 * unexplained_share, kConsistentZ, top_c.config.ToString(),
-        100 * top.within(), closest ? closest->max_abs : 0.0, top.bound_ratio());
+        FormatShare(total - explained_count, total), kConsistentZ, top_c.config.ToString(),
+        FormatShare(top.consistent, top.counted), closest ? closest->max_abs : 0.0,
+        top.bound_ratio());
     Localize(observed, *top_c.output, std::vector<uint8_t>(static_cast<size_t>(total), 1), n,
              dtype, in.top_groups, &out.columns, &out.rows);
+    emit_ranking("", {});
     return out;
   }
 
@@ -475,6 +519,8 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   // candidate it can separate, else the first implausible one (ruled out).
   const ClassScore* runner = nullptr;
   double z_runner = std::numeric_limits<double>::infinity();
+  std::vector<double> z_vs_best(classes.size(), NAN);
+  std::vector<const Config*> tied_configs;
   for (size_t j = 1; j < classes.size(); ++j) {
     if (!classes[j].is_plausible()) {
       if (runner == nullptr) runner = &classes[j];
@@ -482,15 +528,19 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     }
     const double z = PairedZ(observed, *top_c.output, output_of(classes[j]),
                              top_c.pair_sigma, explained, dtype);
+    z_vs_best[j] = z;
     if (std::fabs(z) < kTieZ) {
       for (size_t member : classes[j].members) {
         out.tied.push_back(in.candidates[member].config.ToString());
+        tied_configs.push_back(&in.candidates[member].config);
       }
     } else if (runner == nullptr) {
       runner = &classes[j];
       z_runner = z;
     }
   }
+  emit_ranking(*out.best, z_vs_best);
+
   // Confidence that the output came from best or a configuration listed
   // with it (equivalent, tied): the share of elements consistent with it,
   // times how far the runner-up is ruled out, times the explained share.
@@ -501,15 +551,19 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
 
   // Where the differences sit: against best, or when it matches (nearly)
   // bit for bit, against the closest alternative (most bitwise-equal
-  // elements among the candidates not tied with best): where the observed
-  // output parts from the configuration it would be mistaken for.
+  // elements among the candidates not tied with best, and of the other
+  // bias mode when best has one, since that is the confusion a bias
+  // placement causes): where the observed output parts from the
+  // configuration it would be mistaken for.
   const Tensor* against = top_c.output;
   std::string against_name = top_c.config.ToString();
   if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp) {
     const ClassScore* closest = nullptr;
     for (size_t j = 1; j < classes.size(); ++j) {
-      const std::string name = in.candidates[classes[j].members[0]].config.ToString();
+      const Config& config = in.candidates[classes[j].members[0]].config;
+      const std::string name = config.ToString();
       if (std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end()) continue;
+      if (top_c.config.bias != BiasMode::kNone && config.bias == top_c.config.bias) continue;
       if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
     }
     if (closest != nullptr) {
@@ -521,10 +575,11 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
 
   // The paragraph.
   std::string text = absl::StrFormat(
-      "The observed output matches %s: %.1f%% of elements bitwise equal, max %d ULP, "
+      "The observed output matches %s: %s of elements bitwise equal (%d of %d), max %d ULP, "
       "mean %.3g ULP in %s; its differences are %.2g times what that configuration "
       "predicts for another summation order. That is: %s.",
-      *out.best, 100 * top.bitwise_fraction(), top.max_ulp, top.mean_ulp(),
+      *out.best, FormatShare(top.bitwise, top.counted), top.bitwise, top.counted, top.max_ulp,
+      top.mean_ulp(),
       DTypeName(dtype), top.bound_ratio(), out.framework_hint);
   if (!top.is_plausible()) {
     absl::StrAppend(&text, absl::StrFormat(
@@ -543,6 +598,23 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
                     absl::StrJoin(out.tied, ", "),
                     " (paired sign test z below ", kTieZ,
                     "); the first is named by preference, not evidence.");
+    // fp32 against fp64 accumulation of the same inputs: a tie means no
+    // rounding of this output depends on which.
+    const double u_best = GetPrecisionInfo(top_c.config.precision).u_accumulate;
+    for (const Config* t : tied_configs) {
+      const double u_tied = GetPrecisionInfo(t->precision).u_accumulate;
+      const bool wide_vs_fp32 = (u_best == 0x1p-53 && u_tied == 0x1p-24) ||
+                                (u_best == 0x1p-24 && u_tied == 0x1p-53);
+      if (!wide_vs_fp32 || t->bias != top_c.config.bias) continue;
+      absl::StrAppend(
+          &text, absl::StrFormat(
+                     " Accumulation fp32 or wider; these inputs cannot tell: no element "
+                     "here rounds differently under fp32 and fp64 accumulation beyond "
+                     "what chance gives, so %s names what frameworks use for %s tensors "
+                     "and %s is listed as tied.",
+                     *out.best, DTypeName(in.storage_dtype), t->ToString()));
+      break;
+    }
   } else if (runner != nullptr) {
     const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
     if (runner->is_consistent() && !runner->is_plausible()) {
@@ -555,14 +627,33 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     } else if (runner->is_consistent()) {
       absl::StrAppend(&text, absl::StrFormat(
                                  " Runner-up %s is less likely (paired sign test z = %.1f; "
-                                 "%.1f%% bitwise equal).",
-                                 runner_name, z_runner, 100 * runner->bitwise_fraction()));
+                                 "%s bitwise equal).",
+                                 runner_name, z_runner,
+                                 FormatShare(runner->bitwise, runner->counted)));
     } else {
       absl::StrAppend(&text, absl::StrFormat(
-                                 " Runner-up %s is ruled out (only %.1f%% of elements "
+                                 " Runner-up %s is ruled out (only %s of elements "
                                  "consistent with it).",
-                                 runner_name, 100 * runner->within()));
+                                 runner_name, FormatShare(runner->consistent, runner->counted)));
     }
+  }
+  // Candidates closer in bits than best that the plausibility test ruled
+  // out: the reason a reader would otherwise look for.
+  std::vector<std::string> closer;
+  for (size_t j = 1; j < classes.size(); ++j) {
+    const ClassScore& c = classes[j];
+    if (&c == runner || !c.is_consistent() || c.is_plausible() || c.bitwise <= top.bitwise) {
+      continue;
+    }
+    closer.push_back(absl::StrFormat(
+        "%s (%d elements differ where its own summation-order noise predicts about %.3g)",
+        in.candidates[c.members[0]].config.ToString(), c.disagreements(),
+        c.expected_disagreements));
+  }
+  if (!closer.empty()) {
+    absl::StrAppend(&text, " Closer in bits but ruled out, their accumulation being more "
+                           "precise than the observed output's: ",
+                    absl::StrJoin(closer, "; "), ".");
   }
   // Error against the exact result, in the best precision's own terms.
   if (top_c.sigma_vs_reference != nullptr && in.reference != nullptr) {

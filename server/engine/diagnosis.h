@@ -9,6 +9,8 @@
 //
 //   1. consistent candidates (>= kConsistentShare of elements consistent)
 //      before the others;
+//   1b. plausible ones (below) before implausible ones: closeness never
+//      outranks plausibility;
 //   2. then those with no clearly more inconsistent elements than the
 //      consistent candidate with the fewest (a 3-sigma Poisson slack plus
 //      0.1% of the elements) before those with clearly more;
@@ -22,10 +24,12 @@
 //      before unfused. Plausible: the observed output disagrees with the
 //      candidate in bits on no more elements than the candidate's own
 //      accumulation noise explains (each element differs with chance
-//      ~ accumulation sigma / output spacing). With a 16-bit output this is
-//      what tells fused from unfused on a handful of elements, and lets
-//      fp32 and fp64 accumulation, which round to the same bf16 values,
-//      stay a tie.
+//      ~ accumulation sigma / output grid; a Poisson test at
+//      kPlausibilityAlpha). With a 16-bit output this is what tells fused
+//      from unfused on a handful of elements, rules out fp64 accumulation
+//      for an output that carries fp32 accumulation's rounding flips, and
+//      lets fp32 and fp64 accumulation stay a tie when no rounding depends
+//      on which.
 //
 // Rule 1 is what lets an fp32 output be told from an fp64 one: a correctly
 // rounded (fp64-accumulated) result would agree bit for bit, so an output
@@ -38,10 +42,13 @@
 // elements are outliers, or the top candidate is not consistent, nothing
 // explains the output and `best` is empty.
 //
-// Candidates whose outputs are bitwise identical on this request compute the
-// same function for these inputs (bf16 storage makes bf16/TF32/fp32 input
-// rounding the same; a zero bias makes fused and unfused the same) and are
-// merged: `best` names one, `equivalent` the others. The runner-up is
+// Candidates that accumulate alike and whose outputs are bitwise identical
+// on this request compute the same function for these inputs (bf16
+// storage makes bf16/TF32/fp32 input rounding the same; a zero bias makes
+// fused and unfused the same) and are merged: `best` names one,
+// `equivalent` the others. fp32 and fp64 accumulation giving the same bits
+// are a coincidence of the data, not one function: they stay apart and
+// come out `tied`. The runner-up is
 // compared with `best` by a paired sign test on per-element ULP distances;
 // with |z| below kTieZ the evidence cannot separate them and `tied` lists
 // them. Confidence is documented in docs/numerics.md.
@@ -63,10 +70,13 @@ inline constexpr double kConsistentShare = 0.9;
 inline constexpr double kMaxUnexplainedShare = 0.1;
 inline constexpr double kTieZ = 3.0;
 // A candidate is implausible when the observed output disagrees with it
-// (in bits) on more elements than its accumulation noise explains:
-// (disagreements - expected) / sqrt(expected + 1) above this.
-inline constexpr double kMaxExcessDisagreement = 3.0;
-
+// (in bits) on more elements than its accumulation noise explains: when
+// P(X >= disagreements) for X ~ Poisson(expected) is below this.
+inline constexpr double kPlausibilityAlpha = 1e-6;
+// ...and only on at least this many disagreeing elements, so that one or
+// two boundary coincidences, double roundings or corrupted values never
+// decide an accumulation's width.
+inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
 struct DiagnosisCandidate {
   Config config;
@@ -81,6 +91,12 @@ struct DiagnosisCandidate {
   // Per element: predicted standard error of this precision vs the exact
   // result (for "error/bound" of the observed output against the reference).
   const float* sigma_vs_reference = nullptr;
+  // Per element: the output grid where two summation orders part
+  // (FlipGrid in error_model.h), for this candidate's bias mode. Null:
+  // the spacing at the candidate's own output value.
+  const float* flip_grid = nullptr;
+  // The configuration whose GEMM this candidate reused, if any.
+  std::string shared_computation;
 };
 
 struct DiagnosisInput {

@@ -44,6 +44,12 @@ struct EngineOptions {
   // Statistics worker threads; 0: hardware concurrency.
   int stats_threads = 0;
   std::string default_reference = "cpu:fp64";
+  // Do work that configurations have in common once: one GEMM for the
+  // configurations that multiply the same operands in the same arithmetic
+  // (LinearBackend::RunBatch), one error-model array per set of parameters,
+  // one comparison per bitwise-equal output. Off: every configuration runs
+  // and is compared on its own (a baseline for diagnose_bench).
+  bool share_computations = true;
 };
 
 // What the client asked for, already decoded into core types.
@@ -84,6 +90,8 @@ struct ConfigOutcome {
   std::map<std::string, std::string> details;
   bool deterministic = true;
   int runs = 1;
+  // The configuration whose GEMM this one reused (RunResult's).
+  std::string shared_computation;
 };
 
 struct RankedCandidate {
@@ -93,6 +101,18 @@ struct RankedCandidate {
   double mean_ulp = 0;
   std::optional<double> bound_ratio;
   std::vector<std::string> equivalent;
+  // The plausibility test (docs/numerics.md): elements that differ from
+  // the observed output in bits, how many the candidate's own summation
+  // noise predicts, and the Poisson probability of at least that many.
+  int64_t disagreements = 0;
+  double expected_disagreements = 0;
+  double plausibility_p = 1;
+  bool plausible = false;
+  double consistent_fraction = 0;
+  int64_t compared_elements = 0;
+  // Why it cannot be best, in one sentence; empty when it could.
+  std::string ruled_out;
+  std::string shared_computation;
 };
 
 struct DiagnosisOutcome {
@@ -157,8 +177,9 @@ class Engine {
   Engine(const EngineOptions& options, const BackendRegistry* registry)
       : options_(options), registry_(registry) {}
 
-  struct Plan;
-  struct Artifacts;
+  struct Plan;       // internal/plan.h
+  struct Artifacts;  // internal/plan.h
+  class Execution;   // execution.cc
   absl::StatusOr<Plan> MakePlan(const LinearRequest& request,
                                 const std::vector<std::string>& configs) const;
   // With `artifacts`, keeps what a diagnosis needs (outputs, error models).

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "ref_round.h"
 #include "stats_testing.h"
 #include "status_matchers.h"
 
@@ -295,6 +296,71 @@ TEST(UnflattenIndexTest, RowMajor) {
   EXPECT_EQ(UnflattenIndex(0, {2, 3, 4}), (std::vector<int64_t>{0, 0, 0}));
   EXPECT_EQ(UnflattenIndex(23, {2, 3, 4}), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(UnflattenIndex(5, {2, 3}), (std::vector<int64_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace tensorcheck
+
+namespace tensorcheck {
+namespace {
+
+// Sharing GEMMs, error-model arrays and comparisons changes nothing but the
+// time: every statistic and the whole diagnosis equal those of running and
+// comparing each candidate on its own, under each tolerance preset.
+TEST(EngineSharingTest, SharedAndSeparateRunsGiveTheSameOutcome) {
+  BackendRegistry registry;
+  ASSERT_THAT(RegisterBuiltinBackends(&registry), ::tensorcheck::testing::IsOk());
+  EngineOptions shared_options, separate_options;
+  separate_options.share_computations = false;
+  auto shared = Engine::Create(shared_options, &registry);
+  auto separate = Engine::Create(separate_options, &registry);
+  ASSERT_TRUE(shared.ok() && separate.ok());
+  for (TolerancePreset preset : {TolerancePreset::kTorch, TolerancePreset::kBound}) {
+    LinearRequest r;
+    r.input = ::tensorcheck::testing::RandomNormal({24, 96}, 1.0, 11, DType::kBFloat16);
+    r.weight = ::tensorcheck::testing::RandomNormal({40, 96}, 0.1, 12, DType::kBFloat16);
+    r.bias = ::tensorcheck::testing::RandomNormal({40}, 0.5, 13, DType::kBFloat16);
+    r.observed = ::tensorcheck::testing::RandomNormal({24, 40}, 1.0, 14, DType::kBFloat16);
+    r.tolerance.preset = preset;
+    auto a = (*shared)->Diagnose(r);
+    auto b = (*separate)->Diagnose(r);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->results.size(), b->results.size());
+    int shared_runs = 0;
+    for (size_t i = 0; i < a->results.size(); ++i) {
+      SCOPED_TRACE(a->results[i].config);
+      EXPECT_EQ(a->results[i].config, b->results[i].config);
+      ::tensorcheck::testing::ExpectSameStats(a->results[i].vs_reference,
+                                              b->results[i].vs_reference);
+      ::tensorcheck::testing::ExpectSameStats(*a->results[i].vs_observed,
+                                              *b->results[i].vs_observed);
+      EXPECT_TRUE(b->results[i].shared_computation.empty());
+      shared_runs += a->results[i].shared_computation.empty() ? 0 : 1;
+    }
+    // bf16 storage: fp64 x2 reuse the reference's GEMM, fp32/tf32 x3/bf16
+    // x2 one fp32 GEMM (9 reuse it), the unfused fp16 and fp16acc their
+    // fused siblings'; where these values happen to be exact in fp16
+    // (checked here), fp16 x2 join the fp32 GEMM instead.
+    bool fp16_exact = true;
+    for (const Tensor* t : {&r.input, &r.weight}) {
+      for (int64_t i = 0; i < t->numel(); ++i) {
+        const double v = t->GetDouble(i);
+        fp16_exact = fp16_exact && ::tensorcheck::testing::RefRound(
+                                       v, ::tensorcheck::testing::kFp16Format) == v;
+      }
+    }
+    EXPECT_EQ(shared_runs, fp16_exact ? 14 : 13);
+    ::tensorcheck::testing::ExpectSameStats(a->reference.vs_reference,
+                                            b->reference.vs_reference);
+    ASSERT_TRUE(a->diagnosis && b->diagnosis);
+    EXPECT_EQ(a->diagnosis->best, b->diagnosis->best);
+    EXPECT_EQ(a->diagnosis->explanation, b->diagnosis->explanation);
+    ASSERT_EQ(a->diagnosis->ranking.size(), b->diagnosis->ranking.size());
+    for (size_t i = 0; i < a->diagnosis->ranking.size(); ++i) {
+      EXPECT_EQ(a->diagnosis->ranking[i].config, b->diagnosis->ranking[i].config);
+      EXPECT_EQ(a->diagnosis->ranking[i].disagreements, b->diagnosis->ranking[i].disagreements);
+    }
+  }
 }
 
 }  // namespace

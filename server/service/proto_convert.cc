@@ -98,6 +98,7 @@ void ConfigOutcomeToProto(const ConfigOutcome& o, const std::vector<int64_t>& sh
   for (const auto& [k, v] : o.details) (*p->mutable_details())[k] = v;
   p->set_deterministic(o.deterministic);
   p->set_runs(o.runs);
+  p->set_shared_computation(o.shared_computation);
 }
 
 v1::Tolerance::Preset PresetToProto(TolerancePreset p) {
@@ -289,6 +290,14 @@ void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
       pc->set_mean_ulp(c.mean_ulp);
       if (c.bound_ratio) pc->mutable_bound_ratio()->set_value(*c.bound_ratio);
       for (const auto& e : c.equivalent) pc->add_equivalent(e);
+      pc->set_disagreements(c.disagreements);
+      pc->set_expected_disagreements(c.expected_disagreements);
+      pc->set_plausibility_p(c.plausibility_p);
+      pc->set_plausible(c.plausible);
+      pc->set_consistent_fraction(c.consistent_fraction);
+      pc->set_compared_elements(c.compared_elements);
+      pc->set_ruled_out(c.ruled_out);
+      pc->set_shared_computation(c.shared_computation);
     }
     pd->set_framework_hint(d.framework_hint);
     GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());

@@ -23,9 +23,9 @@
 //   (partial sums s_j: sum_j E[s_j^2] ~ K sq_dot^2/2 + K y^2/3):
 //                                    s_acc^2 = (u_acc^2/3) K (sq_dot^2/2 + y^2/3)
 //   fp16acc also rounds each product to fp16: + (u_acc^2/3) sq_dot^2
-//   output rounding to output_dtype: s_out^2 = (u_out^2/3) y^2, counted
-//   twice when the bias is unfused (the GEMM result and the sum are each
-//   rounded; the first is approximated by |y| too).
+//   output rounding to output_dtype: s_out^2 = (u_out^2/3) y^2, and when
+//   the bias is unfused the GEMM result a = x.w is rounded first:
+//   + (u_out^2/3) a^2 (with `pre_bias`; without it |y| stands in for |a|).
 // u_in and u_acc come from GetPrecisionInfo. tf32trunc's u_in (2^-10) makes
 // u_in^2/3 the mean square of a one-sided truncation error, which is what
 // matters when product signs are mixed. Blocked or tree orders (GPU GEMMs)
@@ -37,8 +37,9 @@
 // spacing of its subnormals; the rounding error an exact 0 result can
 // still carry), and at least the smallest positive float.
 //
-// HardBound: c * u_p * sqrt(K) * abs_dot + u_out * |y| (2 u_out |y| when
-// the bias is unfused), u_p the largest unit roundoff of the precision
+// HardBound: c * u_p * sqrt(K) * abs_dot + u_out * |y| (+ u_out * |a| when
+// the bias is unfused; 2 u_out |y| without `pre_bias`), u_p the largest
+// unit roundoff of the precision
 // (BoundUnitRoundoff). With c of a few units this is the probabilistic
 // bound of Higham & Mary: exceeded with very small probability.
 #pragma once
@@ -62,6 +63,11 @@ struct ErrorModelInput {
   // The stored inputs are already in the precision's input format (bf16
   // tensors under bf16/tf32/fp32, fp16 under fp16...): no input rounding.
   bool inputs_exact = false;
+  // Per output element, x.w before the bias, or null. With an unfused
+  // bias the GEMM result is rounded at its own magnitude before the bias
+  // is added; where x.w and the bias nearly cancel, |y| understates that
+  // rounding by orders of magnitude. Null: |y| stands in for it.
+  const float* pre_bias = nullptr;
 };
 
 // Unit roundoff of `d`: fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8.
@@ -87,11 +93,56 @@ double PredictPairSigma(const ErrorModelInput& in, float* sigma);  // as Predict
 
 // The accumulation part of PredictPairSigma alone: how far apart the two
 // accumulators are before the output rounding. Against the output grid's
-// spacing it gives the chance that the two rounded outputs differ.
+// spacing it gives the chance that the two rounded outputs differ. Its
+// floor is the smallest positive float, not the output's subnormal step
+// (fp64 accumulators stay fp64-close even where the output is fp16).
 void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma);
 
 // Writes the hard bound c*u_p*sqrt(K)*abs_dot + u_out*|y| of each output
 // to `bound` (see the header comment).
 void HardBound(const ErrorModelInput& in, double c, float* bound);
+
+// Spacing of `dtype`'s representable values at v (at 0: the smallest
+// subnormal step).
+double OutputSpacing(double v, DType dtype);
+
+// ---- Rounding flips: when two summation orders give different outputs.
+//
+// Two accumulators that differ by d ~ N(0, s^2) round to different output
+// values with chance E|d| / g = sqrt(2/pi) s / g (for s << g; capped at 1),
+// g the spacing of the output grid where they are rounded, averaged over
+// where the exact value falls in its rounding cell. The grid is the
+// coarsest one the accumulator passes on its way to the output, measured
+// on the accumulator's axis:
+//   fused or no bias:  g = spacing(act(a + b)) / |act'(a + b)|
+//   unfused:           g = max(spacing(a), spacing(a + b),
+//                              spacing(act(a + b)) / |act'(a + b)|)
+// with a = x.w before the bias. A flip of the first rounding of an
+// unfused bias survives the second only with chance spacing(a) /
+// spacing(a + b), hence the max; where ReLU cuts (a + b <= 0) no flip
+// shows (g = inf). Evaluating g at |y| instead would make every output
+// that an unfused bias cancels to (nearly) zero look certain to flip.
+struct FlipGridInput {
+  DType output_dtype = DType::kFloat32;
+  bool unfused_bias = false;
+  Activation activation = Activation::kNone;
+  const float* pre_bias = nullptr;  // per element, x.w (required)
+  const double* bias = nullptr;     // per column, or null
+  int64_t cols = 0;                 // N; element i is in column i % cols
+  int64_t count = 0;
+};
+
+// Writes g (above) for each of `in.count` elements to `grid` (+inf where
+// no flip can show).
+void FlipGrid(const FlipGridInput& in, float* grid);
+
+// Chance that two accumulators `pair_accumulation_sigma` apart round to
+// different values on a grid of spacing `grid` (FlipGrid).
+double FlipChance(float pair_accumulation_sigma, float grid);
+
+// P(X >= observed) for X ~ Poisson(expected): how surprising `observed`
+// rounding flips are when `expected` are predicted. 1 when observed <=
+// 0; exact to double precision (series in log space).
+double PoissonUpperTail(int64_t observed, double expected);
 
 }  // namespace tensorcheck

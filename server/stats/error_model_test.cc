@@ -99,6 +99,118 @@ TEST(ErrorModelTest, UnfusedBiasCountsTheOutputRoundingTwice) {
   EXPECT_NEAR(unfused / fused, std::sqrt(2.0), 1e-6);
 }
 
+TEST(ErrorModelTest, UnfusedBiasRoundsTheGemmResultAtItsOwnMagnitude) {
+  // fp64 into bf16, y = 0.0625 after a = 3 met b = -2.9375: the first
+  // rounding is of a (u_out^2/3 * 9), the second of y (u_out^2/3 / 256).
+  const float abs_dot[] = {3.0f};
+  const float sq_dot[] = {0.0f};
+  const float pre_bias[] = {3.0f};
+  const double y[] = {0.0625};
+  ErrorModelInput in{Precision::kFp64, 1, DType::kBFloat16, /*unfused_bias=*/true,
+                     abs_dot,          sq_dot, y,         1};
+  in.pre_bias = pre_bias;
+  float sigma = 0, bound = 0;
+  PredictSigma(in, &sigma);
+  HardBound(in, /*c=*/1.0, &bound);
+  const double u = 0x1p-8;
+  EXPECT_NEAR(sigma, std::sqrt(u * u / 3 * (9.0 + 0.0625 * 0.0625)), 1e-9);
+  // c*u_p*sqrt(K)*A + u_out*|a| + u_out*|y|, u_p = 2^-53.
+  EXPECT_NEAR(bound, 0x1p-53 * 3.0 + u * 3.0 + u * 0.0625, 1e-9);
+}
+
+TEST(ErrorModelTest, PairAccumulationSigmaHasNoOutputFloor) {
+  // fp64 accumulation of an exact zero into fp16: nothing to round, so the
+  // accumulation sigma is the smallest float, not fp16's subnormal step.
+  const float abs_dot[] = {0.0f};
+  const float sq_dot[] = {0.0f};
+  const double y[] = {0.0};
+  ErrorModelInput in{Precision::kFp64, 8,      DType::kFloat16, false,
+                     abs_dot,          sq_dot, y,               1};
+  float acc = 0, pair = 0;
+  PredictPairAccumulationSigma(in, &acc);
+  PredictPairSigma(in, &pair);
+  EXPECT_EQ(acc, std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(pair, 0x1p-25f);  // the output's floor: u_out * smallest normal
+}
+
+TEST(ErrorModelTest, OutputSpacingIsTheStepBetweenNeighbours) {
+  EXPECT_EQ(OutputSpacing(1.0, DType::kBFloat16), 0x1p-7);
+  EXPECT_EQ(OutputSpacing(-3.0, DType::kBFloat16), 0x1p-6);
+  EXPECT_EQ(OutputSpacing(1.0, DType::kFloat16), 0x1p-10);
+  EXPECT_EQ(OutputSpacing(1e-6, DType::kFloat16), 0x1p-24);  // subnormal
+  EXPECT_EQ(OutputSpacing(0.0, DType::kBFloat16), 0x1p-133);
+  EXPECT_EQ(OutputSpacing(1.0, DType::kFloat32), 0x1p-23);
+}
+
+// tanh-form GELU, for its slope by central differences.
+double Gelu(double v) {
+  return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+TEST(ErrorModelTest, FlipGridIsTheCoarsestGridOnTheAccumulatorsWay) {
+  // Column 0: a = 1.5, b = 0.25 (u = 1.75); column 1: a = 3, b = -2.9375
+  // (u = 0.0625, an unfused cancellation); column 2: a = -1, b = 0.5.
+  const float pre_bias[] = {1.5f, 3.0f, -1.0f};
+  const double bias[] = {0.25, -2.9375, 0.5};
+  FlipGridInput in;
+  in.output_dtype = DType::kBFloat16;
+  in.pre_bias = pre_bias;
+  in.bias = bias;
+  in.cols = 3;
+  in.count = 3;
+  float grid[3];
+  FlipGrid(in, grid);  // fused, no activation: the step at a + b
+  EXPECT_EQ(grid[0], 0x1p-7f);
+  EXPECT_EQ(grid[1], 0x1p-11f);
+  EXPECT_EQ(grid[2], 0x1p-8f);
+  in.unfused_bias = true;  // the coarser of a's step and a + b's
+  FlipGrid(in, grid);
+  EXPECT_EQ(grid[0], 0x1p-7f);
+  EXPECT_EQ(grid[1], 0x1p-6f);
+  EXPECT_EQ(grid[2], 0x1p-7f);
+  in.unfused_bias = false;
+  in.activation = Activation::kRelu;  // a + b = -0.5 is cut: no flip shows
+  FlipGrid(in, grid);
+  EXPECT_EQ(grid[0], 0x1p-7f);
+  EXPECT_TRUE(std::isinf(grid[2]));
+  in.activation = Activation::kGeluTanh;  // the output step over the slope
+  FlipGrid(in, grid);
+  const double slope = (Gelu(1.75 + 1e-6) - Gelu(1.75 - 1e-6)) / 2e-6;
+  EXPECT_NEAR(grid[0], OutputSpacing(Gelu(1.75), DType::kBFloat16) / slope, 1e-8);
+}
+
+TEST(ErrorModelTest, FlipChanceIsMeanAbsoluteDifferenceOverTheGrid) {
+  EXPECT_NEAR(FlipChance(0x1p-10f, 0x1p-7f), std::sqrt(2 / M_PI) / 8, 1e-12);
+  EXPECT_EQ(FlipChance(1.0f, 0x1p-7f), 1.0);  // capped
+  EXPECT_EQ(FlipChance(1.0f, std::numeric_limits<float>::infinity()), 0.0);
+}
+
+// P(X >= d) for X ~ Poisson(l), summed naively in long double.
+double NaivePoissonTail(int64_t d, double l) {
+  long double term = std::exp(-static_cast<long double>(l)), below = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    below += term;
+    term *= static_cast<long double>(l) / static_cast<long double>(j + 1);
+  }
+  return static_cast<double>(1.0L - below);
+}
+
+TEST(ErrorModelTest, PoissonUpperTailMatchesHandAndNaiveSums) {
+  EXPECT_EQ(PoissonUpperTail(0, 3.0), 1.0);
+  EXPECT_NEAR(PoissonUpperTail(1, 0.5), 1 - std::exp(-0.5), 1e-15);
+  EXPECT_NEAR(PoissonUpperTail(3, 0.5), 1 - std::exp(-0.5) * (1 + 0.5 + 0.125), 1e-15);
+  // Far in the tail: about l^2/2 for two events at a tiny rate.
+  EXPECT_NEAR(PoissonUpperTail(2, 1e-7) / (0.5e-14), 1.0, 1e-6);
+  EXPECT_EQ(PoissonUpperTail(5, 0.0), 0.0);
+  for (const auto& [d, l] : std::vector<std::pair<int64_t, double>>{
+           {1100, 1000.0}, {950, 1000.0}, {30, 12.5}, {257, 3027.0}}) {
+    SCOPED_TRACE(::testing::Message() << d << " " << l);
+    EXPECT_NEAR(PoissonUpperTail(d, l), NaivePoissonTail(d, l), 1e-12);
+  }
+  // 187 rounding flips where 6e-6 are expected: beyond any doubt.
+  EXPECT_LT(PoissonUpperTail(187, 5.6e-6), 1e-300);
+}
+
 TEST(ErrorModelTest, SigmaIsNeverZero) {
   const float zeros_f[] = {0.0f};
   const double zeros_d[] = {0.0};

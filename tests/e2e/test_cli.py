@@ -35,7 +35,7 @@ STATS_KEYS = {
 }
 CONFIG_RESULT_KEYS = {
     "config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-    "deterministic", "runs",
+    "deterministic", "runs", "shared_computation",
 }
 
 
@@ -145,7 +145,7 @@ def test_parity_failure_prints_numpy_style_message(server, layer):
     r = verify(server, *layer["args"], "--observed", save_observed(layer, y))
     assert r.returncode == 1, r.stderr
     assert "Tensor-likes are not close!" in r.stdout
-    assert "Mismatched elements: 15 / 15 (100.0%)" in r.stdout
+    assert "Mismatched elements: 15 / 15 (100%)" in r.stdout
     assert "Greatest absolute difference:" in r.stdout
     assert "Greatest relative difference:" in r.stdout
 
@@ -362,4 +362,8 @@ def test_diagnose_ranks_fp32_first_for_an_fp32_output(server, tmp_path):
     assert {"best", "equivalent", "tied", "confidence", "ranking", "framework_hint",
             "localization", "explanation"} <= set(d)
     assert d["ranking"][0]["config"].startswith("cpu:fp32")
+    assert set(d["ranking"][0]) == {
+        "config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio", "equivalent",
+        "disagreements", "expected_disagreements", "plausibility_p", "plausible",
+        "consistent_fraction", "compared_elements", "ruled_out", "shared_computation"}
     assert r.returncode == (0 if d["best"] is not None else 1)

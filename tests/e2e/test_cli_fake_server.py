@@ -118,6 +118,9 @@ class FakeServer:
             c = r.results.add(config=name, elapsed_ms=1.5 + i, runs=max(1, request.repeat),
                               deterministic=True)
             c.details["algo"] = "7"
+            if i > 0:
+                # The second and later configurations reused the first's GEMM.
+                c.shared_computation = names[0]
             c.vs_reference.CopyFrom(good if i == 0 else bad)
             if request.HasField("observed"):
                 c.vs_observed.CopyFrom(bad if i == 0 else good)
@@ -144,11 +147,19 @@ class FakeServer:
             d.confidence = 0.93
             d.framework_hint = "JAX/Flax default on Ampere+: fp32 matmul in TF32, bias added separately"
             d.explanation = "The observed output is consistent with TF32 inputs (error/bound ~ 1)."
-            rc = d.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.98,
-                               max_ulp=1, mean_ulp=0.02)
+            # 3 of 94,674 elements differ: 99.997%, never "100.0%".
+            rc = d.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.99996831,
+                               max_ulp=1, mean_ulp=0.02, disagreements=3,
+                               expected_disagreements=2.5, plausibility_p=0.46, plausible=True,
+                               consistent_fraction=1.0, compared_elements=94674)
             rc.bound_ratio.value = 1.02
             d.ranking.add(config="cpu:fp32:unfused", bitwise_equal_fraction=0.1,
-                          max_ulp=UINT64_MAX, mean_ulp=40)
+                          max_ulp=UINT64_MAX, mean_ulp=40, disagreements=85206,
+                          expected_disagreements=12.5, plausibility_p=0.0, plausible=False,
+                          consistent_fraction=0.25, compared_elements=94674,
+                          ruled_out="85206 of 94674 elements differ where its accumulation "
+                                    "noise predicts 12.5.",
+                          shared_computation="cpu:fp32:fused")
             d.localization.columns.add(index=3, mismatched=4, share=0.5)
             d.localization.outliers.add(index=[0, 1], actual=1.0, expected=9.0, ulp=300)
         return r
@@ -239,8 +250,11 @@ def test_json_follows_the_report_format(fake, files, tmp_path):
     assert j["reference"]["vs_observed"] is None
     res = j["results"][0]
     assert list(res) == ["config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                         "deterministic", "runs"]
+                         "deterministic", "runs", "shared_computation"]
     assert res["details"] == {"algo": "7"}
+    assert res["shared_computation"] == ""
+    assert j["results"][1]["shared_computation"] == "cpu:fp32"
+    assert j["reference"]["shared_computation"] == ""
     assert j["diagnosis"] is None
     assert j["notes"] == ["cuBLASLt GELU is the tanh approximation"]
 
@@ -359,6 +373,19 @@ def test_human_output_reads_like_torch(fake, files, tmp_path):
     assert "cpu:fp32:none" in out
 
 
+def test_shared_computation_marks_the_epilogue_only_time(fake, files, tmp_path):
+    _, addr = fake
+    r = cli(addr, "verify", *files, "--config", "cpu:fp32", "--config", "cpu:bf16")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    fp32 = next(l for l in lines if l.startswith("  cpu:fp32 "))
+    bf16 = next(l for l in lines if l.startswith("  cpu:bf16 "))
+    assert fp32.endswith("1.5 ms ") and bf16.endswith("2.5 ms*")
+    assert "  * cpu:bf16 reused the GEMM of cpu:fp32 (elapsed: epilogue only)." in lines
+    # 4 of 6 bitwise-equal; 6 of 6 is exactly all.
+    assert "66.7%" in bf16 and "100%" in fp32 and "100.0%" not in r.stdout
+
+
 def test_diagnose_reports_best_match(fake, files, tmp_path):
     f, addr = fake
     junit = tmp_path / "d.xml"
@@ -377,6 +404,42 @@ def test_diagnose_reports_best_match(fake, files, tmp_path):
     assert d["best"] == "cpu:tf32:unfused" and d["equivalent"] == ["cpu:tf32rna:unfused"]
     assert d["ranking"][1]["max_ulp"] == "inf" and d["ranking"][1]["bound_ratio"] is None
     assert d["localization"]["outliers"][0]["index"] == [0, 1]
+    first, second = d["ranking"]
+    assert list(first)[6:] == ["disagreements", "expected_disagreements", "plausibility_p",
+                               "plausible", "consistent_fraction", "compared_elements",
+                               "ruled_out", "shared_computation"]
+    assert (first["disagreements"], first["expected_disagreements"], first["plausibility_p"],
+            first["plausible"], first["consistent_fraction"], first["compared_elements"],
+            first["ruled_out"], first["shared_computation"]) == (
+        3, 2.5, 0.46, True, 1.0, 94674, "", "")
+    assert second["plausible"] is False and second["plausibility_p"] == 0.0
+    assert second["ruled_out"].startswith("85206 of 94674 elements differ")
+    assert second["shared_computation"] == "cpu:fp32:fused"
+
+
+def test_diagnose_text_shows_plausibility_ruled_out_and_shared_gemm(fake, files, tmp_path):
+    _, addr = fake
+    summary = tmp_path / "summary.md"
+    r = cli(addr, "diagnose", *files, "--observed", str(tmp_path / "y.npy"), "--github",
+            env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = next(l for l in lines if l.lstrip().startswith("rank"))
+    assert header.split()[:4] == ["rank", "config", "plausible", "bitwise-equal"]
+    assert lines[lines.index(header) + 1].split()[:4] == [
+        "1", "cpu:tf32:unfused", "yes", "99.997%"]
+    assert lines[lines.index(header) + 2].split()[:4] == [
+        "2", "cpu:fp32:unfused*", "no", "10.0%"]
+    assert "  * cpu:fp32:unfused reused the GEMM of cpu:fp32:fused." in lines
+    i = lines.index("  Ruled out:")
+    assert lines[i + 1] == ("    2. cpu:fp32:unfused: 85206 of 94674 elements differ where its "
+                            "accumulation noise predicts 12.5.")
+    assert "100.0%" not in r.stdout
+    assert all(len(l) <= 100 for l in lines[:i + 2]), r.stdout
+    md = summary.read_text()
+    assert "| 1 | `cpu:tf32:unfused` | yes | 99.997% |" in md
+    assert "| 2 | `cpu:fp32:unfused` (GEMM of `cpu:fp32:fused`) | no | 10.0% |" in md
+    assert "- `cpu:fp32:unfused`: 85206 of 94674 elements differ" in md
 
 
 def test_diagnose_without_a_match_exits_1(fake, files, tmp_path):

@@ -138,7 +138,7 @@ def test_diagnose_html_renders_in_headless_chromium(server, problem):
     dom = subprocess.run([*common, "--dump-dom", out.as_uri()], capture_output=True,
                          text=True, timeout=60)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "bitwise_equal_fraction" in dom.stdout
+    assert "bitwise-equal" in dom.stdout and "plausible" in dom.stdout
     for c in report["diagnosis"]["ranking"]:
         assert c["config"] in dom.stdout
 

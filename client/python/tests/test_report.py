@@ -11,7 +11,7 @@ import pytest
 
 import tensorcheck
 from tensorcheck._pb import pb
-from tensorcheck._report import format_mismatch
+from tensorcheck._report import format_diagnosis, format_mismatch, format_share
 
 UINT64_MAX = (1 << 64) - 1
 
@@ -59,6 +59,9 @@ def _response() -> "pb.VerifyResponse":
     res.vs_reference.bound_ratio.value = 1.1
     res.vs_observed.CopyFrom(_stats(max_ulp=2))
     res.details["algo"] = "sgemm"
+    shared = r.results.add(config="cpu:bf16:none", elapsed_ms=0.25, deterministic=True,
+                           runs=1, shared_computation="cpu:tf32:none")
+    shared.vs_reference.CopyFrom(_stats(max_ulp=7))
     return r
 
 
@@ -86,6 +89,8 @@ def test_attributes_hold_real_values():
     assert report.reference.output.dtype == np.float32
     assert report.reference.output.tolist() == [[0.0, 1.0], [2.0, 3.0]]
     assert report.results[0].output is None
+    assert report.results[0].shared_computation == ""
+    assert report.result("cpu:bf16").shared_computation == "cpu:tf32:none"
     assert report.diagnosis is None
     assert report.tolerance.atol == 1e-5
 
@@ -114,7 +119,10 @@ def test_to_dict_is_the_documented_json_object():
     assert ovr["top_columns"] == [{"index": 0, "mismatched": 1, "share": 1.0}]
     res = d["results"][0]
     assert list(res) == ["config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                         "deterministic", "runs"]
+                         "deterministic", "runs", "shared_computation"]
+    assert res["shared_computation"] == ""
+    assert d["results"][1]["shared_computation"] == "cpu:tf32:none"
+    assert d["reference"]["shared_computation"] == ""
     assert res["vs_reference"]["bound_ratio"] == 1.1
     assert res["vs_observed"]["max_ulp"] == 2
     assert res["details"] == {"algo": "sgemm"}
@@ -148,8 +156,18 @@ def test_diagnosis_to_dict():
     rc = dg.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.75,
                         max_ulp=1, mean_ulp=0.25)
     rc.bound_ratio.value = 0.98
+    rc.disagreements = 3
+    rc.expected_disagreements = 2.5
+    rc.plausibility_p = 0.46
+    rc.plausible = True
+    rc.consistent_fraction = 1.0
+    rc.compared_elements = 4
     dg.ranking.add(config="cpu:fp32:fused", bitwise_equal_fraction=0.0,
-                   max_ulp=UINT64_MAX, mean_ulp=float("inf"))
+                   max_ulp=UINT64_MAX, mean_ulp=float("inf"), disagreements=4,
+                   expected_disagreements=0.5, plausibility_p=float("nan"),
+                   consistent_fraction=0.25, compared_elements=4,
+                   ruled_out="4 of 4 elements differ where 0.5 are expected.",
+                   shared_computation="cpu:fp32:unfused")
     dg.framework_hint = "JAX/Flax default on Ampere+"
     dg.localization.columns.add(index=3, mismatched=2, share=0.5)
     dg.explanation = "TF32."
@@ -159,15 +177,27 @@ def test_diagnosis_to_dict():
         "confidence": 0.9,
         "ranking": [
             {"config": "cpu:tf32:unfused", "bitwise_equal_fraction": 0.75, "max_ulp": 1,
-             "mean_ulp": 0.25, "bound_ratio": 0.98, "equivalent": []},
+             "mean_ulp": 0.25, "bound_ratio": 0.98, "equivalent": [],
+             "disagreements": 3, "expected_disagreements": 2.5, "plausibility_p": 0.46,
+             "plausible": True, "consistent_fraction": 1.0, "compared_elements": 4,
+             "ruled_out": "", "shared_computation": ""},
             {"config": "cpu:fp32:fused", "bitwise_equal_fraction": 0.0, "max_ulp": "inf",
-             "mean_ulp": "inf", "bound_ratio": None, "equivalent": []},
+             "mean_ulp": "inf", "bound_ratio": None, "equivalent": [],
+             "disagreements": 4, "expected_disagreements": 0.5, "plausibility_p": "nan",
+             "plausible": False, "consistent_fraction": 0.25, "compared_elements": 4,
+             "ruled_out": "4 of 4 elements differ where 0.5 are expected.",
+             "shared_computation": "cpu:fp32:unfused"},
         ],
         "framework_hint": "JAX/Flax default on Ampere+",
         "localization": {"columns": [{"index": 3, "mismatched": 2, "share": 0.5}],
                          "rows": [], "outliers": []},
         "explanation": "TF32.",
     }
+    # The keys in the CLI's order: the proto's, new ones last.
+    assert list(d["ranking"][0]) == [
+        "config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio", "equivalent",
+        "disagreements", "expected_disagreements", "plausibility_p", "plausible",
+        "consistent_fraction", "compared_elements", "ruled_out", "shared_computation"]
     r.diagnosis.best = ""
     r.diagnosis.ClearField("localization")
     d = tensorcheck.Report.from_proto(r).to_dict()["diagnosis"]
@@ -222,3 +252,83 @@ def test_capabilities_from_proto():
     assert caps.configs == ["cpu:fp32:fused"]
     assert caps.limits.max_configs == 64
     assert caps.to_dict()["backends"][1]["unavailable_reason"] == "no GPU"
+
+
+@pytest.mark.parametrize("fraction, text", [
+    (1.0, "100%"),
+    (0.0, "0%"),
+    (0.5, "50.0%"),
+    (0.333, "33.3%"),
+    (0.99996831, "99.997%"),  # 100.0 and 100.00 at one and two decimals
+    (0.9996, "99.96%"),
+    (0.99999999, "99.999999%"),
+    (3e-5, "0.003%"),
+    (0.0004, "0.04%"),
+    (1e-8, "0.000001%"),
+    (1e-9, "<0.000001%"),
+    (1 - 1e-10, ">99.999999%"),
+    (5e-324, "<0.000001%"),
+    (float("nan"), "nan%"),
+    (1.5, "150.0%"),
+])
+def test_format_share_reads_all_or_none_only_when_exact(fraction, text):
+    assert format_share(fraction) == text
+
+
+@pytest.mark.parametrize("part, whole, text", [
+    (1024, 1024, "100%"),
+    (0, 1024, "0%"),
+    (0, 0, "0%"),
+    (3, 1024, "0.3%"),
+    (2, 6, "33.3%"),
+    (94671, 94674, "99.997%"),
+    (1, 4_000_000_000, "<0.000001%"),
+    (3_999_999_999, 4_000_000_000, ">99.999999%"),
+    # (2^62 - 1) / 2^62 is 1.0 as a float; one element still differs.
+    (2**62 - 1, 2**62, ">99.999999%"),
+])
+def test_format_share_of_counts_decides_all_and_none_on_the_counts(part, whole, text):
+    assert format_share(part, whole) == text
+
+
+def test_failure_message_never_rounds_a_share_to_all():
+    r = _response()
+    r.observed_vs_reference.total = 94674
+    r.observed_vs_reference.mismatched = 94671
+    del r.observed_vs_reference.top_columns[:]
+    r.observed_vs_reference.top_columns.add(index=0, mismatched=94670, share=94670 / 94671)
+    msg = format_mismatch(tensorcheck.Report.from_proto(r))
+    assert "Mismatched elements: 94671 / 94674 (99.997%)" in msg
+    assert "Mismatches concentrate in columns: 0 (99.999%)" in msg
+    assert "100.0%" not in msg
+
+
+def test_diagnosis_message_shows_plausibility_ruled_out_and_shared_gemm():
+    dg = pb.Diagnosis(best="cpu:tf32:unfused", confidence=0.97)
+    dg.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.99996831, max_ulp=1,
+                   plausible=True, compared_elements=94674).bound_ratio.value = 0.71
+    dg.ranking.add(config="cpu:tf32:fused", bitwise_equal_fraction=0.5, max_ulp=2,
+                   plausible=True, compared_elements=94674,
+                   shared_computation="cpu:tf32:unfused")
+    dg.ranking.add(config="cpu:fp32:fused", bitwise_equal_fraction=3e-5, max_ulp=900,
+                   compared_elements=94674,
+                   ruled_out="94671 of 94674 elements differ where 12.5 are expected.")
+    for i in range(3):
+        dg.ranking.add(config=f"cpu:fp16:v{i}", ruled_out=f"reason {i}")
+    msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg))
+    lines = msg.splitlines()
+    assert lines[0] == "Diagnosis: best match cpu:tf32:unfused (confidence 0.97)"
+    assert lines[1:] == [
+        "Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
+        "  cpu:tf32:unfused: yes, 99.997%, 1, 0.71",
+        "  cpu:tf32:fused*: yes, 50.0%, 2, n/a",
+        "  cpu:fp32:fused: no, 0.003%, 900, n/a",
+        "  cpu:fp16:v0: -, 0%, 0, n/a",  # no plausibility test: a dash
+        "  cpu:fp16:v1: -, 0%, 0, n/a",
+        "  * cpu:tf32:fused reused the GEMM of cpu:tf32:unfused.",
+        "  Ruled out:",
+        "    3. cpu:fp32:fused: 94671 of 94674 elements differ where 12.5 are expected.",
+        "    4. cpu:fp16:v0: reason 0",
+        "    5. cpu:fp16:v1: reason 1",
+    ]
+    assert "reason 2" not in msg  # sixth: beyond the candidates listed

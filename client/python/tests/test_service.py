@@ -20,7 +20,7 @@ from numerics import BF16, linear64, round_bf16, round_tf32
 REPORT_KEYS = {"verdict", "tolerance", "observed_vs_reference", "reference", "results",
                "output_shape", "notes", "diagnosis"}
 CONFIG_RESULT_KEYS = {"config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                      "deterministic", "runs"}
+                      "deterministic", "runs", "shared_computation"}
 STATS_KEYS = {
     "total", "mismatched", "max_abs", "max_abs_index", "max_rel", "max_rel_index",
     "mean_abs", "rms", "rel_l2", "cosine", "max_ulp", "mean_ulp", "bitwise_equal",

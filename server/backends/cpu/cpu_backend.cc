@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <new>
 #include <system_error>
 #include <thread>
@@ -306,11 +307,6 @@ void Epilogue(const T* acc, const T* bias, bool unfused, Activation act,
   }
 }
 
-// kNone with a bias present cannot come out of ResolveConfig; it is run as
-// fused, the single-rounding form.
-bool IsUnfused(const Config& config) {
-  return config.bias == BiasMode::kUnfused;
-}
 
 // ---- fp16acc
 
@@ -795,94 +791,137 @@ std::vector<DType> CpuBackend::storage_dtypes() const {
 
 namespace {
 
-absl::StatusOr<Tensor> RunFloat(const LinearProblem& p, const Config& config) {
-  const Precision prec = config.precision;
-  std::unique_ptr<float[]> x_owned, w_owned, acc_owned;
-  TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, prec, &x_owned));
-  TC_ASSIGN_OR_RETURN(const float* w, FloatOperand(*p.weight, prec, &w_owned));
-  TC_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(p.output_dtype, {p.m, p.n}));
-  // An fp32 output is its own accumulator: the epilogue runs in place.
-  float* acc = nullptr;
-  if (p.output_dtype == DType::kFloat32) {
-    acc = out.data<float>();
-  } else {
-    TC_ASSIGN_OR_RETURN(acc_owned, Allocate<float>(p.m * p.n));
-    acc = acc_owned.get();
+// How a configuration multiplies, on one problem: configurations with
+// equal Arithmetic compute the same accumulator x.W^T bit for bit, and
+// differ at most in their epilogues.
+struct Arithmetic {
+  enum Kind { kFp64, kFp32, kFp16Acc };
+  Kind kind = kFp32;
+  // kFp32: the input rounding the multiply applies; kFp32 when it leaves
+  // both stored operands unchanged (bf16 tensors under fp32, tf32 or
+  // bf16: one GEMM).
+  Precision rounding = Precision::kFp32;
+  bool operator==(const Arithmetic& o) const {
+    return kind == o.kind && rounding == o.rounding;
   }
-  Gemm(x, w, p.layout, p.m, p.n, p.k, acc);
-  std::vector<float> bias;
-  if (p.bias != nullptr) {
-    bias.resize(static_cast<size_t>(p.n));
-    ToFloat(*p.bias, bias.data());  // exact unless the bias is stored fp64
+};
+
+Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
+  switch (precision) {
+    case Precision::kFp64:
+      return {Arithmetic::kFp64, Precision::kFp64};
+    case Precision::kFp16Acc:
+      return {Arithmetic::kFp16Acc, Precision::kFp16Acc};
+    default:
+      break;
   }
-  Epilogue<float>(acc, p.bias != nullptr ? bias.data() : nullptr,
-                  IsUnfused(config), p.activation, p.m, p.n, &out);
-  return out;
+  const bool exact = ValuesExactIn(precision, *p.input) &&
+                     ValuesExactIn(precision, *p.weight);
+  if (exact) {
+    // Rounding changes nothing: the stored values, read as fp32, are the
+    // operands (fp32 precision reads fp64 storage exactly only when the
+    // values are fp32 ones, which ValuesExactIn checked).
+    return {Arithmetic::kFp32, Precision::kFp32};
+  }
+  return {Arithmetic::kFp32, precision};
 }
 
-absl::StatusOr<Tensor> RunDouble(const LinearProblem& p, const Config& config) {
-  std::unique_ptr<double[]> x_owned, w_owned, acc_owned;
-  TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
-  TC_ASSIGN_OR_RETURN(const double* w, DoubleOperand(*p.weight, &w_owned));
-  TC_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(p.output_dtype, {p.m, p.n}));
-  double* acc = nullptr;
-  if (p.output_dtype == DType::kFloat64) {
-    acc = out.data<double>();
-  } else {
-    TC_ASSIGN_OR_RETURN(acc_owned, Allocate<double>(p.m * p.n));
-    acc = acc_owned.get();
-  }
-  Gemm(x, w, p.layout, p.m, p.n, p.k, acc);
-  std::vector<double> bias;
-  if (p.bias != nullptr) {
-    bias.resize(static_cast<size_t>(p.n));
-    ToDouble(*p.bias, bias.data());
-  }
-  Epilogue<double>(acc, p.bias != nullptr ? bias.data() : nullptr,
-                   IsUnfused(config), p.activation, p.m, p.n, &out);
-  return out;
-}
-
-absl::StatusOr<Tensor> RunFp16Acc(const LinearProblem& p, const Config& config,
+// x.W^T of one Arithmetic before any epilogue: [m, n] in fp32, or fp64
+// for kFp64.
+absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a,
                                   int threads) {
-  std::unique_ptr<float[]> x_owned, w_owned;
-  TC_ASSIGN_OR_RETURN(const float* x,
-                      FloatOperand(*p.input, Precision::kFp16Acc, &x_owned));
-  TC_ASSIGN_OR_RETURN(const float* w,
-                      FloatOperand(*p.weight, Precision::kFp16Acc, &w_owned));
-  TC_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(p.output_dtype, {p.m, p.n}));
-  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> acc, Allocate<float>(p.m * p.n));
-  TC_RETURN_IF_ERROR(
-      Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k, threads, acc.get()));
-  std::vector<float> bias;
+  switch (a.kind) {
+    case Arithmetic::kFp64: {
+      std::unique_ptr<double[]> x_owned, w_owned;
+      TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
+      TC_ASSIGN_OR_RETURN(const double* w, DoubleOperand(*p.weight, &w_owned));
+      TC_ASSIGN_OR_RETURN(Tensor acc,
+                          Tensor::Create(DType::kFloat64, {p.m, p.n}));
+      Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<double>());
+      return acc;
+    }
+    case Arithmetic::kFp32:
+    case Arithmetic::kFp16Acc: {
+      std::unique_ptr<float[]> x_owned, w_owned;
+      TC_ASSIGN_OR_RETURN(const float* x,
+                          FloatOperand(*p.input, a.rounding, &x_owned));
+      TC_ASSIGN_OR_RETURN(const float* w,
+                          FloatOperand(*p.weight, a.rounding, &w_owned));
+      TC_ASSIGN_OR_RETURN(Tensor acc,
+                          Tensor::Create(DType::kFloat32, {p.m, p.n}));
+      if (a.kind == Arithmetic::kFp16Acc) {
+        TC_RETURN_IF_ERROR(Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k,
+                                          threads, acc.data<float>()));
+      } else {
+        Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<float>());
+      }
+      return acc;
+    }
+  }
+  return absl::InternalError("unknown arithmetic");
+}
+
+// The bias, activation and output rounding of `config` applied to `acc`.
+// With `in_place` and an output stored like the accumulator, the
+// epilogue overwrites `acc` and returns it (no second buffer).
+template <typename T>
+absl::StatusOr<Tensor> FinishAs(const LinearProblem& p, const Config& config,
+                                Tensor& acc, bool in_place) {
+  std::vector<T> bias;
   if (p.bias != nullptr) {
     bias.resize(static_cast<size_t>(p.n));
-    ToFloat(*p.bias, bias.data());
+    // Exact unless the bias is stored in fp64 and T is float.
+    if constexpr (std::is_same_v<T, float>) {
+      ToFloat(*p.bias, bias.data());
+    } else {
+      ToDouble(*p.bias, bias.data());
+    }
   }
-  Epilogue<float>(acc.get(), p.bias != nullptr ? bias.data() : nullptr,
-                  IsUnfused(config), p.activation, p.m, p.n, &out);
+  const T* b = p.bias != nullptr ? bias.data() : nullptr;
+  // kNone with a bias present cannot come out of ResolveConfig; it is run
+  // as fused, the single-rounding form.
+  const bool unfused = config.bias == BiasMode::kUnfused;
+  if (in_place && acc.dtype() == p.output_dtype) {
+    Epilogue<T>(acc.data<T>(), b, unfused, p.activation, p.m, p.n, &acc);
+    return std::move(acc);
+  }
+  TC_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(p.output_dtype, {p.m, p.n}));
+  Epilogue<T>(acc.data<T>(), b, unfused, p.activation, p.m, p.n, &out);
   return out;
+}
+
+absl::StatusOr<Tensor> Finish(const LinearProblem& p, const Config& config,
+                              Tensor& acc, bool in_place) {
+  if (acc.dtype() == DType::kFloat64) {
+    return FinishAs<double>(p, config, acc, in_place);
+  }
+  return FinishAs<float>(p, config, acc, in_place);
+}
+
+std::map<std::string, std::string> DetailsOf(const Config& config) {
+  std::map<std::string, std::string> details{{"blas", "openblas"}};
+  const PrecisionInfo info = GetPrecisionInfo(config.precision);
+  if (info.tf32_rounding.has_value()) {
+    details["tf32_rounding"] = std::string(Tf32RoundingName(*info.tf32_rounding));
+  }
+  return details;
 }
 
 }  // namespace
+
+int CpuBackend::threads() const {
+  if (options_.threads > 0) return options_.threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem,
                                           const Config& config,
                                           const RunOptions& options) {
   TC_RETURN_IF_ERROR(CheckProblem(problem));
-  int threads = options_.threads;
-  if (threads <= 0)
-    threads =
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const Arithmetic arithmetic = ArithmeticOf(problem, config.precision);
   auto run_once = [&]() -> absl::StatusOr<Tensor> {
-    switch (config.precision) {
-      case Precision::kFp64:
-        return RunDouble(problem, config);
-      case Precision::kFp16Acc:
-        return RunFp16Acc(problem, config, threads);
-      default:
-        return RunFloat(problem, config);
-    }
+    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads()));
+    return Finish(problem, config, acc, /*in_place=*/true);
   };
   RunResult result;
   TC_ASSIGN_OR_RETURN(result.output, run_once());
@@ -892,17 +931,56 @@ absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem,
     if (again.bytes() != result.output.bytes()) result.deterministic = false;
   }
   result.runs = repeat;
-  result.details["blas"] = "openblas";
-  const PrecisionInfo info = GetPrecisionInfo(config.precision);
-  if (info.tf32_rounding.has_value()) {
-    result.details["tf32_rounding"] =
-        std::string(Tf32RoundingName(*info.tf32_rounding));
-  }
+  result.details = DetailsOf(config);
   return result;
 }
 
+absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
+                                  const std::vector<Config>& configs,
+                                  const RunOptions& options,
+                                  const BatchConsumer& consume) {
+  // Repeated runs check each configuration's own determinism.
+  if (options.repeat > 1) {
+    return LinearBackend::RunBatch(problem, configs, options, consume);
+  }
+  TC_RETURN_IF_ERROR(CheckProblem(problem));
+  // Configurations grouped by arithmetic, groups in the order of their
+  // first member (so configs[0] comes first).
+  struct Group {
+    Arithmetic arithmetic;
+    std::vector<size_t> members;
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Arithmetic a = ArithmeticOf(problem, configs[i].precision);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& g) { return g.arithmetic == a; });
+    if (it == groups.end()) {
+      groups.push_back({a, {i}});
+    } else {
+      it->members.push_back(i);
+    }
+  }
+  for (const Group& group : groups) {
+    TC_ASSIGN_OR_RETURN(Tensor acc,
+                        Accumulate(problem, group.arithmetic, threads()));
+    const Config& first = configs[group.members.front()];
+    for (size_t j = 0; j < group.members.size(); ++j) {
+      const Config& config = configs[group.members[j]];
+      RunResult result;
+      TC_ASSIGN_OR_RETURN(result.output,
+                          Finish(problem, config, acc,
+                                 /*in_place=*/j + 1 == group.members.size()));
+      result.details = DetailsOf(config);
+      if (j > 0) result.shared_computation = first.ToString();
+      TC_RETURN_IF_ERROR(consume(group.members[j], std::move(result)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
-                                  float* sq_dot) {
+                                  float* sq_dot, float* dot) {
   TC_RETURN_IF_ERROR(CheckProblem(p));
   if (abs_dot == nullptr || sq_dot == nullptr) {
     return absl::InvalidArgumentError(
@@ -916,6 +994,7 @@ absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
   ToFloat(*p.weight, w.get());
   const int64_t nx = p.input->numel();
   const int64_t nw = p.weight->numel();
+  if (dot != nullptr) Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, dot);
   for (int64_t i = 0; i < nx; ++i) x[i] = std::fabs(x[i]);
   for (int64_t i = 0; i < nw; ++i) w[i] = std::fabs(w[i]);
   Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, abs_dot);

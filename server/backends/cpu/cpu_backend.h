@@ -37,8 +37,18 @@ class CpuBackend final : public LinearBackend {
                                 const Config& config,
                                 const RunOptions& options) override;
 
+  // One GEMM per arithmetic: configurations whose input rounding leaves the
+  // stored values unchanged share an fp32 GEMM (bf16 tensors under fp32,
+  // tf32, tf32rna, tf32trunc and bf16), and the fused and unfused variants
+  // of one precision share theirs; each then runs its own epilogue.
+  absl::Status RunBatch(const LinearProblem& problem,
+                        const std::vector<Config>& configs,
+                        const RunOptions& options,
+                        const BatchConsumer& consume) override;
+
  private:
   explicit CpuBackend(const Options& options) : options_(options) {}
+  int threads() const;  // options_.threads, or the core count
   Options options_;
 };
 
@@ -46,10 +56,11 @@ class CpuBackend final : public LinearBackend {
 // output element (i, j), with x viewed as [m, k] and w as stored,
 //   abs_dot[i*n + j] = sum_k |x_ik| |w_jk|
 //   sq_dot[i*n + j]  = sqrt(sum_k (x_ik w_jk)^2)
-// computed in fp32 (two sgemm calls on |x|,|w| and x^2,w^2). Both outputs
-// hold m*n floats and are allocated by the caller. INVALID_ARGUMENT on null
-// pointers or inconsistent shapes.
+//   dot[i*n + j]     = sum_k x_ik w_jk   (when `dot` is not null)
+// computed in fp32 (sgemm calls on |x|,|w|, on x^2,w^2 and on x,w). The
+// outputs hold m*n floats and are allocated by the caller. INVALID_ARGUMENT
+// on null abs_dot/sq_dot or inconsistent shapes.
 absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
-                                  float* sq_dot);
+                                  float* sq_dot, float* dot = nullptr);
 
 }  // namespace tensorcheck

@@ -392,6 +392,113 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::ValuesIn(kAllDTypes)),
     MatrixName);
 
+// ---- RunBatch: one GEMM per arithmetic, every output as Run's.
+
+// Runs `configs` as one batch; results by index, in delivery order.
+struct Batch {
+  std::vector<RunResult> results;
+  std::vector<size_t> delivered;
+};
+Batch MustRunBatch(CpuBackend& cpu, const LinearProblem& p,
+                   const std::vector<Config>& configs) {
+  Batch b;
+  b.results.resize(configs.size());
+  EXPECT_THAT(cpu.RunBatch(p, configs, RunOptions{},
+                           [&](size_t i, RunResult r) {
+                             b.results[i] = std::move(r);
+                             b.delivered.push_back(i);
+                             return absl::OkStatus();
+                           }),
+              IsOk());
+  return b;
+}
+
+TEST(CpuBackendBatchTest, EveryOutputMatchesTheIndependentReference) {
+  // fp32 storage with nudged values: every input rounding changes them, so
+  // nothing but the fused/unfused pairs can share a GEMM. (The matrix test
+  // above checks Run against the reference for every mode.)
+  const Layer l = MakeLayer(/*m=*/3, /*n=*/5, /*k=*/16, /*with_bias=*/true,
+                            /*nudge=*/true, /*seed=*/41);
+  auto cpu = NewBackend();
+  for (DType out : {DType::kFloat32, DType::kBFloat16}) {
+    for (Activation act : {Activation::kNone, Activation::kRelu}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(out), " ", ActivationName(act)));
+      auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, act, out);
+      std::vector<Config> configs;
+      for (Precision p : kAllPrecisions) {
+        for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
+          configs.push_back(Cfg(p, mode));
+        }
+      }
+      const Batch batch = MustRunBatch(*cpu, b->problem, configs);
+      ASSERT_EQ(batch.delivered.size(), configs.size());
+      EXPECT_EQ(batch.delivered.front(), 0u);
+      for (size_t i = 0; i < configs.size(); ++i) {
+        SCOPED_TRACE(configs[i].ToString());
+        const Precision p = configs[i].precision;
+        // What Run gives, bit for bit; and where the inputs are rounded
+        // (so that products and sums of this small problem are exact), the
+        // independent reference too.
+        EXPECT_EQ(batch.results[i].output.bytes(),
+                  MustRun(*cpu, b->problem, configs[i]).output.bytes());
+        if (p != Precision::kFp32 && p != Precision::kFp64) {
+          ExpectMatches(Values(batch.results[i].output),
+                        RefLinear(l, p, configs[i].bias, act, out), act, out, p);
+        }
+        // Only an unfused variant reuses its fused sibling's GEMM.
+        EXPECT_EQ(batch.results[i].shared_computation,
+                  configs[i].bias == BiasMode::kUnfused
+                      ? Cfg(p, BiasMode::kFused).ToString()
+                      : "");
+      }
+    }
+  }
+}
+
+TEST(CpuBackendBatchTest, Bf16StorageRunsOneGemmForFp32Tf32AndBf16) {
+  const Layer l = NormalLayer(4, 6, 32, 1.0, kBf16Format, 42, /*bias=*/true);
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kBFloat16);
+  const std::vector<Config> configs = {
+      Cfg(Precision::kFp64, BiasMode::kFused),    Cfg(Precision::kBf16, BiasMode::kFused),
+      Cfg(Precision::kFp32, BiasMode::kFused),    Cfg(Precision::kTf32, BiasMode::kUnfused),
+      Cfg(Precision::kTf32Rna, BiasMode::kFused), Cfg(Precision::kTf32Trunc, BiasMode::kFused),
+      Cfg(Precision::kFp64, BiasMode::kUnfused),  Cfg(Precision::kFp16Acc, BiasMode::kFused)};
+  const Batch batch = MustRunBatch(*cpu, b->problem, configs);
+  ASSERT_EQ(batch.delivered.size(), configs.size());
+  EXPECT_EQ(batch.delivered.front(), 0u);
+  const std::vector<std::string> shared = {
+      "", "", "cpu:bf16:fused", "cpu:bf16:fused", "cpu:bf16:fused", "cpu:bf16:fused",
+      "cpu:fp64:fused", ""};
+  for (size_t i = 0; i < configs.size(); ++i) {
+    SCOPED_TRACE(configs[i].ToString());
+    EXPECT_EQ(batch.results[i].shared_computation, shared[i]);
+    ExpectMatches(Values(batch.results[i].output),
+                  RefLinear(l, configs[i].precision, configs[i].bias, Activation::kNone,
+                            DType::kBFloat16),
+                  Activation::kNone, DType::kBFloat16, configs[i].precision);
+  }
+  // Same GEMM, same epilogue: the same bits.
+  EXPECT_EQ(batch.results[1].output.bytes(), batch.results[2].output.bytes());
+}
+
+TEST(CpuBackendBatchTest, ConsumerErrorStopsTheBatch) {
+  const Layer l = NormalLayer(2, 3, 8, 1.0, kBf16Format, 43, /*bias=*/true);
+  auto cpu = NewBackend();
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
+                 DType::kBFloat16);
+  int calls = 0;
+  const absl::Status s = cpu->RunBatch(
+      b->problem, {Cfg(Precision::kBf16, BiasMode::kFused), Cfg(Precision::kFp32, BiasMode::kFused)},
+      RunOptions{}, [&](size_t, RunResult) {
+        ++calls;
+        return absl::CancelledError("stop");
+      });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(calls, 1);
+}
+
 // ---- Storage dtypes, batch dims, output dtypes.
 
 TEST(CpuBackendTest, BatchDimsFlattenIntoRows) {

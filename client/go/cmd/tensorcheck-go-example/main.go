@@ -1,6 +1,7 @@
 // Command tensorcheck-go-example sends a small fp32 linear layer to a
 // tensorcheck server under strict fp32 and TF32 and prints the verdict and
-// each configuration's largest difference from the fp64 reference.
+// each configuration's largest difference from the fp64 reference and its
+// bitwise-equal share.
 //
 //	tensorcheck-go-example -server localhost:50051
 package main
@@ -60,6 +61,14 @@ func main() {
 		if s == nil {
 			continue
 		}
-		fmt.Printf("%-20s max_abs %.3g  max_ulp %d  passed %v\n", r.Config, s.MaxAbs, s.MaxULP, s.Passed)
+		line := fmt.Sprintf("%-20s max_abs %.3g  max_ulp %d  passed %v", r.Config, s.MaxAbs, s.MaxULP, s.Passed)
+		if s.Total > 0 {
+			// Never "100.0%" while some element differs.
+			line += "  bitwise-equal " + tensorcheck.FormatShare(float64(s.BitwiseEqualCount)/float64(s.Total))
+		}
+		if r.SharedComputation != "" {
+			line += "  (GEMM shared with " + r.SharedComputation + ")"
+		}
+		fmt.Println(line)
 	}
 }

@@ -246,6 +246,11 @@ class ConfigResult(_Node):
     deterministic: bool
     runs: int
     output: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    # The configuration whose GEMM this one reused ("" when it ran its own):
+    # the same operands in the same arithmetic on these inputs, so only the
+    # epilogue (bias, activation, output rounding) ran here and `elapsed_ms`
+    # is the epilogue's time.
+    shared_computation: str = ""
     _not_json = ("output",)
 
     @classmethod
@@ -257,26 +262,59 @@ class ConfigResult(_Node):
             elapsed_ms=m.elapsed_ms, details=dict(sorted(m.details.items())),
             deterministic=m.deterministic, runs=m.runs,
             output=from_proto(m.output, f"{name}.output") if m.HasField("output") else None,
+            shared_computation=m.shared_computation,
         )
 
 
 @dataclass(frozen=True)
 class RankedCandidate(_Node):
     """A candidate configuration and how well it agrees with the observed
-    output."""
+    output.
+
+    The plausibility test (docs/numerics.md, "Diagnosis") asks whether the
+    observed output could be this candidate computed in another summation
+    order: `disagreements` of `compared_elements` differ from it in bits
+    where its accumulation noise predicts `expected_disagreements`;
+    `plausibility_p` is the Poisson probability of at least that many;
+    `consistent_fraction` the share within 4 predicted standard errors.
+    `ruled_out` says in one sentence why it cannot be best ("" when the
+    evidence allows it); `shared_computation` names the configuration whose
+    GEMM it reused ("" when none). A server that predates the test leaves
+    them all zero, with `compared_elements` 0."""
     config: str
     bitwise_equal_fraction: float
     max_ulp: Ulp
     mean_ulp: float
     bound_ratio: Optional[float]
     equivalent: List[str]
+    disagreements: int = 0
+    expected_disagreements: float = 0.0
+    plausibility_p: float = 0.0
+    plausible: bool = False
+    consistent_fraction: float = 0.0
+    compared_elements: int = 0
+    ruled_out: str = ""
+    shared_computation: str = ""
     _ulp_fields = ("max_ulp",)
 
     @classmethod
     def from_proto(cls, m: "pb.RankedCandidate") -> "RankedCandidate":
         return cls(config=m.config, bitwise_equal_fraction=m.bitwise_equal_fraction,
                    max_ulp=_ulp(m.max_ulp), mean_ulp=m.mean_ulp,
-                   bound_ratio=_wrapped(m, "bound_ratio"), equivalent=list(m.equivalent))
+                   bound_ratio=_wrapped(m, "bound_ratio"), equivalent=list(m.equivalent),
+                   disagreements=m.disagreements,
+                   expected_disagreements=m.expected_disagreements,
+                   plausibility_p=m.plausibility_p, plausible=m.plausible,
+                   consistent_fraction=m.consistent_fraction,
+                   compared_elements=m.compared_elements, ruled_out=m.ruled_out,
+                   shared_computation=m.shared_computation)
+
+    @property
+    def plausible_text(self) -> str:
+        """"yes", "no", or "-" when the server ran no plausibility test."""
+        if self.plausible:
+            return "yes"
+        return "no" if self.compared_elements > 0 else "-"
 
 
 @dataclass(frozen=True)
@@ -384,6 +422,51 @@ class Report(_Node):
 
 # --- messages --------------------------------------------------------------
 
+_SHARE_MAX_DECIMALS = 6
+
+
+def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
+    """A share as a percentage that reads 100% or 0% only when it is exactly
+    that: `format_share(0.99996831)` is "99.997%", not "100.0%".
+
+    `value` is a fraction in [0, 1]; with `whole` it is a count of `whole`
+    instead (`format_share(3, 1024)` is "0.3%"), and all and none are
+    decided on the counts (part == whole is "100%", an empty whole "0%").
+    One decimal, or as many more (up to 6) as it takes not to read 100.0 or
+    0.0; beyond that "<0.000001%" and ">99.999999%". NaN is "nan%"; values
+    outside [0, 1] get one decimal. The CLI's FormatShare
+    (client/cli/format.h) follows the same rule.
+    """
+    fraction = float(value)
+    if whole is not None:
+        part = value
+        if whole <= 0 or part == 0:
+            return "0%"
+        if part == whole:
+            return "100%"
+        fraction = part / whole
+        # A count short of the whole (or above none) never reads as all (none).
+        if fraction >= 1 and part < whole:
+            return ">99.999999%"
+        if fraction <= 0 and part > 0:
+            return "<0.000001%"
+    if math.isnan(fraction):
+        return "nan%"
+    if fraction == 1:
+        return "100%"
+    if fraction == 0:
+        return "0%"
+    percent = 100 * fraction
+    if fraction < 0 or fraction > 1:
+        return f"{percent:.1f}%"
+    for decimals in range(1, _SHARE_MAX_DECIMALS + 1):
+        # Decided on the printed text: would the reader see 100.0... or 0.0...?
+        text = f"{percent:.{decimals}f}"
+        if float(text) not in (0.0, 100.0):
+            return text + "%"
+    return "<0.000001%" if percent < 50 else ">99.999999%"
+
+
 def _fmt_index(index: Sequence[int]) -> str:
     return "(" + ", ".join(str(i) for i in index) + ("," if len(index) == 1 else "") + ")"
 
@@ -402,8 +485,8 @@ def format_mismatch(report: Report) -> str:
     assert stats is not None
     tol = report.tolerance
     lines = ["Tensor-likes are not close!" if not stats.passed else "Tensor-likes are close.", ""]
-    pct = 100.0 * stats.mismatched / stats.total if stats.total else 0.0
-    lines.append(f"Mismatched elements: {stats.mismatched} / {stats.total} ({pct:.1f}%)")
+    lines.append(f"Mismatched elements: {stats.mismatched} / {stats.total} "
+                 f"({format_share(stats.mismatched, stats.total)})")
     preset = tol.preset
     if preset in ("torch", "numpy", "polygraphy", "explicit"):
         lines.append(f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
@@ -436,7 +519,7 @@ def format_mismatch(report: Report) -> str:
                          f"{e.ulp} ULP")
     # Only worth a line when a few columns hold most of the mismatches.
     if stats.top_columns and sum(g.share for g in stats.top_columns) >= 0.5:
-        cols = ", ".join(f"{g.index} ({100 * g.share:.0f}%)" for g in stats.top_columns)
+        cols = ", ".join(f"{g.index} ({format_share(g.share)})" for g in stats.top_columns)
         lines.append(f"Mismatches concentrate in columns: {cols}")
     return "\n".join(lines)
 
@@ -458,12 +541,36 @@ def format_diagnosis(d: Diagnosis) -> str:
     if d.explanation:
         lines.append(d.explanation)
     if d.ranking:
-        lines.append("Ranking (config: bitwise-equal share, max ULP, bound ratio):")
-        for r in d.ranking[:5]:
+        shown = d.ranking[:_RANKING_SHOWN]
+        lines.append("Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):")
+        for r in shown:
             br = "n/a" if r.bound_ratio is None else f"{r.bound_ratio:.3g}"
-            lines.append(f"  {r.config}: {100 * r.bitwise_equal_fraction:.1f}%, "
-                         f"{r.max_ulp}, {br}")
+            marker = _SHARED_MARKER if r.shared_computation else ""
+            lines.append(f"  {r.config}{marker}: {r.plausible_text}, "
+                         f"{format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}")
+        lines.extend(_shared_footnotes(shown, "."))
+        ruled_out = [(i, r) for i, r in enumerate(shown, 1) if r.ruled_out]
+        if ruled_out:
+            lines.append("  Ruled out:")
+            lines.extend(f"    {i}. {r.config}: {r.ruled_out}" for i, r in ruled_out)
     return "\n".join(lines)
+
+
+# How many ranked candidates the diagnosis message lists (to_dict() has all).
+_RANKING_SHOWN = 5
+# Marks a configuration that reused another configuration's GEMM.
+_SHARED_MARKER = "*"
+
+
+def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> List[str]:
+    """One line per configuration whose GEMM others reused, in order of
+    first appearance: "* A, B reused the GEMM of C<suffix>"."""
+    groups: Dict[str, List[str]] = {}
+    for item in items:
+        if item.shared_computation:
+            groups.setdefault(item.shared_computation, []).append(item.config)
+    return [f"  {_SHARED_MARKER} {', '.join(configs)} reused the GEMM of {shared}{suffix}"
+            for shared, configs in groups.items()]
 
 
 # --- capabilities ------------------------------------------------------------

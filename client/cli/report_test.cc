@@ -1,0 +1,227 @@
+#include "client/cli/report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tensorcheck::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// A diagnose answer over 94,674 elements: cpu:tf32:unfused matches all but
+// three in bits and is plausible; cpu:tf32:fused reused its GEMM; cpu:fp32
+// is ruled out.
+pb::VerifyResponse DiagnoseResponse() {
+  pb::VerifyResponse r;
+  pb::ConfigResult* ref = r.mutable_reference();
+  ref->set_config("cpu:fp64:none");
+  ref->set_elapsed_ms(4.0);
+
+  pb::ConfigResult* a = r.add_results();
+  a->set_config("cpu:tf32:unfused");
+  a->set_elapsed_ms(2.5);
+  pb::Stats* s = a->mutable_vs_observed();
+  s->set_total(94674);
+  s->set_mismatched(0);
+  s->set_bitwise_equal_count(94671);
+  s->set_passed(true);
+  pb::ConfigResult* b = r.add_results();
+  b->set_config("cpu:tf32:fused");
+  b->set_elapsed_ms(0.25);
+  b->set_shared_computation("cpu:tf32:unfused");
+  b->mutable_vs_observed()->set_total(94674);
+  b->mutable_vs_observed()->set_bitwise_equal_count(94674);
+  b->mutable_vs_observed()->set_passed(true);
+  pb::Stats* observed = r.mutable_observed_vs_reference();
+  observed->set_total(94674);
+  observed->set_mismatched(3);
+
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:tf32:unfused");
+  d->set_confidence(0.97);
+  pb::RankedCandidate* c1 = d->add_ranking();
+  c1->set_config("cpu:tf32:unfused");
+  c1->set_bitwise_equal_fraction(94671.0 / 94674.0);
+  c1->set_max_ulp(1);
+  c1->set_mean_ulp(3.2e-5);
+  c1->mutable_bound_ratio()->set_value(0.71);
+  c1->add_equivalent("cpu:tf32rna:unfused");
+  c1->set_disagreements(3);
+  c1->set_expected_disagreements(2.5);
+  c1->set_plausibility_p(0.46);
+  c1->set_plausible(true);
+  c1->set_consistent_fraction(1.0);
+  c1->set_compared_elements(94674);
+  pb::RankedCandidate* c2 = d->add_ranking();
+  c2->set_config("cpu:tf32:fused");
+  c2->set_bitwise_equal_fraction(0.5);
+  c2->set_max_ulp(2);
+  c2->set_plausible(true);
+  c2->set_compared_elements(94674);
+  c2->set_shared_computation("cpu:tf32:unfused");
+  pb::RankedCandidate* c3 = d->add_ranking();
+  c3->set_config("cpu:fp32:fused");
+  c3->set_bitwise_equal_fraction(3e-5);
+  c3->set_max_ulp(900);
+  c3->set_mean_ulp(41);
+  c3->set_disagreements(94671);
+  c3->set_expected_disagreements(12.5);
+  c3->set_plausibility_p(0);
+  c3->set_plausible(false);
+  c3->set_consistent_fraction(0.25);
+  c3->set_compared_elements(94674);
+  c3->set_ruled_out(
+      "94671 of 94674 elements differ from it in bits where its accumulation noise predicts "
+      "12.5, and only 25% lie within 4 predicted standard errors.");
+  return r;
+}
+
+TEST(VerifyResponseToJsonTest, RankingCarriesThePlausibilityTestAndSharedComputation) {
+  const nlohmann::ordered_json j = VerifyResponseToJson(DiagnoseResponse());
+  const nlohmann::ordered_json& c1 = j["diagnosis"]["ranking"][0];
+  std::vector<std::string> keys;
+  for (const auto& item : c1.items()) keys.push_back(item.key());
+  EXPECT_THAT(keys,
+              ElementsAre("config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio",
+                          "equivalent", "disagreements", "expected_disagreements", "plausibility_p",
+                          "plausible", "consistent_fraction", "compared_elements", "ruled_out",
+                          "shared_computation"));
+  EXPECT_EQ(c1["disagreements"], 3);
+  EXPECT_EQ(c1["expected_disagreements"], 2.5);
+  EXPECT_EQ(c1["plausibility_p"], 0.46);
+  EXPECT_EQ(c1["plausible"], true);
+  EXPECT_EQ(c1["consistent_fraction"], 1.0);
+  EXPECT_EQ(c1["compared_elements"], 94674);
+  EXPECT_EQ(c1["ruled_out"], "");
+  EXPECT_EQ(c1["shared_computation"], "");
+  const nlohmann::ordered_json& c2 = j["diagnosis"]["ranking"][1];
+  EXPECT_EQ(c2["shared_computation"], "cpu:tf32:unfused");
+  const nlohmann::ordered_json& c3 = j["diagnosis"]["ranking"][2];
+  EXPECT_EQ(c3["plausible"], false);
+  EXPECT_EQ(c3["plausibility_p"], 0.0);
+  EXPECT_THAT(c3["ruled_out"].get<std::string>(), HasSubstr("94671 of 94674 elements"));
+}
+
+TEST(VerifyResponseToJsonTest, ResultsAndReferenceCarrySharedComputationLast) {
+  const nlohmann::ordered_json j = VerifyResponseToJson(DiagnoseResponse());
+  std::vector<std::string> keys;
+  for (const auto& item : j["results"][1].items()) keys.push_back(item.key());
+  EXPECT_THAT(keys, ElementsAre("config", "vs_reference", "vs_observed", "elapsed_ms", "details",
+                                "deterministic", "runs", "shared_computation"));
+  EXPECT_EQ(j["results"][0]["shared_computation"], "");
+  EXPECT_EQ(j["results"][1]["shared_computation"], "cpu:tf32:unfused");
+  EXPECT_EQ(j["reference"]["shared_computation"], "");
+}
+
+TEST(FormatHumanTest, RankingShowsPlausibilitySharesAndRuledOutReasons) {
+  const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
+  // 3 of 94,674 elements differ: never "100.0%".
+  EXPECT_THAT(out, HasSubstr("  rank  config            plausible  bitwise-equal  max_ulp"));
+  EXPECT_THAT(out, HasSubstr("  1     cpu:tf32:unfused  yes              99.997%        1"));
+  EXPECT_THAT(out, HasSubstr("  2     cpu:tf32:fused*   yes                50.0%        2"));
+  EXPECT_THAT(out, HasSubstr("  3     cpu:fp32:fused    no                0.003%      900"));
+  EXPECT_THAT(out, HasSubstr("  Same bits: cpu:tf32:unfused = cpu:tf32rna:unfused\n"));
+  EXPECT_THAT(out, HasSubstr("  * cpu:tf32:fused reused the GEMM of cpu:tf32:unfused.\n"));
+  EXPECT_THAT(out, HasSubstr("  Ruled out:\n    3. cpu:fp32:fused: 94671 of 94674 elements"));
+  EXPECT_THAT(out, Not(HasSubstr("100.0%")));
+  for (const std::string& line : Lines(out)) {
+    EXPECT_LE(line.size(), 100u) << line;
+  }
+}
+
+TEST(FormatHumanTest, RuledOutReasonsAreListedForTheFirstFiveOnly) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  for (int i = 0; i < 3; ++i) d->add_ranking()->set_config("cpu:fp16:fused");
+  pb::RankedCandidate* sixth = d->mutable_ranking(5);
+  sixth->set_config("cpu:bf16:fused");
+  sixth->set_ruled_out("Sixth and not listed.");
+  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("3. cpu:fp32:fused:"));
+  EXPECT_THAT(out, Not(HasSubstr("Sixth and not listed.")));
+}
+
+TEST(FormatHumanTest, CandidatesWithoutAPlausibilityTestShowADash) {
+  // A server older than the plausibility test leaves every field unset.
+  pb::VerifyResponse r;
+  pb::RankedCandidate* c = r.mutable_diagnosis()->add_ranking();
+  c->set_config("cpu:fp32:fused");
+  c->set_bitwise_equal_fraction(1.0);
+  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("  1     cpu:fp32:fused  -                   100%"));
+  EXPECT_THAT(out, Not(HasSubstr("Ruled out")));
+  EXPECT_THAT(out, Not(HasSubstr("reused the GEMM")));
+}
+
+TEST(FormatHumanTest, LongRuledOutReasonsWrapWithinOneHundredColumns) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  std::string reason;
+  for (int i = 0; i < 40; ++i) reason += "word ";
+  r.mutable_diagnosis()->mutable_ranking(2)->set_ruled_out(reason);
+  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("    3. cpu:fp32:fused: word word"));
+  EXPECT_THAT(out, HasSubstr("\n      word word"));
+  for (const std::string& line : Lines(out)) EXPECT_LE(line.size(), 100u) << line;
+}
+
+TEST(FormatHumanTest, SharedComputationMarksTheEpilogueOnlyElapsedTime) {
+  const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("  config            pass  mismatched  max_abs  max_ulp  "
+                             "bitwise-equal  elapsed\n"));
+  EXPECT_THAT(out, HasSubstr("  cpu:tf32:unfused   yes   0 / 94674        0        0        "
+                             "99.997%  2.5 ms \n"));
+  EXPECT_THAT(out, HasSubstr("  cpu:tf32:fused     yes   0 / 94674        0        0           "
+                             "100%  0.2 ms*\n"));
+  EXPECT_THAT(out, HasSubstr("  * cpu:tf32:fused reused the GEMM of cpu:tf32:unfused "
+                             "(elapsed: epilogue only).\n"));
+}
+
+TEST(FormatHumanTest, WithoutSharedComputationElapsedHasNoMarker) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  r.mutable_results(1)->clear_shared_computation();
+  r.mutable_diagnosis()->mutable_ranking(1)->clear_shared_computation();
+  const std::string out = FormatHuman(r, ReportContext{"verify"});
+  EXPECT_THAT(out, HasSubstr("2.5 ms\n"));
+  EXPECT_THAT(out, Not(HasSubstr("*")));
+}
+
+TEST(ClosenessMessageTest, NearlyAllMismatchedIsNotShownAsAll) {
+  pb::Stats s;
+  s.set_total(94674);
+  s.set_mismatched(94671);
+  EXPECT_THAT(ClosenessMessage(s, pb::Tolerance()),
+              HasSubstr("Mismatched elements: 94671 / 94674 (99.997%)"));
+  s.set_mismatched(94674);
+  EXPECT_THAT(ClosenessMessage(s, pb::Tolerance()),
+              HasSubstr("Mismatched elements: 94674 / 94674 (100%)"));
+}
+
+TEST(FormatGithubSummaryTest, RankingHasPlausibilitySharedGemmAndRuledOut) {
+  const std::string md = FormatGithubSummary(DiagnoseResponse(), ReportContext{"diagnose"});
+  EXPECT_THAT(md, HasSubstr("| rank | config | plausible | bitwise-equal |"));
+  EXPECT_THAT(md, HasSubstr("| 1 | `cpu:tf32:unfused` | yes | 99.997% | 1 |"));
+  EXPECT_THAT(md, HasSubstr("| 2 | `cpu:tf32:fused` (GEMM of `cpu:tf32:unfused`) | yes | 50.0% |"));
+  EXPECT_THAT(md, HasSubstr("- `cpu:fp32:fused`: 94671 of 94674 elements"));
+}
+
+TEST(FormatGithubSummaryTest, VerifyTableNamesTheSharedGemm) {
+  const std::string md = FormatGithubSummary(DiagnoseResponse(), ReportContext{"verify"});
+  EXPECT_THAT(md, HasSubstr("| 0.2 ms (epilogue; GEMM of `cpu:tf32:unfused`) |"));
+  EXPECT_THAT(md, HasSubstr("| 99.997% | 2.5 ms |"));
+}
+
+}  // namespace
+}  // namespace tensorcheck::cli

@@ -1,0 +1,52 @@
+// What the engine decides before running a request (Engine::Plan) and what
+// a run keeps for a diagnosis (Engine::Artifacts). Shared by engine.cc,
+// which makes the plan, and execution.cc, which carries it out.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "server/backends/config.h"
+#include "server/backends/linear_backend.h"
+#include "server/engine/engine.h"
+#include "server/stats/diff_stats.h"
+#include "server/stats/tolerance.h"
+
+namespace tensorcheck {
+
+// Everything decided before running anything.
+struct Engine::Plan {
+  int64_t m = 0, n = 0, k = 0;
+  DType output_dtype = DType::kFloat32;
+  std::vector<int64_t> output_shape;
+  Config reference;
+  LinearBackend* reference_backend = nullptr;
+  std::vector<Config> configs;
+  std::vector<LinearBackend*> backends;
+  Tolerance tolerance;
+  Precision observed_bound_precision = Precision::kFp32;
+  CompareOptions compare;
+  RunOptions run;
+};
+
+// Per-element arrays a diagnosis reads; several candidates may hold the
+// same one (equal error-model parameters on this request).
+using SharedFloats = std::shared_ptr<const std::vector<float>>;
+
+// What a run keeps for a diagnosis, per configuration (results order).
+struct Engine::Artifacts {
+  Tensor reference;
+  std::vector<Tensor> outputs;
+  // Predicted standard error of observed - candidate under "the observed
+  // output is this configuration in another summation order", and its
+  // accumulation part alone.
+  std::vector<SharedFloats> pair_sigma;
+  std::vector<SharedFloats> pair_accumulation_sigma;
+  // Predicted standard error of the configuration against the exact result.
+  std::vector<SharedFloats> sigma_vs_reference;
+  // The output grid where two summation orders part (FlipGrid), for the
+  // configuration's bias mode.
+  std::vector<SharedFloats> flip_grid;
+};
+
+}  // namespace tensorcheck
