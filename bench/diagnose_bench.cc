@@ -2,6 +2,7 @@
 // on the same request in the same run, and against one plain verification.
 //
 //   diagnose_bench [--m=1921 --k=4096 --n=3072] [--dtype=bf16] [--bias=unfused]
+//                  [--mode=shared|separate]   (one mode alone, in process)
 //
 // The candle case by default: bf16 x [M, K], W [N, K], b [N]. The observed
 // output is computed here, not by the server: fp32 accumulation over K in
@@ -147,7 +148,7 @@ int RunMode(const Problem& p, bool share, int out_fd) {
               diagnosed->results.size(), VmHwmMiB(), before_mib, d.best.value_or("null").c_str(),
               d.confidence);
   std::fflush(stdout);
-  if (write(out_fd, &seconds, sizeof seconds) != sizeof seconds) return 1;
+  if (out_fd >= 0 && write(out_fd, &seconds, sizeof seconds) != sizeof seconds) return 1;
   return 0;
 }
 
@@ -194,6 +195,10 @@ int Main(int argc, char** argv) {
   std::printf(
       "| mode | diagnose | of which backend runs | shared GEMMs | VmHWM | best |\n"
       "|---|---|---|---|---|---|\n");
+  // --mode=shared or --mode=separate runs that mode alone, in this
+  // process (for a profiler).
+  const std::string mode = FlagText(argc, argv, "mode", "");
+  if (!mode.empty()) return RunMode(p, mode == "shared", /*out_fd=*/-1);
   const double separate = InChild(p, /*share=*/false);
   const double shared = InChild(p, /*share=*/true);
   if (separate <= 0 || shared <= 0) return 1;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/core/parallel.h"
 #include "server/core/share_format.h"
 #include "server/stats/error_model.h"
 
@@ -23,6 +24,12 @@ constexpr uint64_t kUlpCap = 1 << 10;
 // Above this bitwise-equal share with best, localization looks at the
 // runner-up instead (the handful of elements left say little).
 constexpr double kLocalizeAgainstRunnerUp = 0.99;
+
+// UlpDistance, without its conversions where the values are equal (most
+// elements of the closest candidates): +0 and -0 are 0 apart too.
+uint64_t Ulp(double a, double b, DType dtype) {
+  return a == b ? 0 : UlpDistance(a, b, dtype);
+}
 
 double Capped(uint64_t ulp) {
   return static_cast<double>(std::min<uint64_t>(ulp, kUlpCap));
@@ -135,8 +142,8 @@ double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner,
       continue;
     }
     const double o = observed.GetDouble(i);
-    const uint64_t r = UlpDistance(o, rv, dtype);
-    const uint64_t b = UlpDistance(o, bv, dtype);
+    const uint64_t r = Ulp(o, rv, dtype);
+    const uint64_t b = Ulp(o, bv, dtype);
     if (r > b) ++further;
     if (r < b) ++closer;
   }
@@ -166,7 +173,7 @@ void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& expl
   int64_t differing = 0;
   for (int64_t i = 0; i < total; ++i) {
     if (!explained[static_cast<size_t>(i)]) continue;
-    if (UlpDistance(a.GetDouble(i), b.GetDouble(i), dtype) == 0) continue;
+    if (Ulp(a.GetDouble(i), b.GetDouble(i), dtype) == 0) continue;
     ++col[static_cast<size_t>(i % n)];
     ++row[static_cast<size_t>(i / n)];
     ++differing;
@@ -320,7 +327,7 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
       if (explained[static_cast<size_t>(i)]) continue;
       const double o = observed.GetDouble(i);
       const double v = c.output->GetDouble(i);
-      if (ElementConsistent(o, v, UlpDistance(o, v, dtype), c.pair_sigma[i])) {
+      if (ElementConsistent(o, v, Ulp(o, v, dtype), c.pair_sigma[i])) {
         explained[static_cast<size_t>(i)] = 1;
       }
     }
@@ -332,13 +339,14 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
 
   // Scores over the explained elements (all of them when none is).
   const bool use_all = explained_count == 0;
-  for (ClassScore& cls : classes) {
+  // Each class is scored by one thread, its sums in element order.
+  auto score = [&](ClassScore& cls) {
     const DiagnosisCandidate& c = in.candidates[cls.members[0]];
     for (int64_t i = 0; i < total; ++i) {
       if (!use_all && !explained[static_cast<size_t>(i)]) continue;
       const double o = observed.GetDouble(i);
       const double v = c.output->GetDouble(i);
-      const uint64_t ulp = UlpDistance(o, v, dtype);
+      const uint64_t ulp = Ulp(o, v, dtype);
       ++cls.counted;
       if (ulp == 0) ++cls.bitwise;
       if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
@@ -354,7 +362,13 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
         cls.sigma_sq += s * s;
       }
     }
-  }
+  };
+  ParallelChunks(
+      static_cast<int64_t>(classes.size()), in.threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) score(classes[static_cast<size_t>(j)]);
+      },
+      /*min_chunk=*/1);
   for (ClassScore& cls : classes) {
     cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
   }

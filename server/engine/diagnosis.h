@@ -111,6 +111,9 @@ struct DiagnosisInput {
   std::vector<DiagnosisCandidate> candidates;
   int top_k = 10;
   int top_groups = 5;
+  // Threads for scoring the candidates (one class per thread at a time;
+  // results do not depend on it).
+  int threads = 1;
 };
 
 DiagnosisOutcome RankCandidates(const DiagnosisInput& input);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/parallel.h"
 #include "server/core/status_macros.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/internal/plan.h"
@@ -272,6 +273,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
   in.output_shape = plan.output_shape;
   in.top_k = plan.compare.top_k;
   in.top_groups = plan.compare.top_groups;
+  in.threads = ResolveThreads(options_.stats_threads);
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
     c.config = plan.configs[i];

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/core/parallel.h"
 #include "server/core/status_macros.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/error_model.h"
@@ -84,7 +85,12 @@ class Engine::Execution {
  public:
   Execution(const EngineOptions& options, const LinearRequest& req, const Engine::Plan& plan,
             Engine::Artifacts* artifacts)
-      : share_(options.share_computations), req_(req), plan_(plan), artifacts_(artifacts) {
+      : share_(options.share_computations),
+        bound_used_(plan.tolerance.preset == TolerancePreset::kBound),
+        threads_(ResolveThreads(options.stats_threads)),
+        req_(req),
+        plan_(plan),
+        artifacts_(artifacts) {
     problem_.input = &req.input;
     problem_.weight = &req.weight;
     problem_.layout = req.layout;
@@ -346,20 +352,21 @@ class Engine::Execution {
   // it) and the reference value; then the observed output against the
   // reference.
   absl::Status PrepareErrorModel() {
-    abs_dot_.resize(static_cast<size_t>(count_));
+    if (bound_used_) abs_dot_.resize(static_cast<size_t>(count_));
     sq_dot_.resize(static_cast<size_t>(count_));
     bool need_dot = artifacts_ != nullptr && req_.observed.has_value();
     for (const Config& c : plan_.configs) {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
-    TC_RETURN_IF_ERROR(ComputeMagnitudeSums(problem_, abs_dot_.data(), sq_dot_.data(),
-                                            need_dot ? dot_.data() : nullptr));
+    TC_RETURN_IF_ERROR(ComputeMagnitudeSums(
+        problem_, MagnitudeSums{bound_used_ ? abs_dot_.data() : nullptr, sq_dot_.data(),
+                                need_dot ? dot_.data() : nullptr}));
     ref_values_.resize(static_cast<size_t>(count_));
     ToDouble(reference_->output, ref_values_.data());
     if (req_.observed) {
       const ModelArray sigma = Model(ModelKey::kSigma, plan_.observed_bound_precision, false);
-      const ModelArray bound = Model(ModelKey::kBound, plan_.observed_bound_precision, false);
+      const ModelArray bound = bound_used_ ? Model(ModelKey::kBound, plan_.observed_bound_precision, false) : ModelArray{};
       CompareOptions opts = plan_.compare;
       opts.predicted_sigma = sigma.data();
       opts.predicted_sigma_sum_sq = sigma.sum_sq;
@@ -419,6 +426,7 @@ class Engine::Execution {
     in.value = ref_values_.data();
     in.count = count_;
     in.pre_bias = dot_.empty() ? nullptr : dot_.data();
+    in.threads = threads_;
     in.precision = p;
     in.inputs_exact = key.kind == ModelKey::kSigma && key.u_input == 0;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
@@ -448,7 +456,7 @@ class Engine::Execution {
     const bool unfused = config.bias == BiasMode::kUnfused;
     Options o;
     o.sigma = Model(ModelKey::kSigma, config.precision, unfused);
-    o.bound = Model(ModelKey::kBound, config.precision, unfused);
+    if (bound_used_) o.bound = Model(ModelKey::kBound, config.precision, unfused);
     o.vs_reference = plan_.compare;
     o.vs_reference.predicted_sigma = o.sigma.data();
     o.vs_reference.predicted_sigma_sum_sq = o.sigma.sum_sq;
@@ -484,6 +492,7 @@ class Engine::Execution {
     in.bias = with_bias ? bias.data() : nullptr;
     in.cols = plan_.n;
     in.count = count_;
+    in.threads = threads_;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
     FlipGrid(in, values->data());
     grid = std::move(values);
@@ -540,6 +549,10 @@ class Engine::Execution {
   }
 
   const bool share_;
+  // Only the bound preset reads the hard bound; other presets skip its
+  // arrays.
+  const bool bound_used_;
+  const int threads_;  // for the per-element passes of the error model
   const LinearRequest& req_;
   const Engine::Plan& plan_;
   Engine::Artifacts* const artifacts_;

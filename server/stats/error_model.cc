@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
+
+#include "server/core/parallel.h"
 
 namespace tensorcheck {
 namespace {
@@ -74,8 +77,8 @@ double Predict(const ErrorModelInput& in, double input_weight,
   const double floor = std::max<double>(
       output_weight > 0 ? u_out * SmallestNormal(in.output_dtype) : 0.0,
       std::numeric_limits<float>::denorm_min());
-  double sum_sq = 0;
-  for (int64_t i = 0; i < in.count; ++i) {
+  ParallelChunks(in.count, in.threads, [&](int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     const double sq = static_cast<double>(in.sq_dot[i]) * in.sq_dot[i];
     const double y2 = in.value[i] * in.value[i];
     // Output roundings: of y, and with an unfused bias first of x.w.
@@ -91,8 +94,11 @@ double Predict(const ErrorModelInput& in, double input_weight,
     const double s = std::sqrt(var);
     // std::max would turn a NaN into the floor; keep it visible.
     sigma[i] = ToFloatSaturated(std::isnan(s) ? s : std::max(s, floor));
-    sum_sq += static_cast<double>(sigma[i]) * sigma[i];
   }
+  });
+  // Summed in element order, whatever the thread count.
+  double sum_sq = 0;
+  for (int64_t i = 0; i < in.count; ++i) sum_sq += static_cast<double>(sigma[i]) * sigma[i];
   return sum_sq;
 }
 
@@ -141,10 +147,26 @@ double OutputSpacing(double v, DType dtype) {
       mantissa_bits = 7;
       break;
   }
-  const int e = (v == 0 || !std::isfinite(v))
-                    ? min_exponent
-                    : std::max(std::ilogb(v), min_exponent);
-  return std::ldexp(1.0, e - mantissa_bits);
+  // The exponent straight from the bits (this runs once per element and
+  // grid); subnormal doubles and steps below fp64's normal range take the
+  // library route.
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  int e = min_exponent;
+  if (biased == 0x7ff || v == 0) {
+    e = min_exponent;  // infinities and NaN: the smallest step
+  } else if (biased == 0) {
+    e = std::max(std::ilogb(v), min_exponent);
+  } else {
+    e = std::max(biased - 1023, min_exponent);
+  }
+  const int step = e - mantissa_bits;
+  if (step < -1022) return std::ldexp(1.0, step);
+  const uint64_t step_bits = static_cast<uint64_t>(step + 1023) << 52;
+  double spacing;
+  std::memcpy(&spacing, &step_bits, sizeof spacing);
+  return spacing;
 }
 
 namespace {
@@ -173,7 +195,8 @@ std::pair<double, double> ActivationAndSlope(Activation act, double v) {
 
 void FlipGrid(const FlipGridInput& in, float* grid) {
   const DType out = in.output_dtype;
-  for (int64_t i = 0; i < in.count; ++i) {
+  ParallelChunks(in.count, in.threads, [&](int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     const double a = in.pre_bias[i];
     const double u =
         in.bias != nullptr && in.cols > 0 ? a + in.bias[i % in.cols] : a;
@@ -185,6 +208,7 @@ void FlipGrid(const FlipGridInput& in, float* grid) {
     }
     grid[i] = static_cast<float>(g);  // +inf stays +inf
   }
+  });
 }
 
 double FlipChance(float pair_accumulation_sigma, float grid) {

@@ -68,6 +68,8 @@ struct ErrorModelInput {
   // is added; where x.w and the bias nearly cancel, |y| understates that
   // rounding by orders of magnitude. Null: |y| stands in for it.
   const float* pre_bias = nullptr;
+  // Threads for the per-element pass (results do not depend on it).
+  int threads = 1;
 };
 
 // Unit roundoff of `d`: fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8.
@@ -130,6 +132,7 @@ struct FlipGridInput {
   const double* bias = nullptr;     // per column, or null
   int64_t cols = 0;                 // N; element i is in column i % cols
   int64_t count = 0;
+  int threads = 1;
 };
 
 // Writes g (above) for each of `in.count` elements to `grid` (+inf where

@@ -964,16 +964,24 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
   for (const Group& group : groups) {
     TC_ASSIGN_OR_RETURN(Tensor acc,
                         Accumulate(problem, group.arithmetic, threads()));
-    const Config& first = configs[group.members.front()];
-    for (size_t j = 0; j < group.members.size(); ++j) {
-      const Config& config = configs[group.members[j]];
-      RunResult result;
-      TC_ASSIGN_OR_RETURN(result.output,
-                          Finish(problem, config, acc,
-                                 /*in_place=*/j + 1 == group.members.size()));
-      result.details = DetailsOf(config);
-      if (j > 0) result.shared_computation = first.ToString();
-      TC_RETURN_IF_ERROR(consume(group.members[j], std::move(result)));
+    const std::vector<size_t>& members = group.members;
+    const Config& first = configs[members.front()];
+    for (size_t j = 0; j < members.size();) {
+      // Members j..same-1 name the same configuration (a reference that is
+      // also a candidate): one epilogue, copies of its output.
+      const Config& config = configs[members[j]];
+      size_t same = j + 1;
+      while (same < members.size() && configs[members[same]] == config) ++same;
+      TC_ASSIGN_OR_RETURN(Tensor output, Finish(problem, config, acc,
+                                                /*in_place=*/same == members.size()));
+      for (size_t d = j; d < same; ++d) {
+        RunResult result;
+        result.output = d + 1 < same ? output.Clone() : std::move(output);
+        result.details = DetailsOf(config);
+        if (d > 0) result.shared_computation = first.ToString();
+        TC_RETURN_IF_ERROR(consume(members[d], std::move(result)));
+      }
+      j = same;
     }
   }
   return absl::OkStatus();
@@ -981,11 +989,15 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
 
 absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
                                   float* sq_dot, float* dot) {
-  TC_RETURN_IF_ERROR(CheckProblem(p));
   if (abs_dot == nullptr || sq_dot == nullptr) {
     return absl::InvalidArgumentError(
         "abs_dot, sq_dot: m*n floats expected, got null");
   }
+  return ComputeMagnitudeSums(p, MagnitudeSums{abs_dot, sq_dot, dot});
+}
+
+absl::Status ComputeMagnitudeSums(const LinearProblem& p, const MagnitudeSums& out) {
+  TC_RETURN_IF_ERROR(CheckProblem(p));
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> x,
                       Allocate<float>(p.input->numel()));
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> w,
@@ -994,15 +1006,19 @@ absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
   ToFloat(*p.weight, w.get());
   const int64_t nx = p.input->numel();
   const int64_t nw = p.weight->numel();
-  if (dot != nullptr) Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, dot);
+  if (out.dot != nullptr) Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.dot);
   for (int64_t i = 0; i < nx; ++i) x[i] = std::fabs(x[i]);
   for (int64_t i = 0; i < nw; ++i) w[i] = std::fabs(w[i]);
-  Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, abs_dot);
-  for (int64_t i = 0; i < nx; ++i) x[i] *= x[i];
-  for (int64_t i = 0; i < nw; ++i) w[i] *= w[i];
-  Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, sq_dot);
-  const int64_t mn = p.m * p.n;
-  for (int64_t i = 0; i < mn; ++i) sq_dot[i] = std::sqrt(sq_dot[i]);
+  if (out.abs_dot != nullptr) {
+    Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.abs_dot);
+  }
+  if (out.sq_dot != nullptr) {
+    for (int64_t i = 0; i < nx; ++i) x[i] *= x[i];
+    for (int64_t i = 0; i < nw; ++i) w[i] *= w[i];
+    Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.sq_dot);
+    const int64_t mn = p.m * p.n;
+    for (int64_t i = 0; i < mn; ++i) out.sq_dot[i] = std::sqrt(out.sq_dot[i]);
+  }
   return absl::OkStatus();
 }
 

@@ -63,4 +63,13 @@ class CpuBackend final : public LinearBackend {
 absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
                                   float* sq_dot, float* dot = nullptr);
 
+// The same, computing only the sums whose pointer is not null (each one
+// GEMM): a caller that never reads the hard bound skips abs_dot.
+struct MagnitudeSums {
+  float* abs_dot = nullptr;
+  float* sq_dot = nullptr;
+  float* dot = nullptr;
+};
+absl::Status ComputeMagnitudeSums(const LinearProblem& p, const MagnitudeSums& out);
+
 }  // namespace tensorcheck
