@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/core/share_format.h"
-#include "server/service/dtype_proto.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli {
 namespace {

@@ -37,11 +37,11 @@
 #include "client/cli/report.h"
 #include "client/cli/tensor_io.h"
 #include "grpcpp/grpcpp.h"
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/core/dtype.h"
 #include "server/core/status_macros.h"
 #include "server/core/tensor.h"
-#include "server/service/dtype_proto.h"
+#include "proto/dtype_proto.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli {

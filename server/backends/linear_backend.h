@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/core/tensor.h"
 
 namespace tensorcheck {

@@ -58,7 +58,7 @@
 #include <string>
 #include <vector>
 
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/core/tensor.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"

@@ -27,11 +27,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/comparing_backend.h"
-#include "server/backends/cpu/cpu_backend.h"
 #include "server/core/parallel.h"
 #include "server/core/status_macros.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/error_model.h"
+#include "server/stats/magnitude_sums.h"
 
 namespace tensorcheck {
 
@@ -359,8 +359,10 @@ class Engine::Execution {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
+    const MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout,
+                                     problem_.m,     problem_.n,      problem_.k};
     TC_RETURN_IF_ERROR(ComputeMagnitudeSums(
-        problem_, MagnitudeSums{bound_used_ ? abs_dot_.data() : nullptr, sq_dot_.data(),
+        operands, MagnitudeSums{bound_used_ ? abs_dot_.data() : nullptr, sq_dot_.data(),
                                 need_dot ? dot_.data() : nullptr}));
     ref_values_.resize(static_cast<size_t>(count_));
     ToDouble(reference_->output, ref_values_.data());

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/engine/engine.h"
-#include "server/service/dtype_proto.h"
+#include "proto/dtype_proto.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck {

@@ -46,7 +46,7 @@
 
 #include <cstdint>
 
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/core/dtype.h"
 
 namespace tensorcheck {

@@ -987,39 +987,4 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
   return absl::OkStatus();
 }
 
-absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
-                                  float* sq_dot, float* dot) {
-  if (abs_dot == nullptr || sq_dot == nullptr) {
-    return absl::InvalidArgumentError(
-        "abs_dot, sq_dot: m*n floats expected, got null");
-  }
-  return ComputeMagnitudeSums(p, MagnitudeSums{abs_dot, sq_dot, dot});
-}
-
-absl::Status ComputeMagnitudeSums(const LinearProblem& p, const MagnitudeSums& out) {
-  TC_RETURN_IF_ERROR(CheckProblem(p));
-  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> x,
-                      Allocate<float>(p.input->numel()));
-  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> w,
-                      Allocate<float>(p.weight->numel()));
-  ToFloat(*p.input, x.get());
-  ToFloat(*p.weight, w.get());
-  const int64_t nx = p.input->numel();
-  const int64_t nw = p.weight->numel();
-  if (out.dot != nullptr) Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.dot);
-  for (int64_t i = 0; i < nx; ++i) x[i] = std::fabs(x[i]);
-  for (int64_t i = 0; i < nw; ++i) w[i] = std::fabs(w[i]);
-  if (out.abs_dot != nullptr) {
-    Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.abs_dot);
-  }
-  if (out.sq_dot != nullptr) {
-    for (int64_t i = 0; i < nx; ++i) x[i] *= x[i];
-    for (int64_t i = 0; i < nw; ++i) w[i] *= w[i];
-    Gemm(x.get(), w.get(), p.layout, p.m, p.n, p.k, out.sq_dot);
-    const int64_t mn = p.m * p.n;
-    for (int64_t i = 0; i < mn; ++i) out.sq_dot[i] = std::sqrt(out.sq_dot[i]);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace tensorcheck

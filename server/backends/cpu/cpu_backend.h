@@ -52,24 +52,4 @@ class CpuBackend final : public LinearBackend {
   Options options_;
 };
 
-// Magnitude sums that error bounds of a linear layer scale with: for every
-// output element (i, j), with x viewed as [m, k] and w as stored,
-//   abs_dot[i*n + j] = sum_k |x_ik| |w_jk|
-//   sq_dot[i*n + j]  = sqrt(sum_k (x_ik w_jk)^2)
-//   dot[i*n + j]     = sum_k x_ik w_jk   (when `dot` is not null)
-// computed in fp32 (sgemm calls on |x|,|w|, on x^2,w^2 and on x,w). The
-// outputs hold m*n floats and are allocated by the caller. INVALID_ARGUMENT
-// on null abs_dot/sq_dot or inconsistent shapes.
-absl::Status ComputeMagnitudeSums(const LinearProblem& p, float* abs_dot,
-                                  float* sq_dot, float* dot = nullptr);
-
-// The same, computing only the sums whose pointer is not null (each one
-// GEMM): a caller that never reads the hard bound skips abs_dot.
-struct MagnitudeSums {
-  float* abs_dot = nullptr;
-  float* sq_dot = nullptr;
-  float* dot = nullptr;
-};
-absl::Status ComputeMagnitudeSums(const LinearProblem& p, const MagnitudeSums& out);
-
 }  // namespace tensorcheck

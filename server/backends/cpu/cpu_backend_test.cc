@@ -1062,41 +1062,6 @@ TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
   EXPECT_EQ(cpu->default_bias_mode(), BiasMode::kFused);
 }
 
-// ---- ComputeMagnitudeSums.
-
-TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
-  const Layer l = NormalLayer(4, 6, 50, 1.0, kFp32Format, 9, /*bias=*/false);
-  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
-    SCOPED_TRACE(WeightLayoutName(layout));
-    auto b =
-        Build(l, DType::kFloat32, layout, Activation::kNone, DType::kFloat32);
-    std::vector<float> abs_dot(static_cast<size_t>(l.m * l.n));
-    std::vector<float> sq_dot(abs_dot.size());
-    ASSERT_THAT(ComputeMagnitudeSums(b->problem, abs_dot.data(), sq_dot.data()),
-                IsOk());
-    for (int64_t i = 0; i < l.m; ++i) {
-      for (int64_t j = 0; j < l.n; ++j) {
-        double a = 0.0, s = 0.0;
-        for (int64_t kk = 0; kk < l.k; ++kk) {
-          const double p = l.x[i * l.k + kk] * l.w[j * l.k + kk];
-          a += std::fabs(p);
-          s += p * p;
-        }
-        EXPECT_NEAR(abs_dot[i * l.n + j], a, 1e-5 * a);
-        EXPECT_NEAR(sq_dot[i * l.n + j], std::sqrt(s), 1e-5 * std::sqrt(s));
-      }
-    }
-  }
-}
-
-TEST(ComputeMagnitudeSumsTest, NullOutputIsInvalidArgument) {
-  Layer l = MakeLayer(1, 1, 1, false, false, 1);
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32);
-  float one = 0.0f;
-  EXPECT_THAT(ComputeMagnitudeSums(b->problem, nullptr, &one),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-}
 
 // ---- DESIGN.md's Flax case on CPU: 2x768 -> 512, fp32.
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 #include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"

@@ -1,4 +1,4 @@
-#include "server/backends/config.h"
+#include "server/core/linear_config.h"
 
 #include <vector>
 

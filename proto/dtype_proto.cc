@@ -1,4 +1,4 @@
-#include "server/service/dtype_proto.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck {
 

@@ -7,7 +7,8 @@
 //                            /*backend_default=*/BiasMode::kFused);
 //   c.ToString() == "cpu:tf32:fused"
 //
-// Precisions follow DESIGN.md's table. `tf32rna` and `tf32trunc` are TF32
+// The vocabulary of a linear-layer check, below every layer that uses it.
+// Precisions follow docs/numerics.md's table. `tf32rna` and `tf32trunc` are TF32
 // with ties-away and truncating input rounding.
 #pragma once
 

@@ -1,4 +1,5 @@
-// DType <-> tensorcheck.v1.DType, shared by the service and the CLI.
+// DType <-> tensorcheck.v1.DType, shared by the service and the CLI (beside
+// the generated code: protobuf only, no gRPC).
 //
 //   v1::DType p = DTypeToProto(DType::kBFloat16);   // DTYPE_BFLOAT16
 //   std::optional<DType> d = DTypeFromProto(p);     // kBFloat16; nullopt for

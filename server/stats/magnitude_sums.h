@@ -1,0 +1,48 @@
+// Magnitude sums of a linear layer: what its error bounds scale with.
+//
+// For x viewed as [m, k] and w stored [n, k] (OUT_IN) or [k, n] (IN_OUT),
+// per output element (i, j):
+//   abs_dot[i*n + j] = sum_k |x_ik| |w_jk|      (the hard bound's A)
+//   sq_dot[i*n + j]  = sqrt(sum_k (x_ik w_jk)^2) (the error model's S)
+//   dot[i*n + j]     = sum_k x_ik w_jk           (x.w before the bias)
+// each computed in fp32 by one OpenBLAS sgemm, and only when its pointer
+// is not null:
+//
+//   MagnitudeOperands op{&x, &w, WeightLayout::kOutIn, m, n, k};
+//   std::vector<float> sq(m * n);
+//   TC_RETURN_IF_ERROR(ComputeMagnitudeSums(op, MagnitudeSums{nullptr, sq.data()}));
+//
+// Thread-safe (the caller owns the outputs). INVALID_ARGUMENT when the
+// operands' shapes do not match m, n, k; RESOURCE_EXHAUSTED when the fp32
+// copies of x and w cannot be allocated.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/core/linear_config.h"
+#include "server/core/tensor.h"
+
+namespace tensorcheck {
+
+struct MagnitudeOperands {
+  const Tensor* input = nullptr;   // m*k elements, any leading shape
+  const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
+  WeightLayout layout = WeightLayout::kOutIn;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Outputs of m*n floats each, allocated by the caller; null: not computed.
+struct MagnitudeSums {
+  float* abs_dot = nullptr;
+  float* sq_dot = nullptr;
+  float* dot = nullptr;
+};
+
+absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, const MagnitudeSums& out);
+
+// The same with abs_dot and sq_dot required: INVALID_ARGUMENT when null.
+absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, float* abs_dot, float* sq_dot,
+                                  float* dot = nullptr);
+
+}  // namespace tensorcheck
