@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/status_macros.h"
 
 namespace tensorcheck {
 
@@ -36,7 +37,9 @@ absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
                                      const BatchConsumer& consume) {
   for (size_t i = 0; i < configs.size(); ++i) {
     absl::StatusOr<RunResult> result = Run(problem, configs[i], options);
-    if (!result.ok()) return result.status();
+    if (!result.ok()) {
+      return WithContext(result.status(), absl::StrCat("configuration ", configs[i].ToString()));
+    }
     absl::Status consumed = consume(i, *std::move(result));
     if (!consumed.ok()) return consumed;
   }

@@ -120,7 +120,8 @@ class LinearBackend {
   // variants of a precision), marking the results that reused it in
   // `shared_computation`; each output is still exactly what Run returns.
   // The first configuration's result is always delivered first; the rest
-  // may come in another order. This default runs them one by one.
+  // may come in another order. A failure's message names the
+  // configuration it came from. This default runs them one by one.
   virtual absl::Status RunBatch(const LinearProblem& problem,
                                 const std::vector<Config>& configs,
                                 const RunOptions& options,

@@ -10,10 +10,20 @@
 //
 //   return InvalidFieldError("tolerance.atol", "a finite value >= 0", "-1");
 //   // INVALID_ARGUMENT "tolerance.atol: a finite value >= 0 expected, got -1"
+//
+// and the typed signals other layers react to, carried as status payloads
+// (never as phrases to search a message for):
+//
+//   return MarkFatalDeviceError(absl::InternalError("cudaMemcpy: ..."));
+//   if (IsFatalDeviceError(status)) { /* NOT_SERVING, exit */ }
+//   return WithContext(status, "configuration cpu:fp32:fused");  // keeps them
 #pragma once
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -22,6 +32,34 @@ namespace tensorcheck {
 inline absl::Status InvalidFieldError(absl::string_view field, absl::string_view expected,
                                       absl::string_view got) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", expected, " expected, got ", got));
+}
+
+// Payload type URL of a fatal device error: the device context is
+// corrupted (a sticky CUDA error), every later request would fail the same
+// way, and only a new process recovers.
+inline constexpr absl::string_view kFatalDeviceErrorPayload =
+    "type.googleapis.com/tensorcheck.FatalDeviceError";
+
+// `status` marked as a fatal device error.
+inline absl::Status MarkFatalDeviceError(absl::Status status) {
+  status.SetPayload(kFatalDeviceErrorPayload, absl::Cord("fatal"));
+  return status;
+}
+
+// Whether `status` carries the fatal-device-error mark (however it was
+// wrapped by WithContext on its way up).
+inline bool IsFatalDeviceError(const absl::Status& status) {
+  return status.GetPayload(kFatalDeviceErrorPayload).has_value();
+}
+
+// `status` with "context: " before its message; code and payloads kept.
+inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
+    out.SetPayload(type_url, payload);
+  });
+  return out;
 }
 
 }  // namespace tensorcheck

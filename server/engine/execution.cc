@@ -225,11 +225,7 @@ class Engine::Execution {
           return s;
         });
     if (!consumer_status.ok()) return consumer_status;
-    if (!run.ok()) {
-      return absl::Status(run.code(),
-                          absl::StrCat("backend ", backend->name(), ": ", run.message()));
-    }
-    return absl::OkStatus();
+    return run;  // the backend's error names its configuration
   }
 
   // A GPU configuration: the backend compares on the device.
@@ -513,8 +509,7 @@ class Engine::Execution {
   }
 
   static absl::Status WithConfig(const Config& config, const absl::Status& s) {
-    return absl::Status(s.code(),
-                        absl::StrCat("configuration ", config.ToString(), ": ", s.message()));
+    return WithContext(s, absl::StrCat("configuration ", config.ToString()));
   }
 
   // Side facts worth knowing for this request.

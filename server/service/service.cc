@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 #include "server/service/logging.h"
 #include "server/core/status_macros.h"
@@ -20,10 +19,6 @@ std::string ShapeOf(const v1::Tensor& t) {
   return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
 }
 
-bool IsSticky(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kInternal &&
-         absl::StrContains(s.message(), "sticky CUDA error");
-}
 
 }  // namespace
 
@@ -137,7 +132,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
                           std::chrono::steady_clock::now() - start)
                           .count();
     LogRequest(method, request, ms, status);
-    if (IsSticky(status) && options_.on_fatal && !fatal_reported_.exchange(true)) {
+    if (IsFatalDeviceError(status) && options_.on_fatal && !fatal_reported_.exchange(true)) {
       options_.on_fatal(status);
     }
     reactor->Finish(ToGrpcStatus(status));

@@ -64,7 +64,8 @@ struct ServiceOptions {
   int max_queue = 64;
   std::string server_version;
   // Called (once) when a request fails with an error that leaves the device
-  // unusable ("sticky CUDA error"): the server goes NOT_SERVING and exits.
+  // unusable (marked with MarkFatalDeviceError, core/status_macros.h): the
+  // server goes NOT_SERVING and exits.
   std::function<void(const absl::Status&)> on_fatal;
 };
 

@@ -962,18 +962,25 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
     }
   }
   for (const Group& group : groups) {
-    TC_ASSIGN_OR_RETURN(Tensor acc,
-                        Accumulate(problem, group.arithmetic, threads()));
     const std::vector<size_t>& members = group.members;
     const Config& first = configs[members.front()];
+    absl::StatusOr<Tensor> accumulated = Accumulate(problem, group.arithmetic, threads());
+    if (!accumulated.ok()) {
+      return WithContext(accumulated.status(), absl::StrCat("configuration ", first.ToString()));
+    }
+    Tensor& acc = *accumulated;
     for (size_t j = 0; j < members.size();) {
       // Members j..same-1 name the same configuration (a reference that is
       // also a candidate): one epilogue, copies of its output.
       const Config& config = configs[members[j]];
       size_t same = j + 1;
       while (same < members.size() && configs[members[same]] == config) ++same;
-      TC_ASSIGN_OR_RETURN(Tensor output, Finish(problem, config, acc,
-                                                /*in_place=*/same == members.size()));
+      absl::StatusOr<Tensor> finished =
+          Finish(problem, config, acc, /*in_place=*/same == members.size());
+      if (!finished.ok()) {
+        return WithContext(finished.status(), absl::StrCat("configuration ", config.ToString()));
+      }
+      Tensor output = *std::move(finished);
       for (size_t d = j; d < same; ++d) {
         RunResult result;
         result.output = d + 1 < same ? output.Clone() : std::move(output);

@@ -21,10 +21,11 @@
 // Errors from Run: FAILED_PRECONDITION (configuration this backend or device
 // does not run, no cuBLASLt algorithm), RESOURCE_EXHAUSTED (over the memory
 // budget, device out of memory; the backend keeps working), INTERNAL. An
-// INTERNAL status whose message starts with kStickyCudaErrorPrefix means the
-// CUDA context is corrupted (illegal address and its kind): every later
-// request fails the same way and the process must exit so an orchestrator
-// restarts it.
+// INTERNAL status marked as a fatal device error (IsFatalDeviceError in
+// core/status_macros.h; its message starts with kStickyCudaErrorPrefix for
+// the reader) means the CUDA context is corrupted (illegal address and its
+// kind): every later request fails the same way and the process must exit
+// so an orchestrator restarts it.
 //
 // This header includes no CUDA header; only the implementation files in
 // this folder do.
@@ -40,7 +41,8 @@ namespace tensorcheck {
 inline constexpr absl::string_view kStickyCudaErrorPrefix =
     "sticky CUDA error:";
 
-// True for the status of a sticky CUDA error (see above).
+// True for the status of a sticky CUDA error (see above): INTERNAL and
+// marked fatal.
 bool IsStickyCudaError(const absl::Status& status);
 
 // Registers `cublaslt` and `cublas` (in that order). Fails only when the

@@ -2,16 +2,15 @@
 
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/backends/cuda/cuda_backends.h"
+#include "server/core/status_macros.h"
 
 namespace tensorcheck {
 
 bool IsStickyCudaError(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kInternal &&
-         absl::StartsWith(status.message(), kStickyCudaErrorPrefix);
+  return status.code() == absl::StatusCode::kInternal && IsFatalDeviceError(status);
 }
 
 namespace cuda {
@@ -27,10 +26,10 @@ absl::string_view ApiName(const char* call) {
 }
 
 absl::Status Sticky(absl::string_view api, cudaError_t e) {
-  return absl::InternalError(absl::StrCat(
+  return MarkFatalDeviceError(absl::InternalError(absl::StrCat(
       kStickyCudaErrorPrefix, " ", api, ": ", cudaGetErrorName(e), ": ",
       cudaGetErrorString(e),
-      " (the CUDA context is unusable; the process must restart)"));
+      " (the CUDA context is unusable; the process must restart)")));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The gRPC service end to end in-process: a TensorCheckServer on a free
-// loopback port, driven through the generated stub. Every row of DESIGN.md's
-// error table that applies to a CPU host, and the server still serving after
-// each.
+// loopback port, driven through the generated stub. Every row of the error
+// table (docs/architecture.md) that applies to a CPU host, and the server
+// still serving after each.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -9,9 +9,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "grpcpp/grpcpp.h"
-#include "server/service/server.h"
+#include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/backends/linear_backend.h"
+#include "server/core/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/service/server.h"
+#include "server/service/service.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {
@@ -335,6 +340,80 @@ TEST_F(ServiceTest, HealthIsServing) {
     ASSERT_TRUE(stub->Check(&context, request, &response).ok());
     EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   }
+}
+
+}  // namespace
+}  // namespace tensorcheck
+
+namespace tensorcheck {
+namespace {
+
+// A backend whose every run fails with `error` (a stand-in for a device).
+class FailingBackend final : public LinearBackend {
+ public:
+  explicit FailingBackend(absl::Status* error) : error_(error) {}
+  absl::string_view name() const override { return "failing"; }
+  absl::Status Available() const override { return absl::OkStatus(); }
+  std::vector<Precision> precisions() const override { return {Precision::kFp32}; }
+  std::vector<BiasMode> bias_modes() const override {
+    return {BiasMode::kNone, BiasMode::kFused};
+  }
+  BiasMode default_bias_mode() const override { return BiasMode::kFused; }
+  std::vector<DType> storage_dtypes() const override { return {DType::kFloat32}; }
+  absl::StatusOr<RunResult> Run(const LinearProblem&, const Config&,
+                                const RunOptions&) override {
+    return *error_;
+  }
+
+ private:
+  absl::Status* error_;
+};
+
+// The service reacts to the typed fatal-device-error mark, carried through
+// the engine's context prefixes, and never to a phrase in a message.
+TEST(ServiceFatalErrorTest, OnlyAMarkedFatalDeviceErrorCallsOnFatalOnce) {
+  absl::Status error;
+  BackendRegistry registry;
+  ASSERT_TRUE(RegisterBuiltinBackends(&registry).ok());
+  ASSERT_TRUE(registry.Register(std::make_unique<FailingBackend>(&error)).ok());
+  auto engine = Engine::Create(EngineOptions{}, &registry);
+  ASSERT_TRUE(engine.ok());
+  std::vector<absl::Status> fatal;
+  ServiceOptions options;
+  options.on_fatal = [&](const absl::Status& s) { fatal.push_back(s); };
+  TensorCheckServiceImpl service(engine->get(), options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::TensorCheck::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto verify = [&]() {
+    v1::VerifyRequest r;
+    *r.mutable_op()->mutable_input() = Fp32({2, 4}, RandomValues(8, 1));
+    *r.mutable_op()->mutable_weight() = Fp32({3, 4}, RandomValues(12, 2));
+    r.add_configs("failing:fp32");
+    v1::VerifyResponse response;
+    grpc::ClientContext context;
+    return stub->Verify(&context, r, &response);
+  };
+
+  // The words without the mark: an ordinary INTERNAL error.
+  error = absl::InternalError("sticky CUDA error: cudaMemcpy: made up");
+  EXPECT_EQ(verify().error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_TRUE(fatal.empty());
+
+  error = MarkFatalDeviceError(absl::InternalError("cudaMemcpy: illegal address"));
+  const grpc::Status status = verify();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(status.error_message(), HasSubstr("configuration failing:fp32:none"));
+  ASSERT_EQ(fatal.size(), 1u);
+  EXPECT_TRUE(IsFatalDeviceError(fatal[0]));
+  verify();  // reported once
+  EXPECT_EQ(fatal.size(), 1u);
+  server->Shutdown();
 }
 
 }  // namespace
