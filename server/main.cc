@@ -70,7 +70,7 @@ int Run() {
     std::cerr << "--max-message-mb: 1..2047 expected, got " << mb << "\n";
     return 2;
   }
-  options.max_message_bytes = int64_t{mb} << 20;
+  options.engine.limits.max_message_bytes = int64_t{mb} << 20;
   options.workers = absl::GetFlag(FLAGS_threads);
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.backends.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

@@ -73,12 +73,21 @@ struct DeviceDescription {
 
 class ComparingBackend;  // comparing_backend.h
 
+// Where a backend computes. A host emulation (the CPU backend) reproduces a
+// precision exactly up to summation order; a device backend runs the real
+// library (cuBLAS, cuBLASLt). The engine prefers a device backend for a
+// configuration both can run, and names device candidates first when the
+// data cannot separate them.
+enum class BackendKind { kHostEmulation, kDevice };
+
 class LinearBackend {
  public:
   virtual ~LinearBackend() = default;
 
   // "cpu", "cublas", "cublaslt".
   virtual absl::string_view name() const = 0;
+
+  virtual BackendKind kind() const = 0;
 
   // OK when the backend can run here; otherwise FAILED_PRECONDITION with
   // the reason (no device, driver too old, ...).

@@ -30,6 +30,7 @@ class ComparingCpu final : public LinearBackend, public ComparingBackend {
   explicit ComparingCpu(std::unique_ptr<CpuBackend> cpu) : cpu_(std::move(cpu)) {}
 
   absl::string_view name() const override { return "comparing"; }
+  BackendKind kind() const override { return BackendKind::kDevice; }  // stands in for one
   absl::Status Available() const override { return cpu_->Available(); }
   std::vector<Precision> precisions() const override { return cpu_->precisions(); }
   std::vector<BiasMode> bias_modes() const override { return cpu_->bias_modes(); }

@@ -35,8 +35,9 @@ double Capped(uint64_t ulp) {
   return static_cast<double>(std::min<uint64_t>(ulp, kUlpCap));
 }
 
-// Position of a configuration in the fixed tie-break preference.
-int Preference(const Config& c, DType storage) {
+// Position of a candidate in the fixed tie-break preference.
+int Preference(const DiagnosisCandidate& candidate, DType storage) {
+  const Config& c = candidate.config;
   auto input_format_matches = [&](Precision p) {
     switch (storage) {
       case DType::kFloat64:
@@ -61,7 +62,7 @@ int Preference(const Config& c, DType storage) {
                     c.precision == Precision::kTf32Trunc;
   const BiasMode preferred = tf32 ? BiasMode::kUnfused : BiasMode::kFused;
   const int bias = c.bias == preferred || c.bias == BiasMode::kNone ? 0 : 1;
-  const int backend = c.backend == "cpu" ? 1 : 0;  // device runs first
+  const int backend = candidate.backend_kind == BackendKind::kHostEmulation ? 1 : 0;
   return (input_format_matches(c.precision) ? 0 : 100) + order * 4 + bias * 2 +
          backend;
 }
@@ -299,8 +300,8 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
   std::vector<size_t> order(in.candidates.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return Preference(in.candidates[a].config, in.storage_dtype) <
-           Preference(in.candidates[b].config, in.storage_dtype);
+    return Preference(in.candidates[a], in.storage_dtype) <
+           Preference(in.candidates[b], in.storage_dtype);
   });
   std::vector<ClassScore> classes;
   for (size_t idx : order) {
@@ -409,7 +410,7 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
     return *in.candidates[c.members[0]].output;
   };
   auto preference_of = [&](const ClassScore& c) {
-    return Preference(in.candidates[c.members[0]].config, in.storage_dtype);
+    return Preference(in.candidates[c.members[0]], in.storage_dtype);
   };
   auto sigma_of = [&](const ClassScore& c) { return in.candidates[c.members[0]].pair_sigma; };
   if (classes[0].is_plausible()) {

@@ -97,6 +97,9 @@ struct DiagnosisCandidate {
   const float* flip_grid = nullptr;
   // The configuration whose GEMM this candidate reused, if any.
   std::string shared_computation;
+  // Where it ran: among candidates the data cannot separate, device runs
+  // are named before host emulations.
+  BackendKind backend_kind = BackendKind::kHostEmulation;
 };
 
 struct DiagnosisInput {

@@ -78,14 +78,14 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   const Tensor& w = req.weight;
 
   // Sizes first: nothing below allocates before these pass.
-  TC_RETURN_IF_ERROR(CheckTensorSize(x, "op.input", options_.max_tensor_bytes));
-  TC_RETURN_IF_ERROR(CheckTensorSize(w, "op.weight", options_.max_tensor_bytes));
+  TC_RETURN_IF_ERROR(CheckTensorSize(x, "op.input", options_.limits.max_tensor_bytes));
+  TC_RETURN_IF_ERROR(CheckTensorSize(w, "op.weight", options_.limits.max_tensor_bytes));
   if (req.bias) {
-    TC_RETURN_IF_ERROR(CheckTensorSize(*req.bias, "op.bias", options_.max_tensor_bytes));
+    TC_RETURN_IF_ERROR(CheckTensorSize(*req.bias, "op.bias", options_.limits.max_tensor_bytes));
   }
   if (req.observed) {
     TC_RETURN_IF_ERROR(
-        CheckTensorSize(*req.observed, "observed", options_.max_tensor_bytes));
+        CheckTensorSize(*req.observed, "observed", options_.limits.max_tensor_bytes));
   }
 
   if (x.rank() < 1 || x.numel() == 0) {
@@ -124,15 +124,15 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
     }
   }
   // Output size and work, with checked arithmetic.
-  if (plan.m > options_.max_output_elements / plan.n) {
+  if (plan.m > options_.limits.max_output_elements / plan.n) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "output [", plan.m, ", ", plan.n, "] exceeds the limit of ",
-        options_.max_output_elements, " elements"));
+        options_.limits.max_output_elements, " elements"));
   }
-  if (plan.m * plan.n > options_.max_macs / plan.k) {
+  if (plan.m * plan.n > options_.limits.max_macs / plan.k) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "problem M*N*K = ", plan.m, "*", plan.n, "*", plan.k,
-        " exceeds the limit of ", options_.max_macs, " multiply-adds"));
+        " exceeds the limit of ", options_.limits.max_macs, " multiply-adds"));
   }
   plan.output_dtype = req.output_dtype.value_or(x.dtype());
   plan.output_shape.assign(x.shape().begin(), x.shape().end() - 1);
@@ -144,22 +144,22 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   }
 
   // Options.
-  if (req.top_k < 0 || req.top_k > options_.max_top_k) {
-    return InvalidFieldError("output.top_k", absl::StrCat("0..", options_.max_top_k),
+  if (req.top_k < 0 || req.top_k > options_.limits.max_top_k) {
+    return InvalidFieldError("output.top_k", absl::StrCat("0..", options_.limits.max_top_k),
                    absl::StrCat(req.top_k));
   }
-  if (req.top_groups < 0 || req.top_groups > options_.max_top_groups) {
+  if (req.top_groups < 0 || req.top_groups > options_.limits.max_top_groups) {
     return InvalidFieldError("output.top_groups",
-                   absl::StrCat("0..", options_.max_top_groups),
+                   absl::StrCat("0..", options_.limits.max_top_groups),
                    absl::StrCat(req.top_groups));
   }
-  if (req.repeat < 0 || req.repeat > options_.max_repeat) {
-    return InvalidFieldError("repeat", absl::StrCat("0..", options_.max_repeat),
+  if (req.repeat < 0 || req.repeat > options_.limits.max_repeat) {
+    return InvalidFieldError("repeat", absl::StrCat("0..", options_.limits.max_repeat),
                    absl::StrCat(req.repeat));
   }
-  if (static_cast<int>(config_specs.size()) > options_.max_configs) {
+  if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(
-        absl::StrCat("configs: at most ", options_.max_configs,
+        absl::StrCat("configs: at most ", options_.limits.max_configs,
                      " configurations expected, got ", config_specs.size()));
   }
   const ToleranceRequest& tr = req.tolerance;
@@ -277,6 +277,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
     c.config = plan.configs[i];
+    c.backend_kind = plan.backends[i]->kind();
     c.output = &artifacts.outputs[i];
     c.vs_observed = &*outcome.results[i].vs_observed;
     c.vs_reference = &outcome.results[i].vs_reference;
@@ -314,7 +315,9 @@ std::vector<std::string> Engine::DefaultCandidates(DType storage, bool has_bias,
         ConfigSpec spec{std::string(backend->name()), p, b};
         Config c = ResolveConfig(spec, has_bias, activation, b);
         if (!backend->Supports(c, storage).ok()) continue;
-        if (chosen == nullptr || chosen->name() == "cpu") chosen = backend;
+        if (chosen == nullptr || chosen->kind() == BackendKind::kHostEmulation) {
+          chosen = backend;
+        }
       }
       if (chosen == nullptr) continue;
       ConfigSpec spec{std::string(chosen->name()), p, b};

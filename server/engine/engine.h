@@ -30,8 +30,14 @@
 
 namespace tensorcheck {
 
-struct EngineOptions {
-  // Largest single tensor accepted (bytes).
+// Every bound on what one request may ask for, in one place: the engine
+// enforces them, the service's wire decoding and GetCapabilities read the
+// same struct (through Engine::options()).
+struct RequestLimits {
+  // A whole request or response on the wire (gRPC's message size).
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // Largest single tensor; TensorCheckServer keeps it at most
+  // max_message_bytes (a tensor travels inside one message).
   int64_t max_tensor_bytes = int64_t{256} << 20;
   // Largest output, in elements (each configuration holds one).
   int64_t max_output_elements = int64_t{64} << 20;
@@ -41,6 +47,10 @@ struct EngineOptions {
   int max_top_k = 1000;
   int max_top_groups = 100;
   int max_repeat = 100;
+};
+
+struct EngineOptions {
+  RequestLimits limits;
   // Statistics worker threads; 0: hardware concurrency.
   int stats_threads = 0;
   std::string default_reference = "cpu:fp64";

@@ -214,7 +214,7 @@ TEST_F(EngineTest, BiasModeNoneWithABiasIsInvalidArgument) {
 
 TEST_F(EngineTest, OutputOverTheLimitIsResourceExhausted) {
   EngineOptions options;
-  options.max_output_elements = 100;
+  options.limits.max_output_elements = 100;
   auto engine = Engine::Create(options, &registry_);
   ASSERT_THAT(engine, IsOk());
   LinearRequest r = Request(11, 4, 10, /*bias=*/false);

@@ -515,12 +515,14 @@ class Engine::Execution {
   // Side facts worth knowing for this request.
   void AddNotes() {
     bool sixteen_bit_fused = false, gpu = false;
+    for (LinearBackend* backend : plan_.backends) {
+      gpu = gpu || backend->kind() == BackendKind::kDevice;
+    }
     for (const Config& c : plan_.configs) {
       if ((c.precision == Precision::kBf16 || c.precision == Precision::kFp16) &&
           c.bias == BiasMode::kFused) {
         sixteen_bit_fused = true;
       }
-      if (c.backend != "cpu") gpu = true;
     }
     if (sixteen_bit_fused) {
       outcome_.notes.push_back(

@@ -150,7 +150,7 @@ absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
 
 absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
                                        absl::string_view field,
-                                       const WireLimits& limits) {
+                                       const RequestLimits& limits) {
   TC_ASSIGN_OR_RETURN(DType dtype,
                       DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
   if (proto.source_case() == v1::Tensor::kDigest) {
@@ -183,7 +183,7 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
 }
 
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
-                                        const WireLimits& limits) {
+                                        const RequestLimits& limits) {
   LinearRequest req;
   if (!r.has_op()) return InvalidFieldError("op", "a LinearOp", "none");
   const v1::LinearOp& op = r.op();

@@ -17,21 +17,16 @@
 
 namespace tensorcheck {
 
-struct WireLimits {
-  int64_t max_tensor_bytes = int64_t{256} << 20;
-  int max_configs = 64;
-};
-
 // Decodes one tensor. `field` is its path in the request ("op.input").
 absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
                                        absl::string_view field,
-                                       const WireLimits& limits);
+                                       const RequestLimits& limits);
 
 // Copies a tensor into a proto (data bytes, shape, dtype).
 void TensorToProto(const Tensor& tensor, v1::Tensor* proto);
 
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
-                                        const WireLimits& limits);
+                                        const RequestLimits& limits);
 
 void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
 

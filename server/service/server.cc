@@ -25,14 +25,12 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   server->registry_ = std::make_unique<BackendRegistry>();
   TC_RETURN_IF_ERROR(RegisterBuiltinBackends(server->registry_.get(), options.backends));
   EngineOptions engine_options = options.engine;
-  engine_options.max_tensor_bytes =
-      std::min(engine_options.max_tensor_bytes, options.max_message_bytes);
+  RequestLimits& limits = engine_options.limits;
+  limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_message_bytes);
   TC_ASSIGN_OR_RETURN(server->engine_,
                       Engine::Create(engine_options, server->registry_.get()));
 
   ServiceOptions service_options;
-  service_options.limits.max_tensor_bytes = options.max_message_bytes;
-  service_options.limits.max_configs = engine_options.max_configs;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   service_options.workers = options.workers > 0 ? options.workers : hw;
   service_options.max_queue = options.max_queue;
@@ -53,7 +51,7 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   const int max_message = static_cast<int>(
-      std::min<int64_t>(options.max_message_bytes, INT32_MAX));
+      std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(server->service_.get());

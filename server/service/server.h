@@ -25,11 +25,12 @@ inline constexpr char kServerVersion[] = "0.1.0";
 struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 50051;
-  int64_t max_message_bytes = int64_t{256} << 20;
   // Worker threads running requests; 0: hardware concurrency.
   int workers = 0;
   int max_queue = 64;
   BuiltinBackendOptions backends;
+  // Request limits (engine.limits; max_message_bytes is gRPC's message
+  // size too), the reference, statistics threads.
   EngineOptions engine;
   // Called when a request hits an error that leaves the device unusable.
   std::function<void(const absl::Status&)> on_fatal;

@@ -122,7 +122,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
       if (context->IsCancelled()) {
         return absl::CancelledError("the client cancelled the request");
       }
-      TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(*request, options_.limits));
+      TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(*request, engine_->options().limits));
       TC_ASSIGN_OR_RETURN(VerifyOutcome outcome,
                           diagnose ? engine_->Diagnose(req) : engine_->Verify(req));
       ToProto(outcome, response);
@@ -173,17 +173,18 @@ void TensorCheckServiceImpl::FillCapabilities(
     v1::GetCapabilitiesResponse* response) const {
   response->set_server_version(options_.server_version);
   response->set_default_reference(engine_->options().default_reference);
-  for (const char* p : {"torch", "numpy", "polygraphy", "explicit", "ulp", "bound"}) {
-    response->add_tolerance_presets(p);
+  for (TolerancePreset p : kAllTolerancePresets) {
+    response->add_tolerance_presets(std::string(TolerancePresetName(p)));
   }
   response->set_tensor_store(false);
+  const RequestLimits& l = engine_->options().limits;
   v1::Limits* limits = response->mutable_limits();
-  limits->set_max_message_bytes(options_.limits.max_tensor_bytes);
-  limits->set_max_tensor_bytes(engine_->options().max_tensor_bytes);
-  limits->set_max_configs(engine_->options().max_configs);
+  limits->set_max_message_bytes(l.max_message_bytes);
+  limits->set_max_tensor_bytes(l.max_tensor_bytes);
+  limits->set_max_configs(l.max_configs);
   limits->set_max_rank(kMaxRank);
-  limits->set_max_top_k(engine_->options().max_top_k);
-  limits->set_max_repeat(engine_->options().max_repeat);
+  limits->set_max_top_k(l.max_top_k);
+  limits->set_max_repeat(l.max_repeat);
   for (const LinearBackend* backend : engine_->registry().backends()) {
     v1::BackendInfo* info = response->add_backends();
     info->set_name(std::string(backend->name()));

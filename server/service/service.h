@@ -59,7 +59,6 @@ class WorkerPool {
 };
 
 struct ServiceOptions {
-  WireLimits limits;
   int workers = 2;
   int max_queue = 64;
   std::string server_version;

@@ -47,7 +47,7 @@ class ServiceTest : public ::testing::Test {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
-    options.max_message_bytes = 8 << 20;
+    options.engine.limits.max_message_bytes = 8 << 20;
     options.workers = 2;
     auto server = TensorCheckServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -353,6 +353,7 @@ class FailingBackend final : public LinearBackend {
  public:
   explicit FailingBackend(absl::Status* error) : error_(error) {}
   absl::string_view name() const override { return "failing"; }
+  BackendKind kind() const override { return BackendKind::kDevice; }
   absl::Status Available() const override { return absl::OkStatus(); }
   std::vector<Precision> precisions() const override { return {Precision::kFp32}; }
   std::vector<BiasMode> bias_modes() const override {

@@ -25,10 +25,7 @@ absl::string_view TolerancePresetName(TolerancePreset p) {
 }
 
 absl::StatusOr<TolerancePreset> ParseTolerancePreset(absl::string_view name) {
-  for (TolerancePreset p :
-       {TolerancePreset::kTorch, TolerancePreset::kNumpy,
-        TolerancePreset::kPolygraphy, TolerancePreset::kExplicit,
-        TolerancePreset::kUlp, TolerancePreset::kBound}) {
+  for (TolerancePreset p : kAllTolerancePresets) {
     if (name == TolerancePresetName(p)) return p;
   }
   // Bounded echo: the name comes from a client.

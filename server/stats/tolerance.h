@@ -36,6 +36,11 @@ enum class TolerancePreset {
   kBound,       // |a-e| <= bound_factor * per-element bound
 };
 
+// Every preset, in the order above (what GetCapabilities lists).
+inline constexpr TolerancePreset kAllTolerancePresets[] = {
+    TolerancePreset::kTorch,    TolerancePreset::kNumpy, TolerancePreset::kPolygraphy,
+    TolerancePreset::kExplicit, TolerancePreset::kUlp,   TolerancePreset::kBound};
+
 // "torch", "numpy", "polygraphy", "explicit", "ulp", "bound".
 absl::string_view TolerancePresetName(TolerancePreset p);
 // INVALID_ARGUMENT naming what came and the accepted names.

@@ -27,6 +27,7 @@ class CpuBackend final : public LinearBackend {
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Options& options);
 
   absl::string_view name() const override { return "cpu"; }
+  BackendKind kind() const override { return BackendKind::kHostEmulation; }
   absl::Status Available() const override { return absl::OkStatus(); }
   std::vector<Precision> precisions() const override;
   std::vector<BiasMode> bias_modes() const override;

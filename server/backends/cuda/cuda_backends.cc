@@ -291,6 +291,8 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return flavor_ == Flavor::kLt ? "cublaslt" : "cublas";
   }
 
+  BackendKind kind() const override { return BackendKind::kDevice; }
+
   absl::Status Available() const override {
     if (!device_->init.ok()) {
       return absl::FailedPreconditionError(device_->init.message());
