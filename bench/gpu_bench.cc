@@ -1,4 +1,4 @@
-// GPU benchmark (issue 5), at the candle case's size: 1921x4096 -> 3072,
+// GPU benchmark, at the candle case's size: 1921x4096 -> 3072,
 // bf16 x, W, b and output.
 //
 //  1. Server-side time of a `cublaslt:bf16:fused` configuration in a

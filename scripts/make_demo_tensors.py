@@ -1,4 +1,4 @@
-"""Writes the Flax-vs-PyTorch demo tensors of DESIGN.md as .npy files.
+"""Writes the Flax-vs-PyTorch demo tensors (README.md's first case) as .npy files.
 
     python scripts/make_demo_tensors.py DIR
 

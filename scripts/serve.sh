@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts tensorcheck on this machine with the embedded default (CPU
 # backends, no GPU needed) and shows it working: capabilities, then the
-# Flax-vs-PyTorch case of DESIGN.md verified and diagnosed through the CLI.
+# Flax-vs-PyTorch case of README.md verified and diagnosed through the CLI.
 # The server keeps running in the foreground until Ctrl-C.
 #
 #   scripts/serve.sh [--port 50051]

@@ -1,4 +1,4 @@
-// The HTML report of a Verify/Diagnose response (`--html FILE`, issue 3):
+// The HTML report of a Verify/Diagnose response (`--html FILE`):
 // one self-contained page, readable offline and without JavaScript.
 //
 //   HtmlOptions opts;

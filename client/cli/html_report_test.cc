@@ -432,7 +432,7 @@ TEST(FormatHtmlTest, HeatmapsBeyondTheLimitAreLeftOutWithANote) {
   EXPECT_THAT(page, HasSubstr("left out (at most 1 heatmaps per page)"));
 }
 
-// The size budget of issue 3: a 1921 x 3072 output (the motivating case)
+// The size budget of the HTML report: a 1921 x 3072 output (the motivating case)
 // gives a page well under 10 MB.
 TEST(FormatHtmlTest, PageForA1921By3072OutputStaysUnderTenMegabytes) {
   const int64_t m = 1921, n = 3072;

@@ -208,7 +208,7 @@ constexpr FlagSpec kFlags[] = {
     {"junit", true, kRun},
     {"github", false, kRun},
     {"save-outputs", true, kRun},
-    // --html FILE (issue 3): client/cli/html_report.h.
+    // --html FILE: client/cli/html_report.h.
     {"html", true, kRun},
 };
 

@@ -10,7 +10,7 @@
 // Every format derives its pass/fail lines from one list of Outcomes, so
 // the JUnit failures, the `::error` annotations and the exit code agree.
 //
-// The HTML report of issue 3 (`--html FILE`: ranking table, ULP histogram,
+// The HTML report (`--html FILE`: ranking table, ULP histogram,
 // heatmaps) is FormatHtml in client/cli/html_report.h: it also needs the
 // observed tensor and the returned outputs, so the CLI sets return_outputs
 // when --html is given.

@@ -1,5 +1,5 @@
 // Backends whose outputs live on a device compare them there, so that only
-// the statistics come back (DESIGN.md: on a GPU host the statistics run on
+// the statistics come back (docs/architecture.md: on a GPU host the statistics run on
 // the device). The engine asks LinearBackend::comparing() and, when it is
 // not null, hands the comparisons to RunAndCompare instead of comparing on
 // the host.

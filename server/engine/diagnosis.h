@@ -20,7 +20,7 @@
 //   6. among the plausible candidates the evidence cannot separate from the
 //      top one (|z| of a paired sign test below kTieZ), a fixed preference
 //      names best: the precision matching the storage dtype first, then
-//      DESIGN.md's table order; TF32 unfused before fused, others fused
+//      the order of docs/numerics.md's table; TF32 unfused before fused, others fused
 //      before unfused. Plausible: the observed output disagrees with the
 //      candidate in bits on no more elements than the candidate's own
 //      accumulation noise explains (each element differs with chance

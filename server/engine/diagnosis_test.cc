@@ -143,7 +143,7 @@ TEST_P(TruthRanksFirst, AtFlaxAndLargerSizes) {
   const Case* cases[] = {&kFp32, &kTf32, &kBf16Fused, &kBf16Unfused, &kFp16Fused};
   const auto [case_index, size_index] = GetParam();
   const Case& c = *cases[case_index];
-  // 2x768->512 (DESIGN.md case 1) and the largest CI affords for a naive
+  // 2x768->512 (the Flax case) and the largest CI affords for a naive
   // reference loop (the full 1921x4096->3072 runs in bench/).
   const int64_t m = size_index == 0 ? 2 : 48;
   const int64_t k = size_index == 0 ? 768 : 1024;

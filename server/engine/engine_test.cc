@@ -127,7 +127,7 @@ TEST_F(EngineTest, BatchDimsAndInOutLayoutGiveTheSameNumbers) {
 }
 
 TEST_F(EngineTest, FlaxCaseTf32DiffersFromStrictFp32) {
-  // DESIGN.md case 1: 2x768 -> 512, x ~ N(0,1), W ~ N(0, 1/768), b = 0.
+  // The Flax case (README.md): 2x768 -> 512, x ~ N(0,1), W ~ N(0, 1/768), b = 0.
   LinearRequest r;
   r.input = Random({2, 768}, 1.0, 11);
   r.weight = Random({512, 768}, 1.0 / std::sqrt(768.0), 12);

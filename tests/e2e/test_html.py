@@ -1,4 +1,4 @@
-"""End-to-end tests of `--html FILE` (issue 3): the page the CLI writes is
+"""End-to-end tests of `--html FILE`: the page the CLI writes is
 self-contained, its heatmap PNGs decode with Python's own zlib, and it
 renders in headless Chromium.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replays DESIGN.md's two cases with real frameworks on this GPU and asks a
+"""Replays README.md's two cases with real frameworks on this GPU and asks a
 tensorcheck server which configuration each framework's output matches.
 
 1. Flax `nn.Dense` vs `torch.nn.Linear`, fp32 at their defaults, 2x768 -> 512:

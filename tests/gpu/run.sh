@@ -9,7 +9,7 @@
 # everything in under 8 minutes:
 #   1. the GPU unit tests (cuda_backends_test)            -> gpu_tests.log/.xml
 #   2. the server on a free port (--port 0)                -> server.log
-#   3. DESIGN.md's two cases replayed with real PyTorch and
+#   3. README.md's two cases replayed with real PyTorch and
 #      JAX/Flax through the Python client, when installed  -> replay.log
 #   4. the GPU benchmark (bench/gpu_bench)                  -> bench.log
 # and prints a short summary table last. Exit status 0 when nothing failed.
@@ -83,7 +83,7 @@ else
   server_state="listening on $server_addr"
 fi
 
-# ---- 3. Replay of DESIGN.md's cases (hard limit 200 s).
+# ---- 3. Replay of README.md's two cases (hard limit 200 s).
 replay_state="skipped: no server"
 if [[ -n "$server_addr" ]]; then
   if command -v python3 >/dev/null; then

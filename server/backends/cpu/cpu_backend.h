@@ -1,4 +1,4 @@
-// The `cpu` backend: exact CPU emulation of every precision in DESIGN.md.
+// The `cpu` backend: exact CPU emulation of every precision of docs/numerics.md.
 //
 //   TC_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({}));
 //   TC_ASSIGN_OR_RETURN(RunResult r, cpu->Run(problem, config, RunOptions{}));

@@ -51,7 +51,7 @@ double RefRoundTo(DType d, double v) {
   return v;
 }
 
-// The multiply's input as DESIGN.md's table defines it for each precision:
+// The multiply's input as docs/numerics.md's table defines it for each precision:
 // fp32-accumulate precisions see the stored value as fp32, then rounded.
 double RefInput(Precision p, double v) {
   if (p == Precision::kFp64) return v;
@@ -1063,7 +1063,7 @@ TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
 }
 
 
-// ---- DESIGN.md's Flax case on CPU: 2x768 -> 512, fp32.
+// ---- The Flax case (README.md) on CPU: 2x768 -> 512, fp32.
 
 TEST(CpuBackendTest, FlaxCaseTf32DiffersFromFp32ByTf32SizedErrors) {
   constexpr int64_t kM = 2, kK = 768, kN = 512;
@@ -1099,7 +1099,7 @@ TEST(CpuBackendTest, FlaxCaseTf32DiffersFromFp32ByTf32SizedErrors) {
     tf32_vs_fp32 = std::max(tf32_vs_fp32, std::fabs(tf32[i] - fp32[i]));
     fp32_vs_fp64 = std::max(fp32_vs_fp64, std::fabs(fp32[i] - fp64[i]));
   }
-  // Issue 2's numbers.
+  // The figures of docs/performance.md.
   EXPECT_GE(tf32_vs_fp32, 3e-4);
   EXPECT_LE(tf32_vs_fp32, 3e-3);
   EXPECT_LT(fp32_vs_fp64, 1e-5);

@@ -7,7 +7,7 @@
 // D = y^T (n x m column-major, ld n). The bias is then a vector over D's
 // rows, which is what the cuBLASLt BIAS epilogue adds.
 //
-// Compute types actually used (DESIGN.md, Numerics). D is what the GEMM
+// Compute types actually used (docs/numerics.md). D is what the GEMM
 // (and the Lt epilogue) writes:
 //
 //   precision  A/B on device        compute             scale  D
