@@ -11,432 +11,484 @@
 #include "absl/strings/str_join.h"
 #include "server/core/parallel.h"
 #include "server/core/share_format.h"
+#include "server/engine/internal/diagnosis_evidence.h"
 #include "server/stats/error_model.h"
 
 namespace tensorcheck {
-
 namespace {
 
-// ULP distances above this count as this much in means and t-statistics, so
-// a few wild elements cannot dominate.
-constexpr uint64_t kUlpCap = 1 << 10;
+using internal::Capped;
+using internal::ClassScore;
+using internal::ClearlyMoreInconsistent;
+using internal::ElementConsistent;
+using internal::GroupList;
+using internal::Localize;
+using internal::PairedZ;
+using internal::Preference;
+using internal::RuledOut;
+using internal::SameAccumulator;
+using internal::Ulp;
 
 // Above this bitwise-equal share with best, localization looks at the
 // runner-up instead (the handful of elements left say little).
 constexpr double kLocalizeAgainstRunnerUp = 0.99;
 
-// UlpDistance, without its conversions where the values are equal (most
-// elements of the closest candidates): +0 and -0 are 0 apart too.
-uint64_t Ulp(double a, double b, DType dtype) {
-  return a == b ? 0 : UlpDistance(a, b, dtype);
-}
-
-double Capped(uint64_t ulp) {
-  return static_cast<double>(std::min<uint64_t>(ulp, kUlpCap));
-}
-
-// Position of a candidate in the fixed tie-break preference.
-int Preference(const DiagnosisCandidate& candidate, DType storage) {
-  const Config& c = candidate.config;
-  auto input_format_matches = [&](Precision p) {
-    switch (storage) {
-      case DType::kFloat64:
-        return p == Precision::kFp64;
-      case DType::kFloat32:
-        return p == Precision::kFp32;
-      case DType::kFloat16:
-        return p == Precision::kFp16;
-      case DType::kBFloat16:
-        return p == Precision::kBf16;
-    }
-    return false;
-  };
-  int order = 0;
-  for (Precision p : kAllPrecisions) {
-    if (p == c.precision) break;
-    ++order;
+// One diagnosis, step by step (RankCandidates below reads as the list of
+// steps). Shared state between the steps is the struct's data.
+struct Ranking {
+  explicit Ranking(const DiagnosisInput& input)
+      : in(input),
+        observed(*input.observed),
+        total(input.observed->numel()),
+        dtype(input.output_dtype),
+        n(input.output_shape.empty() ? total : input.output_shape.back()) {
+    out.compared_dtype = input.output_dtype;
   }
-  // Framework priors for configurations the data cannot tell apart: TF32 is
-  // mostly JAX/Flax (bias unfused), the others mostly PyTorch (fused).
-  const bool tf32 = c.precision == Precision::kTf32 || c.precision == Precision::kTf32Rna ||
-                    c.precision == Precision::kTf32Trunc;
-  const BiasMode preferred = tf32 ? BiasMode::kUnfused : BiasMode::kFused;
-  const int bias = c.bias == preferred || c.bias == BiasMode::kNone ? 0 : 1;
-  const int backend = candidate.backend_kind == BackendKind::kHostEmulation ? 1 : 0;
-  return (input_format_matches(c.precision) ? 0 : 100) + order * 4 + bias * 2 +
-         backend;
-}
 
-// Whether two configurations accumulate alike. Bitwise-equal outputs of
-// configurations that do are one computation on these inputs
-// (`equivalent`); of ones that do not (fp32 and fp64 accumulation rounding
-// to the same bf16 values), a coincidence of this data: they stay apart
-// and end up `tied`.
-bool SameAccumulator(const Config& a, const Config& b) {
-  const PrecisionInfo x = GetPrecisionInfo(a.precision);
-  const PrecisionInfo y = GetPrecisionInfo(b.precision);
-  return x.u_accumulate == y.u_accumulate && x.fp16_accumulate == y.fp16_accumulate;
-}
-
-// Evidence about one class of bitwise-identical candidates.
-struct ClassScore {
-  std::vector<size_t> members;  // indices into input.candidates; [0] names it
-  int64_t consistent = 0;       // over explained elements
-  int64_t bitwise = 0;
-  double ulp_sum = 0;
-  uint64_t max_ulp = 0;
-  double err_sq = 0;
-  double sigma_sq = 0;
-  int64_t counted = 0;  // explained elements
-  // Bitwise disagreements with the observed output, and how many the
-  // candidate's accumulation noise alone would produce.
-  double expected_disagreements = 0;
-  double plausibility_p = 1;  // set after scoring
-  double within() const { return counted ? double(consistent) / counted : 0; }
-  double bitwise_fraction() const { return counted ? double(bitwise) / counted : 0; }
-  double mean_ulp() const { return counted ? ulp_sum / counted : 0; }
-  double bound_ratio() const {
-    return sigma_sq > 0 ? std::sqrt(err_sq / sigma_sq)
-                        : (err_sq > 0 ? std::numeric_limits<double>::infinity() : 0);
-  }
-  bool is_consistent() const { return within() >= kConsistentShare; }
-  int64_t disagreements() const { return counted - bitwise; }
-  bool is_plausible() const {
-    return is_consistent() && (disagreements() < kMinImplausibleDisagreements ||
-                               plausibility_p >= kPlausibilityAlpha);
-  }
-  int64_t inconsistent() const { return counted - consistent; }
-  // Set after scoring: no clearly more inconsistent elements than the
-  // consistent class with the fewest (see RankCandidates).
-  bool near_fewest_inconsistent = true;
-};
-
-// Slack on "clearly more inconsistent elements": a Poisson-like 3 sigma on
-// the fewest, plus 0.1% of the elements for error-model misfit.
-bool ClearlyMoreInconsistent(int64_t count, int64_t fewest, int64_t counted) {
-  const double slack = 3.0 * std::sqrt(static_cast<double>(fewest) + 1.0) +
-                       1e-3 * static_cast<double>(counted);
-  return static_cast<double>(count) > static_cast<double>(fewest) + slack;
-}
-
-bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
-  if (ulp == 0) return true;
-  if (!std::isfinite(o) || !std::isfinite(v)) return false;
-  return std::fabs(o - v) <= kConsistentZ * static_cast<double>(sigma);
-}
-
-// Paired sign test of per-element ULP distances: z = (n+ - n-) /
-// sqrt(n+ + n-), n+ the elements where `runner` is further from the
-// observed output than `best`, n- where it is closer. Only elements where
-// the two candidates differ by more than half a pair sigma (`sigma`, best's)
-// count: elsewhere summation noise decides which is closer. Robust to the
-// heavy tail of ULP distances near zero, where a cancelling sum makes one
-// ULP tiny.
-double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner,
-               const float* sigma, const std::vector<uint8_t>& explained, DType dtype) {
-  int64_t further = 0, closer = 0;
-  for (int64_t i = 0; i < observed.numel(); ++i) {
-    if (!explained[static_cast<size_t>(i)]) continue;
-    const double bv = best.GetDouble(i), rv = runner.GetDouble(i);
-    if (!(std::fabs(bv - rv) > 0.5 * static_cast<double>(sigma[i])) &&
-        std::isfinite(bv - rv)) {
-      continue;
-    }
-    const double o = observed.GetDouble(i);
-    const uint64_t r = Ulp(o, rv, dtype);
-    const uint64_t b = Ulp(o, bv, dtype);
-    if (r > b) ++further;
-    if (r < b) ++closer;
-  }
-  if (further + closer == 0) return 0;
-  return static_cast<double>(further - closer) /
-         std::sqrt(static_cast<double>(further + closer));
-}
-
-std::string GroupList(const std::vector<GroupCount>& groups) {
-  std::vector<std::string> parts;
-  double share = 0;
-  for (const auto& g : groups) {
-    parts.push_back(absl::StrCat(g.index));
-    share += g.share;
-  }
-  return absl::StrFormat("{%s} (%s of them)", absl::StrJoin(parts, ", "),
-                         FormatShare(std::min(1.0, share)));
-}
-
-// Counts elements that differ (in bits) between `a` and `b` by column and row.
-void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained,
-              int64_t n, DType dtype, int top, std::vector<GroupCount>* columns,
-              std::vector<GroupCount>* rows) {
-  const int64_t total = a.numel();
-  const int64_t m = n > 0 ? total / n : 0;
-  std::vector<int64_t> col(static_cast<size_t>(n), 0), row(static_cast<size_t>(m), 0);
-  int64_t differing = 0;
-  for (int64_t i = 0; i < total; ++i) {
-    if (!explained[static_cast<size_t>(i)]) continue;
-    if (Ulp(a.GetDouble(i), b.GetDouble(i), dtype) == 0) continue;
-    ++col[static_cast<size_t>(i % n)];
-    ++row[static_cast<size_t>(i / n)];
-    ++differing;
-  }
-  auto top_of = [&](const std::vector<int64_t>& counts, std::vector<GroupCount>* out) {
-    std::vector<int64_t> idx(counts.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    const size_t k = std::min<size_t>(static_cast<size_t>(top), idx.size());
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-                      [&](int64_t x, int64_t y) {
-                        return counts[static_cast<size_t>(x)] > counts[static_cast<size_t>(y)] ||
-                               (counts[static_cast<size_t>(x)] == counts[static_cast<size_t>(y)] && x < y);
-                      });
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t c = counts[static_cast<size_t>(idx[j])];
-      if (c == 0) break;
-      out->push_back({idx[j], c, static_cast<double>(c) / static_cast<double>(differing)});
-    }
-  };
-  top_of(col, columns);
-  top_of(row, rows);
-}
-
-
-// Why a class cannot be best, in one sentence; empty when it could.
-std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
-                     const std::string& best_name) {
-  if (!cls.is_consistent()) {
-    return absl::StrFormat(
-        "only %s of the compared elements lie within %.0f predicted standard errors "
-        "of it (%.0f%% needed): not a summation-order difference",
-        FormatShare(cls.consistent, cls.counted), kConsistentZ, 100 * kConsistentShare);
-  }
-  if (!cls.is_plausible()) {
-    return absl::StrFormat(
-        "it differs from the observed output in %d elements where its own "
-        "summation-order noise predicts about %.3g (Poisson p = %.2g < %.0e): its "
-        "accumulation is more precise than the observed output's, or a rounding sits "
-        "elsewhere",
-        cls.disagreements(), cls.expected_disagreements, cls.plausibility_p,
-        kPlausibilityAlpha);
-  }
-  if (is_best || tied || best_name.empty()) return "";
-  return absl::StrFormat(
-      "the observed output is closer to %s where the two differ (paired sign test "
-      "z = %.1f)",
-      best_name, z);
-}
-}  // namespace
-
-std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
-  const bool fused = c.bias != BiasMode::kUnfused;
-  const std::string bias =
-      !has_bias ? ""
-      : fused   ? ", bias added in the fp32 GEMM epilogue (one rounding)"
-                : ", bias added separately after the GEMM output was rounded (two roundings)";
-  switch (c.precision) {
-    case Precision::kFp64:
-      if (storage == DType::kFloat64) return "fp64 matmul (numpy or torch float64)" + bias;
-      // No framework's matmul on 16-bit or fp32 tensors accumulates in
-      // fp64: this is a reference computation, upcast and rounded back.
-      return absl::StrCat(DTypeShortName(storage),
-                          " tensors upcast to fp64, multiplied exactly and rounded back "
-                          "(a float64 reference such as x.double() @ w.double().T, not "
-                          "a framework's ",
-                          DTypeShortName(storage), " matmul)") +
-             bias;
-    case Precision::kFp32:
-      if (storage != DType::kFloat32 && storage != DType::kFloat64) {
-        return absl::StrCat(DTypeShortName(storage),
-                            " inputs with fp32 accumulation") +
-               (fused ? ": PyTorch's default (cuBLASLt addmm with the bias in the epilogue)"
-                      : ": candle's default, or XLA/Flax (matmul, then the bias as its own op)") +
-               bias;
-      }
-      return fused ? "PyTorch >= 1.12 default for fp32 (allow_tf32=False): strict fp32 "
-                     "matmul" + bias
-                   : "strict fp32 matmul with the bias as a separate op: candle's "
-                     "default, or JAX with precision=HIGHEST" + bias;
-    case Precision::kTf32:
-    case Precision::kTf32Rna:
-    case Precision::kTf32Trunc: {
-      const std::string rounding =
-          c.precision == Precision::kTf32   ? ""
-          : c.precision == Precision::kTf32Rna ? " (inputs rounded ties-away)"
-                                               : " (inputs truncated to TF32)";
-      return (fused ? "fp32 matmul in TF32 with a fused bias: PyTorch with "
-                      "allow_tf32=True, or TensorFlow fp32 on Ampere+"
-                    : "JAX/Flax default on Ampere+: fp32 matmul in TF32, bias added "
-                      "separately") +
-             rounding + (has_bias ? "" : "");
-    }
-    case Precision::kBf16:
-      return fused ? "PyTorch bf16 default: bf16 inputs, fp32 accumulation, bias in "
-                     "the cuBLASLt epilogue (addmm), rounded once"
-                   : "candle (or XLA/Flax) bf16: matmul rounded to bf16, then the bias "
-                     "added in bf16 (two roundings)";
-    case Precision::kFp16:
-      return fused ? "PyTorch fp16 default: fp16 inputs, fp32 accumulation, bias in "
-                     "the cuBLASLt epilogue (addmm), rounded once"
-                   : "candle (or XLA/Flax) fp16: matmul rounded to fp16, then the bias "
-                     "added in fp16 (two roundings)";
-    case Precision::kFp16Acc:
-      return "fp16 accumulation (CUBLAS_COMPUTE_16F), as in TensorRT fp16 kernels or "
-             "torch with reduced-precision reductions" + bias;
-  }
-  return "";
-}
-
-DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
+  const DiagnosisInput& in;
   DiagnosisOutcome out;
-  out.compared_dtype = in.output_dtype;
-  const Tensor& observed = *in.observed;
-  const int64_t total = observed.numel();
-  const DType dtype = in.output_dtype;
-  const int64_t n = in.output_shape.empty() ? total : in.output_shape.back();
-  if (in.candidates.empty() || total == 0) {
-    out.explanation = "No candidates to compare the observed output with.";
-    return out;
+  const Tensor& observed;
+  const int64_t total;
+  const DType dtype;
+  const int64_t n;  // columns
+
+  std::vector<ClassScore> classes;  // in rank order once Order() ran
+  std::vector<uint8_t> explained;   // per element: some candidate explains it
+  int64_t explained_count = 0;
+  double unexplained_share = 0;
+  // Against best: the runner-up (first plausible class it separates, else
+  // the first implausible one), its z, every class's z, and the ties.
+  const ClassScore* runner = nullptr;
+  double z_runner = std::numeric_limits<double>::infinity();
+  std::vector<double> z_vs_best;
+  std::vector<const Config*> tied_configs;
+  // What localisation compared the observed output with.
+  const Tensor* against = nullptr;
+  std::string against_name;
+
+  const Tensor& output_of(const ClassScore& c) const { return *in.candidates[c.members[0]].output; }
+  int preference_of(const ClassScore& c) const {
+    return Preference(in.candidates[c.members[0]], in.storage_dtype);
+  }
+  const float* sigma_of(const ClassScore& c) const {
+    return in.candidates[c.members[0]].pair_sigma;
   }
 
-  // Classes of bitwise-identical outputs, each named by its preferred member.
-  std::vector<size_t> order(in.candidates.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return Preference(in.candidates[a], in.storage_dtype) <
-           Preference(in.candidates[b], in.storage_dtype);
-  });
-  std::vector<ClassScore> classes;
-  for (size_t idx : order) {
-    const Tensor& t = *in.candidates[idx].output;
-    bool merged = false;
-    for (ClassScore& cls : classes) {
-      const Tensor& rep = *in.candidates[cls.members[0]].output;
-      if (SameAccumulator(in.candidates[cls.members[0]].config, in.candidates[idx].config) &&
-          rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
-          std::memcmp(rep.raw(), t.raw(), t.nbytes()) == 0) {
-        cls.members.push_back(idx);
-        merged = true;
-        break;
+  // Classes of bitwise-identical candidates that accumulate alike.
+  void Classify() {
+    std::vector<size_t> order(in.candidates.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return Preference(in.candidates[a], in.storage_dtype) <
+             Preference(in.candidates[b], in.storage_dtype);
+    });
+    for (size_t idx : order) {
+      const Tensor& t = *in.candidates[idx].output;
+      bool merged = false;
+      for (ClassScore& cls : classes) {
+        const Tensor& rep = *in.candidates[cls.members[0]].output;
+        if (SameAccumulator(in.candidates[cls.members[0]].config, in.candidates[idx].config) &&
+            rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
+            std::memcmp(rep.raw(), t.raw(), t.nbytes()) == 0) {
+          cls.members.push_back(idx);
+          merged = true;
+          break;
+        }
+      }
+      if (!merged) classes.push_back(ClassScore{{idx}});
+    }
+  }
+
+  // Which elements some candidate explains (bitwise equal or within
+  // kConsistentZ pair sigmas); the others are outliers.
+  void MarkExplained() {
+    explained.assign(static_cast<size_t>(total), 0);
+    for (const ClassScore& cls : classes) {
+      const DiagnosisCandidate& c = in.candidates[cls.members[0]];
+      for (int64_t i = 0; i < total; ++i) {
+        if (explained[static_cast<size_t>(i)]) continue;
+        const double o = observed.GetDouble(i);
+        const double v = c.output->GetDouble(i);
+        if (ElementConsistent(o, v, Ulp(o, v, dtype), c.pair_sigma[i])) {
+          explained[static_cast<size_t>(i)] = 1;
+        }
       }
     }
-    if (!merged) classes.push_back(ClassScore{{idx}});
+    explained_count = std::count(explained.begin(), explained.end(), uint8_t{1});
+    unexplained_share = 1.0 - static_cast<double>(explained_count) / static_cast<double>(total);
   }
 
-  // Which elements some candidate explains.
-  std::vector<uint8_t> explained(static_cast<size_t>(total), 0);
-  for (const ClassScore& cls : classes) {
-    const DiagnosisCandidate& c = in.candidates[cls.members[0]];
+  // Each class's evidence over the explained elements.
+  void Score() {
+    // Scores over the explained elements (all of them when none is).
+    const bool use_all = explained_count == 0;
+    // Each class is scored by one thread, its sums in element order.
+    auto score = [&](ClassScore& cls) {
+      const DiagnosisCandidate& c = in.candidates[cls.members[0]];
+      for (int64_t i = 0; i < total; ++i) {
+        if (!use_all && !explained[static_cast<size_t>(i)]) continue;
+        const double o = observed.GetDouble(i);
+        const double v = c.output->GetDouble(i);
+        const uint64_t ulp = Ulp(o, v, dtype);
+        ++cls.counted;
+        if (ulp == 0) ++cls.bitwise;
+        if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
+        cls.ulp_sum += Capped(ulp);
+        cls.expected_disagreements += FlipChance(
+            c.pair_accumulation_sigma[i],
+            c.flip_grid != nullptr ? c.flip_grid[i] : static_cast<float>(OutputSpacing(v, dtype)));
+        cls.max_ulp = std::max(cls.max_ulp, ulp);
+        if (std::isfinite(o) && std::isfinite(v)) {
+          const double s = c.pair_sigma[i];
+          cls.err_sq += (o - v) * (o - v);
+          cls.sigma_sq += s * s;
+        }
+      }
+    };
+    ParallelChunks(
+        static_cast<int64_t>(classes.size()), in.threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t j = begin; j < end; ++j) score(classes[static_cast<size_t>(j)]);
+        },
+        /*min_chunk=*/1);
+    for (ClassScore& cls : classes) {
+      cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
+    }
+  }
+
+  // The ranking rules (diagnosis.h; docs/numerics.md, "Diagnosis").
+  void Order() {
+    // Elements outside kConsistentZ sigma are the clearest evidence when the
+    // summation orders differ (fp32 outputs, where few elements agree in bits
+    // with any candidate): a candidate with the wrong input rounding leaves
+    // the elements its rounding touches tens of sigma away, the right one
+    // almost none. Bitwise agreement alone would favour a wrong candidate
+    // whose kernel happens to sum in nearly the observed order. Seen on an
+    // H200: Flax's fp32 Dense (XLA's Triton GEMM rounds inputs to TF32 ties
+    // away) shared more bits with cuBLAS's fp16 and TF32 kernels (ties to
+    // even) than with cpu:tf32rna, which alone left no element unexplained.
+    int64_t fewest = -1;
+    for (const ClassScore& cls : classes) {
+      if (cls.is_consistent() && (fewest < 0 || cls.inconsistent() < fewest)) {
+        fewest = cls.inconsistent();
+      }
+    }
+    for (ClassScore& cls : classes) {
+      cls.near_fewest_inconsistent =
+          fewest < 0 || !ClearlyMoreInconsistent(cls.inconsistent(), fewest, cls.counted);
+    }
+    std::stable_sort(classes.begin(), classes.end(), [](const ClassScore& a, const ClassScore& b) {
+      if (a.is_consistent() != b.is_consistent()) return a.is_consistent();
+      if (a.is_plausible() != b.is_plausible()) return a.is_plausible();
+      if (a.near_fewest_inconsistent != b.near_fewest_inconsistent) {
+        return a.near_fewest_inconsistent;
+      }
+      if (a.bitwise != b.bitwise) return a.bitwise > b.bitwise;
+      if (a.ulp_sum != b.ulp_sum) return a.ulp_sum < b.ulp_sum;
+      return a.bound_ratio() < b.bound_ratio();
+    });
+  }
+
+  // Among the candidates the data cannot separate from the top one, the
+  // preferred configuration is named (and ranked) first.
+  void NamePreferredFirst() {
+    if (classes[0].is_plausible()) {
+      size_t chosen = 0;
+      for (size_t j = 1; j < classes.size() && classes[j].is_plausible(); ++j) {
+        const double z = PairedZ(observed, output_of(classes[0]), output_of(classes[j]),
+                                 sigma_of(classes[0]), explained, dtype);
+        if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
+          chosen = j;
+        }
+      }
+      std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
+                  classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
+    }
+  }
+
+  // Elements no candidate explains, largest first.
+  void ListOutliers() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    std::vector<ElementDiff> outliers;
     for (int64_t i = 0; i < total; ++i) {
       if (explained[static_cast<size_t>(i)]) continue;
-      const double o = observed.GetDouble(i);
-      const double v = c.output->GetDouble(i);
-      if (ElementConsistent(o, v, Ulp(o, v, dtype), c.pair_sigma[i])) {
-        explained[static_cast<size_t>(i)] = 1;
+      ElementDiff e;
+      e.flat_index = i;
+      e.actual = observed.GetDouble(i);
+      e.expected = top_c.output->GetDouble(i);
+      e.actual_bits = BitsIn(e.actual, dtype);
+      e.expected_bits = BitsIn(e.expected, dtype);
+      e.abs_diff = std::fabs(e.actual - e.expected);
+      e.rel_diff = e.expected != 0
+                       ? e.abs_diff / std::fabs(e.expected)
+                       : (e.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
+      e.ulp = UlpDistance(e.actual, e.expected, dtype);
+      outliers.push_back(e);
+    }
+    const size_t k = std::min<size_t>(static_cast<size_t>(in.top_k), outliers.size());
+    std::partial_sort(outliers.begin(), outliers.begin() + static_cast<std::ptrdiff_t>(k),
+                      outliers.end(), [](const ElementDiff& a, const ElementDiff& b) {
+                        const double x = std::isnan(a.abs_diff) ? INFINITY : a.abs_diff;
+                        const double y = std::isnan(b.abs_diff) ? INFINITY : b.abs_diff;
+                        return x > y;
+                      });
+    outliers.resize(k);
+    out.outliers = std::move(outliers);
+  }
+
+  bool NothingExplains() const {
+    return unexplained_share > kMaxUnexplainedShare || !classes[0].is_consistent();
+  }
+
+  // The explanation when no candidate explains the output.
+  void ExplainNothing() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    const DiffStats* closest = top_c.vs_observed;
+    out.explanation = absl::StrFormat(
+        "No candidate explains the observed output: %s of its elements differ "
+        "from every candidate by more than %.0f predicted standard errors (closest: "
+        "%s, %s of elements consistent, max abs difference %.3g, error %.3g "
+        "times what that precision predicts). This is not a precision or "
+        "bias-placement difference. Check the weight layout (a transposed or "
+        "mis-shaped W), whether the bias was added (and which one), the activation, "
+        "and that the same input was used.",
+        FormatShare(total - explained_count, total), kConsistentZ, top_c.config.ToString(),
+        FormatShare(top.consistent, top.counted), closest ? closest->max_abs : 0.0,
+        top.bound_ratio());
+    Localize(observed, *top_c.output, std::vector<uint8_t>(static_cast<size_t>(total), 1), n, dtype,
+             in.top_groups, &out.columns, &out.rows);
+  }
+
+  // best, what is equivalent to it, and what it means in framework terms.
+  void NameBest() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    out.best = top_c.config.ToString();
+    for (size_t j = 1; j < top.members.size(); ++j) {
+      out.equivalent.push_back(in.candidates[top.members[j]].config.ToString());
+    }
+    out.framework_hint = FrameworkHint(top_c.config, in.storage_dtype, in.has_bias);
+    // Members of the class that mean something else in framework terms.
+    for (size_t j = 1; j < top.members.size(); ++j) {
+      const Config& eq = in.candidates[top.members[j]].config;
+      if (eq.precision != top_c.config.precision || eq.bias == top_c.config.bias) continue;
+      const std::string hint = FrameworkHint(eq, in.storage_dtype, in.has_bias);
+      if (hint != out.framework_hint && out.framework_hint.find(hint) == std::string::npos) {
+        absl::StrAppend(&out.framework_hint, "; equally: ", hint);
       }
     }
   }
-  const int64_t explained_count =
-      std::count(explained.begin(), explained.end(), uint8_t{1});
-  const double unexplained_share =
-      1.0 - static_cast<double>(explained_count) / static_cast<double>(total);
 
-  // Scores over the explained elements (all of them when none is).
-  const bool use_all = explained_count == 0;
-  // Each class is scored by one thread, its sums in element order.
-  auto score = [&](ClassScore& cls) {
-    const DiagnosisCandidate& c = in.candidates[cls.members[0]];
-    for (int64_t i = 0; i < total; ++i) {
-      if (!use_all && !explained[static_cast<size_t>(i)]) continue;
-      const double o = observed.GetDouble(i);
-      const double v = c.output->GetDouble(i);
-      const uint64_t ulp = Ulp(o, v, dtype);
-      ++cls.counted;
-      if (ulp == 0) ++cls.bitwise;
-      if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
-      cls.ulp_sum += Capped(ulp);
-      cls.expected_disagreements += FlipChance(
-          c.pair_accumulation_sigma[i],
-          c.flip_grid != nullptr ? c.flip_grid[i]
-                                 : static_cast<float>(OutputSpacing(v, dtype)));
-      cls.max_ulp = std::max(cls.max_ulp, ulp);
-      if (std::isfinite(o) && std::isfinite(v)) {
-        const double s = c.pair_sigma[i];
-        cls.err_sq += (o - v) * (o - v);
-        cls.sigma_sq += s * s;
+  // Ties and the runner-up, by paired sign tests against best.
+  void Separate() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    // Plausible candidates the data cannot separate from best (|z| of a
+    // paired sign test below kTieZ), and the runner-up: the first plausible
+    // candidate it can separate, else the first implausible one (ruled out).
+    z_vs_best.assign(classes.size(), NAN);
+    for (size_t j = 1; j < classes.size(); ++j) {
+      if (!classes[j].is_plausible()) {
+        if (runner == nullptr) runner = &classes[j];
+        break;
+      }
+      const double z = PairedZ(observed, *top_c.output, output_of(classes[j]), top_c.pair_sigma,
+                               explained, dtype);
+      z_vs_best[j] = z;
+      if (std::fabs(z) < kTieZ) {
+        for (size_t member : classes[j].members) {
+          out.tied.push_back(in.candidates[member].config.ToString());
+          tied_configs.push_back(&in.candidates[member].config);
+        }
+      } else if (runner == nullptr) {
+        runner = &classes[j];
+        z_runner = z;
       }
     }
-  };
-  ParallelChunks(
-      static_cast<int64_t>(classes.size()), in.threads,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) score(classes[static_cast<size_t>(j)]);
-      },
-      /*min_chunk=*/1);
-  for (ClassScore& cls : classes) {
-    cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
   }
-  // Elements outside kConsistentZ sigma are the clearest evidence when the
-  // summation orders differ (fp32 outputs, where few elements agree in bits
-  // with any candidate): a candidate with the wrong input rounding leaves
-  // the elements its rounding touches tens of sigma away, the right one
-  // almost none. Bitwise agreement alone would favour a wrong candidate
-  // whose kernel happens to sum in nearly the observed order. Seen on an
-  // H200: Flax's fp32 Dense (XLA's Triton GEMM rounds inputs to TF32 ties
-  // away) shared more bits with cuBLAS's fp16 and TF32 kernels (ties to
-  // even) than with cpu:tf32rna, which alone left no element unexplained.
-  int64_t fewest = -1;
-  for (const ClassScore& cls : classes) {
-    if (cls.is_consistent() && (fewest < 0 || cls.inconsistent() < fewest)) {
-      fewest = cls.inconsistent();
-    }
-  }
-  for (ClassScore& cls : classes) {
-    cls.near_fewest_inconsistent =
-        fewest < 0 || !ClearlyMoreInconsistent(cls.inconsistent(), fewest, cls.counted);
-  }
-  std::stable_sort(classes.begin(), classes.end(),
-                   [](const ClassScore& a, const ClassScore& b) {
-                     if (a.is_consistent() != b.is_consistent()) return a.is_consistent();
-                     if (a.is_plausible() != b.is_plausible()) return a.is_plausible();
-                     if (a.near_fewest_inconsistent != b.near_fewest_inconsistent) {
-                       return a.near_fewest_inconsistent;
-                     }
-                     if (a.bitwise != b.bitwise) return a.bitwise > b.bitwise;
-                     if (a.ulp_sum != b.ulp_sum) return a.ulp_sum < b.ulp_sum;
-                     return a.bound_ratio() < b.bound_ratio();
-                   });
 
-  // Among the consistent candidates the data cannot separate from the top
-  // one, the preferred configuration is named (and ranked) first.
-  auto output_of = [&](const ClassScore& c) -> const Tensor& {
-    return *in.candidates[c.members[0]].output;
-  };
-  auto preference_of = [&](const ClassScore& c) {
-    return Preference(in.candidates[c.members[0]], in.storage_dtype);
-  };
-  auto sigma_of = [&](const ClassScore& c) { return in.candidates[c.members[0]].pair_sigma; };
-  if (classes[0].is_plausible()) {
-    size_t chosen = 0;
-    for (size_t j = 1; j < classes.size() && classes[j].is_plausible(); ++j) {
-      const double z = PairedZ(observed, output_of(classes[0]), output_of(classes[j]),
-                               sigma_of(classes[0]), explained, dtype);
-      if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
-        chosen = j;
+  // Confidence that the output came from best or a configuration listed
+  // with it (equivalent, tied): the share of elements consistent with it,
+  // times how far the runner-up is ruled out, times the explained share.
+  void Confidence() {
+    const ClassScore& top = classes[0];
+    const double separation =
+        std::isinf(z_runner) ? 1.0
+                             : 1.0 - std::exp(-std::pow(std::max(0.0, z_runner - 1.0), 2) / 4.0);
+    out.confidence =
+        top.within() * separation * (1.0 - unexplained_share) * (top.is_plausible() ? 1.0 : 0.5);
+  }
+
+  void LocalizeDifferences() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    // Where the differences sit: against best, or when it matches (nearly)
+    // bit for bit, against the closest alternative (most bitwise-equal
+    // elements among the candidates not tied with best, and of the other
+    // bias mode when best has one, since that is the confusion a bias
+    // placement causes): where the observed output parts from the
+    // configuration it would be mistaken for.
+    against = top_c.output;
+    against_name = top_c.config.ToString();
+    if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp) {
+      const ClassScore* closest = nullptr;
+      for (size_t j = 1; j < classes.size(); ++j) {
+        const Config& config = in.candidates[classes[j].members[0]].config;
+        const std::string name = config.ToString();
+        if (std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end()) continue;
+        if (top_c.config.bias != BiasMode::kNone && config.bias == top_c.config.bias) continue;
+        if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
+      }
+      if (closest != nullptr) {
+        against = in.candidates[closest->members[0]].output;
+        against_name = in.candidates[closest->members[0]].config.ToString();
       }
     }
-    std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
-                classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
+    Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
   }
 
-  const ClassScore& top = classes[0];
-  const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+  // The paragraph.
+  void WriteParagraph() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    const int64_t outlier_count = total - explained_count;
+    std::string text = absl::StrFormat(
+        "The observed output matches %s: %s of elements bitwise equal (%d of %d), max %d ULP, "
+        "mean %.3g ULP in %s; its differences are %.2g times what that configuration "
+        "predicts for another summation order. That is: %s.",
+        *out.best, FormatShare(top.bitwise, top.counted), top.bitwise, top.counted, top.max_ulp,
+        top.mean_ulp(), DTypeName(dtype), top.bound_ratio(), out.framework_hint);
+    if (!top.is_plausible()) {
+      absl::StrAppend(&text,
+                      absl::StrFormat(" Caution: it differs from the observed output in %d "
+                                      "elements where summation order alone would explain about "
+                                      "%.1f; another placement of a rounding (e.g. a split-K "
+                                      "reduction at output precision) may be involved.",
+                                      top.counted - top.bitwise, top.expected_disagreements));
+    }
+    if (!out.equivalent.empty()) {
+      absl::StrAppend(&text, " Equivalent on these inputs (same bits): ",
+                      absl::StrJoin(out.equivalent, ", "), ".");
+    }
+    if (!out.tied.empty()) {
+      absl::StrAppend(&text, " The data cannot separate it from ", absl::StrJoin(out.tied, ", "),
+                      " (paired sign test z below ", kTieZ,
+                      "); the first is named by preference, not evidence.");
+      // fp32 against fp64 accumulation of the same inputs: a tie means no
+      // rounding of this output depends on which.
+      const double u_best = GetPrecisionInfo(top_c.config.precision).u_accumulate;
+      for (const Config* t : tied_configs) {
+        const double u_tied = GetPrecisionInfo(t->precision).u_accumulate;
+        const bool wide_vs_fp32 =
+            (u_best == 0x1p-53 && u_tied == 0x1p-24) || (u_best == 0x1p-24 && u_tied == 0x1p-53);
+        if (!wide_vs_fp32 || t->bias != top_c.config.bias) continue;
+        absl::StrAppend(
+            &text,
+            absl::StrFormat(" Accumulation fp32 or wider; these inputs cannot tell: no element "
+                            "here rounds differently under fp32 and fp64 accumulation beyond "
+                            "what chance gives, so %s names what frameworks use for %s tensors "
+                            "and %s is listed as tied.",
+                            *out.best, DTypeName(in.storage_dtype), t->ToString()));
+        break;
+      }
+    } else if (runner != nullptr) {
+      const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
+      if (runner->is_consistent() && !runner->is_plausible()) {
+        absl::StrAppend(&text,
+                        absl::StrFormat(" Runner-up %s is ruled out: the observed output differs "
+                                        "from it in %d elements where summation order alone would "
+                                        "explain about %.1f.",
+                                        runner_name, runner->counted - runner->bitwise,
+                                        runner->expected_disagreements));
+      } else if (runner->is_consistent()) {
+        absl::StrAppend(
+            &text,
+            absl::StrFormat(" Runner-up %s is less likely (paired sign test z = %.1f; "
+                            "%s bitwise equal).",
+                            runner_name, z_runner, FormatShare(runner->bitwise, runner->counted)));
+      } else {
+        absl::StrAppend(
+            &text, absl::StrFormat(" Runner-up %s is ruled out (only %s of elements "
+                                   "consistent with it).",
+                                   runner_name, FormatShare(runner->consistent, runner->counted)));
+      }
+    }
+    // Candidates closer in bits than best that the plausibility test ruled
+    // out: the reason a reader would otherwise look for.
+    std::vector<std::string> closer;
+    for (size_t j = 1; j < classes.size(); ++j) {
+      const ClassScore& c = classes[j];
+      if (&c == runner || !c.is_consistent() || c.is_plausible() || c.bitwise <= top.bitwise) {
+        continue;
+      }
+      closer.push_back(absl::StrFormat(
+          "%s (%d elements differ where its own summation-order noise predicts about %.3g)",
+          in.candidates[c.members[0]].config.ToString(), c.disagreements(),
+          c.expected_disagreements));
+    }
+    if (!closer.empty()) {
+      absl::StrAppend(&text,
+                      " Closer in bits but ruled out, their accumulation being more "
+                      "precise than the observed output's: ",
+                      absl::StrJoin(closer, "; "), ".");
+    }
+    // Error against the exact result, in the best precision's own terms.
+    if (top_c.sigma_vs_reference != nullptr && in.reference != nullptr) {
+      double err_sq = 0, sigma_sq = 0, max_abs = 0;
+      for (int64_t i = 0; i < total; ++i) {
+        if (!explained[static_cast<size_t>(i)]) continue;
+        const double d = observed.GetDouble(i) - in.reference->GetDouble(i);
+        if (!std::isfinite(d)) continue;
+        err_sq += d * d;
+        sigma_sq += double(top_c.sigma_vs_reference[i]) * top_c.sigma_vs_reference[i];
+        max_abs = std::max(max_abs, std::fabs(d));
+      }
+      if (sigma_sq > 0) {
+        absl::StrAppend(&text,
+                        absl::StrFormat(" Against the %s reference its error (max abs %.3g) is "
+                                        "%.2g times what %s predicts (error/bound near 1: "
+                                        "expected for that precision).",
+                                        in.reference_config, max_abs, std::sqrt(err_sq / sigma_sq),
+                                        PrecisionName(top_c.config.precision)));
+      }
+      for (const DiagnosisCandidate& c : in.candidates) {
+        if (c.config.precision == Precision::kFp32 && c.vs_reference != nullptr &&
+            top_c.config.precision != Precision::kFp32) {
+          absl::StrAppend(&text,
+                          absl::StrFormat(" Strict fp32 (%s) would differ from the reference "
+                                          "by at most %.2g.",
+                                          c.config.ToString(), c.vs_reference->max_abs));
+          break;
+        }
+      }
+    }
+    if (!out.columns.empty()) {
+      absl::StrAppend(&text,
+                      absl::StrFormat(" The elements that differ from %s concentrate in columns "
+                                      "%s and rows %s.",
+                                      against_name, GroupList(out.columns), GroupList(out.rows)));
+    }
+    if (outlier_count > 0) {
+      absl::StrAppend(&text,
+                      absl::StrFormat(" %d element(s) fit no candidate at all and are listed as "
+                                      "outliers (corrupted values, or a different computation "
+                                      "there).",
+                                      outlier_count));
+    }
+    out.explanation = std::move(text);
+  }
 
-  // Every candidate, class by class in rank order, with the evidence on it.
-  // `z[j]`: class j's paired sign test against best (NaN when not run).
-  auto emit_ranking = [&](const std::string& best_name, const std::vector<double>& z) {
+  // Every candidate, class by class in rank order, with the evidence on
+  // it. `z[j]`: class j's paired sign test against best (NaN when not run).
+  void EmitRanking(const std::string& best_name, const std::vector<double>& z) {
+    // Every candidate, class by class in rank order, with the evidence on it.
+    // `z[j]`: class j's paired sign test against best (NaN when not run).
     for (size_t j = 0; j < classes.size(); ++j) {
       const ClassScore& cls = classes[j];
       const std::string name = in.candidates[cls.members[0]].config.ToString();
-      const bool tied =
-          std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end();
+      const bool tied = std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end();
       const std::string why = RuledOut(cls, /*is_best=*/j == 0 && !best_name.empty(), tied,
                                        j < z.size() ? z[j] : NAN, best_name);
       for (size_t m = 0; m < cls.members.size(); ++m) {
@@ -461,260 +513,37 @@ DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
         out.ranking.push_back(std::move(r));
       }
     }
-  };
-
-  // Outliers: elements no candidate explains, largest first.
-  {
-    std::vector<ElementDiff> outliers;
-    for (int64_t i = 0; i < total; ++i) {
-      if (explained[static_cast<size_t>(i)]) continue;
-      ElementDiff e;
-      e.flat_index = i;
-      e.actual = observed.GetDouble(i);
-      e.expected = top_c.output->GetDouble(i);
-      e.actual_bits = BitsIn(e.actual, dtype);
-      e.expected_bits = BitsIn(e.expected, dtype);
-      e.abs_diff = std::fabs(e.actual - e.expected);
-      e.rel_diff = e.expected != 0 ? e.abs_diff / std::fabs(e.expected)
-                                   : (e.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
-      e.ulp = UlpDistance(e.actual, e.expected, dtype);
-      outliers.push_back(e);
-    }
-    const size_t k = std::min<size_t>(static_cast<size_t>(in.top_k), outliers.size());
-    std::partial_sort(outliers.begin(), outliers.begin() + static_cast<std::ptrdiff_t>(k),
-                      outliers.end(), [](const ElementDiff& a, const ElementDiff& b) {
-                        const double x = std::isnan(a.abs_diff) ? INFINITY : a.abs_diff;
-                        const double y = std::isnan(b.abs_diff) ? INFINITY : b.abs_diff;
-                        return x > y;
-                      });
-    outliers.resize(k);
-    out.outliers = std::move(outliers);
   }
-  const int64_t outlier_count = total - explained_count;
+};
 
-  const bool nothing_explains =
-      unexplained_share > kMaxUnexplainedShare || !top.is_consistent();
-  if (nothing_explains) {
-    const DiffStats* closest = top_c.vs_observed;
-    out.explanation = absl::StrFormat(
-        "No candidate explains the observed output: %s of its elements differ "
-        "from every candidate by more than %.0f predicted standard errors (closest: "
-        "%s, %s of elements consistent, max abs difference %.3g, error %.3g "
-        "times what that precision predicts). This is not a precision or "
-        "bias-placement difference. Check the weight layout (a transposed or "
-        "mis-shaped W), whether the bias was added (and which one), the activation, "
-        "and that the same input was used.",
-        FormatShare(total - explained_count, total), kConsistentZ, top_c.config.ToString(),
-        FormatShare(top.consistent, top.counted), closest ? closest->max_abs : 0.0,
-        top.bound_ratio());
-    Localize(observed, *top_c.output, std::vector<uint8_t>(static_cast<size_t>(total), 1), n,
-             dtype, in.top_groups, &out.columns, &out.rows);
-    emit_ranking("", {});
+}  // namespace
+
+DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
+  if (in.candidates.empty() || in.observed->numel() == 0) {
+    DiagnosisOutcome out;
+    out.compared_dtype = in.output_dtype;
+    out.explanation = "No candidates to compare the observed output with.";
     return out;
   }
-
-  out.best = top_c.config.ToString();
-  for (size_t j = 1; j < top.members.size(); ++j) {
-    out.equivalent.push_back(in.candidates[top.members[j]].config.ToString());
+  Ranking r(in);
+  r.Classify();
+  r.MarkExplained();
+  r.Score();
+  r.Order();
+  r.NamePreferredFirst();
+  r.ListOutliers();
+  if (r.NothingExplains()) {
+    r.ExplainNothing();
+    r.EmitRanking("", {});
+    return std::move(r.out);
   }
-  out.framework_hint = FrameworkHint(top_c.config, in.storage_dtype, in.has_bias);
-  // Members of the class that mean something else in framework terms.
-  for (size_t j = 1; j < top.members.size(); ++j) {
-    const Config& eq = in.candidates[top.members[j]].config;
-    if (eq.precision != top_c.config.precision || eq.bias == top_c.config.bias) continue;
-    const std::string hint = FrameworkHint(eq, in.storage_dtype, in.has_bias);
-    if (hint != out.framework_hint &&
-        out.framework_hint.find(hint) == std::string::npos) {
-      absl::StrAppend(&out.framework_hint, "; equally: ", hint);
-    }
-  }
-
-  // Plausible candidates the data cannot separate from best (|z| of a
-  // paired sign test below kTieZ), and the runner-up: the first plausible
-  // candidate it can separate, else the first implausible one (ruled out).
-  const ClassScore* runner = nullptr;
-  double z_runner = std::numeric_limits<double>::infinity();
-  std::vector<double> z_vs_best(classes.size(), NAN);
-  std::vector<const Config*> tied_configs;
-  for (size_t j = 1; j < classes.size(); ++j) {
-    if (!classes[j].is_plausible()) {
-      if (runner == nullptr) runner = &classes[j];
-      break;
-    }
-    const double z = PairedZ(observed, *top_c.output, output_of(classes[j]),
-                             top_c.pair_sigma, explained, dtype);
-    z_vs_best[j] = z;
-    if (std::fabs(z) < kTieZ) {
-      for (size_t member : classes[j].members) {
-        out.tied.push_back(in.candidates[member].config.ToString());
-        tied_configs.push_back(&in.candidates[member].config);
-      }
-    } else if (runner == nullptr) {
-      runner = &classes[j];
-      z_runner = z;
-    }
-  }
-  emit_ranking(*out.best, z_vs_best);
-
-  // Confidence that the output came from best or a configuration listed
-  // with it (equivalent, tied): the share of elements consistent with it,
-  // times how far the runner-up is ruled out, times the explained share.
-  const double separation =
-      std::isinf(z_runner) ? 1.0 : 1.0 - std::exp(-std::pow(std::max(0.0, z_runner - 1.0), 2) / 4.0);
-  out.confidence = top.within() * separation * (1.0 - unexplained_share) *
-                   (top.is_plausible() ? 1.0 : 0.5);
-
-  // Where the differences sit: against best, or when it matches (nearly)
-  // bit for bit, against the closest alternative (most bitwise-equal
-  // elements among the candidates not tied with best, and of the other
-  // bias mode when best has one, since that is the confusion a bias
-  // placement causes): where the observed output parts from the
-  // configuration it would be mistaken for.
-  const Tensor* against = top_c.output;
-  std::string against_name = top_c.config.ToString();
-  if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp) {
-    const ClassScore* closest = nullptr;
-    for (size_t j = 1; j < classes.size(); ++j) {
-      const Config& config = in.candidates[classes[j].members[0]].config;
-      const std::string name = config.ToString();
-      if (std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end()) continue;
-      if (top_c.config.bias != BiasMode::kNone && config.bias == top_c.config.bias) continue;
-      if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
-    }
-    if (closest != nullptr) {
-      against = in.candidates[closest->members[0]].output;
-      against_name = in.candidates[closest->members[0]].config.ToString();
-    }
-  }
-  Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
-
-  // The paragraph.
-  std::string text = absl::StrFormat(
-      "The observed output matches %s: %s of elements bitwise equal (%d of %d), max %d ULP, "
-      "mean %.3g ULP in %s; its differences are %.2g times what that configuration "
-      "predicts for another summation order. That is: %s.",
-      *out.best, FormatShare(top.bitwise, top.counted), top.bitwise, top.counted, top.max_ulp,
-      top.mean_ulp(),
-      DTypeName(dtype), top.bound_ratio(), out.framework_hint);
-  if (!top.is_plausible()) {
-    absl::StrAppend(&text, absl::StrFormat(
-                               " Caution: it differs from the observed output in %d "
-                               "elements where summation order alone would explain about "
-                               "%.1f; another placement of a rounding (e.g. a split-K "
-                               "reduction at output precision) may be involved.",
-                               top.counted - top.bitwise, top.expected_disagreements));
-  }
-  if (!out.equivalent.empty()) {
-    absl::StrAppend(&text, " Equivalent on these inputs (same bits): ",
-                    absl::StrJoin(out.equivalent, ", "), ".");
-  }
-  if (!out.tied.empty()) {
-    absl::StrAppend(&text, " The data cannot separate it from ",
-                    absl::StrJoin(out.tied, ", "),
-                    " (paired sign test z below ", kTieZ,
-                    "); the first is named by preference, not evidence.");
-    // fp32 against fp64 accumulation of the same inputs: a tie means no
-    // rounding of this output depends on which.
-    const double u_best = GetPrecisionInfo(top_c.config.precision).u_accumulate;
-    for (const Config* t : tied_configs) {
-      const double u_tied = GetPrecisionInfo(t->precision).u_accumulate;
-      const bool wide_vs_fp32 = (u_best == 0x1p-53 && u_tied == 0x1p-24) ||
-                                (u_best == 0x1p-24 && u_tied == 0x1p-53);
-      if (!wide_vs_fp32 || t->bias != top_c.config.bias) continue;
-      absl::StrAppend(
-          &text, absl::StrFormat(
-                     " Accumulation fp32 or wider; these inputs cannot tell: no element "
-                     "here rounds differently under fp32 and fp64 accumulation beyond "
-                     "what chance gives, so %s names what frameworks use for %s tensors "
-                     "and %s is listed as tied.",
-                     *out.best, DTypeName(in.storage_dtype), t->ToString()));
-      break;
-    }
-  } else if (runner != nullptr) {
-    const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
-    if (runner->is_consistent() && !runner->is_plausible()) {
-      absl::StrAppend(&text, absl::StrFormat(
-                                 " Runner-up %s is ruled out: the observed output differs "
-                                 "from it in %d elements where summation order alone would "
-                                 "explain about %.1f.",
-                                 runner_name, runner->counted - runner->bitwise,
-                                 runner->expected_disagreements));
-    } else if (runner->is_consistent()) {
-      absl::StrAppend(&text, absl::StrFormat(
-                                 " Runner-up %s is less likely (paired sign test z = %.1f; "
-                                 "%s bitwise equal).",
-                                 runner_name, z_runner,
-                                 FormatShare(runner->bitwise, runner->counted)));
-    } else {
-      absl::StrAppend(&text, absl::StrFormat(
-                                 " Runner-up %s is ruled out (only %s of elements "
-                                 "consistent with it).",
-                                 runner_name, FormatShare(runner->consistent, runner->counted)));
-    }
-  }
-  // Candidates closer in bits than best that the plausibility test ruled
-  // out: the reason a reader would otherwise look for.
-  std::vector<std::string> closer;
-  for (size_t j = 1; j < classes.size(); ++j) {
-    const ClassScore& c = classes[j];
-    if (&c == runner || !c.is_consistent() || c.is_plausible() || c.bitwise <= top.bitwise) {
-      continue;
-    }
-    closer.push_back(absl::StrFormat(
-        "%s (%d elements differ where its own summation-order noise predicts about %.3g)",
-        in.candidates[c.members[0]].config.ToString(), c.disagreements(),
-        c.expected_disagreements));
-  }
-  if (!closer.empty()) {
-    absl::StrAppend(&text, " Closer in bits but ruled out, their accumulation being more "
-                           "precise than the observed output's: ",
-                    absl::StrJoin(closer, "; "), ".");
-  }
-  // Error against the exact result, in the best precision's own terms.
-  if (top_c.sigma_vs_reference != nullptr && in.reference != nullptr) {
-    double err_sq = 0, sigma_sq = 0, max_abs = 0;
-    for (int64_t i = 0; i < total; ++i) {
-      if (!explained[static_cast<size_t>(i)]) continue;
-      const double d = observed.GetDouble(i) - in.reference->GetDouble(i);
-      if (!std::isfinite(d)) continue;
-      err_sq += d * d;
-      sigma_sq += double(top_c.sigma_vs_reference[i]) * top_c.sigma_vs_reference[i];
-      max_abs = std::max(max_abs, std::fabs(d));
-    }
-    if (sigma_sq > 0) {
-      absl::StrAppend(&text, absl::StrFormat(
-                                 " Against the %s reference its error (max abs %.3g) is "
-                                 "%.2g times what %s predicts (error/bound near 1: "
-                                 "expected for that precision).",
-                                 in.reference_config, max_abs, std::sqrt(err_sq / sigma_sq),
-                                 PrecisionName(top_c.config.precision)));
-    }
-    for (const DiagnosisCandidate& c : in.candidates) {
-      if (c.config.precision == Precision::kFp32 && c.vs_reference != nullptr &&
-          top_c.config.precision != Precision::kFp32) {
-        absl::StrAppend(&text, absl::StrFormat(
-                                   " Strict fp32 (%s) would differ from the reference "
-                                   "by at most %.2g.",
-                                   c.config.ToString(), c.vs_reference->max_abs));
-        break;
-      }
-    }
-  }
-  if (!out.columns.empty()) {
-    absl::StrAppend(&text, absl::StrFormat(
-                               " The elements that differ from %s concentrate in columns "
-                               "%s and rows %s.",
-                               against_name, GroupList(out.columns), GroupList(out.rows)));
-  }
-  if (outlier_count > 0) {
-    absl::StrAppend(&text, absl::StrFormat(
-                               " %d element(s) fit no candidate at all and are listed as "
-                               "outliers (corrupted values, or a different computation "
-                               "there).",
-                               outlier_count));
-  }
-  out.explanation = std::move(text);
-  return out;
+  r.NameBest();
+  r.Separate();
+  r.EmitRanking(*r.out.best, r.z_vs_best);
+  r.Confidence();
+  r.LocalizeDifferences();
+  r.WriteParagraph();
+  return std::move(r.out);
 }
 
 }  // namespace tensorcheck
