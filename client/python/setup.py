@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import tempfile
-from typing import List
 
 from setuptools import setup
 from setuptools.command.build_py import build_py as _build_py
@@ -128,7 +127,7 @@ def _have_grpc_tools() -> bool:
     return True
 
 
-def _stubs_and_requirements() -> List[str]:
+def _stubs_and_requirements() -> list[str]:
     """Generates the stubs (setuptools checks that every package directory
     exists before any command runs, so this cannot wait for build_py) and
     returns the install requirements with the generator's floors."""

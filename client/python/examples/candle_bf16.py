@@ -1,6 +1,6 @@
 """candle's bf16 Linear vs PyTorch's: one-ULP differences, and where from.
 
-The case from DESIGN.md: 1921x4096 -> 3072 in bf16. PyTorch adds the bias
+The candle case (the repository's README): 1921x4096 -> 3072 in bf16. PyTorch adds the bias
 inside the cuBLASLt epilogue in fp32 and rounds once; candle stores the GEMM
 result as bf16, then adds the bias in bf16 (two roundings). The outputs
 differ by exactly one bf16 ULP in a few places. This script produces both
@@ -40,8 +40,7 @@ def torch_linear(x, w, b):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=os.environ.get("TENSORCHECK_TARGET",
-                                                           "localhost:50051"))
+    parser.add_argument("--target", default=os.environ.get("TENSORCHECK_TARGET", "localhost:50051"))
     parser.add_argument("--full", action="store_true", help="1921x4096 -> 3072")
     args = parser.parse_args()
     m, k, n = (1921, 4096, 3072) if args.full else (256, 1024, 768)
@@ -54,26 +53,34 @@ def main() -> None:
     y_candle = candle_linear(x, w, b)
     y_torch = torch_linear(x, w, b)
     differ = y_candle != y_torch
-    print(f"{m}x{k} -> {n} bf16: candle and torch differ in {differ.sum()} of "
-          f"{differ.size} elements, max abs "
-          f"{np.abs(y_candle.astype(np.float32) - y_torch.astype(np.float32)).max()}\n")
+    print(
+        f"{m}x{k} -> {n} bf16: candle and torch differ in {differ.sum()} of "
+        f"{differ.size} elements, max abs "
+        f"{np.abs(y_candle.astype(np.float32) - y_torch.astype(np.float32)).max()}\n"
+    )
 
     with tensorcheck.Client(args.target, timeout=600) as client:
         # Which bias mode does each framework's output match?
         for name, y in (("candle", y_candle), ("torch", y_torch)):
-            report = client.verify_linear(x, w, b, observed=y,
-                                          configs=["cpu:bf16:fused", "cpu:bf16:unfused"])
-            print(f"{name}: verdict {report.verdict} against the fp64 reference "
-                  f"(max {report.observed_vs_reference.max_ulp} ULP)")
+            report = client.verify_linear(
+                x, w, b, observed=y, configs=["cpu:bf16:fused", "cpu:bf16:unfused"]
+            )
+            print(
+                f"{name}: verdict {report.verdict} against the fp64 reference "
+                f"(max {report.observed_vs_reference.max_ulp} ULP)"
+            )
             for r in report.results:
                 s = r.vs_observed
-                print(f"  {r.config:<18} bitwise equal {s.bitwise_equal_count / s.total:7.2%}"
-                      f"  max {s.max_ulp} ULP  mismatched {s.mismatched}")
+                print(
+                    f"  {r.config:<18} bitwise equal {s.bitwise_equal_count / s.total:7.2%}"
+                    f"  max {s.max_ulp} ULP  mismatched {s.mismatched}"
+                )
 
         # The diagnosis says it in words, with the columns that hold the
         # differences.
-        report = client.diagnose_linear(x, w, b, observed=y_candle,
-                                        candidates=["cpu:bf16:fused", "cpu:bf16:unfused"])
+        report = client.diagnose_linear(
+            x, w, b, observed=y_candle, candidates=["cpu:bf16:fused", "cpu:bf16:unfused"]
+        )
         d = report.diagnosis
         print(f"\ncandle: best match {d.best} (confidence {d.confidence:.2f})")
         if d.framework_hint:
@@ -82,11 +89,15 @@ def main() -> None:
             print(f"  {d.explanation}")
         cols = d.localization.columns
         if cols and sum(g.share for g in cols) >= 0.5:
-            print("  differences concentrate in columns "
-                  + ", ".join(f"{g.index} ({g.share:.0%})" for g in cols))
+            print(
+                "  differences concentrate in columns "
+                + ", ".join(f"{g.index} ({g.share:.0%})" for g in cols)
+            )
         elif cols:
-            print(f"  differences are spread out: the top {len(cols)} columns hold "
-                  f"{sum(g.share for g in cols):.1%} of them")
+            print(
+                f"  differences are spread out: the top {len(cols)} columns hold "
+                f"{sum(g.share for g in cols):.1%} of them"
+            )
 
 
 if __name__ == "__main__":

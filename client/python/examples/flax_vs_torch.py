@@ -1,6 +1,6 @@
 """Why does Flax's nn.Dense disagree with torch.nn.Linear in fp32?
 
-The case from DESIGN.md: a 2x768 -> 512 fp32 layer, max abs difference
+The Flax case (the repository's README): a 2x768 -> 512 fp32 layer, max abs difference
 ~1e-3 between the two frameworks on an A100. JAX computes fp32 matmuls in
 TF32 by default on Ampere and newer GPUs; PyTorch (>= 1.12) does not. This
 script asks a tensorcheck server which configuration each output matches.
@@ -34,10 +34,13 @@ def flax_output(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray):
     """nn.Dense(512) applied to x, as Flax on an Ampere GPU computes it."""
     try:
         import jax
+
         if jax.default_backend() == "gpu":
             import jax.numpy as jnp
+
             try:
                 import flax.linen as nn
+
                 dense = nn.Dense(kernel.shape[1])
                 params = {"params": {"kernel": jnp.asarray(kernel), "bias": jnp.asarray(bias)}}
                 return np.asarray(dense.apply(params, jnp.asarray(x))), "flax on GPU"
@@ -56,15 +59,15 @@ def torch_output(x: np.ndarray, weight: np.ndarray, bias: np.ndarray):
     except ImportError:
         return (x @ weight.T + bias).astype(np.float32), "numpy fp32"
     torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default since 1.12
-    y = torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(weight),
-                                   torch.from_numpy(bias))
+    y = torch.nn.functional.linear(
+        torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias)
+    )
     return y.numpy(), "torch fp32"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=os.environ.get("TENSORCHECK_TARGET",
-                                                           "localhost:50051"))
+    parser.add_argument("--target", default=os.environ.get("TENSORCHECK_TARGET", "localhost:50051"))
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -75,37 +78,53 @@ def main() -> None:
     y_flax, flax_how = flax_output(x, kernel, bias)
     y_torch, torch_how = torch_output(x, kernel.T.copy(), bias)
     diff = np.abs(y_flax.astype(np.float64) - y_torch)
-    print(f"flax ({flax_how}) vs torch ({torch_how}): max abs diff {diff.max():.3g}, "
-          f"max rel diff {(diff / np.abs(y_torch)).max():.3g}\n")
+    print(
+        f"flax ({flax_how}) vs torch ({torch_how}): max abs diff {diff.max():.3g}, "
+        f"max rel diff {(diff / np.abs(y_torch)).max():.3g}\n"
+    )
 
     with tensorcheck.Client(args.target, timeout=60) as client:
         # 1. Does the Flax output pass against an fp64 reference, with torch's
         #    fp32 tolerance? It does not: a torch-style report says by how much.
         try:
-            client.assert_linear_parity(x, kernel, bias, observed=y_flax,
-                                        weight_layout="in_out")
+            client.assert_linear_parity(x, kernel, bias, observed=y_flax, weight_layout="in_out")
             print("flax output passes against the fp64 reference")
         except AssertionError as e:
             print(e, "\n")
 
         # 2. The numbers behind it: fp32 and TF32 against the reference and
         #    against what Flax produced.
-        report = client.verify_linear(x, kernel, bias, observed=y_flax,
-                                      weight_layout="in_out",
-                                      configs=["cpu:fp32", "cpu:tf32"])
-        print(f"{'config':<18} {'max abs vs fp64':>16} {'max abs vs flax':>16} "
-              f"{'bitwise = flax':>15}")
+        report = client.verify_linear(
+            x,
+            kernel,
+            bias,
+            observed=y_flax,
+            weight_layout="in_out",
+            configs=["cpu:fp32", "cpu:tf32"],
+        )
+        print(
+            f"{'config':<18} {'max abs vs fp64':>16} {'max abs vs flax':>16} {'bitwise = flax':>15}"
+        )
         for r in report.results:
-            print(f"{r.config:<18} {r.vs_reference.max_abs:>16.3g} "
-                  f"{r.vs_observed.max_abs:>16.3g} "
-                  f"{r.vs_observed.bitwise_equal_count / r.vs_observed.total:>14.1%}")
+            print(
+                f"{r.config:<18} {r.vs_reference.max_abs:>16.3g} "
+                f"{r.vs_observed.max_abs:>16.3g} "
+                f"{r.vs_observed.bitwise_equal_count / r.vs_observed.total:>14.1%}"
+            )
 
         # 3. And the torch output is plain fp32.
-        report = client.diagnose_linear(x, kernel, bias, observed=y_torch,
-                                        weight_layout="in_out",
-                                        candidates=["cpu:fp32", "cpu:tf32"])
-        print(f"\ntorch output: best match {report.diagnosis.best} "
-              f"(confidence {report.diagnosis.confidence:.2f})")
+        report = client.diagnose_linear(
+            x,
+            kernel,
+            bias,
+            observed=y_torch,
+            weight_layout="in_out",
+            candidates=["cpu:fp32", "cpu:tf32"],
+        )
+        print(
+            f"\ntorch output: best match {report.diagnosis.best} "
+            f"(confidence {report.diagnosis.confidence:.2f})"
+        )
 
 
 if __name__ == "__main__":

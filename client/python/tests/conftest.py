@@ -17,8 +17,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -46,11 +46,16 @@ def _dial_host(host: str) -> str:
 class _Server:
     def __init__(self, path: Path) -> None:
         self.output: collections.deque = collections.deque(maxlen=2000)
-        self._lines: "queue.Queue[str | None]" = queue.Queue()
+        self._lines: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
             # Loopback only: nothing outside this machine needs the test server.
-            [str(path), "--host", "127.0.0.1", "--port", "0"], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            [str(path), "--host", "127.0.0.1", "--port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         # Drain the output for the server's lifetime: a full pipe would
         # block its request logging.
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -70,16 +75,20 @@ class _Server:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.stop()
-                pytest.fail(f"tensorcheck-server printed no 'listening on HOST:PORT' line "
-                            f"within {_START_TIMEOUT_S:.0f}s; output:\n" + self.log())
+                pytest.fail(
+                    f"tensorcheck-server printed no 'listening on HOST:PORT' line "
+                    f"within {_START_TIMEOUT_S:.0f}s; output:\n" + self.log()
+                )
             try:
                 line = self._lines.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
                 self.proc.wait()
-                pytest.fail(f"tensorcheck-server exited with {self.proc.returncode} "
-                            "before listening; output:\n" + self.log())
+                pytest.fail(
+                    f"tensorcheck-server exited with {self.proc.returncode} "
+                    "before listening; output:\n" + self.log()
+                )
             m = _LISTENING.search(line)
             if m:
                 return f"{_dial_host(m.group(1))}:{m.group(2)}"
@@ -103,8 +112,10 @@ class _Server:
 def server() -> Iterator[_Server]:
     path = server_bin()
     if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"tensorcheck-server not found at {path}: build the server "
-                    "(cmake --build build) or set TENSORCHECK_SERVER_BIN")
+        pytest.skip(
+            f"tensorcheck-server not found at {path}: build the server "
+            "(cmake --build build) or set TENSORCHECK_SERVER_BIN"
+        )
     srv = _Server(path)
     yield srv
     srv.stop()

@@ -11,8 +11,9 @@ import numpy as np
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def linear64(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray] = None,
-             *, layout: str = "out_in") -> np.ndarray:
+def linear64(
+    x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray] = None, *, layout: str = "out_in"
+) -> np.ndarray:
     """act-free x W^T + b in float64 from the exactly upcast stored values."""
     x64 = np.asarray(x).astype(np.float64)
     w64 = np.asarray(w).astype(np.float64)
@@ -40,7 +41,9 @@ def round_tf32(v: np.ndarray) -> np.ndarray:
 
 def bf16_ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """|ordinal(a) - ordinal(b)| for bfloat16 arrays (finite values)."""
+
     def ordinal(x: np.ndarray) -> np.ndarray:
         bits = np.asarray(x, dtype=BF16).view(np.uint16).astype(np.int64)
         return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
+
     return np.abs(ordinal(a) - ordinal(b))

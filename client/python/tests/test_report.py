@@ -16,29 +16,56 @@ from tensorcheck._report import format_diagnosis, format_mismatch, format_share
 UINT64_MAX = (1 << 64) - 1
 
 
-def _stats(**overrides) -> "pb.Stats":
+def _stats(**overrides) -> pb.Stats:
     s = pb.Stats(
-        total=4, mismatched=1, max_abs=float("inf"), max_abs_index=[1, 0],
-        max_rel=float("nan"), max_rel_index=[1, 0], mean_abs=0.25, rms=0.5,
-        rel_l2=1e-3, cosine=0.999, max_ulp=UINT64_MAX, mean_ulp=1.5,
-        ulp_histogram=[pb.UlpBucket(lo=0, hi=0, count=3),
-                       pb.UlpBucket(lo=3, hi=4, count=1),
-                       pb.UlpBucket(lo=UINT64_MAX, hi=UINT64_MAX, count=1)],
-        bitwise_equal=False, bitwise_equal_count=3, nan_actual=1, nan_expected=0,
-        inf_actual=0, inf_expected=0, nan_mismatch=1,
-        worst=[pb.Element(index=[1, 0], actual=float("nan"), expected=2.0,
-                          actual_bits="0x7fc00000", expected_bits="0x40000000",
-                          abs_diff=float("nan"), rel_diff=float("-inf"),
-                          ulp=UINT64_MAX)],
+        total=4,
+        mismatched=1,
+        max_abs=float("inf"),
+        max_abs_index=[1, 0],
+        max_rel=float("nan"),
+        max_rel_index=[1, 0],
+        mean_abs=0.25,
+        rms=0.5,
+        rel_l2=1e-3,
+        cosine=0.999,
+        max_ulp=UINT64_MAX,
+        mean_ulp=1.5,
+        ulp_histogram=[
+            pb.UlpBucket(lo=0, hi=0, count=3),
+            pb.UlpBucket(lo=3, hi=4, count=1),
+            pb.UlpBucket(lo=UINT64_MAX, hi=UINT64_MAX, count=1),
+        ],
+        bitwise_equal=False,
+        bitwise_equal_count=3,
+        nan_actual=1,
+        nan_expected=0,
+        inf_actual=0,
+        inf_expected=0,
+        nan_mismatch=1,
+        worst=[
+            pb.Element(
+                index=[1, 0],
+                actual=float("nan"),
+                expected=2.0,
+                actual_bits="0x7fc00000",
+                expected_bits="0x40000000",
+                abs_diff=float("nan"),
+                rel_diff=float("-inf"),
+                ulp=UINT64_MAX,
+            )
+        ],
         top_columns=[pb.Group(index=0, mismatched=1, share=1.0)],
         top_rows=[pb.Group(index=1, mismatched=1, share=1.0)],
-        bound_precision="fp32", compared_dtype=pb.DTYPE_FLOAT32, passed=False)
+        bound_precision="fp32",
+        compared_dtype=pb.DTYPE_FLOAT32,
+        passed=False,
+    )
     for k, v in overrides.items():
         setattr(s, k, v)
     return s
 
 
-def _response() -> "pb.VerifyResponse":
+def _response() -> pb.VerifyResponse:
     r = pb.VerifyResponse(verdict=pb.VERDICT_FAIL, output_shape=[2, 2], notes=["a note"])
     r.tolerance.preset = pb.Tolerance.PRESET_TORCH
     r.tolerance.atol.value = 1e-5
@@ -47,30 +74,59 @@ def _response() -> "pb.VerifyResponse":
     r.observed_vs_reference.CopyFrom(_stats())
     ref = r.reference
     ref.config = "cpu:fp64:none"
-    ref.vs_reference.CopyFrom(_stats(max_ulp=0, max_abs=0.0, max_rel=0.0, mismatched=0,
-                                     passed=True))
+    ref.vs_reference.CopyFrom(
+        _stats(max_ulp=0, max_abs=0.0, max_rel=0.0, mismatched=0, passed=True)
+    )
     ref.elapsed_ms = 0.5
     ref.runs = 1
     ref.deterministic = True
-    ref.output.CopyFrom(pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=[2, 2],
-                                  data=np.arange(4, dtype="<f4").tobytes()))
+    ref.output.CopyFrom(
+        pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=[2, 2], data=np.arange(4, dtype="<f4").tobytes())
+    )
     res = r.results.add(config="cpu:tf32:none", elapsed_ms=1.25, deterministic=True, runs=1)
     res.vs_reference.CopyFrom(_stats(max_ulp=7))
     res.vs_reference.bound_ratio.value = 1.1
     res.vs_observed.CopyFrom(_stats(max_ulp=2))
     res.details["algo"] = "sgemm"
-    shared = r.results.add(config="cpu:bf16:none", elapsed_ms=0.25, deterministic=True,
-                           runs=1, shared_computation="cpu:tf32:none")
+    shared = r.results.add(
+        config="cpu:bf16:none",
+        elapsed_ms=0.25,
+        deterministic=True,
+        runs=1,
+        shared_computation="cpu:tf32:none",
+    )
     shared.vs_reference.CopyFrom(_stats(max_ulp=7))
     return r
 
 
 STATS_KEYS = {
-    "total", "mismatched", "max_abs", "max_abs_index", "max_rel", "max_rel_index",
-    "mean_abs", "rms", "rel_l2", "cosine", "max_ulp", "mean_ulp", "bitwise_equal",
-    "bitwise_equal_count", "ulp_histogram", "nan_actual", "nan_expected", "inf_actual",
-    "inf_expected", "nan_mismatch", "worst", "top_columns", "top_rows", "bound_ratio",
-    "bound_precision", "compared_dtype", "passed",
+    "total",
+    "mismatched",
+    "max_abs",
+    "max_abs_index",
+    "max_rel",
+    "max_rel_index",
+    "mean_abs",
+    "rms",
+    "rel_l2",
+    "cosine",
+    "max_ulp",
+    "mean_ulp",
+    "bitwise_equal",
+    "bitwise_equal_count",
+    "ulp_histogram",
+    "nan_actual",
+    "nan_expected",
+    "inf_actual",
+    "inf_expected",
+    "nan_mismatch",
+    "worst",
+    "top_columns",
+    "top_rows",
+    "bound_ratio",
+    "bound_precision",
+    "compared_dtype",
+    "passed",
 }
 
 
@@ -97,11 +153,25 @@ def test_attributes_hold_real_values():
 
 def test_to_dict_is_the_documented_json_object():
     d = tensorcheck.Report.from_proto(_response()).to_dict()
-    assert list(d) == ["verdict", "tolerance", "observed_vs_reference", "reference",
-                       "results", "output_shape", "notes", "diagnosis"]
+    assert list(d) == [
+        "verdict",
+        "tolerance",
+        "observed_vs_reference",
+        "reference",
+        "results",
+        "output_shape",
+        "notes",
+        "diagnosis",
+    ]
     assert d["verdict"] == "fail"
-    assert d["tolerance"] == {"preset": "torch", "atol": 1e-05, "rtol": 1.3e-06,
-                              "max_ulp": 0, "bound_factor": 1.0, "nan_equal": False}
+    assert d["tolerance"] == {
+        "preset": "torch",
+        "atol": 1e-05,
+        "rtol": 1.3e-06,
+        "max_ulp": 0,
+        "bound_factor": 1.0,
+        "nan_equal": False,
+    }
     assert d["output_shape"] == [2, 2] and d["notes"] == ["a note"]
     assert d["diagnosis"] is None
     ovr = d["observed_vs_reference"]
@@ -110,16 +180,35 @@ def test_to_dict_is_the_documented_json_object():
     assert ovr["max_abs_index"] == [1, 0]
     assert ovr["bound_ratio"] is None
     assert ovr["compared_dtype"] == "float32"
-    assert ovr["ulp_histogram"] == [{"lo": 0, "hi": 0, "count": 3},
-                                    {"lo": 3, "hi": 4, "count": 1},
-                                    {"lo": "inf", "hi": "inf", "count": 1}]
-    assert ovr["worst"] == [{"index": [1, 0], "actual": "nan", "expected": 2.0,
-                             "actual_bits": "0x7fc00000", "expected_bits": "0x40000000",
-                             "abs_diff": "nan", "rel_diff": "-inf", "ulp": "inf"}]
+    assert ovr["ulp_histogram"] == [
+        {"lo": 0, "hi": 0, "count": 3},
+        {"lo": 3, "hi": 4, "count": 1},
+        {"lo": "inf", "hi": "inf", "count": 1},
+    ]
+    assert ovr["worst"] == [
+        {
+            "index": [1, 0],
+            "actual": "nan",
+            "expected": 2.0,
+            "actual_bits": "0x7fc00000",
+            "expected_bits": "0x40000000",
+            "abs_diff": "nan",
+            "rel_diff": "-inf",
+            "ulp": "inf",
+        }
+    ]
     assert ovr["top_columns"] == [{"index": 0, "mismatched": 1, "share": 1.0}]
     res = d["results"][0]
-    assert list(res) == ["config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                         "deterministic", "runs", "shared_computation"]
+    assert list(res) == [
+        "config",
+        "vs_reference",
+        "vs_observed",
+        "elapsed_ms",
+        "details",
+        "deterministic",
+        "runs",
+        "shared_computation",
+    ]
     assert res["shared_computation"] == ""
     assert d["results"][1]["shared_computation"] == "cpu:tf32:none"
     assert d["reference"]["shared_computation"] == ""
@@ -140,8 +229,14 @@ def test_unset_messages_are_null():
     assert d["results"][0]["vs_observed"] is None
     assert d["reference"] is None
     # The CLI prints the (default) tolerance message even when unset.
-    assert d["tolerance"] == {"preset": "torch", "atol": None, "rtol": None,
-                              "max_ulp": 0, "bound_factor": 1.0, "nan_equal": False}
+    assert d["tolerance"] == {
+        "preset": "torch",
+        "atol": None,
+        "rtol": None,
+        "max_ulp": 0,
+        "bound_factor": 1.0,
+        "nan_equal": False,
+    }
     assert d["verdict"] == "pass"
     r.verdict = pb.VERDICT_UNSPECIFIED
     assert tensorcheck.Report.from_proto(r).to_dict()["verdict"] is None
@@ -153,8 +248,9 @@ def test_diagnosis_to_dict():
     dg.best = "cpu:tf32:unfused"
     dg.equivalent.append("cpu:tf32rna:unfused")
     dg.confidence = 0.9
-    rc = dg.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.75,
-                        max_ulp=1, mean_ulp=0.25)
+    rc = dg.ranking.add(
+        config="cpu:tf32:unfused", bitwise_equal_fraction=0.75, max_ulp=1, mean_ulp=0.25
+    )
     rc.bound_ratio.value = 0.98
     rc.disagreements = 3
     rc.expected_disagreements = 2.5
@@ -162,42 +258,87 @@ def test_diagnosis_to_dict():
     rc.plausible = True
     rc.consistent_fraction = 1.0
     rc.compared_elements = 4
-    dg.ranking.add(config="cpu:fp32:fused", bitwise_equal_fraction=0.0,
-                   max_ulp=UINT64_MAX, mean_ulp=float("inf"), disagreements=4,
-                   expected_disagreements=0.5, plausibility_p=float("nan"),
-                   consistent_fraction=0.25, compared_elements=4,
-                   ruled_out="4 of 4 elements differ where 0.5 are expected.",
-                   shared_computation="cpu:fp32:unfused")
+    dg.ranking.add(
+        config="cpu:fp32:fused",
+        bitwise_equal_fraction=0.0,
+        max_ulp=UINT64_MAX,
+        mean_ulp=float("inf"),
+        disagreements=4,
+        expected_disagreements=0.5,
+        plausibility_p=float("nan"),
+        consistent_fraction=0.25,
+        compared_elements=4,
+        ruled_out="4 of 4 elements differ where 0.5 are expected.",
+        shared_computation="cpu:fp32:unfused",
+    )
     dg.framework_hint = "JAX/Flax default on Ampere+"
     dg.localization.columns.add(index=3, mismatched=2, share=0.5)
     dg.explanation = "TF32."
     d = tensorcheck.Report.from_proto(r).to_dict()["diagnosis"]
     assert d == {
-        "best": "cpu:tf32:unfused", "equivalent": ["cpu:tf32rna:unfused"], "tied": [],
+        "best": "cpu:tf32:unfused",
+        "equivalent": ["cpu:tf32rna:unfused"],
+        "tied": [],
         "confidence": 0.9,
         "ranking": [
-            {"config": "cpu:tf32:unfused", "bitwise_equal_fraction": 0.75, "max_ulp": 1,
-             "mean_ulp": 0.25, "bound_ratio": 0.98, "equivalent": [],
-             "disagreements": 3, "expected_disagreements": 2.5, "plausibility_p": 0.46,
-             "plausible": True, "consistent_fraction": 1.0, "compared_elements": 4,
-             "ruled_out": "", "shared_computation": ""},
-            {"config": "cpu:fp32:fused", "bitwise_equal_fraction": 0.0, "max_ulp": "inf",
-             "mean_ulp": "inf", "bound_ratio": None, "equivalent": [],
-             "disagreements": 4, "expected_disagreements": 0.5, "plausibility_p": "nan",
-             "plausible": False, "consistent_fraction": 0.25, "compared_elements": 4,
-             "ruled_out": "4 of 4 elements differ where 0.5 are expected.",
-             "shared_computation": "cpu:fp32:unfused"},
+            {
+                "config": "cpu:tf32:unfused",
+                "bitwise_equal_fraction": 0.75,
+                "max_ulp": 1,
+                "mean_ulp": 0.25,
+                "bound_ratio": 0.98,
+                "equivalent": [],
+                "disagreements": 3,
+                "expected_disagreements": 2.5,
+                "plausibility_p": 0.46,
+                "plausible": True,
+                "consistent_fraction": 1.0,
+                "compared_elements": 4,
+                "ruled_out": "",
+                "shared_computation": "",
+            },
+            {
+                "config": "cpu:fp32:fused",
+                "bitwise_equal_fraction": 0.0,
+                "max_ulp": "inf",
+                "mean_ulp": "inf",
+                "bound_ratio": None,
+                "equivalent": [],
+                "disagreements": 4,
+                "expected_disagreements": 0.5,
+                "plausibility_p": "nan",
+                "plausible": False,
+                "consistent_fraction": 0.25,
+                "compared_elements": 4,
+                "ruled_out": "4 of 4 elements differ where 0.5 are expected.",
+                "shared_computation": "cpu:fp32:unfused",
+            },
         ],
         "framework_hint": "JAX/Flax default on Ampere+",
-        "localization": {"columns": [{"index": 3, "mismatched": 2, "share": 0.5}],
-                         "rows": [], "outliers": []},
+        "localization": {
+            "columns": [{"index": 3, "mismatched": 2, "share": 0.5}],
+            "rows": [],
+            "outliers": [],
+        },
         "explanation": "TF32.",
     }
     # The keys in the CLI's order: the proto's, new ones last.
     assert list(d["ranking"][0]) == [
-        "config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio", "equivalent",
-        "disagreements", "expected_disagreements", "plausibility_p", "plausible",
-        "consistent_fraction", "compared_elements", "ruled_out", "shared_computation"]
+        "config",
+        "bitwise_equal_fraction",
+        "max_ulp",
+        "mean_ulp",
+        "bound_ratio",
+        "equivalent",
+        "disagreements",
+        "expected_disagreements",
+        "plausibility_p",
+        "plausible",
+        "consistent_fraction",
+        "compared_elements",
+        "ruled_out",
+        "shared_computation",
+    ]
     r.diagnosis.best = ""
     r.diagnosis.ClearField("localization")
     d = tensorcheck.Report.from_proto(r).to_dict()["diagnosis"]
@@ -207,22 +348,25 @@ def test_diagnosis_to_dict():
 
 # Every proto field is in the JSON (except tensors, which the CLI saves to
 # files): catches a proto field added without its Python mirror.
-@pytest.mark.parametrize("message, node", [
-    (pb.VerifyResponse, tensorcheck.Report),
-    (pb.Stats, tensorcheck.Stats),
-    (pb.ConfigResult, tensorcheck.ConfigResult),
-    (pb.Tolerance, tensorcheck.Tolerance),
-    (pb.Diagnosis, tensorcheck.Diagnosis),
-    (pb.RankedCandidate, tensorcheck.RankedCandidate),
-    (pb.Localization, tensorcheck.Localization),
-    (pb.Element, tensorcheck.Element),
-    (pb.Group, tensorcheck.Group),
-    (pb.UlpBucket, tensorcheck.UlpBucket),
-    (pb.GetCapabilitiesResponse, tensorcheck.Capabilities),
-    (pb.BackendInfo, tensorcheck.BackendInfo),
-    (pb.DeviceInfo, tensorcheck.DeviceInfo),
-    (pb.Limits, tensorcheck.Limits),
-])
+@pytest.mark.parametrize(
+    "message, node",
+    [
+        (pb.VerifyResponse, tensorcheck.Report),
+        (pb.Stats, tensorcheck.Stats),
+        (pb.ConfigResult, tensorcheck.ConfigResult),
+        (pb.Tolerance, tensorcheck.Tolerance),
+        (pb.Diagnosis, tensorcheck.Diagnosis),
+        (pb.RankedCandidate, tensorcheck.RankedCandidate),
+        (pb.Localization, tensorcheck.Localization),
+        (pb.Element, tensorcheck.Element),
+        (pb.Group, tensorcheck.Group),
+        (pb.UlpBucket, tensorcheck.UlpBucket),
+        (pb.GetCapabilitiesResponse, tensorcheck.Capabilities),
+        (pb.BackendInfo, tensorcheck.BackendInfo),
+        (pb.DeviceInfo, tensorcheck.DeviceInfo),
+        (pb.Limits, tensorcheck.Limits),
+    ],
+)
 def test_python_mirror_covers_every_proto_field(message, node):
     proto_fields = {f.name for f in message.DESCRIPTOR.fields}
     py_fields = set(node.__dataclass_fields__)
@@ -238,11 +382,20 @@ def test_failure_message_reads_like_torch():
 
 
 def test_capabilities_from_proto():
-    m = pb.GetCapabilitiesResponse(server_version="1.0", default_reference="cpu:fp64",
-                                   tolerance_presets=["torch", "numpy"], tensor_store=False)
-    b = m.backends.add(name="cpu", available=True, precisions=["fp32"],
-                       bias_modes=["fused"], configs=["cpu:fp32:fused"],
-                       storage_dtypes=[pb.DTYPE_FLOAT32, pb.DTYPE_BFLOAT16])
+    m = pb.GetCapabilitiesResponse(
+        server_version="1.0",
+        default_reference="cpu:fp64",
+        tolerance_presets=["torch", "numpy"],
+        tensor_store=False,
+    )
+    b = m.backends.add(
+        name="cpu",
+        available=True,
+        precisions=["fp32"],
+        bias_modes=["fused"],
+        configs=["cpu:fp32:fused"],
+        storage_dtypes=[pb.DTYPE_FLOAT32, pb.DTYPE_BFLOAT16],
+    )
     m.backends.add(name="cublaslt", available=False, unavailable_reason="no GPU")
     m.limits.max_configs = 64
     m.backends[0].storage_dtypes.append(99)  # from a newer server
@@ -254,39 +407,45 @@ def test_capabilities_from_proto():
     assert caps.to_dict()["backends"][1]["unavailable_reason"] == "no GPU"
 
 
-@pytest.mark.parametrize("fraction, text", [
-    (1.0, "100%"),
-    (0.0, "0%"),
-    (0.5, "50.0%"),
-    (0.333, "33.3%"),
-    (0.99996831, "99.997%"),  # 100.0 and 100.00 at one and two decimals
-    (0.9996, "99.96%"),
-    (0.99999999, "99.999999%"),
-    (3e-5, "0.003%"),
-    (0.0004, "0.04%"),
-    (1e-8, "0.000001%"),
-    (1e-9, "<0.000001%"),
-    (1 - 1e-10, ">99.999999%"),
-    (5e-324, "<0.000001%"),
-    (float("nan"), "nan%"),
-    (1.5, "150.0%"),
-])
+@pytest.mark.parametrize(
+    "fraction, text",
+    [
+        (1.0, "100%"),
+        (0.0, "0%"),
+        (0.5, "50.0%"),
+        (0.333, "33.3%"),
+        (0.99996831, "99.997%"),  # 100.0 and 100.00 at one and two decimals
+        (0.9996, "99.96%"),
+        (0.99999999, "99.999999%"),
+        (3e-5, "0.003%"),
+        (0.0004, "0.04%"),
+        (1e-8, "0.000001%"),
+        (1e-9, "<0.000001%"),
+        (1 - 1e-10, ">99.999999%"),
+        (5e-324, "<0.000001%"),
+        (float("nan"), "nan%"),
+        (1.5, "150.0%"),
+    ],
+)
 def test_format_share_reads_all_or_none_only_when_exact(fraction, text):
     assert format_share(fraction) == text
 
 
-@pytest.mark.parametrize("part, whole, text", [
-    (1024, 1024, "100%"),
-    (0, 1024, "0%"),
-    (0, 0, "0%"),
-    (3, 1024, "0.3%"),
-    (2, 6, "33.3%"),
-    (94671, 94674, "99.997%"),
-    (1, 4_000_000_000, "<0.000001%"),
-    (3_999_999_999, 4_000_000_000, ">99.999999%"),
-    # (2^62 - 1) / 2^62 is 1.0 as a float; one element still differs.
-    (2**62 - 1, 2**62, ">99.999999%"),
-])
+@pytest.mark.parametrize(
+    "part, whole, text",
+    [
+        (1024, 1024, "100%"),
+        (0, 1024, "0%"),
+        (0, 0, "0%"),
+        (3, 1024, "0.3%"),
+        (2, 6, "33.3%"),
+        (94671, 94674, "99.997%"),
+        (1, 4_000_000_000, "<0.000001%"),
+        (3_999_999_999, 4_000_000_000, ">99.999999%"),
+        # (2^62 - 1) / 2^62 is 1.0 as a float; one element still differs.
+        (2**62 - 1, 2**62, ">99.999999%"),
+    ],
+)
 def test_format_share_of_counts_decides_all_and_none_on_the_counts(part, whole, text):
     assert format_share(part, whole) == text
 
@@ -305,14 +464,28 @@ def test_failure_message_never_rounds_a_share_to_all():
 
 def test_diagnosis_message_shows_plausibility_ruled_out_and_shared_gemm():
     dg = pb.Diagnosis(best="cpu:tf32:unfused", confidence=0.97)
-    dg.ranking.add(config="cpu:tf32:unfused", bitwise_equal_fraction=0.99996831, max_ulp=1,
-                   plausible=True, compared_elements=94674).bound_ratio.value = 0.71
-    dg.ranking.add(config="cpu:tf32:fused", bitwise_equal_fraction=0.5, max_ulp=2,
-                   plausible=True, compared_elements=94674,
-                   shared_computation="cpu:tf32:unfused")
-    dg.ranking.add(config="cpu:fp32:fused", bitwise_equal_fraction=3e-5, max_ulp=900,
-                   compared_elements=94674,
-                   ruled_out="94671 of 94674 elements differ where 12.5 are expected.")
+    dg.ranking.add(
+        config="cpu:tf32:unfused",
+        bitwise_equal_fraction=0.99996831,
+        max_ulp=1,
+        plausible=True,
+        compared_elements=94674,
+    ).bound_ratio.value = 0.71
+    dg.ranking.add(
+        config="cpu:tf32:fused",
+        bitwise_equal_fraction=0.5,
+        max_ulp=2,
+        plausible=True,
+        compared_elements=94674,
+        shared_computation="cpu:tf32:unfused",
+    )
+    dg.ranking.add(
+        config="cpu:fp32:fused",
+        bitwise_equal_fraction=3e-5,
+        max_ulp=900,
+        compared_elements=94674,
+        ruled_out="94671 of 94674 elements differ where 12.5 are expected.",
+    )
     for i in range(3):
         dg.ranking.add(config=f"cpu:fp16:v{i}", ruled_out=f"reason {i}")
     msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg))

@@ -14,19 +14,57 @@ import numpy as np
 import pytest
 
 import tensorcheck
-from tensorcheck._pb import pb
 from numerics import BF16, linear64, round_bf16, round_tf32
+from tensorcheck._pb import pb
 
-REPORT_KEYS = {"verdict", "tolerance", "observed_vs_reference", "reference", "results",
-               "output_shape", "notes", "diagnosis"}
-CONFIG_RESULT_KEYS = {"config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                      "deterministic", "runs", "shared_computation"}
+REPORT_KEYS = {
+    "verdict",
+    "tolerance",
+    "observed_vs_reference",
+    "reference",
+    "results",
+    "output_shape",
+    "notes",
+    "diagnosis",
+}
+CONFIG_RESULT_KEYS = {
+    "config",
+    "vs_reference",
+    "vs_observed",
+    "elapsed_ms",
+    "details",
+    "deterministic",
+    "runs",
+    "shared_computation",
+}
 STATS_KEYS = {
-    "total", "mismatched", "max_abs", "max_abs_index", "max_rel", "max_rel_index",
-    "mean_abs", "rms", "rel_l2", "cosine", "max_ulp", "mean_ulp", "bitwise_equal",
-    "bitwise_equal_count", "ulp_histogram", "nan_actual", "nan_expected", "inf_actual",
-    "inf_expected", "nan_mismatch", "worst", "top_columns", "top_rows", "bound_ratio",
-    "bound_precision", "compared_dtype", "passed",
+    "total",
+    "mismatched",
+    "max_abs",
+    "max_abs_index",
+    "max_rel",
+    "max_rel_index",
+    "mean_abs",
+    "rms",
+    "rel_l2",
+    "cosine",
+    "max_ulp",
+    "mean_ulp",
+    "bitwise_equal",
+    "bitwise_equal_count",
+    "ulp_histogram",
+    "nan_actual",
+    "nan_expected",
+    "inf_actual",
+    "inf_expected",
+    "nan_mismatch",
+    "worst",
+    "top_columns",
+    "top_rows",
+    "bound_ratio",
+    "bound_precision",
+    "compared_dtype",
+    "passed",
 }
 TOLERANCE_KEYS = {"preset", "atol", "rtol", "max_ulp", "bound_factor", "nan_equal"}
 
@@ -34,8 +72,9 @@ TOLERANCE_KEYS = {"preset", "atol", "rtol", "max_ulp", "bound_factor", "nan_equa
 def cli_bin() -> Path:
     """The C++ CLI, for comparing its --json with Report.to_dict()."""
     repo = Path(__file__).resolve().parents[3]
-    return Path(os.environ.get("TENSORCHECK_CLI_BIN")
-                or repo / "build" / "client" / "cli" / "tensorcheck")
+    return Path(
+        os.environ.get("TENSORCHECK_CLI_BIN") or repo / "build" / "client" / "cli" / "tensorcheck"
+    )
 
 
 def _data(m, k, n, dtype, seed=0, w_scale=None):
@@ -48,11 +87,11 @@ def _data(m, k, n, dtype, seed=0, w_scale=None):
 
 # --- numpy storage dtypes ------------------------------------------------------
 
+
 def test_fp64_outputs_match_an_independent_float64_computation(client):
     x, w, b = _data(4, 32, 16, np.float64)
     want = linear64(x, w, b)
-    report = client.verify_linear(x, w, b, observed=want, configs=["cpu:fp64"],
-                                  return_outputs=True)
+    report = client.verify_linear(x, w, b, observed=want, configs=["cpu:fp64"], return_outputs=True)
     assert report.passed and report.verdict == "pass"
     assert report.output_shape == (4, 16)
     assert len(report.results) == 1
@@ -73,8 +112,9 @@ def test_fp32_one_corrupted_element_is_found_where_it_is(client):
     observed[3, 5] += np.float32(0.25)
     want_abs = abs(float(observed[3, 5]) - float(exact.astype(np.float32)[3, 5]))
 
-    report = client.verify_linear(x, w, b, observed=observed, configs=["cpu:fp32"],
-                                  return_outputs=True)
+    report = client.verify_linear(
+        x, w, b, observed=observed, configs=["cpu:fp32"], return_outputs=True
+    )
     assert not report.passed and report.verdict == "fail"
     ovr = report.observed_vs_reference
     assert ovr.total == 256 and ovr.mismatched == 1 and not ovr.passed
@@ -97,9 +137,14 @@ def test_fp16_observed_rounded_from_float64_is_bitwise_the_reference(client):
     x, w, b = _data(8, 64, 16, np.float16, seed=1)
     exact = linear64(x, w, b)
     observed = exact.astype(np.float16)  # numpy rounds float64 -> float16 once (RNE)
-    report = client.verify_linear(x, w, b, observed=observed,
-                                  configs=["cpu:fp16:fused", "cpu:fp32:fused"],
-                                  return_outputs=True)
+    report = client.verify_linear(
+        x,
+        w,
+        b,
+        observed=observed,
+        configs=["cpu:fp16:fused", "cpu:fp32:fused"],
+        return_outputs=True,
+    )
     assert report.passed
     ovr = report.observed_vs_reference
     assert ovr.bitwise_equal and ovr.max_ulp == 0 and ovr.compared_dtype == "float16"
@@ -112,15 +157,20 @@ def test_fp16_observed_rounded_from_float64_is_bitwise_the_reference(client):
 
 def test_bf16_fused_and_unfused_bias_match_independent_emulations(client):
     x, w, b = _data(16, 128, 64, BF16, seed=2, w_scale=1.0)
-    acc = linear64(x, w)                                      # exact products, exact sum
+    acc = linear64(x, w)  # exact products, exact sum
     b64 = b.astype(np.float64)
-    fused = round_bf16(acc + b64)                             # PyTorch/cuBLASLt epilogue
+    fused = round_bf16(acc + b64)  # PyTorch/cuBLASLt epilogue
     unfused = round_bf16(round_bf16(acc).astype(np.float64) + b64)  # candle: two roundings
     assert np.mean(fused != unfused) > 0.01, "test data do not separate the bias modes"
 
-    report = client.verify_linear(x, w, b, observed=unfused,
-                                  configs=["cpu:bf16:fused", "cpu:bf16:unfused"],
-                                  return_outputs=True)
+    report = client.verify_linear(
+        x,
+        w,
+        b,
+        observed=unfused,
+        configs=["cpu:bf16:fused", "cpu:bf16:unfused"],
+        return_outputs=True,
+    )
     r_fused, r_unfused = report.results
     assert (r_fused.config, r_unfused.config) == ("cpu:bf16:fused", "cpu:bf16:unfused")
     assert r_fused.output.dtype == BF16 and r_unfused.output.dtype == BF16
@@ -144,9 +194,16 @@ def test_in_out_layout_batch_dims_and_relu(client):
     kernel = rng.standard_normal((16, 8)) / 4  # flax nn.Dense kernel [K, N]
     b = rng.standard_normal(8)
     want = np.maximum(linear64(x, kernel, b, layout="in_out"), 0.0)
-    report = client.verify_linear(x, kernel, b, observed=want, weight_layout="in_out",
-                                  activation="relu", configs=["cpu:fp64"],
-                                  return_outputs=True)
+    report = client.verify_linear(
+        x,
+        kernel,
+        b,
+        observed=want,
+        weight_layout="in_out",
+        activation="relu",
+        configs=["cpu:fp64"],
+        return_outputs=True,
+    )
     assert report.passed
     assert report.output_shape == (2, 3, 8)
     assert report.results[0].output.shape == (2, 3, 8)
@@ -167,24 +224,28 @@ def test_verify_without_observed_checks_every_configuration(client):
 
 # --- torch and jax --------------------------------------------------------------
 
+
 def test_torch_tensors_fp32_and_bf16(client):
     torch = pytest.importorskip("torch", reason="torch is not installed")
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 32)  # weight requires grad
     x = torch.randn(2, 5, 64)
     y = lin(x)  # what the framework produced, fp32
-    report = client.verify_linear(x, lin.weight, lin.bias, observed=y,
-                                  configs=["cpu:fp32"])
+    report = client.verify_linear(x, lin.weight, lin.bias, observed=y, configs=["cpu:fp32"])
     assert report.passed, report.failure_message()
     assert report.output_shape == (2, 5, 32)
 
-    xb, wb, bb = x.to(torch.bfloat16), lin.weight.detach().to(torch.bfloat16), \
-        lin.bias.detach().to(torch.bfloat16)
+    xb, wb, bb = (
+        x.to(torch.bfloat16),
+        lin.weight.detach().to(torch.bfloat16),
+        lin.bias.detach().to(torch.bfloat16),
+    )
     # Independent expectation from the exactly upcast values.
     exact = linear64(xb.double().numpy(), wb.double().numpy(), bb.double().numpy())
     observed = torch.from_numpy(round_bf16(exact).view(np.int16)).view(torch.bfloat16)
-    report = client.verify_linear(xb, wb.t(), bb, observed=observed,
-                                  weight_layout="in_out", configs=["cpu:bf16:fused"])
+    report = client.verify_linear(
+        xb, wb.t(), bb, observed=observed, weight_layout="in_out", configs=["cpu:bf16:fused"]
+    )
     assert report.passed
     assert report.observed_vs_reference.bitwise_equal
     assert report.observed_vs_reference.compared_dtype == "bfloat16"
@@ -204,19 +265,30 @@ def test_jax_arrays_fp32_and_bf16(client):
     jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
     x, w, b = _data(4, 32, 8, np.float32, seed=5)
     exact = linear64(x, w, b)
-    report = client.verify_linear(jnp.asarray(x), jnp.asarray(w.T), jnp.asarray(b),
-                                  observed=exact.astype(np.float32),
-                                  weight_layout="in_out", configs=["cpu:fp32"])
+    report = client.verify_linear(
+        jnp.asarray(x),
+        jnp.asarray(w.T),
+        jnp.asarray(b),
+        observed=exact.astype(np.float32),
+        weight_layout="in_out",
+        configs=["cpu:fp32"],
+    )
     assert report.passed and report.observed_vs_reference.max_ulp <= 1
 
     xb, wb, bb = (a.astype(BF16) for a in (x, w, b))
     observed = round_bf16(linear64(xb, wb, bb))
-    report = client.verify_linear(jnp.asarray(xb), jnp.asarray(wb), jnp.asarray(bb),
-                                  observed=jnp.asarray(observed), configs=["cpu:bf16"])
+    report = client.verify_linear(
+        jnp.asarray(xb),
+        jnp.asarray(wb),
+        jnp.asarray(bb),
+        observed=jnp.asarray(observed),
+        configs=["cpu:bf16"],
+    )
     assert report.passed and report.observed_vs_reference.bitwise_equal
 
 
 # --- errors -------------------------------------------------------------------
+
 
 def test_wrong_data_length_is_invalid_argument(client):
     # Only a hand-made request can get past the client's own checks.
@@ -255,6 +327,7 @@ def test_expired_deadline_is_deadline_exceeded(target):
 
 def test_every_status_code_has_its_error_class():
     from tensorcheck._errors import error_for
+
     for code in grpc.StatusCode:
         if code == grpc.StatusCode.OK:
             continue
@@ -265,13 +338,13 @@ def test_every_status_code_has_its_error_class():
 
 # --- assert_linear_parity ----------------------------------------------------------
 
+
 def test_assert_linear_parity_raises_a_torch_style_message_and_diagnosis(client):
     x, w, b = _data(8, 64, 32, np.float32)
     observed = linear64(x, w, b).astype(np.float32)
     observed[3, 5] += np.float32(0.25)
     with pytest.raises(AssertionError) as info:
-        client.assert_linear_parity(x, w, b, observed=observed,
-                                    candidates=["cpu:fp32", "cpu:tf32"])
+        client.assert_linear_parity(x, w, b, observed=observed, candidates=["cpu:fp32", "cpu:tf32"])
     msg = str(info.value)
     assert msg.startswith("Tensor-likes are not close!\n\n")
     assert "Mismatched elements: 1 / 256 (0.4%)" in msg
@@ -289,14 +362,16 @@ def test_assert_linear_parity_passes_and_returns_the_report(client, target):
     report = tensorcheck.assert_linear_parity(x, w, b, observed=observed, target=target)
     assert report.passed
     with pytest.raises(AssertionError, match="^Tensor-likes are not close!"):
-        tensorcheck.assert_linear_parity(x, w, b, observed=observed * 1.01, target=target,
-                                         tolerance="numpy", diagnose=False)
+        tensorcheck.assert_linear_parity(
+            x, w, b, observed=observed * 1.01, target=target, tolerance="numpy", diagnose=False
+        )
 
 
 # --- diagnose ---------------------------------------------------------------------
 
+
 def test_diagnose_flax_case_names_tf32(client):
-    """DESIGN.md case 1: JAX computes fp32 matmuls in TF32 on Ampere+."""
+    """The Flax case: JAX computes fp32 matmuls in TF32 on Ampere+."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 768)).astype(np.float32)
     w = (rng.standard_normal((512, 768)) / math.sqrt(768)).astype(np.float32)
@@ -304,8 +379,9 @@ def test_diagnose_flax_case_names_tf32(client):
     # Independent emulation: TF32 (RNE) inputs, float64 sum, one rounding.
     observed = linear64(round_tf32(x), round_tf32(w), b).astype(np.float32)
     try:
-        report = client.diagnose_linear(x, w, b, observed=observed,
-                                        candidates=["cpu:fp32", "cpu:tf32"])
+        report = client.diagnose_linear(
+            x, w, b, observed=observed, candidates=["cpu:fp32", "cpu:tf32"]
+        )
     except tensorcheck.UnimplementedError as e:
         pytest.skip(f"server has no Diagnose yet: {e}")
     d = report.diagnosis
@@ -315,18 +391,28 @@ def test_diagnose_flax_case_names_tf32(client):
     assert {r.config.rsplit(":", 1)[0] for r in d.ranking} >= {"cpu:fp32", "cpu:tf32"}
     assert d.explanation
     dd = report.to_dict()["diagnosis"]
-    assert set(dd) == {"best", "equivalent", "tied", "confidence", "ranking",
-                       "framework_hint", "localization", "explanation"}
+    assert set(dd) == {
+        "best",
+        "equivalent",
+        "tied",
+        "confidence",
+        "ranking",
+        "framework_hint",
+        "localization",
+        "explanation",
+    }
     json.dumps(report.to_dict(), allow_nan=False)
 
 
 # --- JSON -----------------------------------------------------------------------
 
+
 def test_to_dict_has_the_documented_keys(client):
     x, w, b = _data(4, 32, 8, np.float32, seed=8)
     observed = linear64(x, w, b).astype(np.float32)
-    report = client.verify_linear(x, w, b, observed=observed,
-                                  configs=["cpu:fp32", "cpu:tf32"], return_outputs=True)
+    report = client.verify_linear(
+        x, w, b, observed=observed, configs=["cpu:fp32", "cpu:tf32"], return_outputs=True
+    )
     d = report.to_dict()
     assert set(d) == REPORT_KEYS
     assert d["verdict"] in ("pass", "fail")
@@ -385,6 +471,7 @@ def test_token_is_sent_as_bearer_metadata(target):
 
 # --- the CLI's --json ---------------------------------------------------------------
 
+
 def test_to_dict_equals_the_cli_json(target, tmp_path):
     """docs/json-report.md: the CLI's `verify --json` and Report.to_dict()
     are the same object (timings and backend details aside)."""
@@ -399,20 +486,41 @@ def test_to_dict_equals_the_cli_json(target, tmp_path):
         paths[name] = tmp_path / f"{name}.npy"
         np.save(paths[name], a)
     proc = subprocess.run(
-        [str(cli), "--server", target, "verify", "--input", str(paths["x"]),
-         "--weight", str(paths["w"]), "--bias", str(paths["b"]),
-         "--observed", str(paths["y"]), "--config", "cpu:fp32", "--config", "cpu:tf32",
-         "--json"], capture_output=True, text=True, timeout=120)
+        [
+            str(cli),
+            "--server",
+            target,
+            "verify",
+            "--input",
+            str(paths["x"]),
+            "--weight",
+            str(paths["w"]),
+            "--bias",
+            str(paths["b"]),
+            "--observed",
+            str(paths["y"]),
+            "--config",
+            "cpu:fp32",
+            "--config",
+            "cpu:tf32",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr  # parity failure
     from_cli = json.loads(proc.stdout)
 
     with tensorcheck.Client(target, timeout=120) as c:
-        from_client = c.verify_linear(x, w, b, observed=observed,
-                                      configs=["cpu:fp32", "cpu:tf32"]).to_dict()
+        from_client = c.verify_linear(
+            x, w, b, observed=observed, configs=["cpu:fp32", "cpu:tf32"]
+        ).to_dict()
 
     def strip(d):
         for r in [d["reference"]] + d["results"]:
             r.pop("elapsed_ms")
             r.pop("details")
         return d
+
     assert strip(from_client) == strip(from_cli)

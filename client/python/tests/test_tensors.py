@@ -17,12 +17,15 @@ def _wire(value, name="x"):
     return to_proto(as_array(value, name))
 
 
-@pytest.mark.parametrize("dtype, enum", [
-    (np.float64, pb.DTYPE_FLOAT64),
-    (np.float32, pb.DTYPE_FLOAT32),
-    (np.float16, pb.DTYPE_FLOAT16),
-    (ml_dtypes.bfloat16, pb.DTYPE_BFLOAT16),
-])
+@pytest.mark.parametrize(
+    "dtype, enum",
+    [
+        (np.float64, pb.DTYPE_FLOAT64),
+        (np.float32, pb.DTYPE_FLOAT32),
+        (np.float16, pb.DTYPE_FLOAT16),
+        (ml_dtypes.bfloat16, pb.DTYPE_BFLOAT16),
+    ],
+)
 def test_numpy_dtypes_travel_as_little_endian_row_major_bytes(dtype, enum):
     a = (np.arange(12, dtype=np.float64).reshape(3, 4) - 5.5).astype(dtype)
     t = _wire(a)
@@ -31,7 +34,7 @@ def test_numpy_dtypes_travel_as_little_endian_row_major_bytes(dtype, enum):
     itemsize = np.dtype(dtype).itemsize
     assert len(t.data) == 12 * itemsize
     # Element (1, 2) is the 7th value, row-major.
-    raw = t.data[6 * itemsize: 7 * itemsize]
+    raw = t.data[6 * itemsize : 7 * itemsize]
     if dtype is ml_dtypes.bfloat16:
         # bf16 is the high half of the float32 pattern (exact here).
         want = np.array([0.5], "<f4").view("<u4")[0] >> 16
@@ -73,15 +76,18 @@ def test_lists_are_accepted_as_float64():
     assert t.dtype == pb.DTYPE_FLOAT64
 
 
-@pytest.mark.parametrize("value, what", [
-    (np.arange(4, dtype=np.int32), "int32"),
-    (np.arange(4, dtype=np.int64), "int64"),
-    (np.array([1.0, None], dtype=object), "object"),
-    (np.array([True, False]), "bool"),
-    (np.array([1 + 2j]), "complex128"),
-    (np.zeros(2, dtype=ml_dtypes.float8_e4m3fn), "float8_e4m3fn"),
-    ([[1, 2], [3, 4]], "int64"),
-])
+@pytest.mark.parametrize(
+    "value, what",
+    [
+        (np.arange(4, dtype=np.int32), "int32"),
+        (np.arange(4, dtype=np.int64), "int64"),
+        (np.array([1.0, None], dtype=object), "object"),
+        (np.array([True, False]), "bool"),
+        (np.array([1 + 2j]), "complex128"),
+        (np.zeros(2, dtype=ml_dtypes.float8_e4m3fn), "float8_e4m3fn"),
+        ([[1, 2], [3, 4]], "int64"),
+    ],
+)
 def test_unsupported_dtypes_are_type_errors_naming_the_argument(value, what):
     with pytest.raises(TypeError, match=rf"^weight: dtype {what} is not supported"):
         as_array(value, "weight")
@@ -111,6 +117,7 @@ def test_importing_and_using_tensorcheck_loads_neither_torch_nor_jax():
 
 # --- torch ----------------------------------------------------------------
 
+
 def _torch():
     return pytest.importorskip("torch", reason="torch is not installed")
 
@@ -125,8 +132,9 @@ def test_torch_bfloat16_travels_as_its_bit_patterns():
     assert wire.data == want
 
 
-@pytest.mark.parametrize("name, np_dtype", [
-    ("float64", "<f8"), ("float32", "<f4"), ("float16", "<f2")])
+@pytest.mark.parametrize(
+    "name, np_dtype", [("float64", "<f8"), ("float32", "<f4"), ("float16", "<f2")]
+)
 def test_torch_float_dtypes(name, np_dtype):
     torch = _torch()
     t = torch.linspace(-2, 2, 12, dtype=getattr(torch, name)).reshape(3, 4)
@@ -166,6 +174,7 @@ def test_torch_cuda_tensor_is_moved_to_host():
 
 
 # --- jax ----------------------------------------------------------------------
+
 
 def test_jax_arrays_including_bfloat16():
     jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")

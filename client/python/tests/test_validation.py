@@ -29,9 +29,17 @@ CASES = [
     (dict(x=np.float32(1.0)), ValueError, r"^x: expected shape \[\.\.\., K\]"),
     (dict(weight=W[0]), ValueError, r"^weight: expected a 2-D \[N, K\] matrix, got shape \[8\]"),
     (dict(weight=W[None]), ValueError, r"^weight: expected a 2-D"),
-    (dict(weight=W.astype(np.float64)), TypeError, r"^weight: dtype float64 differs from x's float32"),
+    (
+        dict(weight=W.astype(np.float64)),
+        TypeError,
+        r"^weight: dtype float64 differs from x's float32",
+    ),
     (dict(weight=W[:, :7]), ValueError, r"^weight: shape \[6, 7\] .* K=7, but x has K=8"),
-    (dict(weight=W, weight_layout="in_out"), ValueError, r"^weight: shape \[6, 8\] read as \[K, N\]"),
+    (
+        dict(weight=W, weight_layout="in_out"),
+        ValueError,
+        r"^weight: shape \[6, 8\] read as \[K, N\]",
+    ),
     (dict(bias=B[:5]), ValueError, r"^bias: expected shape \[6\] \(N\), got \[5\]"),
     (dict(bias=B[None]), ValueError, r"^bias: expected shape \[6\]"),
     (dict(observed=Y.T), ValueError, r"^observed: expected shape \[4, 6\]"),
@@ -64,15 +72,19 @@ def _call(method, **overrides):
     return method(x, weight, bias, **args)
 
 
-@pytest.mark.parametrize("overrides, exc, pattern", CASES,
-                         ids=[f"{i}-{next(iter(c[0]))}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "overrides, exc, pattern", CASES, ids=[f"{i}-{next(iter(c[0]))}" for i, c in enumerate(CASES)]
+)
 def test_verify_rejects_bad_input_before_any_rpc(offline_client, overrides, exc, pattern):
     with pytest.raises(exc, match=pattern):
         _call(offline_client.verify_linear, **overrides)
 
 
-@pytest.mark.parametrize("overrides, exc, pattern", CASES[:12],
-                         ids=[f"{i}-{next(iter(c[0]))}" for i, c in enumerate(CASES[:12])])
+@pytest.mark.parametrize(
+    "overrides, exc, pattern",
+    CASES[:12],
+    ids=[f"{i}-{next(iter(c[0]))}" for i, c in enumerate(CASES[:12])],
+)
 def test_diagnose_rejects_bad_input_before_any_rpc(offline_client, overrides, exc, pattern):
     with pytest.raises(exc, match=pattern):
         _call(offline_client.diagnose_linear, **overrides)
@@ -85,8 +97,9 @@ def test_diagnose_needs_observed(offline_client):
 
 def test_diagnose_takes_candidates_or_configs_not_both(offline_client):
     with pytest.raises(TypeError, match="candidates"):
-        offline_client.diagnose_linear(X, W, B, observed=Y, candidates=["cpu:fp32"],
-                                       configs=["cpu:tf32"])
+        offline_client.diagnose_linear(
+            X, W, B, observed=Y, candidates=["cpu:fp32"], configs=["cpu:tf32"]
+        )
     with pytest.raises(ValueError, match=r"^candidates\[0\]"):
         offline_client.diagnose_linear(X, W, B, observed=Y, candidates=["tf32"])
 
@@ -101,13 +114,16 @@ def test_bf16_x_with_fp32_weight_is_a_type_error(offline_client):
         offline_client.verify_linear(X.astype(ml_dtypes.bfloat16), W)
 
 
-@pytest.mark.parametrize("kwargs, exc, pattern", [
-    (dict(target=""), ValueError, "^target"),
-    (dict(timeout=0), ValueError, "^timeout"),
-    (dict(timeout=-1), ValueError, "^timeout"),
-    (dict(tls="yes"), TypeError, "^tls"),
-    (dict(token="a\nb"), ValueError, "^token"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        (dict(target=""), ValueError, "^target"),
+        (dict(timeout=0), ValueError, "^timeout"),
+        (dict(timeout=-1), ValueError, "^timeout"),
+        (dict(tls="yes"), TypeError, "^tls"),
+        (dict(token="a\nb"), ValueError, "^token"),
+    ],
+)
 def test_client_constructor_rejects_bad_options(kwargs, exc, pattern):
     with pytest.raises(exc, match=pattern):
         tensorcheck.Client(**kwargs)
@@ -128,5 +144,4 @@ def test_unreachable_server_for_capabilities_and_module_level_assert():
         with pytest.raises(tensorcheck.UnavailableError):
             c.capabilities()
     with pytest.raises(tensorcheck.UnavailableError):
-        tensorcheck.assert_linear_parity(X, W, B, observed=Y, target="127.0.0.1:1",
-                                         timeout=10)
+        tensorcheck.assert_linear_parity(X, W, B, observed=Y, target="127.0.0.1:1", timeout=10)

@@ -19,7 +19,8 @@ or JAX arrays.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Optional, Union
 
 from ._client import DEFAULT_TARGET, MAX_MESSAGE_BYTES, Client, TlsArg
 from ._errors import (
@@ -61,23 +62,56 @@ from ._report import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "assert_linear_parity", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES",
-    "Report", "Stats", "ConfigResult", "Tolerance", "Diagnosis", "RankedCandidate",
-    "Localization", "Element", "Group", "UlpBucket",
-    "Capabilities", "BackendInfo", "DeviceInfo", "Limits",
-    "Error", "CancelledError", "UnknownError", "InvalidArgumentError",
-    "DeadlineExceededError", "NotFoundError", "AlreadyExistsError",
-    "PermissionDeniedError", "ResourceExhaustedError", "FailedPreconditionError",
-    "AbortedError", "OutOfRangeError", "UnimplementedError", "InternalError",
-    "UnavailableError", "DataLossError", "UnauthenticatedError",
+    "Client",
+    "assert_linear_parity",
+    "DEFAULT_TARGET",
+    "MAX_MESSAGE_BYTES",
+    "Report",
+    "Stats",
+    "ConfigResult",
+    "Tolerance",
+    "Diagnosis",
+    "RankedCandidate",
+    "Localization",
+    "Element",
+    "Group",
+    "UlpBucket",
+    "Capabilities",
+    "BackendInfo",
+    "DeviceInfo",
+    "Limits",
+    "Error",
+    "CancelledError",
+    "UnknownError",
+    "InvalidArgumentError",
+    "DeadlineExceededError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "AbortedError",
+    "OutOfRangeError",
+    "UnimplementedError",
+    "InternalError",
+    "UnavailableError",
+    "DataLossError",
+    "UnauthenticatedError",
 ]
 
 
 def assert_linear_parity(
-    x: Any, weight: Any, bias: Any = None, *, observed: Any,
-    target: str = DEFAULT_TARGET, timeout: Optional[float] = None,
-    tls: TlsArg = None, token: Optional[str] = None,
-    candidates: Union[None, str, Sequence[str]] = None, diagnose: bool = True,
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    observed: Any,
+    target: str = DEFAULT_TARGET,
+    timeout: Optional[float] = None,
+    tls: TlsArg = None,
+    token: Optional[str] = None,
+    candidates: Union[None, str, Sequence[str]] = None,
+    diagnose: bool = True,
     **verify_options: Any,
 ) -> Report:
     """`Client(target, ...).assert_linear_parity(...)` on a one-off connection.
@@ -87,6 +121,12 @@ def assert_linear_parity(
     tolerance of the reference; returns the Report otherwise.
     """
     with Client(target, timeout=timeout, tls=tls, token=token) as client:
-        return client.assert_linear_parity(x, weight, bias, observed=observed,
-                                           candidates=candidates, diagnose=diagnose,
-                                           **verify_options)
+        return client.assert_linear_parity(
+            x,
+            weight,
+            bias,
+            observed=observed,
+            candidates=candidates,
+            diagnose=diagnose,
+            **verify_options,
+        )

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, Optional, TypeVar, Union, overload
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 
 from ._errors import Error, from_rpc_error
 from ._pb import pb, pb_grpc
@@ -36,17 +38,17 @@ DEFAULT_TARGET = "localhost:50051"
 # request carries several tensors. The server enforces its own limit.
 MAX_MESSAGE_BYTES = 1 << 30
 
-_LAYOUTS: Dict[str, Any] = {
+_LAYOUTS: dict[str, pb.WeightLayout] = {
     "out_in": pb.WEIGHT_LAYOUT_OUT_IN,
     "in_out": pb.WEIGHT_LAYOUT_IN_OUT,
 }
-_ACTIVATIONS: Dict[str, Any] = {
+_ACTIVATIONS: dict[str, pb.Activation] = {
     "none": pb.ACTIVATION_NONE,
     "relu": pb.ACTIVATION_RELU,
     "gelu": pb.ACTIVATION_GELU_TANH,
     "gelu_tanh": pb.ACTIVATION_GELU_TANH,
 }
-_PRESETS: Dict[str, Any] = {
+_PRESETS: dict[str, pb.Tolerance.Preset] = {
     "torch": pb.Tolerance.PRESET_TORCH,
     "numpy": pb.Tolerance.PRESET_NUMPY,
     "polygraphy": pb.Tolerance.PRESET_POLYGRAPHY,
@@ -58,8 +60,10 @@ _PRESETS: Dict[str, Any] = {
 ArrayLike = Any  # numpy array, torch.Tensor, jax.Array
 TlsArg = Union[None, bool, grpc.ChannelCredentials]
 
+_T = TypeVar("_T")
 
-def _choice(value: Any, table: Dict[str, Any], name: str) -> Any:
+
+def _choice(value: object, table: Mapping[str, _T], name: str) -> _T:
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected one of {sorted(table)}, got {type(value).__name__}")
     key = value.lower()
@@ -68,11 +72,11 @@ def _choice(value: Any, table: Dict[str, Any], name: str) -> Any:
     return table[key]
 
 
-def _config_list(value: Union[None, str, Iterable[str]], name: str) -> list:
+def _config_list(value: Union[None, str, Iterable[str]], name: str) -> list[str]:
     if value is None:
         return []
     items = [value] if isinstance(value, str) else list(value)
-    out = []
+    out: list[str] = []
     for i, spec in enumerate(items):
         where = name if isinstance(value, str) else f"{name}[{i}]"
         _check_spec(spec, where)
@@ -80,30 +84,43 @@ def _config_list(value: Union[None, str, Iterable[str]], name: str) -> list:
     return out
 
 
-def _check_spec(spec: Any, name: str) -> None:
+def _check_spec(spec: object, name: str) -> None:
     """`backend:precision[:bias]` in form; the server judges the names."""
     if not isinstance(spec, str):
-        raise TypeError(f"{name}: expected a string 'backend:precision[:bias]', "
-                        f"got {type(spec).__name__}")
+        raise TypeError(
+            f"{name}: expected a string 'backend:precision[:bias]', got {type(spec).__name__}"
+        )
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
-        raise ValueError(f"{name}: {spec!r} is not of the form 'backend:precision[:bias]' "
-                         "(e.g. 'cpu:fp32', 'cublaslt:bf16:fused')")
+        raise ValueError(
+            f"{name}: {spec!r} is not of the form 'backend:precision[:bias]' "
+            "(e.g. 'cpu:fp32', 'cublaslt:bf16:fused')"
+        )
 
 
-def _non_negative(value: Any, name: str, *, integer: bool = False) -> Any:
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise TypeError(f"{name}: expected a {'non-negative integer' if integer else 'number'}, "
-                        f"got {type(value).__name__}")
-    if not integer and not math.isfinite(value):
+@overload
+def _non_negative(value: object, name: str, *, integer: Literal[True]) -> int: ...
+@overload
+def _non_negative(value: object, name: str, *, integer: Literal[False] = False) -> float: ...
+def _non_negative(value: object, name: str, *, integer: bool = False) -> Union[int, float]:
+    """`value` as a non-negative int (integer=True: an integral number, bool
+    excluded) or a finite non-negative float (any real number)."""
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name}: expected a non-negative value, got {value}")
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
         raise ValueError(f"{name}: expected a finite number, got {value}")
     if value < 0:
         raise ValueError(f"{name}: expected a non-negative value, got {value}")
-    return int(value) if integer else float(value)  # type: ignore[call-overload]
+    return float(value)
 
 
-def _shape(a: np.ndarray) -> list:
+def _shape(a: np.ndarray) -> list[int]:
     return list(a.shape)
 
 
@@ -123,17 +140,24 @@ class Client:
     context manager) to release the channel.
     """
 
-    def __init__(self, target: str = DEFAULT_TARGET, *, timeout: Optional[float] = None,
-                 tls: TlsArg = None, token: Optional[str] = None,
-                 options: Optional[Sequence[Tuple[str, Any]]] = None) -> None:
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: Optional[float] = None,
+        tls: TlsArg = None,
+        token: Optional[str] = None,
+        options: Optional[Sequence[tuple[str, Any]]] = None,
+    ) -> None:
         if not isinstance(target, str) or not target:
             raise ValueError(f"target: expected 'host:port', got {target!r}")
         if timeout is not None:
             timeout = _non_negative(timeout, "timeout")
             if timeout == 0:
                 raise ValueError("timeout: expected a positive number of seconds, got 0")
-        if token is not None and (not isinstance(token, str) or not token
-                                  or any(c in token for c in "\r\n")):
+        if token is not None and (
+            not isinstance(token, str) or not token or any(c in token for c in "\r\n")
+        ):
             raise ValueError("token: expected a non-empty single-line string")
         channel_options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -142,13 +166,15 @@ class Client:
         if tls is None or tls is False:
             channel = grpc.insecure_channel(target, options=channel_options)
         elif tls is True:
-            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(),
-                                          options=channel_options)
+            channel = grpc.secure_channel(
+                target, grpc.ssl_channel_credentials(), options=channel_options
+            )
         elif isinstance(tls, grpc.ChannelCredentials):
             channel = grpc.secure_channel(target, tls, options=channel_options)
         else:
-            raise TypeError("tls: expected None, a bool or grpc.ChannelCredentials, "
-                            f"got {type(tls).__name__}")
+            raise TypeError(
+                f"tls: expected None, a bool or grpc.ChannelCredentials, got {type(tls).__name__}"
+            )
         self._target = target
         self._timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
@@ -162,7 +188,7 @@ class Client:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -180,15 +206,28 @@ class Client:
         return Capabilities.from_proto(resp)
 
     def verify_linear(
-        self, x: ArrayLike, weight: ArrayLike, bias: Optional[ArrayLike] = None, *,
-        observed: Optional[ArrayLike] = None, weight_layout: str = "out_in",
-        activation: str = "none", configs: Union[None, str, Sequence[str]] = None,
-        reference: str = "cpu:fp64", tolerance: str = "torch",
-        atol: Optional[float] = None, rtol: Optional[float] = None,
-        return_outputs: bool = False, output_dtype: Any = None,
-        max_ulp: Optional[int] = None, bound_factor: Optional[float] = None,
-        bound_precision: Optional[str] = None, nan_equal: bool = False,
-        top_k: int = 0, top_groups: int = 0, repeat: int = 0,
+        self,
+        x: ArrayLike,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike] = None,
+        *,
+        observed: Optional[ArrayLike] = None,
+        weight_layout: str = "out_in",
+        activation: str = "none",
+        configs: Union[None, str, Sequence[str]] = None,
+        reference: str = "cpu:fp64",
+        tolerance: str = "torch",
+        atol: Optional[float] = None,
+        rtol: Optional[float] = None,
+        return_outputs: bool = False,
+        output_dtype: Any = None,
+        max_ulp: Optional[int] = None,
+        bound_factor: Optional[float] = None,
+        bound_precision: Optional[str] = None,
+        nan_equal: bool = False,
+        top_k: int = 0,
+        top_groups: int = 0,
+        repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
         timeout: Optional[float] = None,
     ) -> Report:
@@ -225,27 +264,54 @@ class Client:
         Returns: a Report; `report.passed` is the verdict.
         """
         req = self._request(
-            x, weight, bias, observed=observed, weight_layout=weight_layout,
-            activation=activation, configs=_config_list(configs, "configs"),
-            reference=reference, tolerance=tolerance, atol=atol, rtol=rtol,
-            return_outputs=return_outputs, output_dtype=output_dtype, max_ulp=max_ulp,
-            bound_factor=bound_factor, bound_precision=bound_precision, nan_equal=nan_equal,
-            top_k=top_k, top_groups=top_groups, repeat=repeat,
-            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction)
+            x,
+            weight,
+            bias,
+            observed=observed,
+            weight_layout=weight_layout,
+            activation=activation,
+            configs=_config_list(configs, "configs"),
+            reference=reference,
+            tolerance=tolerance,
+            atol=atol,
+            rtol=rtol,
+            return_outputs=return_outputs,
+            output_dtype=output_dtype,
+            max_ulp=max_ulp,
+            bound_factor=bound_factor,
+            bound_precision=bound_precision,
+            nan_equal=nan_equal,
+            top_k=top_k,
+            top_groups=top_groups,
+            repeat=repeat,
+            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+        )
         return Report.from_proto(self._rpc("Verify", req, timeout))
 
     def diagnose_linear(
-        self, x: ArrayLike, weight: ArrayLike, bias: Optional[ArrayLike] = None, *,
+        self,
+        x: ArrayLike,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike] = None,
+        *,
         observed: Optional[ArrayLike] = None,
         candidates: Union[None, str, Sequence[str]] = None,
         configs: Union[None, str, Sequence[str]] = None,
-        weight_layout: str = "out_in", activation: str = "none",
-        reference: str = "cpu:fp64", tolerance: str = "torch",
-        atol: Optional[float] = None, rtol: Optional[float] = None,
-        return_outputs: bool = False, output_dtype: Any = None,
-        max_ulp: Optional[int] = None, bound_factor: Optional[float] = None,
-        bound_precision: Optional[str] = None, nan_equal: bool = False,
-        top_k: int = 0, top_groups: int = 0, repeat: int = 0,
+        weight_layout: str = "out_in",
+        activation: str = "none",
+        reference: str = "cpu:fp64",
+        tolerance: str = "torch",
+        atol: Optional[float] = None,
+        rtol: Optional[float] = None,
+        return_outputs: bool = False,
+        output_dtype: Any = None,
+        max_ulp: Optional[int] = None,
+        bound_factor: Optional[float] = None,
+        bound_precision: Optional[str] = None,
+        nan_equal: bool = False,
+        top_k: int = 0,
+        top_groups: int = 0,
+        repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
         timeout: Optional[float] = None,
     ) -> Report:
@@ -260,24 +326,46 @@ class Client:
         if candidates is not None and configs is not None:
             raise TypeError("candidates: give either candidates= or configs=, not both")
         if observed is None:
-            raise ValueError("observed: diagnose_linear needs the observed output "
-                             "(the output your framework produced)")
+            raise ValueError(
+                "observed: diagnose_linear needs the observed output "
+                "(the output your framework produced)"
+            )
         name = "candidates" if configs is None else "configs"
         req = self._request(
-            x, weight, bias, observed=observed, weight_layout=weight_layout,
+            x,
+            weight,
+            bias,
+            observed=observed,
+            weight_layout=weight_layout,
             activation=activation,
             configs=_config_list(candidates if configs is None else configs, name),
-            reference=reference, tolerance=tolerance, atol=atol, rtol=rtol,
-            return_outputs=return_outputs, output_dtype=output_dtype, max_ulp=max_ulp,
-            bound_factor=bound_factor, bound_precision=bound_precision, nan_equal=nan_equal,
-            top_k=top_k, top_groups=top_groups, repeat=repeat,
-            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction)
+            reference=reference,
+            tolerance=tolerance,
+            atol=atol,
+            rtol=rtol,
+            return_outputs=return_outputs,
+            output_dtype=output_dtype,
+            max_ulp=max_ulp,
+            bound_factor=bound_factor,
+            bound_precision=bound_precision,
+            nan_equal=nan_equal,
+            top_k=top_k,
+            top_groups=top_groups,
+            repeat=repeat,
+            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+        )
         return Report.from_proto(self._rpc("Diagnose", req, timeout))
 
     def assert_linear_parity(
-        self, x: ArrayLike, weight: ArrayLike, bias: Optional[ArrayLike] = None, *,
-        observed: ArrayLike, candidates: Union[None, str, Sequence[str]] = None,
-        diagnose: bool = True, **verify_options: Any,
+        self,
+        x: ArrayLike,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike] = None,
+        *,
+        observed: ArrayLike,
+        candidates: Union[None, str, Sequence[str]] = None,
+        diagnose: bool = True,
+        **verify_options: Any,
     ) -> Report:
         """Asserts that `observed` is within tolerance of the reference.
 
@@ -291,13 +379,13 @@ class Client:
             raise ValueError("observed: assert_linear_parity needs the observed output")
         unknown = set(verify_options) - _VERIFY_OPTIONS
         if unknown:
-            raise TypeError(f"assert_linear_parity() got unexpected keyword arguments "
-                            f"{sorted(unknown)}")
+            raise TypeError(
+                f"assert_linear_parity() got unexpected keyword arguments {sorted(unknown)}"
+            )
         timeout = verify_options.pop("timeout", None)
         configs = _config_list(verify_options.pop("configs", None), "configs")
         cands = _config_list(candidates, "candidates")
-        req = self._request(x, weight, bias, observed=observed, configs=configs,
-                            **verify_options)
+        req = self._request(x, weight, bias, observed=observed, configs=configs, **verify_options)
         report = Report.from_proto(self._rpc("Verify", req, timeout))
         if report.passed:
             return report
@@ -319,41 +407,77 @@ class Client:
 
     # --- internals ------------------------------------------------------------
 
-    def _rpc(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+    @overload
+    def _rpc(
+        self,
+        method: Literal["GetCapabilities"],
+        request: pb.GetCapabilitiesRequest,
+        timeout: Optional[float],
+    ) -> pb.GetCapabilitiesResponse: ...
+    @overload
+    def _rpc(
+        self,
+        method: Literal["Verify", "Diagnose"],
+        request: pb.VerifyRequest,
+        timeout: Optional[float],
+    ) -> pb.VerifyResponse: ...
+    def _rpc(self, method: str, request: Message, timeout: Optional[float]) -> Message:
         if timeout is not None:
             timeout = _non_negative(timeout, "timeout")
         try:
-            return getattr(self._stub, method)(
-                request, timeout=self._timeout if timeout is None else timeout,
-                metadata=self._metadata)
+            # The generated stub (tensorcheck_pb2_grpc) has no type stubs; the
+            # overloads above state what each method takes and returns.
+            response: Message = getattr(self._stub, method)(
+                request,
+                timeout=self._timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
         except grpc.RpcError as e:
             raise from_rpc_error(e, method) from None
+        return response
 
-    def _tensor(self, arr: np.ndarray) -> "pb.Tensor":
+    def _tensor(self, arr: np.ndarray) -> pb.Tensor:
         """How a checked array goes on the wire. The tensor store slots in
         here: hash, FindMissingTensors, UploadTensor, then a digest Tensor."""
         return to_proto(arr)
 
     def _request(
-        self, x: ArrayLike, weight: ArrayLike, bias: Optional[ArrayLike], *,
-        observed: Optional[ArrayLike], configs: list, weight_layout: str = "out_in",
-        activation: str = "none", reference: Optional[str] = "cpu:fp64",
-        tolerance: Optional[str] = "torch", atol: Optional[float] = None,
-        rtol: Optional[float] = None, return_outputs: bool = False,
-        output_dtype: Any = None, max_ulp: Optional[int] = None,
-        bound_factor: Optional[float] = None, bound_precision: Optional[str] = None,
-        nan_equal: bool = False, top_k: int = 0, top_groups: int = 0, repeat: int = 0,
+        self,
+        x: ArrayLike,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike],
+        *,
+        observed: Optional[ArrayLike],
+        configs: list[str],
+        weight_layout: str = "out_in",
+        activation: str = "none",
+        reference: Optional[str] = "cpu:fp64",
+        tolerance: Optional[str] = "torch",
+        atol: Optional[float] = None,
+        rtol: Optional[float] = None,
+        return_outputs: bool = False,
+        output_dtype: Any = None,
+        max_ulp: Optional[int] = None,
+        bound_factor: Optional[float] = None,
+        bound_precision: Optional[str] = None,
+        nan_equal: bool = False,
+        top_k: int = 0,
+        top_groups: int = 0,
+        repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
-    ) -> "pb.VerifyRequest":
+    ) -> pb.VerifyRequest:
         # Options first: they are cheap to check and a typo should not cost
         # a device-to-host copy of the tensors.
         layout = _choice(weight_layout, _LAYOUTS, "weight_layout")
         act = _choice(activation, _ACTIVATIONS, "activation")
         if reference is not None:
             _check_spec(reference, "reference")
-        tol = self._tolerance(tolerance, atol, rtol, max_ulp, bound_factor,
-                              bound_precision, nan_equal)
-        out_dtype: Any = None if output_dtype is None else parse_dtype(output_dtype, "output_dtype")
+        tol = self._tolerance(
+            tolerance, atol, rtol, max_ulp, bound_factor, bound_precision, nan_equal
+        )
+        out_dtype: Optional[pb.DType] = (
+            None if output_dtype is None else parse_dtype(output_dtype, "output_dtype")
+        )
         top_k = _non_negative(top_k, "top_k", integer=True)
         top_groups = _non_negative(top_groups, "top_groups", integer=True)
         repeat = _non_negative(repeat, "repeat", integer=True)
@@ -364,41 +488,52 @@ class Client:
         ya = None if observed is None else as_array(observed, "observed")
 
         if xa.ndim < 1:
-            raise ValueError(f"x: expected shape [..., K] (at least one dimension), "
-                             f"got shape {_shape(xa)}")
+            raise ValueError(
+                f"x: expected shape [..., K] (at least one dimension), got shape {_shape(xa)}"
+            )
         if wa.ndim != 2:
             dims = "[N, K]" if layout == pb.WEIGHT_LAYOUT_OUT_IN else "[K, N]"
             raise ValueError(f"weight: expected a 2-D {dims} matrix, got shape {_shape(wa)}")
         if wa.dtype != xa.dtype:
-            raise TypeError(f"weight: dtype {wa.dtype} differs from x's {xa.dtype}; "
-                            "the layer takes both in one storage dtype")
+            raise TypeError(
+                f"weight: dtype {wa.dtype} differs from x's {xa.dtype}; "
+                "the layer takes both in one storage dtype"
+            )
         k = xa.shape[-1]
         if layout == pb.WEIGHT_LAYOUT_OUT_IN:
             n, wk, dims = wa.shape[0], wa.shape[1], "[N, K]"
         else:
             wk, n, dims = wa.shape[0], wa.shape[1], "[K, N]"
         if wk != k:
-            raise ValueError(f"weight: shape {_shape(wa)} read as {dims} "
-                             f"(weight_layout={weight_layout!r}) has K={wk}, "
-                             f"but x has K={k} (shape {_shape(xa)})")
+            raise ValueError(
+                f"weight: shape {_shape(wa)} read as {dims} "
+                f"(weight_layout={weight_layout!r}) has K={wk}, "
+                f"but x has K={k} (shape {_shape(xa)})"
+            )
         if ba is not None and (ba.ndim != 1 or ba.shape[0] != n):
             raise ValueError(f"bias: expected shape [{n}] (N), got {_shape(ba)}")
         if ya is not None:
             want = list(xa.shape[:-1]) + [n]
             if _shape(ya) != want:
-                raise ValueError(f"observed: expected shape {want} (x's leading dims and N), "
-                                 f"got {_shape(ya)}")
+                raise ValueError(
+                    f"observed: expected shape {want} (x's leading dims and N), got {_shape(ya)}"
+                )
 
-        op = pb.LinearOp(input=self._tensor(xa), weight=self._tensor(wa),
-                         weight_layout=layout, activation=act)
+        op = pb.LinearOp(
+            input=self._tensor(xa), weight=self._tensor(wa), weight_layout=layout, activation=act
+        )
         if ba is not None:
             op.bias.CopyFrom(self._tensor(ba))
         if out_dtype is not None:
             op.output_dtype = out_dtype
-        req = pb.VerifyRequest(op=op, configs=configs, reference=reference or "",
-                               tolerance=tol, repeat=repeat,
-                               disallow_reduced_precision_reduction=bool(
-                                   disallow_reduced_precision_reduction))
+        req = pb.VerifyRequest(
+            op=op,
+            configs=configs,
+            reference=reference or "",
+            tolerance=tol,
+            repeat=repeat,
+            disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
+        )
         if ya is not None:
             req.observed.CopyFrom(self._tensor(ya))
         req.output.return_outputs = bool(return_outputs)
@@ -407,11 +542,18 @@ class Client:
         return req
 
     @staticmethod
-    def _tolerance(preset: Optional[str], atol: Optional[float], rtol: Optional[float],
-                   max_ulp: Optional[int], bound_factor: Optional[float],
-                   bound_precision: Optional[str], nan_equal: bool) -> "pb.Tolerance":
-        t = pb.Tolerance(preset=_choice(preset or "torch", _PRESETS, "tolerance"),
-                         nan_equal=bool(nan_equal))
+    def _tolerance(
+        preset: Optional[str],
+        atol: Optional[float],
+        rtol: Optional[float],
+        max_ulp: Optional[int],
+        bound_factor: Optional[float],
+        bound_precision: Optional[str],
+        nan_equal: bool,
+    ) -> pb.Tolerance:
+        t = pb.Tolerance(
+            preset=_choice(preset or "torch", _PRESETS, "tolerance"), nan_equal=bool(nan_equal)
+        )
         name = (preset or "torch").lower()
         if atol is not None:
             t.atol.value = _non_negative(atol, "atol")
@@ -436,8 +578,22 @@ class Client:
 
 
 _VERIFY_OPTIONS = {
-    "weight_layout", "activation", "configs", "reference", "tolerance", "atol", "rtol",
-    "return_outputs", "output_dtype", "max_ulp", "bound_factor", "bound_precision",
-    "nan_equal", "top_k", "top_groups", "repeat", "disallow_reduced_precision_reduction",
+    "weight_layout",
+    "activation",
+    "configs",
+    "reference",
+    "tolerance",
+    "atol",
+    "rtol",
+    "return_outputs",
+    "output_dtype",
+    "max_ulp",
+    "bound_factor",
+    "bound_precision",
+    "nan_equal",
+    "top_k",
+    "top_groups",
+    "repeat",
+    "disallow_reduced_precision_reduction",
     "timeout",
 }

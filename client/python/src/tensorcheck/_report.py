@@ -10,18 +10,32 @@ floats as the strings "inf"/"-inf"/"nan", unset messages as null.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import numpy as np
+from google.protobuf.message import Message
+from google.protobuf.wrappers_pb2 import DoubleValue
 
 from ._pb import pb
 from ._tensors import dtype_name, from_proto
 
 __all__ = [
-    "Report", "Stats", "ConfigResult", "Tolerance", "Diagnosis",
-    "RankedCandidate", "Localization", "Element", "Group", "UlpBucket",
-    "Capabilities", "BackendInfo", "DeviceInfo", "Limits",
+    "Report",
+    "Stats",
+    "ConfigResult",
+    "Tolerance",
+    "Diagnosis",
+    "RankedCandidate",
+    "Localization",
+    "Element",
+    "Group",
+    "UlpBucket",
+    "Capabilities",
+    "BackendInfo",
+    "DeviceInfo",
+    "Limits",
 ]
 
 # UINT64_MAX on the wire: the ULP distance of NaN against a number.
@@ -59,8 +73,12 @@ def _json_ulp(v: Ulp) -> Union[int, str]:
     return "inf" if v == math.inf else int(v)
 
 
-def _wrapped(msg: Any, name: str) -> Optional[float]:
-    return getattr(msg, name).value if msg.HasField(name) else None
+def _wrapped(msg: Message, name: str) -> Optional[float]:
+    """The value of the google.protobuf.DoubleValue field `name`; None when unset."""
+    if not msg.HasField(name):
+        return None
+    wrapper: DoubleValue = getattr(msg, name)
+    return wrapper.value
 
 
 def _json(value: Any) -> Any:
@@ -79,12 +97,17 @@ class _Node:
     """to_dict() over the dataclass fields, in order; subclasses list the
     fields that are not part of the JSON and override special encodings."""
 
-    _not_json: Tuple[str, ...] = ()
-    _ulp_fields: Tuple[str, ...] = ()
+    _not_json: tuple[str, ...] = ()
+    _ulp_fields: tuple[str, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
+    if TYPE_CHECKING:
+        # Every subclass is a dataclass; declaring what @dataclass adds lets
+        # dataclasses.fields() take `self` here.
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
             if f.name in self._not_json:
                 continue
             v = getattr(self, f.name)
@@ -95,13 +118,14 @@ class _Node:
 @dataclass(frozen=True)
 class UlpBucket(_Node):
     """Histogram bucket: `count` elements `lo`..`hi` ULP apart (inclusive)."""
+
     lo: Ulp
     hi: Ulp
     count: int
     _ulp_fields = ("lo", "hi")
 
     @classmethod
-    def from_proto(cls, m: "pb.UlpBucket") -> "UlpBucket":
+    def from_proto(cls, m: pb.UlpBucket) -> UlpBucket:
         return cls(lo=_ulp(m.lo), hi=_ulp(m.hi), count=m.count)
 
 
@@ -109,7 +133,8 @@ class UlpBucket(_Node):
 class Element(_Node):
     """One compared element: its index in the output shape, both values,
     their bit patterns in the compared dtype, the differences."""
-    index: Tuple[int, ...]
+
+    index: tuple[int, ...]
     actual: float
     expected: float
     actual_bits: str
@@ -120,12 +145,19 @@ class Element(_Node):
     _ulp_fields = ("ulp",)
 
     @classmethod
-    def from_proto(cls, m: "pb.Element") -> "Element":
-        return cls(index=tuple(m.index), actual=m.actual, expected=m.expected,
-                   actual_bits=m.actual_bits, expected_bits=m.expected_bits,
-                   abs_diff=m.abs_diff, rel_diff=m.rel_diff, ulp=_ulp(m.ulp))
+    def from_proto(cls, m: pb.Element) -> Element:
+        return cls(
+            index=tuple(m.index),
+            actual=m.actual,
+            expected=m.expected,
+            actual_bits=m.actual_bits,
+            expected_bits=m.expected_bits,
+            abs_diff=m.abs_diff,
+            rel_diff=m.rel_diff,
+            ulp=_ulp(m.ulp),
+        )
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["index"] = list(self.index)
         return d
@@ -135,25 +167,27 @@ class Element(_Node):
 class Group(_Node):
     """A column (last dim) or row (flattened leading dims) and how many of
     all mismatched elements it holds (`share` in [0, 1])."""
+
     index: int
     mismatched: int
     share: float
 
     @classmethod
-    def from_proto(cls, m: "pb.Group") -> "Group":
+    def from_proto(cls, m: pb.Group) -> Group:
         return cls(index=m.index, mismatched=m.mismatched, share=m.share)
 
 
 @dataclass(frozen=True)
 class Stats(_Node):
-    """Differences of `actual` against `expected`, DESIGN.md's names.
+    """Differences of `actual` against `expected`, the server's names (docs/json-report.md).
     Indices are tuples in the output's shape."""
+
     total: int
     mismatched: int
     max_abs: float
-    max_abs_index: Tuple[int, ...]
+    max_abs_index: tuple[int, ...]
     max_rel: float
-    max_rel_index: Tuple[int, ...]
+    max_rel_index: tuple[int, ...]
     mean_abs: float
     rms: float
     rel_l2: float
@@ -162,15 +196,15 @@ class Stats(_Node):
     mean_ulp: float
     bitwise_equal: bool
     bitwise_equal_count: int
-    ulp_histogram: List[UlpBucket]
+    ulp_histogram: list[UlpBucket]
     nan_actual: int
     nan_expected: int
     inf_actual: int
     inf_expected: int
     nan_mismatch: int
-    worst: List[Element]
-    top_columns: List[Group]
-    top_rows: List[Group]
+    worst: list[Element]
+    top_columns: list[Group]
+    top_rows: list[Group]
     bound_ratio: Optional[float]
     bound_precision: str
     compared_dtype: Optional[str]
@@ -178,17 +212,27 @@ class Stats(_Node):
     _ulp_fields = ("max_ulp",)
 
     @classmethod
-    def from_proto(cls, m: "pb.Stats") -> "Stats":
+    def from_proto(cls, m: pb.Stats) -> Stats:
         return cls(
-            total=m.total, mismatched=m.mismatched,
-            max_abs=m.max_abs, max_abs_index=tuple(m.max_abs_index),
-            max_rel=m.max_rel, max_rel_index=tuple(m.max_rel_index),
-            mean_abs=m.mean_abs, rms=m.rms, rel_l2=m.rel_l2, cosine=m.cosine,
-            max_ulp=_ulp(m.max_ulp), mean_ulp=m.mean_ulp,
-            bitwise_equal=m.bitwise_equal, bitwise_equal_count=m.bitwise_equal_count,
+            total=m.total,
+            mismatched=m.mismatched,
+            max_abs=m.max_abs,
+            max_abs_index=tuple(m.max_abs_index),
+            max_rel=m.max_rel,
+            max_rel_index=tuple(m.max_rel_index),
+            mean_abs=m.mean_abs,
+            rms=m.rms,
+            rel_l2=m.rel_l2,
+            cosine=m.cosine,
+            max_ulp=_ulp(m.max_ulp),
+            mean_ulp=m.mean_ulp,
+            bitwise_equal=m.bitwise_equal,
+            bitwise_equal_count=m.bitwise_equal_count,
             ulp_histogram=[UlpBucket.from_proto(b) for b in m.ulp_histogram],
-            nan_actual=m.nan_actual, nan_expected=m.nan_expected,
-            inf_actual=m.inf_actual, inf_expected=m.inf_expected,
+            nan_actual=m.nan_actual,
+            nan_expected=m.nan_expected,
+            inf_actual=m.inf_actual,
+            inf_expected=m.inf_expected,
             nan_mismatch=m.nan_mismatch,
             worst=[Element.from_proto(e) for e in m.worst],
             top_columns=[Group.from_proto(g) for g in m.top_columns],
@@ -199,7 +243,7 @@ class Stats(_Node):
             passed=m.passed,
         )
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["max_abs_index"] = list(self.max_abs_index)
         d["max_rel_index"] = list(self.max_rel_index)
@@ -215,6 +259,7 @@ class Tolerance(_Node):
     """The tolerance as the server applied it (preset resolved for the
     compared dtype, atol/rtol filled in, bound_factor 0 shown as 1).
     `bound_precision` is not part of the JSON report."""
+
     preset: str
     atol: Optional[float]
     rtol: Optional[float]
@@ -226,23 +271,28 @@ class Tolerance(_Node):
     _not_json = ("bound_precision",)
 
     @classmethod
-    def from_proto(cls, m: "pb.Tolerance") -> "Tolerance":
-        return cls(preset=_PRESET_NAMES.get(m.preset, "torch"),
-                   atol=_wrapped(m, "atol"), rtol=_wrapped(m, "rtol"),
-                   max_ulp=_ulp(m.max_ulp), bound_factor=m.bound_factor or 1.0,
-                   nan_equal=m.nan_equal,
-                   bound_precision=getattr(m, "bound_precision", ""))
+    def from_proto(cls, m: pb.Tolerance) -> Tolerance:
+        return cls(
+            preset=_PRESET_NAMES.get(m.preset, "torch"),
+            atol=_wrapped(m, "atol"),
+            rtol=_wrapped(m, "rtol"),
+            max_ulp=_ulp(m.max_ulp),
+            bound_factor=m.bound_factor or 1.0,
+            nan_equal=m.nan_equal,
+            bound_precision=getattr(m, "bound_precision", ""),
+        )
 
 
 @dataclass(frozen=True)
 class ConfigResult(_Node):
     """One configuration's run. `output` is a numpy array when the call
     asked for `return_outputs=True` (it is not part of to_dict())."""
+
     config: str
     vs_reference: Optional[Stats]
     vs_observed: Optional[Stats]
     elapsed_ms: float
-    details: Dict[str, str]
+    details: dict[str, str]
     deterministic: bool
     runs: int
     output: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
@@ -254,13 +304,15 @@ class ConfigResult(_Node):
     _not_json = ("output",)
 
     @classmethod
-    def from_proto(cls, m: "pb.ConfigResult", name: str = "result") -> "ConfigResult":
+    def from_proto(cls, m: pb.ConfigResult, name: str = "result") -> ConfigResult:
         return cls(
             config=m.config,
             vs_reference=Stats.from_proto(m.vs_reference) if m.HasField("vs_reference") else None,
             vs_observed=Stats.from_proto(m.vs_observed) if m.HasField("vs_observed") else None,
-            elapsed_ms=m.elapsed_ms, details=dict(sorted(m.details.items())),
-            deterministic=m.deterministic, runs=m.runs,
+            elapsed_ms=m.elapsed_ms,
+            details=dict(sorted(m.details.items())),
+            deterministic=m.deterministic,
+            runs=m.runs,
             output=from_proto(m.output, f"{name}.output") if m.HasField("output") else None,
             shared_computation=m.shared_computation,
         )
@@ -281,12 +333,13 @@ class RankedCandidate(_Node):
     evidence allows it); `shared_computation` names the configuration whose
     GEMM it reused ("" when none). A server that predates the test leaves
     them all zero, with `compared_elements` 0."""
+
     config: str
     bitwise_equal_fraction: float
     max_ulp: Ulp
     mean_ulp: float
     bound_ratio: Optional[float]
-    equivalent: List[str]
+    equivalent: list[str]
     disagreements: int = 0
     expected_disagreements: float = 0.0
     plausibility_p: float = 0.0
@@ -298,20 +351,27 @@ class RankedCandidate(_Node):
     _ulp_fields = ("max_ulp",)
 
     @classmethod
-    def from_proto(cls, m: "pb.RankedCandidate") -> "RankedCandidate":
-        return cls(config=m.config, bitwise_equal_fraction=m.bitwise_equal_fraction,
-                   max_ulp=_ulp(m.max_ulp), mean_ulp=m.mean_ulp,
-                   bound_ratio=_wrapped(m, "bound_ratio"), equivalent=list(m.equivalent),
-                   disagreements=m.disagreements,
-                   expected_disagreements=m.expected_disagreements,
-                   plausibility_p=m.plausibility_p, plausible=m.plausible,
-                   consistent_fraction=m.consistent_fraction,
-                   compared_elements=m.compared_elements, ruled_out=m.ruled_out,
-                   shared_computation=m.shared_computation)
+    def from_proto(cls, m: pb.RankedCandidate) -> RankedCandidate:
+        return cls(
+            config=m.config,
+            bitwise_equal_fraction=m.bitwise_equal_fraction,
+            max_ulp=_ulp(m.max_ulp),
+            mean_ulp=m.mean_ulp,
+            bound_ratio=_wrapped(m, "bound_ratio"),
+            equivalent=list(m.equivalent),
+            disagreements=m.disagreements,
+            expected_disagreements=m.expected_disagreements,
+            plausibility_p=m.plausibility_p,
+            plausible=m.plausible,
+            consistent_fraction=m.consistent_fraction,
+            compared_elements=m.compared_elements,
+            ruled_out=m.ruled_out,
+            shared_computation=m.shared_computation,
+        )
 
     @property
     def plausible_text(self) -> str:
-        """"yes", "no", or "-" when the server ran no plausibility test."""
+        """ "yes", "no", or "-" when the server ran no plausibility test."""
         if self.plausible:
             return "yes"
         return "no" if self.compared_elements > 0 else "-"
@@ -320,15 +380,18 @@ class RankedCandidate(_Node):
 @dataclass(frozen=True)
 class Localization(_Node):
     """Where the differences from the best candidate sit."""
-    columns: List[Group]
-    rows: List[Group]
-    outliers: List[Element]
+
+    columns: list[Group]
+    rows: list[Group]
+    outliers: list[Element]
 
     @classmethod
-    def from_proto(cls, m: "pb.Localization") -> "Localization":
-        return cls(columns=[Group.from_proto(g) for g in m.columns],
-                   rows=[Group.from_proto(g) for g in m.rows],
-                   outliers=[Element.from_proto(e) for e in m.outliers])
+    def from_proto(cls, m: pb.Localization) -> Localization:
+        return cls(
+            columns=[Group.from_proto(g) for g in m.columns],
+            rows=[Group.from_proto(g) for g in m.rows],
+            outliers=[Element.from_proto(e) for e in m.outliers],
+        )
 
 
 @dataclass(frozen=True)
@@ -337,56 +400,67 @@ class Diagnosis(_Node):
 
     `best` is None when no candidate explains the output; `confidence` in
     [0, 1] as the server documents it; `explanation` is one paragraph."""
+
     best: Optional[str]
-    equivalent: List[str]
-    tied: List[str]
+    equivalent: list[str]
+    tied: list[str]
     confidence: float
-    ranking: List[RankedCandidate]
+    ranking: list[RankedCandidate]
     framework_hint: str
     localization: Localization
     explanation: str
 
     @classmethod
-    def from_proto(cls, m: "pb.Diagnosis") -> "Diagnosis":
-        return cls(best=m.best or None, equivalent=list(m.equivalent), tied=list(m.tied),
-                   confidence=m.confidence,
-                   ranking=[RankedCandidate.from_proto(r) for r in m.ranking],
-                   framework_hint=m.framework_hint,
-                   localization=Localization.from_proto(m.localization),
-                   explanation=m.explanation)
+    def from_proto(cls, m: pb.Diagnosis) -> Diagnosis:
+        return cls(
+            best=m.best or None,
+            equivalent=list(m.equivalent),
+            tied=list(m.tied),
+            confidence=m.confidence,
+            ranking=[RankedCandidate.from_proto(r) for r in m.ranking],
+            framework_hint=m.framework_hint,
+            localization=Localization.from_proto(m.localization),
+            explanation=m.explanation,
+        )
 
 
 @dataclass(frozen=True)
 class Report(_Node):
     """The answer of `verify_linear` / `diagnose_linear`.
 
-        report.passed, report.verdict                 # True, "pass"
-        report.observed_vs_reference.max_abs          # None without observed
-        report.results[0].config                      # "cpu:tf32:fused"
-        report.results[0].vs_observed.max_ulp
-        report.diagnosis.best                         # diagnose_linear only
-        report.to_dict()                              # the CLI's --json object
+    report.passed, report.verdict                 # True, "pass"
+    report.observed_vs_reference.max_abs          # None without observed
+    report.results[0].config                      # "cpu:tf32:fused"
+    report.results[0].vs_observed.max_ulp
+    report.diagnosis.best                         # diagnose_linear only
+    report.to_dict()                              # the CLI's --json object
     """
+
     verdict: Optional[str]
     tolerance: Tolerance
     observed_vs_reference: Optional[Stats]
     reference: Optional[ConfigResult]
-    results: List[ConfigResult]
-    output_shape: Tuple[int, ...]
-    notes: List[str]
+    results: list[ConfigResult]
+    output_shape: tuple[int, ...]
+    notes: list[str]
     diagnosis: Optional[Diagnosis]
 
     @classmethod
-    def from_proto(cls, m: "pb.VerifyResponse") -> "Report":
+    def from_proto(cls, m: pb.VerifyResponse) -> Report:
         return cls(
             verdict=_VERDICT_NAMES.get(m.verdict),
             tolerance=Tolerance.from_proto(m.tolerance),
-            observed_vs_reference=(Stats.from_proto(m.observed_vs_reference)
-                                   if m.HasField("observed_vs_reference") else None),
-            reference=(ConfigResult.from_proto(m.reference, "reference")
-                       if m.HasField("reference") else None),
-            results=[ConfigResult.from_proto(r, f"results[{i}]")
-                     for i, r in enumerate(m.results)],
+            observed_vs_reference=(
+                Stats.from_proto(m.observed_vs_reference)
+                if m.HasField("observed_vs_reference")
+                else None
+            ),
+            reference=(
+                ConfigResult.from_proto(m.reference, "reference")
+                if m.HasField("reference")
+                else None
+            ),
+            results=[ConfigResult.from_proto(r, f"results[{i}]") for i, r in enumerate(m.results)],
             output_shape=tuple(m.output_shape),
             notes=list(m.notes),
             diagnosis=Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None,
@@ -405,10 +479,9 @@ class Report(_Node):
         matches = [r for r in self.results if r.config.startswith(config + ":")]
         if len(matches) == 1:
             return matches[0]
-        raise KeyError(f"no single result for {config!r}; have "
-                       f"{[r.config for r in self.results]}")
+        raise KeyError(f"no single result for {config!r}; have {[r.config for r in self.results]}")
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["output_shape"] = list(self.output_shape)
         return d
@@ -485,38 +558,50 @@ def format_mismatch(report: Report) -> str:
     assert stats is not None
     tol = report.tolerance
     lines = ["Tensor-likes are not close!" if not stats.passed else "Tensor-likes are close.", ""]
-    lines.append(f"Mismatched elements: {stats.mismatched} / {stats.total} "
-                 f"({format_share(stats.mismatched, stats.total)})")
+    lines.append(
+        f"Mismatched elements: {stats.mismatched} / {stats.total} "
+        f"({format_share(stats.mismatched, stats.total)})"
+    )
     preset = tol.preset
     if preset in ("torch", "numpy", "polygraphy", "explicit"):
-        lines.append(f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
-                     f"{_fmt_index(stats.max_abs_index)} (up to {_fmt_num(tol.atol)} allowed)")
-        lines.append(f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
-                     f"{_fmt_index(stats.max_rel_index)} (up to {_fmt_num(tol.rtol)} allowed)")
+        lines.append(
+            f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
+            f"{_fmt_index(stats.max_abs_index)} (up to {_fmt_num(tol.atol)} allowed)"
+        )
+        lines.append(
+            f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
+            f"{_fmt_index(stats.max_rel_index)} (up to {_fmt_num(tol.rtol)} allowed)"
+        )
     else:
-        lines.append(f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
-                     f"{_fmt_index(stats.max_abs_index)}")
-        lines.append(f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
-                     f"{_fmt_index(stats.max_rel_index)}")
+        lines.append(
+            f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
+            f"{_fmt_index(stats.max_abs_index)}"
+        )
+        lines.append(
+            f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
+            f"{_fmt_index(stats.max_rel_index)}"
+        )
     if preset == "ulp":
         lines.append(f"Greatest ULP distance: {stats.max_ulp} (up to {tol.max_ulp} allowed)")
     else:
-        lines.append(f"Greatest ULP distance: {stats.max_ulp}"
-                     + (f" in {stats.compared_dtype}" if stats.compared_dtype else ""))
+        lines.append(
+            f"Greatest ULP distance: {stats.max_ulp}"
+            + (f" in {stats.compared_dtype}" if stats.compared_dtype else "")
+        )
     if stats.nan_mismatch:
         lines.append(f"NaN at different positions: {stats.nan_mismatch}")
     if stats.bound_ratio is not None:
-        lines.append(f"Error / predicted error of {stats.bound_precision or 'the precision'}: "
-                     f"{stats.bound_ratio:.3g}")
+        lines.append(
+            f"Error / predicted error of {stats.bound_precision or 'the precision'}: "
+            f"{stats.bound_ratio:.3g}"
+        )
     lines.append(f"(tolerance {preset}; {what})")
-    worst = [e for e in stats.worst
-             if e.ulp != 0 or not (e.abs_diff == 0)]  # `not ==`: keeps NaN
+    worst = [e for e in stats.worst if e.ulp != 0 or not (e.abs_diff == 0)]  # `not ==`: keeps NaN
     if worst:
         lines.append("")
         lines.append("Worst elements (index: actual vs expected, ULP):")
         for e in worst[:5]:
-            lines.append(f"  {_fmt_index(e.index)}: {e.actual!r} vs {e.expected!r}, "
-                         f"{e.ulp} ULP")
+            lines.append(f"  {_fmt_index(e.index)}: {e.actual!r} vs {e.expected!r}, {e.ulp} ULP")
     # Only worth a line when a few columns hold most of the mismatches.
     if stats.top_columns and sum(g.share for g in stats.top_columns) >= 0.5:
         cols = ", ".join(f"{g.index} ({format_share(g.share)})" for g in stats.top_columns)
@@ -534,8 +619,10 @@ def format_diagnosis(d: Diagnosis) -> str:
             head += f"; cannot be told apart from: {', '.join(d.tied)}"
         lines.append(head)
     else:
-        lines.append("Diagnosis: no candidate configuration explains the observed output "
-                     f"(confidence {d.confidence:.2f})")
+        lines.append(
+            "Diagnosis: no candidate configuration explains the observed output "
+            f"(confidence {d.confidence:.2f})"
+        )
     if d.framework_hint:
         lines.append(f"Framework hint: {d.framework_hint}")
     if d.explanation:
@@ -546,8 +633,10 @@ def format_diagnosis(d: Diagnosis) -> str:
         for r in shown:
             br = "n/a" if r.bound_ratio is None else f"{r.bound_ratio:.3g}"
             marker = _SHARED_MARKER if r.shared_computation else ""
-            lines.append(f"  {r.config}{marker}: {r.plausible_text}, "
-                         f"{format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}")
+            lines.append(
+                f"  {r.config}{marker}: {r.plausible_text}, "
+                f"{format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}"
+            )
         lines.extend(_shared_footnotes(shown, "."))
         ruled_out = [(i, r) for i, r in enumerate(shown, 1) if r.ruled_out]
         if ruled_out:
@@ -562,18 +651,21 @@ _RANKING_SHOWN = 5
 _SHARED_MARKER = "*"
 
 
-def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> List[str]:
+def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> list[str]:
     """One line per configuration whose GEMM others reused, in order of
     first appearance: "* A, B reused the GEMM of C<suffix>"."""
-    groups: Dict[str, List[str]] = {}
+    groups: dict[str, list[str]] = {}
     for item in items:
         if item.shared_computation:
             groups.setdefault(item.shared_computation, []).append(item.config)
-    return [f"  {_SHARED_MARKER} {', '.join(configs)} reused the GEMM of {shared}{suffix}"
-            for shared, configs in groups.items()]
+    return [
+        f"  {_SHARED_MARKER} {', '.join(configs)} reused the GEMM of {shared}{suffix}"
+        for shared, configs in groups.items()
+    ]
 
 
 # --- capabilities ------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DeviceInfo(_Node):
@@ -585,10 +677,15 @@ class DeviceInfo(_Node):
     cublas_version: str
 
     @classmethod
-    def from_proto(cls, m: "pb.DeviceInfo") -> "DeviceInfo":
-        return cls(name=m.name, compute_capability=m.compute_capability,
-                   memory_bytes=m.memory_bytes, driver_version=m.driver_version,
-                   runtime_version=m.runtime_version, cublas_version=m.cublas_version)
+    def from_proto(cls, m: pb.DeviceInfo) -> DeviceInfo:
+        return cls(
+            name=m.name,
+            compute_capability=m.compute_capability,
+            memory_bytes=m.memory_bytes,
+            driver_version=m.driver_version,
+            runtime_version=m.runtime_version,
+            cublas_version=m.cublas_version,
+        )
 
 
 @dataclass(frozen=True)
@@ -596,19 +693,24 @@ class BackendInfo(_Node):
     name: str
     available: bool
     unavailable_reason: str
-    precisions: List[str]
-    bias_modes: List[str]
-    configs: List[str]
+    precisions: list[str]
+    bias_modes: list[str]
+    configs: list[str]
     device: Optional[DeviceInfo]
-    storage_dtypes: List[Optional[str]]  # None for a dtype this client does not know
+    storage_dtypes: list[Optional[str]]  # None for a dtype this client does not know
 
     @classmethod
-    def from_proto(cls, m: "pb.BackendInfo") -> "BackendInfo":
-        return cls(name=m.name, available=m.available, unavailable_reason=m.unavailable_reason,
-                   precisions=list(m.precisions), bias_modes=list(m.bias_modes),
-                   configs=list(m.configs),
-                   device=DeviceInfo.from_proto(m.device) if m.HasField("device") else None,
-                   storage_dtypes=[dtype_name(d) for d in m.storage_dtypes])
+    def from_proto(cls, m: pb.BackendInfo) -> BackendInfo:
+        return cls(
+            name=m.name,
+            available=m.available,
+            unavailable_reason=m.unavailable_reason,
+            precisions=list(m.precisions),
+            bias_modes=list(m.bias_modes),
+            configs=list(m.configs),
+            device=DeviceInfo.from_proto(m.device) if m.HasField("device") else None,
+            storage_dtypes=[dtype_name(d) for d in m.storage_dtypes],
+        )
 
 
 @dataclass(frozen=True)
@@ -621,35 +723,43 @@ class Limits(_Node):
     max_repeat: int
 
     @classmethod
-    def from_proto(cls, m: "pb.Limits") -> "Limits":
-        return cls(max_message_bytes=m.max_message_bytes, max_tensor_bytes=m.max_tensor_bytes,
-                   max_configs=m.max_configs, max_rank=m.max_rank,
-                   max_top_k=m.max_top_k, max_repeat=m.max_repeat)
+    def from_proto(cls, m: pb.Limits) -> Limits:
+        return cls(
+            max_message_bytes=m.max_message_bytes,
+            max_tensor_bytes=m.max_tensor_bytes,
+            max_configs=m.max_configs,
+            max_rank=m.max_rank,
+            max_top_k=m.max_top_k,
+            max_repeat=m.max_repeat,
+        )
 
 
 @dataclass(frozen=True)
 class Capabilities(_Node):
     """What a server host runs (GetCapabilitiesResponse)."""
+
     server_version: str
-    backends: List[BackendInfo]
+    backends: list[BackendInfo]
     limits: Optional[Limits]
     default_reference: str
-    tolerance_presets: List[str]
+    tolerance_presets: list[str]
     tensor_store: bool
 
     @classmethod
-    def from_proto(cls, m: "pb.GetCapabilitiesResponse") -> "Capabilities":
-        return cls(server_version=m.server_version,
-                   backends=[BackendInfo.from_proto(b) for b in m.backends],
-                   limits=Limits.from_proto(m.limits) if m.HasField("limits") else None,
-                   default_reference=m.default_reference,
-                   tolerance_presets=list(m.tolerance_presets),
-                   tensor_store=m.tensor_store)
+    def from_proto(cls, m: pb.GetCapabilitiesResponse) -> Capabilities:
+        return cls(
+            server_version=m.server_version,
+            backends=[BackendInfo.from_proto(b) for b in m.backends],
+            limits=Limits.from_proto(m.limits) if m.HasField("limits") else None,
+            default_reference=m.default_reference,
+            tolerance_presets=list(m.tolerance_presets),
+            tensor_store=m.tensor_store,
+        )
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)
 
     @property
-    def configs(self) -> List[str]:
+    def configs(self) -> list[str]:
         """Every configuration an available backend runs here."""
         return [c for b in self.backends if b.available for c in b.configs]

@@ -11,7 +11,7 @@ comes from those modules, which are then already loaded.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import ml_dtypes
 import numpy as np
@@ -21,45 +21,52 @@ from ._pb import pb
 __all__ = ["as_array", "to_proto", "from_proto", "dtype_name", "DTYPES"]
 
 # numpy scalar type -> (wire enum, JSON name)
-_NP_TO_PB: Dict[Any, Tuple[Any, str]] = {
+_NP_TO_PB: dict[type[np.generic], tuple[pb.DType, str]] = {
     np.float64: (pb.DTYPE_FLOAT64, "float64"),
     np.float32: (pb.DTYPE_FLOAT32, "float32"),
     np.float16: (pb.DTYPE_FLOAT16, "float16"),
     ml_dtypes.bfloat16: (pb.DTYPE_BFLOAT16, "bfloat16"),
 }
-_PB_TO_NP = {
+_PB_TO_NP: dict[int, np.dtype[Any]] = {
     pb.DTYPE_FLOAT64: np.dtype("<f8"),
     pb.DTYPE_FLOAT32: np.dtype("<f4"),
     pb.DTYPE_FLOAT16: np.dtype("<f2"),
     pb.DTYPE_BFLOAT16: np.dtype(ml_dtypes.bfloat16),
 }
-_PB_NAMES: Dict[Any, str] = {enum: name for enum, name in _NP_TO_PB.values()}
+_PB_NAMES: dict[int, str] = {enum: name for enum, name in _NP_TO_PB.values()}
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 _SUPPORTED = "float64, float32, float16 or bfloat16"
 
 # Names users write for an output dtype.
 _DTYPE_ALIASES = {
-    "float64": pb.DTYPE_FLOAT64, "f64": pb.DTYPE_FLOAT64, "fp64": pb.DTYPE_FLOAT64,
+    "float64": pb.DTYPE_FLOAT64,
+    "f64": pb.DTYPE_FLOAT64,
+    "fp64": pb.DTYPE_FLOAT64,
     "double": pb.DTYPE_FLOAT64,
-    "float32": pb.DTYPE_FLOAT32, "f32": pb.DTYPE_FLOAT32, "fp32": pb.DTYPE_FLOAT32,
+    "float32": pb.DTYPE_FLOAT32,
+    "f32": pb.DTYPE_FLOAT32,
+    "fp32": pb.DTYPE_FLOAT32,
     "float": pb.DTYPE_FLOAT32,
-    "float16": pb.DTYPE_FLOAT16, "f16": pb.DTYPE_FLOAT16, "fp16": pb.DTYPE_FLOAT16,
+    "float16": pb.DTYPE_FLOAT16,
+    "f16": pb.DTYPE_FLOAT16,
+    "fp16": pb.DTYPE_FLOAT16,
     "half": pb.DTYPE_FLOAT16,
-    "bfloat16": pb.DTYPE_BFLOAT16, "bf16": pb.DTYPE_BFLOAT16,
+    "bfloat16": pb.DTYPE_BFLOAT16,
+    "bf16": pb.DTYPE_BFLOAT16,
 }
 
 
-def dtype_name(enum_value: Any) -> Optional[str]:
+def dtype_name(enum_value: int) -> Optional[str]:
     """JSON name of a wire dtype ("float32", ...); None when unspecified."""
     return _PB_NAMES.get(enum_value)
 
 
-def parse_dtype(value: Any, name: str) -> Any:
+def parse_dtype(value: Any, name: str) -> pb.DType:
     """A wire dtype from "bf16"/"bfloat16"/np.float32/torch.float16/..."""
     if isinstance(value, str):
         key = value.lower()
         if key.startswith("torch."):
-            key = key[len("torch."):]
+            key = key[len("torch.") :]
         if key in _DTYPE_ALIASES:
             return _DTYPE_ALIASES[key]
         raise ValueError(f"{name}: unknown dtype {value!r}; expected {_SUPPORTED}")
@@ -68,8 +75,9 @@ def parse_dtype(value: Any, name: str) -> Any:
     try:
         dt = np.dtype(value)
     except TypeError:
-        raise TypeError(f"{name}: expected a dtype name such as 'bfloat16', "
-                        f"got {type(value).__name__}") from None
+        raise TypeError(
+            f"{name}: expected a dtype name such as 'bfloat16', got {type(value).__name__}"
+        ) from None
     if dt.type not in _NP_TO_PB:
         raise ValueError(f"{name}: dtype {dt} is not supported; expected {_SUPPORTED}")
     return _NP_TO_PB[dt.type][0]
@@ -88,20 +96,27 @@ def _from_torch(t: Any, name: str) -> np.ndarray:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a tensor, got {type(t).__qualname__}")
     if t.layout != torch.strided:
-        raise TypeError(f"{name}: {t.layout} tensors are not supported; "
-                        "pass a dense tensor (.to_dense())")
+        raise TypeError(
+            f"{name}: {t.layout} tensors are not supported; pass a dense tensor (.to_dense())"
+        )
     supported = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
     if t.dtype not in supported:  # checked before any copy to the host
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported; expected "
-                        "torch.float64, torch.float32, torch.float16 or torch.bfloat16")
+        raise TypeError(
+            f"{name}: dtype {t.dtype} is not supported; expected "
+            "torch.float64, torch.float32, torch.float16 or torch.bfloat16"
+        )
     t = t.detach()
     if t.is_neg():
         t = t.resolve_neg()
     t = t.cpu().contiguous()
+    # torch comes from sys.modules, so mypy sees its API as Any: the
+    # annotations below state what Tensor.numpy() returns.
     if t.dtype == torch.bfloat16:
         # numpy has no bfloat16: move the bit patterns.
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+        bits: np.ndarray = t.view(torch.int16).numpy()
+        return bits.view(ml_dtypes.bfloat16)
+    arr: np.ndarray = t.numpy()
+    return arr
 
 
 def as_array(value: Any, name: str) -> np.ndarray:
@@ -120,10 +135,14 @@ def as_array(value: Any, name: str) -> np.ndarray:
     elif _is_from(module, "jax", "jaxlib"):
         arr = np.asarray(value)  # device -> host; keeps bfloat16 as ml_dtypes
     elif isinstance(value, (str, bytes, dict, set)) or not (
-            isinstance(value, (list, tuple, np.generic))
-            or hasattr(value, "__array__") or hasattr(value, "__array_interface__")):
-        raise TypeError(f"{name}: expected a numpy array, torch tensor or JAX array, "
-                        f"got {type(value).__qualname__}")
+        isinstance(value, (list, tuple, np.generic))
+        or hasattr(value, "__array__")
+        or hasattr(value, "__array_interface__")
+    ):
+        raise TypeError(
+            f"{name}: expected a numpy array, torch tensor or JAX array, "
+            f"got {type(value).__qualname__}"
+        )
     else:
         try:
             arr = np.asarray(value)
@@ -139,7 +158,7 @@ def as_array(value: Any, name: str) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def to_proto(arr: np.ndarray) -> "pb.Tensor":
+def to_proto(arr: np.ndarray) -> pb.Tensor:
     """The inline wire form of an array from `as_array`.
 
     This is the one place a tensor becomes a message: once the server has a
@@ -150,17 +169,20 @@ def to_proto(arr: np.ndarray) -> "pb.Tensor":
     return pb.Tensor(dtype=enum, shape=arr.shape, data=arr.tobytes(order="C"))
 
 
-def from_proto(t: "pb.Tensor", name: str = "tensor") -> np.ndarray:
+def from_proto(t: pb.Tensor, name: str = "tensor") -> np.ndarray:
     """A writable numpy array from an inline wire tensor."""
     if t.WhichOneof("source") != "data":
-        raise ValueError(f"{name}: the server returned a tensor by digest; "
-                         "this client only reads inline tensors")
+        raise ValueError(
+            f"{name}: the server returned a tensor by digest; this client only reads inline tensors"
+        )
     dt = _PB_TO_NP.get(t.dtype)
     if dt is None:
         raise ValueError(f"{name}: unknown dtype {t.dtype} in the response")
-    shape: Tuple[int, ...] = tuple(t.shape)
+    shape: tuple[int, ...] = tuple(t.shape)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if len(t.data) != count * dt.itemsize:
-        raise ValueError(f"{name}: {len(t.data)} bytes for shape {list(shape)} of "
-                         f"{_PB_NAMES[t.dtype]} (expected {count * dt.itemsize})")
+        raise ValueError(
+            f"{name}: {len(t.data)} bytes for shape {list(shape)} of "
+            f"{_PB_NAMES[t.dtype]} (expected {count * dt.itemsize})"
+        )
     return np.frombuffer(t.data, dtype=dt).reshape(shape).copy()
