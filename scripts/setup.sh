@@ -14,8 +14,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev clang-format
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
   python3-venv chromium
 )
@@ -40,12 +40,16 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.installed ]] \
+   || [[ scripts/setup.sh -nt .venv/.installed ]] \
    || [[ proto/tensorcheck/v1/tensorcheck.proto -nt .venv/.installed ]]; then
   echo "== installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip
   # jax (CPU) is small enough for CI; torch from PyPI brings gigabytes of CUDA
   # wheels, so its tests skip unless torch is already installed.
   .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax pyyaml
+  # The Python client's lint (client/python/lint.sh).
+  .venv/bin/pip install -q ruff==0.17.6 mypy==2.4.1 types-protobuf==7.35.1.20260906 \
+    grpc-stubs==1.53.0.6
   .venv/bin/pip install -q ./client/python
   touch .venv/.installed
 fi

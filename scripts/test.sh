@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs and builds (scripts/setup.sh), then runs
-# C++ (ctest), Python (pytest) and Go (go test). The Python and Go suites
-# start their own servers on free loopback ports.
+# the format and lint checks, C++ (ctest), Python (pytest) and Go (go test,
+# with gofmt and go vet). The Python and Go suites start their own servers
+# on free loopback ports.
 #
 #   scripts/test.sh
 set -euo pipefail
@@ -13,6 +14,10 @@ scripts/setup.sh
 export TENSORCHECK_SERVER_BIN="$ROOT/$BUILD_DIR/server/tensorcheck-server"
 export TENSORCHECK_CLI_BIN="$ROOT/$BUILD_DIR/client/cli/tensorcheck"
 failed=()
+
+echo "== format and lint (C++: clang-format; Python client: ruff, mypy --strict)"
+scripts/format.sh --check || failed+=("clang-format")
+client/python/lint.sh || failed+=("python lint")
 
 echo "== C++ (ctest)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" || failed+=(ctest)

@@ -1,0 +1,26 @@
+// fp16 accumulation (the `fp16acc` precision, CUBLAS_COMPUTE_16F): every
+// multiply-add rounds the running sum to fp16, k ascending.
+//
+//   std::vector<float> acc(m * n);
+//   TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, w, WeightLayout::kOutIn, m, n, k,
+//                                               /*threads=*/2, acc.data()));
+//
+// x [m, k] and w ([n, k] or [k, n]) hold fp16 values as floats; acc gets
+// the fp16 sums as floats. An AVX2+FMA kernel (exact fma in double, one
+// round-to-nearest-even to fp16 per step) runs where the CPU has one, bit
+// for bit the scalar loop, which TENSORCHECK_FP16ACC_SCALAR=1 forces.
+// Rows are split over `threads` threads. RESOURCE_EXHAUSTED when the packed
+// weight cannot be allocated.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/core/linear_config.h"
+
+namespace tensorcheck::internal {
+
+absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
+                            int64_t n, int64_t k, int threads, float* acc);
+
+}  // namespace tensorcheck::internal

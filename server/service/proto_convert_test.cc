@@ -1,0 +1,142 @@
+// proto <-> core conversions on their own (no server): what each field
+// becomes, and the error that names it.
+#include "server/service/proto_convert.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "tests/testing/status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::Tensor Fp32(std::vector<int64_t> shape, std::vector<float> values) {
+  v1::Tensor t;
+  t.set_dtype(v1::DTYPE_FLOAT32);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+TEST(ProtoConvertTest, TensorKeepsDtypeShapeAndBytes) {
+  auto t = TensorFromProto(Fp32({2, 2}, {1.5f, -2.0f, 0.25f, 8.0f}), "op.input", RequestLimits{});
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->dtype(), DType::kFloat32);
+  EXPECT_THAT(t->shape(), ElementsAre(2, 2));
+  EXPECT_EQ(t->GetDouble(1), -2.0);
+  EXPECT_EQ(t->GetDouble(3), 8.0);
+  v1::Tensor back;
+  TensorToProto(*t, &back);
+  EXPECT_EQ(back.data(), Fp32({2, 2}, {1.5f, -2.0f, 0.25f, 8.0f}).data());
+  EXPECT_THAT(back.shape(), ElementsAre(2, 2));
+}
+
+TEST(ProtoConvertTest, ShortDataNamesTheFieldAndBothCounts) {
+  v1::Tensor t = Fp32({2, 3}, {1, 2, 3, 4, 5});
+  EXPECT_THAT(TensorFromProto(t, "op.weight", RequestLimits{}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("op.weight.data: 24 bytes expected")));
+}
+
+TEST(ProtoConvertTest, UnknownDtypeNamesTheField) {
+  v1::Tensor t = Fp32({1}, {1});
+  t.set_dtype(static_cast<v1::DType>(99));
+  EXPECT_THAT(TensorFromProto(t, "observed", RequestLimits{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("observed.dtype")));
+}
+
+TEST(ProtoConvertTest, TensorOverTheLimitIsRefusedBeforeAllocating) {
+  RequestLimits limits;
+  limits.max_tensor_bytes = 16;  // four fp32 values
+  v1::Tensor t;
+  t.set_dtype(v1::DTYPE_FLOAT32);
+  t.add_shape(1 << 20);  // declared with a tiny payload: refused on the shape
+  t.set_data(std::string(16, '\0'));
+  EXPECT_THAT(TensorFromProto(t, "op.input", limits),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+TEST(ProtoConvertTest, RequestFieldsBecomeTheLinearRequest) {
+  v1::VerifyRequest r;
+  *r.mutable_op()->mutable_input() = Fp32({1, 2}, {1, 2});
+  *r.mutable_op()->mutable_weight() = Fp32({2, 3}, {1, 2, 3, 4, 5, 6});
+  r.mutable_op()->set_weight_layout(v1::WEIGHT_LAYOUT_IN_OUT);
+  r.mutable_op()->set_activation(v1::ACTIVATION_RELU);
+  r.add_configs("cpu:tf32:unfused");
+  r.set_reference("cpu:fp64");
+  auto req = FromProto(r, RequestLimits{});
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->layout, WeightLayout::kInOut);
+  EXPECT_EQ(req->activation, Activation::kRelu);
+  EXPECT_THAT(req->configs, ElementsAre("cpu:tf32:unfused"));
+  EXPECT_EQ(req->reference, "cpu:fp64");
+  EXPECT_FALSE(req->bias.has_value());
+}
+
+TEST(ProtoConvertTest, TooManyConfigurationsUseTheLimitsGiven) {
+  v1::VerifyRequest r;
+  *r.mutable_op()->mutable_input() = Fp32({1, 1}, {1});
+  *r.mutable_op()->mutable_weight() = Fp32({1, 1}, {1});
+  for (int i = 0; i < 3; ++i) r.add_configs("cpu:fp32");
+  RequestLimits limits;
+  limits.max_configs = 2;
+  EXPECT_THAT(FromProto(r, limits), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("configs: at most 2")));
+}
+
+TEST(ProtoConvertTest, MissingWeightNamesTheField) {
+  v1::VerifyRequest r;
+  *r.mutable_op()->mutable_input() = Fp32({1, 1}, {1});
+  EXPECT_THAT(FromProto(r, RequestLimits{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.weight")));
+}
+
+TEST(ProtoConvertTest, RankingEvidenceAndSharedComputationReachTheResponse) {
+  VerifyOutcome outcome;
+  outcome.output_shape = {2, 3};
+  ConfigOutcome c;
+  c.config = "cpu:tf32:fused";
+  c.shared_computation = "cpu:fp32:fused";
+  outcome.results.push_back(std::move(c));
+  DiagnosisOutcome d;
+  d.best = "cpu:bf16:unfused";
+  RankedCandidate r;
+  r.config = "cpu:fp64:unfused";
+  r.disagreements = 187;
+  r.expected_disagreements = 5.6e-6;
+  r.plausibility_p = 0;
+  r.plausible = false;
+  r.consistent_fraction = 0.999;
+  r.compared_elements = 5901312;
+  r.ruled_out = "its accumulation is more precise";
+  r.shared_computation = "cpu:fp64:fused";
+  d.ranking.push_back(r);
+  outcome.diagnosis = d;
+  v1::VerifyResponse response;
+  ToProto(outcome, &response);
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).shared_computation(), "cpu:fp32:fused");
+  ASSERT_EQ(response.diagnosis().ranking_size(), 1);
+  const v1::RankedCandidate& p = response.diagnosis().ranking(0);
+  EXPECT_EQ(p.disagreements(), 187);
+  EXPECT_EQ(p.expected_disagreements(), 5.6e-6);
+  EXPECT_FALSE(p.plausible());
+  EXPECT_EQ(p.consistent_fraction(), 0.999);
+  EXPECT_EQ(p.compared_elements(), 5901312);
+  EXPECT_EQ(p.ruled_out(), "its accumulation is more precise");
+  EXPECT_EQ(p.shared_computation(), "cpu:fp64:fused");
+  EXPECT_EQ(response.diagnosis().best(), "cpu:bf16:unfused");
+}
+
+}  // namespace
+}  // namespace tensorcheck
