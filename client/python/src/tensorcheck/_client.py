@@ -26,9 +26,11 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
+from ._capabilities import Capabilities
 from ._errors import Error, from_rpc_error
+from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
-from ._report import Capabilities, Report, format_diagnosis, format_mismatch
+from ._report import Report
 from ._tensors import as_array, parse_dtype, to_proto
 
 __all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES"]

@@ -10,14 +10,14 @@ floats as the strings "inf"/"-inf"/"nan", unset messages as null.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import Field, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
 
 import numpy as np
 from google.protobuf.message import Message
 from google.protobuf.wrappers_pb2 import DoubleValue
 
+from ._node import _Node
 from ._pb import pb
 from ._tensors import dtype_name, from_proto
 
@@ -55,22 +55,8 @@ _VERDICT_NAMES = {pb.VERDICT_PASS: "pass", pb.VERDICT_FAIL: "fail"}
 Ulp = Union[int, float]  # an int, or math.inf for NaN against a number
 
 
-def _json_float(v: Optional[float]) -> Union[float, str, None]:
-    if v is None:
-        return None
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
 def _ulp(v: int) -> Ulp:
     return math.inf if v == _ULP_INFINITE else int(v)
-
-
-def _json_ulp(v: Ulp) -> Union[int, str]:
-    return "inf" if v == math.inf else int(v)
 
 
 def _wrapped(msg: Message, name: str) -> Optional[float]:
@@ -79,40 +65,6 @@ def _wrapped(msg: Message, name: str) -> Optional[float]:
         return None
     wrapper: DoubleValue = getattr(msg, name)
     return wrapper.value
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, _Node):
-        return value.to_dict()
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json(v) for k, v in value.items()}
-    if isinstance(value, float):
-        return _json_float(value)
-    return value
-
-
-class _Node:
-    """to_dict() over the dataclass fields, in order; subclasses list the
-    fields that are not part of the JSON and override special encodings."""
-
-    _not_json: tuple[str, ...] = ()
-    _ulp_fields: tuple[str, ...] = ()
-
-    if TYPE_CHECKING:
-        # Every subclass is a dataclass; declaring what @dataclass adds lets
-        # dataclasses.fields() take `self` here.
-        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in self._not_json:
-                continue
-            v = getattr(self, f.name)
-            out[f.name] = _json_ulp(v) if f.name in self._ulp_fields else _json(v)
-        return out
 
 
 @dataclass(frozen=True)
@@ -493,273 +445,12 @@ class Report(_Node):
         return format_mismatch(self)
 
 
-# --- messages --------------------------------------------------------------
-
-_SHARE_MAX_DECIMALS = 6
-
-
-def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
-    """A share as a percentage that reads 100% or 0% only when it is exactly
-    that: `format_share(0.99996831)` is "99.997%", not "100.0%".
-
-    `value` is a fraction in [0, 1]; with `whole` it is a count of `whole`
-    instead (`format_share(3, 1024)` is "0.3%"), and all and none are
-    decided on the counts (part == whole is "100%", an empty whole "0%").
-    One decimal, or as many more (up to 6) as it takes not to read 100.0 or
-    0.0; beyond that "<0.000001%" and ">99.999999%". NaN is "nan%"; values
-    outside [0, 1] get one decimal. The CLI's FormatShare
-    (client/cli/format.h) follows the same rule.
-    """
-    fraction = float(value)
-    if whole is not None:
-        part = value
-        if whole <= 0 or part == 0:
-            return "0%"
-        if part == whole:
-            return "100%"
-        fraction = part / whole
-        # A count short of the whole (or above none) never reads as all (none).
-        if fraction >= 1 and part < whole:
-            return ">99.999999%"
-        if fraction <= 0 and part > 0:
-            return "<0.000001%"
-    if math.isnan(fraction):
-        return "nan%"
-    if fraction == 1:
-        return "100%"
-    if fraction == 0:
-        return "0%"
-    percent = 100 * fraction
-    if fraction < 0 or fraction > 1:
-        return f"{percent:.1f}%"
-    for decimals in range(1, _SHARE_MAX_DECIMALS + 1):
-        # Decided on the printed text: would the reader see 100.0... or 0.0...?
-        text = f"{percent:.{decimals}f}"
-        if float(text) not in (0.0, 100.0):
-            return text + "%"
-    return "<0.000001%" if percent < 50 else ">99.999999%"
-
-
-def _fmt_index(index: Sequence[int]) -> str:
-    return "(" + ", ".join(str(i) for i in index) + ("," if len(index) == 1 else "") + ")"
-
-
-def _fmt_num(v: Optional[float]) -> str:
-    return "None" if v is None else repr(float(v)) if isinstance(v, float) else str(v)
-
-
-def format_mismatch(report: Report) -> str:
-    stats, what = report.observed_vs_reference, "observed output vs reference"
-    if stats is None:
-        failing = [r for r in report.results if r.vs_reference and not r.vs_reference.passed]
-        if not failing:
-            return "All comparisons passed."
-        stats, what = failing[0].vs_reference, f"{failing[0].config} vs reference"
-    assert stats is not None
-    tol = report.tolerance
-    lines = ["Tensor-likes are not close!" if not stats.passed else "Tensor-likes are close.", ""]
-    lines.append(
-        f"Mismatched elements: {stats.mismatched} / {stats.total} "
-        f"({format_share(stats.mismatched, stats.total)})"
-    )
-    preset = tol.preset
-    if preset in ("torch", "numpy", "polygraphy", "explicit"):
-        lines.append(
-            f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
-            f"{_fmt_index(stats.max_abs_index)} (up to {_fmt_num(tol.atol)} allowed)"
-        )
-        lines.append(
-            f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
-            f"{_fmt_index(stats.max_rel_index)} (up to {_fmt_num(tol.rtol)} allowed)"
-        )
-    else:
-        lines.append(
-            f"Greatest absolute difference: {_fmt_num(stats.max_abs)} at index "
-            f"{_fmt_index(stats.max_abs_index)}"
-        )
-        lines.append(
-            f"Greatest relative difference: {_fmt_num(stats.max_rel)} at index "
-            f"{_fmt_index(stats.max_rel_index)}"
-        )
-    if preset == "ulp":
-        lines.append(f"Greatest ULP distance: {stats.max_ulp} (up to {tol.max_ulp} allowed)")
-    else:
-        lines.append(
-            f"Greatest ULP distance: {stats.max_ulp}"
-            + (f" in {stats.compared_dtype}" if stats.compared_dtype else "")
-        )
-    if stats.nan_mismatch:
-        lines.append(f"NaN at different positions: {stats.nan_mismatch}")
-    if stats.bound_ratio is not None:
-        lines.append(
-            f"Error / predicted error of {stats.bound_precision or 'the precision'}: "
-            f"{stats.bound_ratio:.3g}"
-        )
-    lines.append(f"(tolerance {preset}; {what})")
-    worst = [e for e in stats.worst if e.ulp != 0 or not (e.abs_diff == 0)]  # `not ==`: keeps NaN
-    if worst:
-        lines.append("")
-        lines.append("Worst elements (index: actual vs expected, ULP):")
-        for e in worst[:5]:
-            lines.append(f"  {_fmt_index(e.index)}: {e.actual!r} vs {e.expected!r}, {e.ulp} ULP")
-    # Only worth a line when a few columns hold most of the mismatches.
-    if stats.top_columns and sum(g.share for g in stats.top_columns) >= 0.5:
-        cols = ", ".join(f"{g.index} ({format_share(g.share)})" for g in stats.top_columns)
-        lines.append(f"Mismatches concentrate in columns: {cols}")
-    return "\n".join(lines)
-
-
-def format_diagnosis(d: Diagnosis) -> str:
-    lines = []
-    if d.best:
-        head = f"Diagnosis: best match {d.best} (confidence {d.confidence:.2f})"
-        if d.equivalent:
-            head += f", equivalent here: {', '.join(d.equivalent)}"
-        if d.tied:
-            head += f"; cannot be told apart from: {', '.join(d.tied)}"
-        lines.append(head)
-    else:
-        lines.append(
-            "Diagnosis: no candidate configuration explains the observed output "
-            f"(confidence {d.confidence:.2f})"
-        )
-    if d.framework_hint:
-        lines.append(f"Framework hint: {d.framework_hint}")
-    if d.explanation:
-        lines.append(d.explanation)
-    if d.ranking:
-        shown = d.ranking[:_RANKING_SHOWN]
-        lines.append("Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):")
-        for r in shown:
-            br = "n/a" if r.bound_ratio is None else f"{r.bound_ratio:.3g}"
-            marker = _SHARED_MARKER if r.shared_computation else ""
-            lines.append(
-                f"  {r.config}{marker}: {r.plausible_text}, "
-                f"{format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}"
-            )
-        lines.extend(_shared_footnotes(shown, "."))
-        ruled_out = [(i, r) for i, r in enumerate(shown, 1) if r.ruled_out]
-        if ruled_out:
-            lines.append("  Ruled out:")
-            lines.extend(f"    {i}. {r.config}: {r.ruled_out}" for i, r in ruled_out)
-    return "\n".join(lines)
-
-
-# How many ranked candidates the diagnosis message lists (to_dict() has all).
-_RANKING_SHOWN = 5
-# Marks a configuration that reused another configuration's GEMM.
-_SHARED_MARKER = "*"
-
-
-def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> list[str]:
-    """One line per configuration whose GEMM others reused, in order of
-    first appearance: "* A, B reused the GEMM of C<suffix>"."""
-    groups: dict[str, list[str]] = {}
-    for item in items:
-        if item.shared_computation:
-            groups.setdefault(item.shared_computation, []).append(item.config)
-    return [
-        f"  {_SHARED_MARKER} {', '.join(configs)} reused the GEMM of {shared}{suffix}"
-        for shared, configs in groups.items()
-    ]
-
-
-# --- capabilities ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceInfo(_Node):
-    name: str
-    compute_capability: str
-    memory_bytes: int
-    driver_version: str
-    runtime_version: str
-    cublas_version: str
-
-    @classmethod
-    def from_proto(cls, m: pb.DeviceInfo) -> DeviceInfo:
-        return cls(
-            name=m.name,
-            compute_capability=m.compute_capability,
-            memory_bytes=m.memory_bytes,
-            driver_version=m.driver_version,
-            runtime_version=m.runtime_version,
-            cublas_version=m.cublas_version,
-        )
-
-
-@dataclass(frozen=True)
-class BackendInfo(_Node):
-    name: str
-    available: bool
-    unavailable_reason: str
-    precisions: list[str]
-    bias_modes: list[str]
-    configs: list[str]
-    device: Optional[DeviceInfo]
-    storage_dtypes: list[Optional[str]]  # None for a dtype this client does not know
-
-    @classmethod
-    def from_proto(cls, m: pb.BackendInfo) -> BackendInfo:
-        return cls(
-            name=m.name,
-            available=m.available,
-            unavailable_reason=m.unavailable_reason,
-            precisions=list(m.precisions),
-            bias_modes=list(m.bias_modes),
-            configs=list(m.configs),
-            device=DeviceInfo.from_proto(m.device) if m.HasField("device") else None,
-            storage_dtypes=[dtype_name(d) for d in m.storage_dtypes],
-        )
-
-
-@dataclass(frozen=True)
-class Limits(_Node):
-    max_message_bytes: int
-    max_tensor_bytes: int
-    max_configs: int
-    max_rank: int
-    max_top_k: int
-    max_repeat: int
-
-    @classmethod
-    def from_proto(cls, m: pb.Limits) -> Limits:
-        return cls(
-            max_message_bytes=m.max_message_bytes,
-            max_tensor_bytes=m.max_tensor_bytes,
-            max_configs=m.max_configs,
-            max_rank=m.max_rank,
-            max_top_k=m.max_top_k,
-            max_repeat=m.max_repeat,
-        )
-
-
-@dataclass(frozen=True)
-class Capabilities(_Node):
-    """What a server host runs (GetCapabilitiesResponse)."""
-
-    server_version: str
-    backends: list[BackendInfo]
-    limits: Optional[Limits]
-    default_reference: str
-    tolerance_presets: list[str]
-    tensor_store: bool
-
-    @classmethod
-    def from_proto(cls, m: pb.GetCapabilitiesResponse) -> Capabilities:
-        return cls(
-            server_version=m.server_version,
-            backends=[BackendInfo.from_proto(b) for b in m.backends],
-            limits=Limits.from_proto(m.limits) if m.HasField("limits") else None,
-            default_reference=m.default_reference,
-            tolerance_presets=list(m.tolerance_presets),
-            tensor_store=m.tensor_store,
-        )
-
-    def backend(self, name: str) -> Optional[BackendInfo]:
-        return next((b for b in self.backends if b.name == name), None)
-
-    @property
-    def configs(self) -> list[str]:
-        """Every configuration an available backend runs here."""
-        return [c for b in self.backends if b.available for c in b.configs]
+# Formatting and capabilities live in modules of their own; imported here
+# so that `tensorcheck._report` keeps offering them.
+from ._capabilities import BackendInfo as BackendInfo  # noqa: E402
+from ._capabilities import Capabilities as Capabilities  # noqa: E402
+from ._capabilities import DeviceInfo as DeviceInfo  # noqa: E402
+from ._capabilities import Limits as Limits  # noqa: E402
+from ._format import format_diagnosis as format_diagnosis  # noqa: E402
+from ._format import format_mismatch as format_mismatch  # noqa: E402
+from ._format import format_share as format_share  # noqa: E402
