@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 from google.protobuf.message import Message
 from google.protobuf.wrappers_pb2 import DoubleValue
 
-from ._node import _Node
+from ._node import Ulp, _Node
 from ._pb import pb
 from ._tensors import dtype_name, from_proto
 
@@ -51,8 +51,6 @@ _PRESET_NAMES = {
     pb.Tolerance.PRESET_BOUND: "bound",
 }
 _VERDICT_NAMES = {pb.VERDICT_PASS: "pass", pb.VERDICT_FAIL: "fail"}
-
-Ulp = Union[int, float]  # an int, or math.inf for NaN against a number
 
 
 def _ulp(v: int) -> Ulp:
