@@ -33,6 +33,7 @@
 #include <string>
 
 #include "server/backends/linear_backend.h"
+#include "server/core/executor.h"
 #include "server/core/float_formats.h"
 #include "server/engine/engine.h"
 
@@ -123,7 +124,11 @@ LinearRequest Request(const Problem& p) {
 int RunMode(const Problem& p, bool share, int out_fd) {
   BackendRegistry registry;
   if (!RegisterBuiltinBackends(&registry).ok()) return 1;
+  // One statistics pool, as the server makes (one thread per core).
+  auto executor = Executor::Create({});
+  if (!executor.ok()) return 1;
   EngineOptions options;
+  options.executor = executor->get();
   options.share_computations = share;
   auto engine = Engine::Create(options, &registry);
   if (!engine.ok()) return 1;

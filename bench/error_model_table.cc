@@ -13,7 +13,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-
 #include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 
@@ -24,12 +23,14 @@ int main() {
   if (!RegisterBuiltinBackends(&registry).ok()) return 1;
   auto engine = Engine::Create(EngineOptions{}, &registry);
   if (!engine.ok()) return 1;
-  std::printf("| precision | storage | K | measured rms error | predicted rms sigma | ratio (bound_ratio) | every element within the hard bound |\n");
+  std::printf(
+      "| precision | storage | K | measured rms error | predicted rms sigma | ratio (bound_ratio) "
+      "| every element within the hard bound |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (Precision p : kAllPrecisions) {
-    const DType storage = p == Precision::kBf16   ? DType::kBFloat16
+    const DType storage = p == Precision::kBf16                               ? DType::kBFloat16
                           : p == Precision::kFp16 || p == Precision::kFp16Acc ? DType::kFloat16
-                                                                               : DType::kFloat32;
+                                                                              : DType::kFloat32;
     for (int64_t k : {256, 1024, 4096}) {
       std::mt19937 rng(static_cast<uint32_t>(k) * 31 + static_cast<uint32_t>(p));
       std::normal_distribution<double> normal(0.0, 1.0);
@@ -60,8 +61,8 @@ int main() {
       }
       std::printf("| %s | %s | %lld | %.3g | %.3g | %.2f | %s |\n",
                   std::string(PrecisionName(p)).c_str(),
-                  std::string(DTypeShortName(storage)).c_str(), static_cast<long long>(k),
-                  s.rms, s.rms / ratio, ratio, s.passed ? "passes" : "fails");
+                  std::string(DTypeShortName(storage)).c_str(), static_cast<long long>(k), s.rms,
+                  s.rms / ratio, ratio, s.passed ? "passes" : "fails");
     }
   }
   return 0;

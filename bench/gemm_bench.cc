@@ -19,9 +19,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -60,21 +60,20 @@ double g_best_bare = std::numeric_limits<double>::infinity();
 double g_best_backend = std::numeric_limits<double>::infinity();
 std::vector<double> g_pair_ratios;  // backend / bare, one per paired iteration
 
-double Seconds(std::chrono::steady_clock::time_point a,
-               std::chrono::steady_clock::time_point b) {
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
 void SetFlops(benchmark::State& state) {
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * kM * kN * kK * static_cast<double>(state.iterations()) * 1e-9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * kM * kN * kK * static_cast<double>(state.iterations()) * 1e-9,
+                         benchmark::Counter::kIsRate);
 }
 
 // The baseline: y = x W^T, nothing else (no bias, no output allocation).
 void BareSgemm(const Data& d, std::vector<float>& y) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f, d.x.data<float>(),
-              kK, d.w.data<float>(), kK, 0.0f, y.data(), kN);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f, d.x.data<float>(), kK,
+              d.w.data<float>(), kK, 0.0f, y.data(), kN);
   benchmark::DoNotOptimize(y.data());
 }
 
@@ -187,8 +186,7 @@ const AccData& GetAccData() {
 double g_fp16acc_fast = 0, g_fp16acc_scalar = 0;
 std::vector<uint8_t> g_fp16acc_fast_out, g_fp16acc_scalar_out;
 
-void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds,
-                std::vector<uint8_t>* out) {
+void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds, std::vector<uint8_t>* out) {
   const AccData& d = GetAccData();
   auto backend = CpuBackend::Create({});
   if (!backend.ok()) {
@@ -226,27 +224,12 @@ void BM_Fp16AccScalar(benchmark::State& state) {
 }
 
 // Fixed iterations (~0.2-0.7 s per GEMM on 2 cores; ~15 s in all).
-BENCHMARK(BM_BareSgemm)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(3)
-    ->UseRealTime();
-BENCHMARK(BM_CpuBackendFp32)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(3)
-    ->UseRealTime();
-BENCHMARK(BM_PairedBackendVsBare)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(10)
-    ->UseRealTime();
+BENCHMARK(BM_BareSgemm)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK(BM_CpuBackendFp32)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK(BM_PairedBackendVsBare)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 // One run each: the scalar path takes minutes on 2 cores.
-BENCHMARK(BM_Fp16AccFast)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1)
-    ->UseRealTime();
-BENCHMARK(BM_Fp16AccScalar)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1)
-    ->UseRealTime();
+BENCHMARK(BM_Fp16AccFast)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+BENCHMARK(BM_Fp16AccScalar)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 
 }  // namespace
 }  // namespace tensorcheck
@@ -262,16 +245,14 @@ int main(int argc, char** argv) {
   if (!ratios.empty()) {
     std::sort(ratios.begin(), ratios.end());
     const size_t n = ratios.size();
-    const double median =
-        n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    const double median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
     std::printf(
         "cpu:fp32:fused 1024x4096->4096 vs bare cblas_sgemm, %zu alternating "
         "pairs: "
         "ratio backend/bare = %.3f (median of pairs; min/min %.3f: backend "
         "%.1f ms, "
         "bare %.1f ms); target <= 1.1\n",
-        n, median, g_best_backend / g_best_bare, g_best_backend * 1e3,
-        g_best_bare * 1e3);
+        n, median, g_best_backend / g_best_bare, g_best_backend * 1e3, g_best_bare * 1e3);
   }
   if (tensorcheck::g_fp16acc_fast > 0 && tensorcheck::g_fp16acc_scalar > 0) {
     std::printf(
@@ -279,12 +260,10 @@ int main(int argc, char** argv) {
         "speed-up scalar/fast = %.1fx, outputs %s\n",
         tensorcheck::g_fp16acc_fast, tensorcheck::g_fp16acc_scalar,
         tensorcheck::g_fp16acc_scalar / tensorcheck::g_fp16acc_fast,
-        tensorcheck::g_fp16acc_fast_out == tensorcheck::g_fp16acc_scalar_out
-            ? "bitwise identical"
-            : "DIFFER");
+        tensorcheck::g_fp16acc_fast_out == tensorcheck::g_fp16acc_scalar_out ? "bitwise identical"
+                                                                             : "DIFFER");
   } else if (tensorcheck::g_fp16acc_fast > 0) {
-    std::printf("cpu:fp16acc 1921x4096->3072: fast %.2f s\n",
-                tensorcheck::g_fp16acc_fast);
+    std::printf("cpu:fp16acc 1921x4096->3072: fast %.2f s\n", tensorcheck::g_fp16acc_fast);
   }
   return 0;
 }

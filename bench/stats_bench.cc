@@ -6,7 +6,8 @@
 // of several repetitions; the target is Compare >= 0.5 x memcpy. "ratio"
 // is Compare's bandwidth over memcpy's (best times), "med ratio" the same
 // with median times; cpu/wall is process CPU time over wall time (about
-// the number of threads that really ran at once).
+// the number of threads that really ran at once). Compare runs on an
+// Executor of T threads (0: one per core), made once as the server does.
 //
 //   stats_bench [--n=LOG2_ELEMENTS] [--reps=R] [--threads=T]
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "server/core/executor.h"
 #include "server/core/float_formats.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
@@ -41,8 +43,7 @@ struct Timing {
 double ProcessCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         1e-9 * static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 template <typename F>
@@ -70,12 +71,14 @@ int Main(int argc, char** argv) {
   int reps = 7;
   int threads = 0;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--n=", 4) == 0) log2n = std::atoi(argv[i] + 4);
-    else if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::atoi(argv[i] + 7);
-    else if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
+    if (std::strncmp(argv[i], "--n=", 4) == 0)
+      log2n = std::atoi(argv[i] + 4);
+    else if (std::strncmp(argv[i], "--reps=", 7) == 0)
+      reps = std::atoi(argv[i] + 7);
+    else if (std::strncmp(argv[i], "--threads=", 10) == 0)
+      threads = std::atoi(argv[i] + 10);
     else {
-      std::fprintf(stderr, "usage: %s [--n=LOG2] [--reps=R] [--threads=T]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--n=LOG2] [--reps=R] [--threads=T]\n", argv[0]);
       return 2;
     }
   }
@@ -108,16 +111,23 @@ int Main(int argc, char** argv) {
   std::memset(dst_a->raw(), 0, bytes);
   std::memset(dst_e->raw(), 0, bytes);
 
+  auto pool = Executor::Create({threads});
+  if (!pool.ok()) {
+    std::fprintf(stderr, "%s\n", pool.status().ToString().c_str());
+    return 1;
+  }
+  Executor* const executor = pool->get();
+
   CompareOptions opts;
   opts.tolerance = ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32);
   opts.compared_dtype = DType::kFloat32;
   opts.cols = cols;
-  opts.threads = threads;
 
   DiffStats last;
-  auto run_compare = [&](int t) {
+  // On `e`; null: on this thread alone.
+  auto run_compare = [&](Executor* e) {
     CompareOptions o = opts;
-    o.threads = t;
+    o.executor = e;
     auto s = Compare(*actual, *expected, o);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
@@ -136,10 +146,10 @@ int Main(int argc, char** argv) {
 
   // Warm up both, then time them interleaved-free but back to back.
   run_memcpy();
-  run_compare(threads);
+  run_compare(executor);
   const Timing t_memcpy = Time(reps, run_memcpy);
-  const Timing t_compare = Time(reps, [&] { run_compare(threads); });
-  const Timing t_compare1 = Time(reps, [&] { run_compare(1); });
+  const Timing t_compare = Time(reps, [&] { run_compare(executor); });
+  const Timing t_compare1 = Time(reps, [&] { run_compare(nullptr); });
 
   const double in_bytes = 2.0 * static_cast<double>(bytes);
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -152,28 +162,26 @@ int Main(int argc, char** argv) {
     std::fclose(f);
   }
 
-  std::printf("stats_bench: %lld fp32 pairs (%.0f MiB in), %d reps, "
-              "%u hardware threads, load average %.2f\n",
-              static_cast<long long>(n), in_bytes / (1024.0 * 1024.0), reps,
-              hw, load1);
-  std::printf("%-24s %9s %9s %9s %8s %9s %8s\n", "case", "best ms",
-              "median ms", "GiB/s", "ratio", "med ratio", "cpu/wall");
+  std::printf(
+      "stats_bench: %lld fp32 pairs (%.0f MiB in), %d reps, "
+      "%u hardware threads, load average %.2f\n",
+      static_cast<long long>(n), in_bytes / (1024.0 * 1024.0), reps, hw, load1);
+  std::printf("%-24s %9s %9s %9s %8s %9s %8s\n", "case", "best ms", "median ms", "GiB/s", "ratio",
+              "med ratio", "cpu/wall");
   auto row = [&](const char* label, const Timing& t) {
-    std::printf("%-24s %9.2f %9.2f %9.2f %8.2f %9.2f %8.2f\n", label,
-                t.best * 1e3, t.median * 1e3, in_bytes / t.best / gib,
-                t_memcpy.best / t.best, t_memcpy.median / t.median,
+    std::printf("%-24s %9.2f %9.2f %9.2f %8.2f %9.2f %8.2f\n", label, t.best * 1e3, t.median * 1e3,
+                in_bytes / t.best / gib, t_memcpy.best / t.best, t_memcpy.median / t.median,
                 t.cpu_per_wall);
   };
   row("memcpy (baseline)", t_memcpy);
   char label[64];
-  std::snprintf(label, sizeof(label), "Compare threads=%s",
-                threads == 0 ? "auto" : std::to_string(threads).c_str());
+  std::snprintf(label, sizeof(label), "Compare threads=%d%s", executor->size(),
+                threads == 0 ? " (auto)" : "");
   row(label, t_compare);
   row("Compare threads=1", t_compare1);
   std::printf("target: Compare/memcpy >= 0.50 -> %s\n",
               bw_compare / bw_memcpy >= 0.5 ? "met" : "NOT met");
-  std::printf("(check: mismatched=%lld max_ulp=%llu)\n",
-              static_cast<long long>(last.mismatched),
+  std::printf("(check: mismatched=%lld max_ulp=%llu)\n", static_cast<long long>(last.mismatched),
               static_cast<unsigned long long>(last.max_ulp));
   return 0;
 }

@@ -5,14 +5,15 @@
 // SIGINT/SIGTERM: health goes NOT_SERVING, new requests are refused,
 // in-flight ones get --shutdown-grace-seconds to finish, then exit 0. A
 // sticky device error exits 1 so the orchestrator restarts the process.
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 #include <vector>
-#include <atomic>
-#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -24,6 +25,9 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port.");
 ABSL_FLAG(int, max_message_mb, 256, "Largest request or response, in MiB.");
 ABSL_FLAG(int, threads, 0, "Worker threads running requests; 0: one per core.");
+ABSL_FLAG(int, stats_threads, 0,
+          "Threads of the one statistics pool all requests share (a request's worker "
+          "counts as one of them); 0: one per core.");
 ABSL_FLAG(int, max_queue, 64, "Requests waiting for a worker before UNAVAILABLE.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off.");
 ABSL_FLAG(std::string, log_format, "text", "text or json.");
@@ -57,7 +61,8 @@ int Run() {
   const auto level = spdlog::level::from_str(level_name);
   if (level == spdlog::level::off && level_name != "off") {
     std::cerr << "--log-level: trace, debug, info, warn, error, critical or off "
-                 "expected, got '" << level_name << "'\n";
+                 "expected, got '"
+              << level_name << "'\n";
     return 2;
   }
   tensorcheck::ConfigureLogging(format == "json", level);
@@ -72,6 +77,14 @@ int Run() {
   }
   options.engine.limits.max_message_bytes = int64_t{mb} << 20;
   options.workers = absl::GetFlag(FLAGS_threads);
+  // TensorCheckServer::Start sizes the workers and the statistics pool
+  // together (see there).
+  options.engine.stats_threads = absl::GetFlag(FLAGS_stats_threads);
+  if (options.engine.stats_threads < 0) {
+    std::cerr << "--stats-threads: 0 (one per core) or a positive count expected, got "
+              << options.engine.stats_threads << "\n";
+    return 2;
+  }
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.backends.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.backends.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_mb) << 20;
@@ -104,17 +117,17 @@ int Run() {
     return 1;
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
-  tensorcheck::LogEvent(spdlog::level::info, "serving",
-                        {{"version", tensorcheck::kServerVersion},
-                         {"address", (*server)->address()}});
+  tensorcheck::LogEvent(
+      spdlog::level::info, "serving",
+      {{"version", tensorcheck::kServerVersion}, {"address", (*server)->address()}});
 
   std::thread waiter([&] {
     unsigned char sig = 0;
     while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    tensorcheck::LogEvent(spdlog::level::info, "draining",
-                          {{"signal", sig},
-                           {"grace_seconds", absl::GetFlag(FLAGS_shutdown_grace_seconds)}});
+    tensorcheck::LogEvent(
+        spdlog::level::info, "draining",
+        {{"signal", sig}, {"grace_seconds", absl::GetFlag(FLAGS_shutdown_grace_seconds)}});
     (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   });
   (*server)->Wait();
@@ -125,8 +138,7 @@ int Run() {
 
 // Flags are documented with dashes (--max-message-mb); Abseil names them
 // with underscores. Accept both by rewriting the name part of each flag.
-std::vector<char*> NormalizeFlagNames(int argc, char** argv,
-                                      std::vector<std::string>* storage) {
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
   storage->reserve(static_cast<size_t>(argc));
   std::vector<char*> out;
   for (int i = 0; i < argc; ++i) {

@@ -1,10 +1,10 @@
+// The HTML page (declared in html_report.h): summary, ranking and
+// configuration tables, then the charts of html_charts.cc for each
+// comparison.
 #include "client/cli/html_report.h"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,72 +13,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/core/share_format.h"
+#include "client/cli/internal/html_charts.h"
+#include "client/cli/internal/report_format.h"
 #include "proto/dtype_proto.h"
+#include "server/core/share_format.h"
 
 namespace tensorcheck::cli {
+
+using internal::G;
+using internal::G3;
+using internal::HeatmapFigure;
+using internal::HistogramSvg;
+using internal::UlpText;
+
 namespace {
-
-constexpr uint64_t kUlpInfinite = std::numeric_limits<uint64_t>::max();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Palette of the heatmap PNGs: 0 is an exact match, 1..kRampSize a log
-// scale from the smallest to the largest positive difference, then the
-// colour of non-finite differences.
-constexpr int kRampSize = 253;
-constexpr int kNonFiniteIndex = kRampSize + 1;
-
-struct Rgb {
-  int r, g, b;
-};
-constexpr Rgb kZeroColour = {255, 255, 255};
-constexpr Rgb kNonFiniteColour = {37, 99, 235};
-// Pale yellow to near-black red: "more is worse" reads without a legend,
-// and the palest colour is still distinct from the white of exact matches.
-constexpr std::array<std::pair<double, Rgb>, 5> kRampStops = {{
-    {0.0, {255, 230, 140}},
-    {0.3, {254, 170, 70}},
-    {0.55, {240, 59, 32}},
-    {0.8, {170, 0, 38}},
-    {1.0, {50, 0, 25}},
-}};
-
-Rgb RampColour(double t) {
-  t = std::clamp(t, 0.0, 1.0);
-  for (size_t i = 1; i < kRampStops.size(); ++i) {
-    if (t <= kRampStops[i].first) {
-      const auto& [t0, c0] = kRampStops[i - 1];
-      const auto& [t1, c1] = kRampStops[i];
-      const double f = (t - t0) / (t1 - t0);
-      auto mix = [f](int a, int b) { return static_cast<int>(std::lround(a + f * (b - a))); };
-      return {mix(c0.r, c1.r), mix(c0.g, c1.g), mix(c0.b, c1.b)};
-    }
-  }
-  return kRampStops.back().second;
-}
-
-std::string Hex(Rgb c) { return absl::StrFormat("#%02x%02x%02x", c.r, c.g, c.b); }
-
-std::string G(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return absl::StrFormat("%.6g", v);
-}
-
-std::string G3(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return absl::StrFormat("%.3g", v);
-}
-
-std::string UlpText(uint64_t v) { return v == kUlpInfinite ? "inf" : absl::StrCat(v); }
-
-std::string BucketLabel(const pb::UlpBucket& b) {
-  if (b.lo() == kUlpInfinite) return "inf";
-  if (b.hi() == kUlpInfinite) return absl::StrCat(b.lo(), "+");
-  if (b.lo() == b.hi()) return absl::StrCat(b.lo());
-  return absl::StrCat(b.lo(), "-", b.hi());
-}
 
 template <typename Repeated>
 std::string IndexText(const Repeated& idx) {
@@ -91,21 +39,6 @@ std::string CodeList(const Repeated& items) {
   for (const std::string& s : items)
     parts.push_back(absl::StrCat("<code>", HtmlEscape(s), "</code>"));
   return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
-}
-
-void AppendBigEndian32(std::string* out, uint32_t v) {
-  out->push_back(static_cast<char>((v >> 24) & 0xff));
-  out->push_back(static_cast<char>((v >> 16) & 0xff));
-  out->push_back(static_cast<char>((v >> 8) & 0xff));
-  out->push_back(static_cast<char>(v & 0xff));
-}
-
-void AppendPngChunk(std::string* out, const char type[4], absl::string_view data) {
-  AppendBigEndian32(out, static_cast<uint32_t>(data.size()));
-  std::string body(type, 4);
-  body.append(data.data(), data.size());
-  out->append(body);
-  AppendBigEndian32(out, Crc32(body));
 }
 
 // A returned output widened to doubles, or why it cannot be.
@@ -133,237 +66,6 @@ const pb::ConfigResult* FindResult(const pb::VerifyResponse& r, const std::strin
     if (c.config() == config) return &c;
   }
   return nullptr;
-}
-
-// ---------------------------------------------------------------- SVG
-
-// The ULP histogram as a bar chart. Bar heights are log(1 + count) so a
-// bucket of a few elements next to one of millions stays visible; every
-// bar carries its exact count.
-std::string HistogramSvg(const pb::Stats& s, const std::string& title) {
-  std::string out =
-      absl::StrCat("<figure class=\"chart\"><figcaption>", HtmlEscape(title), "</figcaption>\n");
-  if (s.ulp_histogram_size() == 0) {
-    return out + "<p class=\"note\">No ULP histogram in the response.</p></figure>\n";
-  }
-  const int n = s.ulp_histogram_size();
-  int64_t max_count = 0;
-  for (const pb::UlpBucket& b : s.ulp_histogram()) max_count = std::max(max_count, b.count());
-  size_t longest = 0;
-  for (const pb::UlpBucket& b : s.ulp_histogram())
-    longest = std::max(longest, BucketLabel(b).size());
-  // Labels wider than a bar are turned 45 degrees (6 px a character).
-  const bool rotate = longest > 6;
-  const int bar_w = 44;
-  const int left = 16, top = 24, plot_h = 180;
-  const int bottom = rotate ? static_cast<int>(30 + 4.5 * static_cast<double>(longest)) : 40;
-  const int width = left * 2 + n * bar_w;
-  const int height = top + plot_h + bottom;
-  absl::StrAppend(&out, "<svg class=\"hist\" width=\"", width, "\" height=\"", height,
-                  "\" viewBox=\"0 0 ", width, " ", height, "\" role=\"img\" aria-label=\"",
-                  HtmlEscape(title), "\">\n");
-  absl::StrAppend(&out, "<line x1=\"", left, "\" y1=\"", top + plot_h, "\" x2=\"", width - left,
-                  "\" y2=\"", top + plot_h, "\" stroke=\"#555\"/>\n");
-  const double denom = std::log1p(static_cast<double>(std::max<int64_t>(max_count, 1)));
-  for (int i = 0; i < n; ++i) {
-    const pb::UlpBucket& b = s.ulp_histogram(i);
-    const double frac = b.count() <= 0 ? 0.0 : std::log1p(static_cast<double>(b.count())) / denom;
-    const double h = std::max(frac * plot_h, b.count() > 0 ? 1.0 : 0.0);
-    const double x = left + i * bar_w + 4;
-    const double y = top + plot_h - h;
-    const std::string label = BucketLabel(b);
-    absl::StrAppend(&out, "<rect class=\"bar\" x=\"", x, "\" y=\"", absl::StrFormat("%.1f", y),
-                    "\" width=\"", bar_w - 8, "\" height=\"", absl::StrFormat("%.1f", h),
-                    "\"><title>", HtmlEscape(label), " ulp: ", b.count(), " (",
-                    FormatShare(b.count(), s.total()), ")</title></rect>\n");
-    absl::StrAppend(&out, "<text class=\"count\" x=\"", x + (bar_w - 8) / 2.0, "\" y=\"",
-                    absl::StrFormat("%.1f", y - 4), "\" text-anchor=\"middle\">", b.count(),
-                    "</text>\n");
-    const double lx = x + (bar_w - 8) / 2.0;
-    const int ly = top + plot_h + 14;
-    if (rotate) {
-      absl::StrAppend(&out, "<text class=\"bucket\" x=\"", lx, "\" y=\"", ly,
-                      "\" text-anchor=\"end\" transform=\"rotate(-45 ", lx, " ", ly, ")\">",
-                      HtmlEscape(label), "</text>\n");
-    } else {
-      absl::StrAppend(&out, "<text class=\"bucket\" x=\"", lx, "\" y=\"", ly,
-                      "\" text-anchor=\"middle\">", HtmlEscape(label), "</text>\n");
-    }
-  }
-  absl::StrAppend(&out, "<text class=\"axis\" x=\"", width - left, "\" y=\"", height - 4,
-                  "\" text-anchor=\"end\">ULP distance (bar height: log scale)</text>\n");
-  out += "</svg>\n";
-  absl::StrAppend(&out, "<p class=\"note\">", s.total(), " elements, max ", UlpText(s.max_ulp()),
-                  " ulp, mean ", G(s.mean_ulp()), " ulp, bitwise-equal ",
-                  FormatShare(s.bitwise_equal_count(), s.total()), ".</p></figure>\n");
-  return out;
-}
-
-struct ColourScale {
-  double min_positive = 0;  // 0 when no cell is positive and finite
-  double max_finite = 0;
-  bool any_non_finite = false;
-};
-
-ColourScale ScaleOf(const AbsDiffGrid& g) {
-  ColourScale s;
-  double lo = kInf;
-  for (double v : g.cells) {
-    if (std::isinf(v)) {
-      s.any_non_finite = true;
-    } else if (v > 0) {
-      lo = std::min(lo, v);
-      s.max_finite = std::max(s.max_finite, v);
-    }
-  }
-  s.min_positive = std::isinf(lo) ? 0 : lo;
-  return s;
-}
-
-uint8_t PaletteIndex(double v, const ColourScale& s) {
-  if (std::isinf(v)) return kNonFiniteIndex;
-  if (!(v > 0)) return 0;
-  const double llo = std::log10(s.min_positive);
-  const double lhi = std::log10(s.max_finite);
-  const double t = lhi > llo ? (std::log10(v) - llo) / (lhi - llo) : 1.0;
-  return static_cast<uint8_t>(1 + std::lround(std::clamp(t, 0.0, 1.0) * (kRampSize - 1)));
-}
-
-std::string HeatmapPalette() {
-  std::string p;
-  auto add = [&p](Rgb c) {
-    p.push_back(static_cast<char>(c.r));
-    p.push_back(static_cast<char>(c.g));
-    p.push_back(static_cast<char>(c.b));
-  };
-  add(kZeroColour);
-  for (int i = 0; i < kRampSize; ++i) add(RampColour(static_cast<double>(i) / (kRampSize - 1)));
-  add(kNonFiniteColour);
-  return p;
-}
-
-// The log colour scale: a gradient bar labelled with the minimum and
-// maximum positive differences and the powers of ten in between, plus the
-// swatches of exact matches and non-finite differences.
-std::string LegendSvg(const ColourScale& s, int id) {
-  const int bar_w = 320, left = 8, width = 560, height = 58;
-  std::string out = absl::StrCat("<svg class=\"legend\" width=\"", width, "\" height=\"", height,
-                                 "\" viewBox=\"0 0 ", width, " ", height,
-                                 "\" role=\"img\" aria-label=\"colour scale\">\n");
-  absl::StrAppend(&out, "<defs><linearGradient id=\"ramp", id, "\">");
-  for (const auto& [t, c] : kRampStops) {
-    absl::StrAppend(&out, "<stop offset=\"", t, "\" stop-color=\"", Hex(c), "\"/>");
-  }
-  out += "</linearGradient></defs>\n";
-  int x = left;
-  if (s.max_finite > 0) {
-    absl::StrAppend(&out, "<rect x=\"", x, "\" y=\"4\" width=\"", bar_w,
-                    "\" height=\"16\" fill=\"url(#ramp", id, ")\" stroke=\"#888\"/>\n");
-    const double llo = std::log10(s.min_positive), lhi = std::log10(s.max_finite);
-    auto pos = [&](double lv) {
-      return lhi > llo ? x + (lv - llo) / (lhi - llo) * bar_w : x + bar_w;
-    };
-    // Powers of ten strictly inside the range, thinned to at most 6, on
-    // the line under the bar; min and max on the line below that.
-    const int e0 = static_cast<int>(std::ceil(llo)), e1 = static_cast<int>(std::floor(lhi));
-    const int step = std::max(1, (e1 - e0 + 1 + 5) / 6);
-    for (int e = e0; e <= e1; e += step) {
-      const double px = pos(e);
-      if (px - x < 12 || x + bar_w - px < 12) continue;  // the ends carry min/max
-      absl::StrAppend(&out, "<line x1=\"", px, "\" y1=\"20\" x2=\"", px,
-                      "\" y2=\"25\" stroke=\"#555\"/><text class=\"tick\" x=\"", px,
-                      "\" y=\"35\" text-anchor=\"middle\">1e", e, "</text>\n");
-    }
-    absl::StrAppend(&out, "<text class=\"tick\" x=\"", x, "\" y=\"51\">min ", G3(s.min_positive),
-                    "</text>\n");
-    absl::StrAppend(&out, "<text class=\"tick\" x=\"", x + bar_w / 2,
-                    "\" y=\"51\" text-anchor=\"middle\">|difference|, log scale</text>\n");
-    absl::StrAppend(&out, "<text class=\"tick\" x=\"", x + bar_w,
-                    "\" y=\"51\" text-anchor=\"end\">max ", G3(s.max_finite), "</text>\n");
-    x += bar_w + 16;
-  }
-  absl::StrAppend(&out, "<rect x=\"", x, "\" y=\"4\" width=\"16\" height=\"16\" fill=\"",
-                  Hex(kZeroColour), "\" stroke=\"#888\"/><text class=\"tick\" x=\"", x + 22,
-                  "\" y=\"16\">0 (equal)</text>\n");
-  if (s.any_non_finite) {
-    absl::StrAppend(&out, "<rect x=\"", x, "\" y=\"28\" width=\"16\" height=\"16\" fill=\"",
-                    Hex(kNonFiniteColour), "\" stroke=\"#888\"/><text class=\"tick\" x=\"", x + 22,
-                    "\" y=\"40\">non-finite (NaN/inf mismatch)</text>\n");
-  }
-  out += "</svg>\n";
-  return out;
-}
-
-std::string HeatmapFigure(const AbsDiffGrid& g, const std::string& title, int id) {
-  const ColourScale scale = ScaleOf(g);
-  std::string indices(static_cast<size_t>(g.grid_rows * g.grid_cols), '\0');
-  for (size_t i = 0; i < g.cells.size(); ++i) {
-    indices[i] = static_cast<char>(PaletteIndex(g.cells[i], scale));
-  }
-  const std::string png = EncodePalettePng(g.grid_cols, g.grid_rows, indices, HeatmapPalette());
-  // The box keeps the matrix's aspect ratio, within [48, 640] pixels a side.
-  constexpr double kBox = 640, kMinSide = 48;
-  double w = kBox, h = kBox;
-  if (g.rows >= g.cols) {
-    w = std::max(kMinSide, kBox * static_cast<double>(g.cols) / static_cast<double>(g.rows));
-  } else {
-    h = std::max(kMinSide, kBox * static_cast<double>(g.rows) / static_cast<double>(g.cols));
-  }
-  const int left = 70, top = 22;
-  const double width = left + w + 10, height = top + h + 8;
-  std::string out =
-      absl::StrCat("<figure class=\"heatmap\"><figcaption>", HtmlEscape(title), "</figcaption>\n");
-  absl::StrAppend(&out, "<svg width=\"", width, "\" height=\"", height, "\" viewBox=\"0 0 ", width,
-                  " ", height, "\" role=\"img\" aria-label=\"", HtmlEscape(title), "\">\n");
-  absl::StrAppend(&out, "<image x=\"", left, "\" y=\"", top, "\" width=\"", w, "\" height=\"", h,
-                  "\" preserveAspectRatio=\"none\" style=\"image-rendering:pixelated\" "
-                  "href=\"data:image/png;base64,",
-                  Base64(png), "\"/>\n");
-  absl::StrAppend(&out, "<rect x=\"", left, "\" y=\"", top, "\" width=\"", w, "\" height=\"", h,
-                  "\" fill=\"none\" stroke=\"#888\"/>\n");
-  absl::StrAppend(&out, "<text class=\"tick\" x=\"", left - 4, "\" y=\"", top + 10,
-                  "\" text-anchor=\"end\">row 0</text>\n");
-  absl::StrAppend(&out, "<text class=\"tick\" x=\"", left - 4, "\" y=\"", top + h,
-                  "\" text-anchor=\"end\">row ", g.rows - 1, "</text>\n");
-  absl::StrAppend(&out, "<text class=\"tick\" x=\"", left, "\" y=\"", top - 6, "\">col 0</text>\n");
-  absl::StrAppend(&out, "<text class=\"tick\" x=\"", left + w, "\" y=\"", top - 6,
-                  "\" text-anchor=\"end\">col ", g.cols - 1, "</text>\n");
-  // Ring the largest cell: at 512 cells in 640 px, one bad element is a
-  // single pixel, visible but easy to miss.
-  const auto largest = std::max_element(g.cells.begin(), g.cells.end());
-  std::string largest_text;
-  if (largest != g.cells.end() && *largest > 0) {
-    const int64_t k = largest - g.cells.begin();
-    const int64_t cr = k / g.grid_cols, cc = k % g.grid_cols;
-    const auto [r0, r1] = CellSourceRange(cr, g.rows, g.grid_rows);
-    const auto [c0, c1] = CellSourceRange(cc, g.cols, g.grid_cols);
-    auto range = [](int64_t a, int64_t b) {
-      return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b);
-    };
-    largest_text = absl::StrCat("Largest |difference| ", G(*largest), " in rows ", range(r0, r1),
-                                ", columns ", range(c0, c1), " (ringed).");
-    const double cx = left + (static_cast<double>(cc) + 0.5) * w / static_cast<double>(g.grid_cols);
-    const double cy = top + (static_cast<double>(cr) + 0.5) * h / static_cast<double>(g.grid_rows);
-    const double radius = std::max(7.0, 0.75 * std::max(w / static_cast<double>(g.grid_cols),
-                                                        h / static_cast<double>(g.grid_rows)));
-    absl::StrAppend(&out, "<circle class=\"largest\" cx=\"", absl::StrFormat("%.1f", cx),
-                    "\" cy=\"", absl::StrFormat("%.1f", cy), "\" r=\"",
-                    absl::StrFormat("%.1f", radius),
-                    "\" fill=\"none\" stroke=\"#2563eb\" stroke-width=\"2\"><title>",
-                    HtmlEscape(largest_text), "</title></circle>\n");
-  }
-  out += "</svg>\n";
-  out += LegendSvg(scale, id);
-  const int64_t per_r = (g.rows + g.grid_rows - 1) / std::max<int64_t>(g.grid_rows, 1);
-  const int64_t per_c = (g.cols + g.grid_cols - 1) / std::max<int64_t>(g.grid_cols, 1);
-  absl::StrAppend(&out, "<p class=\"note\">Output viewed as ", g.rows, " &times; ", g.cols,
-                  " (rows: leading dimensions flattened; columns: N), shown as ", g.grid_rows,
-                  " &times; ", g.grid_cols, " cells");
-  if (per_r * per_c > 1) {
-    absl::StrAppend(&out, ", each the maximum over up to ", per_r, " &times; ", per_c, " elements");
-  }
-  absl::StrAppend(&out, ". ", largest_text, "</p></figure>\n");
-  return out;
 }
 
 constexpr const char kCss[] = R"(
@@ -418,178 +120,7 @@ struct Comparison {
 
 }  // namespace
 
-// ---------------------------------------------------------------- public
-
-int64_t GridIndex(int64_t i, int64_t n, int64_t grid_n) {
-  if (n <= 0 || i <= 0) return 0;
-  if (grid_n <= std::numeric_limits<int64_t>::max() / i) return i * grid_n / n;
-  // Beyond 63 bits (never for a real output): quotient and remainder parts.
-  return (i / n) * grid_n +
-         static_cast<int64_t>(static_cast<long double>(i % n) * static_cast<long double>(grid_n) /
-                              static_cast<long double>(n));
-}
-
-std::pair<int64_t, int64_t> CellSourceRange(int64_t cell, int64_t n, int64_t grid_n) {
-  // The first i with floor(i * grid_n / n) >= cell is ceil(cell * n / grid_n).
-  auto first = [n, grid_n](int64_t c) { return (c * n + grid_n - 1) / grid_n; };
-  return {first(cell), std::min(n, first(cell + 1)) - 1};
-}
-
-absl::StatusOr<AbsDiffGrid> MaxPoolAbsDiff(absl::Span<const double> a, absl::Span<const double> b,
-                                           int64_t rows, int64_t cols, int64_t max_cells) {
-  if (max_cells < 1) return absl::InvalidArgumentError("max_cells must be at least 1");
-  if (rows < 0 || cols < 0) return absl::InvalidArgumentError("negative matrix size");
-  const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
-  if (a.size() != n || b.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", rows, " x ", cols, " matrix needs ", n,
-                                                   " values; got ", a.size(), " and ", b.size()));
-  }
-  AbsDiffGrid g;
-  g.rows = rows;
-  g.cols = cols;
-  g.grid_rows = std::min(rows, max_cells);
-  g.grid_cols = std::min(cols, max_cells);
-  g.cells.assign(static_cast<size_t>(g.grid_rows * g.grid_cols), 0.0);
-  std::vector<int64_t> col_cell(static_cast<size_t>(cols));
-  for (int64_t j = 0; j < cols; ++j)
-    col_cell[static_cast<size_t>(j)] = GridIndex(j, cols, g.grid_cols);
-  for (int64_t i = 0; i < rows; ++i) {
-    double* cell_row = g.cells.data() + GridIndex(i, rows, g.grid_rows) * g.grid_cols;
-    const double* pa = a.data() + i * cols;
-    const double* pb = b.data() + i * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const double x = pa[j], y = pb[j];
-      double d;
-      if (std::isnan(x) || std::isnan(y)) {
-        d = std::isnan(x) && std::isnan(y) ? 0.0 : kInf;
-      } else if (x == y) {
-        d = 0.0;
-      } else {
-        d = std::fabs(x - y);  // inf when one side is infinite, or on overflow
-      }
-      double& c = cell_row[col_cell[static_cast<size_t>(j)]];
-      if (d > c) c = d;
-    }
-  }
-  return g;
-}
-
-std::pair<int64_t, int64_t> MatrixView(absl::Span<const int64_t> shape) {
-  if (shape.empty()) return {1, 1};
-  int64_t m = 1;
-  for (size_t i = 0; i + 1 < shape.size(); ++i) m *= shape[i];
-  return {m, shape.back()};
-}
-
 std::string HtmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/false); }
-
-uint32_t Crc32(absl::string_view data) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t n = 0; n < 256; ++n) {
-      uint32_t c = n;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[n] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xffffffffu;
-  for (char ch : data) c = table[(c ^ static_cast<unsigned char>(ch)) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
-}
-
-uint32_t Adler32(absl::string_view data) {
-  constexpr uint32_t kMod = 65521;
-  uint32_t a = 1, b = 0;
-  // 5552 is the most bytes before b can overflow 32 bits (zlib's NMAX).
-  size_t i = 0;
-  while (i < data.size()) {
-    const size_t end = std::min(data.size(), i + 5552);
-    for (; i < end; ++i) {
-      a += static_cast<unsigned char>(data[i]);
-      b += a;
-    }
-    a %= kMod;
-    b %= kMod;
-  }
-  return (b << 16) | a;
-}
-
-std::string ZlibStored(absl::string_view data) {
-  constexpr size_t kMaxBlock = 65535;
-  std::string out;
-  out.reserve(data.size() + data.size() / kMaxBlock * 5 + 16);
-  // CMF 0x78 (deflate, 32K window), FLG 0x01: 0x7801 is a multiple of 31.
-  out.push_back(static_cast<char>(0x78));
-  out.push_back(static_cast<char>(0x01));
-  size_t pos = 0;
-  do {
-    const size_t len = std::min(kMaxBlock, data.size() - pos);
-    const bool last = pos + len == data.size();
-    out.push_back(static_cast<char>(last ? 1 : 0));  // BFINAL, BTYPE 00 (stored)
-    const uint16_t l = static_cast<uint16_t>(len), nl = static_cast<uint16_t>(~l);
-    out.push_back(static_cast<char>(l & 0xff));
-    out.push_back(static_cast<char>(l >> 8));
-    out.push_back(static_cast<char>(nl & 0xff));
-    out.push_back(static_cast<char>(nl >> 8));
-    out.append(data.data() + pos, len);
-    pos += len;
-  } while (pos < data.size());
-  AppendBigEndian32(&out, Adler32(data));
-  return out;
-}
-
-std::string EncodePalettePng(int64_t width, int64_t height, absl::string_view indices,
-                             absl::string_view palette) {
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  std::string ihdr;
-  AppendBigEndian32(&ihdr, static_cast<uint32_t>(width));
-  AppendBigEndian32(&ihdr, static_cast<uint32_t>(height));
-  ihdr +=
-      std::string("\x08\x03\x00\x00\x00", 5);  // 8-bit, palette, deflate, filter 0, no interlace
-  AppendPngChunk(&png, "IHDR", ihdr);
-  AppendPngChunk(&png, "PLTE", palette);
-  std::string raw;
-  raw.reserve(static_cast<size_t>(height * (width + 1)));
-  for (int64_t y = 0; y < height; ++y) {
-    raw.push_back('\0');  // filter: none
-    raw.append(indices.data() + y * width, static_cast<size_t>(width));
-  }
-  AppendPngChunk(&png, "IDAT", ZlibStored(raw));
-  AppendPngChunk(&png, "IEND", "");
-  return png;
-}
-
-std::string Base64(absl::string_view data) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  size_t i = 0;
-  auto byte = [&data](size_t k) {
-    return static_cast<uint32_t>(static_cast<unsigned char>(data[k]));
-  };
-  for (; i + 3 <= data.size(); i += 3) {
-    const uint32_t v = byte(i) << 16 | byte(i + 1) << 8 | byte(i + 2);
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-    out.push_back(kAlphabet[(v >> 6) & 63]);
-    out.push_back(kAlphabet[v & 63]);
-  }
-  if (i + 1 == data.size()) {
-    const uint32_t v = byte(i) << 16;
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-    out += "==";
-  } else if (i + 2 == data.size()) {
-    const uint32_t v = byte(i) << 16 | byte(i + 1) << 8;
-    out.push_back(kAlphabet[(v >> 18) & 63]);
-    out.push_back(kAlphabet[(v >> 12) & 63]);
-    out.push_back(kAlphabet[(v >> 6) & 63]);
-    out.push_back('=');
-  }
-  return out;
-}
 
 std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                        const Tensor* observed, const HtmlOptions& options) {

@@ -13,7 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck::cli {
 namespace {

@@ -64,8 +64,7 @@ struct Outcome {
 //   tolerance of the reference;
 // - diagnose: "diagnosis" (fails when no candidate explains the observed
 //   output), then each candidate, informational.
-std::vector<Outcome> Outcomes(const pb::VerifyResponse& r,
-                              const ReportContext& ctx);
+std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& ctx);
 
 // Exit status of a successful RPC: 0 pass, 1 parity failure (verify: the
 // verdict is fail; diagnose: no candidate explains the observed output),
@@ -90,11 +89,9 @@ std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx);
 
 // GitHub Actions workflow commands: `::error` for each failed Outcome and
 // one `::notice` (or `::error`) with the overall result.
-std::string FormatGithubAnnotations(const pb::VerifyResponse& r,
-                                    const ReportContext& ctx);
+std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportContext& ctx);
 // Markdown for $GITHUB_STEP_SUMMARY.
-std::string FormatGithubSummary(const pb::VerifyResponse& r,
-                                const ReportContext& ctx);
+std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx);
 
 // Escaping, exposed for tests.
 // XML/HTML text and attribute values: & < > " '; control characters XML

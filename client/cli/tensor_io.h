@@ -51,33 +51,28 @@ struct TensorReadOptions {
 // Reads a CLI tensor argument: `path.npy` or `path.safetensors:TENSOR`.
 // `path.safetensors` without a tensor name is an error that lists the
 // tensors the file holds.
-absl::StatusOr<Tensor> ReadTensorArg(absl::string_view arg,
-                                     const TensorReadOptions& options = {});
+absl::StatusOr<Tensor> ReadTensorArg(absl::string_view arg, const TensorReadOptions& options = {});
 
 // Reads a `.npy` file.
-absl::StatusOr<Tensor> ReadNpyFile(const std::string& path,
-                                   const TensorReadOptions& options = {});
+absl::StatusOr<Tensor> ReadNpyFile(const std::string& path, const TensorReadOptions& options = {});
 
 // Reads one tensor of a `.safetensors` file. Only the header and that
 // tensor's bytes are read; every entry of the header is still validated
 // (offsets in range, no overlaps, sizes that match dtype and shape).
-absl::StatusOr<Tensor> ReadSafetensorsFile(const std::string& path,
-                                           absl::string_view tensor_name,
+absl::StatusOr<Tensor> ReadSafetensorsFile(const std::string& path, absl::string_view tensor_name,
                                            const TensorReadOptions& options = {});
 
 // The same parsers over bytes in memory. `file_name` only labels messages.
-absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes,
-                                absl::string_view file_name,
+absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view file_name,
                                 const TensorReadOptions& options = {});
-absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes,
-                                        absl::string_view tensor_name,
+absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes, absl::string_view tensor_name,
                                         absl::string_view file_name,
                                         const TensorReadOptions& options = {});
 
 // Names of the tensors in a safetensors header (without `__metadata__`),
 // sorted. Used to list what is available.
-absl::StatusOr<std::vector<std::string>> ListSafetensors(
-    const std::string& path, const TensorReadOptions& options = {});
+absl::StatusOr<std::vector<std::string>> ListSafetensors(const std::string& path,
+                                                         const TensorReadOptions& options = {});
 
 // How a bfloat16 tensor is written to `.npy`, which has no bfloat16 dtype.
 enum class Bf16NpyEncoding {
@@ -91,8 +86,7 @@ enum class Bf16NpyEncoding {
 
 // Serialises `t` as a `.npy` format v1.0 file (little-endian, C order,
 // header padded to 64 bytes).
-std::string EncodeNpy(const Tensor& t,
-                      Bf16NpyEncoding bf16 = Bf16NpyEncoding::kFloat32);
+std::string EncodeNpy(const Tensor& t, Bf16NpyEncoding bf16 = Bf16NpyEncoding::kFloat32);
 
 // Writes EncodeNpy(t) to `path` (replacing it).
 absl::Status WriteNpyFile(const std::string& path, const Tensor& t,

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck::cli {
 namespace {
@@ -45,8 +45,8 @@ std::string Npy(int major, const std::string& header, const std::string& data) {
 
 std::string Dict(const std::string& descr, const std::string& shape,
                  const std::string& fortran = "False") {
-  return "{'descr': '" + descr + "', 'fortran_order': " + fortran +
-         ", 'shape': " + shape + ", }    \n";
+  return "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape +
+         ", }    \n";
 }
 
 template <typename T>
@@ -142,8 +142,10 @@ TEST(TensorIo, NpyWriterWidensBf16ToFloat32ByDefault) {
   auto src = FromDoubles(DType::kBFloat16, {3}, kValues);
   ASSERT_THAT(src, IsOk());
   const std::string bytes = EncodeNpy(*src);
-  EXPECT_EQ((10 + (static_cast<unsigned char>(bytes[8]) |
-                   static_cast<unsigned char>(bytes[9]) << 8)) % 64, 0u);
+  EXPECT_EQ(
+      (10 + (static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8)) %
+          64,
+      0u);
   EXPECT_THAT(bytes, HasSubstr("'descr': '<f4'"));
   EXPECT_THAT(bytes, HasSubstr("'shape': (3,)"));
   auto back = ParseNpy(bytes, "w.npy");
@@ -182,31 +184,31 @@ TEST(TensorIo, NpyHeaderLengthPastEndOfFileIsRejected) {
   std::string b("\x93NUMPY\x01\x00", 8);
   b += Le(0xffff, 2);
   b += "{'descr': '<f8'";
-  EXPECT_THAT(ParseNpy(b, "x.npy"),
-              StatusIs(kInvalid, HasSubstr("runs past the end")));
+  EXPECT_THAT(ParseNpy(b, "x.npy"), StatusIs(kInvalid, HasSubstr("runs past the end")));
   std::string v2("\x93NUMPY\x02\x00", 8);
   v2 += Le(0xfffffff0u, 4);
   v2 += "{}";
-  EXPECT_THAT(ParseNpy(v2, "x.npy"),
-              StatusIs(kInvalid, HasSubstr("runs past the end")));
+  EXPECT_THAT(ParseNpy(v2, "x.npy"), StatusIs(kInvalid, HasSubstr("runs past the end")));
 }
 
 TEST(TensorIo, NpyNonDictHeaderIsRejected) {
   EXPECT_THAT(ParseNpy(Npy(1, "['<f8', False, (3,)]\n", Raw(kValues)), "x.npy"),
               StatusIs(kInvalid, HasSubstr("dict")));
-  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,)\n",
-                           Raw(kValues)),
-                       "x.npy"),
-              StatusIs(kInvalid, HasSubstr("unparseable")));
+  EXPECT_THAT(
+      ParseNpy(Npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,)\n", Raw(kValues)),
+               "x.npy"),
+      StatusIs(kInvalid, HasSubstr("unparseable")));
   EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'shape': (3,)}\n", Raw(kValues)), "x.npy"),
               StatusIs(kInvalid, HasSubstr("'fortran_order'")));
-  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, "
-                              "'shape': (3,)}\n",
+  EXPECT_THAT(ParseNpy(Npy(1,
+                           "{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, "
+                           "'shape': (3,)}\n",
                            Raw(kValues)),
                        "x.npy"),
               StatusIs(kInvalid, HasSubstr("twice")));
-  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), "
-                              "'extra': 1}\n",
+  EXPECT_THAT(ParseNpy(Npy(1,
+                           "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), "
+                           "'extra': 1}\n",
                            Raw(kValues)),
                        "x.npy"),
               StatusIs(kInvalid, HasSubstr("'extra'")));
@@ -215,9 +217,9 @@ TEST(TensorIo, NpyNonDictHeaderIsRejected) {
 }
 
 TEST(TensorIo, NpyBigEndianIsRejected) {
-  EXPECT_THAT(ParseNpy(Npy(1, Dict(">f4", "(3,)"), std::string(12, '\0')), "be.npy"),
-              StatusIs(kInvalid, AllOf(HasSubstr("be.npy"), HasSubstr("big-endian"),
-                                       HasSubstr("'>f4'"))));
+  EXPECT_THAT(
+      ParseNpy(Npy(1, Dict(">f4", "(3,)"), std::string(12, '\0')), "be.npy"),
+      StatusIs(kInvalid, AllOf(HasSubstr("be.npy"), HasSubstr("big-endian"), HasSubstr("'>f4'"))));
 }
 
 TEST(TensorIo, NpyObjectDTypeIsRejected) {
@@ -230,8 +232,9 @@ TEST(TensorIo, NpyUnsupportedDTypeIsRejected) {
               StatusIs(kInvalid, AllOf(HasSubstr("unsupported dtype"), HasSubstr("'<i4'"))));
   EXPECT_THAT(ParseNpy(Npy(1, Dict("|u1", "(3,)"), std::string(3, '\0')), "u.npy"),
               StatusIs(kInvalid, HasSubstr("'|u1'")));
-  EXPECT_THAT(ParseNpy(Npy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, "
-                              "'shape': (3,)}\n",
+  EXPECT_THAT(ParseNpy(Npy(1,
+                           "{'descr': [('a', '<f4')], 'fortran_order': False, "
+                           "'shape': (3,)}\n",
                            std::string(12, '\0')),
                        "s.npy"),
               StatusIs(kInvalid, HasSubstr("structured")));
@@ -243,8 +246,7 @@ TEST(TensorIo, NpyUint16WithoutBf16OptionIsRejected) {
 }
 
 TEST(TensorIo, NpyDTypeOtherThanExpectedIsRejected) {
-  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f4", "(3,)"), std::string(12, '\0')), "b.npy",
-                       ExpectBf16()),
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f4", "(3,)"), std::string(12, '\0')), "b.npy", ExpectBf16()),
               StatusIs(kInvalid, AllOf(HasSubstr("bfloat16 expected"), HasSubstr("'<f4'"))));
 }
 
@@ -263,8 +265,7 @@ TEST(TensorIo, NpyOverflowingShapeIsRejected) {
               StatusIs(kInvalid, HasSubstr("int64")));
   EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(4294967296, 4294967296)"), ""), "o.npy"),
               StatusIs(kInvalid, HasSubstr("overflows")));
-  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(1, 1, 1, 1, 1, 1, 1, 1, 1)"), Raw(kValues)),
-                       "r.npy"),
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(1, 1, 1, 1, 1, 1, 1, 1, 1)"), Raw(kValues)), "r.npy"),
               StatusIs(kInvalid, HasSubstr("rank")));
 }
 
@@ -275,9 +276,9 @@ TEST(TensorIo, NpyHugeShapeOverSmallFileFailsWithoutAllocating) {
 }
 
 TEST(TensorIo, NpyShortDataIsRejected) {
-  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f8", "(4,)"), Raw(kValues)), "s.npy"),
-              StatusIs(kInvalid, AllOf(HasSubstr("32 bytes of data expected"),
-                                       HasSubstr("found 24"))));
+  EXPECT_THAT(
+      ParseNpy(Npy(1, Dict("<f8", "(4,)"), Raw(kValues)), "s.npy"),
+      StatusIs(kInvalid, AllOf(HasSubstr("32 bytes of data expected"), HasSubstr("found 24"))));
 }
 
 TEST(TensorIo, NpyTrailingDataIsRejected) {
@@ -299,9 +300,7 @@ const std::string kTwoTensors =
     R"( "w": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]},)"
     R"( "b": {"dtype": "F16", "shape": [3], "data_offsets": [12, 18]}})";
 
-std::string TwoTensorData() {
-  return Raw(std::vector<float>{1.0f, -2.5f, 0.5f}) + Raw(kF16Bits);
-}
+std::string TwoTensorData() { return Raw(std::vector<float>{1.0f, -2.5f, 0.5f}) + Raw(kF16Bits); }
 
 TEST(TensorIo, SafetensorsEveryDTypeReadsBackItsValues) {
   struct Case {
@@ -317,9 +316,9 @@ TEST(TensorIo, SafetensorsEveryDTypeReadsBackItsValues) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.dtype);
-    const std::string json = absl::StrCat(R"({"t": {"dtype": ")", c.dtype,
-                                          R"(", "shape": [3, 1], "data_offsets": [0, )",
-                                          c.data.size(), "]}}");
+    const std::string json =
+        absl::StrCat(R"({"t": {"dtype": ")", c.dtype, R"(", "shape": [3, 1], "data_offsets": [0, )",
+                     c.data.size(), "]}}");
     auto t = ParseSafetensors(St(json, c.data), "t", "m.safetensors");
     ASSERT_THAT(t, IsOk());
     EXPECT_EQ(t->dtype(), c.want);
@@ -395,12 +394,10 @@ TEST(TensorIo, SafetensorsSizeNotMatchingShapeIsRejected) {
 }
 
 TEST(TensorIo, SafetensorsOverlappingOffsetsAreRejected) {
-  const std::string json =
-      R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
-      R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
+  const std::string json = R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
+                           R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
   EXPECT_THAT(ParseSafetensors(St(json, std::string(16, '\0')), "w", "m.safetensors"),
-              StatusIs(kInvalid, AllOf(HasSubstr("overlap"), HasSubstr("'w'"),
-                                       HasSubstr("'b'"))));
+              StatusIs(kInvalid, AllOf(HasSubstr("overlap"), HasSubstr("'w'"), HasSubstr("'b'"))));
 }
 
 TEST(TensorIo, SafetensorsNegativeOrNonIntegerShapeIsRejected) {

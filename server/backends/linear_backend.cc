@@ -11,10 +11,9 @@ namespace tensorcheck {
 absl::Status LinearBackend::Supports(const Config& config, DType storage) const {
   const auto p = precisions();
   if (std::find(p.begin(), p.end(), config.precision) == p.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
-                     "' does not run precision ", PrecisionName(config.precision),
-                     " on this host"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "configuration ", config.ToString(), ": backend '", name(), "' does not run precision ",
+        PrecisionName(config.precision), " on this host"));
   }
   const auto b = bias_modes();
   if (std::find(b.begin(), b.end(), config.bias) == b.end()) {
@@ -24,16 +23,15 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
   }
   const auto s = storage_dtypes();
   if (std::find(s.begin(), s.end(), storage) == s.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
-                     "' does not accept ", DTypeName(storage), " inputs"));
+    return absl::FailedPreconditionError(absl::StrCat("configuration ", config.ToString(),
+                                                      ": backend '", name(), "' does not accept ",
+                                                      DTypeName(storage), " inputs"));
   }
   return absl::OkStatus();
 }
 
 absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
-                                     const std::vector<Config>& configs,
-                                     const RunOptions& options,
+                                     const std::vector<Config>& configs, const RunOptions& options,
                                      const BatchConsumer& consume) {
   for (size_t i = 0; i < configs.size(); ++i) {
     absl::StatusOr<RunResult> result = Run(problem, configs[i], options);
@@ -61,9 +59,8 @@ absl::StatusOr<LinearBackend*> BackendRegistry::Find(absl::string_view name) con
   }
   std::vector<std::string> names;
   for (const auto& b : backends_) names.emplace_back(b->name());
-  return absl::NotFoundError(absl::StrCat("unknown backend '", name,
-                                          "': this server has ",
-                                          absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown backend '", name, "': this server has ", absl::StrJoin(names, ", ")));
 }
 
 std::vector<LinearBackend*> BackendRegistry::backends() const {

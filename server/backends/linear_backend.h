@@ -116,8 +116,7 @@ class LinearBackend {
 
   // Runs the layer. `problem` has been validated (shapes consistent, dtypes
   // supported). Errors: RESOURCE_EXHAUSTED (memory), INTERNAL (device).
-  virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem,
-                                        const Config& config,
+  virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                         const RunOptions& options) = 0;
 
   // Runs every configuration in `configs` on one problem and hands each
@@ -131,10 +130,8 @@ class LinearBackend {
   // The first configuration's result is always delivered first; the rest
   // may come in another order. A failure's message names the
   // configuration it came from. This default runs them one by one.
-  virtual absl::Status RunBatch(const LinearProblem& problem,
-                                const std::vector<Config>& configs,
-                                const RunOptions& options,
-                                const BatchConsumer& consume);
+  virtual absl::Status RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+                                const RunOptions& options, const BatchConsumer& consume);
 };
 
 // Holds the backends by name; filled once at start-up, then read-only (so

@@ -48,22 +48,18 @@ absl::string_view DTypeShortName(DType dtype) {
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
-  if (n == "float64" || n == "fp64" || n == "f64" || n == "f8" ||
-      n == "double") {
+  if (n == "float64" || n == "fp64" || n == "f64" || n == "f8" || n == "double") {
     return DType::kFloat64;
   }
-  if (n == "float32" || n == "fp32" || n == "f32" || n == "f4" ||
-      n == "float") {
+  if (n == "float32" || n == "fp32" || n == "f32" || n == "f4" || n == "float") {
     return DType::kFloat32;
   }
-  if (n == "float16" || n == "fp16" || n == "f16" || n == "f2" ||
-      n == "half") {
+  if (n == "float16" || n == "fp16" || n == "f16" || n == "f2" || n == "half") {
     return DType::kFloat16;
   }
   if (n == "bfloat16" || n == "bf16") return DType::kBFloat16;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", name,
-      "': expected one of float64, float32, float16, bfloat16"));
+      "unknown dtype '", name, "': expected one of float64, float32, float16, bfloat16"));
 }
 
 }  // namespace tensorcheck

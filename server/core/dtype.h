@@ -15,8 +15,8 @@ namespace tensorcheck {
 
 enum class DType { kFloat64, kFloat32, kFloat16, kBFloat16 };
 
-inline constexpr DType kAllDTypes[] = {DType::kFloat64, DType::kFloat32,
-                                       DType::kFloat16, DType::kBFloat16};
+inline constexpr DType kAllDTypes[] = {DType::kFloat64, DType::kFloat32, DType::kFloat16,
+                                       DType::kBFloat16};
 
 // Bytes per element.
 size_t ItemSize(DType dtype);

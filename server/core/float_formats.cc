@@ -35,8 +35,7 @@ uint16_t EncodeFp16(double d) {
     return sign | static_cast<uint16_t>(std::ldexp(value, 24));
   }
   const int re = std::ilogb(value);
-  const uint16_t mant =
-      static_cast<uint16_t>(std::ldexp(value, 10 - re) - 1024.0);
+  const uint16_t mant = static_cast<uint16_t>(std::ldexp(value, 10 - re) - 1024.0);
   return sign | static_cast<uint16_t>((re + 15) << 10) | mant;
 }
 

@@ -57,9 +57,7 @@ inline uint16_t FloatToBf16Bits(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
 }
 
-inline float RoundToBf16(float f) {
-  return Bf16BitsToFloat(FloatToBf16Bits(f));
-}
+inline float RoundToBf16(float f) { return Bf16BitsToFloat(FloatToBf16Bits(f)); }
 
 // ---- fp16: 1 sign, 5 exponent, 10 mantissa bits; max 65504.
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "ref_round.h"
+#include "tests/testing/ref_round.h"
 
 namespace tensorcheck {
 namespace {
@@ -50,9 +50,7 @@ double Bf16Formula(uint16_t bits) {
   return s ? -v : v;
 }
 
-bool Fp16IsNan(uint16_t b) {
-  return (b & 0x7c00) == 0x7c00 && (b & 0x3ff) != 0;
-}
+bool Fp16IsNan(uint16_t b) { return (b & 0x7c00) == 0x7c00 && (b & 0x3ff) != 0; }
 bool Bf16IsNan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
 
 // The reference rounding (tests/testing/ref_round.h).
@@ -85,9 +83,9 @@ struct Codec16 {
   uint16_t largest_finite;  // positive finite patterns 0 .. this increase in value
 };
 
-const Codec16 kFp16Codec{"fp16",          Fp16BitsToFloat, Fp16Formula,  Fp16IsNan,
+const Codec16 kFp16Codec{"fp16",          Fp16BitsToFloat,  Fp16Formula, Fp16IsNan,
                          FloatToFp16Bits, DoubleToFp16Bits, RoundToFp16, 0x7bff};
-const Codec16 kBf16Codec{"bf16",          Bf16BitsToFloat, Bf16Formula,  Bf16IsNan,
+const Codec16 kBf16Codec{"bf16",          Bf16BitsToFloat,  Bf16Formula, Bf16IsNan,
                          FloatToBf16Bits, DoubleToBf16Bits, RoundToBf16, 0x7f7f};
 
 class Codec16Test : public ::testing::TestWithParam<Codec16> {};
@@ -168,13 +166,12 @@ TEST(Fp16Test, SubnormalsZerosInfinitiesAndNan) {
             0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -25)),
             0x0000);  // tie with 0: even
-  EXPECT_EQ(FloatToFp16Bits(std::nextafter(std::ldexp(1.0f, -25), 1.0f)),
-            0x0001);
+  EXPECT_EQ(FloatToFp16Bits(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
   EXPECT_EQ(FloatToFp16Bits(3 * std::ldexp(1.0f, -25)),
             0x0002);  // tie 1|2: even
   EXPECT_EQ(FloatToFp16Bits(1023 * std::ldexp(1.0f, -24)),
-            0x03ff);  // largest subnormal
-  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+            0x03ff);                                           // largest subnormal
+  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
   EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -140)), 0x0000);  // underflow
   EXPECT_EQ(FloatToFp16Bits(-std::ldexp(1.0f, -140)),
             0x8000);  // keeps the sign
@@ -182,12 +179,9 @@ TEST(Fp16Test, SubnormalsZerosInfinitiesAndNan) {
   EXPECT_EQ(FloatToFp16Bits(-0.0f), 0x8000);
   EXPECT_EQ(FloatToFp16Bits(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(FloatToFp16Bits(-std::numeric_limits<float>::infinity()), 0xfc00);
-  EXPECT_TRUE(
-      Fp16IsNan(FloatToFp16Bits(std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_TRUE(
-      Fp16IsNan(FloatToFp16Bits(BitsToFloat(0x7f800001u))));  // signalling
-  EXPECT_TRUE(
-      Fp16IsNan(DoubleToFp16Bits(std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_TRUE(Fp16IsNan(FloatToFp16Bits(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(Fp16IsNan(FloatToFp16Bits(BitsToFloat(0x7f800001u))));  // signalling
+  EXPECT_TRUE(Fp16IsNan(DoubleToFp16Bits(std::numeric_limits<double>::quiet_NaN())));
   EXPECT_EQ(FloatToFp16Bits(1.0f + std::ldexp(1.0f, -11)),
             0x3c00);  // tie: even
   EXPECT_EQ(FloatToFp16Bits(1.0f + 3 * std::ldexp(1.0f, -11)),
@@ -215,16 +209,14 @@ TEST(Bf16Test, TiesOverflowSubnormalsZerosAndNan) {
   EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(BitsToFloat(0x7f800001u))));
   EXPECT_TRUE(Bf16IsNan(FloatToBf16Bits(BitsToFloat(0xff800001u))));
   EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0xff800001u)) & 0x8000, 0x8000);
-  EXPECT_TRUE(
-      Bf16IsNan(DoubleToBf16Bits(-std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_TRUE(Bf16IsNan(DoubleToBf16Bits(-std::numeric_limits<double>::quiet_NaN())));
   EXPECT_EQ(DoubleToBf16Bits(1e300), 0x7f80);
   EXPECT_EQ(DoubleToBf16Bits(-1e-300), 0x8000);
 }
 
 TEST(Tf32Test, TiesOnTheDroppedBitsFollowEachRounding) {
-  const float tie_even_down = 1.0f + std::ldexp(1.0f, -11);  // 1 | 1+2^-10
-  const float tie_even_up =
-      1.0f + 3 * std::ldexp(1.0f, -11);  // 1+2^-10 | 1+2^-9
+  const float tie_even_down = 1.0f + std::ldexp(1.0f, -11);    // 1 | 1+2^-10
+  const float tie_even_up = 1.0f + 3 * std::ldexp(1.0f, -11);  // 1+2^-10 | 1+2^-9
   const float above_tie = std::nextafter(tie_even_down, 2.0f);
   const float below_tie = std::nextafter(tie_even_down, 0.0f);
   const float up1 = 1.0f + std::ldexp(1.0f, -10);
@@ -250,30 +242,20 @@ TEST(Tf32Test, OverflowSubnormalsZerosInfinitiesAndNan) {
   EXPECT_EQ(RoundToTf32(max, Tf32Rounding::kTiesAway), inf);
   EXPECT_EQ(FloatBits(RoundToTf32(max, Tf32Rounding::kTruncate)), 0x7f7fe000u);
   EXPECT_EQ(RoundToTf32(-max, Tf32Rounding::kNearestEven), -inf);
-  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x7f7fefffu),
-                                  Tf32Rounding::kNearestEven)),
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x7f7fefffu), Tf32Rounding::kNearestEven)),
             0x7f7fe000u);  // largest TF32 value
-  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00001000u),
-                                  Tf32Rounding::kNearestEven)),
-            0u);
-  EXPECT_EQ(
-      FloatBits(RoundToTf32(BitsToFloat(0x00001000u), Tf32Rounding::kTiesAway)),
-      0x00002000u);
-  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00003000u),
-                                  Tf32Rounding::kNearestEven)),
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00001000u), Tf32Rounding::kNearestEven)), 0u);
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00001000u), Tf32Rounding::kTiesAway)), 0x00002000u);
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00003000u), Tf32Rounding::kNearestEven)),
             0x00004000u);
-  EXPECT_EQ(
-      FloatBits(RoundToTf32(BitsToFloat(0x00001fffu), Tf32Rounding::kTruncate)),
-      0u);
-  for (Tf32Rounding r : {Tf32Rounding::kNearestEven, Tf32Rounding::kTiesAway,
-                         Tf32Rounding::kTruncate}) {
+  EXPECT_EQ(FloatBits(RoundToTf32(BitsToFloat(0x00001fffu), Tf32Rounding::kTruncate)), 0u);
+  for (Tf32Rounding r :
+       {Tf32Rounding::kNearestEven, Tf32Rounding::kTiesAway, Tf32Rounding::kTruncate}) {
     EXPECT_EQ(FloatBits(RoundToTf32(-0.0f, r)), 0x80000000u);
     EXPECT_EQ(RoundToTf32(inf, r), inf);
     EXPECT_EQ(RoundToTf32(-inf, r), -inf);
-    EXPECT_TRUE(
-        std::isnan(RoundToTf32(std::numeric_limits<float>::quiet_NaN(), r)));
-    EXPECT_TRUE(
-        std::isnan(RoundToTf32(BitsToFloat(0x7f800001u), r)));  // payload low
+    EXPECT_TRUE(std::isnan(RoundToTf32(std::numeric_limits<float>::quiet_NaN(), r)));
+    EXPECT_TRUE(std::isnan(RoundToTf32(BitsToFloat(0x7f800001u), r)));  // payload low
   }
 }
 
@@ -289,12 +271,9 @@ TEST(FloatFormatsTest, RandomFloatsRoundLikeTheReference) {
     SCOPED_TRACE(::testing::Message() << "bits " << std::hex << FloatBits(f));
     ExpectSameValue(Fp16BitsToFloat(FloatToFp16Bits(f)), RefRound(d, kFp16));
     ExpectSameValue(Bf16BitsToFloat(FloatToBf16Bits(f)), RefRound(d, kBf16));
-    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kNearestEven),
-                    RefRound(d, kTf32));
-    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTiesAway),
-                    RefRound(d, kTf32, Tie::kAway));
-    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTruncate),
-                    RefRound(d, kTf32, Tie::kTruncate));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kNearestEven), RefRound(d, kTf32));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTiesAway), RefRound(d, kTf32, Tie::kAway));
+    ExpectSameValue(RoundToTf32(f, Tf32Rounding::kTruncate), RefRound(d, kTf32, Tie::kTruncate));
     if (HasFailure()) break;
   }
 }
@@ -309,8 +288,7 @@ TEST(FloatFormatsTest, RandomDoublesRoundOnceLikeTheReference) {
   for (int i = 0; i < 1'000'000; ++i) {
     const double d =
         (neg(rng) ? -1 : 1) *
-        std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa(rng)), -52),
-                   exponent(rng));
+        std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa(rng)), -52), exponent(rng));
     SCOPED_TRACE(::testing::Message() << "d=" << d);
     ExpectSameValue(Fp16BitsToFloat(DoubleToFp16Bits(d)), RefRound(d, kFp16));
     ExpectSameValue(Bf16BitsToFloat(DoubleToBf16Bits(d)), RefRound(d, kBf16));
@@ -328,8 +306,7 @@ TEST(FloatFormatsTest, DoubleToBf16AvoidsDoubleRoundingThroughFp32) {
   EXPECT_EQ(DoubleToBf16Bits(d), 0x3f81);  // 1 + 2^-7
   EXPECT_EQ(DoubleToBf16Bits(-d), 0xbf81);
   // Just below the tie: down, both ways.
-  EXPECT_EQ(DoubleToBf16Bits(1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -30)),
-            0x3f80);
+  EXPECT_EQ(DoubleToBf16Bits(1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -30)), 0x3f80);
   // An odd neighbour: fp32 lands on the tie 1 + 3*2^-8, which goes up to
   // even; rounded once, d (below the tie) goes down.
   const double e = 1.0 + 3 * std::ldexp(1.0, -8) - std::ldexp(1.0, -30);
@@ -350,8 +327,7 @@ TEST(FloatFormatsTest, DoubleToFp16AvoidsDoubleRoundingThroughFp32) {
 TEST(FloatFormatsTest, RoundToFp32IsNearestEven) {
   const double tie = 1.0 + std::ldexp(1.0, -24);  // 1 | 1+2^-23
   EXPECT_EQ(RoundToFp32(tie), 1.0f);
-  EXPECT_EQ(RoundToFp32(1.0 + 3 * std::ldexp(1.0, -24)),
-            1.0f + std::ldexp(1.0f, -22));
+  EXPECT_EQ(RoundToFp32(1.0 + 3 * std::ldexp(1.0, -24)), 1.0f + std::ldexp(1.0f, -22));
   EXPECT_EQ(RoundToFp32(1e300), std::numeric_limits<float>::infinity());
 }
 

@@ -18,15 +18,15 @@ absl::StatusOr<Enum> ParseNamed(absl::string_view name,
     if (n == name) return e;
     absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", n);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown ", what, " '", name, "': expected one of ", accepted));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", name, "': expected one of ", accepted));
 }
 
 constexpr std::pair<absl::string_view, Precision> kPrecisionNames[] = {
-    {"fp64", Precision::kFp64},         {"fp32", Precision::kFp32},
-    {"tf32", Precision::kTf32},         {"tf32rna", Precision::kTf32Rna},
+    {"fp64", Precision::kFp64},           {"fp32", Precision::kFp32},
+    {"tf32", Precision::kTf32},           {"tf32rna", Precision::kTf32Rna},
     {"tf32trunc", Precision::kTf32Trunc}, {"bf16", Precision::kBf16},
-    {"fp16", Precision::kFp16},         {"fp16acc", Precision::kFp16Acc},
+    {"fp16", Precision::kFp16},           {"fp16acc", Precision::kFp16Acc},
 };
 
 constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
@@ -47,8 +47,7 @@ constexpr std::pair<absl::string_view, WeightLayout> kLayoutNames[] = {
 };
 
 template <typename Enum, size_t N>
-absl::string_view NameOf(Enum e,
-                         const std::pair<absl::string_view, Enum> (&table)[N]) {
+absl::string_view NameOf(Enum e, const std::pair<absl::string_view, Enum> (&table)[N]) {
   for (const auto& [n, v] : table) {
     if (v == e) return n;
   }
@@ -67,16 +66,12 @@ absl::StatusOr<BiasMode> ParseBiasMode(absl::string_view name) {
   return ParseNamed(name, kBiasNames, "bias mode");
 }
 
-absl::string_view ActivationName(Activation a) {
-  return NameOf(a, kActivationNames);
-}
+absl::string_view ActivationName(Activation a) { return NameOf(a, kActivationNames); }
 absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
   return ParseNamed(name, kActivationNames, "activation");
 }
 
-absl::string_view WeightLayoutName(WeightLayout l) {
-  return NameOf(l, kLayoutNames);
-}
+absl::string_view WeightLayoutName(WeightLayout l) { return NameOf(l, kLayoutNames); }
 absl::StatusOr<WeightLayout> ParseWeightLayout(absl::string_view name) {
   return ParseNamed(name, kLayoutNames, "weight layout");
 }
@@ -138,8 +133,7 @@ bool StorageExactIn(Precision p, DType storage) {
     case Precision::kTf32Trunc:
       // bf16 (8 significant bits) and fp16 (11) values lie in fp32's
       // exponent range: exact in TF32 and fp32.
-      return storage != DType::kFloat64 &&
-             (p == Precision::kFp32 || storage != DType::kFloat32);
+      return storage != DType::kFloat64 && (p == Precision::kFp32 || storage != DType::kFloat32);
     case Precision::kBf16:
       return storage == DType::kBFloat16;
     case Precision::kFp16:
@@ -159,14 +153,14 @@ bool ValuesExactIn(Precision p, const Tensor& t) {
   return true;
 }
 
-absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec,
-                                           absl::string_view field) {
+absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_view field) {
   const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
   if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": 'backend:precision[:bias]' expected (e.g. cpu:fp32, "
-               "cublaslt:bf16:fused), got '",
-        spec, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": 'backend:precision[:bias]' expected (e.g. cpu:fp32, "
+                     "cublaslt:bf16:fused), got '",
+                     spec, "'"));
   }
   ConfigSpec out;
   out.backend = std::string(parts[0]);
@@ -188,12 +182,11 @@ absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec,
 }
 
 std::string Config::ToString() const {
-  return absl::StrCat(backend, ":", PrecisionName(precision), ":",
-                      BiasModeName(bias));
+  return absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
 }
 
-Config ResolveConfig(const ConfigSpec& spec, bool has_bias,
-                     Activation activation, BiasMode backend_default) {
+Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
+                     BiasMode backend_default) {
   Config c;
   c.backend = spec.backend;
   c.precision = spec.precision;

@@ -36,9 +36,8 @@ enum class Precision {
 };
 
 inline constexpr Precision kAllPrecisions[] = {
-    Precision::kFp64, Precision::kFp32,      Precision::kTf32,
-    Precision::kTf32Rna, Precision::kTf32Trunc, Precision::kBf16,
-    Precision::kFp16, Precision::kFp16Acc};
+    Precision::kFp64,      Precision::kFp32, Precision::kTf32, Precision::kTf32Rna,
+    Precision::kTf32Trunc, Precision::kBf16, Precision::kFp16, Precision::kFp16Acc};
 
 enum class BiasMode { kNone, kFused, kUnfused };
 
@@ -122,7 +121,7 @@ struct Config {
 // placement can change the result (GELU), the mode is `none`: fused and
 // unfused compute the same function. Otherwise an unspecified mode takes
 // the backend's default.
-Config ResolveConfig(const ConfigSpec& spec, bool has_bias,
-                     Activation activation, BiasMode backend_default);
+Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
+                     BiasMode backend_default);
 
 }  // namespace tensorcheck

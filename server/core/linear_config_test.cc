@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -48,33 +48,27 @@ TEST(ParseConfigSpecTest, MissingPrecisionIsInvalidArgumentNamingTheField) {
     SCOPED_TRACE(bad);
     EXPECT_THAT(ParseConfigSpec(bad, "reference"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         AllOf(HasSubstr("reference"),
-                               HasSubstr("backend:precision[:bias]"))));
+                         AllOf(HasSubstr("reference"), HasSubstr("backend:precision[:bias]"))));
   }
 }
 
 TEST(ParseConfigSpecTest, UnknownPrecisionIsInvalidArgumentListingTheAccepted) {
   EXPECT_THAT(ParseConfigSpec("cpu:fp8", "configs[2]"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("configs[2]"), HasSubstr("'fp8'"),
-                             HasSubstr("fp64"), HasSubstr("tf32trunc"),
-                             HasSubstr("fp16acc"))));
+                       AllOf(HasSubstr("configs[2]"), HasSubstr("'fp8'"), HasSubstr("fp64"),
+                             HasSubstr("tf32trunc"), HasSubstr("fp16acc"))));
   // Names are exact: no case folding, no whitespace.
-  EXPECT_THAT(ParseConfigSpec("cpu:FP32"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ParseConfigSpec("cpu: fp32"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ParseConfigSpec("cpu::fused"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseConfigSpec("cpu:FP32"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseConfigSpec("cpu: fp32"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseConfigSpec("cpu::fused"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ParseConfigSpecTest, UnknownBiasModeIsInvalidArgumentNamingTheField) {
   EXPECT_THAT(ParseConfigSpec("cpu:fp32:sideways"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("config"), HasSubstr("bias mode"),
-                             HasSubstr("'sideways'"), HasSubstr("unfused"))));
-  EXPECT_THAT(ParseConfigSpec("cpu:fp32:"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+                       AllOf(HasSubstr("config"), HasSubstr("bias mode"), HasSubstr("'sideways'"),
+                             HasSubstr("unfused"))));
+  EXPECT_THAT(ParseConfigSpec("cpu:fp32:"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // ---- ResolveConfig
@@ -87,17 +81,14 @@ Config Resolve(const std::string& spec, bool has_bias, Activation act,
 }
 
 TEST(ResolveConfigTest, CanonicalFormNamesAllThreeParts) {
-  EXPECT_EQ(Resolve("cpu:tf32:fused", true, Activation::kNone).ToString(),
-            "cpu:tf32:fused");
+  EXPECT_EQ(Resolve("cpu:tf32:fused", true, Activation::kNone).ToString(), "cpu:tf32:fused");
   EXPECT_EQ(Resolve("cublas:bf16:unfused", true, Activation::kRelu).ToString(),
             "cublas:bf16:unfused");
 }
 
 TEST(ResolveConfigTest, UnspecifiedBiasTakesTheBackendDefault) {
-  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone).ToString(),
-            "cpu:fp32:fused");
-  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone, BiasMode::kUnfused)
-                .ToString(),
+  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone).ToString(), "cpu:fp32:fused");
+  EXPECT_EQ(Resolve("cpu:fp32", true, Activation::kNone, BiasMode::kUnfused).ToString(),
             "cpu:fp32:unfused");
 }
 
@@ -110,24 +101,19 @@ TEST(ResolveConfigTest, NoBiasAndNoGeluIsNone) {
       EXPECT_THAT(c.ToString(), ::testing::EndsWith(":none"));
     }
   }
-  EXPECT_EQ(Resolve("cpu:fp64", false, Activation::kNone).ToString(),
-            "cpu:fp64:none");
+  EXPECT_EQ(Resolve("cpu:fp64", false, Activation::kNone).ToString(), "cpu:fp64:none");
 }
 
 TEST(ResolveConfigTest, GeluWithoutBiasKeepsThePlacement) {
   // round(gelu(acc)) and round(gelu(round(acc))) differ, bias or not.
-  EXPECT_EQ(
-      Resolve("cpu:bf16:unfused", false, Activation::kGeluTanh).ToString(),
-      "cpu:bf16:unfused");
-  EXPECT_EQ(Resolve("cpu:bf16", false, Activation::kGeluTanh).ToString(),
-            "cpu:bf16:fused");
+  EXPECT_EQ(Resolve("cpu:bf16:unfused", false, Activation::kGeluTanh).ToString(),
+            "cpu:bf16:unfused");
+  EXPECT_EQ(Resolve("cpu:bf16", false, Activation::kGeluTanh).ToString(), "cpu:bf16:fused");
 }
 
 TEST(ResolveConfigTest, ExplicitNoneWithABiasTakesTheBackendDefault) {
-  EXPECT_EQ(
-      Resolve("cpu:fp16:none", true, Activation::kNone, BiasMode::kUnfused)
-          .ToString(),
-      "cpu:fp16:unfused");
+  EXPECT_EQ(Resolve("cpu:fp16:none", true, Activation::kNone, BiasMode::kUnfused).ToString(),
+            "cpu:fp16:unfused");
 }
 
 TEST(ConfigTest, EqualityComparesAllParts) {
@@ -154,8 +140,7 @@ TEST(NamesTest, BiasModesActivationsAndLayoutsRoundTrip) {
   for (BiasMode b : {BiasMode::kNone, BiasMode::kFused, BiasMode::kUnfused}) {
     EXPECT_EQ(*ParseBiasMode(BiasModeName(b)), b);
   }
-  for (Activation a :
-       {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
+  for (Activation a : {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
     EXPECT_EQ(*ParseActivation(ActivationName(a)), a);
   }
   EXPECT_EQ(ActivationName(Activation::kGeluTanh), "gelu");
@@ -188,28 +173,24 @@ TEST(NamesTest, SpecRoundTripsThroughCanonicalForm) {
 
 TEST(PrecisionInfoTest, UnitRoundoffsFollowTheDesignTable) {
   EXPECT_EQ(GetPrecisionInfo(Precision::kFp64).u_input, 0.0);
-  EXPECT_EQ(GetPrecisionInfo(Precision::kFp32).u_accumulate,
-            std::ldexp(1.0, -24));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kFp32).u_accumulate, std::ldexp(1.0, -24));
   EXPECT_EQ(GetPrecisionInfo(Precision::kTf32).u_input, std::ldexp(1.0, -11));
   EXPECT_EQ(GetPrecisionInfo(Precision::kBf16).u_input, std::ldexp(1.0, -8));
   EXPECT_EQ(GetPrecisionInfo(Precision::kFp16).u_input, std::ldexp(1.0, -11));
   EXPECT_TRUE(GetPrecisionInfo(Precision::kFp16Acc).fp16_accumulate);
-  EXPECT_EQ(GetPrecisionInfo(Precision::kTf32Trunc).tf32_rounding,
-            Tf32Rounding::kTruncate);
+  EXPECT_EQ(GetPrecisionInfo(Precision::kTf32Trunc).tf32_rounding, Tf32Rounding::kTruncate);
   EXPECT_FALSE(GetPrecisionInfo(Precision::kBf16).tf32_rounding.has_value());
 }
 
 TEST(RoundInputTest, RoundsToEachPrecisionsInputFormat) {
-  const float x = 1.0f + std::ldexp(1.0f, -11) +
-                  std::ldexp(1.0f, -20);  // above TF32/fp16 ties
+  const float x = 1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20);  // above TF32/fp16 ties
   EXPECT_EQ(RoundInput(Precision::kFp32, x), x);
   EXPECT_EQ(RoundInput(Precision::kFp64, x), x);
   EXPECT_EQ(RoundInput(Precision::kTf32, x), 1.0f + std::ldexp(1.0f, -10));
   EXPECT_EQ(RoundInput(Precision::kTf32Trunc, x), 1.0f);
   EXPECT_EQ(RoundInput(Precision::kFp16, x), 1.0f + std::ldexp(1.0f, -10));
   EXPECT_EQ(RoundInput(Precision::kBf16, x), 1.0f);
-  EXPECT_EQ(RoundInput(Precision::kFp16Acc, 70000.0f),
-            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(RoundInput(Precision::kFp16Acc, 70000.0f), std::numeric_limits<float>::infinity());
   EXPECT_EQ(RoundInput(Precision::kTf32, 262144.0f),
             262144.0f);  // no fp16 overflow
 }

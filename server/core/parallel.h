@@ -1,15 +1,21 @@
-// ParallelChunks: a per-element pass split over a few threads.
+// ParallelChunks: a per-element pass split into contiguous chunks that run
+// on an Executor (server/core/executor.h).
 //
-//   ParallelChunks(count, /*threads=*/2, [&](int64_t begin, int64_t end) {
+//   ParallelChunks(count, executor, [&](int64_t begin, int64_t end) {
 //     for (int64_t i = begin; i < end; ++i) out[i] = f(in[i]);
 //   });
 //
-// [0, count) is cut into up to `threads` contiguous chunks of at least
-// `min_chunk` items; each runs on a thread of its own, the last on the
-// caller's, and the call returns when all are done. Bodies must write
-// disjoint data; whatever they sum should be added up by the caller in
-// chunk order (or per item), so that results do not depend on `threads`.
-// When a thread cannot be started its chunk runs on the caller's thread.
+// [0, count) is cut into chunks of at least `min_chunk` items (at most
+// kMaxParallelChunks of them). The cut depends on `count` and `min_chunk`
+// only, never on the executor: a null executor (or one of size 1) runs the
+// same chunks in order on the caller's thread. The call returns when all
+// are done. Bodies must write disjoint data; whatever they sum should be
+// added up by the caller in chunk order (or per item), so that results do
+// not depend on the executor.
+//
+// The overload that takes a thread count starts its own threads on every
+// call; it remains for the callers that have not moved to an executor yet
+// (server/engine) and goes away once they have.
 #pragma once
 
 #include <algorithm>
@@ -18,37 +24,21 @@
 #include <thread>
 #include <vector>
 
+#include "server/core/executor.h"
+
 namespace tensorcheck {
 
-// The number of threads a pass should use when asked for `requested` (0:
-// one per hardware thread).
-inline int ResolveThreads(int requested) {
-  if (requested > 0) return requested;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
+// Most chunks one ParallelChunks call makes: enough to balance any pool
+// this server runs, few enough that tiny `min_chunk`s stay cheap.
+inline constexpr int64_t kMaxParallelChunks = 256;
 
 template <typename Body>
-void ParallelChunks(int64_t count, int threads, Body body, int64_t min_chunk = 1 << 16) {
+void ParallelChunks(int64_t count, Executor* executor, Body body, int64_t min_chunk = 1 << 16) {
+  if (count <= 0) return;
   const int64_t by_size = std::max<int64_t>(1, count / std::max<int64_t>(min_chunk, 1));
-  const int64_t parts = std::min<int64_t>(std::max(threads, 1), by_size);
-  if (parts <= 1) {
-    body(int64_t{0}, count);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(parts - 1));
-  int64_t next = 0;
-  for (int64_t t = 0; t + 1 < parts; ++t) {
-    const int64_t begin = count * t / parts, end = count * (t + 1) / parts;
-    try {
-      pool.emplace_back(body, begin, end);
-    } catch (const std::system_error&) {
-      break;  // No thread to be had: the rest runs on this one.
-    }
-    next = end;
-  }
-  body(next, count);
-  for (std::thread& th : pool) th.join();
+  const int64_t parts = std::min(by_size, kMaxParallelChunks);
+  ParallelFor(executor, parts,
+              [&](int64_t part) { body(count * part / parts, count * (part + 1) / parts); });
 }
 
 }  // namespace tensorcheck

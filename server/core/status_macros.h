@@ -68,10 +68,10 @@ inline absl::Status WithContext(const absl::Status& status, absl::string_view co
 #define TC_STATUS_CONCAT_(a, b) TC_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK status.
-#define TC_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    const ::absl::Status tc_status_ = (expr);     \
-    if (!tc_status_.ok()) return tc_status_;      \
+#define TC_RETURN_IF_ERROR(expr)              \
+  do {                                        \
+    const ::absl::Status tc_status_ = (expr); \
+    if (!tc_status_.ok()) return tc_status_;  \
   } while (0)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>), returns its status on error,

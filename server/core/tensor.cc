@@ -11,31 +11,29 @@
 
 namespace tensorcheck {
 
-absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape,
-                                     int64_t max_elements,
+absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape, int64_t max_elements,
                                      absl::string_view field) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shape: rank at most ", kMaxRank, " expected, got ",
-                     shape.size()));
+        absl::StrCat(field, ".shape: rank at most ", kMaxRank, " expected, got ", shape.size()));
   }
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t d = shape[i];
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shape[", i, "]: non-negative dimension expected, got ", d));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape[", i, "]: non-negative dimension expected, got ", d));
     }
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shape ", ShapeString(shape), ": element count overflows"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape ", ShapeString(shape), ": element count overflows"));
     }
     n *= d;
   }
   if (n > max_elements) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(field, ".shape ", ShapeString(shape), ": ", n,
-                     " elements exceed the limit of ", max_elements));
+    return absl::ResourceExhaustedError(absl::StrCat(field, ".shape ", ShapeString(shape), ": ", n,
+                                                     " elements exceed the limit of ",
+                                                     max_elements));
   }
   return n;
 }
@@ -52,15 +50,14 @@ namespace {
 
 // numel of `shape` whose byte size also fits in int64; an overflow of either
 // is a malformed shape (INVALID_ARGUMENT), not a resource limit.
-absl::StatusOr<int64_t> CheckedNumelAndBytes(DType dtype,
-                                             const std::vector<int64_t>& shape) {
+absl::StatusOr<int64_t> CheckedNumelAndBytes(DType dtype, const std::vector<int64_t>& shape) {
   auto numel = CheckedNumel(shape, std::numeric_limits<int64_t>::max(), "tensor");
   if (!numel.ok()) return numel.status();
   const int64_t itemsize = static_cast<int64_t>(ItemSize(dtype));
   if (*numel > std::numeric_limits<int64_t>::max() / itemsize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor.shape ", ShapeString(shape), ": byte size (", *numel,
-                     " x ", itemsize, ") overflows"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor.shape ", ShapeString(shape),
+                                                   ": byte size (", *numel, " x ", itemsize,
+                                                   ") overflows"));
   }
   return numel;
 }
@@ -93,12 +90,11 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape
   // payload must not cost a huge allocation.
   auto numel = CheckedNumelAndBytes(dtype, shape);
   if (!numel.ok()) return numel.status();
-  const uint64_t expected =
-      static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
+  const uint64_t expected = static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
   if (bytes.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", expected, " bytes expected (", *numel, " x ", ItemSize(dtype),
-        "), got ", bytes.size()));
+    return absl::InvalidArgumentError(absl::StrCat("data: ", expected, " bytes expected (", *numel,
+                                                   " x ", ItemSize(dtype), "), got ",
+                                                   bytes.size()));
   }
   auto t = Create(dtype, std::move(shape));
   if (!t.ok()) return t.status();
@@ -131,8 +127,7 @@ absl::Status Tensor::Reshape(std::vector<int64_t> shape) {
   if (!n.ok()) return n.status();
   if (*n != numel_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot reshape ", ShapeString(shape_), " to ",
-                     ShapeString(shape)));
+        absl::StrCat("cannot reshape ", ShapeString(shape_), " to ", ShapeString(shape)));
   }
   shape_ = std::move(shape);
   return absl::OkStatus();

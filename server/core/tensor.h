@@ -28,8 +28,7 @@ namespace tensorcheck {
 // tensor in error messages. Fails when a dim is negative, the rank exceeds
 // kMaxRank, or the product exceeds `max_elements`.
 inline constexpr int kMaxRank = 8;
-absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape,
-                                     int64_t max_elements,
+absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape, int64_t max_elements,
                                      absl::string_view field);
 
 // "[2, 768]".
@@ -45,8 +44,7 @@ class Tensor {
   static absl::StatusOr<Tensor> Create(DType dtype, std::vector<int64_t> shape);
 
   // Copies `bytes`, which must be exactly numel * itemsize long.
-  static absl::StatusOr<Tensor> FromBytes(DType dtype,
-                                          std::vector<int64_t> shape,
+  static absl::StatusOr<Tensor> FromBytes(DType dtype, std::vector<int64_t> shape,
                                           absl::string_view bytes);
 
   Tensor(Tensor&&) noexcept = default;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "server/core/float_formats.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -42,27 +42,24 @@ TEST(CheckedNumelTest, NegativeDimIsInvalidArgumentNamingTheField) {
 }
 
 TEST(CheckedNumelTest, OverflowIsInvalidArgumentNamingTheField) {
-  EXPECT_THAT(
-      CheckedNumel({int64_t{1} << 32, int64_t{1} << 32}, kI64Max, "weight"),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               AllOf(HasSubstr("weight.shape"), HasSubstr("overflows"))));
-  EXPECT_THAT(
-      CheckedNumel({kI64Max, 2}, kI64Max, "weight"),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight.shape")));
+  EXPECT_THAT(CheckedNumel({int64_t{1} << 32, int64_t{1} << 32}, kI64Max, "weight"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("weight.shape"), HasSubstr("overflows"))));
+  EXPECT_THAT(CheckedNumel({kI64Max, 2}, kI64Max, "weight"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight.shape")));
 }
 
 TEST(CheckedNumelTest, RankAboveEightIsInvalidArgument) {
   EXPECT_THAT(CheckedNumel({1, 1, 1, 1, 1, 1, 1, 1}, kI64Max, "x"), IsOk());
-  EXPECT_THAT(CheckedNumel({1, 1, 1, 1, 1, 1, 1, 1, 1}, kI64Max, "bias"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("bias.shape"),
-                             HasSubstr("rank at most 8"), HasSubstr("got 9"))));
+  EXPECT_THAT(
+      CheckedNumel({1, 1, 1, 1, 1, 1, 1, 1, 1}, kI64Max, "bias"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("bias.shape"), HasSubstr("rank at most 8"), HasSubstr("got 9"))));
 }
 
 TEST(CheckedNumelTest, OverTheLimitIsResourceExhausted) {
-  EXPECT_THAT(
-      CheckedNumel({10, 10}, 99, "input"),
-      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("input.shape")));
+  EXPECT_THAT(CheckedNumel({10, 10}, 99, "input"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("input.shape")));
   EXPECT_THAT(CheckedNumel({10, 10}, 100, "input"), IsOk());
 }
 
@@ -80,15 +77,13 @@ TEST(TensorTest, CreateIsZeroFilledAndAligned) {
 }
 
 TEST(TensorTest, CreateWithNegativeDimIsInvalidArgument) {
-  EXPECT_THAT(
-      Tensor::Create(DType::kFloat32, {4, -3}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape[1]")));
+  EXPECT_THAT(Tensor::Create(DType::kFloat32, {4, -3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape[1]")));
 }
 
 TEST(TensorTest, CreateWithOverflowingShapeIsInvalidArgument) {
-  EXPECT_THAT(
-      Tensor::Create(DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overflows")));
+  EXPECT_THAT(Tensor::Create(DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overflows")));
 }
 
 TEST(TensorTest, CreateWhoseByteSizeOverflowsIsInvalidArgument) {
@@ -111,24 +106,22 @@ TEST(TensorTest, CreateTooLargeToAllocateIsResourceExhausted) {
 
 TEST(TensorTest, FromBytesCopiesExactByteCount) {
   const float values[] = {1.5f, -2.0f, 0.25f};
-  auto t = Tensor::FromBytes(
-      DType::kFloat32, {3},
-      absl::string_view(reinterpret_cast<const char*>(values), sizeof(values)));
+  auto t =
+      Tensor::FromBytes(DType::kFloat32, {3},
+                        absl::string_view(reinterpret_cast<const char*>(values), sizeof(values)));
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->data<float>()[0], 1.5f);
   EXPECT_EQ(t->data<float>()[2], 0.25f);
-  EXPECT_EQ(t->bytes(), absl::string_view(reinterpret_cast<const char*>(values),
-                                          sizeof(values)));
+  EXPECT_EQ(t->bytes(), absl::string_view(reinterpret_cast<const char*>(values), sizeof(values)));
 }
 
 TEST(TensorTest, FromBytesWrongByteCountIsInvalidArgumentNamingData) {
-  EXPECT_THAT(Tensor::FromBytes(DType::kFloat16, {2, 3}, std::string(11, '\0')),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("data"), HasSubstr("12 bytes expected"),
-                             HasSubstr("got 11"))));
   EXPECT_THAT(
-      Tensor::FromBytes(DType::kFloat16, {2, 3}, std::string(13, '\0')),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 13")));
+      Tensor::FromBytes(DType::kFloat16, {2, 3}, std::string(11, '\0')),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("data"), HasSubstr("12 bytes expected"), HasSubstr("got 11"))));
+  EXPECT_THAT(Tensor::FromBytes(DType::kFloat16, {2, 3}, std::string(13, '\0')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 13")));
 }
 
 TEST(TensorTest, FromBytesWithHugeShapeAndShortDataFailsBeforeAllocating) {
@@ -139,9 +132,8 @@ TEST(TensorTest, FromBytesWithHugeShapeAndShortDataFailsBeforeAllocating) {
 }
 
 TEST(TensorTest, FromBytesWithNegativeDimIsInvalidArgument) {
-  EXPECT_THAT(
-      Tensor::FromBytes(DType::kFloat32, {-1}, ""),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape[0]")));
+  EXPECT_THAT(Tensor::FromBytes(DType::kFloat32, {-1}, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape[0]")));
 }
 
 TEST(TensorTest, EmptyTensorHasNoBytes) {
@@ -177,8 +169,8 @@ TEST(TensorTest, ReshapeKeepsDataAndRejectsOtherCounts) {
 TEST(TensorTest, ToDoubleFromDoublesRoundTripsRepresentableValues) {
   // Representable in every dtype: small integers, halves, a subnormal of
   // fp16 (2^-24), negative zero.
-  const std::vector<double> values = {
-      0.0, -0.0, 1.0, -2.5, 0.125, 1024.0, std::ldexp(1.0, -24), -384.0};
+  const std::vector<double> values = {0.0,   -0.0, 1.0, -2.5, 0.125, 1024.0, std::ldexp(1.0, -24),
+                                      -384.0};
   for (DType d : kAllDTypes) {
     SCOPED_TRACE(DTypeName(d));
     auto t = FromDoubles(d, {2, 4}, values);
@@ -193,8 +185,7 @@ TEST(TensorTest, ToDoubleFromDoublesRoundTripsRepresentableValues) {
     }
     std::vector<float> as_float(values.size());
     ToFloat(*t, as_float.data());
-    for (size_t i = 0; i < values.size(); ++i)
-      EXPECT_EQ(as_float[i], values[i]);
+    for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(as_float[i], values[i]);
     auto from_floats = FromFloats(d, {2, 4}, std::vector<float>(as_float));
     ASSERT_THAT(from_floats, IsOk());
     EXPECT_EQ(from_floats->bytes(), t->bytes());
@@ -215,45 +206,34 @@ TEST(TensorTest, FromDoublesStoresBitPatterns) {
 TEST(TensorTest, FromDoublesRoundsOnceToNearestEven) {
   // Just above the bf16 and fp16 ties at 1 + 2^-8 and 1 + 2^-11: a detour
   // through fp32 would land on the tie and round down.
-  const double above_bf16_tie =
-      1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
-  const double above_fp16_tie =
-      1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  const double above_bf16_tie = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  const double above_fp16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
   EXPECT_EQ(
-      FromDoubles(DType::kBFloat16, {1}, std::vector<double>{above_bf16_tie})
-          ->data<uint16_t>()[0],
+      FromDoubles(DType::kBFloat16, {1}, std::vector<double>{above_bf16_tie})->data<uint16_t>()[0],
       0x3f81);
   EXPECT_EQ(
-      FromDoubles(DType::kFloat16, {1}, std::vector<double>{above_fp16_tie})
-          ->data<uint16_t>()[0],
+      FromDoubles(DType::kFloat16, {1}, std::vector<double>{above_fp16_tie})->data<uint16_t>()[0],
       0x3c01);
   // To fp32: the tie 1 + 2^-24 goes to even.
-  EXPECT_EQ(FromDoubles(DType::kFloat32, {1},
-                        std::vector<double>{1.0 + std::ldexp(1.0, -24)})
+  EXPECT_EQ(FromDoubles(DType::kFloat32, {1}, std::vector<double>{1.0 + std::ldexp(1.0, -24)})
                 ->data<float>()[0],
             1.0f);
-  EXPECT_EQ(RoundToDType(above_bf16_tie, DType::kBFloat16),
-            1.0 + std::ldexp(1.0, -7));
-  EXPECT_EQ(RoundToDType(above_fp16_tie, DType::kFloat16),
-            1.0 + std::ldexp(1.0, -10));
+  EXPECT_EQ(RoundToDType(above_bf16_tie, DType::kBFloat16), 1.0 + std::ldexp(1.0, -7));
+  EXPECT_EQ(RoundToDType(above_fp16_tie, DType::kFloat16), 1.0 + std::ldexp(1.0, -10));
   EXPECT_EQ(RoundToDType(1.0f + std::ldexp(1.0f, -8), DType::kBFloat16), 1.0f);
-  EXPECT_EQ(RoundToDType(70000.0, DType::kFloat16),
-            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(RoundToDType(70000.0, DType::kFloat16), std::numeric_limits<double>::infinity());
 }
 
 TEST(TensorTest, FromDoublesCountMismatchIsInvalidArgument) {
-  EXPECT_THAT(
-      FromDoubles(DType::kFloat32, {2, 2}, std::vector<double>{1.0, 2.0}),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               AllOf(HasSubstr("values"), HasSubstr("4 expected"),
-                     HasSubstr("got 2"))));
+  EXPECT_THAT(FromDoubles(DType::kFloat32, {2, 2}, std::vector<double>{1.0, 2.0}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("values"), HasSubstr("4 expected"), HasSubstr("got 2"))));
   EXPECT_THAT(FromFloats(DType::kFloat32, {-2}, std::vector<float>{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(TensorTest, ToFloatRoundsFp64ToNearest) {
-  auto t = FromDoubles(DType::kFloat64, {1},
-                       std::vector<double>{1.0 + std::ldexp(1.0, -30)});
+  auto t = FromDoubles(DType::kFloat64, {1}, std::vector<double>{1.0 + std::ldexp(1.0, -30)});
   ASSERT_THAT(t, IsOk());
   float f = 0.0f;
   ToFloat(*t, &f);

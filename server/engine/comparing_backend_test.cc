@@ -3,18 +3,19 @@
 // compares inside RunAndCompare as the GPU backends do on the device. Runs
 // on any host; the device implementation itself is tested against the
 // host's Compare on a GPU (server/backends/cuda/device_compare_test.cc).
-#include <cstring>
-#include <memory>
-#include <vector>
+#include "server/backends/comparing_backend.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "server/backends/comparing_backend.h"
+#include <cstring>
+#include <memory>
+#include <vector>
+
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
-#include "stats_testing.h"
-#include "status_matchers.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -44,8 +45,8 @@ class ComparingCpu final : public LinearBackend, public ComparingBackend {
     return cpu_->Run(problem, config, options);
   }
 
-  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem,
-                                            const Config& config, const RunOptions& options,
+  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem, const Config& config,
+                                            const RunOptions& options,
                                             const std::vector<OutputComparison>& comparisons,
                                             bool return_output) override {
     ++compared_runs;
@@ -113,7 +114,7 @@ TEST_F(ComparingBackendTest, VerifyHandsBothComparisonsToTheBackend) {
   ASSERT_THAT(compared, IsOk());
   EXPECT_EQ(stand_in_->compared_runs, 1);
   EXPECT_EQ(stand_in_->plain_runs, 0);
-  EXPECT_EQ(stand_in_->last_comparisons, 2u);  // vs the reference, vs the observed
+  EXPECT_EQ(stand_in_->last_comparisons, 2u);   // vs the reference, vs the observed
   EXPECT_FALSE(stand_in_->last_return_output);  // statistics only
   ASSERT_EQ(compared->results.size(), 1u);
   const ConfigOutcome& c = compared->results[0];

@@ -146,7 +146,7 @@ struct Ranking {
       }
     };
     ParallelChunks(
-        static_cast<int64_t>(classes.size()), in.threads,
+        static_cast<int64_t>(classes.size()), in.executor,
         [&](int64_t begin, int64_t end) {
           for (int64_t j = begin; j < end; ++j) score(classes[static_cast<size_t>(j)]);
         },

@@ -114,9 +114,9 @@ struct DiagnosisInput {
   std::vector<DiagnosisCandidate> candidates;
   int top_k = 10;
   int top_groups = 5;
-  // Threads for scoring the candidates (one class per thread at a time;
-  // results do not depend on it).
-  int threads = 1;
+  // Scores the candidates, one class per task; null: on the calling
+  // thread (results do not depend on it). Not owned.
+  Executor* executor = nullptr;
 };
 
 DiagnosisOutcome RankCandidates(const DiagnosisInput& input);

@@ -18,12 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "ref_round.h"
 #include "server/backends/linear_backend.h"
+#include "server/core/executor.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
-#include "status_matchers.h"
-#include "sum_orders.h"
+#include "tests/testing/ref_round.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/sum_orders.h"
 
 namespace tensorcheck {
 namespace {
@@ -101,13 +102,21 @@ class DiagnosisOrdersTest : public ::testing::Test {
   static void SetUpTestSuite() {
     registry_ = new BackendRegistry;
     ASSERT_TRUE(RegisterBuiltinBackends(registry_).ok());
-    auto engine = Engine::Create(EngineOptions{}, registry_);
+    // A statistics pool as the server makes: full-size diagnoses score and
+    // compare on every core.
+    auto executor = Executor::Create({});
+    ASSERT_TRUE(executor.ok());
+    executor_ = executor->release();
+    EngineOptions options;
+    options.executor = executor_;
+    auto engine = Engine::Create(options, registry_);
     ASSERT_TRUE(engine.ok());
     engine_ = engine->release();
   }
   static void TearDownTestSuite() {
     delete engine_;
     delete registry_;
+    delete executor_;
   }
 
   static const RankedCandidate* Ranked(const DiagnosisOutcome& d, const std::string& config) {
@@ -174,10 +183,12 @@ class DiagnosisOrdersTest : public ::testing::Test {
 
   static BackendRegistry* registry_;
   static Engine* engine_;
+  static Executor* executor_;
 };
 
 BackendRegistry* DiagnosisOrdersTest::registry_ = nullptr;
 Engine* DiagnosisOrdersTest::engine_ = nullptr;
+Executor* DiagnosisOrdersTest::executor_ = nullptr;
 
 // The candle case at full size: ~150-250 elements flip between fp32
 // orders, which fp64 accumulation cannot explain.

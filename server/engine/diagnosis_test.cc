@@ -1,6 +1,11 @@
 // Diagnosis against observed outputs produced independently of the CPU
 // backend: naive loops in this file, with their own rounding functions and
 // other summation orders (pairwise, reversed), as a framework would.
+#include "server/engine/diagnosis.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -8,12 +13,8 @@
 #include <set>
 #include <tuple>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -72,8 +73,8 @@ class DiagnosisTest : public ::testing::Test {
   }
 
   // x [m, k], W [n, k], b [n] stored in `storage`; a few large biases.
-  LinearRequest MakeRequest(int64_t m, int64_t k, int64_t n, DType storage,
-                            uint32_t seed, double bias_scale = 1.0) {
+  LinearRequest MakeRequest(int64_t m, int64_t k, int64_t n, DType storage, uint32_t seed,
+                            double bias_scale = 1.0) {
     std::mt19937 rng(seed);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::vector<double> x(m * k), w(n * k), b(n);
@@ -90,8 +91,8 @@ class DiagnosisTest : public ::testing::Test {
   }
 
   // The observed output a framework following `c` produces.
-  Tensor Observed(const LinearRequest& r, const Case& c, Order order,
-                  bool transpose_weight = false, bool drop_bias = false) {
+  Tensor Observed(const LinearRequest& r, const Case& c, Order order, bool transpose_weight = false,
+                  bool drop_bias = false) {
     const int64_t k = r.input.shape().back(), m = r.input.numel() / k;
     const int64_t n = r.weight.dim(0);
     std::vector<double> y(m * n);
@@ -106,8 +107,8 @@ class DiagnosisTest : public ::testing::Test {
         }
         const float acc = SumFp32(terms, order);
         const double b = drop_bias ? 0.0 : r.bias->GetDouble(j);
-        y[i * n + j] = c.fused ? c.round_out(F32(double(acc) + b))
-                               : c.round_out(F32(c.round_out(acc) + b));
+        y[i * n + j] =
+            c.fused ? c.round_out(F32(double(acc) + b)) : c.round_out(F32(c.round_out(acc) + b));
       }
     }
     return *FromDoubles(c.storage, {m, n}, y);
@@ -126,8 +127,8 @@ class DiagnosisTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-const Case kFp32{DType::kFloat32, [](double v) { return v; }, [](double v) { return double(F32(v)); },
-                 true, "cpu:fp32:fused"};
+const Case kFp32{DType::kFloat32, [](double v) { return v; },
+                 [](double v) { return double(F32(v)); }, true, "cpu:fp32:fused"};
 const Case kTf32{DType::kFloat32, Tf32, [](double v) { return double(F32(v)); }, false,
                  "cpu:tf32:unfused"};
 const Case kBf16Fused{DType::kBFloat16, [](double v) { return v; }, Bf16, true, "cpu:bf16:fused"};
@@ -135,9 +136,8 @@ const Case kBf16Unfused{DType::kBFloat16, [](double v) { return v; }, Bf16, fals
                         "cpu:bf16:unfused"};
 const Case kFp16Fused{DType::kFloat16, [](double v) { return v; }, Fp16, true, "cpu:fp16:fused"};
 
-class TruthRanksFirst
-    : public DiagnosisTest,
-      public ::testing::WithParamInterface<std::tuple<int, int>> {};
+class TruthRanksFirst : public DiagnosisTest,
+                        public ::testing::WithParamInterface<std::tuple<int, int>> {};
 
 TEST_P(TruthRanksFirst, AtFlaxAndLargerSizes) {
   const Case* cases[] = {&kFp32, &kTf32, &kBf16Fused, &kBf16Unfused, &kFp16Fused};
@@ -153,8 +153,7 @@ TEST_P(TruthRanksFirst, AtFlaxAndLargerSizes) {
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   const DiagnosisOutcome& d = *out->diagnosis;
-  EXPECT_TRUE(Names(d, c.truth)) << "best: " << d.best.value_or("null") << "\n"
-                                 << d.explanation;
+  EXPECT_TRUE(Names(d, c.truth)) << "best: " << d.best.value_or("null") << "\n" << d.explanation;
   EXPECT_GT(d.confidence, 0.0) << d.explanation;
   EXPECT_FALSE(d.framework_hint.empty());
   EXPECT_TRUE(d.outliers.empty()) << d.explanation;
@@ -257,8 +256,7 @@ TEST_F(DiagnosisTest, Bf16InputsMergeBf16Tf32AndFp32Rounding) {
   const DiagnosisOutcome& d = *out->diagnosis;
   ASSERT_TRUE(d.best.has_value()) << d.explanation;
   EXPECT_EQ(*d.best, "cpu:bf16:fused");  // the storage dtype names the class
-  EXPECT_THAT(d.equivalent,
-              ::testing::UnorderedElementsAre("cpu:fp32:fused", "cpu:tf32:fused"));
+  EXPECT_THAT(d.equivalent, ::testing::UnorderedElementsAre("cpu:fp32:fused", "cpu:tf32:fused"));
 }
 
 TEST_F(DiagnosisTest, IndistinguishableCandidatesAreReportedAsTied) {
@@ -306,8 +304,9 @@ TEST(RankCandidatesTest, FewInconsistentElementsOutrankManyBitwiseMatches) {
     observed.data<float>()[i] = static_cast<float>(o);
     right.data<float>()[i] = static_cast<float>(o + sigma * normal(rng));
     const double u = uniform(rng);
-    wrong.data<float>()[i] = static_cast<float>(
-        u < 0.60 ? o : u < 0.68 ? o + 20.0 * sigma : o + sigma * normal(rng));
+    wrong.data<float>()[i] = static_cast<float>(u < 0.60   ? o
+                                                : u < 0.68 ? o + 20.0 * sigma
+                                                           : o + sigma * normal(rng));
   }
   const std::vector<float> pair_sigma(static_cast<size_t>(n), sigma);
   DiagnosisInput in;

@@ -32,20 +32,17 @@ Precision NaturalPrecision(DType dtype) {
   return Precision::kFp32;
 }
 
-absl::Status CheckTensorSize(const Tensor& t, absl::string_view field,
-                             int64_t max_bytes) {
+absl::Status CheckTensorSize(const Tensor& t, absl::string_view field, int64_t max_bytes) {
   if (static_cast<int64_t>(t.nbytes()) > max_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(field, ": ", t.nbytes(), " bytes exceed the limit of ",
-                     max_bytes, " bytes per tensor"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        field, ": ", t.nbytes(), " bytes exceed the limit of ", max_bytes, " bytes per tensor"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-std::vector<int64_t> UnflattenIndex(int64_t flat,
-                                    const std::vector<int64_t>& shape) {
+std::vector<int64_t> UnflattenIndex(int64_t flat, const std::vector<int64_t>& shape) {
   std::vector<int64_t> index(shape.size(), 0);
   for (size_t i = shape.size(); i-- > 0;) {
     const int64_t d = shape[i];
@@ -56,23 +53,21 @@ std::vector<int64_t> UnflattenIndex(int64_t flat,
   return index;
 }
 
-
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
-    const EngineOptions& options, const BackendRegistry* registry) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                                       const BackendRegistry* registry) {
   if (registry == nullptr) {
     return absl::InvalidArgumentError("engine: backend registry is null");
   }
   auto engine = std::unique_ptr<Engine>(new Engine(options, registry));
   // The default reference must resolve on this host.
-  TC_ASSIGN_OR_RETURN(ConfigSpec spec,
-                      ParseConfigSpec(options.default_reference, "reference"));
+  TC_ASSIGN_OR_RETURN(ConfigSpec spec, ParseConfigSpec(options.default_reference, "reference"));
   TC_ASSIGN_OR_RETURN(LinearBackend * backend, registry->Find(spec.backend));
   TC_RETURN_IF_ERROR(backend->Available());
   return engine;
 }
 
-absl::StatusOr<Engine::Plan> Engine::MakePlan(
-    const LinearRequest& req, const std::vector<std::string>& config_specs) const {
+absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
+                                              const std::vector<std::string>& config_specs) const {
   Plan plan;
   const Tensor& x = req.input;
   const Tensor& w = req.weight;
@@ -90,22 +85,21 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
 
   if (x.rank() < 1 || x.numel() == 0) {
     return InvalidFieldError("op.input.shape", "a non-empty [..., K] tensor",
-                   ShapeString(x.shape()));
+                             ShapeString(x.shape()));
   }
   plan.k = x.shape().back();
   plan.m = x.numel() / plan.k;
   if (w.rank() != 2) {
     return InvalidFieldError("op.weight.shape",
-                   req.layout == WeightLayout::kOutIn ? "rank 2 [N, K]" : "rank 2 [K, N]",
-                   ShapeString(w.shape()));
+                             req.layout == WeightLayout::kOutIn ? "rank 2 [N, K]" : "rank 2 [K, N]",
+                             ShapeString(w.shape()));
   }
   const int64_t w_k = req.layout == WeightLayout::kOutIn ? w.dim(1) : w.dim(0);
   plan.n = req.layout == WeightLayout::kOutIn ? w.dim(0) : w.dim(1);
   if (w_k != plan.k) {
     return absl::InvalidArgumentError(absl::StrCat(
         "op.weight.shape: ", ShapeString(w.shape()), " does not match K=", plan.k,
-        " (the input's last dim) in layout ", WeightLayoutName(req.layout),
-        "; expected ",
+        " (the input's last dim) in layout ", WeightLayoutName(req.layout), "; expected ",
         req.layout == WeightLayout::kOutIn ? absl::StrCat("[N, ", plan.k, "]")
                                            : absl::StrCat("[", plan.k, ", N]")));
   }
@@ -114,53 +108,54 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   }
   if (w.dtype() != x.dtype()) {
     return InvalidFieldError("op.weight.dtype",
-                   absl::StrCat(DTypeName(x.dtype()), " (the input's dtype)"),
-                   DTypeName(w.dtype()));
+                             absl::StrCat(DTypeName(x.dtype()), " (the input's dtype)"),
+                             DTypeName(w.dtype()));
   }
   if (req.bias) {
     if (req.bias->rank() != 1 || req.bias->dim(0) != plan.n) {
       return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.n, "] (N)"),
-                     ShapeString(req.bias->shape()));
+                               ShapeString(req.bias->shape()));
     }
   }
   // Output size and work, with checked arithmetic.
   if (plan.m > options_.limits.max_output_elements / plan.n) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "output [", plan.m, ", ", plan.n, "] exceeds the limit of ",
-        options_.limits.max_output_elements, " elements"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("output [", plan.m, ", ", plan.n, "] exceeds the limit of ",
+                     options_.limits.max_output_elements, " elements"));
   }
   if (plan.m * plan.n > options_.limits.max_macs / plan.k) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "problem M*N*K = ", plan.m, "*", plan.n, "*", plan.k,
-        " exceeds the limit of ", options_.limits.max_macs, " multiply-adds"));
+    return absl::ResourceExhaustedError(absl::StrCat("problem M*N*K = ", plan.m, "*", plan.n, "*",
+                                                     plan.k, " exceeds the limit of ",
+                                                     options_.limits.max_macs, " multiply-adds"));
   }
   plan.output_dtype = req.output_dtype.value_or(x.dtype());
   plan.output_shape.assign(x.shape().begin(), x.shape().end() - 1);
   plan.output_shape.push_back(plan.n);
   if (req.observed && req.observed->shape() != plan.output_shape) {
-    return InvalidFieldError("observed.shape",
-                   absl::StrCat(ShapeString(plan.output_shape), " (input's leading dims, N)"),
-                   ShapeString(req.observed->shape()));
+    return InvalidFieldError(
+        "observed.shape",
+        absl::StrCat(ShapeString(plan.output_shape), " (input's leading dims, N)"),
+        ShapeString(req.observed->shape()));
   }
 
   // Options.
   if (req.top_k < 0 || req.top_k > options_.limits.max_top_k) {
     return InvalidFieldError("output.top_k", absl::StrCat("0..", options_.limits.max_top_k),
-                   absl::StrCat(req.top_k));
+                             absl::StrCat(req.top_k));
   }
   if (req.top_groups < 0 || req.top_groups > options_.limits.max_top_groups) {
     return InvalidFieldError("output.top_groups",
-                   absl::StrCat("0..", options_.limits.max_top_groups),
-                   absl::StrCat(req.top_groups));
+                             absl::StrCat("0..", options_.limits.max_top_groups),
+                             absl::StrCat(req.top_groups));
   }
   if (req.repeat < 0 || req.repeat > options_.limits.max_repeat) {
     return InvalidFieldError("repeat", absl::StrCat("0..", options_.limits.max_repeat),
-                   absl::StrCat(req.repeat));
+                             absl::StrCat(req.repeat));
   }
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("configs: at most ", options_.limits.max_configs,
-                     " configurations expected, got ", config_specs.size()));
+    return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
+                                                   " configurations expected, got ",
+                                                   config_specs.size()));
   }
   const ToleranceRequest& tr = req.tolerance;
   for (const auto& [name, value] :
@@ -172,12 +167,10 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   }
   if (!(tr.bound_factor >= 0 && std::isfinite(tr.bound_factor))) {
     return InvalidFieldError("tolerance.bound_factor", "a finite value >= 0",
-                   absl::StrCat(tr.bound_factor));
+                             absl::StrCat(tr.bound_factor));
   }
-  plan.tolerance = ResolveTolerance(tr.preset, plan.output_dtype, tr.atol, tr.rtol,
-                                    tr.max_ulp,
-                                    tr.bound_factor == 0 ? 1.0 : tr.bound_factor,
-                                    tr.nan_equal);
+  plan.tolerance = ResolveTolerance(tr.preset, plan.output_dtype, tr.atol, tr.rtol, tr.max_ulp,
+                                    tr.bound_factor == 0 ? 1.0 : tr.bound_factor, tr.nan_equal);
   plan.observed_bound_precision = NaturalPrecision(plan.output_dtype);
   if (!tr.bound_precision.empty()) {
     auto p = ParsePrecision(tr.bound_precision);
@@ -190,35 +183,33 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
 
   // Configurations.
   const bool has_bias = req.bias.has_value();
-  auto resolve = [&](absl::string_view spec_text, absl::string_view field,
-                     Config* config, LinearBackend** backend) -> absl::Status {
+  auto resolve = [&](absl::string_view spec_text, absl::string_view field, Config* config,
+                     LinearBackend** backend) -> absl::Status {
     TC_ASSIGN_OR_RETURN(ConfigSpec spec, ParseConfigSpec(spec_text, field));
     TC_ASSIGN_OR_RETURN(*backend, registry_->Find(spec.backend));
     if (has_bias && spec.bias == BiasMode::kNone) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " '", spec_text,
-          "': bias mode 'none' given but the request has a bias; expected "
-          "'fused' or 'unfused'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " '", spec_text,
+                       "': bias mode 'none' given but the request has a bias; expected "
+                       "'fused' or 'unfused'"));
     }
-    *config = ResolveConfig(spec, has_bias, req.activation,
-                            (*backend)->default_bias_mode());
+    *config = ResolveConfig(spec, has_bias, req.activation, (*backend)->default_bias_mode());
     absl::Status available = (*backend)->Available();
     if (!available.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          field, " '", spec_text, "': backend '", spec.backend,
-          "' is not available on this host: ", available.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, " '", spec_text, "': backend '", spec.backend,
+                       "' is not available on this host: ", available.message()));
     }
     absl::Status supported = (*backend)->Supports(*config, x.dtype());
     if (!supported.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(field, ": ", supported.message()));
+      return absl::FailedPreconditionError(absl::StrCat(field, ": ", supported.message()));
     }
     return absl::OkStatus();
   };
   const std::string& reference_spec =
       req.reference.empty() ? options_.default_reference : req.reference;
-  TC_RETURN_IF_ERROR(resolve(reference_spec, "reference", &plan.reference,
-                             &plan.reference_backend));
+  TC_RETURN_IF_ERROR(
+      resolve(reference_spec, "reference", &plan.reference, &plan.reference_backend));
   for (size_t i = 0; i < config_specs.size(); ++i) {
     Config c;
     LinearBackend* b = nullptr;
@@ -236,13 +227,11 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(
   plan.compare.cols = plan.n;
   plan.compare.top_k = req.top_k == 0 ? 10 : req.top_k;
   plan.compare.top_groups = req.top_groups == 0 ? 5 : req.top_groups;
-  plan.compare.threads = options_.stats_threads;
+  plan.compare.executor = options_.executor;
   plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
-  plan.run.disallow_reduced_precision_reduction =
-      req.disallow_reduced_precision_reduction;
+  plan.run.disallow_reduced_precision_reduction = req.disallow_reduced_precision_reduction;
   return plan;
 }
-
 
 absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request) const {
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, request.configs));
@@ -251,13 +240,12 @@ absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request) const
 
 absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) const {
   if (!request.observed) {
-    return absl::InvalidArgumentError(
-        "observed: the output to diagnose is required, got none");
+    return absl::InvalidArgumentError("observed: the output to diagnose is required, got none");
   }
   std::vector<std::string> candidates = request.configs;
   if (candidates.empty()) {
-    candidates = DefaultCandidates(request.input.dtype(), request.bias.has_value(),
-                                   request.activation);
+    candidates =
+        DefaultCandidates(request.input.dtype(), request.bias.has_value(), request.activation);
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, candidates));
   Artifacts artifacts;
@@ -273,7 +261,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
   in.output_shape = plan.output_shape;
   in.top_k = plan.compare.top_k;
   in.top_groups = plan.compare.top_groups;
-  in.threads = ResolveThreads(options_.stats_threads);
+  in.executor = options_.executor;
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
     c.config = plan.configs[i];
@@ -321,8 +309,7 @@ std::vector<std::string> Engine::DefaultCandidates(DType storage, bool has_bias,
       }
       if (chosen == nullptr) continue;
       ConfigSpec spec{std::string(chosen->name()), p, b};
-      const std::string c =
-          ResolveConfig(spec, has_bias, activation, b).ToString();
+      const std::string c = ResolveConfig(spec, has_bias, activation, b).ToString();
       if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     }
   }

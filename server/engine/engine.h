@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/linear_config.h"
 #include "server/backends/linear_backend.h"
+#include "server/core/linear_config.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
@@ -53,6 +53,11 @@ struct EngineOptions {
   RequestLimits limits;
   // Statistics worker threads; 0: hardware concurrency.
   int stats_threads = 0;
+  // Runs the statistics of every request (Compare, the error model's
+  // per-element passes, the candidates' scoring); null: each request's own
+  // thread. Not owned: TensorCheckServer makes one for all requests and
+  // keeps it alive longer than the engine.
+  Executor* executor = nullptr;
   std::string default_reference = "cpu:fp64";
   // Do work that configurations have in common once: one GEMM for the
   // configurations that multiply the same operands in the same arithmetic
@@ -161,8 +166,8 @@ struct AvailableConfig {
 class Engine {
  public:
   // `registry` must outlive the engine.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(
-      const EngineOptions& options, const BackendRegistry* registry);
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                        const BackendRegistry* registry);
 
   // Runs the reference and every configuration; compares. Errors:
   // INVALID_ARGUMENT (names the field), RESOURCE_EXHAUSTED (limits),
@@ -201,7 +206,6 @@ class Engine {
 };
 
 // Multi-dimensional index of flat element `flat` in `shape` (row-major).
-std::vector<int64_t> UnflattenIndex(int64_t flat,
-                                    const std::vector<int64_t>& shape);
+std::vector<int64_t> UnflattenIndex(int64_t flat, const std::vector<int64_t>& shape);
 
 }  // namespace tensorcheck

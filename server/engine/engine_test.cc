@@ -1,14 +1,14 @@
 #include "server/engine/engine.h"
 
-#include <cmath>
-#include <random>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "ref_round.h"
-#include "stats_testing.h"
-#include "status_matchers.h"
+#include <cmath>
+#include <random>
+
+#include "tests/testing/ref_round.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -32,8 +32,7 @@ class EngineTest : public ::testing::Test {
   }
 
   // y = x W^T + b in fp64 from the tensors' exact values ([N, K] weight).
-  static std::vector<double> Fp64Linear(const Tensor& x, const Tensor& w,
-                                        const Tensor* b) {
+  static std::vector<double> Fp64Linear(const Tensor& x, const Tensor& w, const Tensor* b) {
     const int64_t k = x.shape().back(), m = x.numel() / k, n = w.dim(0);
     std::vector<double> y(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i) {
@@ -166,8 +165,8 @@ TEST_F(EngineTest, NoBiasConfigurationsAreCanonicalNone) {
 TEST_F(EngineTest, WeightKMismatchIsInvalidArgumentNamingTheField) {
   LinearRequest r = Request(2, 8, 3, /*bias=*/false);
   r.weight = Random({3, 9}, 1.0, 4);
-  EXPECT_THAT(engine_->Verify(r), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("op.weight.shape")));
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.weight.shape")));
 }
 
 TEST_F(EngineTest, BiasLengthMismatchIsInvalidArgument) {
@@ -194,8 +193,7 @@ TEST_F(EngineTest, WeightDtypeMismatchIsInvalidArgument) {
 TEST_F(EngineTest, UnknownBackendIsNotFound) {
   LinearRequest r = Request(2, 8, 3, /*bias=*/false);
   r.configs = {"tpu:fp32"};
-  EXPECT_THAT(engine_->Verify(r),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("tpu")));
+  EXPECT_THAT(engine_->Verify(r), StatusIs(absl::StatusCode::kNotFound, HasSubstr("tpu")));
 }
 
 TEST_F(EngineTest, MalformedConfigurationIsInvalidArgument) {
@@ -236,8 +234,7 @@ TEST_F(EngineTest, OutOfRangeOptionsAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repeat")));
   r.repeat = 0;
   r.top_k = 100000;
-  EXPECT_THAT(engine_->Verify(r),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
+  EXPECT_THAT(engine_->Verify(r), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
   r.top_k = 0;
   r.tolerance.atol = -1;
   EXPECT_THAT(engine_->Verify(r),
@@ -345,13 +342,12 @@ TEST(EngineSharingTest, SharedAndSeparateRunsGiveTheSameOutcome) {
     for (const Tensor* t : {&r.input, &r.weight}) {
       for (int64_t i = 0; i < t->numel(); ++i) {
         const double v = t->GetDouble(i);
-        fp16_exact = fp16_exact && ::tensorcheck::testing::RefRound(
-                                       v, ::tensorcheck::testing::kFp16Format) == v;
+        fp16_exact = fp16_exact &&
+                     ::tensorcheck::testing::RefRound(v, ::tensorcheck::testing::kFp16Format) == v;
       }
     }
     EXPECT_EQ(shared_runs, fp16_exact ? 14 : 13);
-    ::tensorcheck::testing::ExpectSameStats(a->reference.vs_reference,
-                                            b->reference.vs_reference);
+    ::tensorcheck::testing::ExpectSameStats(a->reference.vs_reference, b->reference.vs_reference);
     ASSERT_TRUE(a->diagnosis && b->diagnosis);
     EXPECT_EQ(a->diagnosis->best, b->diagnosis->best);
     EXPECT_EQ(a->diagnosis->explanation, b->diagnosis->explanation);

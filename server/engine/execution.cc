@@ -87,7 +87,7 @@ class Engine::Execution {
             Engine::Artifacts* artifacts)
       : share_(options.share_computations),
         bound_used_(plan.tolerance.preset == TolerancePreset::kBound),
-        threads_(ResolveThreads(options.stats_threads)),
+        executor_(options.executor),
         req_(req),
         plan_(plan),
         artifacts_(artifacts) {
@@ -364,7 +364,9 @@ class Engine::Execution {
     ToDouble(reference_->output, ref_values_.data());
     if (req_.observed) {
       const ModelArray sigma = Model(ModelKey::kSigma, plan_.observed_bound_precision, false);
-      const ModelArray bound = bound_used_ ? Model(ModelKey::kBound, plan_.observed_bound_precision, false) : ModelArray{};
+      const ModelArray bound = bound_used_
+                                   ? Model(ModelKey::kBound, plan_.observed_bound_precision, false)
+                                   : ModelArray{};
       CompareOptions opts = plan_.compare;
       opts.predicted_sigma = sigma.data();
       opts.predicted_sigma_sum_sq = sigma.sum_sq;
@@ -424,7 +426,7 @@ class Engine::Execution {
     in.value = ref_values_.data();
     in.count = count_;
     in.pre_bias = dot_.empty() ? nullptr : dot_.data();
-    in.threads = threads_;
+    in.executor = executor_;
     in.precision = p;
     in.inputs_exact = key.kind == ModelKey::kSigma && key.u_input == 0;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
@@ -490,7 +492,7 @@ class Engine::Execution {
     in.bias = with_bias ? bias.data() : nullptr;
     in.cols = plan_.n;
     in.count = count_;
-    in.threads = threads_;
+    in.executor = executor_;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
     FlipGrid(in, values->data());
     grid = std::move(values);
@@ -551,7 +553,7 @@ class Engine::Execution {
   // Only the bound preset reads the hard bound; other presets skip its
   // arrays.
   const bool bound_used_;
-  const int threads_;  // for the per-element passes of the error model
+  Executor* const executor_;  // the per-element passes; null: inline
   const LinearRequest& req_;
   const Engine::Plan& plan_;
   Engine::Artifacts* const artifacts_;

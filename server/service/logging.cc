@@ -40,8 +40,7 @@ void LogEvent(spdlog::level::level_enum level, const std::string& msg,
   std::string text = msg;
   for (const auto& [key, value] : fields.items()) {
     text += " " + key + "=" +
-            (value.is_string() ? value.get<std::string>()
-                               : value.dump(-1, ' ', false, kReplace));
+            (value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, kReplace));
   }
   // Client-supplied strings must not forge extra log lines.
   for (char& c : text) {

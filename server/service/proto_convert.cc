@@ -24,8 +24,8 @@ void GroupsToProto(const std::vector<GroupCount>& groups,
   }
 }
 
-void ElementToProto(const ElementDiff& e, DType dtype,
-                    const std::vector<int64_t>& shape, v1::Element* p) {
+void ElementToProto(const ElementDiff& e, DType dtype, const std::vector<int64_t>& shape,
+                    v1::Element* p) {
   for (int64_t i : UnflattenIndex(e.flat_index, shape)) p->add_index(i);
   p->set_actual(e.actual);
   p->set_expected(e.expected);
@@ -36,8 +36,8 @@ void ElementToProto(const ElementDiff& e, DType dtype,
   p->set_ulp(e.ulp);
 }
 
-void StatsToProto(const DiffStats& s, const std::vector<int64_t>& shape,
-                  Precision bound_precision, v1::Stats* p) {
+void StatsToProto(const DiffStats& s, const std::vector<int64_t>& shape, Precision bound_precision,
+                  v1::Stats* p) {
   p->set_total(s.total);
   p->set_mismatched(s.mismatched);
   p->set_max_abs(s.max_abs);
@@ -135,42 +135,37 @@ absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
     case v1::Tolerance::PRESET_BOUND:
       return TolerancePreset::kBound;
   }
-  return InvalidFieldError("tolerance.preset", "a Tolerance.Preset value (0..6)",
-                 absl::StrCat(p));
+  return InvalidFieldError("tolerance.preset", "a Tolerance.Preset value (0..6)", absl::StrCat(p));
 }
 
 }  // namespace
 
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
   if (std::optional<DType> d = DTypeFromProto(dtype)) return *d;
-  return InvalidFieldError(field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
-                 dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED")
-                                                : absl::StrCat(dtype));
+  return InvalidFieldError(
+      field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
+      dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED") : absl::StrCat(dtype));
 }
 
-absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
-                                       absl::string_view field,
+absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
                                        const RequestLimits& limits) {
-  TC_ASSIGN_OR_RETURN(DType dtype,
-                      DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
+  TC_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
   if (proto.source_case() == v1::Tensor::kDigest) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ".digest: this server has no tensor store; missing digests: [",
-        proto.digest().substr(0, 80), "]; send the tensor as data"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ".digest: this server has no tensor store; missing digests: [",
+                     proto.digest().substr(0, 80), "]; send the tensor as data"));
   }
   if (proto.source_case() != v1::Tensor::kData) {
     return InvalidFieldError(field, "data (raw little-endian bytes) or digest", "neither");
   }
   const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
-  const int64_t max_elements =
-      limits.max_tensor_bytes / static_cast<int64_t>(ItemSize(dtype));
+  const int64_t max_elements = limits.max_tensor_bytes / static_cast<int64_t>(ItemSize(dtype));
   TC_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape, max_elements, field));
   const int64_t expected = numel * static_cast<int64_t>(ItemSize(dtype));
   if (static_cast<int64_t>(proto.data().size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".data: ", expected, " bytes expected (", numel, " elements of ",
-        DTypeName(dtype), " for shape ", ShapeString(shape), "), got ",
-        proto.data().size()));
+        field, ".data: ", expected, " bytes expected (", numel, " elements of ", DTypeName(dtype),
+        " for shape ", ShapeString(shape), "), got ", proto.data().size()));
   }
   return Tensor::FromBytes(dtype, shape, proto.data());
 }
@@ -182,17 +177,16 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
   proto->set_data(std::string(tensor.bytes()));
 }
 
-absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
-                                        const RequestLimits& limits) {
+absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const RequestLimits& limits) {
   LinearRequest req;
   if (!r.has_op()) return InvalidFieldError("op", "a LinearOp", "none");
   const v1::LinearOp& op = r.op();
   if (!op.has_input()) return InvalidFieldError("op.input", "a tensor", "none");
   if (!op.has_weight()) return InvalidFieldError("op.weight", "a tensor", "none");
   if (r.configs_size() > limits.max_configs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("configs: at most ", limits.max_configs,
-                     " configurations expected, got ", r.configs_size()));
+    return absl::InvalidArgumentError(absl::StrCat("configs: at most ", limits.max_configs,
+                                                   " configurations expected, got ",
+                                                   r.configs_size()));
   }
   switch (op.weight_layout()) {
     case v1::WEIGHT_LAYOUT_UNSPECIFIED:
@@ -204,7 +198,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
       break;
     default:
       return InvalidFieldError("op.weight_layout", "WEIGHT_LAYOUT_OUT_IN or WEIGHT_LAYOUT_IN_OUT",
-                     absl::StrCat(op.weight_layout()));
+                               absl::StrCat(op.weight_layout()));
   }
   switch (op.activation()) {
     case v1::ACTIVATION_UNSPECIFIED:
@@ -218,12 +212,12 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r,
       req.activation = Activation::kGeluTanh;
       break;
     default:
-      return InvalidFieldError("op.activation", "ACTIVATION_NONE, ACTIVATION_RELU or ACTIVATION_GELU_TANH",
-                     absl::StrCat(op.activation()));
+      return InvalidFieldError("op.activation",
+                               "ACTIVATION_NONE, ACTIVATION_RELU or ACTIVATION_GELU_TANH",
+                               absl::StrCat(op.activation()));
   }
   if (op.output_dtype() != v1::DTYPE_UNSPECIFIED) {
-    TC_ASSIGN_OR_RETURN(req.output_dtype,
-                        DTypeFromProto(op.output_dtype(), "op.output_dtype"));
+    TC_ASSIGN_OR_RETURN(req.output_dtype, DTypeFromProto(op.output_dtype(), "op.output_dtype"));
   }
   TC_ASSIGN_OR_RETURN(req.input, TensorFromProto(op.input(), "op.input", limits));
   TC_ASSIGN_OR_RETURN(req.weight, TensorFromProto(op.weight(), "op.weight", limits));

@@ -11,15 +11,14 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "server/engine/engine.h"
 #include "proto/dtype_proto.h"
+#include "server/engine/engine.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck {
 
 // Decodes one tensor. `field` is its path in the request ("op.input").
-absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto,
-                                       absl::string_view field,
+absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
                                        const RequestLimits& limits);
 
 // Copies a tensor into a proto (data bytes, shape, dtype).

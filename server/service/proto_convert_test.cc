@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/testing/status_matchers.h"
@@ -43,9 +43,9 @@ TEST(ProtoConvertTest, TensorKeepsDtypeShapeAndBytes) {
 
 TEST(ProtoConvertTest, ShortDataNamesTheFieldAndBothCounts) {
   v1::Tensor t = Fp32({2, 3}, {1, 2, 3, 4, 5});
-  EXPECT_THAT(TensorFromProto(t, "op.weight", RequestLimits{}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("op.weight.data: 24 bytes expected")));
+  EXPECT_THAT(
+      TensorFromProto(t, "op.weight", RequestLimits{}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.weight.data: 24 bytes expected")));
 }
 
 TEST(ProtoConvertTest, UnknownDtypeNamesTheField) {
@@ -90,8 +90,8 @@ TEST(ProtoConvertTest, TooManyConfigurationsUseTheLimitsGiven) {
   for (int i = 0; i < 3; ++i) r.add_configs("cpu:fp32");
   RequestLimits limits;
   limits.max_configs = 2;
-  EXPECT_THAT(FromProto(r, limits), StatusIs(absl::StatusCode::kInvalidArgument,
-                                             HasSubstr("configs: at most 2")));
+  EXPECT_THAT(FromProto(r, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("configs: at most 2")));
 }
 
 TEST(ProtoConvertTest, MissingWeightNamesTheField) {

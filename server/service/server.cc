@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "server/service/logging.h"
 #include "server/core/status_macros.h"
+#include "server/service/logging.h"
 
 namespace tensorcheck {
 
@@ -17,22 +17,42 @@ constexpr char kServiceName[] = "tensorcheck.v1.TensorCheck";
 absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     const ServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("port: 0..65535 expected, got ", options.port));
+    return absl::InvalidArgumentError(absl::StrCat("port: 0..65535 expected, got ", options.port));
   }
+  if (options.engine.stats_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stats_threads: 0 (one per core) or a positive count expected, got ",
+                     options.engine.stats_threads));
+  }
+  // How many threads this process runs, decided here and nowhere else.
+  // Requests run on `workers` threads (--threads; 0: one per core). Their
+  // statistics (Compare, the error model's per-element passes, the
+  // diagnosis scoring) fan out on ONE pool of `stats` threads shared by all
+  // requests (--stats-threads; 0: one per core), whose size counts the
+  // requesting worker: a worker works on its own statistics while the pool
+  // helps, so at most workers + stats - 1 threads are runnable at once,
+  // about 2 x cores with the defaults (3 on a 2-core host). When every
+  // request started its own threads, concurrent requests reached
+  // workers x cores (4 on that host, 64 on an 8-core one). Results do not
+  // depend on either size. (The cpu backend's OpenBLAS threads,
+  // --cpu-threads, run the GEMMs and are sized apart.)
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = options.workers > 0 ? options.workers : hw;
+  const int stats = options.engine.stats_threads > 0 ? options.engine.stats_threads : hw;
+
   auto server = std::unique_ptr<TensorCheckServer>(new TensorCheckServer());
   server->options_ = options;
   server->registry_ = std::make_unique<BackendRegistry>();
   TC_RETURN_IF_ERROR(RegisterBuiltinBackends(server->registry_.get(), options.backends));
+  TC_ASSIGN_OR_RETURN(server->stats_executor_, Executor::Create({/*threads=*/stats}));
   EngineOptions engine_options = options.engine;
+  engine_options.executor = server->stats_executor_.get();
   RequestLimits& limits = engine_options.limits;
   limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_message_bytes);
-  TC_ASSIGN_OR_RETURN(server->engine_,
-                      Engine::Create(engine_options, server->registry_.get()));
+  TC_ASSIGN_OR_RETURN(server->engine_, Engine::Create(engine_options, server->registry_.get()));
 
   ServiceOptions service_options;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  service_options.workers = options.workers > 0 ? options.workers : hw;
+  service_options.workers = workers;
   service_options.max_queue = options.max_queue;
   service_options.server_version = kServerVersion;
   TensorCheckServer* raw = server.get();
@@ -42,23 +62,21 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     raw->SetNotServing();
     if (cb) cb(s);
   };
-  server->service_ = std::make_unique<TensorCheckServiceImpl>(
-      server->engine_.get(), std::move(service_options));
+  server->service_ =
+      std::make_unique<TensorCheckServiceImpl>(server->engine_.get(), std::move(service_options));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
-  const int max_message = static_cast<int>(
-      std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
+  const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " (address in use?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " (address in use?)"));
   }
   auto* health = server->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
@@ -68,9 +86,7 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
 
 TensorCheckServer::~TensorCheckServer() { Shutdown(absl::ZeroDuration()); }
 
-std::string TensorCheckServer::address() const {
-  return absl::StrCat(options_.host, ":", port_);
-}
+std::string TensorCheckServer::address() const { return absl::StrCat(options_.host, ":", port_); }
 
 void TensorCheckServer::SetNotServing() {
   if (server_ == nullptr) return;

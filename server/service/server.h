@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
+#include "server/core/executor.h"
 #include "server/engine/engine.h"
 #include "server/service/service.h"
 
@@ -30,7 +31,9 @@ struct ServerOptions {
   int max_queue = 64;
   BuiltinBackendOptions backends;
   // Request limits (engine.limits; max_message_bytes is gRPC's message
-  // size too), the reference, statistics threads.
+  // size too), the reference, statistics threads (engine.stats_threads:
+  // the size of the one statistics pool all requests share; 0: hardware
+  // concurrency). engine.executor is ignored: the server makes its own.
   EngineOptions engine;
   // Called when a request hits an error that leaves the device unusable.
   std::function<void(const absl::Status&)> on_fatal;
@@ -38,8 +41,7 @@ struct ServerOptions {
 
 class TensorCheckServer {
  public:
-  static absl::StatusOr<std::unique_ptr<TensorCheckServer>> Start(
-      const ServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<TensorCheckServer>> Start(const ServerOptions& options);
   ~TensorCheckServer();
 
   // "HOST:PORT" with the port actually bound.
@@ -62,6 +64,9 @@ class TensorCheckServer {
   ServerOptions options_;
   int port_ = 0;
   std::unique_ptr<BackendRegistry> registry_;
+  // The statistics pool of every request; declared before engine_ and
+  // service_ so that it outlives them (members are destroyed in reverse).
+  std::unique_ptr<Executor> stats_executor_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<TensorCheckServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "server/service/logging.h"
 #include "server/core/status_macros.h"
+#include "server/service/logging.h"
 
 namespace tensorcheck {
 
@@ -18,7 +18,6 @@ constexpr size_t kMaxStatusMessage = 2048;
 std::string ShapeOf(const v1::Tensor& t) {
   return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
 }
-
 
 }  // namespace
 
@@ -77,11 +76,8 @@ void WorkerPool::Loop() {
   }
 }
 
-TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine,
-                                               ServiceOptions options)
-    : engine_(engine),
-      options_(std::move(options)),
-      pool_(options_.workers, options_.max_queue) {}
+TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOptions options)
+    : engine_(engine), options_(std::move(options)), pool_(options_.workers, options_.max_queue) {}
 
 TensorCheckServiceImpl::~TensorCheckServiceImpl() = default;
 
@@ -93,21 +89,22 @@ bool TensorCheckServiceImpl::WaitForIdle(absl::Time deadline) {
                              [this] { return in_flight_ == 0; });
 }
 
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(
-    grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
-    v1::VerifyResponse* response) {
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(grpc::CallbackServerContext* context,
+                                                         const v1::VerifyRequest* request,
+                                                         v1::VerifyResponse* response) {
   return RunLinear(context, request, response, /*diagnose=*/false);
 }
 
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::Diagnose(
-    grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
-    v1::VerifyResponse* response) {
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::Diagnose(grpc::CallbackServerContext* context,
+                                                           const v1::VerifyRequest* request,
+                                                           v1::VerifyResponse* response) {
   return RunLinear(context, request, response, /*diagnose=*/true);
 }
 
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
-    grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
-    v1::VerifyResponse* response, bool diagnose) {
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(grpc::CallbackServerContext* context,
+                                                            const v1::VerifyRequest* request,
+                                                            v1::VerifyResponse* response,
+                                                            bool diagnose) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::string_view method = diagnose ? "Diagnose" : "Verify";
   const auto start = std::chrono::steady_clock::now();
@@ -128,9 +125,8 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
       ToProto(outcome, response);
       return absl::OkStatus();
     }();
-    const double ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     LogRequest(method, request, ms, status);
     if (IsFatalDeviceError(status) && options_.on_fatal && !fatal_reported_.exchange(true)) {
       options_.on_fatal(status);
@@ -152,8 +148,8 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(
       --in_flight_;
     }
     idle_cv_.notify_all();
-    const absl::Status s = absl::UnavailableError(absl::StrCat(
-        "server busy: ", options_.max_queue, " requests already queued; retry later"));
+    const absl::Status s = absl::UnavailableError(
+        absl::StrCat("server busy: ", options_.max_queue, " requests already queued; retry later"));
     LogRequest(method, request, 0, s);
     reactor->Finish(ToGrpcStatus(s));
   }
@@ -169,8 +165,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
   return reactor;
 }
 
-void TensorCheckServiceImpl::FillCapabilities(
-    v1::GetCapabilitiesResponse* response) const {
+void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* response) const {
   response->set_server_version(options_.server_version);
   response->set_default_reference(engine_->options().default_reference);
   for (TolerancePreset p : kAllTolerancePresets) {
@@ -218,10 +213,8 @@ void TensorCheckServiceImpl::FillCapabilities(
   }
 }
 
-void TensorCheckServiceImpl::LogRequest(absl::string_view method,
-                                        const v1::VerifyRequest* request,
-                                        double elapsed_ms,
-                                        const absl::Status& status) const {
+void TensorCheckServiceImpl::LogRequest(absl::string_view method, const v1::VerifyRequest* request,
+                                        double elapsed_ms, const absl::Status& status) const {
   nlohmann::json fields = {
       {"method", std::string(method)},
       {"configs", absl::StrJoin(request->configs(), ",")},

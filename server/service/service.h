@@ -80,10 +80,9 @@ class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
   grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
                                      const v1::VerifyRequest* request,
                                      v1::VerifyResponse* response) override;
-  grpc::ServerUnaryReactor* GetCapabilities(
-      grpc::CallbackServerContext* context,
-      const v1::GetCapabilitiesRequest* request,
-      v1::GetCapabilitiesResponse* response) override;
+  grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
+                                            const v1::GetCapabilitiesRequest* request,
+                                            v1::GetCapabilitiesResponse* response) override;
 
   // New requests are answered UNAVAILABLE; in-flight ones finish.
   void StartDraining();
@@ -98,10 +97,9 @@ class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
  private:
   grpc::ServerUnaryReactor* RunLinear(grpc::CallbackServerContext* context,
                                       const v1::VerifyRequest* request,
-                                      v1::VerifyResponse* response,
-                                      bool diagnose);
-  void LogRequest(absl::string_view method, const v1::VerifyRequest* request,
-                  double elapsed_ms, const absl::Status& status) const;
+                                      v1::VerifyResponse* response, bool diagnose);
+  void LogRequest(absl::string_view method, const v1::VerifyRequest* request, double elapsed_ms,
+                  const absl::Status& status) const;
 
   const Engine* engine_;
   ServiceOptions options_;

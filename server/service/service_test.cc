@@ -2,12 +2,14 @@
 // loopback port, driven through the generated stub. Every row of the error
 // table (docs/architecture.md) that applies to a CPU host, and the server
 // still serving after each.
-#include <cmath>
-#include <cstring>
-#include <random>
+#include "server/service/service.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -16,7 +18,6 @@
 #include "server/core/status_macros.h"
 #include "server/engine/engine.h"
 #include "server/service/server.h"
-#include "server/service/service.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {
@@ -28,8 +29,8 @@ v1::Tensor Fp32(std::vector<int64_t> shape, const std::vector<float>& values) {
   v1::Tensor t;
   t.set_dtype(v1::DTYPE_FLOAT32);
   for (int64_t d : shape) t.add_shape(d);
-  t.set_data(std::string(reinterpret_cast<const char*>(values.data()),
-                         values.size() * sizeof(float)));
+  t.set_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
   return t;
 }
 
@@ -55,8 +56,8 @@ class ServiceTest : public ::testing::Test {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(server_->address(),
-                                         grpc::InsecureChannelCredentials(), args);
+    channel_ =
+        grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args);
   }
   static void TearDownTestSuite() {
     channel_.reset();
@@ -266,8 +267,7 @@ TEST_F(ServiceTest, TensorOverTheLimitIsResourceExhausted) {
   x->set_data(std::string(12 << 20, '\0'));
   v1::VerifyResponse response;
   const grpc::Status status = Verify(r, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   ExpectError(Valid(), grpc::StatusCode::OK, "");
 }
 
@@ -356,13 +356,10 @@ class FailingBackend final : public LinearBackend {
   BackendKind kind() const override { return BackendKind::kDevice; }
   absl::Status Available() const override { return absl::OkStatus(); }
   std::vector<Precision> precisions() const override { return {Precision::kFp32}; }
-  std::vector<BiasMode> bias_modes() const override {
-    return {BiasMode::kNone, BiasMode::kFused};
-  }
+  std::vector<BiasMode> bias_modes() const override { return {BiasMode::kNone, BiasMode::kFused}; }
   BiasMode default_bias_mode() const override { return BiasMode::kFused; }
   std::vector<DType> storage_dtypes() const override { return {DType::kFloat32}; }
-  absl::StatusOr<RunResult> Run(const LinearProblem&, const Config&,
-                                const RunOptions&) override {
+  absl::StatusOr<RunResult> Run(const LinearProblem&, const Config&, const RunOptions&) override {
     return *error_;
   }
 
@@ -389,8 +386,8 @@ TEST(ServiceFatalErrorTest, OnlyAMarkedFatalDeviceErrorCallsOnFatalOnce) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  auto stub = v1::TensorCheck::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto stub = v1::TensorCheck::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   auto verify = [&]() {
     v1::VerifyRequest r;
     *r.mutable_op()->mutable_input() = Fp32({2, 4}, RandomValues(8, 1));

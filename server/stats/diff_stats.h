@@ -1,9 +1,11 @@
-// Difference statistics between two tensors, in one multithreaded pass.
+// Difference statistics between two tensors, in one pass that runs on an
+// executor the caller hands in (server/core/executor.h).
 //
 //   CompareOptions opts;
 //   opts.tolerance = ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32);
 //   opts.compared_dtype = DType::kFloat32;
 //   opts.cols = n;                        // rows = numel / cols
+//   opts.executor = stats_pool;           // null: on the calling thread
 //   TC_ASSIGN_OR_RETURN(DiffStats s, Compare(actual, expected, opts));
 //   s.mismatched, s.max_abs, s.max_ulp, s.worst, s.top_columns, ...
 //
@@ -23,10 +25,15 @@
 //   when some pair is NaN against a number; mean_ulp averages the pairs
 //   with a finite distance.
 //
-// The result does not depend on `threads`: sums are taken per fixed block of
-// elements and the block sums added in order (compensated), maxima keep
-// the first occurrence, and ties in `worst` and the group lists go to the
-// lower index.
+// The result does not depend on the executor (nor on its size): sums are
+// taken per fixed block of elements and the block sums added in order
+// (compensated), maxima keep the first occurrence, and ties in `worst` and
+// the group lists go to the lower index.
+//
+// Thread safety: Compare may be called from many threads at once, sharing
+// one executor. The implementation lives in several files: diff_stats.cc
+// orchestrates, internal/block_kernels.h describes the per-block kernels,
+// chunk_merge.cc merges, worst.cc ranks, ulp.cc measures.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +42,10 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/dtype.h"
+#include "server/core/executor.h"
 #include "server/core/tensor.h"
 #include "server/stats/tolerance.h"
+#include "server/stats/ulp.h"  // BitsIn, UlpDistance, UlpHistogramBucket
 
 namespace tensorcheck {
 
@@ -45,7 +54,7 @@ struct ElementDiff {
   int64_t flat_index = 0;
   double actual = 0;
   double expected = 0;
-  uint64_t actual_bits = 0;    // bit pattern in the compared dtype
+  uint64_t actual_bits = 0;  // bit pattern in the compared dtype
   uint64_t expected_bits = 0;
   double abs_diff = 0;
   double rel_diff = 0;
@@ -124,16 +133,20 @@ struct CompareOptions {
   // tolerance's bound_factor is applied by the rule). Required for that
   // preset.
   const float* error_bound = nullptr;
-  // 0: one per hardware thread. Small inputs use fewer (at least 2^15
-  // elements per thread).
+  // Runs the pass; null: on the calling thread. Not owned; shared with
+  // other callers. Small inputs use fewer of its threads (at least 2^15
+  // elements each); the result is the same for any executor.
+  Executor* executor = nullptr;
+  // Deprecated and ignored: Compare starts no threads of its own any more
+  // (use `executor`). Kept until the engine stops setting it.
   int threads = 0;
 };
 
 inline constexpr int kMaxTopK = 1 << 16;
 
 // INVALID_ARGUMENT when the element counts differ, `cols` is negative or
-// does not divide the element count, top_k/top_groups/threads are out of
-// range, or the bound preset has no `error_bound`.
+// does not divide the element count, top_k/top_groups are out of range, or
+// the bound preset has no `error_bound`.
 absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
                                   const CompareOptions& options);
 
@@ -147,11 +160,6 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
 // INVALID_ARGUMENT as Compare answers for these element counts and options.
 absl::Status ValidateCompare(int64_t actual_numel, int64_t expected_numel,
                              const CompareOptions& options);
-
-// ULP histogram: bucket 0 holds distance 0, bucket i >= 1 holds
-// (2^(i-2), 2^(i-1)] (1, 2, 3-4, 5-8, ...); 65 is the last finite one.
-inline constexpr int kUlpHistogramBuckets = 66;
-int UlpHistogramBucket(uint64_t ulp);
 
 struct DiffTotals {
   int64_t finite = 0;
@@ -181,26 +189,15 @@ struct DiffTotals {
 // the top_k worst elements (as DescribeElement makes them); they are ranked
 // and cut to top_k here. The group lists are left empty (TopGroupCounts).
 DiffStats FinishDiffStats(int64_t total, const DiffTotals& totals,
-                          std::vector<ElementDiff> worst_candidates,
-                          const CompareOptions& options);
+                          std::vector<ElementDiff> worst_candidates, const CompareOptions& options);
 
 // One element as `worst` lists it.
-ElementDiff DescribeElement(int64_t flat_index, double actual,
-                            double expected, DType compared_dtype);
+ElementDiff DescribeElement(int64_t flat_index, double actual, double expected,
+                            DType compared_dtype);
 
 // The `limit` largest of `counts` (mismatches per column or row; ties to
 // the lower index), with their share of `mismatched`.
-std::vector<GroupCount> TopGroupCounts(const std::vector<int64_t>& counts,
-                                       int limit, int64_t mismatched);
-
-// Bit pattern of `v` rounded to `dtype` (to nearest even).
-uint64_t BitsIn(double v, DType dtype);
-
-// Distance in units in the last place of `dtype` between a and b, each
-// rounded to `dtype` first: the number of representable values between
-// them, counting across zero (+0 and -0 are 0 apart). NaN against a
-// non-NaN is kUlpInfinite; NaN against NaN is 0.
-inline constexpr uint64_t kUlpInfinite = UINT64_MAX;
-uint64_t UlpDistance(double a, double b, DType dtype);
+std::vector<GroupCount> TopGroupCounts(const std::vector<int64_t>& counts, int limit,
+                                       int64_t mismatched);
 
 }  // namespace tensorcheck

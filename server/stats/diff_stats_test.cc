@@ -1,18 +1,21 @@
 #include "server/stats/diff_stats.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
+#include "server/core/executor.h"
 #include "server/core/float_formats.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -50,6 +53,19 @@ DiffStats Cmp(const Tensor& a, const Tensor& e, const CompareOptions& o) {
   return s.ok() ? std::move(s).value() : DiffStats{};
 }
 
+// An executor of `threads` threads, made once per size and shared by the
+// tests, as the server shares one between requests.
+Executor* Pool(int threads) {
+  static auto* pools = new std::map<int, std::unique_ptr<Executor>>();
+  std::unique_ptr<Executor>& pool = (*pools)[threads];
+  if (pool == nullptr) {
+    auto created = Executor::Create({threads});
+    EXPECT_THAT(created, IsOk());
+    pool = std::move(created).value();
+  }
+  return pool.get();
+}
+
 float Fp32Ulps(float base, int32_t k) {
   return BitsToFloat(static_cast<uint32_t>(static_cast<int64_t>(FloatBits(base)) + k));
 }
@@ -58,65 +74,6 @@ std::vector<std::pair<uint64_t, int64_t>> Buckets(const DiffStats& s) {
   std::vector<std::pair<uint64_t, int64_t>> out;
   for (const UlpBucket& b : s.ulp_histogram) out.push_back({b.hi, b.count});
   return out;
-}
-
-// ---------------------------------------------------------------- ULP
-
-TEST(UlpDistanceTest, SmallestSubnormalsOfOppositeSignAreTwoApart) {
-  const double tiny = std::numeric_limits<float>::denorm_min();  // 2^-149
-  EXPECT_EQ(UlpDistance(tiny, -tiny, DType::kFloat32), 2u);
-  EXPECT_EQ(UlpDistance(0x1p-24, -0x1p-24, DType::kFloat16), 2u);
-  EXPECT_EQ(UlpDistance(0x1p-133, -0x1p-133, DType::kBFloat16), 2u);
-  EXPECT_EQ(UlpDistance(0x1p-1074, -0x1p-1074, DType::kFloat64), 2u);
-}
-
-TEST(UlpDistanceTest, SignedZerosAreZeroApart) {
-  for (DType d : kAllDTypes) {
-    EXPECT_EQ(UlpDistance(0.0, -0.0, d), 0u) << DTypeName(d);
-  }
-  EXPECT_EQ(UlpDistance(-0.0, std::numeric_limits<float>::denorm_min(),
-                        DType::kFloat32),
-            1u);
-}
-
-TEST(UlpDistanceTest, AdjacentValuesAreOneApartInEachDType) {
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-52, DType::kFloat64), 1u);
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-23, DType::kFloat32), 1u);
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-10, DType::kFloat16), 1u);
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-7, DType::kBFloat16), 1u);
-  // Across a binade: 2 - 2^-23 and 2 + 2^-22 are 2 fp32 values apart.
-  EXPECT_EQ(UlpDistance(2.0 - 0x1p-23, 2.0 + 0x1p-22, DType::kFloat32), 2u);
-  // Largest finite to infinity is one step.
-  EXPECT_EQ(UlpDistance(std::numeric_limits<float>::max(), kInf,
-                        DType::kFloat32),
-            1u);
-}
-
-TEST(UlpDistanceTest, RoundsToTheComparedDTypeFirst) {
-  // 1 + 2^-9 is below bf16's half step: rounds to 1.0.
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-9, DType::kBFloat16), 0u);
-  // 1 + 2^-8 is a tie: to even, 1.0.
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 0x1p-8, DType::kBFloat16), 0u);
-  // 1 + 3*2^-8 is a tie between 1+2^-7 (odd) and 1+2^-6 (even).
-  EXPECT_EQ(UlpDistance(1.0, 1.0 + 3 * 0x1p-8, DType::kBFloat16), 2u);
-}
-
-TEST(UlpDistanceTest, NanAgainstNumberIsInfiniteNanAgainstNanIsZero) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (DType d : kAllDTypes) {
-    EXPECT_EQ(UlpDistance(nan, 1.0, d), kUlpInfinite) << DTypeName(d);
-    EXPECT_EQ(UlpDistance(-kInf, nan, d), kUlpInfinite) << DTypeName(d);
-    EXPECT_EQ(UlpDistance(nan, -nan, d), 0u) << DTypeName(d);
-  }
-}
-
-TEST(BitsInTest, RoundsToNearestEvenInEachDType) {
-  EXPECT_EQ(BitsIn(1.0, DType::kFloat64), 0x3ff0000000000000u);
-  EXPECT_EQ(BitsIn(1.0, DType::kFloat32), 0x3f800000u);
-  EXPECT_EQ(BitsIn(-2.0, DType::kFloat16), 0xc000u);
-  EXPECT_EQ(BitsIn(1.0 + 0x1p-8, DType::kBFloat16), 0x3f80u);
-  EXPECT_EQ(BitsIn(1.0 + 0x1p-8 + 0x1p-30, DType::kBFloat16), 0x3f81u);
-  EXPECT_EQ(BitsIn(65520.0, DType::kFloat16), 0x7c00u);  // overflows to inf
 }
 
 // ---------------------------------------------------------------- NaN / Inf
@@ -301,8 +258,7 @@ TEST(CompareTest, UlpHistogramBucketsArePowersOfTwo) {
     counts.push_back(b.count);
   }
   EXPECT_EQ(lohi, (std::vector<std::pair<uint64_t, uint64_t>>{
-                      {0, 0}, {1, 1}, {2, 2}, {3, 4}, {5, 8}, {9, 16},
-                      {17, 32}, {513, 1024}}));
+                      {0, 0}, {1, 1}, {2, 2}, {3, 4}, {5, 8}, {9, 16}, {17, 32}, {513, 1024}}));
   EXPECT_EQ(counts, (std::vector<int64_t>{2, 1, 1, 2, 2, 2, 1, 1}));
   EXPECT_EQ(s.max_ulp, 1000u);
   EXPECT_DOUBLE_EQ(s.mean_ulp, 1065.0 / 12.0);
@@ -321,11 +277,11 @@ TEST(CompareTest, SmallUlpDistancesAcrossSignsFillTheFirstBuckets) {
   e[0] = -0.0f;
   a[0] = 0.0f;
   CompareOptions o = Opts();
-  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
-                                 std::nullopt, std::nullopt, /*max_ulp=*/3);
+  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32, std::nullopt, std::nullopt,
+                                 /*max_ulp=*/3);
   DiffStats s = Cmp(F32(a), F32(e), o);
-  EXPECT_EQ(Buckets(s), (std::vector<std::pair<uint64_t, int64_t>>{
-                            {0, 205}, {1, 205}, {2, 205}, {4, 409}}));
+  EXPECT_EQ(Buckets(s),
+            (std::vector<std::pair<uint64_t, int64_t>>{{0, 205}, {1, 205}, {2, 205}, {4, 409}}));
   EXPECT_EQ(s.max_ulp, 4u);
   EXPECT_DOUBLE_EQ(s.mean_ulp, 2046.0 / 1024.0);
   EXPECT_EQ(s.bitwise_equal_count, 204);  // i % 5 == 0 except i == 0
@@ -337,8 +293,7 @@ TEST(CompareTest, SmallUlpDistancesAcrossSignsFillTheFirstBuckets) {
 TEST(CompareTest, WorstPutsNanMismatchFirstThenLargestAbsThenLowerIndex) {
   CompareOptions o = Opts();
   o.top_k = 3;
-  DiffStats s = Cmp(F32({0.1f, 0.5f, kNanF, 0.5f, 0.2f}),
-                    F32({0.0f, 0.0f, 0.0f, 0.0f, 0.0f}), o);
+  DiffStats s = Cmp(F32({0.1f, 0.5f, kNanF, 0.5f, 0.2f}), F32({0.0f, 0.0f, 0.0f, 0.0f, 0.0f}), o);
   ASSERT_EQ(s.worst.size(), 3u);
   EXPECT_EQ(s.worst[0].flat_index, 2);
   EXPECT_EQ(s.worst[1].flat_index, 1);
@@ -405,8 +360,7 @@ TEST(CompareTest, WorstBreaksAbsTiesByUlp) {
   // Same abs diff 2^-10 in fp32, but the larger ULP count is near 0.5.
   CompareOptions o = Opts();
   o.top_k = 2;
-  DiffStats s = Cmp(F32({1.0f + 0x1p-10f, 0.5f + 0x1p-10f}),
-                    F32({1.0f, 0.5f}), o);
+  DiffStats s = Cmp(F32({1.0f + 0x1p-10f, 0.5f + 0x1p-10f}), F32({1.0f, 0.5f}), o);
   ASSERT_EQ(s.worst.size(), 2u);
   EXPECT_EQ(s.worst[0].flat_index, 1);
   EXPECT_EQ(s.worst[0].ulp, 1u << 14);
@@ -450,9 +404,10 @@ TEST(CompareTest, NoMismatchesMeansNoGroups) {
 }
 
 TEST(CompareTest, RowsSplitAcrossThreadsAreCountedOnce) {
-  // 131 rows of 1000 = 128 blocks of 1024; 4 threads requested, 3 used (at
-  // least 2^15 elements each), owning blocks [0,42), [42,85), [85,128):
-  // rows 43 ([43000, 44000)) and 87 straddle the boundaries 43008, 87040.
+  // 131 rows of 1000 = 128 blocks of 1024; on an executor of 4, 3 threads
+  // are used (at least 2^15 elements each) over 12 chunks of blocks, two
+  // of whose boundaries are blocks 42 and 85: rows 43 ([43000, 44000)) and
+  // 87 straddle the elements 43008, 87040.
   const int64_t rows = 131, cols = 1000;
   std::vector<float> a(rows * cols, 1.0f), e(rows * cols, 1.0f);
   for (int64_t c = 0; c < cols; ++c) {
@@ -464,7 +419,7 @@ TEST(CompareTest, RowsSplitAcrossThreadsAreCountedOnce) {
   o.cols = cols;
   for (int threads : {1, 4}) {
     SCOPED_TRACE(threads);
-    o.threads = threads;
+    o.executor = Pool(threads);
     DiffStats s = Cmp(F32(a), F32(e), o);
     ASSERT_EQ(s.top_rows.size(), 3u);
     EXPECT_EQ(s.top_rows[0].index, 43);
@@ -489,7 +444,7 @@ TEST(CompareTest, ColsZeroTreatsTheTensorAsOneRow) {
   CompareOptions o = Opts();
   o.cols = 0;
   for (int threads : {1, 4}) {
-    o.threads = threads;
+    o.executor = Pool(threads);
     DiffStats s = Cmp(F32(a), F32(e), o);
     ASSERT_EQ(s.top_columns.size(), 2u) << threads;
     EXPECT_EQ(s.top_columns[0].index, 10);
@@ -502,268 +457,6 @@ TEST(CompareTest, ColsZeroTreatsTheTensorAsOneRow) {
   }
 }
 
-// ---------------------------------------------------------------- threads, kernels
-
-}  // namespace
-namespace stats_internal {
-// diff_stats.cc, testing only: 0 production, 1 without the fused AVX2 fp32
-// kernel, 2 every block element by element.
-void SetCompareKernelForTesting(int mode);
-}  // namespace stats_internal
-namespace {
-
-class KernelModeScope {
- public:
-  explicit KernelModeScope(int mode) {
-    stats_internal::SetCompareKernelForTesting(mode);
-  }
-  ~KernelModeScope() { stats_internal::SetCompareKernelForTesting(0); }
-};
-
-uint64_t Bits64(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
-// Every field, doubles by bit pattern.
-void ExpectBitwiseSameStats(const DiffStats& x, const DiffStats& y) {
-  EXPECT_EQ(x.total, y.total);
-  EXPECT_EQ(x.finite, y.finite);
-  EXPECT_EQ(x.mismatched, y.mismatched);
-  EXPECT_EQ(Bits64(x.max_abs), Bits64(y.max_abs));
-  EXPECT_EQ(x.max_abs_index, y.max_abs_index);
-  EXPECT_EQ(Bits64(x.max_rel), Bits64(y.max_rel));
-  EXPECT_EQ(x.max_rel_index, y.max_rel_index);
-  EXPECT_EQ(Bits64(x.mean_abs), Bits64(y.mean_abs));
-  EXPECT_EQ(Bits64(x.rms), Bits64(y.rms));
-  EXPECT_EQ(Bits64(x.rel_l2), Bits64(y.rel_l2));
-  EXPECT_EQ(Bits64(x.cosine), Bits64(y.cosine));
-  EXPECT_EQ(x.max_ulp, y.max_ulp);
-  EXPECT_EQ(Bits64(x.mean_ulp), Bits64(y.mean_ulp));
-  ASSERT_EQ(x.ulp_histogram.size(), y.ulp_histogram.size());
-  for (size_t k = 0; k < x.ulp_histogram.size(); ++k) {
-    EXPECT_EQ(x.ulp_histogram[k].lo, y.ulp_histogram[k].lo);
-    EXPECT_EQ(x.ulp_histogram[k].hi, y.ulp_histogram[k].hi);
-    EXPECT_EQ(x.ulp_histogram[k].count, y.ulp_histogram[k].count);
-  }
-  EXPECT_EQ(x.bitwise_equal, y.bitwise_equal);
-  EXPECT_EQ(x.bitwise_equal_count, y.bitwise_equal_count);
-  EXPECT_EQ(x.nan_actual, y.nan_actual);
-  EXPECT_EQ(x.nan_expected, y.nan_expected);
-  EXPECT_EQ(x.inf_actual, y.inf_actual);
-  EXPECT_EQ(x.inf_expected, y.inf_expected);
-  EXPECT_EQ(x.nan_mismatch, y.nan_mismatch);
-  ASSERT_EQ(x.worst.size(), y.worst.size());
-  for (size_t k = 0; k < x.worst.size(); ++k) {
-    const ElementDiff& p = x.worst[k];
-    const ElementDiff& q = y.worst[k];
-    EXPECT_EQ(p.flat_index, q.flat_index) << k;
-    EXPECT_EQ(Bits64(p.actual), Bits64(q.actual)) << k;
-    EXPECT_EQ(Bits64(p.expected), Bits64(q.expected)) << k;
-    EXPECT_EQ(p.actual_bits, q.actual_bits) << k;
-    EXPECT_EQ(p.expected_bits, q.expected_bits) << k;
-    EXPECT_EQ(Bits64(p.abs_diff), Bits64(q.abs_diff)) << k;
-    EXPECT_EQ(Bits64(p.rel_diff), Bits64(q.rel_diff)) << k;
-    EXPECT_EQ(p.ulp, q.ulp) << k;
-  }
-  for (auto [gx, gy] : {std::make_pair(&x.top_columns, &y.top_columns),
-                        std::make_pair(&x.top_rows, &y.top_rows)}) {
-    ASSERT_EQ(gx->size(), gy->size());
-    for (size_t k = 0; k < gx->size(); ++k) {
-      EXPECT_EQ((*gx)[k].index, (*gy)[k].index);
-      EXPECT_EQ((*gx)[k].mismatched, (*gy)[k].mismatched);
-      EXPECT_EQ(Bits64((*gx)[k].share), Bits64((*gy)[k].share));
-    }
-  }
-  ASSERT_EQ(x.bound_ratio.has_value(), y.bound_ratio.has_value());
-  if (x.bound_ratio) {
-    EXPECT_EQ(Bits64(*x.bound_ratio), Bits64(*y.bound_ratio));
-  }
-  EXPECT_EQ(x.compared_dtype, y.compared_dtype);
-  EXPECT_EQ(x.passed, y.passed);
-}
-
-TEST(CompareTest, MultithreadedResultIsIdenticalToOneThreadOn1e6Elements) {
-  const int64_t n = 1000000;
-  std::mt19937 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> ulps(-40, 40);
-  std::vector<float> a(n), e(n), sigma(n);
-  for (int64_t i = 0; i < n; ++i) {
-    e[i] = normal(rng);
-    a[i] = Fp32Ulps(e[i], ulps(rng));
-    sigma[i] = 1e-6f;
-  }
-  a[12345] = kNanF;
-  e[777777] = kInfF;
-  a[999] = -kInfF;
-  CompareOptions o = Opts();
-  o.cols = 1000;
-  o.top_k = 20;
-  o.predicted_sigma = sigma.data();
-  o.threads = 1;
-  DiffStats one = Cmp(F32(a), F32(e), o);
-  EXPECT_GT(one.mismatched, 0);
-  EXPECT_EQ(one.worst.size(), 20u);
-  for (int threads : {2, 3, 7}) {
-    SCOPED_TRACE(threads);
-    o.threads = threads;
-    ExpectBitwiseSameStats(one, Cmp(F32(a), F32(e), o));
-  }
-}
-
-// fp32 data whose 1024-element blocks take every path: close values (ULP
-// distances <= 4), wider and huge distances, values across zero, ±0,
-// subnormals, zero references, and blocks with a NaN or infinity; the
-// length leaves a partial last block.
-void MixedFp32Data(uint32_t seed, std::vector<float>& a,
-                   std::vector<float>& e) {
-  const int64_t n = 1024 * 48 + 13;
-  a.resize(n);
-  e.resize(n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> kind_of(0, 7);
-  std::uniform_int_distribution<int> small(-4, 4), wide(-3000, 3000);
-  std::uniform_int_distribution<uint32_t> any_bits(0, 0xffffffffu);
-  std::uniform_int_distribution<int> pick(0, 1023);
-  for (int64_t b = 0; b * 1024 < n; ++b) {
-    const int kind = kind_of(rng);
-    const int64_t end = std::min<int64_t>(n, (b + 1) * 1024);
-    for (int64_t i = b * 1024; i < end; ++i) {
-      float x = normal(rng);
-      float y;
-      switch (kind) {
-        case 0:
-        case 1:
-          y = Fp32Ulps(x, small(rng));
-          break;
-        case 2:
-          y = Fp32Ulps(x, wide(rng));
-          break;
-        case 3:  // independent values: huge distances, signs differ
-          y = normal(rng);
-          break;
-        case 4: {  // subnormals and zeros of both signs
-          const float tiny[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f,
-                                0x1p-140f, -0x1p-127f, 0x1.8p-126f};
-          x = tiny[pick(rng) % 7];
-          y = tiny[pick(rng) % 7];
-          break;
-        }
-        case 5:  // any finite bit patterns, some zero references
-          do {
-            x = BitsToFloat(any_bits(rng));
-          } while (!std::isfinite(x));
-          do {
-            y = BitsToFloat(any_bits(rng));
-          } while (!std::isfinite(y));
-          if (i % 5 == 0) y = 0.0f;
-          break;
-        default:
-          y = Fp32Ulps(x, small(rng));
-          if (i % 7 == 0) y = 0.0f;
-          break;
-      }
-      a[i] = y;
-      e[i] = x;
-    }
-    if (kind == 7) {  // a non-finite value somewhere in the block
-      const int64_t i = std::min<int64_t>(end - 1, b * 1024 + pick(rng));
-      const float specials[] = {kNanF, kInfF, -kInfF};
-      (pick(rng) % 2 ? a : e)[i] = specials[pick(rng) % 3];
-    }
-  }
-}
-
-TEST(CompareTest, FusedFp32KernelIsBitwiseIdenticalToPortableAndSlowPaths) {
-  for (uint32_t seed : {1u, 2u, 3u}) {
-    std::vector<float> a, e;
-    MixedFp32Data(seed, a, e);
-    const int64_t n = static_cast<int64_t>(a.size());
-    std::vector<float> sigma(n), bound(n);
-    for (int64_t i = 0; i < n; ++i) {
-      sigma[i] = i % 97 == 0 ? kInfF : 1e-6f * static_cast<float>(1 + i % 5);
-      bound[i] = 1e-6f * static_cast<float>(1 + i % 3);
-    }
-    const Tensor ta = F32(a), te = F32(e);
-    for (TolerancePreset preset :
-         {TolerancePreset::kTorch, TolerancePreset::kPolygraphy,
-          TolerancePreset::kUlp, TolerancePreset::kBound}) {
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " preset "
-                                        << TolerancePresetName(preset));
-      CompareOptions o = Opts();
-      o.tolerance = ResolveTolerance(preset, DType::kFloat32, std::nullopt,
-                                     std::nullopt, /*max_ulp=*/2,
-                                     /*bound_factor=*/1.0,
-                                     /*nan_equal=*/seed == 2);
-      o.cols = n;  // one row; odd columns stay meaningful
-      o.top_k = 25;
-      o.top_groups = 7;
-      o.predicted_sigma = seed == 3 ? nullptr : sigma.data();
-      o.error_bound = bound.data();
-      o.threads = 1;
-      DiffStats portable, slow;
-      {
-        KernelModeScope mode(1);
-        portable = Cmp(ta, te, o);
-      }
-      {
-        KernelModeScope mode(2);
-        slow = Cmp(ta, te, o);
-      }
-      ASSERT_GT(portable.mismatched, 0);
-      // The slow path adds each block's sums in one lane instead of four:
-      // the sums may differ in the last bits, everything else is exact.
-      EXPECT_NEAR(slow.mean_abs, portable.mean_abs, 1e-12 * portable.mean_abs);
-      EXPECT_NEAR(slow.rms, portable.rms, 1e-12 * portable.rms);
-      EXPECT_NEAR(slow.cosine, portable.cosine, 1e-12);
-      slow.mean_abs = portable.mean_abs;
-      slow.rms = portable.rms;
-      slow.rel_l2 = portable.rel_l2;
-      slow.cosine = portable.cosine;
-      slow.bound_ratio = portable.bound_ratio;
-      ExpectBitwiseSameStats(portable, slow);
-      for (int threads : {1, 2, 3, 5}) {
-        SCOPED_TRACE(threads);
-        o.threads = threads;
-        ExpectBitwiseSameStats(portable, Cmp(ta, te, o));
-      }
-    }
-  }
-}
-
-TEST(CompareTest, FusedFp32KernelMatchesPortableOnCloseData) {
-  // The common case: every block finite with distances <= 4, so the
-  // ordered pass is mostly skipped; rows of 4096 split across chunks.
-  const int64_t n = 1 << 20;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> ulps(-3, 3);
-  std::vector<float> a(n), e(n);
-  for (int64_t i = 0; i < n; ++i) {
-    e[i] = normal(rng);
-    a[i] = Fp32Ulps(e[i], ulps(rng));
-  }
-  a[n / 3] = Fp32Ulps(e[n / 3], 4000);  // one far element, one mismatch
-  const Tensor ta = F32(a), te = F32(e);
-  CompareOptions o = Opts();
-  o.cols = 4096;
-  o.threads = 1;
-  DiffStats portable;
-  {
-    KernelModeScope mode(1);
-    portable = Cmp(ta, te, o);
-  }
-  EXPECT_EQ(portable.max_abs_index, n / 3);
-  for (int threads : {1, 2, 4}) {
-    SCOPED_TRACE(threads);
-    o.threads = threads;
-    ExpectBitwiseSameStats(portable, Cmp(ta, te, o));
-  }
-}
-
 // ---------------------------------------------------------------- dtype
 
 TEST(CompareTest, Bf16ComparedDTypeRoundsFp32TensorsBeforeUlpAndBits) {
@@ -771,8 +464,8 @@ TEST(CompareTest, Bf16ComparedDTypeRoundsFp32TensorsBeforeUlpAndBits) {
   // 1 + 2^-8 is a tie that goes to even (1.0).
   CompareOptions o = Opts(DType::kBFloat16);
   o.top_k = 3;
-  DiffStats s = Cmp(F32({1.0f + 0x1p-10f, 1.0f + 0x1p-7f, 1.0f + 0x1p-8f}),
-                    F32({1.0f, 1.0f, 1.0f}), o);
+  DiffStats s =
+      Cmp(F32({1.0f + 0x1p-10f, 1.0f + 0x1p-7f, 1.0f + 0x1p-8f}), F32({1.0f, 1.0f, 1.0f}), o);
   EXPECT_EQ(s.compared_dtype, DType::kBFloat16);
   EXPECT_EQ(s.bitwise_equal_count, 2);
   EXPECT_EQ(s.max_ulp, 1u);
@@ -791,8 +484,7 @@ TEST(CompareTest, Bf16ComparedDTypeRoundsFp32TensorsBeforeUlpAndBits) {
 
 TEST(CompareTest, Fp16TensorsComparedInFp16UseTheirOwnBits) {
   auto a = FromFloats(DType::kFloat16, {3}, std::vector<float>{1.0f, -0.0f, 2.0f});
-  auto e = FromFloats(DType::kFloat16, {3},
-                      std::vector<float>{1.0f + 0x1p-10f, 0.0f, 2.0f});
+  auto e = FromFloats(DType::kFloat16, {3}, std::vector<float>{1.0f + 0x1p-10f, 0.0f, 2.0f});
   ASSERT_THAT(a, IsOk());
   ASSERT_THAT(e, IsOk());
   CompareOptions o = Opts(DType::kFloat16);
@@ -823,7 +515,7 @@ TEST(CompareTest, RandomFiniteDataMatchesANaiveLoop) {
   }
   CompareOptions o = Opts();
   o.top_k = 5;
-  o.threads = 3;
+  o.executor = Pool(3);
   DiffStats s = Cmp(F32(a), F32(e), o);
 
   int64_t mismatched = 0, max_abs_i = -1, max_rel_i = -1;
@@ -858,8 +550,7 @@ TEST(CompareTest, BoundRatioIsErrorNormOverSigmaNorm) {
   std::vector<float> sigma = {0.5f, 0.5f, 1.0f, 8.0f};
   CompareOptions o = Opts();
   o.predicted_sigma = sigma.data();
-  DiffStats s = Cmp(F32({1.25f, 2.0f, 2.5f, kNanF}),
-                    F32({1.0f, 2.0f, 3.0f, 1.0f}), o);
+  DiffStats s = Cmp(F32({1.25f, 2.0f, 2.5f, kNanF}), F32({1.0f, 2.0f, 3.0f, 1.0f}), o);
   ASSERT_TRUE(s.bound_ratio.has_value());
   EXPECT_DOUBLE_EQ(*s.bound_ratio, std::sqrt(0.3125 / 1.5));
 }
@@ -879,10 +570,9 @@ TEST(CompareTest, BoundPresetUsesEachElementsBoundTimesFactor) {
 
 TEST(CompareTest, UlpPresetCountsDistancesAboveMaxUlp) {
   CompareOptions o = Opts();
-  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
-                                 std::nullopt, std::nullopt, /*max_ulp=*/2);
-  DiffStats s = Cmp(F32({Fp32Ulps(1.0f, 2), Fp32Ulps(1.0f, 3)}),
-                    F32({1.0f, 1.0f}), o);
+  o.tolerance = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32, std::nullopt, std::nullopt,
+                                 /*max_ulp=*/2);
+  DiffStats s = Cmp(F32({Fp32Ulps(1.0f, 2), Fp32Ulps(1.0f, 3)}), F32({1.0f, 1.0f}), o);
   EXPECT_EQ(s.mismatched, 1);
 }
 
@@ -890,8 +580,7 @@ TEST(CompareTest, UlpPresetCountsDistancesAboveMaxUlp) {
 
 TEST(CompareTest, ElementCountMismatchIsInvalidArgument) {
   EXPECT_THAT(Compare(F32({1, 2}), F32({1, 2, 3}), Opts()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("same number of elements")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("same number of elements")));
 }
 
 TEST(CompareTest, ColsNotDividingTotalIsInvalidArgument) {
@@ -900,8 +589,7 @@ TEST(CompareTest, ColsNotDividingTotalIsInvalidArgument) {
   EXPECT_THAT(Compare(F32({1, 2, 3, 4, 5, 6}), F32({1, 2, 3, 4, 5, 6}), o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cols")));
   o.cols = -1;
-  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CompareTest, BoundPresetWithoutBoundIsInvalidArgument) {
@@ -917,8 +605,7 @@ TEST(CompareTest, OutOfRangeTopKIsInvalidArgument) {
   EXPECT_THAT(Compare(F32({1}), F32({1}), o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
   o.top_k = kMaxTopK + 1;
-  EXPECT_THAT(Compare(F32({1}), F32({1}), o),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Compare(F32({1}), F32({1}), o), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CompareTest, EmptyTensorsPassWithNoIndices) {

@@ -46,20 +46,21 @@
 
 #include <cstdint>
 
-#include "server/core/linear_config.h"
 #include "server/core/dtype.h"
+#include "server/core/executor.h"
+#include "server/core/linear_config.h"
 
 namespace tensorcheck {
 
 struct ErrorModelInput {
   Precision precision = Precision::kFp32;
-  int64_t k = 0;                       // reduction length
+  int64_t k = 0;  // reduction length
   DType output_dtype = DType::kFloat32;
-  bool unfused_bias = false;           // output rounded twice
-  const float* abs_dot = nullptr;      // per output element sum_k |x_k||w_k|
-  const float* sq_dot = nullptr;       // per output element sqrt(sum_k (x_k w_k)^2)
-  const double* value = nullptr;       // per output element, the reference y
-  int64_t count = 0;                   // output elements
+  bool unfused_bias = false;       // output rounded twice
+  const float* abs_dot = nullptr;  // per output element sum_k |x_k||w_k|
+  const float* sq_dot = nullptr;   // per output element sqrt(sum_k (x_k w_k)^2)
+  const double* value = nullptr;   // per output element, the reference y
+  int64_t count = 0;               // output elements
   // The stored inputs are already in the precision's input format (bf16
   // tensors under bf16/tf32/fp32, fp16 under fp16...): no input rounding.
   bool inputs_exact = false;
@@ -68,8 +69,9 @@ struct ErrorModelInput {
   // is added; where x.w and the bias nearly cancel, |y| understates that
   // rounding by orders of magnitude. Null: |y| stands in for it.
   const float* pre_bias = nullptr;
-  // Threads for the per-element pass (results do not depend on it).
-  int threads = 1;
+  // Runs the per-element pass; null: on the calling thread (results do not
+  // depend on it). Not owned.
+  Executor* executor = nullptr;
 };
 
 // Unit roundoff of `d`: fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8.
@@ -132,7 +134,7 @@ struct FlipGridInput {
   const double* bias = nullptr;     // per column, or null
   int64_t cols = 0;                 // N; element i is in column i % cols
   int64_t count = 0;
-  int threads = 1;
+  Executor* executor = nullptr;  // as ErrorModelInput::executor
 };
 
 // Writes g (above) for each of `in.count` elements to `grid` (+inf where

@@ -1,13 +1,15 @@
 #include "server/stats/error_model.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "server/core/executor.h"
 #include "server/core/float_formats.h"
 
 namespace tensorcheck {
@@ -37,8 +39,7 @@ TEST(ErrorModelTest, HardBoundMatchesHandComputation) {
   const float abs_dot[] = {4.0f};
   const float sq_dot[] = {1.0f};
   const double y[] = {-2.0};
-  ErrorModelInput in{Precision::kBf16, 16,      DType::kBFloat16, false,
-                     abs_dot,          sq_dot,  y,                1};
+  ErrorModelInput in{Precision::kBf16, 16, DType::kBFloat16, false, abs_dot, sq_dot, y, 1};
   float bound = 0;
   HardBound(in, /*c=*/2.0, &bound);
   EXPECT_EQ(bound, 34.0f / 256.0f);
@@ -53,8 +54,7 @@ TEST(ErrorModelTest, SigmaOfFp32AccumulationMatchesHandComputation) {
   const float abs_dot[] = {5.0f};
   const float sq_dot[] = {2.0f};
   const double y[] = {3.0};
-  ErrorModelInput in{Precision::kFp32, 3,      DType::kFloat32, false,
-                     abs_dot,          sq_dot, y,               1};
+  ErrorModelInput in{Precision::kFp32, 3, DType::kFloat32, false, abs_dot, sq_dot, y, 1};
   float sigma = 0;
   const double sum_sq = PredictSigma(in, &sigma);
   EXPECT_FLOAT_EQ(sigma, static_cast<float>(std::sqrt(8.0) * 0x1p-24));
@@ -65,8 +65,7 @@ TEST(ErrorModelTest, SumOfSquaresIsNotFiniteWhenASigmaIsNot) {
   const float abs_dot[] = {1.0f, 1.0f};
   const float sq_dot[] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
   const double y[] = {1.0, 1.0};
-  ErrorModelInput in{Precision::kFp32, 4,      DType::kFloat32, false,
-                     abs_dot,          sq_dot, y,               2};
+  ErrorModelInput in{Precision::kFp32, 4, DType::kFloat32, false, abs_dot, sq_dot, y, 2};
   float sigma[2] = {0, 0};
   EXPECT_FALSE(std::isfinite(PredictPairSigma(in, sigma)));
   EXPECT_TRUE(std::isnan(sigma[1]));
@@ -77,8 +76,7 @@ TEST(ErrorModelTest, SigmaOfBf16InputsIsDominatedByInputRounding) {
   const float abs_dot[] = {1.0f};
   const float sq_dot[] = {1.0f};
   const double y[] = {0.0};
-  ErrorModelInput in{Precision::kBf16, 1,      DType::kFloat32, false,
-                     abs_dot,          sq_dot, y,               1};
+  ErrorModelInput in{Precision::kBf16, 1, DType::kFloat32, false, abs_dot, sq_dot, y, 1};
   float sigma = 0;
   PredictSigma(in, &sigma);
   EXPECT_NEAR(sigma, 0x1p-8 * std::sqrt(2.0 / 3.0), 1e-9);
@@ -89,8 +87,7 @@ TEST(ErrorModelTest, UnfusedBiasCountsTheOutputRoundingTwice) {
   const float abs_dot[] = {4.0f};
   const float sq_dot[] = {0.0f};
   const double y[] = {4.0};
-  ErrorModelInput in{Precision::kFp64, 1,      DType::kBFloat16, false,
-                     abs_dot,          sq_dot, y,                1};
+  ErrorModelInput in{Precision::kFp64, 1, DType::kBFloat16, false, abs_dot, sq_dot, y, 1};
   float fused = 0, unfused = 0;
   PredictSigma(in, &fused);
   in.unfused_bias = true;
@@ -106,8 +103,8 @@ TEST(ErrorModelTest, UnfusedBiasRoundsTheGemmResultAtItsOwnMagnitude) {
   const float sq_dot[] = {0.0f};
   const float pre_bias[] = {3.0f};
   const double y[] = {0.0625};
-  ErrorModelInput in{Precision::kFp64, 1, DType::kBFloat16, /*unfused_bias=*/true,
-                     abs_dot,          sq_dot, y,         1};
+  ErrorModelInput in{
+      Precision::kFp64, 1, DType::kBFloat16, /*unfused_bias=*/true, abs_dot, sq_dot, y, 1};
   in.pre_bias = pre_bias;
   float sigma = 0, bound = 0;
   PredictSigma(in, &sigma);
@@ -124,8 +121,7 @@ TEST(ErrorModelTest, PairAccumulationSigmaHasNoOutputFloor) {
   const float abs_dot[] = {0.0f};
   const float sq_dot[] = {0.0f};
   const double y[] = {0.0};
-  ErrorModelInput in{Precision::kFp64, 8,      DType::kFloat16, false,
-                     abs_dot,          sq_dot, y,               1};
+  ErrorModelInput in{Precision::kFp64, 8, DType::kFloat16, false, abs_dot, sq_dot, y, 1};
   float acc = 0, pair = 0;
   PredictPairAccumulationSigma(in, &acc);
   PredictPairSigma(in, &pair);
@@ -215,14 +211,12 @@ TEST(ErrorModelTest, SigmaIsNeverZero) {
   const float zeros_f[] = {0.0f};
   const double zeros_d[] = {0.0};
   for (DType d : kAllDTypes) {
-    ErrorModelInput in{Precision::kFp64, 8,       d, false,
-                       zeros_f,          zeros_f, zeros_d, 1};
+    ErrorModelInput in{Precision::kFp64, 8, d, false, zeros_f, zeros_f, zeros_d, 1};
     float sigma = 0;
     PredictSigma(in, &sigma);
     EXPECT_GT(sigma, 0.0f) << DTypeName(d);
   }
-  ErrorModelInput fp16{Precision::kFp16, 8,       DType::kFloat16, false,
-                       zeros_f,          zeros_f, zeros_d,         1};
+  ErrorModelInput fp16{Precision::kFp16, 8, DType::kFloat16, false, zeros_f, zeros_f, zeros_d, 1};
   float sigma = 0;
   PredictSigma(fp16, &sigma);
   EXPECT_EQ(sigma, 0x1p-25f);  // u_out * smallest normal = 2^-11 * 2^-14
@@ -258,8 +252,8 @@ double MeasuredOverPredicted(Precision p, int64_t k, Round round) {
     const double e = static_cast<double>(acc) - exact;
     err2 += e * e;
   }
-  ErrorModelInput in{p,              k,         DType::kFloat32, false,
-                     abs_dot.data(), sq_dot.data(), y.data(),    outputs};
+  ErrorModelInput in{p,        k,      DType::kFloat32, false, abs_dot.data(), sq_dot.data(),
+                     y.data(), outputs};
   PredictSigma(in, sigma.data());
   double sigma2 = 0;
   for (float s : sigma) sigma2 += static_cast<double>(s) * s;
@@ -267,16 +261,15 @@ double MeasuredOverPredicted(Precision p, int64_t k, Round round) {
 }
 
 TEST(ErrorModelTest, Bf16ProductsAccumulatedInFp32MatchPredictedRms) {
-  const double ratio = MeasuredOverPredicted(Precision::kBf16, 1024,
-                                             [](float v) { return RoundToBf16(v); });
+  const double ratio =
+      MeasuredOverPredicted(Precision::kBf16, 1024, [](float v) { return RoundToBf16(v); });
   RecordProperty("measured_over_predicted", std::to_string(ratio));
   EXPECT_GE(ratio, 0.3);
   EXPECT_LE(ratio, 3.0);
 }
 
 TEST(ErrorModelTest, Fp32AccumulationErrorMatchesPredictedRms) {
-  const double ratio =
-      MeasuredOverPredicted(Precision::kFp32, 4096, [](float v) { return v; });
+  const double ratio = MeasuredOverPredicted(Precision::kFp32, 4096, [](float v) { return v; });
   RecordProperty("measured_over_predicted", std::to_string(ratio));
   EXPECT_GE(ratio, 0.3);
   EXPECT_LE(ratio, 3.0);
@@ -284,8 +277,7 @@ TEST(ErrorModelTest, Fp32AccumulationErrorMatchesPredictedRms) {
 
 TEST(ErrorModelTest, Tf32InputsAccumulatedInFp32MatchPredictedRms) {
   const double ratio = MeasuredOverPredicted(
-      Precision::kTf32, 768,
-      [](float v) { return RoundToTf32(v, Tf32Rounding::kNearestEven); });
+      Precision::kTf32, 768, [](float v) { return RoundToTf32(v, Tf32Rounding::kNearestEven); });
   RecordProperty("measured_over_predicted", std::to_string(ratio));
   EXPECT_GE(ratio, 0.3);
   EXPECT_LE(ratio, 3.0);
@@ -297,8 +289,7 @@ TEST(ErrorModelTest, PairSigmaDropsInputRoundingAndDoublesTheRest) {
   const float abs_dot[] = {1.0f};
   const float sq_dot[] = {1.0f};
   const double y[] = {0.0};
-  ErrorModelInput in{Precision::kBf16, 1,      DType::kFloat32, false,
-                     abs_dot,          sq_dot, y,               1};
+  ErrorModelInput in{Precision::kBf16, 1, DType::kFloat32, false, abs_dot, sq_dot, y, 1};
   float sigma = 0;
   PredictPairSigma(in, &sigma);
   EXPECT_FLOAT_EQ(sigma, static_cast<float>(0x1p-24 / std::sqrt(3.0)));
@@ -332,8 +323,8 @@ TEST(ErrorModelTest, TwoSummationOrdersDifferByThePredictedPairRms) {
     const double d = static_cast<double>(fwd) - bwd;
     diff2 += d * d;
   }
-  ErrorModelInput in{Precision::kFp32, k,             DType::kFloat32, false,
-                     abs_dot.data(),   sq_dot.data(), y.data(),        outputs};
+  ErrorModelInput in{Precision::kFp32, k,        DType::kFloat32, false, abs_dot.data(),
+                     sq_dot.data(),    y.data(), outputs};
   PredictPairSigma(in, sigma.data());
   double sigma2 = 0;
   for (float s : sigma) sigma2 += static_cast<double>(s) * s;
@@ -341,6 +332,54 @@ TEST(ErrorModelTest, TwoSummationOrdersDifferByThePredictedPairRms) {
   RecordProperty("measured_over_predicted", std::to_string(ratio));
   EXPECT_GE(ratio, 0.3);
   EXPECT_LE(ratio, 3.0);
+}
+
+TEST(ErrorModelTest, PerElementPassesAreBitwiseTheSameOnAnyExecutor) {
+  // Enough elements for several chunks of the per-element pass.
+  const int64_t n = 300001, cols = 100;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> abs_dot(n), sq_dot(n), pre_bias(n);
+  std::vector<double> y(n), bias(cols);
+  for (double& b : bias) b = normal(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    abs_dot[i] = static_cast<float>(std::fabs(normal(rng)) * 10);
+    sq_dot[i] = abs_dot[i] / 3;
+    pre_bias[i] = static_cast<float>(normal(rng));
+    y[i] = pre_bias[i] + bias[i % cols];
+  }
+  auto run = [&](Executor* executor, std::vector<float>* sigma, std::vector<float>* grid) {
+    ErrorModelInput in{Precision::kBf16, 4096,          DType::kFloat32, true,
+                       abs_dot.data(),   sq_dot.data(), y.data(),        n};
+    in.pre_bias = pre_bias.data();
+    in.executor = executor;
+    sigma->assign(n, 0.0f);
+    const double sum_sq = PredictSigma(in, sigma->data());
+    FlipGridInput g;
+    g.output_dtype = DType::kBFloat16;
+    g.unfused_bias = true;
+    g.activation = Activation::kGeluTanh;
+    g.pre_bias = pre_bias.data();
+    g.bias = bias.data();
+    g.cols = cols;
+    g.count = n;
+    g.executor = executor;
+    grid->assign(n, 0.0f);
+    FlipGrid(g, grid->data());
+    return sum_sq;
+  };
+  std::vector<float> sigma_inline, grid_inline;
+  const double sum_inline = run(nullptr, &sigma_inline, &grid_inline);
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    auto executor = Executor::Create({threads});
+    ASSERT_TRUE(executor.ok());
+    std::vector<float> sigma, grid;
+    const double sum = run(executor->get(), &sigma, &grid);
+    EXPECT_EQ(std::memcmp(&sum, &sum_inline, sizeof(sum)), 0);
+    EXPECT_EQ(std::memcmp(sigma.data(), sigma_inline.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(grid.data(), grid_inline.data(), n * sizeof(float)), 0);
+  }
 }
 
 }  // namespace

@@ -19,15 +19,15 @@ absl::Status CheckOperands(const MagnitudeOperands& op) {
   constexpr int64_t kMaxBlasDim = std::numeric_limits<int>::max();
   for (const int64_t d : {op.m, op.n, op.k}) {
     if (d < 0 || d > kMaxBlasDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("magnitude sums: dimensions in [0, ", kMaxBlasDim, "] expected, got ",
-                       op.m, ", ", op.n, ", ", op.k));
+      return absl::InvalidArgumentError(absl::StrCat("magnitude sums: dimensions in [0, ",
+                                                     kMaxBlasDim, "] expected, got ", op.m, ", ",
+                                                     op.n, ", ", op.k));
     }
   }
   const int64_t rows = op.layout == WeightLayout::kOutIn ? op.n : op.k;
   const int64_t cols = op.layout == WeightLayout::kOutIn ? op.k : op.n;
-  if (op.input->numel() != op.m * op.k || op.weight->rank() != 2 ||
-      op.weight->dim(0) != rows || op.weight->dim(1) != cols) {
+  if (op.input->numel() != op.m * op.k || op.weight->rank() != 2 || op.weight->dim(0) != rows ||
+      op.weight->dim(1) != cols) {
     return absl::InvalidArgumentError(absl::StrCat(
         "magnitude sums: input ", ShapeString(op.input->shape()), " and weight ",
         ShapeString(op.weight->shape()), " do not match m=", op.m, ", n=", op.n, ", k=", op.k));

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -42,8 +42,8 @@ TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
   const Tensor w_in_out = *FromDoubles(DType::kFloat32, {k, n}, wt);
   for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     SCOPED_TRACE(WeightLayoutName(layout));
-    const MagnitudeOperands op{&x.t, layout == WeightLayout::kOutIn ? &w.t : &w_in_out,
-                               layout, m, n, k};
+    const MagnitudeOperands op{
+        &x.t, layout == WeightLayout::kOutIn ? &w.t : &w_in_out, layout, m, n, k};
     std::vector<float> abs_dot(static_cast<size_t>(m * n));
     std::vector<float> sq_dot(abs_dot.size()), dot(abs_dot.size());
     ASSERT_THAT(ComputeMagnitudeSums(op, abs_dot.data(), sq_dot.data(), dot.data()), IsOk());

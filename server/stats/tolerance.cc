@@ -31,16 +31,15 @@ absl::StatusOr<TolerancePreset> ParseTolerancePreset(absl::string_view name) {
   // Bounded echo: the name comes from a client.
   constexpr size_t kMaxEcho = 32;
   const bool cut = name.size() > kMaxEcho;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tolerance: expected one of torch, numpy, polygraphy, explicit, ulp, "
-      "bound; got \"",
-      name.substr(0, kMaxEcho), cut ? "...\"" : "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("tolerance: expected one of torch, numpy, polygraphy, explicit, ulp, "
+                   "bound; got \"",
+                   name.substr(0, kMaxEcho), cut ? "...\"" : "\""));
 }
 
-Tolerance ResolveTolerance(TolerancePreset preset, DType dtype,
-                           std::optional<double> atol,
-                           std::optional<double> rtol, uint64_t max_ulp,
-                           double bound_factor, bool nan_equal) {
+Tolerance ResolveTolerance(TolerancePreset preset, DType dtype, std::optional<double> atol,
+                           std::optional<double> rtol, uint64_t max_ulp, double bound_factor,
+                           bool nan_equal) {
   Tolerance t;
   t.preset = preset;
   switch (preset) {
@@ -88,14 +87,12 @@ Tolerance ResolveTolerance(TolerancePreset preset, DType dtype,
   return t;
 }
 
-bool ElementPasses(const Tolerance& t, double actual, double expected,
-                   double bound, uint64_t ulp) {
+bool ElementPasses(const Tolerance& t, double actual, double expected, double bound, uint64_t ulp) {
   const bool nan_a = std::isnan(actual);
   const bool nan_e = std::isnan(expected);
   if (nan_a || nan_e) return nan_a && nan_e && t.nan_equal;
   if (std::isinf(actual) || std::isinf(expected)) return actual == expected;
-  return FinitePairPasses(t, std::fabs(actual - expected), std::fabs(expected),
-                          bound, ulp);
+  return FinitePairPasses(t, std::fabs(actual - expected), std::fabs(expected), bound, ulp);
 }
 
 }  // namespace tensorcheck

@@ -65,22 +65,19 @@ struct Tolerance {
 //   ulp, bound  atol = rtol = 0 unless given (unused by their rules)
 Tolerance ResolveTolerance(TolerancePreset preset, DType dtype,
                            std::optional<double> atol = std::nullopt,
-                           std::optional<double> rtol = std::nullopt,
-                           uint64_t max_ulp = 0, double bound_factor = 1.0,
-                           bool nan_equal = false);
+                           std::optional<double> rtol = std::nullopt, uint64_t max_ulp = 0,
+                           double bound_factor = 1.0, bool nan_equal = false);
 
 // Whether one element passes. `bound` is the element's unscaled hard bound
 // (kBound; multiplied by t.bound_factor here), `ulp` its ULP distance
 // (kUlp). NaN/Inf: equal infinities pass; NaN passes only against NaN with
 // nan_equal.
-bool ElementPasses(const Tolerance& t, double actual, double expected,
-                   double bound, uint64_t ulp);
+bool ElementPasses(const Tolerance& t, double actual, double expected, double bound, uint64_t ulp);
 
 // The preset's rule for a pair of finite values, given |a-e| and |e|. The
 // hot loop of Compare calls this directly; ElementPasses adds the non-finite
 // cases on top.
-inline bool FinitePairPasses(const Tolerance& t, double abs_diff,
-                             double abs_expected, double bound,
+inline bool FinitePairPasses(const Tolerance& t, double abs_diff, double abs_expected, double bound,
                              uint64_t ulp) {
   switch (t.preset) {
     case TolerancePreset::kTorch:

@@ -1,12 +1,12 @@
 #include "server/stats/tolerance.h"
 
-#include <cmath>
-#include <limits>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "status_matchers.h"
+#include <cmath>
+#include <limits>
+
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -20,9 +20,8 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 TEST(TolerancePresetTest, NamesRoundTrip) {
   for (TolerancePreset p :
-       {TolerancePreset::kTorch, TolerancePreset::kNumpy,
-        TolerancePreset::kPolygraphy, TolerancePreset::kExplicit,
-        TolerancePreset::kUlp, TolerancePreset::kBound}) {
+       {TolerancePreset::kTorch, TolerancePreset::kNumpy, TolerancePreset::kPolygraphy,
+        TolerancePreset::kExplicit, TolerancePreset::kUlp, TolerancePreset::kBound}) {
     auto parsed = ParseTolerancePreset(TolerancePresetName(p));
     ASSERT_THAT(parsed, IsOk());
     EXPECT_EQ(*parsed, p);
@@ -32,10 +31,8 @@ TEST(TolerancePresetTest, NamesRoundTrip) {
 
 TEST(TolerancePresetTest, UnknownNameIsInvalidArgumentNamingIt) {
   EXPECT_THAT(ParseTolerancePreset("scipy"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("\"scipy\"")));
-  EXPECT_THAT(ParseTolerancePreset(""),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"scipy\"")));
+  EXPECT_THAT(ParseTolerancePreset(""), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ResolveToleranceTest, TorchDefaultsFollowAssertClose) {
@@ -43,10 +40,8 @@ TEST(ResolveToleranceTest, TorchDefaultsFollowAssertClose) {
     DType dtype;
     double atol, rtol;
   };
-  for (const Case& c : {Case{DType::kFloat64, 1e-7, 1e-7},
-                        Case{DType::kFloat32, 1e-5, 1.3e-6},
-                        Case{DType::kFloat16, 1e-5, 1e-3},
-                        Case{DType::kBFloat16, 1e-5, 1.6e-2}}) {
+  for (const Case& c : {Case{DType::kFloat64, 1e-7, 1e-7}, Case{DType::kFloat32, 1e-5, 1.3e-6},
+                        Case{DType::kFloat16, 1e-5, 1e-3}, Case{DType::kBFloat16, 1e-5, 1.6e-2}}) {
     Tolerance t = ResolveTolerance(TolerancePreset::kTorch, c.dtype);
     EXPECT_EQ(t.preset, TolerancePreset::kTorch);
     EXPECT_EQ(t.atol, c.atol) << DTypeName(c.dtype);
@@ -135,8 +130,7 @@ TEST(ElementPassesTest, PolygraphyPassesOnEitherAbsOrRel) {
   // abs 1.5e-5 and rel 1.5e-5 both above 1e-5: fails, although the torch
   // form with the same numbers (1.5e-5 <= 1e-5 + 1e-5) would pass.
   EXPECT_FALSE(ElementPasses(pg, 1.0 + 1.5e-5, 1.0, 0, 0));
-  Tolerance sum_form = ResolveTolerance(TolerancePreset::kExplicit,
-                                        DType::kFloat32, 1e-5, 1e-5);
+  Tolerance sum_form = ResolveTolerance(TolerancePreset::kExplicit, DType::kFloat32, 1e-5, 1e-5);
   EXPECT_TRUE(ElementPasses(sum_form, 1.0 + 1.5e-5, 1.0, 0, 0));
 }
 
@@ -149,16 +143,16 @@ TEST(ElementPassesTest, PolygraphyAtZeroReferenceFallsBackToAtol) {
 }
 
 TEST(ElementPassesTest, UlpPresetComparesDistanceToMaxUlp) {
-  Tolerance t = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
-                                 std::nullopt, std::nullopt, /*max_ulp=*/2);
+  Tolerance t = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32, std::nullopt, std::nullopt,
+                                 /*max_ulp=*/2);
   EXPECT_TRUE(ElementPasses(t, 1.0, 100.0, 0, /*ulp=*/2));
   EXPECT_FALSE(ElementPasses(t, 1.0, 1.0, 0, /*ulp=*/3));
 }
 
 TEST(ElementPassesTest, BoundPresetScalesTheBoundByItsFactor) {
-  Tolerance t = ResolveTolerance(TolerancePreset::kBound, DType::kFloat32,
-                                 std::nullopt, std::nullopt, 0,
-                                 /*bound_factor=*/2.0);
+  Tolerance t =
+      ResolveTolerance(TolerancePreset::kBound, DType::kFloat32, std::nullopt, std::nullopt, 0,
+                       /*bound_factor=*/2.0);
   // threshold 2 * 0.5 = 1.
   EXPECT_TRUE(ElementPasses(t, 2.0, 1.0, /*bound=*/0.5, 0));
   EXPECT_FALSE(ElementPasses(t, std::nextafter(2.0, 3.0), 1.0, 0.5, 0));
@@ -172,8 +166,8 @@ TEST(ElementPassesTest, EqualInfinitiesPassOthersFail) {
   EXPECT_FALSE(ElementPasses(t, kInf, -kInf, 0, 0));
   EXPECT_FALSE(ElementPasses(t, 1e308, kInf, 0, 0));
   EXPECT_FALSE(ElementPasses(t, kInf, 1.0, 0, 0));
-  Tolerance ulp = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
-                                   std::nullopt, std::nullopt, 1000);
+  Tolerance ulp =
+      ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32, std::nullopt, std::nullopt, 1000);
   EXPECT_FALSE(ElementPasses(ulp, kInf, 3.4e38, 0, /*ulp=*/1));
 }
 
@@ -182,14 +176,14 @@ TEST(ElementPassesTest, NanPassesOnlyAgainstNanWhenNanEqual) {
   EXPECT_FALSE(ElementPasses(t, kNan, kNan, 0, 0));
   EXPECT_FALSE(ElementPasses(t, kNan, 1.0, 0, 0));
   EXPECT_FALSE(ElementPasses(t, 1.0, kNan, 0, 0));
-  Tolerance eq = ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32,
-                                  std::nullopt, std::nullopt, 0, 1.0,
-                                  /*nan_equal=*/true);
+  Tolerance eq =
+      ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32, std::nullopt, std::nullopt, 0, 1.0,
+                       /*nan_equal=*/true);
   EXPECT_TRUE(ElementPasses(eq, kNan, kNan, 0, 0));
   EXPECT_FALSE(ElementPasses(eq, kNan, 1.0, 0, 0));
   EXPECT_FALSE(ElementPasses(eq, kNan, kInf, 0, 0));
-  Tolerance ulp = ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32,
-                                   std::nullopt, std::nullopt, 5);
+  Tolerance ulp =
+      ResolveTolerance(TolerancePreset::kUlp, DType::kFloat32, std::nullopt, std::nullopt, 5);
   EXPECT_FALSE(ElementPasses(ulp, kNan, 1.0, 0, 0));
 }
 

@@ -31,13 +31,11 @@ MATCHER_P(StatusIs, code, "has code " + ::testing::PrintToString(code)) {
   return s.code() == code;
 }
 
-MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + ::testing::PrintToString(code)) {
+MATCHER_P2(StatusIs, code, message_matcher, "has code " + ::testing::PrintToString(code)) {
   const absl::Status& s = GetStatus(arg);
   *result_listener << "status: " << s;
   return s.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
 }  // namespace tensorcheck::testing

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/float_formats.h"
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/fp16_accumulate.h"
+#include "server/core/float_formats.h"
 #include "server/core/status_macros.h"
 
 namespace tensorcheck {
@@ -31,9 +31,8 @@ constexpr int64_t kMaxBlasDim = std::numeric_limits<int>::max();
 
 absl::Status CheckDim(int64_t v, absl::string_view name) {
   if (v < 0 || v > kMaxBlasDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("problem.", name, ": a dimension in [0, ", kMaxBlasDim,
-                     "] expected, got ", v));
+    return absl::InvalidArgumentError(absl::StrCat("problem.", name, ": a dimension in [0, ",
+                                                   kMaxBlasDim, "] expected, got ", v));
   }
   return absl::OkStatus();
 }
@@ -42,36 +41,31 @@ absl::Status CheckDim(int64_t v, absl::string_view name) {
 // that skipped validation from reading out of bounds.
 absl::Status CheckProblem(const LinearProblem& p) {
   if (p.input == nullptr)
-    return absl::InvalidArgumentError(
-        "problem.input: tensor expected, got null");
+    return absl::InvalidArgumentError("problem.input: tensor expected, got null");
   if (p.weight == nullptr)
-    return absl::InvalidArgumentError(
-        "problem.weight: tensor expected, got null");
+    return absl::InvalidArgumentError("problem.weight: tensor expected, got null");
   TC_RETURN_IF_ERROR(CheckDim(p.m, "m"));
   TC_RETURN_IF_ERROR(CheckDim(p.n, "n"));
   TC_RETURN_IF_ERROR(CheckDim(p.k, "k"));
   // m, n, k < 2^31, so their pairwise products fit in int64.
   if (p.input->numel() != p.m * p.k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input: m*k = ", p.m * p.k, " elements expected, got shape ",
-        ShapeString(p.input->shape())));
+    return absl::InvalidArgumentError(absl::StrCat("input: m*k = ", p.m * p.k,
+                                                   " elements expected, got shape ",
+                                                   ShapeString(p.input->shape())));
   }
   const int64_t rows = p.layout == WeightLayout::kOutIn ? p.n : p.k;
   const int64_t cols = p.layout == WeightLayout::kOutIn ? p.k : p.n;
-  if (p.weight->rank() != 2 || p.weight->dim(0) != rows ||
-      p.weight->dim(1) != cols) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight: shape [", rows, ", ", cols, "] expected for layout ",
-        WeightLayoutName(p.layout), ", got ", ShapeString(p.weight->shape())));
+  if (p.weight->rank() != 2 || p.weight->dim(0) != rows || p.weight->dim(1) != cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight: shape [", rows, ", ", cols, "] expected for layout ",
+                     WeightLayoutName(p.layout), ", got ", ShapeString(p.weight->shape())));
   }
   if (p.bias != nullptr && p.bias->numel() != p.n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bias: ", p.n, " elements expected, got shape ",
-                     ShapeString(p.bias->shape())));
+    return absl::InvalidArgumentError(absl::StrCat("bias: ", p.n, " elements expected, got shape ",
+                                                   ShapeString(p.bias->shape())));
   }
   return absl::OkStatus();
 }
-
 
 template <typename Round>
 void RoundAll(float* v, int64_t count, Round round) {
@@ -85,17 +79,11 @@ void RoundInputs(Precision p, float* v, int64_t count) {
     case Precision::kFp32:
       return;
     case Precision::kTf32:
-      return RoundAll(v, count, [](float f) {
-        return RoundToTf32(f, Tf32Rounding::kNearestEven);
-      });
+      return RoundAll(v, count, [](float f) { return RoundToTf32(f, Tf32Rounding::kNearestEven); });
     case Precision::kTf32Rna:
-      return RoundAll(v, count, [](float f) {
-        return RoundToTf32(f, Tf32Rounding::kTiesAway);
-      });
+      return RoundAll(v, count, [](float f) { return RoundToTf32(f, Tf32Rounding::kTiesAway); });
     case Precision::kTf32Trunc:
-      return RoundAll(v, count, [](float f) {
-        return RoundToTf32(f, Tf32Rounding::kTruncate);
-      });
+      return RoundAll(v, count, [](float f) { return RoundToTf32(f, Tf32Rounding::kTruncate); });
     case Precision::kBf16:
       return RoundAll(v, count, [](float f) { return RoundToBf16(f); });
     case Precision::kFp16:
@@ -117,8 +105,7 @@ absl::StatusOr<const float*> FloatOperand(const Tensor& t, Precision p,
   return static_cast<const float*>(owned->get());
 }
 
-absl::StatusOr<const double*> DoubleOperand(const Tensor& t,
-                                            std::unique_ptr<double[]>* owned) {
+absl::StatusOr<const double*> DoubleOperand(const Tensor& t, std::unique_ptr<double[]>* owned) {
   if (t.dtype() == DType::kFloat64) return t.data<double>();
   TC_ASSIGN_OR_RETURN(*owned, internal::Allocate<double>(t.numel()));
   ToDouble(t, owned->get());
@@ -127,32 +114,30 @@ absl::StatusOr<const double*> DoubleOperand(const Tensor& t,
 
 // c[m, n] = x[m, k] * w^T, w stored [n, k] (OUT_IN) or [k, n] (IN_OUT); the
 // layout becomes BLAS's transpose flag, never a copy.
-void Gemm(const float* x, const float* w, WeightLayout layout, int64_t m,
-          int64_t n, int64_t k, float* c) {
+void Gemm(const float* x, const float* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
+          float* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(c, c + m * n, 0.0f);
     return;
   }
   const bool out_in = layout == WeightLayout::kOutIn;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-              1.0f, x, static_cast<int>(k), w, static_cast<int>(out_in ? k : n),
-              0.0f, c, static_cast<int>(n));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, x, static_cast<int>(k), w,
+              static_cast<int>(out_in ? k : n), 0.0f, c, static_cast<int>(n));
 }
 
-void Gemm(const double* x, const double* w, WeightLayout layout, int64_t m,
-          int64_t n, int64_t k, double* c) {
+void Gemm(const double* x, const double* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
+          double* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(c, c + m * n, 0.0);
     return;
   }
   const bool out_in = layout == WeightLayout::kOutIn;
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-              1.0, x, static_cast<int>(k), w, static_cast<int>(out_in ? k : n),
-              0.0, c, static_cast<int>(n));
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0, x, static_cast<int>(k), w,
+              static_cast<int>(out_in ? k : n), 0.0, c, static_cast<int>(n));
 }
 
 // ---- Epilogue: bias, activation and the output rounding, in one pass.
@@ -225,27 +210,24 @@ inline T Activate(T v) {
     // GELU, tanh form (cuBLASLt's and PyTorch's approximate='tanh').
     const T kSqrt2OverPi = static_cast<T>(0.79788456080286535588);
     const T kCoeff = static_cast<T>(0.044715);
-    return T(0.5) * v *
-           (T(1) + std::tanh(kSqrt2OverPi * (v + kCoeff * v * v * v)));
+    return T(0.5) * v * (T(1) + std::tanh(kSqrt2OverPi * (v + kCoeff * v * v * v)));
   }
 }
 
 // `acc` and `out` may alias (fp32 accumulator written in place as fp32
 // output): each element is read before it is written.
 template <typename T, DType kOut, Activation kAct>
-void EpilogueLoop(const T* acc, const T* bias, bool unfused, int64_t m,
-                  int64_t n, typename OutStorage<kOut>::type* out) {
+void EpilogueLoop(const T* acc, const T* bias, bool unfused, int64_t m, int64_t n,
+                  typename OutStorage<kOut>::type* out) {
   for (int64_t i = 0; i < m; ++i) {
     const T* a = acc + i * n;
     auto* y = out + i * n;
     if (!unfused) {
       // fused: round_out(act(acc + b)), one rounding.
       if (bias != nullptr) {
-        for (int64_t j = 0; j < n; ++j)
-          y[j] = Store<kOut>(Activate<kAct>(a[j] + bias[j]));
+        for (int64_t j = 0; j < n; ++j) y[j] = Store<kOut>(Activate<kAct>(a[j] + bias[j]));
       } else {
-        for (int64_t j = 0; j < n; ++j)
-          y[j] = Store<kOut>(Activate<kAct>(a[j]));
+        for (int64_t j = 0; j < n; ++j) y[j] = Store<kOut>(Activate<kAct>(a[j]));
       }
     } else {
       // unfused: t = round_out(acc); u = round_out(t + b); round_out(act(u)).
@@ -259,41 +241,33 @@ void EpilogueLoop(const T* acc, const T* bias, bool unfused, int64_t m,
 }
 
 template <typename T, DType kOut>
-void EpilogueForAct(const T* acc, const T* bias, bool unfused, Activation act,
-                    int64_t m, int64_t n, Tensor* out) {
+void EpilogueForAct(const T* acc, const T* bias, bool unfused, Activation act, int64_t m, int64_t n,
+                    Tensor* out) {
   auto* y = out->data<typename OutStorage<kOut>::type>();
   switch (act) {
     case Activation::kNone:
-      return EpilogueLoop<T, kOut, Activation::kNone>(acc, bias, unfused, m, n,
-                                                      y);
+      return EpilogueLoop<T, kOut, Activation::kNone>(acc, bias, unfused, m, n, y);
     case Activation::kRelu:
-      return EpilogueLoop<T, kOut, Activation::kRelu>(acc, bias, unfused, m, n,
-                                                      y);
+      return EpilogueLoop<T, kOut, Activation::kRelu>(acc, bias, unfused, m, n, y);
     case Activation::kGeluTanh:
-      return EpilogueLoop<T, kOut, Activation::kGeluTanh>(acc, bias, unfused, m,
-                                                          n, y);
+      return EpilogueLoop<T, kOut, Activation::kGeluTanh>(acc, bias, unfused, m, n, y);
   }
 }
 
 template <typename T>
-void Epilogue(const T* acc, const T* bias, bool unfused, Activation act,
-              int64_t m, int64_t n, Tensor* out) {
+void Epilogue(const T* acc, const T* bias, bool unfused, Activation act, int64_t m, int64_t n,
+              Tensor* out) {
   switch (out->dtype()) {
     case DType::kFloat64:
-      return EpilogueForAct<T, DType::kFloat64>(acc, bias, unfused, act, m, n,
-                                                out);
+      return EpilogueForAct<T, DType::kFloat64>(acc, bias, unfused, act, m, n, out);
     case DType::kFloat32:
-      return EpilogueForAct<T, DType::kFloat32>(acc, bias, unfused, act, m, n,
-                                                out);
+      return EpilogueForAct<T, DType::kFloat32>(acc, bias, unfused, act, m, n, out);
     case DType::kFloat16:
-      return EpilogueForAct<T, DType::kFloat16>(acc, bias, unfused, act, m, n,
-                                                out);
+      return EpilogueForAct<T, DType::kFloat16>(acc, bias, unfused, act, m, n, out);
     case DType::kBFloat16:
-      return EpilogueForAct<T, DType::kBFloat16>(acc, bias, unfused, act, m, n,
-                                                 out);
+      return EpilogueForAct<T, DType::kBFloat16>(acc, bias, unfused, act, m, n, out);
   }
 }
-
 
 absl::string_view Tf32RoundingName(Tf32Rounding r) {
   switch (r) {
@@ -309,12 +283,10 @@ absl::string_view Tf32RoundingName(Tf32Rounding r) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
-    const Options& options) {
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Options& options) {
   if (options.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "threads: 0 (all cores) or a positive count expected, got ",
-        options.threads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads: 0 (all cores) or a positive count expected, got ", options.threads));
   }
   // OpenBLAS's thread count is process-wide; the CPU backend is its only
   // user in the server.
@@ -323,8 +295,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
 }
 
 std::vector<Precision> CpuBackend::precisions() const {
-  return std::vector<Precision>(std::begin(kAllPrecisions),
-                                std::end(kAllPrecisions));
+  return std::vector<Precision>(std::begin(kAllPrecisions), std::end(kAllPrecisions));
 }
 
 std::vector<BiasMode> CpuBackend::bias_modes() const {
@@ -347,9 +318,7 @@ struct Arithmetic {
   // both stored operands unchanged (bf16 tensors under fp32, tf32 or
   // bf16: one GEMM).
   Precision rounding = Precision::kFp32;
-  bool operator==(const Arithmetic& o) const {
-    return kind == o.kind && rounding == o.rounding;
-  }
+  bool operator==(const Arithmetic& o) const { return kind == o.kind && rounding == o.rounding; }
 };
 
 Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
@@ -361,8 +330,7 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
     default:
       break;
   }
-  const bool exact = ValuesExactIn(precision, *p.input) &&
-                     ValuesExactIn(precision, *p.weight);
+  const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
   if (exact) {
     // Rounding changes nothing: the stored values, read as fp32, are the
     // operands (fp32 precision reads fp64 storage exactly only when the
@@ -374,30 +342,25 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
 
 // x.W^T of one Arithmetic before any epilogue: [m, n] in fp32, or fp64
 // for kFp64.
-absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a,
-                                  int threads) {
+absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads) {
   switch (a.kind) {
     case Arithmetic::kFp64: {
       std::unique_ptr<double[]> x_owned, w_owned;
       TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
       TC_ASSIGN_OR_RETURN(const double* w, DoubleOperand(*p.weight, &w_owned));
-      TC_ASSIGN_OR_RETURN(Tensor acc,
-                          Tensor::Create(DType::kFloat64, {p.m, p.n}));
+      TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat64, {p.m, p.n}));
       Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<double>());
       return acc;
     }
     case Arithmetic::kFp32:
     case Arithmetic::kFp16Acc: {
       std::unique_ptr<float[]> x_owned, w_owned;
-      TC_ASSIGN_OR_RETURN(const float* x,
-                          FloatOperand(*p.input, a.rounding, &x_owned));
-      TC_ASSIGN_OR_RETURN(const float* w,
-                          FloatOperand(*p.weight, a.rounding, &w_owned));
-      TC_ASSIGN_OR_RETURN(Tensor acc,
-                          Tensor::Create(DType::kFloat32, {p.m, p.n}));
+      TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, a.rounding, &x_owned));
+      TC_ASSIGN_OR_RETURN(const float* w, FloatOperand(*p.weight, a.rounding, &w_owned));
+      TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
       if (a.kind == Arithmetic::kFp16Acc) {
-        TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k,
-                                          threads, acc.data<float>()));
+        TC_RETURN_IF_ERROR(
+            internal::Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k, threads, acc.data<float>()));
       } else {
         Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<float>());
       }
@@ -411,8 +374,8 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a,
 // With `in_place` and an output stored like the accumulator, the
 // epilogue overwrites `acc` and returns it (no second buffer).
 template <typename T>
-absl::StatusOr<Tensor> FinishAs(const LinearProblem& p, const Config& config,
-                                Tensor& acc, bool in_place) {
+absl::StatusOr<Tensor> FinishAs(const LinearProblem& p, const Config& config, Tensor& acc,
+                                bool in_place) {
   std::vector<T> bias;
   if (p.bias != nullptr) {
     bias.resize(static_cast<size_t>(p.n));
@@ -436,8 +399,8 @@ absl::StatusOr<Tensor> FinishAs(const LinearProblem& p, const Config& config,
   return out;
 }
 
-absl::StatusOr<Tensor> Finish(const LinearProblem& p, const Config& config,
-                              Tensor& acc, bool in_place) {
+absl::StatusOr<Tensor> Finish(const LinearProblem& p, const Config& config, Tensor& acc,
+                              bool in_place) {
   if (acc.dtype() == DType::kFloat64) {
     return FinishAs<double>(p, config, acc, in_place);
   }
@@ -460,8 +423,7 @@ int CpuBackend::threads() const {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem,
-                                          const Config& config,
+absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem, const Config& config,
                                           const RunOptions& options) {
   TC_RETURN_IF_ERROR(CheckProblem(problem));
   const Arithmetic arithmetic = ArithmeticOf(problem, config.precision);
@@ -481,10 +443,8 @@ absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem,
   return result;
 }
 
-absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
-                                  const std::vector<Config>& configs,
-                                  const RunOptions& options,
-                                  const BatchConsumer& consume) {
+absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+                                  const RunOptions& options, const BatchConsumer& consume) {
   // Repeated runs check each configuration's own determinism.
   if (options.repeat > 1) {
     return LinearBackend::RunBatch(problem, configs, options, consume);

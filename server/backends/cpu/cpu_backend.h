@@ -34,18 +34,15 @@ class CpuBackend final : public LinearBackend {
   BiasMode default_bias_mode() const override { return BiasMode::kFused; }
   std::vector<DType> storage_dtypes() const override;
 
-  absl::StatusOr<RunResult> Run(const LinearProblem& problem,
-                                const Config& config,
+  absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                 const RunOptions& options) override;
 
   // One GEMM per arithmetic: configurations whose input rounding leaves the
   // stored values unchanged share an fp32 GEMM (bf16 tensors under fp32,
   // tf32, tf32rna, tf32trunc and bf16), and the fused and unfused variants
   // of one precision share theirs; each then runs its own epilogue.
-  absl::Status RunBatch(const LinearProblem& problem,
-                        const std::vector<Config>& configs,
-                        const RunOptions& options,
-                        const BatchConsumer& consume) override;
+  absl::Status RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+                        const RunOptions& options, const BatchConsumer& consume) override;
 
  private:
   explicit CpuBackend(const Options& options) : options_(options) {}

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ref_round.h"
-#include "status_matchers.h"
+#include "tests/testing/ref_round.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -83,8 +83,7 @@ T RefActivate(Activation a, T v) {
     case Activation::kGeluTanh: {
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in double.
       const double x = v;
-      const double inner =
-          std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+      const double inner = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
       return static_cast<T>(0.5 * x * (1.0 + std::tanh(inner)));
     }
   }
@@ -104,8 +103,8 @@ struct Layer {
 // data, or fp16 after every step for fp16acc), then bias and activation in
 // T (fp64 for fp64, else fp32), rounding to `out` where the mode says.
 template <typename T>
-std::vector<double> RefLinearT(const Layer& l, Precision p, BiasMode mode,
-                               Activation act, DType out) {
+std::vector<double> RefLinearT(const Layer& l, Precision p, BiasMode mode, Activation act,
+                               DType out) {
   auto round_out = [out](T v) -> T {
     return static_cast<T>(RefRoundTo(out, static_cast<double>(v)));
   };
@@ -114,10 +113,8 @@ std::vector<double> RefLinearT(const Layer& l, Precision p, BiasMode mode,
     for (int64_t j = 0; j < l.n; ++j) {
       double sum = 0.0;
       for (int64_t kk = 0; kk < l.k; ++kk) {
-        const double prod =
-            RefInput(p, l.x[i * l.k + kk]) * RefInput(p, l.w[j * l.k + kk]);
-        sum = p == Precision::kFp16Acc ? RefRound(sum + prod, kFp16Format)
-                                       : sum + prod;
+        const double prod = RefInput(p, l.x[i * l.k + kk]) * RefInput(p, l.w[j * l.k + kk]);
+        sum = p == Precision::kFp16Acc ? RefRound(sum + prod, kFp16Format) : sum + prod;
       }
       const T acc = static_cast<T>(sum);
       const bool has_bias = !l.b.empty();
@@ -136,24 +133,21 @@ std::vector<double> RefLinearT(const Layer& l, Precision p, BiasMode mode,
   return y;
 }
 
-std::vector<double> RefLinear(const Layer& l, Precision p, BiasMode mode,
-                              Activation act, DType out) {
+std::vector<double> RefLinear(const Layer& l, Precision p, BiasMode mode, Activation act,
+                              DType out) {
   if (p == Precision::kFp64) return RefLinearT<double>(l, p, mode, act, out);
   return RefLinearT<float>(l, p, mode, act, out);
 }
 
-Tensor MakeTensor(DType d, std::vector<int64_t> shape,
-                  const std::vector<double>& v) {
+Tensor MakeTensor(DType d, std::vector<int64_t> shape, const std::vector<double>& v) {
   auto t = FromDoubles(d, std::move(shape), v);
   EXPECT_THAT(t, IsOk());
   // The data is chosen representable in `d`: storing is exact.
-  for (size_t i = 0; i < v.size(); ++i)
-    EXPECT_EQ(t->GetDouble(static_cast<int64_t>(i)), v[i]);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t->GetDouble(static_cast<int64_t>(i)), v[i]);
   return std::move(*t);
 }
 
-std::vector<double> Transposed(const std::vector<double>& a, int64_t rows,
-                               int64_t cols) {
+std::vector<double> Transposed(const std::vector<double>& a, int64_t rows, int64_t cols) {
   std::vector<double> t(a.size());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = a[r * cols + c];
@@ -184,8 +178,7 @@ double Nudged(double coarse, std::mt19937& rng) {
   int e = 0;
   std::frexp(std::fabs(coarse), &e);  // |coarse| in [2^(e-1), 2^e)
   const double half_ulp10 = std::ldexp(1.0, e - 1 - 10);
-  return RefRound(coarse + std::copysign(frac(rng) * half_ulp10, coarse),
-                  kFp32Format);
+  return RefRound(coarse + std::copysign(frac(rng) * half_ulp10, coarse), kFp32Format);
 }
 
 // x [m, k], W [n, k], b [n]. With `nudge`, x and W carry low bits that only
@@ -193,8 +186,7 @@ double Nudged(double coarse, std::mt19937& rng) {
 // product and partial sum is exact in fp32, so the sgemm result does not
 // depend on OpenBLAS's summation order and outputs can be compared bit for
 // bit.
-Layer MakeLayer(int64_t m, int64_t n, int64_t k, bool with_bias, bool nudge,
-                uint32_t seed) {
+Layer MakeLayer(int64_t m, int64_t n, int64_t k, bool with_bias, bool nudge, uint32_t seed) {
   std::mt19937 rng(seed);
   Layer l;
   l.m = m;
@@ -218,8 +210,8 @@ Layer MakeLayer(int64_t m, int64_t n, int64_t k, bool with_bias, bool nudge,
 
 // x [m, k], W [n, k] and, with `bias`, b [n], drawn from Normal(0, stddev)
 // in that order and each rounded to `format`.
-Layer NormalLayer(int64_t m, int64_t n, int64_t k, double stddev, Format format,
-                  uint32_t seed, bool bias) {
+Layer NormalLayer(int64_t m, int64_t n, int64_t k, double stddev, Format format, uint32_t seed,
+                  bool bias) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal(0.0, stddev);
   Layer l;
@@ -260,9 +252,8 @@ struct Built {
 };
 
 // Tensors and a problem for `l`; `input_shape` may add batch dims.
-std::unique_ptr<Built> Build(const Layer& l, DType storage, WeightLayout layout,
-                             Activation act, DType out,
-                             std::vector<int64_t> input_shape = {},
+std::unique_ptr<Built> Build(const Layer& l, DType storage, WeightLayout layout, Activation act,
+                             DType out, std::vector<int64_t> input_shape = {},
                              DType bias_storage = DType::kFloat32) {
   auto b = std::make_unique<Built>();
   if (input_shape.empty()) input_shape = {l.m, l.k};
@@ -293,8 +284,7 @@ std::unique_ptr<CpuBackend> NewBackend() {
   return std::move(*backend);
 }
 
-RunResult MustRun(CpuBackend& cpu, const LinearProblem& p, const Config& c,
-                  RunOptions o = {}) {
+RunResult MustRun(CpuBackend& cpu, const LinearProblem& p, const Config& c, RunOptions o = {}) {
   auto r = cpu.Run(p, c, o);
   EXPECT_THAT(r, IsOk());
   if (!r.ok()) return RunResult{};
@@ -326,19 +316,16 @@ int MantBits(DType d) {
 // reference's differ in the working precision (fp32, or fp64 for fp64), and
 // 1 + tanh cancels for negative inputs, so there a few working-precision
 // units plus one unit of the output are allowed.
-void ExpectMatches(const std::vector<double>& got,
-                   const std::vector<double>& want, Activation act, DType out,
-                   Precision p) {
+void ExpectMatches(const std::vector<double>& got, const std::vector<double>& want, Activation act,
+                   DType out, Precision p) {
   ASSERT_EQ(got.size(), want.size());
   const int work_mant = p == Precision::kFp64 ? 52 : 23;
   const int out_mant = std::min(MantBits(out), work_mant);
   for (size_t i = 0; i < got.size(); ++i) {
     if (act == Activation::kGeluTanh) {
       const double big = std::max({std::fabs(got[i]), std::fabs(want[i]), 1.0});
-      const double tol =
-          1.01 *
-              Ulp(std::max(std::fabs(got[i]), std::fabs(want[i])), out_mant) +
-          32 * std::ldexp(big, -work_mant);
+      const double tol = 1.01 * Ulp(std::max(std::fabs(got[i]), std::fabs(want[i])), out_mant) +
+                         32 * std::ldexp(big, -work_mant);
       EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
     } else {
       EXPECT_EQ(got[i], want[i]) << "element " << i;
@@ -356,10 +343,8 @@ TEST_P(CpuBackendMatrixTest, MatchesIndependentFp64ReferenceInBothLayouts) {
   const auto [precision, mode, act, out] = GetParam();
   const bool with_bias = mode != BiasMode::kNone;
   // fp32/fp64 see the raw inputs, so they get coarse data to stay exact.
-  const bool nudge =
-      precision != Precision::kFp32 && precision != Precision::kFp64;
-  const Layer l =
-      MakeLayer(/*m=*/3, /*n=*/5, /*k=*/16, with_bias, nudge, /*seed=*/7);
+  const bool nudge = precision != Precision::kFp32 && precision != Precision::kFp64;
+  const Layer l = MakeLayer(/*m=*/3, /*n=*/5, /*k=*/16, with_bias, nudge, /*seed=*/7);
   if (nudge) {
     // The data really exercises the input rounding.
     EXPECT_NE(RefInput(precision, l.x[0]), l.x[0]);
@@ -378,19 +363,18 @@ TEST_P(CpuBackendMatrixTest, MatchesIndependentFp64ReferenceInBothLayouts) {
 
 std::string MatrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
   const auto [p, b, a, d] = info.param;
-  return absl::StrCat(PrecisionName(p), "_", BiasModeName(b), "_",
-                      ActivationName(a), "_out_", DTypeShortName(d));
+  return absl::StrCat(PrecisionName(p), "_", BiasModeName(b), "_", ActivationName(a), "_out_",
+                      DTypeShortName(d));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllModes, CpuBackendMatrixTest,
-    ::testing::Combine(::testing::ValuesIn(kAllPrecisions),
-                       ::testing::Values(BiasMode::kNone, BiasMode::kFused,
-                                         BiasMode::kUnfused),
-                       ::testing::Values(Activation::kNone, Activation::kRelu,
-                                         Activation::kGeluTanh),
-                       ::testing::ValuesIn(kAllDTypes)),
-    MatrixName);
+INSTANTIATE_TEST_SUITE_P(AllModes, CpuBackendMatrixTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllPrecisions),
+                                            ::testing::Values(BiasMode::kNone, BiasMode::kFused,
+                                                              BiasMode::kUnfused),
+                                            ::testing::Values(Activation::kNone, Activation::kRelu,
+                                                              Activation::kGeluTanh),
+                                            ::testing::ValuesIn(kAllDTypes)),
+                         MatrixName);
 
 // ---- RunBatch: one GEMM per arithmetic, every output as Run's.
 
@@ -399,8 +383,7 @@ struct Batch {
   std::vector<RunResult> results;
   std::vector<size_t> delivered;
 };
-Batch MustRunBatch(CpuBackend& cpu, const LinearProblem& p,
-                   const std::vector<Config>& configs) {
+Batch MustRunBatch(CpuBackend& cpu, const LinearProblem& p, const std::vector<Config>& configs) {
   Batch b;
   b.results.resize(configs.size());
   EXPECT_THAT(cpu.RunBatch(p, configs, RunOptions{},
@@ -442,14 +425,12 @@ TEST(CpuBackendBatchTest, EveryOutputMatchesTheIndependentReference) {
         EXPECT_EQ(batch.results[i].output.bytes(),
                   MustRun(*cpu, b->problem, configs[i]).output.bytes());
         if (p != Precision::kFp32 && p != Precision::kFp64) {
-          ExpectMatches(Values(batch.results[i].output),
-                        RefLinear(l, p, configs[i].bias, act, out), act, out, p);
+          ExpectMatches(Values(batch.results[i].output), RefLinear(l, p, configs[i].bias, act, out),
+                        act, out, p);
         }
         // Only an unfused variant reuses its fused sibling's GEMM.
         EXPECT_EQ(batch.results[i].shared_computation,
-                  configs[i].bias == BiasMode::kUnfused
-                      ? Cfg(p, BiasMode::kFused).ToString()
-                      : "");
+                  configs[i].bias == BiasMode::kUnfused ? Cfg(p, BiasMode::kFused).ToString() : "");
       }
     }
   }
@@ -458,8 +439,7 @@ TEST(CpuBackendBatchTest, EveryOutputMatchesTheIndependentReference) {
 TEST(CpuBackendBatchTest, Bf16StorageRunsOneGemmForFp32Tf32AndBf16) {
   const Layer l = NormalLayer(4, 6, 32, 1.0, kBf16Format, 42, /*bias=*/true);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kBFloat16);
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16);
   const std::vector<Config> configs = {
       Cfg(Precision::kFp64, BiasMode::kFused),    Cfg(Precision::kBf16, BiasMode::kFused),
       Cfg(Precision::kFp32, BiasMode::kFused),    Cfg(Precision::kTf32, BiasMode::kUnfused),
@@ -468,16 +448,21 @@ TEST(CpuBackendBatchTest, Bf16StorageRunsOneGemmForFp32Tf32AndBf16) {
   const Batch batch = MustRunBatch(*cpu, b->problem, configs);
   ASSERT_EQ(batch.delivered.size(), configs.size());
   EXPECT_EQ(batch.delivered.front(), 0u);
-  const std::vector<std::string> shared = {
-      "", "", "cpu:bf16:fused", "cpu:bf16:fused", "cpu:bf16:fused", "cpu:bf16:fused",
-      "cpu:fp64:fused", ""};
+  const std::vector<std::string> shared = {"",
+                                           "",
+                                           "cpu:bf16:fused",
+                                           "cpu:bf16:fused",
+                                           "cpu:bf16:fused",
+                                           "cpu:bf16:fused",
+                                           "cpu:fp64:fused",
+                                           ""};
   for (size_t i = 0; i < configs.size(); ++i) {
     SCOPED_TRACE(configs[i].ToString());
     EXPECT_EQ(batch.results[i].shared_computation, shared[i]);
-    ExpectMatches(Values(batch.results[i].output),
-                  RefLinear(l, configs[i].precision, configs[i].bias, Activation::kNone,
-                            DType::kBFloat16),
-                  Activation::kNone, DType::kBFloat16, configs[i].precision);
+    ExpectMatches(
+        Values(batch.results[i].output),
+        RefLinear(l, configs[i].precision, configs[i].bias, Activation::kNone, DType::kBFloat16),
+        Activation::kNone, DType::kBFloat16, configs[i].precision);
   }
   // Same GEMM, same epilogue: the same bits.
   EXPECT_EQ(batch.results[1].output.bytes(), batch.results[2].output.bytes());
@@ -486,11 +471,11 @@ TEST(CpuBackendBatchTest, Bf16StorageRunsOneGemmForFp32Tf32AndBf16) {
 TEST(CpuBackendBatchTest, ConsumerErrorStopsTheBatch) {
   const Layer l = NormalLayer(2, 3, 8, 1.0, kBf16Format, 43, /*bias=*/true);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kBFloat16);
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16);
   int calls = 0;
   const absl::Status s = cpu->RunBatch(
-      b->problem, {Cfg(Precision::kBf16, BiasMode::kFused), Cfg(Precision::kFp32, BiasMode::kFused)},
+      b->problem,
+      {Cfg(Precision::kBf16, BiasMode::kFused), Cfg(Precision::kFp32, BiasMode::kFused)},
       RunOptions{}, [&](size_t, RunResult) {
         ++calls;
         return absl::CancelledError("stop");
@@ -505,15 +490,14 @@ TEST(CpuBackendTest, BatchDimsFlattenIntoRows) {
   const Layer l = MakeLayer(/*m=*/6, /*n=*/4, /*k=*/8, /*with_bias=*/true,
                             /*nudge=*/false, /*seed=*/11);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu,
-                 DType::kFloat32, /*input_shape=*/{2, 3, 8});
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu, DType::kFloat32,
+                 /*input_shape=*/{2, 3, 8});
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
   EXPECT_EQ(r.output.shape(), (std::vector<int64_t>{6, 4}));
-  ExpectMatches(Values(r.output),
-                RefLinear(l, Precision::kFp32, BiasMode::kFused,
-                          Activation::kRelu, DType::kFloat32),
-                Activation::kRelu, DType::kFloat32, Precision::kFp32);
+  ExpectMatches(
+      Values(r.output),
+      RefLinear(l, Precision::kFp32, BiasMode::kFused, Activation::kRelu, DType::kFloat32),
+      Activation::kRelu, DType::kFloat32, Precision::kFp32);
 }
 
 TEST(CpuBackendTest, Bf16InputsWithFp32OutputRoundOnceToFp32) {
@@ -521,14 +505,13 @@ TEST(CpuBackendTest, Bf16InputsWithFp32OutputRoundOnceToFp32) {
                             /*nudge=*/false, /*seed=*/12);
   auto cpu = NewBackend();
   for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
-    auto b = Build(l, DType::kBFloat16, WeightLayout::kInOut, Activation::kNone,
-                   DType::kFloat32, {}, /*bias_storage=*/DType::kFloat32);
+    auto b = Build(l, DType::kBFloat16, WeightLayout::kInOut, Activation::kNone, DType::kFloat32,
+                   {}, /*bias_storage=*/DType::kFloat32);
     RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kBf16, mode));
     EXPECT_EQ(r.output.dtype(), DType::kFloat32);
     // At fp32 output, acc + b is exact here: both modes give the exact sum.
     ExpectMatches(Values(r.output),
-                  RefLinear(l, Precision::kBf16, mode, Activation::kNone,
-                            DType::kFloat32),
+                  RefLinear(l, Precision::kBf16, mode, Activation::kNone, DType::kFloat32),
                   Activation::kNone, DType::kFloat32, Precision::kBf16);
   }
 }
@@ -539,18 +522,15 @@ TEST(CpuBackendTest, EveryStorageDtypeIsReadExactly) {
   auto cpu = NewBackend();
   for (DType storage : kAllDTypes) {
     for (DType bias_storage : {DType::kFloat64, DType::kFloat32}) {
-      for (Precision p :
-           {Precision::kFp64, Precision::kFp32, Precision::kBf16}) {
-        SCOPED_TRACE(absl::StrCat(DTypeName(storage), " bias ",
-                                  DTypeName(bias_storage), " ",
+      for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kBf16}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(storage), " bias ", DTypeName(bias_storage), " ",
                                   PrecisionName(p)));
         auto b = Build(l, storage, WeightLayout::kOutIn, Activation::kNone,
                        /*out=*/storage, {}, bias_storage);
         RunResult r = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kUnfused));
-        ExpectMatches(
-            Values(r.output),
-            RefLinear(l, p, BiasMode::kUnfused, Activation::kNone, storage),
-            Activation::kNone, storage, p);
+        ExpectMatches(Values(r.output),
+                      RefLinear(l, p, BiasMode::kUnfused, Activation::kNone, storage),
+                      Activation::kNone, storage, p);
       }
     }
   }
@@ -562,14 +542,13 @@ TEST(CpuBackendTest, Bf16BiasStorageIsReadExactly) {
                       /*nudge=*/false, /*seed=*/14);
   l.b = {0.375, -1.5, 1.0078125};  // 1 + 2^-7: bf16, not fp16-exact sums
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32, {}, /*bias_storage=*/DType::kBFloat16);
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kFused));
-  ExpectMatches(Values(r.output),
-                RefLinear(l, Precision::kFp16, BiasMode::kFused,
-                          Activation::kNone, DType::kFloat32),
-                Activation::kNone, DType::kFloat32, Precision::kFp16);
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32, {},
+                 /*bias_storage=*/DType::kBFloat16);
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kFused));
+  ExpectMatches(
+      Values(r.output),
+      RefLinear(l, Precision::kFp16, BiasMode::kFused, Activation::kNone, DType::kFloat32),
+      Activation::kNone, DType::kFloat32, Precision::kFp16);
 }
 
 TEST(CpuBackendTest, Fp16StorageRoundedToBf16ForBf16Precision) {
@@ -581,13 +560,10 @@ TEST(CpuBackendTest, Fp16StorageRoundedToBf16ForBf16Precision) {
   l.x = {1.0 + 5.0 / 1024, 1.0};  // 1 + 5*2^-10 -> bf16 1 + 2^-7 (nearest)
   l.w = {1.0, 1.0 + 1.0 / 1024};  // 1 + 2^-10   -> bf16 1.0
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32);
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kNone));
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kNone));
   EXPECT_EQ(Values(r.output)[0], 2.0 + 1.0 / 128);
-  RunResult fp16 =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone));
+  RunResult fp16 = MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone));
   EXPECT_EQ(Values(fp16.output)[0], 2.0 + 6.0 / 1024);
 }
 
@@ -601,17 +577,13 @@ TEST(CpuBackendTest, Fp64AccumulatorRoundsOnceToBf16Output) {
   l.x = {1.0 + 1.0 / 256, 1.0};
   l.w = {1.0, std::ldexp(1.0, -30)};
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kBFloat16);
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp64, BiasMode::kNone));
+  auto b = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16);
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp64, BiasMode::kNone));
   EXPECT_EQ(Values(r.output)[0], 1.0 + 1.0 / 128);
   // fp16: 1 + 2^-11 + 2^-30 is above the fp16 tie 1 + 2^-11.
   l.x = {1.0 + 1.0 / 2048, 1.0};
-  auto b16 = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat16);
-  RunResult r16 =
-      MustRun(*cpu, b16->problem, Cfg(Precision::kFp64, BiasMode::kNone));
+  auto b16 = Build(l, DType::kFloat64, WeightLayout::kOutIn, Activation::kNone, DType::kFloat16);
+  RunResult r16 = MustRun(*cpu, b16->problem, Cfg(Precision::kFp64, BiasMode::kNone));
   EXPECT_EQ(Values(r16.output)[0], 1.0 + 1.0 / 1024);
 }
 
@@ -630,12 +602,10 @@ TEST(CpuBackendTest, Bf16FusedAndUnfusedBiasDifferByExactlyOneUlp) {
   l.w = {2.0, 3.0 / 512};
   l.b = {3.0 / 512};
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kBFloat16, {}, /*bias_storage=*/DType::kBFloat16);
-  RunResult fused =
-      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kFused));
-  RunResult unfused =
-      MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kUnfused));
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16, {},
+                 /*bias_storage=*/DType::kBFloat16);
+  RunResult fused = MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kFused));
+  RunResult unfused = MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kUnfused));
   EXPECT_EQ(fused.output.data<uint16_t>()[0], 0x4001);    // 2.015625
   EXPECT_EQ(unfused.output.data<uint16_t>()[0], 0x4000);  // 2.0
   EXPECT_EQ(Values(fused.output)[0] - Values(unfused.output)[0], 0.015625);
@@ -659,11 +629,9 @@ TEST(CpuBackendTest, Tf32VariantsDifferOnATieInTheDroppedBits) {
     l.m = l.n = l.k = 1;
     l.x = {row.x};
     l.w = {1.0};
-    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat32);
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
     auto value = [&](Precision p) {
-      return Values(
-          MustRun(*cpu, b->problem, Cfg(p, BiasMode::kNone)).output)[0];
+      return Values(MustRun(*cpu, b->problem, Cfg(p, BiasMode::kNone)).output)[0];
     };
     EXPECT_EQ(value(Precision::kFp32), row.x);
     EXPECT_EQ(value(Precision::kTf32), row.tf32);
@@ -675,16 +643,14 @@ TEST(CpuBackendTest, Tf32VariantsDifferOnATieInTheDroppedBits) {
 TEST(CpuBackendTest, Tf32DetailsNameTheInputRounding) {
   Layer l = MakeLayer(1, 1, 1, false, false, 1);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32);
-  EXPECT_EQ(MustRun(*cpu, b->problem, Cfg(Precision::kTf32, BiasMode::kNone))
-                .details["tf32_rounding"],
-            "nearest_even");
-  EXPECT_EQ(MustRun(*cpu, b->problem, Cfg(Precision::kTf32Rna, BiasMode::kNone))
-                .details["tf32_rounding"],
-            "ties_away");
-  RunResult fp32 =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  EXPECT_EQ(
+      MustRun(*cpu, b->problem, Cfg(Precision::kTf32, BiasMode::kNone)).details["tf32_rounding"],
+      "nearest_even");
+  EXPECT_EQ(
+      MustRun(*cpu, b->problem, Cfg(Precision::kTf32Rna, BiasMode::kNone)).details["tf32_rounding"],
+      "ties_away");
+  RunResult fp32 = MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
   EXPECT_EQ(fp32.details["blas"], "openblas");
   EXPECT_EQ(fp32.details.count("tf32_rounding"), 0u);
 }
@@ -702,17 +668,14 @@ TEST(CpuBackendTest, Fp16AccMatchesNaiveFp16AccumulationBitwise) {
     const std::vector<double> want = NaiveFp16Acc(l);
     // The accumulation really is fp16: fp32 accumulation gives other values.
     const std::vector<double> fp32_acc =
-        RefLinear(l, Precision::kFp16, BiasMode::kNone, Activation::kNone,
-                  DType::kFloat64);
+        RefLinear(l, Precision::kFp16, BiasMode::kNone, Activation::kNone, DType::kFloat64);
     EXPECT_NE(want, fp32_acc);
     auto cpu = NewBackend();
     for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
       for (DType out : {DType::kFloat32, DType::kFloat16}) {
-        SCOPED_TRACE(
-            absl::StrCat(WeightLayoutName(layout), " ", DTypeName(out)));
+        SCOPED_TRACE(absl::StrCat(WeightLayoutName(layout), " ", DTypeName(out)));
         auto b = Build(l, DType::kFloat32, layout, Activation::kNone, out);
-        RunResult r = MustRun(*cpu, b->problem,
-                              Cfg(Precision::kFp16Acc, BiasMode::kNone));
+        RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
         EXPECT_EQ(Values(r.output), want);
       }
     }
@@ -727,10 +690,8 @@ TEST(CpuBackendTest, Fp16AccSplitsLargeProblemsAcrossThreadsBitwise) {
   o.threads = 3;
   auto cpu = CpuBackend::Create(o);
   ASSERT_THAT(cpu, IsOk());
-  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat16);
-  RunResult r =
-      MustRun(**cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
+  auto b = Build(l, DType::kFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kFloat16);
+  RunResult r = MustRun(**cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
   EXPECT_EQ(Values(r.output), want);
 }
 
@@ -742,16 +703,11 @@ TEST(CpuBackendTest, Fp16AccOverflowsToInfinity) {
   l.x = {200.0, 200.0};
   l.w = {200.0, 200.0};
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32);
-  EXPECT_EQ(Values(MustRun(*cpu, b->problem,
-                           Cfg(Precision::kFp16Acc, BiasMode::kNone))
-                       .output)[0],
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  EXPECT_EQ(Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone)).output)[0],
             std::numeric_limits<double>::infinity());
-  EXPECT_EQ(
-      Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone))
-                 .output)[0],
-      80000.0);
+  EXPECT_EQ(Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16, BiasMode::kNone)).output)[0],
+            80000.0);
 }
 
 // ---- fp16acc: the vectorised path and the portable one against a scalar
@@ -780,8 +736,7 @@ double RandomHalf(std::mt19937& rng, int emin, int emax) {
   std::uniform_int_distribution<int> frac(0, 1023);
   std::bernoulli_distribution neg(0.5);
   const int e = exp(rng);
-  const double v = e < -14 ? std::ldexp(frac(rng), -24)
-                           : std::ldexp(1024 + frac(rng), e - 10);
+  const double v = e < -14 ? std::ldexp(frac(rng), -24) : std::ldexp(1024 + frac(rng), e - 10);
   return neg(rng) ? -v : v;
 }
 
@@ -829,19 +784,15 @@ TEST(CpuBackendTest, Fp16AccFastAndPortablePathsMatchScalarLoopBitwise) {
   // Odd n (not a multiple of 4, 8 or 12), k past one 256-step block, n past
   // one 288-column block, and sizes over 2^20 multiply-adds that split rows
   // across threads. The tiny ones end in -0 about half the time.
-  const Shape shapes[] = {{1, 1, 1, false},     {3, 5, 7, false},
-                          {5, 13, 300, false},  {9, 25, 513, false},
-                          {6, 301, 260, false}, {17, 130, 600, false},
-                          {37, 70, 512, false}, {2, 4, 0, false},
-                          {5, 27, 40, true},    {20, 61, 1000, true}};
+  const Shape shapes[] = {{1, 1, 1, false},     {3, 5, 7, false},     {5, 13, 300, false},
+                          {9, 25, 513, false},  {6, 301, 260, false}, {17, 130, 600, false},
+                          {37, 70, 512, false}, {2, 4, 0, false},     {5, 27, 40, true},
+                          {20, 61, 1000, true}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
-    SCOPED_TRACE(
-        absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, s.tiny ? " tiny" : ""));
+    SCOPED_TRACE(absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, s.tiny ? " tiny" : ""));
     std::mt19937 rng(seed++);
-    auto value = [&] {
-      return s.tiny ? RandomHalf(rng, -24, -14) : RegimeValue(rng);
-    };
+    auto value = [&] { return s.tiny ? RandomHalf(rng, -24, -14) : RegimeValue(rng); };
     Layer l;
     l.m = s.m;
     l.n = s.n;
@@ -850,10 +801,9 @@ TEST(CpuBackendTest, Fp16AccFastAndPortablePathsMatchScalarLoopBitwise) {
     for (int64_t i = 0; i < l.n * l.k; ++i) l.w.push_back(value());
     const std::vector<double> want = NaiveFp16Acc(l);
     if (s.tiny) {
-      EXPECT_GT(
-          std::count_if(want.begin(), want.end(),
-                        [](double v) { return v == 0.0 && std::signbit(v); }),
-          l.m * l.n / 4);
+      EXPECT_GT(std::count_if(want.begin(), want.end(),
+                              [](double v) { return v == 0.0 && std::signbit(v); }),
+                l.m * l.n / 4);
     }
     CpuBackend::Options o;
     o.threads = 3;
@@ -863,20 +813,17 @@ TEST(CpuBackendTest, Fp16AccFastAndPortablePathsMatchScalarLoopBitwise) {
       ScopedScalarFp16Acc force(portable);
       for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
         for (DType out : {DType::kFloat32, DType::kFloat16}) {
-          SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ",
-                                    WeightLayoutName(layout), " ",
-                                    DTypeName(out)));
+          SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ", WeightLayoutName(layout),
+                                    " ", DTypeName(out)));
           auto b = Build(l, DType::kFloat16, layout, Activation::kNone, out);
-          RunResult r = MustRun(**cpu, b->problem,
-                                Cfg(Precision::kFp16Acc, BiasMode::kNone));
+          RunResult r = MustRun(**cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
           const std::vector<double> got = Values(r.output);
           ASSERT_EQ(got.size(), want.size());
           int bad = 0;
           for (size_t e = 0; e < got.size() && bad < 5; ++e) {
             if (!SameValue(got[e], want[e])) {
               ++bad;
-              ADD_FAILURE() << "element " << e << ": got " << got[e]
-                            << ", want " << want[e];
+              ADD_FAILURE() << "element " << e << ": got " << got[e] << ", want " << want[e];
             }
           }
         }
@@ -902,8 +849,7 @@ TEST(CpuBackendTest, Fp16AccDataReallyHitsSubnormalsTiesAndOverflow) {
         const double s = acc + l.x[i * l.k + kk] * l.w[j * l.k + kk];
         acc = RefRound(s, kFp16Format);
         if (acc != 0.0 && std::fabs(acc) < 0x1p-14) ++subnormal;
-        if (std::isfinite(s) && std::fabs(s) >= 0x1p-14 &&
-            std::fabs(s - acc) == Ulp(acc, 10) / 2)
+        if (std::isfinite(s) && std::fabs(s) >= 0x1p-14 && std::fabs(s - acc) == Ulp(acc, 10) / 2)
           ++ties;
         if (std::isfinite(s) && std::isinf(acc)) ++overflow;
         if (acc == 0.0 && std::signbit(acc)) ++neg_zero;
@@ -924,22 +870,16 @@ TEST(CpuBackendTest, Fp16AccEpilogueMatchesReferenceInBothPaths) {
   for (bool portable : {false, true}) {
     ScopedScalarFp16Acc force(portable);
     for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
-      for (Activation act :
-           {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
         for (DType out : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-          for (WeightLayout layout :
-               {WeightLayout::kOutIn, WeightLayout::kInOut}) {
-            SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ",
-                                      BiasModeName(mode), " ",
-                                      ActivationName(act), " ", DTypeName(out),
-                                      " ", WeightLayoutName(layout)));
-            auto b = Build(l, DType::kFloat16, layout, act, out, {},
-                           DType::kFloat16);
-            RunResult r =
-                MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, mode));
-            ExpectMatches(Values(r.output),
-                          RefLinear(l, Precision::kFp16Acc, mode, act, out),
-                          act, out, Precision::kFp16Acc);
+          for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+            SCOPED_TRACE(absl::StrCat(portable ? "portable " : "default ", BiasModeName(mode), " ",
+                                      ActivationName(act), " ", DTypeName(out), " ",
+                                      WeightLayoutName(layout)));
+            auto b = Build(l, DType::kFloat16, layout, act, out, {}, DType::kFloat16);
+            RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, mode));
+            ExpectMatches(Values(r.output), RefLinear(l, Precision::kFp16Acc, mode, act, out), act,
+                          out, Precision::kFp16Acc);
           }
         }
       }
@@ -952,15 +892,13 @@ TEST(CpuBackendTest, Fp16AccEpilogueMatchesReferenceInBothPaths) {
 TEST(CpuBackendTest, RepeatThreeIsDeterministic) {
   const Layer l = NormalLayer(33, 65, 129, 1.0, kFp32Format, 5, /*bias=*/true);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn,
-                 Activation::kGeluTanh, DType::kBFloat16);
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kGeluTanh, DType::kBFloat16);
   RunOptions opts;
   opts.repeat = 3;
   for (Precision p : kAllPrecisions) {
     SCOPED_TRACE(PrecisionName(p));
     RunResult once = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused));
-    RunResult thrice =
-        MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused), opts);
+    RunResult thrice = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused), opts);
     EXPECT_EQ(thrice.runs, 3);
     EXPECT_TRUE(thrice.deterministic);
     EXPECT_EQ(once.output.bytes(), thrice.output.bytes());
@@ -974,12 +912,9 @@ TEST(CpuBackendTest, ZeroKGivesActivationOfBias) {
   l.k = 0;
   l.b = {-1.0, 0.5, 2.0};
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu,
-                 DType::kFloat32);
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
-  EXPECT_EQ(Values(r.output),
-            (std::vector<double>{0.0, 0.5, 2.0, 0.0, 0.5, 2.0}));
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kRelu, DType::kFloat32);
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kFused));
+  EXPECT_EQ(Values(r.output), (std::vector<double>{0.0, 0.5, 2.0, 0.0, 0.5, 2.0}));
 }
 
 TEST(CpuBackendTest, ZeroRowsGiveEmptyOutput) {
@@ -989,10 +924,8 @@ TEST(CpuBackendTest, ZeroRowsGiveEmptyOutput) {
   l.k = 4;
   l.w.assign(12, 1.0);
   auto cpu = NewBackend();
-  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                 DType::kFloat32);
-  RunResult r =
-      MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  RunResult r = MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
   EXPECT_EQ(r.output.shape(), (std::vector<int64_t>{0, 3}));
 }
 
@@ -1010,46 +943,37 @@ TEST(CpuBackendTest, ShapeMismatchesAreInvalidArgumentNamingTheTensor) {
   auto cpu = NewBackend();
   const Config c = Cfg(Precision::kFp32, BiasMode::kFused);
   {
-    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat32);
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
     b->problem.k = 5;
-    EXPECT_THAT(
-        cpu->Run(b->problem, c, {}),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
+    EXPECT_THAT(cpu->Run(b->problem, c, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
   }
   {
-    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat32);
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
     b->problem.layout = WeightLayout::kInOut;  // [3, 4] is not [k, n] = [4, 3]
-    EXPECT_THAT(
-        cpu->Run(b->problem, c, {}),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
+    EXPECT_THAT(cpu->Run(b->problem, c, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
   }
   {
-    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat32);
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
     Tensor short_bias = *Tensor::Create(DType::kFloat32, {2});
     b->problem.bias = &short_bias;
-    EXPECT_THAT(
-        cpu->Run(b->problem, c, {}),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bias")));
+    EXPECT_THAT(cpu->Run(b->problem, c, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bias")));
   }
   {
-    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone,
-                   DType::kFloat32);
+    auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
     b->problem.m = -1;
-    EXPECT_THAT(
-        cpu->Run(b->problem, c, {}),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("problem.m")));
+    EXPECT_THAT(cpu->Run(b->problem, c, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("problem.m")));
   }
 }
 
 TEST(CpuBackendTest, NegativeThreadsIsInvalidArgument) {
   CpuBackend::Options o;
   o.threads = -2;
-  EXPECT_THAT(
-      CpuBackend::Create(o),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("threads")));
+  EXPECT_THAT(CpuBackend::Create(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("threads")));
 }
 
 TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
@@ -1061,7 +985,6 @@ TEST(CpuBackendTest, AdvertisesEveryPrecisionBiasModeAndStorageDtype) {
   EXPECT_EQ(cpu->storage_dtypes().size(), std::size(kAllDTypes));
   EXPECT_EQ(cpu->default_bias_mode(), BiasMode::kFused);
 }
-
 
 // ---- The Flax case (README.md) on CPU: 2x768 -> 512, fp32.
 

@@ -4,7 +4,8 @@
 // kernels add only the reductions across threads, which DeviceStatsTest
 // checks on a GPU; this suite checks the per-element definitions and the
 // lean path's bookkeeping (bitmasks, packed histogram, maxima found per
-// vector, the switch between the lean and the general path) on any host.
+// vector, the switch between the lean and the general path) on any host,
+// in a build without CUDA too.
 #include "server/backends/cuda/compare_thread.h"
 
 #include <gtest/gtest.h>
@@ -16,12 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "server/backends/cuda/device_compare.h"
+#include "server/backends/cuda/internal/compare_args.h"
+#include "server/backends/cuda/internal/compare_iteration.h"
+#include "server/backends/cuda/internal/compare_lean_path.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
-#include "stats_testing.h"
-#include "status_matchers.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck::cuda {
 namespace {
@@ -39,10 +42,10 @@ struct OneThread {
     const cmp::Layout layout = cmp::LayoutOf(args.compared);
     cmp::ForEachVector<kType, cmp::kLean<kType>>(
         args, 0, 1,
-        [&](int64_t first, const uint4& ra, const uint4& re) {
+        [&](int64_t first, const Vec16& ra, const Vec16& re) {
           if constexpr (cmp::kLean<kType>) {
             return cmp::TryLeanVector<static_cast<ElemType>(kType)>(args, first, ra, re, t, hist,
-                                                                     cols, rows);
+                                                                    cols, rows);
           } else {
             return false;
           }
@@ -186,12 +189,12 @@ TEST(CompareThreadTest, OneThreadEqualsCompare) {
        TolerancePreset::kTorch, 64, 96, 1e-2, 0.3, 9, 6},
       {"fp16 polygraphy, relu zeros, rel = inf", DType::kFloat16, DType::kFloat16,
        TolerancePreset::kPolygraphy, 48, 40, 1e-3, 0.5, 0, 0, 0.5, 7},
-      {"fp32 numpy, every element fails", DType::kFloat32, DType::kFloat32,
-       TolerancePreset::kNumpy, 33, 31, 1e-2, 0.0},
-      {"fp32 ulp, NaN equal", DType::kFloat32, DType::kFloat32, TolerancePreset::kUlp, 40, 50,
-       1e-6, 0.3, 5, 0, 0, 0, false, 0, 3, true},
-      {"bf16 bound, sigma with NaN", DType::kBFloat16, DType::kBFloat16,
-       TolerancePreset::kBound, 30, 64, 1e-2, 0.3, 2, 2, 0, 0, true, 5},
+      {"fp32 numpy, every element fails", DType::kFloat32, DType::kFloat32, TolerancePreset::kNumpy,
+       33, 31, 1e-2, 0.0},
+      {"fp32 ulp, NaN equal", DType::kFloat32, DType::kFloat32, TolerancePreset::kUlp, 40, 50, 1e-6,
+       0.3, 5, 0, 0, 0, false, 0, 3, true},
+      {"bf16 bound, sigma with NaN", DType::kBFloat16, DType::kBFloat16, TolerancePreset::kBound,
+       30, 64, 1e-2, 0.3, 2, 2, 0, 0, true, 5},
       {"fp16 explicit, far apart (large ULP buckets)", DType::kFloat16, DType::kFloat16,
        TolerancePreset::kExplicit, 16, 100, 0.5, 0.1},
       {"bf16 equal tensors (ties everywhere)", DType::kBFloat16, DType::kBFloat16,

@@ -38,8 +38,7 @@
 namespace tensorcheck {
 
 // Message prefix of the INTERNAL status a sticky CUDA error produces.
-inline constexpr absl::string_view kStickyCudaErrorPrefix =
-    "sticky CUDA error:";
+inline constexpr absl::string_view kStickyCudaErrorPrefix = "sticky CUDA error:";
 
 // True for the status of a sticky CUDA error (see above): INTERNAL and
 // marked fatal.
@@ -48,7 +47,6 @@ bool IsStickyCudaError(const absl::Status& status);
 // Registers `cublaslt` and `cublas` (in that order). Fails only when the
 // names are taken; a missing device is reported by the backends'
 // Available().
-absl::Status RegisterCudaBackends(BackendRegistry* registry,
-                                  const BuiltinBackendOptions& options);
+absl::Status RegisterCudaBackends(BackendRegistry* registry, const BuiltinBackendOptions& options);
 
 }  // namespace tensorcheck

@@ -28,7 +28,7 @@
 #include "server/backends/cuda/cuda_status.h"
 #include "server/core/float_formats.h"
 #include "server/core/tensor.h"
-#include "status_matchers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -45,8 +45,7 @@ BackendRegistry& Registry() {
   static BackendRegistry* registry = [] {
     auto* r = new BackendRegistry();
     const absl::Status s = RegisterCudaBackends(r, BuiltinBackendOptions{});
-    if (!s.ok())
-      std::fprintf(stderr, "RegisterCudaBackends: %s\n", s.ToString().c_str());
+    if (!s.ok()) std::fprintf(stderr, "RegisterCudaBackends: %s\n", s.ToString().c_str());
     return r;
   }();
   return *registry;
@@ -72,8 +71,7 @@ struct Layer {
   LinearProblem problem;
 };
 
-std::vector<double> Uniform(size_t count, double lo, double hi,
-                            std::mt19937* rng) {
+std::vector<double> Uniform(size_t count, double lo, double hi, std::mt19937* rng) {
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<double> v(count);
   for (double& e : v) e = d(*rng);
@@ -82,24 +80,18 @@ std::vector<double> Uniform(size_t count, double lo, double hi,
 
 // x: [lead, m/lead, k] when lead > 1, else [m, k].
 std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType storage,
-                                 WeightLayout layout, bool bias, Activation act,
-                                 DType out, uint32_t seed, int64_t lead = 1) {
+                                 WeightLayout layout, bool bias, Activation act, DType out,
+                                 uint32_t seed, int64_t lead = 1) {
   std::mt19937 rng(seed);
   auto layer = std::make_unique<Layer>();
-  std::vector<int64_t> xshape = lead > 1
-                                    ? std::vector<int64_t>{lead, m / lead, k}
-                                    : std::vector<int64_t>{m, k};
-  std::vector<int64_t> wshape = layout == WeightLayout::kOutIn
-                                    ? std::vector<int64_t>{n, k}
-                                    : std::vector<int64_t>{k, n};
-  layer->x = *FromDoubles(storage, xshape,
-                          Uniform(static_cast<size_t>(m * k), -1, 1, &rng));
-  layer->w = *FromDoubles(storage, wshape,
-                          Uniform(static_cast<size_t>(n * k), -1, 1, &rng));
+  std::vector<int64_t> xshape =
+      lead > 1 ? std::vector<int64_t>{lead, m / lead, k} : std::vector<int64_t>{m, k};
+  std::vector<int64_t> wshape =
+      layout == WeightLayout::kOutIn ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  layer->x = *FromDoubles(storage, xshape, Uniform(static_cast<size_t>(m * k), -1, 1, &rng));
+  layer->w = *FromDoubles(storage, wshape, Uniform(static_cast<size_t>(n * k), -1, 1, &rng));
   layer->has_bias = bias;
-  if (bias)
-    layer->b = *FromDoubles(storage, {n},
-                            Uniform(static_cast<size_t>(n), -1, 1, &rng));
+  if (bias) layer->b = *FromDoubles(storage, {n}, Uniform(static_cast<size_t>(n), -1, 1, &rng));
   LinearProblem& p = layer->problem;
   p.input = &layer->x;
   p.weight = &layer->w;
@@ -114,8 +106,7 @@ std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType storage,
 }
 
 double GeluTanh(double v) {
-  return 0.5 * v *
-         (1.0 + std::tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+  return 0.5 * v * (1.0 + std::tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
 }
 
 // fp64 reference of y = act(x W^T + b) from the stored values, plus what
@@ -128,8 +119,7 @@ struct Reference {
 Reference ComputeReference(const Layer& l) {
   const LinearProblem& p = l.problem;
   const int64_t m = p.m, n = p.n, k = p.k;
-  std::vector<double> x(static_cast<size_t>(m * k)),
-      w(static_cast<size_t>(n * k));
+  std::vector<double> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
   ToDouble(l.x, x.data());
   ToDouble(l.w, w.data());
   Reference r;
@@ -143,9 +133,8 @@ Reference ComputeReference(const Layer& l) {
     for (int64_t j = 0; j < n; ++j) {
       long double acc = 0, mag = 0;
       for (int64_t kk = 0; kk < k; ++kk) {
-        const double wv = p.layout == WeightLayout::kOutIn
-                              ? w[static_cast<size_t>(j * k + kk)]
-                              : w[static_cast<size_t>(kk * n + j)];
+        const double wv = p.layout == WeightLayout::kOutIn ? w[static_cast<size_t>(j * k + kk)]
+                                                           : w[static_cast<size_t>(kk * n + j)];
         const double xv = x[static_cast<size_t>(i * k + kk)];
         acc += static_cast<long double>(xv) * wv;
         mag += std::fabs(static_cast<long double>(xv) * wv);
@@ -181,8 +170,8 @@ double UnitRoundoff(DType d) {
 // input rounding of both operands, K-term accumulation, the epilogue and
 // output roundings (up to three for unfused), GELU's approximation on the
 // device (a tanh that may be an approximate instruction), all times 1.25.
-double Bound(Precision p, DType storage, DType out, int64_t k, Activation act,
-             const Reference& r, size_t e) {
+double Bound(Precision p, DType storage, DType out, int64_t k, Activation act, const Reference& r,
+             size_t e) {
   double u_in = 0;
   switch (p) {
     case Precision::kFp64:
@@ -207,22 +196,17 @@ double Bound(Precision p, DType storage, DType out, int64_t k, Activation act,
                        : p == Precision::kFp16Acc ? 0x1p-11
                                                   : 0x1p-24;
   const double u_out = std::max(UnitRoundoff(out), u_acc);
-  const double mags =
-      std::fabs(r.acc[e]) + std::fabs(r.pre[e]) + std::fabs(r.y[e]);
-  double b =
-      (2 * u_in + u_in * u_in + static_cast<double>(k) * u_acc) * r.abs_dot[e] +
-      4 * u_out * (mags + 1e-30);
+  const double mags = std::fabs(r.acc[e]) + std::fabs(r.pre[e]) + std::fabs(r.y[e]);
+  double b = (2 * u_in + u_in * u_in + static_cast<double>(k) * u_acc) * r.abs_dot[e] +
+             4 * u_out * (mags + 1e-30);
   if (act == Activation::kGeluTanh) b += 0x1p-10 * std::fabs(r.pre[e]);
   // fp16 inputs: values below fp16's normal range round to multiples of 2^-24.
-  if (p == Precision::kFp16 || p == Precision::kFp16Acc)
-    b += static_cast<double>(k) * 0x1p-23;
+  if (p == Precision::kFp16 || p == Precision::kFp16Acc) b += static_cast<double>(k) * 0x1p-23;
   return 1.25 * b;
 }
 
 // Element e of a tensor as double (exact).
-double At(const Tensor& t, size_t e) {
-  return t.GetDouble(static_cast<int64_t>(e));
-}
+double At(const Tensor& t, size_t e) { return t.GetDouble(static_cast<int64_t>(e)); }
 
 // Distance in units in the last place of the tensors' dtype (both the same
 // dtype): the count of representable values between them.
@@ -264,9 +248,7 @@ Agreement Compare(const Tensor& a, const Tensor& b) {
     g.max_ulp = std::max(g.max_ulp, u);
     sum += static_cast<double>(u);
   }
-  g.bitwise_share =
-      count == 0 ? 1.0
-                 : static_cast<double>(equal) / static_cast<double>(count);
+  g.bitwise_share = count == 0 ? 1.0 : static_cast<double>(equal) / static_cast<double>(count);
   g.mean_ulp = count == 0 ? 0.0 : sum / static_cast<double>(count);
   return g;
 }
@@ -275,8 +257,7 @@ Config MakeConfig(LinearBackend* backend, Precision p, const Layer& l) {
   ConfigSpec spec;
   spec.backend = std::string(backend->name());
   spec.precision = p;
-  return ResolveConfig(spec, l.has_bias, l.problem.activation,
-                       backend->default_bias_mode());
+  return ResolveConfig(spec, l.has_bias, l.problem.activation, backend->default_bias_mode());
 }
 
 class CudaGpuTest : public ::testing::Test {
@@ -315,10 +296,8 @@ TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
   }
   EXPECT_EQ(lt->default_bias_mode(), BiasMode::kFused);
   EXPECT_EQ(blas->default_bias_mode(), BiasMode::kUnfused);
-  EXPECT_THAT(lt->bias_modes(),
-              ::testing::ElementsAre(BiasMode::kNone, BiasMode::kFused));
-  EXPECT_THAT(blas->bias_modes(),
-              ::testing::ElementsAre(BiasMode::kNone, BiasMode::kUnfused));
+  EXPECT_THAT(lt->bias_modes(), ::testing::ElementsAre(BiasMode::kNone, BiasMode::kFused));
+  EXPECT_THAT(blas->bias_modes(), ::testing::ElementsAre(BiasMode::kNone, BiasMode::kUnfused));
 }
 
 TEST(CudaBackends, CublasAskedForFusedBiasIsFailedPreconditionNamingTheConfig) {
@@ -326,37 +305,32 @@ TEST(CudaBackends, CublasAskedForFusedBiasIsFailedPreconditionNamingTheConfig) {
                      /*bias=*/true, Activation::kNone, DType::kBFloat16, 1);
   Config c{"cublas", Precision::kBf16, BiasMode::kFused};
   EXPECT_THAT(Backend("cublas")->Run(l->problem, c, {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("cublas:bf16:fused")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cublas:bf16:fused")));
   Config u{"cublaslt", Precision::kBf16, BiasMode::kUnfused};
   EXPECT_THAT(Backend("cublaslt")->Run(l->problem, u, {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("cublaslt:bf16:unfused")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cublaslt:bf16:unfused")));
 }
 
 TEST(CudaBackends, Tf32VariantsAreNotRunOnTheGpu) {
-  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, false,
-                     Activation::kNone, DType::kFloat32, 2);
+  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, false, Activation::kNone,
+                     DType::kFloat32, 2);
   Config c{"cublaslt", Precision::kTf32Rna, BiasMode::kNone};
-  EXPECT_THAT(
-      Backend("cublaslt")->Run(l->problem, c, {}),
-      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("tf32rna")));
+  EXPECT_THAT(Backend("cublaslt")->Run(l->problem, c, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("tf32rna")));
 }
 
-TEST(CudaBackends,
-     WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) {
+TEST(CudaBackends, WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) {
   LinearBackend* lt = Backend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (lt->Available().ok()) GTEST_SKIP() << "a CUDA device is present";
-  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, true,
-                     Activation::kNone, DType::kFloat32, 3);
+  auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, true, Activation::kNone,
+                     DType::kFloat32, 3);
   for (const char* name : {"cublaslt", "cublas"}) {
     LinearBackend* b = Backend(name);
     const absl::Status available = b->Available();
-    EXPECT_THAT(available, StatusIs(absl::StatusCode::kFailedPrecondition,
-                                    StartsWith("no CUDA device: ")));
-    std::printf("%s unavailable: %s\n", name,
-                std::string(available.message()).c_str());
+    EXPECT_THAT(available,
+                StatusIs(absl::StatusCode::kFailedPrecondition, StartsWith("no CUDA device: ")));
+    std::printf("%s unavailable: %s\n", name, std::string(available.message()).c_str());
     const Config c = MakeConfig(b, Precision::kFp32, *l);
     auto r = b->Run(l->problem, c, {});
     EXPECT_THAT(r, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -365,35 +339,29 @@ TEST(CudaBackends,
 }
 
 TEST(CudaStatusMapping, StickyErrorIsInternalWithMarkerAndApiName) {
-  const absl::Status s = cuda::ToStatus(
-      cudaErrorIllegalAddress, "cudaMemcpyAsync(dst, src, n, kind, stream)");
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal,
-                          StartsWith(std::string(kStickyCudaErrorPrefix))));
+  const absl::Status s =
+      cuda::ToStatus(cudaErrorIllegalAddress, "cudaMemcpyAsync(dst, src, n, kind, stream)");
+  EXPECT_THAT(
+      s, StatusIs(absl::StatusCode::kInternal, StartsWith(std::string(kStickyCudaErrorPrefix))));
   EXPECT_TRUE(IsStickyCudaError(s));
   EXPECT_THAT(std::string(s.message()), HasSubstr("cudaMemcpyAsync"));
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(cudaGetErrorString(cudaErrorIllegalAddress)));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(cudaGetErrorString(cudaErrorIllegalAddress)));
   EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("dst")));
-  EXPECT_TRUE(IsStickyCudaError(
-      cuda::ToStatus(cudaErrorLaunchFailure, "cudaStreamSynchronize(s)")));
+  EXPECT_TRUE(
+      IsStickyCudaError(cuda::ToStatus(cudaErrorLaunchFailure, "cudaStreamSynchronize(s)")));
 }
 
 TEST(CudaStatusMapping, AllocationFailuresAreResourceExhaustedAndNotSticky) {
-  const absl::Status s =
-      cuda::ToStatus(cudaErrorMemoryAllocation, "cudaMalloc(&p, n)");
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted,
-                          HasSubstr("cudaMalloc")));
+  const absl::Status s = cuda::ToStatus(cudaErrorMemoryAllocation, "cudaMalloc(&p, n)");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("cudaMalloc")));
   EXPECT_FALSE(IsStickyCudaError(s));
-  EXPECT_THAT(
-      cuda::ToStatus(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmul(h, ...)"),
-      StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmul(h, ...)"),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(CudaStatusMapping, CublasErrorsCarryTheLibraryString) {
-  const absl::Status s =
-      cuda::ToStatus(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmEx(h, ...)");
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
-                          HasSubstr("cublasGemmEx")));
+  const absl::Status s = cuda::ToStatus(CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmEx(h, ...)");
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cublasGemmEx")));
   EXPECT_THAT(std::string(s.message()),
               HasSubstr(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)));
   EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul(h)"),
@@ -409,18 +377,14 @@ TEST_F(CudaGpuTest, GpuDeviceDescriptionIsFilled) {
   EXPECT_THAT(d.compute_capability, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
   EXPECT_GT(d.memory_bytes, 0);
   EXPECT_FALSE(d.driver_version.empty());
-  std::printf(
-      "| device | %s | cc %s | %lld MiB | driver %s | runtime %s | %s |\n",
-      d.name.c_str(), d.compute_capability.c_str(),
-      static_cast<long long>(d.memory_bytes >> 20), d.driver_version.c_str(),
-      d.runtime_version.c_str(), d.cublas_version.c_str());
+  std::printf("| device | %s | cc %s | %lld MiB | driver %s | runtime %s | %s |\n", d.name.c_str(),
+              d.compute_capability.c_str(), static_cast<long long>(d.memory_bytes >> 20),
+              d.driver_version.c_str(), d.runtime_version.c_str(), d.cublas_version.c_str());
 }
 
 TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
-  const DType storages[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
-                            DType::kFloat64};
-  const Activation acts[] = {Activation::kNone, Activation::kRelu,
-                             Activation::kGeluTanh};
+  const DType storages[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64};
+  const Activation acts[] = {Activation::kNone, Activation::kRelu, Activation::kGeluTanh};
   std::map<std::string, double> worst;  // config -> max error/bound
   std::vector<std::string> unsupported;
   uint32_t seed = 100;
@@ -434,24 +398,21 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
             for (Activation act : acts) {
               const WeightLayout layout =
                   (seed % 2 == 0) ? WeightLayout::kOutIn : WeightLayout::kInOut;
-              auto l =
-                  MakeLayer(24, 40, 64, storage, layout, bias, act, out, ++seed,
-                            /*lead=*/2);
+              auto l = MakeLayer(24, 40, 64, storage, layout, bias, act, out, ++seed,
+                                 /*lead=*/2);
               const Config c = MakeConfig(backend, p, *l);
               const std::string what = absl::StrCat(
-                  c.ToString(), " storage=", DTypeShortName(storage),
-                  " out=", DTypeShortName(out), " act=", ActivationName(act),
-                  " layout=", WeightLayoutName(layout));
+                  c.ToString(), " storage=", DTypeShortName(storage), " out=", DTypeShortName(out),
+                  " act=", ActivationName(act), " layout=", WeightLayoutName(layout));
               SCOPED_TRACE(what);
               auto r = backend->Run(l->problem, c, {});
               if (NoHeuristic(r.status())) {
                 unsupported.push_back(what);
                 // PyTorch relies on these epilogues; only fp64, fp16acc and
                 // the pedantic fp32 path may lack them.
-                const bool may_lack =
-                    p == Precision::kFp64 || p == Precision::kFp16Acc ||
-                    (p == Precision::kFp32 && !(storage == DType::kBFloat16 ||
-                                                storage == DType::kFloat16));
+                const bool may_lack = p == Precision::kFp64 || p == Precision::kFp16Acc ||
+                                      (p == Precision::kFp32 && !(storage == DType::kBFloat16 ||
+                                                                  storage == DType::kFloat16));
                 EXPECT_TRUE(may_lack) << r.status();
                 continue;
               }
@@ -467,9 +428,8 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
                 const double err = std::fabs(got - ref.y[e]);
                 if (!(err <= bound)) {
                   if (++violations <= 3) {
-                    ADD_FAILURE() << "element " << e << ": got " << got
-                                  << ", fp64 " << ref.y[e] << ", error " << err
-                                  << " > bound " << bound;
+                    ADD_FAILURE() << "element " << e << ": got " << got << ", fp64 " << ref.y[e]
+                                  << ", error " << err << " > bound " << bound;
                   }
                 }
                 ratio = std::max(ratio, err / bound);
@@ -482,10 +442,8 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
     }
   }
   std::printf("| configuration | max error / bound |\n");
-  for (const auto& [config, r] : worst)
-    std::printf("| %s | %.3g |\n", config.c_str(), r);
-  for (const std::string& u : unsupported)
-    std::printf("no cuBLASLt algorithm: %s\n", u.c_str());
+  for (const auto& [config, r] : worst) std::printf("| %s | %.3g |\n", config.c_str(), r);
+  for (const std::string& u : unsupported) std::printf("no cuBLASLt algorithm: %s\n", u.c_str());
 }
 
 TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
@@ -495,29 +453,19 @@ TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
   std::mt19937 rng(7);
   auto l = std::make_unique<Layer>();
   l->x = *FromDoubles(DType::kBFloat16, {m, k}, Uniform(m * k, 0, 1, &rng));
-  l->w =
-      *FromDoubles(DType::kBFloat16, {n, k}, Uniform(n * k, 0, 2.0 / k, &rng));
+  l->w = *FromDoubles(DType::kBFloat16, {n, k}, Uniform(n * k, 0, 2.0 / k, &rng));
   std::vector<double> b(n);
   for (int64_t j = 0; j < n; ++j) {
-    b[j] =
-        j % 16 == 0 ? Uniform(1, 2, 3, &rng)[0] : Uniform(1, 0, 0.04, &rng)[0];
+    b[j] = j % 16 == 0 ? Uniform(1, 2, 3, &rng)[0] : Uniform(1, 0, 0.04, &rng)[0];
   }
   l->b = *FromDoubles(DType::kBFloat16, {n}, b);
   l->has_bias = true;
-  l->problem = LinearProblem{&l->x,
-                             &l->w,
-                             WeightLayout::kOutIn,
-                             &l->b,
-                             Activation::kNone,
-                             DType::kBFloat16,
-                             m,
-                             n,
-                             k};
-  auto fused = Backend("cublaslt")
-                   ->Run(l->problem,
-                         {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
-  auto unfused = Backend("cublas")->Run(
-      l->problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
+  l->problem = LinearProblem{
+      &l->x, &l->w, WeightLayout::kOutIn, &l->b, Activation::kNone, DType::kBFloat16, m, n, k};
+  auto fused =
+      Backend("cublaslt")->Run(l->problem, {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
+  auto unfused =
+      Backend("cublas")->Run(l->problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
   ASSERT_THAT(fused, IsOk());
   ASSERT_THAT(unfused, IsOk());
   const Agreement g = Compare(fused->output, unfused->output);
@@ -538,13 +486,11 @@ TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
       " max abs %g (column %lld) | differing share in large-bias columns "
       "%.2f%%,"
       " elsewhere %.2f%% |\n",
-      100 * (1 - g.bitwise_share), static_cast<unsigned long long>(g.max_ulp),
-      max_abs, static_cast<long long>(max_col),
-      100.0 * mism_large / (m * (n / 16)),
+      100 * (1 - g.bitwise_share), static_cast<unsigned long long>(g.max_ulp), max_abs,
+      static_cast<long long>(max_col), 100.0 * mism_large / (m * (n / 16)),
       100.0 * mism_small / (m * (n - n / 16)));
   EXPECT_LE(g.max_ulp, 1u);
-  EXPECT_GT(1 - g.bitwise_share, 0.001)
-      << "fused and unfused should be told apart";
+  EXPECT_GT(1 - g.bitwise_share, 0.001) << "fused and unfused should be told apart";
   // At magnitudes 2..4 one bf16 ULP is 2^-6 = 0.015625: the largest
   // differences sit in the large-bias columns.
   EXPECT_EQ(max_abs, 0.015625);
@@ -556,12 +502,9 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
     Precision p;
     DType storage;
   };
-  const Row rows[] = {{Precision::kFp64, DType::kFloat64},
-                      {Precision::kFp32, DType::kFloat32},
-                      {Precision::kTf32, DType::kFloat32},
-                      {Precision::kBf16, DType::kBFloat16},
-                      {Precision::kBf16, DType::kFloat32},
-                      {Precision::kFp16, DType::kFloat16},
+  const Row rows[] = {{Precision::kFp64, DType::kFloat64},   {Precision::kFp32, DType::kFloat32},
+                      {Precision::kTf32, DType::kFloat32},   {Precision::kBf16, DType::kBFloat16},
+                      {Precision::kBf16, DType::kFloat32},   {Precision::kFp16, DType::kFloat16},
                       {Precision::kFp16Acc, DType::kFloat16}};
   std::printf(
       "| gpu configuration | storage | cpu configuration | bitwise equal | max "
@@ -572,16 +515,15 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
     LinearBackend* backend = Backend(name);
     for (const Row& row : rows) {
       for (Activation act : {Activation::kNone, Activation::kGeluTanh}) {
-        auto l = MakeLayer(64, 96, 256, row.storage, WeightLayout::kOutIn, true,
-                           act, row.storage, ++seed);
+        auto l = MakeLayer(64, 96, 256, row.storage, WeightLayout::kOutIn, true, act, row.storage,
+                           ++seed);
         const Config c = MakeConfig(backend, row.p, *l);
         Config cpu_c = c;
         cpu_c.backend = "cpu";
         SCOPED_TRACE(c.ToString());
         auto g = backend->Run(l->problem, c, {});
         if (NoHeuristic(g.status())) {
-          std::printf("| %s | %s | - | no cuBLASLt algorithm | | |\n",
-                      c.ToString().c_str(),
+          std::printf("| %s | %s | - | no cuBLASLt algorithm | | |\n", c.ToString().c_str(),
                       std::string(DTypeShortName(row.storage)).c_str());
           continue;
         }
@@ -589,18 +531,15 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
         auto cpu = Cpu()->Run(l->problem, cpu_c, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(g->output, cpu->output);
-        std::printf("| %s%s | %s | %s | %.2f%% | %llu | %.3g |\n",
-                    c.ToString().c_str(),
+        std::printf("| %s%s | %s | %s | %.2f%% | %llu | %.3g |\n", c.ToString().c_str(),
                     act == Activation::kGeluTanh ? " +gelu" : "",
-                    std::string(DTypeShortName(row.storage)).c_str(),
-                    cpu_c.ToString().c_str(), 100 * a.bitwise_share,
-                    static_cast<unsigned long long>(a.max_ulp), a.mean_ulp);
+                    std::string(DTypeShortName(row.storage)).c_str(), cpu_c.ToString().c_str(),
+                    100 * a.bitwise_share, static_cast<unsigned long long>(a.max_ulp), a.mean_ulp);
         // Both sides are within the bound of the fp64 reference.
         const Reference ref = ComputeReference(*l);
         for (size_t e = 0; e < ref.y.size(); ++e) {
           const double d = std::fabs(At(g->output, e) - At(cpu->output, e));
-          ASSERT_LE(
-              d, 2 * Bound(row.p, row.storage, row.storage, 256, act, ref, e))
+          ASSERT_LE(d, 2 * Bound(row.p, row.storage, row.storage, 256, act, ref, e))
               << "element " << e;
         }
       }
@@ -633,44 +572,30 @@ TEST_F(CudaGpuTest, GpuTf32InputRoundingThatMatchesCublas) {
       std::vector<double> x(m * k), w(n * k);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t kk = 0; kk < k; ++kk) {
-          x[i * k + kk] = kk == 0   ? (probe_x ? probe() : 1.5)
-                          : kk == 1 ? 1.0
-                                    : small(rng);
+          x[i * k + kk] = kk == 0 ? (probe_x ? probe() : 1.5) : kk == 1 ? 1.0 : small(rng);
         }
       }
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t kk = 0; kk < k; ++kk) {
-          w[j * k + kk] = kk == 0   ? 1.0
-                          : kk == 1 ? (probe_x ? 1.25 : probe())
-                                    : small(rng);
+          w[j * k + kk] = kk == 0 ? 1.0 : kk == 1 ? (probe_x ? 1.25 : probe()) : small(rng);
         }
       }
       auto l = std::make_unique<Layer>();
       l->x = *FromDoubles(DType::kFloat32, {m, k}, x);
       l->w = *FromDoubles(DType::kFloat32, {n, k}, w);
-      l->problem = LinearProblem{&l->x,
-                                 &l->w,
-                                 WeightLayout::kOutIn,
-                                 nullptr,
-                                 Activation::kNone,
-                                 DType::kFloat32,
-                                 m,
-                                 n,
-                                 k};
-      auto gpu = Backend(name)->Run(
-          l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
+      l->problem = LinearProblem{
+          &l->x, &l->w, WeightLayout::kOutIn, nullptr, Activation::kNone, DType::kFloat32, m, n, k};
+      auto gpu = Backend(name)->Run(l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
       ASSERT_THAT(gpu, IsOk());
       double best = -1;
       std::string best_mode;
       std::string cells;
-      for (Precision p :
-           {Precision::kTf32, Precision::kTf32Rna, Precision::kTf32Trunc}) {
+      for (Precision p : {Precision::kTf32, Precision::kTf32Rna, Precision::kTf32Trunc}) {
         auto cpu = Cpu()->Run(l->problem, {"cpu", p, BiasMode::kNone}, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(gpu->output, cpu->output);
         char cell[96];
-        std::snprintf(cell, sizeof(cell), " %.2f%% bitwise, max %llu ulp |",
-                      100 * a.bitwise_share,
+        std::snprintf(cell, sizeof(cell), " %.2f%% bitwise, max %llu ulp |", 100 * a.bitwise_share,
                       static_cast<unsigned long long>(a.max_ulp));
         cells += cell;
         if (a.bitwise_share > best) {
@@ -678,8 +603,7 @@ TEST_F(CudaGpuTest, GpuTf32InputRoundingThatMatchesCublas) {
           best_mode = std::string(PrecisionName(p));
         }
       }
-      std::printf("| %s | %s |%s %s |\n", name, operand, cells.c_str(),
-                  best_mode.c_str());
+      std::printf("| %s | %s |%s %s |\n", name, operand, cells.c_str(), best_mode.c_str());
       std::printf(
           "TF32 rounding of %s's %s operand: best match cpu:%s (%.2f%% "
           "bitwise)\n",
@@ -705,8 +629,7 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
     // Midpoints between neighbouring bf16 (7-bit) and fp16 (10-bit)
     // values, exactly and 2^-30 relative above and below.
     for (int bits : {7, 10}) {
-      const double lo =
-          std::ldexp(std::floor(std::ldexp(1 + d(rng) / 8, bits)), -bits);
+      const double lo = std::ldexp(std::floor(std::ldexp(1 + d(rng) / 8, bits)), -bits);
       const double mid = lo + std::ldexp(1.0, -bits - 1);
       for (double x : {mid, mid * (1 + 0x1p-30), mid * (1 - 0x1p-30)}) {
         v.push_back(x);
@@ -715,8 +638,7 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
     }
   }
   // (No -0.0: the GEMM's +0 accumulator would turn it into +0.)
-  for (double x :
-       {0.0, 3e-6, 5.960464477539063e-08, 70000.0, 1e-40, 65519.99}) {
+  for (double x : {0.0, 3e-6, 5.960464477539063e-08, 70000.0, 1e-40, 65519.99}) {
     v.push_back(x);
   }
   const int64_t m = static_cast<int64_t>(v.size()), n = 8;
@@ -728,24 +650,16 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
     DType out;
     const char* what;
   };
-  const Case cases[] = {
-      {Precision::kBf16, DType::kFloat32, "input fp64->bf16"},
-      {Precision::kFp16, DType::kFloat32, "input fp64->fp16"},
-      {Precision::kFp32, DType::kFloat32, "input fp64->fp32"},
-      {Precision::kFp64, DType::kBFloat16, "output fp64->bf16"},
-      {Precision::kFp64, DType::kFloat16, "output fp64->fp16"}};
+  const Case cases[] = {{Precision::kBf16, DType::kFloat32, "input fp64->bf16"},
+                        {Precision::kFp16, DType::kFloat32, "input fp64->fp16"},
+                        {Precision::kFp32, DType::kFloat32, "input fp64->fp32"},
+                        {Precision::kFp64, DType::kBFloat16, "output fp64->bf16"},
+                        {Precision::kFp64, DType::kFloat16, "output fp64->fp16"}};
   for (const char* name : {"cublaslt", "cublas"}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(absl::StrCat(name, " ", c.what));
-      l->problem = LinearProblem{&l->x,
-                                 &l->w,
-                                 WeightLayout::kOutIn,
-                                 nullptr,
-                                 Activation::kNone,
-                                 c.out,
-                                 m,
-                                 n,
-                                 1};
+      l->problem = LinearProblem{
+          &l->x, &l->w, WeightLayout::kOutIn, nullptr, Activation::kNone, c.out, m, n, 1};
       auto r = Backend(name)->Run(l->problem, {name, c.p, BiasMode::kNone}, {});
       ASSERT_THAT(r, IsOk());
       int wrong = 0;
@@ -762,8 +676,7 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
         for (int64_t j = 0; j < n; ++j) {
           const double got = At(r->output, static_cast<size_t>(i * n + j));
           if (std::memcmp(&got, &want, sizeof(got)) != 0 && ++wrong <= 3) {
-            ADD_FAILURE() << std::hexfloat << "x = " << x << ": got " << got
-                          << ", want " << want;
+            ADD_FAILURE() << std::hexfloat << "x = " << x << ": got " << got << ", want " << want;
           }
         }
       }
@@ -775,10 +688,9 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
 TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
   for (const char* name : {"cublaslt", "cublas"}) {
     for (Precision p : {Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
-      const DType storage =
-          p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
-      auto l = MakeLayer(512, 384, 2048, storage, WeightLayout::kOutIn, true,
-                         Activation::kGeluTanh, storage, 31);
+      const DType storage = p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+      auto l = MakeLayer(512, 384, 2048, storage, WeightLayout::kOutIn, true, Activation::kGeluTanh,
+                         storage, 31);
       const Config c = MakeConfig(Backend(name), p, *l);
       SCOPED_TRACE(c.ToString());
       for (bool disallow : {false, true}) {
@@ -803,48 +715,41 @@ TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
             "| %s | repeat 5 | deterministic %s | disallow reduced-precision "
             "reduction %s |"
             " algo %s |\n",
-            c.ToString().c_str(), many->deterministic ? "yes" : "NO",
-            disallow ? "yes" : "no",
-            many->details.count("algo") ? many->details.at("algo").c_str()
-                                        : "?");
+            c.ToString().c_str(), many->deterministic ? "yes" : "NO", disallow ? "yes" : "no",
+            many->details.count("algo") ? many->details.at("algo").c_str() : "?");
       }
     }
   }
 }
 
-TEST_F(CudaGpuTest,
-       GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {
+TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {
   BackendRegistry registry;
   BuiltinBackendOptions options;
   options.gpu_memory_budget_bytes = 64 << 10;
   ASSERT_THAT(RegisterCudaBackends(&registry, options), IsOk());
   for (const char* name : {"cublaslt", "cublas"}) {
     LinearBackend* b = *registry.Find(name);
-    auto big = MakeLayer(256, 256, 256, DType::kFloat32, WeightLayout::kOutIn,
-                         false, Activation::kNone, DType::kFloat32, 41);
+    auto big = MakeLayer(256, 256, 256, DType::kFloat32, WeightLayout::kOutIn, false,
+                         Activation::kNone, DType::kFloat32, 41);
     const Config c = MakeConfig(b, Precision::kFp32, *big);
-    EXPECT_THAT(
-        b->Run(big->problem, c, {}),
-        StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("budget")));
-    auto small = MakeLayer(4, 6, 8, DType::kFloat32, WeightLayout::kOutIn,
-                           false, Activation::kNone, DType::kFloat32, 42);
-    auto r =
-        b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {});
+    EXPECT_THAT(b->Run(big->problem, c, {}),
+                StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("budget")));
+    auto small = MakeLayer(4, 6, 8, DType::kFloat32, WeightLayout::kOutIn, false, Activation::kNone,
+                           DType::kFloat32, 42);
+    auto r = b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {});
     ASSERT_THAT(r, IsOk());
     const Reference ref = ComputeReference(*small);
     for (size_t e = 0; e < ref.y.size(); ++e) {
-      EXPECT_LE(std::fabs(At(r->output, e) - ref.y[e]),
-                Bound(Precision::kFp32, DType::kFloat32, DType::kFloat32, 8,
-                      Activation::kNone, ref, e));
+      EXPECT_LE(
+          std::fabs(At(r->output, e) - ref.y[e]),
+          Bound(Precision::kFp32, DType::kFloat32, DType::kFloat32, 8, Activation::kNone, ref, e));
     }
-    EXPECT_THAT(b->Run(big->problem, c, {}),
-                StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(b->Run(big->problem, c, {}), StatusIs(absl::StatusCode::kResourceExhausted));
     EXPECT_THAT(b->Available(), IsOk());
   }
 }
 
-TEST_F(CudaGpuTest,
-       GpuDeviceOutOfMemoryIsResourceExhaustedAndTheBackendKeepsWorking) {
+TEST_F(CudaGpuTest, GpuDeviceOutOfMemoryIsResourceExhaustedAndTheBackendKeepsWorking) {
   // The budget lets it through; the device cannot hold a 1 TiB output.
   const int64_t side = int64_t{1} << 19;
   const int64_t needed = side * side * 4;
@@ -856,16 +761,13 @@ TEST_F(CudaGpuTest,
   options.gpu_memory_budget_bytes = int64_t{1} << 50;
   ASSERT_THAT(RegisterCudaBackends(&registry, options), IsOk());
   LinearBackend* b = *registry.Find("cublaslt");
-  auto huge = MakeLayer(side, side, 1, DType::kFloat32, WeightLayout::kOutIn,
-                        false, Activation::kNone, DType::kFloat32, 51);
+  auto huge = MakeLayer(side, side, 1, DType::kFloat32, WeightLayout::kOutIn, false,
+                        Activation::kNone, DType::kFloat32, 51);
   EXPECT_THAT(b->Run(huge->problem, MakeConfig(b, Precision::kFp32, *huge), {}),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("out of memory")));
-  auto small = MakeLayer(8, 8, 8, DType::kFloat32, WeightLayout::kOutIn, false,
-                         Activation::kNone, DType::kFloat32, 52);
-  EXPECT_THAT(
-      b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {}),
-      IsOk());
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("out of memory")));
+  auto small = MakeLayer(8, 8, 8, DType::kFloat32, WeightLayout::kOutIn, false, Activation::kNone,
+                         DType::kFloat32, 52);
+  EXPECT_THAT(b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {}), IsOk());
   EXPECT_THAT(b->Available(), IsOk());
 }
 

@@ -13,9 +13,7 @@ namespace tensorcheck::cuda {
 namespace {
 
 // 12080 -> "12.8", 13000 -> "13.0".
-std::string CudaVersionString(int v) {
-  return absl::StrCat(v / 1000, ".", (v % 1000) / 10);
-}
+std::string CudaVersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
 std::string CublasVersionString() {
   int major = 0, minor = 0, patch = 0;
@@ -26,8 +24,8 @@ std::string CublasVersionString() {
   }
   // cublasLtGetVersion(): major*10000 + minor*100 + patch.
   const size_t lt = cublasLtGetVersion();
-  return absl::StrCat("cuBLAS ", major, ".", minor, ".", patch, ", cuBLASLt ",
-                      lt / 10000, ".", (lt / 100) % 100, ".", lt % 100);
+  return absl::StrCat("cuBLAS ", major, ".", minor, ".", patch, ", cuBLASLt ", lt / 10000, ".",
+                      (lt / 100) % 100, ".", lt % 100);
 }
 
 constexpr int64_t kAlign = 256;
@@ -52,13 +50,12 @@ DeviceProbe ProbeDevice() {
   if (e != cudaSuccess) {
     // Clear the (non-sticky) error so it does not surface elsewhere.
     (void)cudaGetLastError();
-    p.available = absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: ", cudaGetErrorString(e)));
+    p.available =
+        absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", cudaGetErrorString(e)));
     return p;
   }
   if (count == 0) {
-    p.available = absl::FailedPreconditionError(
-        "no CUDA device: cudaGetDeviceCount found none");
+    p.available = absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found none");
     return p;
   }
   cudaDeviceProp prop{};
@@ -66,8 +63,7 @@ DeviceProbe ProbeDevice() {
   if (pe != cudaSuccess) {
     (void)cudaGetLastError();
     p.available = absl::FailedPreconditionError(
-        absl::StrCat("no usable CUDA device: cudaGetDeviceProperties: ",
-                     cudaGetErrorString(pe)));
+        absl::StrCat("no usable CUDA device: cudaGetDeviceProperties: ", cudaGetErrorString(pe)));
     return p;
   }
   p.description.name = prop.name;
@@ -77,37 +73,35 @@ DeviceProbe ProbeDevice() {
   p.description.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   if (prop.major < 8) {
     // The builds carry sm_80/sm_90 code only, and TF32/bf16 need Ampere.
-    p.available = absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device '", prop.name, "' has compute capability ",
-        p.description.compute_capability, "; the GPU backends need 8.0+"));
+    p.available = absl::FailedPreconditionError(
+        absl::StrCat("CUDA device '", prop.name, "' has compute capability ",
+                     p.description.compute_capability, "; the GPU backends need 8.0+"));
     return p;
   }
   p.available = absl::OkStatus();
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
-    const Options& options, const DeviceProbe& probe) {
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(const Options& options,
+                                                                 const DeviceProbe& probe) {
   if (!probe.available.ok()) return probe.available;
   if (options.memory_budget_bytes < 0 || options.workspace_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GPU memory budget and cuBLASLt workspace must be >= 0, got ",
-        options.memory_budget_bytes, " and ", options.workspace_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU memory budget and cuBLASLt workspace must be >= 0, got ",
+                     options.memory_budget_bytes, " and ", options.workspace_bytes));
   }
   std::unique_ptr<CudaContext> ctx(new CudaContext());
   ctx->device_ = 0;
   TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ctx->device_));
 
   cudaStream_t stream = nullptr;
-  TC_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ctx->stream_.reset(stream);
 
   ctx->workspace_bytes_ = options.workspace_bytes;
   if (ctx->workspace_bytes_ > 0) {
     void* ws = nullptr;
-    TC_CUDA_RETURN_IF_ERROR(
-        cudaMalloc(&ws, static_cast<size_t>(ctx->workspace_bytes_)));
+    TC_CUDA_RETURN_IF_ERROR(cudaMalloc(&ws, static_cast<size_t>(ctx->workspace_bytes_)));
     ctx->workspace_.reset(ws);
   }
 
@@ -118,13 +112,11 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
   // The same workspace serves cublasGemmEx: requests are serialised on one
   // stream, and cuBLAS then allocates nothing of its own.
   if (ctx->workspace_bytes_ > 0) {
-    TC_CUDA_RETURN_IF_ERROR(
-        cublasSetWorkspace(handle, ctx->workspace_.get(),
-                           static_cast<size_t>(ctx->workspace_bytes_)));
+    TC_CUDA_RETURN_IF_ERROR(cublasSetWorkspace(handle, ctx->workspace_.get(),
+                                               static_cast<size_t>(ctx->workspace_bytes_)));
   }
   // Deterministic reductions (the default, stated).
-  TC_CUDA_RETURN_IF_ERROR(
-      cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+  TC_CUDA_RETURN_IF_ERROR(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
 
   cublasLtHandle_t lt = nullptr;
   TC_CUDA_RETURN_IF_ERROR(cublasLtCreate(&lt));
@@ -135,8 +127,7 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
   } else {
     size_t free_bytes = 0, total_bytes = 0;
     TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    ctx->budget_bytes_ =
-        static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
+    ctx->budget_bytes_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
   }
   return ctx;
 }
@@ -161,20 +152,17 @@ absl::Status CudaContext::Note(absl::Status s) {
 
 absl::StatusOr<char*> CudaContext::Reserve(int64_t bytes) {
   if (bytes > budget_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the request needs ", bytes,
-                     " bytes of GPU memory; the budget "
-                     "(--gpu-memory-budget) is ",
-                     budget_bytes_, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", bytes,
+                                                     " bytes of GPU memory; the budget "
+                                                     "(--gpu-memory-budget) is ",
+                                                     budget_bytes_, " bytes"));
   }
   if (bytes <= pool_bytes_) return static_cast<char*>(pool_.get());
   // Grow: free the old slab first so that the two never coexist.
-  TC_RETURN_IF_ERROR(Note(
-      ToStatus(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize")));
+  TC_RETURN_IF_ERROR(Note(ToStatus(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize")));
   pool_.reset();
   pool_bytes_ = 0;
-  int64_t want =
-      (bytes + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
+  int64_t want = (bytes + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
   want = std::min(want, budget_bytes_);
   want = std::max(want, (bytes + kAlign - 1) / kAlign * kAlign);
   void* p = nullptr;

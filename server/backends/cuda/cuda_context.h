@@ -43,12 +43,9 @@ struct CublasLtDestroy {
 };
 
 using DeviceBuffer = std::unique_ptr<void, CudaFree>;
-using StreamPtr =
-    std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
-using CublasPtr =
-    std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDestroy>;
-using CublasLtPtr =
-    std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, CublasLtDestroy>;
+using StreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
+using CublasPtr = std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDestroy>;
+using CublasLtPtr = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, CublasLtDestroy>;
 
 // What the host has, with or without a device: the reason it cannot run
 // (OK when it can), and the description.
@@ -73,8 +70,8 @@ class CudaContext {
 
   // FAILED_PRECONDITION without a usable device; RESOURCE_EXHAUSTED when
   // the workspace does not fit.
-  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(
-      const Options& options, const DeviceProbe& probe);
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(const Options& options,
+                                                             const DeviceProbe& probe);
 
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;

@@ -35,13 +35,11 @@ __device__ __forceinline__ double LoadDouble(const __half* p, int64_t i) {
   return static_cast<double>(__half2float(p[i]));
 }
 template <>
-__device__ __forceinline__ double LoadDouble(const __nv_bfloat16* p,
-                                             int64_t i) {
+__device__ __forceinline__ double LoadDouble(const __nv_bfloat16* p, int64_t i) {
   return static_cast<double>(__bfloat162float(p[i]));
 }
 
-__device__ __forceinline__ double LoadAny(const void* p, ElemType t,
-                                          int64_t i) {
+__device__ __forceinline__ double LoadAny(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::kF64:
       return LoadDouble(static_cast<const double*>(p), i);
@@ -115,36 +113,28 @@ __device__ __forceinline__ __nv_bfloat16 FromOp<__nv_bfloat16>(float v) {
 __device__ __forceinline__ double FromOpDouble(double v) { return v; }
 
 template <typename T>
-__device__ __forceinline__ void StoreOp(T* p, int64_t i,
-                                        typename OpMath<T>::type v) {
+__device__ __forceinline__ void StoreOp(T* p, int64_t i, typename OpMath<T>::type v) {
   p[i] = FromOp<T>(v);
 }
 template <>
-__device__ __forceinline__ void StoreOp<double>(double* p, int64_t i,
-                                                double v) {
+__device__ __forceinline__ void StoreOp<double>(double* p, int64_t i, double v) {
   p[i] = FromOpDouble(v);
 }
 
-__device__ __forceinline__ float Relu(float x) {
-  return isnan(x) ? x : (x > 0.0f ? x : 0.0f);
-}
-__device__ __forceinline__ double Relu(double x) {
-  return isnan(x) ? x : (x > 0.0 ? x : 0.0);
-}
+__device__ __forceinline__ float Relu(float x) { return isnan(x) ? x : (x > 0.0f ? x : 0.0f); }
+__device__ __forceinline__ double Relu(double x) { return isnan(x) ? x : (x > 0.0 ? x : 0.0); }
 
 // PyTorch's GeluCUDAKernelImpl, approximate="tanh":
 // kBeta = sqrt(2) * (2/sqrt(pi)) * 0.5, kKappa = 0.044715.
 __device__ __forceinline__ float GeluTanh(float x) {
-  constexpr float kBeta =
-      static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+  constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
   constexpr float kKappa = 0.044715f;
   const float x_cube = x * x * x;
   const float inner = kBeta * (x + kKappa * x_cube);
   return 0.5f * x * (1.0f + tanhf(inner));
 }
 __device__ __forceinline__ double GeluTanh(double x) {
-  constexpr double kBeta =
-      1.41421356237309504880 * 1.12837916709551257390 * 0.5;
+  constexpr double kBeta = 1.41421356237309504880 * 1.12837916709551257390 * 0.5;
   constexpr double kKappa = 0.044715;
   const double x_cube = x * x * x;
   const double inner = kBeta * (x + kKappa * x_cube);
@@ -154,22 +144,21 @@ __device__ __forceinline__ double GeluTanh(double x) {
 // ---- kernels
 
 template <typename Dst>
-__global__ void ConvertKernel(const void* src, ElemType src_type, Dst* dst,
-                              int64_t count) {
+__global__ void ConvertKernel(const void* src, ElemType src_type, Dst* dst, int64_t count) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     dst[i] = FromDouble<Dst>(LoadAny(src, src_type, i));
   }
 }
 
 template <typename T>
-__global__ void BiasAddKernel(T* y, const void* bias, ElemType bias_type,
-                              int64_t count, int64_t n) {
+__global__ void BiasAddKernel(T* y, const void* bias, ElemType bias_type, int64_t count,
+                              int64_t n) {
   using Op = typename OpMath<T>::type;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     const Op t = static_cast<Op>(LoadDouble(static_cast<const T*>(y), i));
     const Op b = static_cast<Op>(LoadAny(bias, bias_type, i % n));
     StoreOp<T>(y, i, t + b);
@@ -180,19 +169,18 @@ template <typename T>
 __global__ void ActivationKernel(T* y, ActKind act, int64_t count) {
   using Op = typename OpMath<T>::type;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     const Op x = static_cast<Op>(LoadDouble(static_cast<const T*>(y), i));
     StoreOp<T>(y, i, act == ActKind::kRelu ? Relu(x) : GeluTanh(x));
   }
 }
 
-__global__ void CompareBitsKernel(const uint16_t* a, const uint16_t* b,
-                                  int64_t count, int* flag) {
+__global__ void CompareBitsKernel(const uint16_t* a, const uint16_t* b, int64_t count, int* flag) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   bool differ = false;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     differ |= a[i] != b[i];
   }
   if (differ) *flag = 1;  // every writer stores the same value
@@ -200,91 +188,84 @@ __global__ void CompareBitsKernel(const uint16_t* a, const uint16_t* b,
 
 }  // namespace
 
-cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst,
-                          ElemType dst_type, int64_t count,
-                          cudaStream_t stream) {
+cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                          int64_t count, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   const int blocks = Blocks(count);
   switch (dst_type) {
     case ElemType::kF64:
-      ConvertKernel<<<blocks, kThreads, 0, stream>>>(
-          src, src_type, static_cast<double*>(dst), count);
+      ConvertKernel<<<blocks, kThreads, 0, stream>>>(src, src_type, static_cast<double*>(dst),
+                                                     count);
       break;
     case ElemType::kF32:
-      ConvertKernel<<<blocks, kThreads, 0, stream>>>(
-          src, src_type, static_cast<float*>(dst), count);
+      ConvertKernel<<<blocks, kThreads, 0, stream>>>(src, src_type, static_cast<float*>(dst),
+                                                     count);
       break;
     case ElemType::kF16:
-      ConvertKernel<<<blocks, kThreads, 0, stream>>>(
-          src, src_type, static_cast<__half*>(dst), count);
+      ConvertKernel<<<blocks, kThreads, 0, stream>>>(src, src_type, static_cast<__half*>(dst),
+                                                     count);
       break;
     case ElemType::kBF16:
-      ConvertKernel<<<blocks, kThreads, 0, stream>>>(
-          src, src_type, static_cast<__nv_bfloat16*>(dst), count);
+      ConvertKernel<<<blocks, kThreads, 0, stream>>>(src, src_type,
+                                                     static_cast<__nv_bfloat16*>(dst), count);
       break;
   }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchBiasAdd(void* y, ElemType y_type, const void* bias,
-                          ElemType bias_type, int64_t rows, int64_t n,
-                          cudaStream_t stream) {
+cudaError_t LaunchBiasAdd(void* y, ElemType y_type, const void* bias, ElemType bias_type,
+                          int64_t rows, int64_t n, cudaStream_t stream) {
   const int64_t count = rows * n;
   if (count <= 0) return cudaSuccess;
   const int blocks = Blocks(count);
   switch (y_type) {
     case ElemType::kF64:
-      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(y),
-                                                     bias, bias_type, count, n);
+      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(y), bias, bias_type,
+                                                     count, n);
       break;
     case ElemType::kF32:
-      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(y),
-                                                     bias, bias_type, count, n);
+      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(y), bias, bias_type, count,
+                                                     n);
       break;
     case ElemType::kF16:
-      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(y),
-                                                     bias, bias_type, count, n);
+      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(y), bias, bias_type,
+                                                     count, n);
       break;
     case ElemType::kBF16:
-      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(y), bias, bias_type, count, n);
+      BiasAddKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(y), bias,
+                                                     bias_type, count, n);
       break;
   }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act,
-                             int64_t count, cudaStream_t stream) {
+cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act, int64_t count,
+                             cudaStream_t stream) {
   if (count <= 0 || act == ActKind::kNone) return cudaSuccess;
   const int blocks = Blocks(count);
   switch (y_type) {
     case ElemType::kF64:
-      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(y),
-                                                        act, count);
+      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(y), act, count);
       break;
     case ElemType::kF32:
-      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(y),
-                                                        act, count);
+      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(y), act, count);
       break;
     case ElemType::kF16:
-      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(y),
-                                                        act, count);
+      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(y), act, count);
       break;
     case ElemType::kBF16:
-      ActivationKernel<<<blocks, kThreads, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(y), act, count);
+      ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(y), act, count);
       break;
   }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes,
-                              int* flag, cudaStream_t stream) {
+cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes, int* flag,
+                              cudaStream_t stream) {
   const int64_t count = nbytes / 2;
   if (count <= 0) return cudaSuccess;
   CompareBitsKernel<<<Blocks(count), kThreads, 0, stream>>>(
-      static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), count,
-      flag);
+      static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), count, flag);
   return cudaGetLastError();
 }
 

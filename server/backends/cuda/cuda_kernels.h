@@ -12,33 +12,30 @@
 
 #include <cstdint>
 
-namespace tensorcheck::cuda {
+#include "server/backends/cuda/internal/elem_type.h"
 
-// Device element types (the same order as tensorcheck::DType).
-enum class ElemType : int { kF64 = 0, kF32 = 1, kF16 = 2, kBF16 = 3 };
+namespace tensorcheck::cuda {
 
 enum class ActKind : int { kNone = 0, kRelu = 1, kGeluTanh = 2 };
 
 // dst[i] = round_to(dst_type, src[i]) for i < count.
-cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst,
-                          ElemType dst_type, int64_t count,
-                          cudaStream_t stream);
+cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                          int64_t count, cudaStream_t stream);
 
 // y is row-major [rows, n] of y_type; y[r, j] = round(y[r, j] + bias[j]),
 // the sum taken in the output's opmath type (fp32 for fp32/fp16/bf16
 // outputs, fp64 for fp64), as PyTorch and candle add.
-cudaError_t LaunchBiasAdd(void* y, ElemType y_type, const void* bias,
-                          ElemType bias_type, int64_t rows, int64_t n,
-                          cudaStream_t stream);
+cudaError_t LaunchBiasAdd(void* y, ElemType y_type, const void* bias, ElemType bias_type,
+                          int64_t rows, int64_t n, cudaStream_t stream);
 
 // y[i] = round(act(y[i])) in the opmath type; GELU is the tanh
 // approximation written as PyTorch's CUDA kernel writes it.
-cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act,
-                             int64_t count, cudaStream_t stream);
+cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act, int64_t count,
+                             cudaStream_t stream);
 
 // Sets *flag to 1 when the first `nbytes` bytes of a and b differ (nbytes
 // even, both 2-byte aligned). *flag is not cleared.
-cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes,
-                              int* flag, cudaStream_t stream);
+cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes, int* flag,
+                              cudaStream_t stream);
 
 }  // namespace tensorcheck::cuda

@@ -20,15 +20,13 @@ absl::string_view ApiName(const char* call) {
   absl::string_view s(call);
   const size_t paren = s.find('(');
   if (paren != absl::string_view::npos) s = s.substr(0, paren);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n'))
-    s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.remove_suffix(1);
   return s;
 }
 
 absl::Status Sticky(absl::string_view api, cudaError_t e) {
   return MarkFatalDeviceError(absl::InternalError(absl::StrCat(
-      kStickyCudaErrorPrefix, " ", api, ": ", cudaGetErrorName(e), ": ",
-      cudaGetErrorString(e),
+      kStickyCudaErrorPrefix, " ", api, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e),
       " (the CUDA context is unusable; the process must restart)")));
 }
 
@@ -58,12 +56,10 @@ absl::Status ToStatus(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return absl::OkStatus();
   const absl::string_view api = ApiName(call);
   if (IsStickyError(e)) return Sticky(api, e);
-  const std::string msg =
-      absl::StrCat(api, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  const std::string msg = absl::StrCat(api, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
   switch (e) {
     case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(
-          absl::StrCat("device out of memory: ", msg));
+      return absl::ResourceExhaustedError(absl::StrCat("device out of memory: ", msg));
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorInvalidDevice:
@@ -84,8 +80,7 @@ absl::Status ToStatus(cublasStatus_t s, const char* call) {
   const std::string msg = absl::StrCat(api, ": ", cublasGetStatusString(s));
   switch (s) {
     case CUBLAS_STATUS_ALLOC_FAILED:
-      return absl::ResourceExhaustedError(
-          absl::StrCat("device out of memory: ", msg));
+      return absl::ResourceExhaustedError(absl::StrCat("device out of memory: ", msg));
     case CUBLAS_STATUS_NOT_SUPPORTED:
     case CUBLAS_STATUS_ARCH_MISMATCH:
     case CUBLAS_STATUS_NOT_INITIALIZED:

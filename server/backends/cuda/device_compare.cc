@@ -15,22 +15,6 @@ constexpr int64_t kAlign = 256;
 
 int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-ToleranceRule RuleOf(TolerancePreset p) {
-  switch (p) {
-    case TolerancePreset::kTorch:
-    case TolerancePreset::kNumpy:
-    case TolerancePreset::kExplicit:
-      return ToleranceRule::kAbsPlusRel;
-    case TolerancePreset::kPolygraphy:
-      return ToleranceRule::kAbsOrRel;
-    case TolerancePreset::kUlp:
-      return ToleranceRule::kUlp;
-    case TolerancePreset::kBound:
-      return ToleranceRule::kBound;
-  }
-  return ToleranceRule::kAbsPlusRel;
-}
-
 // Copies `count` elements of T from the device.
 template <typename T>
 absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaStream_t stream) {
@@ -43,20 +27,6 @@ absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaS
 }
 
 }  // namespace
-
-ElemType ToElem(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return ElemType::kF64;
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-  }
-  return ElemType::kF32;
-}
 
 DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     : total_(total), options_(options), cols_(options.cols == 0 ? total : options.cols) {
@@ -104,57 +74,6 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
   if (upload_sigma_) layout_.sigma = add(sizeof(float) * total);
   if (upload_bound_) layout_.bound = add(sizeof(float) * total);
   layout_.total = offset;
-}
-
-CompareArgs MakeCompareArgs(const DeviceArray& actual, const DeviceArray& expected,
-                            const CompareOptions& options) {
-  CompareArgs args;
-  args.actual = actual.data;
-  args.actual_type = ToElem(actual.dtype);
-  args.expected = expected.data;
-  args.expected_type = ToElem(expected.dtype);
-  args.compared = ToElem(options.compared_dtype);
-  args.total = actual.numel;
-  args.cols = options.cols == 0 ? actual.numel : options.cols;
-  const Tolerance& tol = options.tolerance;
-  args.rule = RuleOf(tol.preset);
-  args.atol = tol.atol;
-  args.rtol = tol.rtol;
-  args.bound_factor = tol.bound_factor;
-  args.max_ulp = tol.max_ulp;
-  args.nan_equal = tol.nan_equal;
-  return args;
-}
-
-DiffTotals ToDiffTotals(const CompareResult& result) {
-  const CompareTotals& r = result.totals;
-  DiffTotals t;
-  t.finite = r.finite;
-  t.mismatched = r.mismatched;
-  t.bitwise_equal = r.bit_equal;
-  t.nan_actual = r.nan_actual;
-  t.nan_expected = r.nan_expected;
-  t.inf_actual = r.inf_actual;
-  t.inf_expected = r.inf_expected;
-  t.nan_mismatch = r.nan_mismatch;
-  t.ulp_infinite = r.ulp_infinite;
-  t.max_ulp = r.max_ulp;
-  for (int b = 0; b < kCompareHistBuckets && b < kUlpHistogramBuckets; ++b) {
-    t.ulp_histogram[static_cast<size_t>(b)] = static_cast<int64_t>(result.ulp_histogram[b]);
-  }
-  t.max_abs = r.max_abs;
-  t.max_abs_index = r.max_abs_index;
-  t.max_rel = r.max_rel;
-  t.max_rel_index = r.max_rel_index;
-  t.sum_abs = r.sum_abs;
-  t.sum_sq = r.sum_sq;
-  t.sum_aa = r.sum_aa;
-  t.sum_ee = r.sum_ee;
-  t.sum_ae = r.sum_ae;
-  t.sum_ulp = r.sum_ulp;
-  t.sum_sigma2 = r.sum_sigma2;
-  t.sum_sq_sigma = r.sum_sq_sigma;
-  return t;
 }
 
 absl::Status DeviceCompare::Validate() const { return ValidateCompare(total_, total_, options_); }

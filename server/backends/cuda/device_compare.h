@@ -29,30 +29,12 @@
 
 #include "absl/status/statusor.h"
 #include "server/backends/cuda/device_compare_kernels.h"
+#include "server/backends/cuda/internal/compare_args.h"  // DeviceArray, ToElem
 #include "server/core/dtype.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck::cuda {
-
-// The device element type of a dtype.
-ElemType ToElem(DType d);
-
-// A device array of `numel` elements of `dtype`.
-struct DeviceArray {
-  const void* data = nullptr;
-  DType dtype = DType::kFloat32;
-  int64_t numel = 0;
-};
-
-// The kernels' arguments for comparing `actual` with `expected` under
-// `options` (the device scratch pointers, sigma and bound left unset).
-CompareArgs MakeCompareArgs(const DeviceArray& actual, const DeviceArray& expected,
-                            const CompareOptions& options);
-
-// The totals pass's result as stats' DiffTotals (before the sigma
-// correction and `worst`, which Finish adds).
-DiffTotals ToDiffTotals(const CompareResult& result);
 
 class DeviceCompare {
  public:

@@ -10,12 +10,14 @@
 
 #include "server/backends/cuda/compare_thread.h"
 #include "server/backends/cuda/device_compare_kernels.h"
+#include "server/backends/cuda/internal/compare_iteration.h"
+#include "server/backends/cuda/internal/compare_lean_path.h"
 #include "server/backends/cuda/narrow_patterns.h"
 
 namespace tensorcheck::cuda {
 namespace {
 
-using namespace cmp;  // what each thread does: compare_thread.h
+using namespace cmp;  // what each thread does: compare_thread.h and internal/compare_*.h
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -146,7 +148,7 @@ __device__ __forceinline__ void ForEachElement(const CompareArgs& args, F&& f) {
   const int64_t stride = GridStride();
   const int64_t first = ThreadFirst();
   ForEachVector<kType, false>(
-      args, first, stride, [](int64_t, const uint4&, const uint4&) { return false; }, f);
+      args, first, stride, [](int64_t, const Vec16&, const Vec16&) { return false; }, f);
 }
 
 // A partial written by another block: read past this multiprocessor's L1.
@@ -183,10 +185,10 @@ __global__ void __launch_bounds__(kThreads, kLean<kType> ? 2 : 3)
   const int64_t first = ThreadFirst();
   ForEachVector<kType, kLean<kType>>(
       args, first, stride,
-      [&](int64_t first, const uint4& ra, const uint4& re) {
+      [&](int64_t first, const Vec16& ra, const Vec16& re) {
         if constexpr (kLean<kType>) {
           return TryLeanVector<static_cast<ElemType>(kType)>(args, first, ra, re, mine, hist,
-                                                              col_counts, row_counts);
+                                                             col_counts, row_counts);
         } else {
           return false;
         }
@@ -422,8 +424,14 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// The kernel instance for `args`: vectorised when both arrays are stored
-// in the compared type.
+// Blocks of TotalsKernel<kType> the device holds at once: its
+// multiprocessors times the kernel's occupancy (kMaxBlocks when the device
+// cannot say). The totals pass runs as at most one wave of these, each
+// thread taking many vectors, so that the per-block epilogue (reductions,
+// histogram, partial) is paid by few blocks: with 1024 blocks a thread of
+// the 1921x3072 bf16 case takes under 3 vectors, and the epilogue's
+// instructions (warp and block reductions of 20 fields) are of the order
+// of theirs.
 template <int kType>
 int ResidentTotalsBlocks() {
   static const int resident = [] {

@@ -2,6 +2,8 @@
 // backends' RunAndCompare must report what Compare reports for the same
 // output and tensor (Compare itself is tested against hand-derived values
 // in diff_stats_test.cc). Gpu* tests skip without a device.
+#include "server/backends/cuda/device_compare.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,12 +18,11 @@
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_context.h"
-#include "server/backends/cuda/device_compare.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
-#include "stats_testing.h"
-#include "status_matchers.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
@@ -87,8 +88,8 @@ struct Scenario {
   int sigma_nans = 0;  // non-finite sigma entries (device upload path)
   int top_k = 10;
   int top_groups = 5;
-  bool relu = false;     // the layer's activation: many exact zeros in both
-  int zeros_moved = 0;   // zeros of the output made nonzero in the other
+  bool relu = false;    // the layer's activation: many exact zeros in both
+  int zeros_moved = 0;  // zeros of the output made nonzero in the other
 };
 
 Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
@@ -250,7 +251,7 @@ TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
 TEST(DeviceStatsTest, GpuToleranceLimitIsRoundedAsOnTheHost) {
   const double e = 0x1.0000000000001p+0, rtol = 0x1.0000000000001p+0, atol = 0x1p-53;
   const double a = 0x1.0000000000002p+1;
-  ASSERT_EQ(a - e, 0x1.0000000000003p+0);                  // exact
+  ASSERT_EQ(a - e, 0x1.0000000000003p+0);                    // exact
   ASSERT_EQ(std::fma(rtol, e, atol), 0x1.0000000000003p+0);  // the fused limit
   const Tensor actual = *FromDoubles(DType::kFloat64, {3}, {a, 1.5, -0.25});
   const Tensor expected = *FromDoubles(DType::kFloat64, {3}, {e, 1.5, -0.25});

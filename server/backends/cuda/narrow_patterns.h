@@ -1,19 +1,25 @@
 // Bit patterns of the narrow types (fp32, fp16, bf16) as the device
 // comparison's lean path reads them, for host and device alike: the kernels
-// use them, narrow_patterns_test.cc checks them on any host against an
-// independent enumeration (internal to this folder).
+// use them, narrow_patterns_test.cc checks them on any host, in a build
+// without CUDA too, against an independent enumeration (internal to this
+// folder).
 //
 // A pattern is widened to 32 bits with its sign in bit 31: an fp32's own
 // bits, a 16-bit pattern shifted up by 16. Then one code serves the three
 // types, and a 16-bit distance is the 32-bit one shifted down by 16.
+//
+//   if (narrow::AllFinite<ElemType::kBF16>(ra, re)) {  // two vectors of 8 elements
+//     const uint32_t pa = narrow::Widened<ElemType::kBF16>(ra, j);
+//     const uint32_t pe = narrow::Widened<ElemType::kBF16>(re, j);
+//     const uint32_t ulp = narrow::Distance<ElemType::kBF16>(pa, pe);  // stats' UlpDistance
+//   }
 #pragma once
-
-#include <cuda_runtime.h>  // uint4
 
 #include <cstdint>
 
-#include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/host_device.h"
+#include "server/backends/cuda/internal/device_intrinsics.h"  // Vec16
+#include "server/backends/cuda/internal/elem_type.h"
 
 namespace tensorcheck::cuda::narrow {
 
@@ -41,7 +47,7 @@ TC_INLINE uint32_t ExponentTops(uint32_t word) {
 
 // Whether every element of two 16-byte vectors of storage is finite.
 template <ElemType kType>
-TC_INLINE bool AllFinite(const uint4& a, const uint4& e) {
+TC_INLINE bool AllFinite(const Vec16& a, const Vec16& e) {
   const uint32_t tops = ExponentTops<kType>(a.x) | ExponentTops<kType>(a.y) |
                         ExponentTops<kType>(a.z) | ExponentTops<kType>(a.w) |
                         ExponentTops<kType>(e.x) | ExponentTops<kType>(e.y) |
@@ -51,14 +57,14 @@ TC_INLINE bool AllFinite(const uint4& a, const uint4& e) {
 
 // Word k of a vector; selects, not an array, so that k may vary at run time
 // without the vector going to local memory.
-TC_INLINE uint32_t Word(const uint4& raw, int k) {
+TC_INLINE uint32_t Word(const Vec16& raw, int k) {
   return k == 0 ? raw.x : k == 1 ? raw.y : k == 2 ? raw.z : raw.w;
 }
 
 // The widened pattern of element j of a vector (little-endian: element 2k
 // of a 16-bit type is the low half of word k).
 template <ElemType kType>
-TC_INLINE uint32_t Widened(const uint4& raw, int j) {
+TC_INLINE uint32_t Widened(const Vec16& raw, int j) {
   if constexpr (kType == ElemType::kF32) {
     return Word(raw, j);
   } else {

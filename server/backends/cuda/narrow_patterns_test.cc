@@ -72,12 +72,8 @@ void CheckDistances16() {
   for (uint16_t a : finite) {
     // Near pairs (where close outputs are), the mirror, zeros, the extremes
     // and random partners.
-    std::vector<uint16_t> partners = {a,
-                                      static_cast<uint16_t>(a ^ 0x8000u),
-                                      0x0000,
-                                      0x8000,
-                                      finite.front(),
-                                      finite.back()};
+    std::vector<uint16_t> partners = {
+        a, static_cast<uint16_t>(a ^ 0x8000u), 0x0000, 0x8000, finite.front(), finite.back()};
     for (int k = 1; k <= 4; ++k) {
       partners.push_back(static_cast<uint16_t>(a + k));
       partners.push_back(static_cast<uint16_t>(a - k));
@@ -140,20 +136,20 @@ TEST(NarrowPatternsTest, Fp32DistanceEqualsUlpDistanceFarApart) {
 }
 
 // A 16-byte vector holding these eight 16-bit patterns in memory order.
-uint4 Vector16(const uint16_t (&h)[8]) {
-  uint4 v;
+Vec16 Vector16(const uint16_t (&h)[8]) {
+  Vec16 v;
   std::memcpy(&v, h, sizeof v);
   return v;
 }
 
 TEST(NarrowPatternsTest, WidenedTakesElementsInMemoryOrder) {
   const uint16_t h[8] = {0x0001, 0x8002, 0x7f80, 0xffff, 0x1234, 0x0000, 0x8000, 0x4321};
-  const uint4 v = Vector16(h);
+  const Vec16 v = Vector16(h);
   for (int j = 0; j < 8; ++j) {
     EXPECT_EQ(Widened<ElemType::kBF16>(v, j), uint32_t{h[j]} << 16) << j;
   }
   const float f[4] = {1.5f, -0.0f, 3e38f, -2e-45f};
-  uint4 w;
+  Vec16 w;
   std::memcpy(&w, f, sizeof w);
   for (int j = 0; j < 4; ++j) EXPECT_EQ(Widened<ElemType::kF32>(w, j), Bits(f[j])) << j;
 }
@@ -194,7 +190,7 @@ TEST(NarrowPatternsTest, Fp32AllFiniteFindsEveryInfinityAndNaN) {
         for (int lane = 0; lane < 8; ++lane) {
           float a[4] = {1.0f, -2.0f, 0.0f, 3e38f}, e[4] = {-0.0f, 1e-45f, -1e-38f, 7.0f};
           (lane < 4 ? a[lane] : e[lane - 4]) = f;
-          uint4 va, ve;
+          Vec16 va, ve;
           std::memcpy(&va, a, sizeof va);
           std::memcpy(&ve, e, sizeof ve);
           ASSERT_EQ(AllFinite<ElemType::kF32>(va, ve), std::isfinite(f)) << std::hex << p;

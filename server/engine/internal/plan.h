@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "server/core/linear_config.h"
 #include "server/backends/linear_backend.h"
+#include "server/core/linear_config.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"

@@ -1,0 +1,150 @@
+// The flags of each command and their parsing (internal/command_line.h).
+#include "client/cli/internal/command_line.h"
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tensorcheck::cli::internal {
+namespace {
+
+enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4 };
+constexpr unsigned kRun = kVerify | kDiagnose;
+constexpr unsigned kAll = kRun | kCaps;
+
+struct FlagSpec {
+  const char* name;
+  bool has_value;
+  unsigned commands;
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"server", true, kAll},
+    {"timeout", true, kAll},
+    {"json", false, kAll},
+    {"help", false, kAll},
+    {"input", true, kRun},
+    {"weight", true, kRun},
+    {"bias", true, kRun},
+    {"observed", true, kRun},
+    {"dtype", true, kRun},
+    {"weight-layout", true, kRun},
+    {"activation", true, kRun},
+    {"output-dtype", true, kRun},
+    {"config", true, kRun},
+    {"candidates", true, kDiagnose},
+    {"reference", true, kRun},
+    {"tolerance", true, kRun},
+    {"atol", true, kRun},
+    {"rtol", true, kRun},
+    {"max-ulp", true, kRun},
+    {"bound-factor", true, kRun},
+    {"bound-precision", true, kRun},
+    {"nan-equal", false, kRun},
+    {"top-k", true, kRun},
+    {"repeat", true, kVerify},
+    {"disallow-reduced-precision-reduction", false, kVerify},
+    {"junit", true, kRun},
+    {"github", false, kRun},
+    {"save-outputs", true, kRun},
+    // --html FILE: client/cli/html_report.h.
+    {"html", true, kRun},
+};
+
+unsigned CommandBit(const std::string& c) {
+  if (c == "verify") return kVerify;
+  if (c == "diagnose") return kDiagnose;
+  if (c == "capabilities") return kCaps;
+  return 0;
+}
+
+}  // namespace
+
+absl::Status Usage(absl::string_view msg) { return absl::InvalidArgumentError(msg); }
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
+  CommandLine cl;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h") {
+      cl.flags.emplace("help", "");
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      if (cl.command.empty()) {
+        if (arg == "help") {
+          cl.flags.emplace("help", "");
+          continue;
+        }
+        if (CommandBit(arg) == 0) {
+          return Usage(absl::StrCat("unknown command '", arg,
+                                    "': verify, diagnose or capabilities expected"));
+        }
+        cl.command = arg;
+        continue;
+      }
+      return Usage(absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
+    }
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "version" && cl.command.empty()) {
+      cl.flags.emplace("version", "");
+      continue;
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& f : kFlags) {
+      if (name == f.name) spec = &f;
+    }
+    const unsigned bit = cl.command.empty() ? 0 : CommandBit(cl.command);
+    if (spec == nullptr || (bit != 0 && (spec->commands & bit) == 0) ||
+        (bit == 0 && name != "server" && name != "help" && name != "timeout")) {
+      return Usage(absl::StrCat("unknown flag --", name,
+                                cl.command.empty() ? "" : absl::StrCat(" for '", cl.command, "'")));
+    }
+    if (spec->has_value) {
+      if (!value.has_value()) {
+        if (i + 1 >= argc) return Usage(absl::StrCat("--", name, " needs a value"));
+        value = argv[++i];
+      }
+      cl.flags.emplace(name, *value);
+    } else {
+      if (value.has_value()) {
+        return Usage(absl::StrCat("--", name, " takes no value"));
+      }
+      cl.flags.emplace(name, "");
+    }
+  }
+  return cl;
+}
+
+absl::StatusOr<double> ParseDoubleFlag(const CommandLine& cl, const std::string& f, bool positive) {
+  double v;
+  const std::string s = cl.Get(f);
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0 || (positive && v == 0)) {
+    return Usage(absl::StrCat("--", f, ": a ", positive ? "positive" : "non-negative",
+                              " number expected, got '", s, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<int64_t> ParseIntFlag(const CommandLine& cl, const std::string& f, int64_t lo,
+                                     int64_t hi) {
+  int64_t v;
+  const std::string s = cl.Get(f);
+  if (!absl::SimpleAtoi(s, &v) || v < lo || v > hi) {
+    return Usage(
+        absl::StrCat("--", f, ": an integer in [", lo, ", ", hi, "] expected, got '", s, "'"));
+  }
+  return v;
+}
+
+}  // namespace tensorcheck::cli::internal

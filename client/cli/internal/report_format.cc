@@ -1,0 +1,109 @@
+#include "client/cli/internal/report_format.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/core/share_format.h"
+
+namespace tensorcheck::cli::internal {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+}  // namespace
+
+std::string G(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return absl::StrFormat("%.6g", v);
+}
+
+std::string UlpText(uint64_t v) { return v == kUlpInfinite ? "inf" : absl::StrCat(v); }
+
+const char* PresetName(pb::Tolerance::Preset p) {
+  switch (p) {
+    case pb::Tolerance::PRESET_NUMPY:
+      return "numpy";
+    case pb::Tolerance::PRESET_POLYGRAPHY:
+      return "polygraphy";
+    case pb::Tolerance::PRESET_EXPLICIT:
+      return "explicit";
+    case pb::Tolerance::PRESET_ULP:
+      return "ulp";
+    case pb::Tolerance::PRESET_BOUND:
+      return "bound";
+    default:
+      return "torch";
+  }
+}
+
+Json DTypeJson(pb::DType d) {
+  switch (d) {
+    case pb::DTYPE_FLOAT64:
+      return "float64";
+    case pb::DTYPE_FLOAT32:
+      return "float32";
+    case pb::DTYPE_FLOAT16:
+      return "float16";
+    case pb::DTYPE_BFLOAT16:
+      return "bfloat16";
+    default:
+      return nullptr;
+  }
+}
+
+std::string ToleranceText(const pb::Tolerance& t) {
+  std::string s = PresetName(t.preset());
+  switch (t.preset()) {
+    case pb::Tolerance::PRESET_ULP:
+      absl::StrAppend(&s, " max_ulp=", t.max_ulp());
+      break;
+    case pb::Tolerance::PRESET_BOUND:
+      absl::StrAppend(&s, " c=", G(t.bound_factor() == 0 ? 1 : t.bound_factor()));
+      break;
+    default:
+      if (t.has_atol()) absl::StrAppend(&s, " atol=", G(t.atol().value()));
+      if (t.has_rtol()) absl::StrAppend(&s, " rtol=", G(t.rtol().value()));
+  }
+  if (t.nan_equal()) s += " nan_equal";
+  return s;
+}
+
+std::string OneLine(const std::string& s) {
+  std::string out;
+  bool space = false;
+  for (char c : s) {
+    if (c == '\n' || c == '\r') {
+      if (!space && !out.empty()) out += ' ';
+      space = true;
+      continue;
+    }
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
+std::string StatsSummaryLine(const pb::Stats& s) {
+  return absl::StrCat("mismatched ", s.mismatched(), " / ", s.total(), " (",
+                      FormatShare(s.mismatched(), s.total()), "), max_abs ", G(s.max_abs()),
+                      ", max_ulp ", UlpText(s.max_ulp()), ", bitwise-equal ",
+                      FormatShare(s.bitwise_equal_count(), s.total()));
+}
+
+std::string ReferenceName(const pb::VerifyResponse& r) {
+  if (r.has_reference() && !r.reference().config().empty()) {
+    return r.reference().config();
+  }
+  return "the reference";
+}
+
+std::string PlausibleText(const pb::RankedCandidate& c) {
+  if (c.plausible()) return "yes";
+  return c.compared_elements() > 0 ? "no" : "-";
+}
+
+}  // namespace tensorcheck::cli::internal

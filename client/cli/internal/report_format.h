@@ -1,0 +1,72 @@
+// What the reports of client/cli/report.h share: numbers, ULP distances,
+// indices and tolerances as the text, JUnit, GitHub and HTML reports print
+// them, and the lines those reports have in common. Internal to client/cli.
+//
+//   absl::StrCat("max_abs ", internal::G(s.max_abs()),  // "0.015625"
+//                ", max_ulp ", internal::UlpText(s.max_ulp()));
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/report.h"
+#include "nlohmann/json.hpp"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck::cli::internal {
+
+// The ULP distance the server sends for "infinitely far" (a NaN or an
+// infinity against a finite value).
+inline constexpr uint64_t kUlpInfinite = std::numeric_limits<uint64_t>::max();
+
+// Ruled-out reasons are listed for the candidates ranked this high; the
+// JSON report carries every one.
+inline constexpr int kRuledOutListed = 5;
+
+// A number as "%.6g"; non-finite ones as "inf", "-inf", "nan".
+std::string G(double v);
+
+// A ULP distance; kUlpInfinite as "inf".
+std::string UlpText(uint64_t v);
+
+// Python tuple notation: (), (3,), (1, 3).
+template <typename Repeated>
+std::string IndexText(const Repeated& idx) {
+  std::string s = absl::StrCat("(", absl::StrJoin(idx, ", "));
+  if (idx.size() == 1) s += ",";
+  return s + ")";
+}
+
+// The lower-case name of a tolerance preset ("torch" when unset).
+const char* PresetName(pb::Tolerance::Preset p);
+
+// A dtype as the JSON report names it ("float32"); null when unspecified.
+nlohmann::ordered_json DTypeJson(pb::DType d);
+
+// The tolerance on one line: "torch atol=1e-05 rtol=1.3e-06", "ulp
+// max_ulp=4", "bound c=2", each with " nan_equal" when set.
+std::string ToleranceText(const pb::Tolerance& t);
+
+// `s` on one line: each run of line breaks becomes one space (none at the
+// start).
+std::string OneLine(const std::string& s);
+
+// "mismatched 3 / 1024 (0.3%), max_abs 0.015625, max_ulp 2,
+// bitwise-equal 99.7%".
+std::string StatsSummaryLine(const pb::Stats& s);
+
+// The reference's configuration, or "the reference" when the response
+// names none.
+std::string ReferenceName(const pb::VerifyResponse& r);
+
+// Whether the observed output could be this candidate in another summation
+// order: "yes", "no", or "-" from a server that ran no plausibility test
+// (it compared no elements and found nothing plausible).
+std::string PlausibleText(const pb::RankedCandidate& c);
+
+}  // namespace tensorcheck::cli::internal

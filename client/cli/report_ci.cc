@@ -1,0 +1,255 @@
+// The reports for CI (declared in report.h): JUnit XML and GitHub Actions
+// annotations and step summary, with the escaping each needs.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/internal/report_format.h"
+#include "client/cli/report.h"
+#include "server/core/share_format.h"
+
+namespace tensorcheck::cli {
+
+using internal::G;
+using internal::kRuledOutListed;
+using internal::PlausibleText;
+using internal::ReferenceName;
+using internal::StatsSummaryLine;
+using internal::ToleranceText;
+using internal::UlpText;
+
+std::string MarkupEscape(absl::string_view s, bool escape_whitespace) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";  // &apos; is not HTML 4; the numeric form is both.
+        break;
+      case '\n':
+      case '\r':
+      case '\t':
+        if (escape_whitespace) {
+          absl::StrAppend(&out, "&#", static_cast<int>(c), ";");
+        } else if (c != '\r') {
+          out.push_back(ch);
+        }
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += "\xef\xbf\xbd";  // U+FFFD: XML 1.0 forbids these.
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  return out;
+}
+
+std::string XmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/true); }
+
+std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  const std::vector<Outcome> outcomes = Outcomes(r, ctx);
+  int failures = 0;
+  double total = 0;
+  for (const Outcome& o : outcomes) {
+    failures += o.failed ? 1 : 0;
+    total += o.seconds;
+  }
+  const std::string suite = absl::StrCat("tensorcheck.", ctx.command);
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  absl::StrAppend(&out, "<testsuites name=\"tensorcheck\" tests=\"", outcomes.size(),
+                  "\" failures=\"", failures, "\" errors=\"0\" time=\"",
+                  absl::StrFormat("%.6f", total), "\">\n");
+  absl::StrAppend(&out, "  <testsuite name=\"", XmlEscape(suite), "\" tests=\"", outcomes.size(),
+                  "\" failures=\"", failures, "\" errors=\"0\" skipped=\"0\" time=\"",
+                  absl::StrFormat("%.6f", total), "\">\n");
+  for (const Outcome& o : outcomes) {
+    absl::StrAppend(&out, "    <testcase classname=\"", XmlEscape(suite), "\" name=\"",
+                    XmlEscape(o.name), "\" time=\"", absl::StrFormat("%.6f", o.seconds), "\">\n");
+    if (o.failed) {
+      absl::StrAppend(&out, "      <failure type=\"ParityFailure\" message=\"",
+                      XmlEscape(o.summary), "\">", XmlEscape(o.details), "</failure>\n");
+    } else {
+      absl::StrAppend(&out, "      <system-out>", XmlEscape(o.details), "</system-out>\n");
+    }
+    out += "    </testcase>\n";
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+std::string GithubEscapeData(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '%':
+        out += "%25";
+        break;
+      case '\r':
+        out += "%0D";
+        break;
+      case '\n':
+        out += "%0A";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string GithubEscapeProperty(absl::string_view s) {
+  std::string out;
+  for (char c : GithubEscapeData(s)) {
+    switch (c) {
+      case ':':
+        out += "%3A";
+        break;
+      case ',':
+        out += "%2C";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  std::string out;
+  const std::string title = absl::StrCat("tensorcheck ", ctx.command);
+  for (const Outcome& o : Outcomes(r, ctx)) {
+    if (!o.failed) continue;
+    absl::StrAppend(&out, "::error title=", GithubEscapeProperty(title + ": " + o.name),
+                    "::", GithubEscapeData(o.details), "\n");
+  }
+  const int code = ExitCodeFor(r, ctx);
+  std::string overall;
+  if (ctx.command == "diagnose") {
+    overall = code == 0 ? absl::StrCat("best match ", r.diagnosis().best(), " (confidence ",
+                                       absl::StrFormat("%.2f", r.diagnosis().confidence()), ")")
+                        : "no candidate configuration explains the observed output";
+    if (!r.diagnosis().explanation().empty()) {
+      absl::StrAppend(&overall, "\n", r.diagnosis().explanation());
+    }
+  } else {
+    overall = absl::StrCat(code == 0 ? "pass" : "fail", " (reference ", ReferenceName(r),
+                           ", tolerance ", ToleranceText(r.tolerance()), ")");
+    if (r.has_observed_vs_reference()) {
+      absl::StrAppend(&overall,
+                      "\nobserved vs reference: ", StatsSummaryLine(r.observed_vs_reference()));
+    }
+  }
+  // The failures are annotated above; this line is the overall result.
+  absl::StrAppend(&out, "::notice title=", GithubEscapeProperty(title),
+                  "::", GithubEscapeData(overall), "\n");
+  return out;
+}
+
+namespace {
+std::string Md(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '|':
+        out += "\\|";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\n':
+      case '\r':
+        out += ' ';
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  const int code = ExitCodeFor(r, ctx);
+  std::string out;
+  if (ctx.command == "diagnose") {
+    const pb::Diagnosis& d = r.diagnosis();
+    absl::StrAppend(
+        &out, "## tensorcheck diagnose: ",
+        d.best().empty() ? "no matching configuration" : absl::StrCat("`", Md(d.best()), "`"),
+        "\n\n");
+    if (!d.best().empty()) {
+      absl::StrAppend(&out, "Confidence: ", absl::StrFormat("%.2f", d.confidence()), "\n\n");
+    }
+    if (!d.framework_hint().empty()) absl::StrAppend(&out, "_", Md(d.framework_hint()), "_\n\n");
+    if (!d.explanation().empty()) absl::StrAppend(&out, Md(d.explanation()), "\n\n");
+    out += "| rank | config | plausible | bitwise-equal | max_ulp | mean_ulp | bound_ratio |\n";
+    out += "|---:|---|---|---:|---:|---:|---:|\n";
+    int rank = 0;
+    for (const pb::RankedCandidate& c : d.ranking()) {
+      std::string config = absl::StrCat("`", Md(c.config()), "`");
+      if (!c.shared_computation().empty()) {
+        absl::StrAppend(&config, " (GEMM of `", Md(c.shared_computation()), "`)");
+      }
+      absl::StrAppend(&out, "| ", ++rank, " | ", config, " | ", PlausibleText(c), " | ",
+                      FormatShare(c.bitwise_equal_fraction()), " | ", UlpText(c.max_ulp()), " | ",
+                      G(c.mean_ulp()), " | ",
+                      c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-", " |\n");
+    }
+    bool any_ruled_out = false;
+    for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
+      const pb::RankedCandidate& c = d.ranking(i);
+      if (c.ruled_out().empty()) continue;
+      if (!any_ruled_out) out += "\nRuled out:\n\n";
+      any_ruled_out = true;
+      absl::StrAppend(&out, "- `", Md(c.config()), "`: ", Md(c.ruled_out()), "\n");
+    }
+    return out + "\n";
+  }
+  absl::StrAppend(&out, "## tensorcheck verify: ", code == 0 ? "**PASS**" : "**FAIL**", "\n\n");
+  absl::StrAppend(&out, "Reference `", Md(ReferenceName(r)), "`, tolerance ",
+                  Md(ToleranceText(r.tolerance())), "\n\n");
+  if (r.has_observed_vs_reference()) {
+    absl::StrAppend(&out, "Observed output vs reference: ",
+                    Md(StatsSummaryLine(r.observed_vs_reference())), "\n\n");
+  }
+  out += "| config | pass | mismatched | max_abs | max_ulp | bitwise-equal | elapsed |\n";
+  out += "|---|---|---:|---:|---:|---:|---:|\n";
+  for (const pb::ConfigResult& c : r.results()) {
+    const pb::Stats& s =
+        r.has_observed_vs_reference() && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
+    absl::StrAppend(&out, "| `", Md(c.config()), "` | ", s.passed() ? "yes" : "no", " | ",
+                    s.mismatched(), " / ", s.total(), " | ", G(s.max_abs()), " | ",
+                    UlpText(s.max_ulp()), " | ", FormatShare(s.bitwise_equal_count(), s.total()),
+                    " | ", absl::StrFormat("%.1f ms", c.elapsed_ms()),
+                    c.shared_computation().empty()
+                        ? ""
+                        : absl::StrCat(" (epilogue; GEMM of `", Md(c.shared_computation()), "`)"),
+                    " |\n");
+  }
+  if (r.has_observed_vs_reference()) {
+    out += "\n_Rows compare each configuration with the observed output._\n";
+  }
+  return out + "\n";
+}
+
+}  // namespace tensorcheck::cli

@@ -1,0 +1,266 @@
+// The JSON report of docs/json-report.md and the capabilities as JSON
+// (declared in report.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/cli/internal/report_format.h"
+#include "client/cli/report.h"
+
+namespace tensorcheck::cli {
+
+using internal::DTypeJson;
+using internal::kUlpInfinite;
+using internal::PresetName;
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Json Ulp(uint64_t v) {
+  if (v == kUlpInfinite) return "inf";
+  return v;
+}
+
+Json Wrapped(bool has, const google::protobuf::DoubleValue& v) {
+  if (!has) return nullptr;
+  return Num(v.value());
+}
+
+template <typename Repeated>
+Json IntList(const Repeated& r) {
+  Json a = Json::array();
+  for (auto v : r) a.push_back(v);
+  return a;
+}
+
+template <typename Repeated>
+Json StringList(const Repeated& r) {
+  Json a = Json::array();
+  for (const auto& v : r) a.push_back(v);
+  return a;
+}
+
+Json ElementJson(const pb::Element& e) {
+  Json j;
+  j["index"] = IntList(e.index());
+  j["actual"] = Num(e.actual());
+  j["expected"] = Num(e.expected());
+  j["actual_bits"] = e.actual_bits();
+  j["expected_bits"] = e.expected_bits();
+  j["abs_diff"] = Num(e.abs_diff());
+  j["rel_diff"] = Num(e.rel_diff());
+  j["ulp"] = Ulp(e.ulp());
+  return j;
+}
+
+template <typename Repeated>
+Json GroupList(const Repeated& groups) {
+  Json a = Json::array();
+  for (const pb::Group& g : groups) {
+    Json j;
+    j["index"] = g.index();
+    j["mismatched"] = g.mismatched();
+    j["share"] = Num(g.share());
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+Json StatsJson(const pb::Stats& s) {
+  Json j;
+  j["total"] = s.total();
+  j["mismatched"] = s.mismatched();
+  j["max_abs"] = Num(s.max_abs());
+  j["max_abs_index"] = IntList(s.max_abs_index());
+  j["max_rel"] = Num(s.max_rel());
+  j["max_rel_index"] = IntList(s.max_rel_index());
+  j["mean_abs"] = Num(s.mean_abs());
+  j["rms"] = Num(s.rms());
+  j["rel_l2"] = Num(s.rel_l2());
+  j["cosine"] = Num(s.cosine());
+  j["max_ulp"] = Ulp(s.max_ulp());
+  j["mean_ulp"] = Num(s.mean_ulp());
+  j["bitwise_equal"] = s.bitwise_equal();
+  j["bitwise_equal_count"] = s.bitwise_equal_count();
+  Json hist = Json::array();
+  for (const pb::UlpBucket& b : s.ulp_histogram()) {
+    Json h;
+    h["lo"] = Ulp(b.lo());
+    h["hi"] = Ulp(b.hi());
+    h["count"] = b.count();
+    hist.push_back(std::move(h));
+  }
+  j["ulp_histogram"] = std::move(hist);
+  j["nan_actual"] = s.nan_actual();
+  j["nan_expected"] = s.nan_expected();
+  j["inf_actual"] = s.inf_actual();
+  j["inf_expected"] = s.inf_expected();
+  j["nan_mismatch"] = s.nan_mismatch();
+  Json worst = Json::array();
+  for (const pb::Element& e : s.worst()) worst.push_back(ElementJson(e));
+  j["worst"] = std::move(worst);
+  j["top_columns"] = GroupList(s.top_columns());
+  j["top_rows"] = GroupList(s.top_rows());
+  j["bound_ratio"] = Wrapped(s.has_bound_ratio(), s.bound_ratio());
+  j["bound_precision"] = s.bound_precision();
+  j["compared_dtype"] = DTypeJson(s.compared_dtype());
+  j["passed"] = s.passed();
+  return j;
+}
+
+Json ConfigResultJson(const pb::ConfigResult& c) {
+  Json j;
+  j["config"] = c.config();
+  j["vs_reference"] = c.has_vs_reference() ? StatsJson(c.vs_reference()) : Json();
+  j["vs_observed"] = c.has_vs_observed() ? StatsJson(c.vs_observed()) : Json();
+  j["elapsed_ms"] = Num(c.elapsed_ms());
+  // Sorted keys: proto maps have no order.
+  std::vector<std::pair<std::string, std::string>> details(c.details().begin(), c.details().end());
+  std::sort(details.begin(), details.end());
+  Json d = Json::object();
+  for (const auto& [k, v] : details) d[k] = v;
+  j["details"] = std::move(d);
+  j["deterministic"] = c.deterministic();
+  j["runs"] = c.runs();
+  j["shared_computation"] = c.shared_computation();
+  return j;
+}
+
+Json ToleranceJson(const pb::Tolerance& t) {
+  Json j;
+  j["preset"] = PresetName(t.preset());
+  j["atol"] = Wrapped(t.has_atol(), t.atol());
+  j["rtol"] = Wrapped(t.has_rtol(), t.rtol());
+  j["max_ulp"] = Ulp(t.max_ulp());
+  // "0 means 1" in the API; the report shows the factor as applied.
+  j["bound_factor"] = Num(t.bound_factor() == 0 ? 1.0 : t.bound_factor());
+  j["nan_equal"] = t.nan_equal();
+  return j;
+}
+
+Json DiagnosisJson(const pb::Diagnosis& d) {
+  Json j;
+  j["best"] = d.best().empty() ? Json() : Json(d.best());
+  j["equivalent"] = StringList(d.equivalent());
+  j["tied"] = StringList(d.tied());
+  j["confidence"] = Num(d.confidence());
+  Json ranking = Json::array();
+  for (const pb::RankedCandidate& c : d.ranking()) {
+    Json r;
+    r["config"] = c.config();
+    r["bitwise_equal_fraction"] = Num(c.bitwise_equal_fraction());
+    r["max_ulp"] = Ulp(c.max_ulp());
+    r["mean_ulp"] = Num(c.mean_ulp());
+    r["bound_ratio"] = Wrapped(c.has_bound_ratio(), c.bound_ratio());
+    r["equivalent"] = StringList(c.equivalent());
+    r["disagreements"] = c.disagreements();
+    r["expected_disagreements"] = Num(c.expected_disagreements());
+    r["plausibility_p"] = Num(c.plausibility_p());
+    r["plausible"] = c.plausible();
+    r["consistent_fraction"] = Num(c.consistent_fraction());
+    r["compared_elements"] = c.compared_elements();
+    r["ruled_out"] = c.ruled_out();
+    r["shared_computation"] = c.shared_computation();
+    ranking.push_back(std::move(r));
+  }
+  j["ranking"] = std::move(ranking);
+  j["framework_hint"] = d.framework_hint();
+  Json loc;
+  loc["columns"] = GroupList(d.localization().columns());
+  loc["rows"] = GroupList(d.localization().rows());
+  Json outliers = Json::array();
+  for (const pb::Element& e : d.localization().outliers()) {
+    outliers.push_back(ElementJson(e));
+  }
+  loc["outliers"] = std::move(outliers);
+  j["localization"] = std::move(loc);
+  j["explanation"] = d.explanation();
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r) {
+  Json j;
+  switch (r.verdict()) {
+    case pb::VERDICT_PASS:
+      j["verdict"] = "pass";
+      break;
+    case pb::VERDICT_FAIL:
+      j["verdict"] = "fail";
+      break;
+    default:
+      j["verdict"] = nullptr;
+  }
+  j["tolerance"] = ToleranceJson(r.tolerance());
+  j["observed_vs_reference"] =
+      r.has_observed_vs_reference() ? StatsJson(r.observed_vs_reference()) : Json();
+  j["reference"] = r.has_reference() ? ConfigResultJson(r.reference()) : Json();
+  Json results = Json::array();
+  for (const pb::ConfigResult& c : r.results()) results.push_back(ConfigResultJson(c));
+  j["results"] = std::move(results);
+  j["output_shape"] = IntList(r.output_shape());
+  j["notes"] = StringList(r.notes());
+  j["diagnosis"] = r.has_diagnosis() ? DiagnosisJson(r.diagnosis()) : Json();
+  return j;
+}
+
+nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r) {
+  Json j;
+  j["server_version"] = r.server_version();
+  Json backends = Json::array();
+  for (const pb::BackendInfo& b : r.backends()) {
+    Json x;
+    x["name"] = b.name();
+    x["available"] = b.available();
+    x["unavailable_reason"] = b.unavailable_reason();
+    x["precisions"] = StringList(b.precisions());
+    x["bias_modes"] = StringList(b.bias_modes());
+    x["configs"] = StringList(b.configs());
+    if (b.has_device()) {
+      Json d;
+      d["name"] = b.device().name();
+      d["compute_capability"] = b.device().compute_capability();
+      d["memory_bytes"] = b.device().memory_bytes();
+      d["driver_version"] = b.device().driver_version();
+      d["runtime_version"] = b.device().runtime_version();
+      d["cublas_version"] = b.device().cublas_version();
+      x["device"] = std::move(d);
+    } else {
+      x["device"] = nullptr;
+    }
+    Json dtypes = Json::array();
+    for (int d : b.storage_dtypes()) dtypes.push_back(DTypeJson(static_cast<pb::DType>(d)));
+    x["storage_dtypes"] = std::move(dtypes);
+    backends.push_back(std::move(x));
+  }
+  j["backends"] = std::move(backends);
+  if (r.has_limits()) {
+    Json l;
+    l["max_message_bytes"] = r.limits().max_message_bytes();
+    l["max_tensor_bytes"] = r.limits().max_tensor_bytes();
+    l["max_configs"] = r.limits().max_configs();
+    l["max_rank"] = r.limits().max_rank();
+    l["max_top_k"] = r.limits().max_top_k();
+    l["max_repeat"] = r.limits().max_repeat();
+    j["limits"] = std::move(l);
+  } else {
+    j["limits"] = nullptr;
+  }
+  j["default_reference"] = r.default_reference();
+  j["tolerance_presets"] = StringList(r.tolerance_presets());
+  j["tensor_store"] = r.tensor_store();
+  return j;
+}
+
+}  // namespace tensorcheck::cli

@@ -1,0 +1,304 @@
+// The reports for people (declared in report.h): the verify and diagnose
+// text with its tables, and the server's capabilities.
+#include <algorithm>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/internal/report_format.h"
+#include "client/cli/report.h"
+#include "server/core/share_format.h"
+
+namespace tensorcheck::cli {
+
+using internal::G;
+using internal::IndexText;
+using internal::kRuledOutListed;
+using internal::OneLine;
+using internal::PlausibleText;
+using internal::ReferenceName;
+using internal::ToleranceText;
+using internal::UlpText;
+
+namespace {
+
+// A plain text table with left-aligned first column.
+class Table {
+ public:
+  // The first `left` columns are left-aligned, the others right-aligned.
+  explicit Table(std::vector<std::string> header, size_t left = 1) : left_(left) {
+    rows_.push_back(std::move(header));
+  }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render(const std::string& indent = "") const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_) {
+      if (w.size() < r.size()) w.resize(r.size(), 0);
+      for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+    }
+    std::string out;
+    for (const auto& r : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < r.size(); ++i) {
+        const std::string pad(w[i] - r[i].size(), ' ');
+        if (i > 0) line += "  ";
+        line += i < left_ ? r[i] + pad : pad + r[i];
+      }
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  size_t left_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Groups(const google::protobuf::RepeatedPtrField<pb::Group>& g) {
+  std::vector<std::string> parts;
+  for (const pb::Group& x : g) {
+    parts.push_back(
+        absl::StrCat(x.index(), " (", x.mismatched(), ", ", FormatShare(x.share()), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+// The notes under the human report's tables are wrapped at this width.
+constexpr size_t kTextWidth = 100;
+// Marks a configuration that reused another configuration's GEMM.
+constexpr char kSharedMarker[] = "*";
+
+// `text` word-wrapped at kTextWidth, the first line led by `first`, the
+// others by `rest`; a word longer than a line stays whole.
+std::string Wrap(absl::string_view text, absl::string_view first, absl::string_view rest) {
+  std::string out(first);
+  size_t column = first.size();
+  bool empty_line = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!empty_line && column + 1 + word.size() > kTextWidth) {
+      absl::StrAppend(&out, "\n", rest);
+      column = rest.size();
+      empty_line = true;
+    }
+    if (!empty_line) {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+    empty_line = false;
+  }
+  return out + "\n";
+}
+
+// One footnote line per configuration whose GEMM others reused, in order of
+// first appearance: "* A, B reused the GEMM of C<suffix>". `items` are
+// ConfigResults or RankedCandidates.
+template <typename Items>
+std::string SharedFootnotes(const Items& items, absl::string_view suffix) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& item : items) {
+    if (item.shared_computation().empty()) continue;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == item.shared_computation(); });
+    if (it == groups.end()) {
+      groups.push_back({item.shared_computation(), {}});
+      it = std::prev(groups.end());
+    }
+    it->second.push_back(item.config());
+  }
+  std::string out;
+  for (const auto& [shared, configs] : groups) {
+    out += Wrap(absl::StrCat(absl::StrJoin(configs, ", "), " reused the GEMM of ", shared, suffix),
+                absl::StrCat("  ", kSharedMarker, " "), "    ");
+  }
+  return out;
+}
+
+// "Same bits: A = B" for each set of candidates that computed the same bits,
+// once per set.
+std::string SameBitsLines(const pb::Diagnosis& d) {
+  std::vector<std::vector<std::string>> seen;
+  std::string out;
+  for (const pb::RankedCandidate& c : d.ranking()) {
+    if (c.equivalent_size() == 0) continue;
+    std::vector<std::string> set(c.equivalent().begin(), c.equivalent().end());
+    set.push_back(c.config());
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    if (std::find(seen.begin(), seen.end(), set) != seen.end()) continue;
+    seen.push_back(set);
+    // The candidate first, as ranked; then the others.
+    std::vector<std::string> shown = {c.config()};
+    for (const std::string& e : c.equivalent()) {
+      if (e != c.config()) shown.push_back(e);
+    }
+    out += Wrap(absl::StrCat("Same bits: ", absl::StrJoin(shown, " = ")), "  ", "    ");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  std::string out;
+  const std::string ref = ReferenceName(r);
+  const bool observed = r.has_observed_vs_reference();
+  if (ctx.command == "diagnose") {
+    const pb::Diagnosis& d = r.diagnosis();
+    if (d.best().empty()) {
+      out += "No candidate configuration explains the observed output.\n";
+    } else {
+      absl::StrAppend(&out, "Best match: ", d.best(), " (confidence ",
+                      absl::StrFormat("%.2f", d.confidence()), ")\n");
+    }
+    if (d.equivalent_size() > 0) {
+      absl::StrAppend(&out, "Equivalent here: ", absl::StrJoin(d.equivalent(), ", "), "\n");
+    }
+    if (d.tied_size() > 0) {
+      absl::StrAppend(&out, "Cannot be told apart from: ", absl::StrJoin(d.tied(), ", "), "\n");
+    }
+    if (!d.framework_hint().empty()) absl::StrAppend(&out, "Framework: ", d.framework_hint(), "\n");
+    if (!d.explanation().empty()) absl::StrAppend(&out, "\n", d.explanation(), "\n");
+    if (d.ranking_size() > 0) {
+      // Equivalents, shared GEMMs and ruled-out reasons go under the table:
+      // as columns they would push it past 100 characters.
+      Table t(
+          {"rank", "config", "plausible", "bitwise-equal", "max_ulp", "mean_ulp", "bound_ratio"},
+          /*left=*/3);
+      int rank = 0;
+      for (const pb::RankedCandidate& c : d.ranking()) {
+        t.Add({absl::StrCat(++rank),
+               c.config() + (c.shared_computation().empty() ? "" : kSharedMarker), PlausibleText(c),
+               FormatShare(c.bitwise_equal_fraction()), UlpText(c.max_ulp()), G(c.mean_ulp()),
+               c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"});
+      }
+      out += "\nRanking:\n" + t.Render("  ");
+      out += SameBitsLines(d);
+      out += SharedFootnotes(d.ranking(), ".");
+      std::string ruled_out;
+      for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
+        const pb::RankedCandidate& c = d.ranking(i);
+        if (c.ruled_out().empty()) continue;
+        ruled_out += Wrap(absl::StrCat(i + 1, ". ", c.config(), ": ", OneLine(c.ruled_out())),
+                          "    ", "      ");
+      }
+      if (!ruled_out.empty()) out += "  Ruled out:\n" + ruled_out;
+    }
+    const pb::Localization& loc = d.localization();
+    if (loc.columns_size() > 0)
+      absl::StrAppend(&out, "\nColumns holding most differences: ", Groups(loc.columns()), "\n");
+    if (loc.rows_size() > 0)
+      absl::StrAppend(&out, "Rows holding most differences: ", Groups(loc.rows()), "\n");
+    if (loc.outliers_size() > 0) {
+      out += "Outliers (beyond the best candidate's error model):\n";
+      for (const pb::Element& e : loc.outliers()) {
+        absl::StrAppend(&out, "  at ", IndexText(e.index()), ": observed ", G(e.actual()),
+                        ", candidate ", G(e.expected()), " (", UlpText(e.ulp()), " ulp)\n");
+      }
+    }
+    if (observed) {
+      absl::StrAppend(&out, "\nObserved output vs ", ref, " (", ToleranceText(r.tolerance()),
+                      "):\n", ClosenessMessage(r.observed_vs_reference(), r.tolerance()), "\n");
+    }
+  } else {
+    absl::StrAppend(&out, "Verdict: ", r.verdict() == pb::VERDICT_PASS ? "PASS" : "FAIL",
+                    "  (reference ", ref, ", tolerance ", ToleranceText(r.tolerance()), ")\n");
+    if (observed) {
+      absl::StrAppend(&out, "\nObserved output vs ", ref, ":\n",
+                      ClosenessMessage(r.observed_vs_reference(), r.tolerance()), "\n");
+    } else {
+      for (const pb::ConfigResult& c : r.results()) {
+        if (c.vs_reference().passed()) continue;
+        absl::StrAppend(&out, "\n", c.config(), " vs ", ref, ":\n",
+                        ClosenessMessage(c.vs_reference(), r.tolerance()), "\n");
+      }
+    }
+  }
+  if (r.results_size() > 0) {
+    const bool any_repeat = std::any_of(r.results().begin(), r.results().end(),
+                                        [](const pb::ConfigResult& c) { return c.runs() > 1; });
+    const bool any_shared =
+        std::any_of(r.results().begin(), r.results().end(),
+                    [](const pb::ConfigResult& c) { return !c.shared_computation().empty(); });
+    std::vector<std::string> header = {"config",  "pass",          "mismatched", "max_abs",
+                                       "max_ulp", "bitwise-equal", "elapsed"};
+    if (any_repeat) header.push_back("deterministic");
+    Table t(header);
+    for (const pb::ConfigResult& c : r.results()) {
+      const pb::Stats& s = observed && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
+      // The marker (or a space, keeping the digits aligned) says that the
+      // time is the epilogue's alone.
+      std::string elapsed = absl::StrFormat("%.1f ms", c.elapsed_ms());
+      if (any_shared) elapsed += c.shared_computation().empty() ? " " : kSharedMarker;
+      std::vector<std::string> row = {c.config(),
+                                      s.passed() ? "yes" : "no",
+                                      absl::StrCat(s.mismatched(), " / ", s.total()),
+                                      G(s.max_abs()),
+                                      UlpText(s.max_ulp()),
+                                      FormatShare(s.bitwise_equal_count(), s.total()),
+                                      std::move(elapsed)};
+      if (any_repeat) {
+        row.push_back(c.runs() > 1
+                          ? absl::StrCat(c.deterministic() ? "yes" : "no", " (", c.runs(), " runs)")
+                          : "-");
+      }
+      t.Add(std::move(row));
+    }
+    absl::StrAppend(&out, "\nConfigurations compared with ", observed ? "the observed output" : ref,
+                    ":\n", t.Render("  "));
+    out += SharedFootnotes(r.results(), " (elapsed: epilogue only).");
+  }
+  if (r.notes_size() > 0) {
+    out += "\nNotes:\n";
+    for (const std::string& n : r.notes()) absl::StrAppend(&out, "  - ", n, "\n");
+  }
+  return out;
+}
+
+std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r) {
+  std::string out = absl::StrCat("tensorcheck server ", r.server_version(), "\n");
+  if (!r.default_reference().empty()) {
+    absl::StrAppend(&out, "Default reference: ", r.default_reference(), "\n");
+  }
+  if (r.tolerance_presets_size() > 0) {
+    absl::StrAppend(&out, "Tolerance presets: ", absl::StrJoin(r.tolerance_presets(), ", "), "\n");
+  }
+  absl::StrAppend(&out, "Tensor store: ", r.tensor_store() ? "yes" : "no", "\n");
+  for (const pb::BackendInfo& b : r.backends()) {
+    absl::StrAppend(&out, "\nBackend ", b.name(), ": ", b.available() ? "available" : "unavailable",
+                    "\n");
+    if (!b.available() && !b.unavailable_reason().empty()) {
+      absl::StrAppend(&out, "  reason: ", b.unavailable_reason(), "\n");
+    }
+    if (b.has_device() && !b.device().name().empty()) {
+      const pb::DeviceInfo& d = b.device();
+      absl::StrAppend(&out, "  device: ", d.name(), " (sm ", d.compute_capability(), ", ",
+                      d.memory_bytes() >> 20, " MiB, driver ", d.driver_version(), ", cuBLAS ",
+                      d.cublas_version(), ")\n");
+    }
+    if (b.precisions_size() > 0) {
+      absl::StrAppend(&out, "  precisions: ", absl::StrJoin(b.precisions(), ", "), "\n");
+    }
+    if (b.bias_modes_size() > 0) {
+      absl::StrAppend(&out, "  bias modes: ", absl::StrJoin(b.bias_modes(), ", "), "\n");
+    }
+    if (b.configs_size() > 0) {
+      absl::StrAppend(&out, "  configs: ", absl::StrJoin(b.configs(), ", "), "\n");
+    }
+  }
+  if (r.has_limits()) {
+    const pb::Limits& l = r.limits();
+    absl::StrAppend(&out, "\nLimits: message ", l.max_message_bytes(), " bytes, tensor ",
+                    l.max_tensor_bytes(), " bytes, configs ", l.max_configs(), ", rank ",
+                    l.max_rank(), ", top_k ", l.max_top_k(), ", repeat ", l.max_repeat(), "\n");
+  }
+  return out;
+}
+
+}  // namespace tensorcheck::cli

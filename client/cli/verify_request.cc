@@ -1,0 +1,203 @@
+// The request of verify and diagnose from their flags (internal/verify_request.h).
+#include "client/cli/internal/verify_request.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "client/cli/tensor_io.h"
+#include "proto/dtype_proto.h"
+#include "server/core/dtype.h"
+#include "server/core/linear_config.h"
+#include "server/core/status_macros.h"
+
+namespace tensorcheck::cli::internal {
+namespace {
+
+// Reads a tensor argument into `out`, moving its bytes into the proto.
+absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
+                        const std::map<std::string, DType>& dtypes, pb::Tensor* out) {
+  TensorReadOptions opts;
+  auto it = dtypes.find(flag);
+  if (it != dtypes.end()) opts.expected_dtype = it->second;
+  const std::string arg = cl.Get(flag);
+  auto t = ReadTensorArg(arg, opts);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat("--", flag, ": ", t.status().message()));
+  }
+  out->set_dtype(DTypeToProto(t->dtype()));
+  for (int64_t d : t->shape()) out->add_shape(d);
+  out->set_data(t->bytes().data(), t->bytes().size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl) {
+  const bool diagnose = cl.command == "diagnose";
+  for (const char* required : {"input", "weight"}) {
+    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
+  }
+  if (diagnose && !cl.Has("observed")) return Usage("diagnose needs --observed");
+
+  pb::VerifyRequest req;
+  pb::LinearOp* op = req.mutable_op();
+
+  // Validate cheap flags before reading (possibly large) files.
+  if (cl.Has("weight-layout")) {
+    auto l = ParseWeightLayout(cl.Get("weight-layout"));
+    if (!l.ok()) return Usage(absl::StrCat("--weight-layout: ", l.status().message()));
+    op->set_weight_layout(*l == WeightLayout::kInOut ? pb::WEIGHT_LAYOUT_IN_OUT
+                                                     : pb::WEIGHT_LAYOUT_OUT_IN);
+  }
+  if (cl.Has("activation")) {
+    auto a = ParseActivation(cl.Get("activation"));
+    if (!a.ok()) return Usage(absl::StrCat("--activation: ", a.status().message()));
+    switch (*a) {
+      case Activation::kNone:
+        op->set_activation(pb::ACTIVATION_NONE);
+        break;
+      case Activation::kRelu:
+        op->set_activation(pb::ACTIVATION_RELU);
+        break;
+      case Activation::kGeluTanh:
+        op->set_activation(pb::ACTIVATION_GELU_TANH);
+        break;
+    }
+  }
+  if (cl.Has("output-dtype")) {
+    auto d = ParseDType(cl.Get("output-dtype"));
+    if (!d.ok()) return Usage(absl::StrCat("--output-dtype: ", d.status().message()));
+    op->set_output_dtype(DTypeToProto(*d));
+  }
+
+  std::vector<std::string> specs;
+  for (const std::string& v : cl.All("config")) {
+    for (absl::string_view s : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+      specs.emplace_back(s);
+    }
+  }
+  for (const std::string& v : cl.All("candidates")) {
+    for (absl::string_view s : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+      specs.emplace_back(s);
+    }
+  }
+  for (const std::string& s : specs) {
+    auto spec = ParseConfigSpec(s, diagnose ? "--candidates" : "--config");
+    if (!spec.ok()) return Usage(spec.status().message());
+    req.add_configs(s);
+  }
+  if (cl.Has("reference")) {
+    auto spec = ParseConfigSpec(cl.Get("reference"), "--reference");
+    if (!spec.ok()) return Usage(spec.status().message());
+    req.set_reference(cl.Get("reference"));
+  }
+
+  pb::Tolerance* tol = req.mutable_tolerance();
+  std::string preset = cl.Get("tolerance");
+  if (preset.empty() && cl.Has("max-ulp")) preset = "ulp";
+  if (preset.empty() || preset == "torch") {
+    tol->set_preset(pb::Tolerance::PRESET_TORCH);
+  } else if (preset == "numpy") {
+    tol->set_preset(pb::Tolerance::PRESET_NUMPY);
+  } else if (preset == "polygraphy") {
+    tol->set_preset(pb::Tolerance::PRESET_POLYGRAPHY);
+  } else if (preset == "explicit") {
+    tol->set_preset(pb::Tolerance::PRESET_EXPLICIT);
+    if (!cl.Has("atol") && !cl.Has("rtol")) {
+      return Usage("--tolerance explicit needs --atol and/or --rtol");
+    }
+  } else if (preset == "ulp") {
+    tol->set_preset(pb::Tolerance::PRESET_ULP);
+    if (!cl.Has("max-ulp")) return Usage("--tolerance ulp needs --max-ulp N");
+  } else if (preset == "bound") {
+    tol->set_preset(pb::Tolerance::PRESET_BOUND);
+  } else {
+    return Usage(
+        absl::StrCat("--tolerance: torch, numpy, polygraphy, explicit, ulp or bound "
+                     "expected, got '",
+                     preset, "'"));
+  }
+  if (cl.Has("max-ulp") && preset != "ulp") {
+    return Usage(absl::StrCat("--max-ulp applies to --tolerance ulp, not '", preset, "'"));
+  }
+  if ((cl.Has("atol") || cl.Has("rtol")) && (preset == "ulp" || preset == "bound")) {
+    return Usage(absl::StrCat("--atol/--rtol do not apply to --tolerance ", preset));
+  }
+  if ((cl.Has("bound-factor") || cl.Has("bound-precision")) && preset != "bound") {
+    return Usage("--bound-factor and --bound-precision apply to --tolerance bound");
+  }
+  if (cl.Has("bound-precision")) {
+    auto p = ParsePrecision(cl.Get("bound-precision"));
+    if (!p.ok()) return Usage(absl::StrCat("--bound-precision: ", p.status().message()));
+    tol->set_bound_precision(std::string(PrecisionName(*p)));
+  }
+  if (cl.Has("atol")) {
+    TC_ASSIGN_OR_RETURN(double v, ParseDoubleFlag(cl, "atol", /*positive=*/false));
+    tol->mutable_atol()->set_value(v);
+  }
+  if (cl.Has("rtol")) {
+    TC_ASSIGN_OR_RETURN(double v, ParseDoubleFlag(cl, "rtol", /*positive=*/false));
+    tol->mutable_rtol()->set_value(v);
+  }
+  if (cl.Has("max-ulp")) {
+    uint64_t v;
+    if (!absl::SimpleAtoi(cl.Get("max-ulp"), &v)) {
+      return Usage(absl::StrCat("--max-ulp: a non-negative integer expected, got '",
+                                cl.Get("max-ulp"), "'"));
+    }
+    tol->set_max_ulp(v);
+  }
+  if (cl.Has("bound-factor")) {
+    TC_ASSIGN_OR_RETURN(double v, ParseDoubleFlag(cl, "bound-factor", /*positive=*/true));
+    tol->set_bound_factor(v);
+  }
+  tol->set_nan_equal(cl.Has("nan-equal"));
+
+  if (cl.Has("top-k")) {
+    TC_ASSIGN_OR_RETURN(int64_t k, ParseIntFlag(cl, "top-k", 0, 1'000'000));
+    req.mutable_output()->set_top_k(static_cast<int32_t>(k));
+  }
+  if (cl.Has("repeat")) {
+    TC_ASSIGN_OR_RETURN(int64_t n, ParseIntFlag(cl, "repeat", 1, 1'000'000));
+    req.set_repeat(static_cast<int32_t>(n));
+  }
+  req.set_disallow_reduced_precision_reduction(cl.Has("disallow-reduced-precision-reduction"));
+  if (cl.Has("save-outputs")) req.mutable_output()->set_return_outputs(true);
+  // The heatmaps of --html need every output.
+  if (cl.Has("html")) req.mutable_output()->set_return_outputs(true);
+
+  std::map<std::string, DType> dtypes;
+  for (const std::string& v : cl.All("dtype")) {
+    const size_t eq = v.find('=');
+    const std::string name = v.substr(0, eq == std::string::npos ? v.size() : eq);
+    if (eq == std::string::npos ||
+        (name != "input" && name != "weight" && name != "bias" && name != "observed")) {
+      return Usage(absl::StrCat(
+          "--dtype: NAME=DTYPE with NAME one of input, weight, bias, observed expected, got '", v,
+          "'"));
+    }
+    auto d = ParseDType(v.substr(eq + 1));
+    if (!d.ok()) return Usage(absl::StrCat("--dtype ", name, ": ", d.status().message()));
+    if (name == "bias" && !cl.Has("bias")) return Usage("--dtype bias=... without --bias");
+    if (name == "observed" && !cl.Has("observed")) {
+      return Usage("--dtype observed=... without --observed");
+    }
+    dtypes[name] = *d;
+  }
+
+  TC_RETURN_IF_ERROR(LoadTensor(cl, "input", dtypes, op->mutable_input()));
+  TC_RETURN_IF_ERROR(LoadTensor(cl, "weight", dtypes, op->mutable_weight()));
+  if (cl.Has("bias")) TC_RETURN_IF_ERROR(LoadTensor(cl, "bias", dtypes, op->mutable_bias()));
+  if (cl.Has("observed")) {
+    TC_RETURN_IF_ERROR(LoadTensor(cl, "observed", dtypes, req.mutable_observed()));
+  }
+  return req;
+}
+
+}  // namespace tensorcheck::cli::internal

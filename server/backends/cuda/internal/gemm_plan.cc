@@ -1,0 +1,89 @@
+#include "server/backends/cuda/internal/gemm_plan.h"
+
+namespace tensorcheck::cuda::internal {
+namespace {
+
+bool Is16Bit(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+}  // namespace
+
+cudaDataType_t ToCudaType(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return CUDA_R_64F;
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+bool ConvertsExactly(DType from, DType to) {
+  if (from == to || to == DType::kFloat64) return true;
+  return to == DType::kFloat32 && Is16Bit(from);
+}
+
+ActKind ToActKind(Activation a) {
+  return a == Activation::kRelu       ? ActKind::kRelu
+         : a == Activation::kGeluTanh ? ActKind::kGeluTanh
+                                      : ActKind::kNone;
+}
+
+const char* ComputeName(cublasComputeType_t c) {
+  switch (c) {
+    case CUBLAS_COMPUTE_64F:
+      return "CUBLAS_COMPUTE_64F";
+    case CUBLAS_COMPUTE_32F:
+      return "CUBLAS_COMPUTE_32F";
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+      return "CUBLAS_COMPUTE_32F_PEDANTIC";
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+      return "CUBLAS_COMPUTE_32F_FAST_TF32";
+    case CUBLAS_COMPUTE_16F:
+      return "CUBLAS_COMPUTE_16F";
+    default:
+      return "CUBLAS_COMPUTE_?";
+  }
+}
+
+Plan MakePlan(Precision p, DType x, DType w, DType out, const Tensor* epilogue_bias) {
+  Plan plan;
+  // D may be the 16-bit A/B type when the output is that type and the
+  // epilogue's bias (which then has D's type) converts exactly.
+  auto d_for_16bit = [&](DType ab) {
+    const bool bias_ok = epilogue_bias == nullptr || ConvertsExactly(epilogue_bias->dtype(), ab);
+    return (out == ab && bias_ok) ? ab : DType::kFloat32;
+  };
+  switch (p) {
+    case Precision::kFp64:
+      plan = {DType::kFloat64, CUBLAS_COMPUTE_64F, CUDA_R_64F, DType::kFloat64};
+      break;
+    case Precision::kFp32:
+      if (x == w && Is16Bit(x)) {
+        plan = {x, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(x)};
+      } else {
+        plan = {DType::kFloat32, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, DType::kFloat32};
+      }
+      break;
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+      plan = {DType::kFloat32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, DType::kFloat32};
+      break;
+    case Precision::kBf16:
+      plan = {DType::kBFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kBFloat16)};
+      break;
+    case Precision::kFp16:
+      plan = {DType::kFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kFloat16)};
+      break;
+    case Precision::kFp16Acc:
+      plan = {DType::kFloat16, CUBLAS_COMPUTE_16F, CUDA_R_16F, DType::kFloat16};
+      break;
+  }
+  return plan;
+}
+
+}  // namespace tensorcheck::cuda::internal

@@ -1,0 +1,28 @@
+#include "server/stats/ulp.h"
+
+#include "server/core/float_formats.h"
+#include "server/stats/internal/ulp_bits.h"
+
+namespace tensorcheck {
+
+uint64_t BitsIn(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return DoubleBits(v);
+    case DType::kFloat32:
+      return FloatBits(static_cast<float>(v));
+    case DType::kFloat16:
+      return DoubleToFp16Bits(v);
+    case DType::kBFloat16:
+      return DoubleToBf16Bits(v);
+  }
+  return 0;
+}
+
+uint64_t UlpDistance(double a, double b, DType dtype) {
+  return internal::DistanceFromBits(BitsIn(a, dtype), BitsIn(b, dtype), internal::LayoutOf(dtype));
+}
+
+int UlpHistogramBucket(uint64_t ulp) { return internal::BucketIndex(ulp); }
+
+}  // namespace tensorcheck
