@@ -19,51 +19,21 @@
 #include "server/core/float_formats.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/internal/block_kernels.h"
+#include "tests/testing/compare_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
 
+using ::tensorcheck::testing::Cmp;
+using ::tensorcheck::testing::F32;
+using ::tensorcheck::testing::Fp32Ulps;
 using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::Opts;
+using ::tensorcheck::testing::Pool;
 
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 constexpr float kNanF = std::numeric_limits<float>::quiet_NaN();
-
-Tensor F32(const std::vector<float>& v) {
-  auto t = FromFloats(DType::kFloat32, {static_cast<int64_t>(v.size())}, v);
-  EXPECT_THAT(t, IsOk());
-  return std::move(t).value();
-}
-
-CompareOptions Opts(DType compared = DType::kFloat32) {
-  CompareOptions o;
-  o.tolerance = ResolveTolerance(TolerancePreset::kTorch, compared);
-  o.compared_dtype = compared;
-  return o;
-}
-
-DiffStats Cmp(const Tensor& a, const Tensor& e, const CompareOptions& o) {
-  auto s = Compare(a, e, o);
-  EXPECT_THAT(s, IsOk());
-  return s.ok() ? std::move(s).value() : DiffStats{};
-}
-
-// An executor of `threads` threads, made once per size and shared by the
-// tests, as the server shares one between requests.
-Executor* Pool(int threads) {
-  static auto* pools = new std::map<int, std::unique_ptr<Executor>>();
-  std::unique_ptr<Executor>& pool = (*pools)[threads];
-  if (pool == nullptr) {
-    auto created = Executor::Create({threads});
-    EXPECT_THAT(created, IsOk());
-    pool = std::move(created).value();
-  }
-  return pool.get();
-}
-
-float Fp32Ulps(float base, int32_t k) {
-  return BitsToFloat(static_cast<uint32_t>(static_cast<int64_t>(FloatBits(base)) + k));
-}
 
 // Testing only (internal/block_kernels.h): 0 production, 1 without the
 // fused AVX2 fp32 kernel, 2 every block element by element.
