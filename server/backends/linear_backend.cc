@@ -30,13 +30,17 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
   return absl::OkStatus();
 }
 
+absl::Status WithConfigContext(const absl::Status& status, const Config& config) {
+  return WithContext(status, absl::StrCat("configuration ", config.ToString()));
+}
+
 absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
                                      const std::vector<Config>& configs, const RunOptions& options,
                                      const BatchConsumer& consume) {
   for (size_t i = 0; i < configs.size(); ++i) {
     absl::StatusOr<RunResult> result = Run(problem, configs[i], options);
     if (!result.ok()) {
-      return WithContext(result.status(), absl::StrCat("configuration ", configs[i].ToString()));
+      return WithConfigContext(result.status(), configs[i]);
     }
     absl::Status consumed = consume(i, *std::move(result));
     if (!consumed.ok()) return consumed;

@@ -57,6 +57,10 @@ struct RunResult {
   std::string shared_computation;
 };
 
+// `status` with "configuration <config>: " before its message (code and
+// payloads kept): how a failure names the configuration it came from.
+absl::Status WithConfigContext(const absl::Status& status, const Config& config);
+
 // Receives RunBatch's results one at a time: `index` into its `configs`.
 // A non-OK status stops the batch and is returned by RunBatch.
 using BatchConsumer = std::function<absl::Status(size_t index, RunResult result)>;

@@ -148,7 +148,7 @@ class Engine::Execution {
     if (!share_ || backend->comparing() != nullptr) {
       const auto start = Clock::now();
       auto run = backend->Run(problem_, plan_.reference, plan_.run);
-      if (!run.ok()) return WithConfig(plan_.reference, run.status());
+      if (!run.ok()) return WithConfigContext(run.status(), plan_.reference);
       return OnReference(*std::move(run), MillisSince(start));
     }
     std::vector<size_t> members;
@@ -170,7 +170,7 @@ class Engine::Execution {
       } else if (!share_) {
         const auto start = Clock::now();
         auto run = backend->Run(problem_, plan_.configs[i], plan_.run);
-        if (!run.ok()) return WithConfig(plan_.configs[i], run.status());
+        if (!run.ok()) return WithConfigContext(run.status(), plan_.configs[i]);
         TC_ASSIGN_OR_RETURN(results_[i], OutcomeOf(i, *std::move(run), MillisSince(start)));
       } else if (std::find(batched.begin(), batched.end(), backend) == batched.end()) {
         batched.push_back(backend);
@@ -238,7 +238,7 @@ class Engine::Execution {
     const auto start = Clock::now();
     auto compared = comparing->RunAndCompare(problem_, config, plan_.run, comparisons, need_output);
     const double ms = MillisSince(start);
-    if (!compared.ok()) return WithConfig(config, compared.status());
+    if (!compared.ok()) return WithConfigContext(compared.status(), config);
     if (need_output) TC_RETURN_IF_ERROR(ShapeOutput(config, compared->run.output));
     ConfigOutcome o = Describe(config, compared->run, ms);
     o.vs_reference = std::move(compared->stats[0]);
@@ -508,10 +508,6 @@ class Engine::Execution {
                                               " elements, expected ", count_));
     }
     return output.Reshape(plan_.output_shape);
-  }
-
-  static absl::Status WithConfig(const Config& config, const absl::Status& s) {
-    return WithContext(s, absl::StrCat("configuration ", config.ToString()));
   }
 
   // Side facts worth knowing for this request.

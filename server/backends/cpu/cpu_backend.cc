@@ -457,8 +457,15 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
     std::vector<size_t> members;
   };
   std::vector<Group> groups;
+  // ArithmeticOf may scan the operands (ValuesExactIn): once per precision,
+  // not once per configuration (fused, unfused and the reference share one).
+  std::map<Precision, Arithmetic> arithmetic_of;
   for (size_t i = 0; i < configs.size(); ++i) {
-    const Arithmetic a = ArithmeticOf(problem, configs[i].precision);
+    const Precision p = configs[i].precision;
+    auto known = arithmetic_of.find(p);
+    if (known == arithmetic_of.end())
+      known = arithmetic_of.emplace(p, ArithmeticOf(problem, p)).first;
+    const Arithmetic a = known->second;
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const Group& g) { return g.arithmetic == a; });
     if (it == groups.end()) {
@@ -472,7 +479,7 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
     const Config& first = configs[members.front()];
     absl::StatusOr<Tensor> accumulated = Accumulate(problem, group.arithmetic, threads());
     if (!accumulated.ok()) {
-      return WithContext(accumulated.status(), absl::StrCat("configuration ", first.ToString()));
+      return WithConfigContext(accumulated.status(), first);
     }
     Tensor& acc = *accumulated;
     for (size_t j = 0; j < members.size();) {
@@ -484,7 +491,7 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
       absl::StatusOr<Tensor> finished =
           Finish(problem, config, acc, /*in_place=*/same == members.size());
       if (!finished.ok()) {
-        return WithContext(finished.status(), absl::StrCat("configuration ", config.ToString()));
+        return WithConfigContext(finished.status(), config);
       }
       Tensor output = *std::move(finished);
       for (size_t d = j; d < same; ++d) {
