@@ -13,12 +13,19 @@ Arguments are checked on the client first (dtype, rank, shapes, option
 names: TypeError / ValueError naming the argument), so a malformed call
 never uploads a tensor. Everything the server rejects raises a
 `tensorcheck.Error` subclass.
+
+A call the server refuses with a retry hint (UNAVAILABLE or
+RESOURCE_EXHAUSTED carrying `grpc-retry-pushback-ms`: queue full, draining,
+in-flight bytes over budget) is sent again after the hinted wait, up to
+`max_retries` times and never past the call's timeout; see `Client`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Optional, TypeVar, Union, overload
 
@@ -33,12 +40,23 @@ from ._pb import pb, pb_grpc
 from ._report import Report
 from ._tensors import as_array, parse_dtype, to_proto
 
-__all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES"]
+__all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES", "DEFAULT_MAX_RETRIES"]
 
 DEFAULT_TARGET = "localhost:50051"
 # Far above gRPC's 4 MiB default: a 1921x4096 bf16 input is 15.7 MB and a
 # request carries several tensors. The server enforces its own limit.
 MAX_MESSAGE_BYTES = 1 << 30
+# Retries of a refusal that carries the server's retry hint.
+DEFAULT_MAX_RETRIES = 3
+# The longest the client waits on one hint: a server (or a proxy) that asks
+# for minutes gets the error back instead of a silently hung call.
+_MAX_RETRY_WAIT_S = 30.0
+# Up to this fraction is added to each wait, so that the clients a busy
+# server refused together do not all come back at the same instant.
+_RETRY_JITTER = 0.1
+# The codes whose refusals are transient when the server says so; anything
+# else is never retried, hint or not.
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 _LAYOUTS: dict[str, pb.WeightLayout] = {
     "out_in": pb.WEIGHT_LAYOUT_OUT_IN,
@@ -137,6 +155,13 @@ class Client:
       token: sent as `authorization: Bearer <token>` on every call.
       options: extra gRPC channel options, e.g. [("grpc.lb_policy_name",
         "round_robin")].
+      max_retries: how many times a call is sent again after a refusal that
+        carries the server's retry hint (UNAVAILABLE or RESOURCE_EXHAUSTED
+        with `grpc-retry-pushback-ms`). The client waits the hinted time
+        (at most 30 s, plus up to 10% jitter) and never past the call's
+        timeout: when the wait would end after it, the refusal is raised at
+        once. 0 disables retries. Refusals without the hint, and every
+        other error, are raised at the first attempt.
 
     Thread-safe; use one client for many calls. Close it (or use it as a
     context manager) to release the channel.
@@ -150,6 +175,7 @@ class Client:
         tls: TlsArg = None,
         token: Optional[str] = None,
         options: Optional[Sequence[tuple[str, Any]]] = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
         if not isinstance(target, str) or not target:
             raise ValueError(f"target: expected 'host:port', got {target!r}")
@@ -161,6 +187,7 @@ class Client:
             not isinstance(token, str) or not token or any(c in token for c in "\r\n")
         ):
             raise ValueError("token: expected a non-empty single-line string")
+        max_retries = _non_negative(max_retries, "max_retries", integer=True)
         channel_options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -179,6 +206,7 @@ class Client:
             )
         self._target = target
         self._timeout = timeout
+        self._max_retries = max_retries
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._channel = channel
         self._stub = pb_grpc.TensorCheckStub(channel)
@@ -426,17 +454,42 @@ class Client:
     def _rpc(self, method: str, request: Message, timeout: Optional[float]) -> Message:
         if timeout is not None:
             timeout = _non_negative(timeout, "timeout")
-        try:
-            # The generated stub (tensorcheck_pb2_grpc) has no type stubs; the
-            # overloads above state what each method takes and returns.
-            response: Message = getattr(self._stub, method)(
-                request,
-                timeout=self._timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, method) from None
-        return response
+        else:
+            timeout = self._timeout
+        # One deadline for the call, retries included: each attempt gets
+        # what is left of it.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # The generated stub (tensorcheck_pb2_grpc) has no type stubs; the
+        # overloads above state what each method takes and returns.
+        stub_method = getattr(self._stub, method)
+        retries = 0
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                response: Message = stub_method(request, timeout=left, metadata=self._metadata)
+                return response
+            except grpc.RpcError as e:
+                error = from_rpc_error(e, method)
+            wait = self._retry_wait(error, retries, deadline)
+            if wait is None:
+                raise error
+            time.sleep(wait)
+            retries += 1
+
+    def _retry_wait(self, error: Error, retries: int, deadline: Optional[float]) -> Optional[float]:
+        """Seconds to wait before sending a refused call again, or None when
+        `error` is to be raised: no retry hint, a code that is never
+        retried, retries used up, or a wait that would end past the
+        deadline (the server would only see an expired call)."""
+        if error.retry_after is None or error.code not in _RETRYABLE:
+            return None
+        if retries >= self._max_retries:
+            return None
+        wait = min(error.retry_after, _MAX_RETRY_WAIT_S)
+        wait *= 1.0 + random.uniform(0.0, _RETRY_JITTER)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            return None
+        return wait
 
     def _tensor(self, arr: np.ndarray) -> pb.Tensor:
         """How a checked array goes on the wire. The tensor store slots in

@@ -9,11 +9,22 @@ answers with a non-OK status raises a subclass of `Error`:
         report = client.verify_linear(x, w, configs=["cublaslt:bf16:fused"])
     except tensorcheck.FailedPreconditionError as e:  # no GPU on that host
         print(e.code, e.message)
+
+A refusal that is worth retrying carries the server's retry hint, the
+`grpc-retry-pushback-ms` trailing metadata, as `Error.retry_after` (seconds):
+UNAVAILABLE when the server's queue is full or it is draining,
+RESOURCE_EXHAUSTED when its in-flight byte budget is momentarily full. The
+`Client` retries those itself (see its `max_retries`); an error that reaches
+the caller with `retry_after` set was refused on every attempt. A refusal
+without the hint is permanent for that request (a tensor, the work or the
+response over a server limit): sending it again cannot help.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import grpc
 
@@ -37,6 +48,11 @@ __all__ = [
     "UnauthenticatedError",
 ]
 
+# The trailing metadata key of gRPC's retry design (gRFC A6) by which a server
+# says how long to wait before trying again: decimal milliseconds.
+RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
+_MILLISECONDS = re.compile(r"[0-9]{1,12}")
+
 
 class Error(Exception):
     """A call to the tensorcheck service failed.
@@ -46,18 +62,29 @@ class Error(Exception):
       message: the status message: for INVALID_ARGUMENT it names the field,
         what was expected and what came.
       method: the RPC that failed, e.g. "Verify".
+      retry_after: the server's retry hint in seconds (its
+        `grpc-retry-pushback-ms` trailing metadata), or None when it sent
+        none. Set on transient refusals (UNAVAILABLE: queue full or
+        draining; RESOURCE_EXHAUSTED: in-flight bytes momentarily over
+        budget); None means retrying the same request cannot help.
     """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
     def __init__(
-        self, message: str, *, code: Optional[grpc.StatusCode] = None, method: str = ""
+        self,
+        message: str,
+        *,
+        code: Optional[grpc.StatusCode] = None,
+        method: str = "",
+        retry_after: Optional[float] = None,
     ) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
         self.method = method
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         where = f" ({self.method})" if self.method else ""
@@ -65,7 +92,8 @@ class Error(Exception):
 
 
 class CancelledError(Error):
-    """CANCELLED: the call was cancelled, usually by the caller."""
+    """CANCELLED: the call was cancelled, usually by the caller (or the
+    channel was closed while it was in flight)."""
 
     code = grpc.StatusCode.CANCELLED
 
@@ -79,13 +107,16 @@ class UnknownError(Error):
 class InvalidArgumentError(Error):
     """INVALID_ARGUMENT: a malformed request (unknown dtype or enum,
     rank/shape mismatch, data length != numel * itemsize, K mismatch, bias
-    length != N, malformed configuration string)."""
+    length != N, malformed configuration string, bytes that do not parse as
+    the request message). The message names the field."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class DeadlineExceededError(Error):
-    """DEADLINE_EXCEEDED: the client's `timeout` expired."""
+    """DEADLINE_EXCEEDED: the call's `timeout` expired, or, for a call sent
+    without one, the server's own cap on a request's time
+    (`--max-request-seconds`)."""
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
@@ -110,9 +141,12 @@ class PermissionDeniedError(Error):
 
 
 class ResourceExhaustedError(Error):
-    """RESOURCE_EXHAUSTED: a tensor or request over the server's limits
-    (see `Client.capabilities().limits`), a message over the gRPC limit, GPU
-    out of memory, tensor store over budget."""
+    """RESOURCE_EXHAUSTED: with `retry_after` set, the server's budget of
+    bytes in flight is momentarily full (transient; the client retries it).
+    Without it, permanent for this request: a tensor over the server's
+    limits (see `Client.capabilities().limits`), a request whose work or
+    response is over a limit, a message over the gRPC limit, GPU out of
+    memory, tensor store over budget."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -138,7 +172,9 @@ class OutOfRangeError(Error):
 
 
 class UnimplementedError(Error):
-    """UNIMPLEMENTED: the server does not offer this RPC or feature."""
+    """UNIMPLEMENTED: the server does not offer this RPC or feature (an
+    older server, or a method of a newer API). A malformed request is
+    INVALID_ARGUMENT, not this."""
 
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -151,8 +187,9 @@ class InternalError(Error):
 
 
 class UnavailableError(Error):
-    """UNAVAILABLE: the server cannot be reached, or its queue is full, or it
-    is draining/shutting down. Safe to retry later."""
+    """UNAVAILABLE: with `retry_after` set, the server's queue is full or it
+    is draining (the client retries it). Without it, the server could not be
+    reached. Either way the request did not run: safe to send again later."""
 
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -192,14 +229,43 @@ _BY_CODE: dict[grpc.StatusCode, type[Error]] = {
 }
 
 
-def error_for(code: grpc.StatusCode, message: str, method: str = "") -> Error:
+def error_for(
+    code: grpc.StatusCode,
+    message: str,
+    method: str = "",
+    *,
+    retry_after: Optional[float] = None,
+) -> Error:
     """The Error subclass instance for a status code."""
     cls = _BY_CODE.get(code, Error)
-    return cls(message, code=code, method=method)
+    return cls(message, code=code, method=method, retry_after=retry_after)
+
+
+def retry_after_from_metadata(metadata: Optional[Iterable[Any]]) -> Optional[float]:
+    """The retry hint in trailing metadata, in seconds: the value of
+    `grpc-retry-pushback-ms` as a non-negative decimal integer, else None
+    (absent, or not a number: treated as no hint, so not retried)."""
+    for item in metadata or ():
+        key, value = item[0], item[1]
+        if key != RETRY_PUSHBACK_KEY:
+            continue
+        if isinstance(value, bytes):
+            value = value.decode("ascii", "replace")
+        text = str(value).strip()
+        if not _MILLISECONDS.fullmatch(text):
+            return None
+        return int(text) / 1000.0
+    return None
 
 
 def from_rpc_error(e: grpc.RpcError, method: str = "") -> Error:
     """Converts what a grpc call raised into a tensorcheck.Error."""
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = e.details() if hasattr(e, "details") else str(e)
-    return error_for(code or grpc.StatusCode.UNKNOWN, details or "", method)
+    trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    return error_for(
+        code or grpc.StatusCode.UNKNOWN,
+        details or "",
+        method,
+        retry_after=retry_after_from_metadata(trailing),
+    )
