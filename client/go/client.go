@@ -3,9 +3,13 @@ package tensorcheck
 import (
 	"context"
 	"crypto/tls"
+	"math/rand"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
@@ -15,17 +19,31 @@ import (
 // receive default so that returned outputs of mid-sized layers fit.
 const DefaultMaxMessageBytes = 64 << 20
 
+// DefaultMaxRetries is how many times a call refused with a retry hint is
+// sent again unless WithMaxRetries says otherwise.
+const DefaultMaxRetries = 3
+
+// maxRetryWait bounds the wait on one retry hint: a server (or a proxy) that
+// asks for minutes gets its error back instead of a silently hung call.
+const maxRetryWait = 30 * time.Second
+
+// retryJitter is the most, as a fraction of the wait, added to each wait so
+// that clients refused together do not all come back at the same instant.
+const retryJitter = 0.1
+
 // Client calls a tensorcheck server. It is safe for concurrent use; make one
 // per target and Close it when done.
 type Client struct {
-	conn *grpc.ClientConn
-	stub pb.TensorCheckClient
+	conn       *grpc.ClientConn
+	stub       pb.TensorCheckClient
+	maxRetries int
 }
 
 type options struct {
 	creds           credentials.TransportCredentials
 	token           string
 	maxMessageBytes int
+	maxRetries      int
 	block           bool
 	dialOptions     []grpc.DialOption
 }
@@ -62,6 +80,19 @@ func WithMaxMessageBytes(n int) Option {
 	return func(o *options) { o.maxMessageBytes = n }
 }
 
+// WithMaxRetries sets how many times a call is sent again after a refusal
+// that carries the server's retry hint (default DefaultMaxRetries; 0
+// disables retrying). Only codes.Unavailable (queue full, draining) and
+// codes.ResourceExhausted (bytes in flight over budget) refusals with the
+// grpc-retry-pushback-ms trailer are retried. The client waits the hinted
+// time (at most 30 s, plus up to 10% jitter) and never past the context's
+// deadline: when the wait would end after it, or the context ends during
+// it, the refusal is returned. The last refusal is returned when the
+// retries are used up; its Error.RetryAfter is set.
+func WithMaxRetries(n int) Option {
+	return func(o *options) { o.maxRetries = n }
+}
+
 // WithBlock makes Dial wait, within its context, until the connection is
 // up. Without it Dial returns at once and connects on the first call.
 func WithBlock() Option {
@@ -90,12 +121,15 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // only when WithBlock is given; each call takes its deadline from its own
 // context.
 func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
-	o := options{maxMessageBytes: DefaultMaxMessageBytes}
+	o := options{maxMessageBytes: DefaultMaxMessageBytes, maxRetries: DefaultMaxRetries}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.maxMessageBytes <= 0 {
 		return nil, invalidArgument("max_message_bytes", "is %d, expected > 0", o.maxMessageBytes)
+	}
+	if o.maxRetries < 0 {
+		return nil, invalidArgument("max_retries", "is %d, expected >= 0", o.maxRetries)
 	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithDefaultCallOptions(
@@ -117,9 +151,56 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	dialOpts = append(dialOpts, o.dialOptions...)
 	conn, err := grpc.DialContext(ctx, target, dialOpts...)
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, fromRPC(err, nil)
 	}
-	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn)}, nil
+	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), maxRetries: o.maxRetries}, nil
+}
+
+// invoke runs one RPC, sending it again while the server refuses it with a
+// retry hint (see WithMaxRetries). rpc makes one attempt with the given call
+// options, which carry the trailer capture.
+func (c *Client) invoke(ctx context.Context, rpc func(context.Context, ...grpc.CallOption) error) error {
+	for retries := 0; ; retries++ {
+		var trailer metadata.MD
+		err := rpc(ctx, grpc.Trailer(&trailer))
+		if err == nil {
+			return nil
+		}
+		e := fromRPC(err, trailer)
+		wait, ok := c.retryWait(ctx, e, retries)
+		if !ok {
+			return e
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return e
+		}
+	}
+}
+
+// retryWait is how long to wait before sending a refused call again; false
+// when e is to be returned: no hint, a code that is never retried, retries
+// used up, or a wait that would end past ctx's deadline (the server would
+// only see an expired call).
+func (c *Client) retryWait(ctx context.Context, e *Error, retries int) (time.Duration, bool) {
+	if e.RetryAfter <= 0 || (e.Code != codes.Unavailable && e.Code != codes.ResourceExhausted) {
+		return 0, false
+	}
+	if retries >= c.maxRetries {
+		return 0, false
+	}
+	wait := e.RetryAfter
+	if wait > maxRetryWait {
+		wait = maxRetryWait
+	}
+	wait += time.Duration(rand.Float64() * retryJitter * float64(wait))
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+		return 0, false
+	}
+	return wait, true
 }
 
 // Close releases the connection. Calls in flight fail with codes.Canceled.
@@ -142,9 +223,13 @@ func (c *Client) VerifyLinear(ctx context.Context, req *LinearRequest) (*Report,
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.stub.Verify(ctx, msg)
+	var resp *pb.VerifyResponse
+	err = c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+		resp, err = c.stub.Verify(ctx, msg, opts...)
+		return err
+	})
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, err
 	}
 	return reportFromProto(resp), nil
 }
@@ -157,9 +242,13 @@ func (c *Client) DiagnoseLinear(ctx context.Context, req *LinearRequest) (*Repor
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.stub.Diagnose(ctx, msg)
+	var resp *pb.VerifyResponse
+	err = c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+		resp, err = c.stub.Diagnose(ctx, msg, opts...)
+		return err
+	})
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, err
 	}
 	return reportFromProto(resp), nil
 }
@@ -211,9 +300,13 @@ type Limits struct {
 
 // Capabilities asks the server what it can run.
 func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
-	resp, err := c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{})
+	var resp *pb.GetCapabilitiesResponse
+	err := c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+		resp, err = c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{}, opts...)
+		return err
+	})
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, err
 	}
 	caps := &Capabilities{
 		ServerVersion:    resp.ServerVersion,

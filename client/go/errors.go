@@ -4,10 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
+
+// RetryPushbackKey is the trailing metadata by which a server says how long
+// to wait before sending a refused request again, in decimal milliseconds
+// (the key of gRPC's retry design, gRFC A6).
+const RetryPushbackKey = "grpc-retry-pushback-ms"
 
 // Error is what every Client method returns on failure: the gRPC status code
 // and the server's message (or the client's own, for a request it refused to
@@ -15,9 +24,18 @@ import (
 //
 //	var tcErr *tensorcheck.Error
 //	if errors.As(err, &tcErr) && tcErr.Code == codes.FailedPrecondition { ... }
+//
+// RetryAfter is the server's retry hint (RetryPushbackKey), 0 when it sent
+// none. The server sets it on transient refusals: codes.Unavailable when its
+// queue is full or it is draining, codes.ResourceExhausted when its budget of
+// bytes in flight is momentarily full. The Client retries those by itself
+// (WithMaxRetries), so an error that reaches the caller with RetryAfter set
+// was refused on every attempt. A refusal without it is permanent for that
+// request (a tensor, the work or the response over a server limit).
 type Error struct {
-	Code    codes.Code
-	Message string
+	Code       codes.Code
+	Message    string
+	RetryAfter time.Duration
 
 	// The status as received; nil for errors raised by client-side checks.
 	status *status.Status
@@ -71,14 +89,36 @@ func invalidArgument(field, format string, args ...interface{}) *Error {
 	}
 }
 
-// fromRPC wraps an error returned by a generated stub.
-func fromRPC(err error) error {
-	if err == nil {
-		return nil
-	}
+// fromRPC wraps a non-nil error returned by a generated stub (or by Dial);
+// trailer is the call's trailing metadata (nil when there is none), where
+// the retry hint travels.
+func fromRPC(err error, trailer metadata.MD) *Error {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err)
 	}
-	return &Error{Code: st.Code(), Message: st.Message(), status: st}
+	return &Error{Code: st.Code(), Message: st.Message(), RetryAfter: retryAfter(trailer), status: st}
+}
+
+// retryAfter reads the retry hint: a non-negative decimal number of
+// milliseconds (at most 12 digits), else 0: absent, negative or not a
+// number is no hint, and the call is not retried. A hint of 0 ms ("retry at
+// once") reads as 1 ms, so that RetryAfter > 0 exactly when there was one.
+func retryAfter(trailer metadata.MD) time.Duration {
+	v := trailer.Get(RetryPushbackKey)
+	if len(v) == 0 {
+		return 0
+	}
+	s := strings.TrimSpace(v[0])
+	if s == "" || len(s) > 12 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	if ms == 0 {
+		ms = 1
+	}
+	return time.Duration(ms) * time.Millisecond
 }

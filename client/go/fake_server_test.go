@@ -29,9 +29,50 @@ type fakeServer struct {
 	resp     *pb.VerifyResponse
 	err      error
 	block    bool
+
+	// The first refusals calls (any method) fail with refusalCode and, when
+	// pushback is not "", the grpc-retry-pushback-ms trailer. calls counts
+	// every call; remaining is each call's time to its deadline as the
+	// server saw it (-1: no deadline).
+	refusals    int
+	refusalCode codes.Code
+	pushback    string
+	calls       int
+	remaining   []time.Duration
+}
+
+// refuse counts the call and returns the scripted refusal, or nil once the
+// refusals are used up.
+func (f *fakeServer) refuse(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	left := time.Duration(-1)
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	f.remaining = append(f.remaining, left)
+	if f.calls > f.refusals {
+		return nil
+	}
+	if f.pushback == "" {
+		return status.Error(f.refusalCode, "refused")
+	}
+	grpc.SetTrailer(ctx, metadata.Pairs(RetryPushbackKey, f.pushback))
+	return status.Errorf(f.refusalCode, "server busy; retry after %s ms", f.pushback)
+}
+
+// counts is calls and remaining, read under the lock.
+func (f *fakeServer) counts() (int, []time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, append([]time.Duration(nil), f.remaining...)
 }
 
 func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.VerifyResponse, error) {
+	if err := f.refuse(ctx); err != nil {
+		return nil, err
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.mu.Lock()
 	f.lastReq, f.lastAuth = req, md.Get("authorization")
@@ -48,7 +89,10 @@ func (f *fakeServer) Diagnose(ctx context.Context, req *pb.VerifyRequest) (*pb.V
 	return f.Verify(ctx, req)
 }
 
-func (f *fakeServer) GetCapabilities(context.Context, *pb.GetCapabilitiesRequest) (*pb.GetCapabilitiesResponse, error) {
+func (f *fakeServer) GetCapabilities(ctx context.Context, _ *pb.GetCapabilitiesRequest) (*pb.GetCapabilitiesResponse, error) {
+	if err := f.refuse(ctx); err != nil {
+		return nil, err
+	}
 	return &pb.GetCapabilitiesResponse{
 		ServerVersion:    "fake",
 		DefaultReference: "cpu:fp64",
