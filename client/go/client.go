@@ -32,7 +32,8 @@ const maxRetryWait = 30 * time.Second
 const retryJitter = 0.1
 
 // Client calls a tensorcheck server. It is safe for concurrent use; make one
-// per target and Close it when done.
+// per target and Close it when done. Calls refused with the server's retry
+// hint are retried (WithMaxRetries).
 type Client struct {
 	conn       *grpc.ClientConn
 	stub       pb.TensorCheckClient

@@ -22,6 +22,10 @@
 // are *Error values carrying the gRPC status code and the server's message;
 // requests with obvious mistakes (data length vs shape) are refused before
 // they are sent, with codes.InvalidArgument and a message naming the field.
+// A call the server refuses with a retry hint (Unavailable or
+// ResourceExhausted with grpc-retry-pushback-ms: queue full, draining, bytes
+// in flight over budget) is sent again after the hinted wait, up to
+// WithMaxRetries times and never past the context's deadline.
 //
 // The generated protocol code lives in the tensorcheckpb subpackage.
 package tensorcheck
