@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 
 namespace tensorcheck {
@@ -44,6 +45,10 @@ struct RunOptions {
   int repeat = 1;
   // GPU backends: forbid reduced-precision reductions.
   bool disallow_reduced_precision_reduction = false;
+  // The request's stop signal (null: never stops). Backends check it
+  // between bounded pieces of work (GEMM tiles, repeats, kernel launches)
+  // and return its status (CANCELLED or DEADLINE_EXCEEDED) when it fires.
+  const StopSignal* stop = nullptr;
 };
 
 struct RunResult {

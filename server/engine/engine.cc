@@ -67,7 +67,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 }
 
 absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
-                                              const std::vector<std::string>& config_specs) const {
+                                              const std::vector<std::string>& config_specs,
+                                              bool diagnose, const StopSignal* stop) const {
   Plan plan;
   const Tensor& x = req.input;
   const Tensor& w = req.weight;
@@ -228,17 +229,54 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
   plan.compare.top_k = req.top_k == 0 ? 10 : req.top_k;
   plan.compare.top_groups = req.top_groups == 0 ? 5 : req.top_groups;
   plan.compare.executor = options_.executor;
+  plan.compare.stop = stop;
   plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
   plan.run.disallow_reduced_precision_reduction = req.disallow_reduced_precision_reduction;
+  plan.run.stop = stop;
+  TC_RETURN_IF_ERROR(CheckCost(plan, req, diagnose));
   return plan;
 }
 
-absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request) const {
-  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, request.configs));
+absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool diagnose) const {
+  const RequestLimits& limits = options_.limits;
+  // Work: every run of every configuration, the reference's included.
+  const int64_t runs = static_cast<int64_t>(plan.configs.size() + 1) * plan.run.repeat;
+  const int64_t macs = plan.m * plan.n * plan.k;  // <= max_macs, checked above
+  if (macs > limits.max_work_macs / runs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("work: M*N*K = ", macs, " multiply-adds x ", plan.configs.size(),
+                     " configurations (+ the reference) x ", plan.run.repeat,
+                     " repeats exceeds the limit of ", limits.max_work_macs,
+                     " multiply-adds per request; ask for fewer configurations or "
+                     "repeats, or split the layer"));
+  }
+  // The response: statistics, and the outputs when asked for (a diagnosis
+  // returns the reference's and one candidate's).
+  const int64_t results = static_cast<int64_t>(plan.configs.size()) + 1;
+  const int64_t per_result_stats =
+      int64_t{4096} + int64_t{96} * plan.compare.top_k + int64_t{64} * plan.compare.top_groups;
+  int64_t bytes = results * per_result_stats;
+  if (req.return_outputs) {
+    const int64_t outputs = diagnose ? 2 : results;
+    bytes += outputs * (plan.m * plan.n * static_cast<int64_t>(ItemSize(plan.output_dtype)) + 64);
+  }
+  if (bytes > limits.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "output.return_outputs: the response would need about ", bytes,
+        " bytes, over the message limit of ", limits.max_message_bytes,
+        " bytes; ask without return_outputs, for fewer configurations or a smaller top_k"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
+                                             const StopSignal* stop) const {
+  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, request.configs, /*diagnose=*/false, stop));
   return Run(request, plan, /*artifacts=*/nullptr);
 }
 
-absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) const {
+absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
+                                               const StopSignal* stop) const {
   if (!request.observed) {
     return absl::InvalidArgumentError("observed: the output to diagnose is required, got none");
   }
@@ -247,9 +285,10 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request) con
     candidates =
         DefaultCandidates(request.input.dtype(), request.bias.has_value(), request.activation);
   }
-  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, candidates));
+  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, candidates, /*diagnose=*/true, stop));
   Artifacts artifacts;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, &artifacts));
+  TC_RETURN_IF_ERROR(CheckStop(stop));
   DiagnosisInput in;
   in.observed = &*request.observed;
   in.reference = &artifacts.reference;

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
@@ -43,6 +44,10 @@ struct RequestLimits {
   int64_t max_output_elements = int64_t{64} << 20;
   // Largest problem, in multiply-adds M*N*K.
   int64_t max_macs = int64_t{1} << 37;
+  // Largest work per request, in multiply-adds: M*N*K times the
+  // configurations run (the reference included) times the repeats. About
+  // 5-10 minutes of the CPU backend on two cores; checked before running.
+  int64_t max_work_macs = int64_t{1} << 40;
   int max_configs = 64;
   int max_top_k = 1000;
   int max_top_groups = 100;
@@ -170,15 +175,20 @@ class Engine {
                                                         const BackendRegistry* registry);
 
   // Runs the reference and every configuration; compares. Errors:
-  // INVALID_ARGUMENT (names the field), RESOURCE_EXHAUSTED (limits),
+  // INVALID_ARGUMENT (names the field), RESOURCE_EXHAUSTED (limits, checked
+  // before anything runs: sizes, work, a response over the message limit),
   // NOT_FOUND (backend), FAILED_PRECONDITION (backend not on this host or
-  // configuration unsupported), INTERNAL (device failure).
-  absl::StatusOr<VerifyOutcome> Verify(const LinearRequest& request) const;
+  // configuration unsupported), INTERNAL (device failure), and CANCELLED or
+  // DEADLINE_EXCEEDED when `stop` fires (checked between configurations,
+  // repeats, GEMM tiles, statistics chunks; null: never stops).
+  absl::StatusOr<VerifyOutcome> Verify(const LinearRequest& request,
+                                       const StopSignal* stop = nullptr) const;
 
   // Verify over the candidate set (request.configs, or the default set when
   // empty) and rank the candidates against the observed output, which is
   // required.
-  absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request) const;
+  absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request,
+                                         const StopSignal* stop = nullptr) const;
 
   // Every precision x bias mode this host runs, on the best backend for
   // each (GPU before CPU emulation), for inputs stored as `storage`.
@@ -196,7 +206,10 @@ class Engine {
   struct Artifacts;  // internal/plan.h
   class Execution;   // execution.cc
   absl::StatusOr<Plan> MakePlan(const LinearRequest& request,
-                                const std::vector<std::string>& configs) const;
+                                const std::vector<std::string>& configs, bool diagnose,
+                                const StopSignal* stop) const;
+  // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
+  absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;
   // With `artifacts`, keeps what a diagnosis needs (outputs, error models).
   absl::StatusOr<VerifyOutcome> Run(const LinearRequest& request, const Plan& plan,
                                     Artifacts* artifacts) const;

@@ -164,6 +164,7 @@ class Engine::Execution {
     std::vector<LinearBackend*> batched;
     for (size_t i = 0; i < plan_.configs.size(); ++i) {
       if (results_[i].has_value()) continue;
+      TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
       LinearBackend* backend = plan_.backends[i];
       if (ComparingBackend* comparing = backend->comparing()) {
         TC_ASSIGN_OR_RETURN(results_[i], RunAndCompare(comparing, i));
@@ -208,10 +209,11 @@ class Engine::Execution {
     absl::Status run = backend->RunBatch(
         problem_, configs, plan_.run, [&](size_t index, RunResult result) -> absl::Status {
           const double ms = MillisSince(last);
-          absl::Status s;
-          if (with_reference && index == 0) {
+          // A stop ends the batch here: RunBatch returns what we return.
+          absl::Status s = CheckStop(plan_.run.stop);
+          if (s.ok() && with_reference && index == 0) {
             s = OnReference(std::move(result), ms);
-          } else {
+          } else if (s.ok()) {
             const size_t i = members[index - (with_reference ? 1 : 0)];
             auto o = OutcomeOf(i, std::move(result), ms);
             if (o.ok()) {
@@ -355,8 +357,8 @@ class Engine::Execution {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
-    const MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout,
-                                     problem_.m,     problem_.n,      problem_.k};
+    const MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout, problem_.m,
+                                     problem_.n,     problem_.k,      plan_.run.stop};
     TC_RETURN_IF_ERROR(ComputeMagnitudeSums(
         operands, MagnitudeSums{bound_used_ ? abs_dot_.data() : nullptr, sq_dot_.data(),
                                 need_dot ? dot_.data() : nullptr}));

@@ -4,6 +4,7 @@
 #include "server/stats/diff_stats.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -164,14 +165,25 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
   // gives the same result for any split, hence for any executor. Fewer,
   // larger chunks for large top_k, whose lists each chunk keeps.
   const int64_t chunks_per_thread = options.top_k <= 4096 ? 4 : 1;
-  const int64_t chunks = threads == 1 ? 1 : std::min(num_blocks, threads * chunks_per_thread);
+  int64_t chunks = threads == 1 ? 1 : std::min(num_blocks, threads * chunks_per_thread);
+  if (options.stop != nullptr) {
+    chunks =
+        std::min(num_blocks, std::max(chunks, (total + kCompareStopChunk - 1) / kCompareStopChunk));
+  }
   std::vector<internal::ChunkAcc> accs;
   accs.reserve(static_cast<size_t>(chunks));
   for (int64_t c = 0; c < chunks; ++c) accs.emplace_back(options.top_k);
+  std::atomic<bool> stopped{false};
   ParallelFor(executor, chunks, [&](int64_t c) {
+    if (stopped.load(std::memory_order_relaxed)) return;
+    if (options.stop != nullptr && options.stop->stop_requested()) {
+      stopped = true;
+      return;
+    }
     internal::RunChunk(sh, num_blocks * c / chunks, num_blocks * (c + 1) / chunks,
                        accs[static_cast<size_t>(c)]);
   });
+  if (stopped) return options.stop->Check();
 
   std::vector<ElementDiff> worst;
   const DiffTotals totals = internal::MergeChunks(accs, blocks, options.top_k, &worst);

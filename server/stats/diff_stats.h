@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/dtype.h"
 #include "server/core/executor.h"
+#include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 #include "server/stats/tolerance.h"
 #include "server/stats/ulp.h"  // BitsIn, UlpDistance, UlpHistogramBucket
@@ -137,12 +138,20 @@ struct CompareOptions {
   // other callers. Small inputs use fewer of its threads (at least 2^15
   // elements each); the result is the same for any executor.
   Executor* executor = nullptr;
+  // The request's stop signal (null: never stops): checked before each
+  // chunk of at most kCompareStopChunk elements; when it fires, Compare
+  // returns its status (CANCELLED or DEADLINE_EXCEEDED).
+  const StopSignal* stop = nullptr;
   // Deprecated and ignored: Compare starts no threads of its own any more
   // (use `executor`). Kept until the engine stops setting it.
   int threads = 0;
 };
 
 inline constexpr int kMaxTopK = 1 << 16;
+
+// Elements per chunk at most, so that a stop is seen within a few tens of
+// milliseconds of one thread's work.
+inline constexpr int64_t kCompareStopChunk = int64_t{1} << 22;
 
 // INVALID_ARGUMENT when the element counts differ, `cols` is negative or
 // does not divide the element count, top_k/top_groups are out of range, or

@@ -1,13 +1,13 @@
 #include "server/stats/magnitude_sums.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/status_macros.h"
+#include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
 namespace {
@@ -46,20 +46,6 @@ absl::StatusOr<std::unique_ptr<float[]>> FloatCopy(const Tensor& t) {
   return p;
 }
 
-// c[m, n] = x[m, k] * w^T, the layout as BLAS's transpose flag.
-void Sgemm(const MagnitudeOperands& op, const float* x, const float* w, float* c) {
-  if (op.m == 0 || op.n == 0) return;
-  if (op.k == 0) {
-    std::fill(c, c + op.m * op.n, 0.0f);
-    return;
-  }
-  const bool out_in = op.layout == WeightLayout::kOutIn;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans,
-              static_cast<int>(op.m), static_cast<int>(op.n), static_cast<int>(op.k), 1.0f, x,
-              static_cast<int>(op.k), w, static_cast<int>(out_in ? op.k : op.n), 0.0f, c,
-              static_cast<int>(op.n));
-}
-
 }  // namespace
 
 absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, const MagnitudeSums& out) {
@@ -72,14 +58,15 @@ absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, const MagnitudeSu
   float* ws = w->get();
   const int64_t nx = op.input->numel();
   const int64_t nw = op.weight->numel();
-  if (out.dot != nullptr) Sgemm(op, xs, ws, out.dot);
+  auto gemm = [&](float* c) { return BlasGemm(xs, ws, op.layout, op.m, op.n, op.k, c, op.stop); };
+  if (out.dot != nullptr) TC_RETURN_IF_ERROR(gemm(out.dot));
   for (int64_t i = 0; i < nx; ++i) xs[i] = std::fabs(xs[i]);
   for (int64_t i = 0; i < nw; ++i) ws[i] = std::fabs(ws[i]);
-  if (out.abs_dot != nullptr) Sgemm(op, xs, ws, out.abs_dot);
+  if (out.abs_dot != nullptr) TC_RETURN_IF_ERROR(gemm(out.abs_dot));
   if (out.sq_dot != nullptr) {
     for (int64_t i = 0; i < nx; ++i) xs[i] *= xs[i];
     for (int64_t i = 0; i < nw; ++i) ws[i] *= ws[i];
-    Sgemm(op, xs, ws, out.sq_dot);
+    TC_RETURN_IF_ERROR(gemm(out.sq_dot));
     const int64_t mn = op.m * op.n;
     for (int64_t i = 0; i < mn; ++i) out.sq_dot[i] = std::sqrt(out.sq_dot[i]);
   }

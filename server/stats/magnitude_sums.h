@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 
 namespace tensorcheck {
@@ -30,6 +31,8 @@ struct MagnitudeOperands {
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
   WeightLayout layout = WeightLayout::kOutIn;
   int64_t m = 0, n = 0, k = 0;
+  // Checked between GEMM tiles; a stop returns its status (null: never).
+  const StopSignal* stop = nullptr;
 };
 
 // Outputs of m*n floats each, allocated by the caller; null: not computed.

@@ -20,6 +20,7 @@
 #include "server/backends/cpu/internal/fp16_accumulate.h"
 #include "server/core/float_formats.h"
 #include "server/core/status_macros.h"
+#include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
 
@@ -110,34 +111,6 @@ absl::StatusOr<const double*> DoubleOperand(const Tensor& t, std::unique_ptr<dou
   TC_ASSIGN_OR_RETURN(*owned, internal::Allocate<double>(t.numel()));
   ToDouble(t, owned->get());
   return static_cast<const double*>(owned->get());
-}
-
-// c[m, n] = x[m, k] * w^T, w stored [n, k] (OUT_IN) or [k, n] (IN_OUT); the
-// layout becomes BLAS's transpose flag, never a copy.
-void Gemm(const float* x, const float* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
-          float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, 0.0f);
-    return;
-  }
-  const bool out_in = layout == WeightLayout::kOutIn;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), 1.0f, x, static_cast<int>(k), w,
-              static_cast<int>(out_in ? k : n), 0.0f, c, static_cast<int>(n));
-}
-
-void Gemm(const double* x, const double* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
-          double* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, 0.0);
-    return;
-  }
-  const bool out_in = layout == WeightLayout::kOutIn;
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, out_in ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), 1.0, x, static_cast<int>(k), w,
-              static_cast<int>(out_in ? k : n), 0.0, c, static_cast<int>(n));
 }
 
 // ---- Epilogue: bias, activation and the output rounding, in one pass.
@@ -342,14 +315,15 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
 
 // x.W^T of one Arithmetic before any epilogue: [m, n] in fp32, or fp64
 // for kFp64.
-absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads) {
+absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
+                                  const StopSignal* stop) {
   switch (a.kind) {
     case Arithmetic::kFp64: {
       std::unique_ptr<double[]> x_owned, w_owned;
       TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
       TC_ASSIGN_OR_RETURN(const double* w, DoubleOperand(*p.weight, &w_owned));
       TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat64, {p.m, p.n}));
-      Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<double>());
+      TC_RETURN_IF_ERROR(BlasGemm(x, w, p.layout, p.m, p.n, p.k, acc.data<double>(), stop));
       return acc;
     }
     case Arithmetic::kFp32:
@@ -359,10 +333,10 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
       TC_ASSIGN_OR_RETURN(const float* w, FloatOperand(*p.weight, a.rounding, &w_owned));
       TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
       if (a.kind == Arithmetic::kFp16Acc) {
-        TC_RETURN_IF_ERROR(
-            internal::Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k, threads, acc.data<float>()));
+        TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k, threads,
+                                                    acc.data<float>(), stop));
       } else {
-        Gemm(x, w, p.layout, p.m, p.n, p.k, acc.data<float>());
+        TC_RETURN_IF_ERROR(BlasGemm(x, w, p.layout, p.m, p.n, p.k, acc.data<float>(), stop));
       }
       return acc;
     }
@@ -428,13 +402,14 @@ absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem, const Co
   TC_RETURN_IF_ERROR(CheckProblem(problem));
   const Arithmetic arithmetic = ArithmeticOf(problem, config.precision);
   auto run_once = [&]() -> absl::StatusOr<Tensor> {
-    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads()));
+    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads(), options.stop));
     return Finish(problem, config, acc, /*in_place=*/true);
   };
   RunResult result;
   TC_ASSIGN_OR_RETURN(result.output, run_once());
   const int repeat = std::max(1, options.repeat);
   for (int r = 1; r < repeat; ++r) {
+    TC_RETURN_IF_ERROR(CheckStop(options.stop));
     TC_ASSIGN_OR_RETURN(Tensor again, run_once());
     if (again.bytes() != result.output.bytes()) result.deterministic = false;
   }
@@ -477,7 +452,8 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
   for (const Group& group : groups) {
     const std::vector<size_t>& members = group.members;
     const Config& first = configs[members.front()];
-    absl::StatusOr<Tensor> accumulated = Accumulate(problem, group.arithmetic, threads());
+    absl::StatusOr<Tensor> accumulated =
+        Accumulate(problem, group.arithmetic, threads(), options.stop);
     if (!accumulated.ok()) {
       return WithConfigContext(accumulated.status(), first);
     }

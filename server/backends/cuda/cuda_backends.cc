@@ -94,6 +94,8 @@ struct Request {
   int64_t m = 0, n = 0, k = 0;
   DType out = DType::kFloat32;
   int repeat = 1;
+  // The request's stop signal, checked between launches (null: never).
+  const StopSignal* stop = nullptr;
   bool lt = false;  // the cublaslt flavour
   Plan plan;
   // The bias on the device: Lt, in D's type; cublas, as stored.
@@ -129,6 +131,7 @@ Request PlanOperands(const LinearProblem& problem, const Config& config, const R
   r.k = problem.k;
   r.out = problem.output_dtype;
   r.repeat = options.repeat;
+  r.stop = options.stop;
   r.lt = lt;
   const int64_t m = r.m, n = r.n, k = r.k;
   const Tensor& x = *problem.input;
@@ -271,9 +274,15 @@ absl::StatusOr<std::unique_ptr<GemmCall>> PrepareGemm(const Request& r, CudaCont
 
 // Run: the layer `repeat` times; every run after the first writes a second
 // output, compared bit for bit with the first (the flag says whether any
-// differed).
+// differed). With a stop signal, each run after the first waits for the
+// one before and checks it, so a cancelled request leaves at most one GEMM
+// on the device rather than `repeat` of them.
 absl::Status RunRepeated(const Request& r, GemmCall& gemm) {
   for (int i = 0; i < r.repeat; ++i) {
+    if (i > 0 && r.stop != nullptr) {
+      TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(r.stream));
+      TC_RETURN_IF_ERROR(r.stop->Check());
+    }
     char* dst = i == 0 ? r.at(r.out0) : r.at(r.out1);
     TC_RETURN_IF_ERROR(gemm.Run(dst));
     if (i > 0) {
@@ -527,6 +536,7 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
     return absl::ResourceExhaustedError(
         absl::StrCat("configuration ", cfg, ": device memory size overflows"));
   }
+  TC_RETURN_IF_ERROR(CheckStop(options.stop));
   TC_RETURN_IF_ERROR(Reserve(ctx, r));
   const auto t_device = Clock::now();
   TC_RETURN_IF_ERROR(UploadInputs(r));
@@ -535,6 +545,7 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunLocked(
   TC_ASSIGN_OR_RETURN(std::unique_ptr<GemmCall> gemm,
                       PrepareGemm(r, ctx, options, cfg, device_name, &result.details));
   TC_RETURN_IF_ERROR(RunRepeated(r, *gemm));
+  TC_RETURN_IF_ERROR(CheckStop(options.stop));
   TC_RETURN_IF_ERROR(EnqueueComparisons(r, comparisons));
   TC_RETURN_IF_ERROR(Download(r, return_output, &result));
   const auto t_finish = Clock::now();

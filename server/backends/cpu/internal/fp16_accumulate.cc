@@ -420,11 +420,28 @@ void SplitRows(int64_t m, int64_t n, int64_t k, int threads, Rows rows) {
   for (auto& th : pool) th.join();
 }
 
+// Rows [begin, end) in slices of about kFp16AccSliceMacs multiply-adds
+// (rows are independent: slicing changes no bit), checking `stop` before
+// each. False when it fired.
+template <typename Rows>
+bool RowsInSlices(int64_t begin, int64_t end, int64_t n, int64_t k, const StopSignal* stop,
+                  Rows rows) {
+  // About 30 ms of the AVX2 kernel on one core.
+  constexpr int64_t kFp16AccSliceMacs = int64_t{1} << 27;
+  const int64_t per_row = std::max<int64_t>(1, n * std::max<int64_t>(k, 1));
+  const int64_t slice = std::max<int64_t>(1, kFp16AccSliceMacs / per_row);
+  for (int64_t r = begin; r < end; r += slice) {
+    if (stop != nullptr && stop->stop_requested()) return false;
+    rows(r, std::min(end, r + slice));
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
-                            int64_t n, int64_t k, int threads, float* acc) {
-  if (m == 0 || n == 0) return absl::OkStatus();
+                            int64_t n, int64_t k, int threads, float* acc, const StopSignal* stop) {
+  if (m == 0 || n == 0) return CheckStop(stop);
 #ifdef TC_FP16ACC_AVX2
   if (UseFp16AccAvx2()) {
     const int64_t panels = (n + kFp16AccNr - 1) / kFp16AccNr;
@@ -435,15 +452,19 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
     const float* wp = wpack.get();
     const double* wm = wmax.get();
     SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
-      Fp16AccumulateRowsAvx2(x, wp, wm, begin, end, n, k, acc);
+      RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
+        Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc);
+      });
     });
-    return absl::OkStatus();
+    return CheckStop(stop);
   }
 #endif
   SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
-    Fp16AccumulateRowsScalar(x, w, layout, begin, end, n, k, acc);
+    RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
+      Fp16AccumulateRowsScalar(x, w, layout, b, e, n, k, acc);
+    });
   });
-  return absl::OkStatus();
+  return CheckStop(stop);
 }
 
 }  // namespace tensorcheck::internal

@@ -9,7 +9,9 @@
 // the fp16 sums as floats. An AVX2+FMA kernel (exact fma in double, one
 // round-to-nearest-even to fp16 per step) runs where the CPU has one, bit
 // for bit the scalar loop, which TENSORCHECK_FP16ACC_SCALAR=1 forces.
-// Rows are split over `threads` threads. RESOURCE_EXHAUSTED when the packed
+// Rows are split over `threads` threads, each working through its rows in
+// slices of bounded work and checking `stop` (null: never stops) before
+// each; a stop returns its status. RESOURCE_EXHAUSTED when the packed
 // weight cannot be allocated.
 #pragma once
 
@@ -17,10 +19,12 @@
 
 #include "absl/status/status.h"
 #include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
 
 namespace tensorcheck::internal {
 
 absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
-                            int64_t n, int64_t k, int threads, float* acc);
+                            int64_t n, int64_t k, int threads, float* acc,
+                            const StopSignal* stop = nullptr);
 
 }  // namespace tensorcheck::internal
