@@ -1,0 +1,144 @@
+"""A shared server under load that no request can hold hostage: a CI-sized
+run of bench/loadgen.py against a server with tight limits.
+
+The server runs with 2 workers, a queue of 4 and a 256 MiB budget of bytes
+in flight; 8 clients send about 60 mixed requests (small and large
+verifications, requests cancelled mid-flight, requests with short
+deadlines), then a phase of long requests that are all cancelled or expire.
+The run is bounded: no request starts after 30 s, every one ends by 45 s,
+and the whole load generator takes about a minute at most.
+
+What must hold:
+- every answer is OK or one of the refusals a loaded server gives
+  (UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, CANCELLED), and every
+  UNAVAILABLE (queue full) carries the retry hint;
+- the server's peak memory (VmHWM) stays within its idle RSS + the
+  in-flight budget + MEMORY_MARGIN (below);
+- a cancelled or expired request stops computing: the server's CPU time in
+  the 2 s after the last cancellation, above its idle rate, is at most
+  CPU_PER_CANCELLED_S per cancelled request;
+- the server still answers a small request afterwards, and exits cleanly.
+
+Under a sanitizer (scripts/sanitize.sh sets ASAN_OPTIONS) memory and CPU
+figures measure the sanitizer, so only the status codes and the server's
+health are checked there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+grpc = pytest.importorskip("grpc")
+tensorcheck = pytest.importorskip("tensorcheck")
+
+from e2e_support import REPO, ServerProcess  # noqa: E402
+
+LOADGEN = REPO / "bench" / "loadgen.py"
+MiB = 1 << 20
+
+CLIENTS = 8
+REQUESTS = 60
+MAX_INFLIGHT_BYTES = 256 * MiB
+SERVER_FLAGS = ("--threads", "2", "--max-queue", "4",
+                "--max-inflight-bytes", str(MAX_INFLIGHT_BYTES))
+
+# What the server may hold beyond its in-flight budget: a request's message
+# is received whole before admission can refuse it, so each client can have
+# one large message in gRPC's buffers (CLIENTS x the largest request,
+# 8 x 24 MiB here); plus 64 MiB for the allocator's slack, the workers' and
+# statistics threads' scratch and the responses being sent.
+FIXED_MARGIN = 64 * MiB
+
+# The server's contract: a cancelled or expired request stops computing
+# within ~100 ms of CPU on the CPU backend. Measured as the server's CPU
+# time (above idle) in the 2 s after the last cancellation, divided by the
+# phase's cancelled requests.
+CPU_PER_CANCELLED_S = 0.1
+
+ALLOWED_CODES = {"OK", "UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED"}
+
+
+def sanitized() -> bool:
+    return bool(os.environ.get("ASAN_OPTIONS") or os.environ.get("TSAN_OPTIONS"))
+
+
+def run_loadgen(server: ServerProcess, out: Path) -> tuple[dict, str]:
+    cmd = [sys.executable, str(LOADGEN),
+           "--address", server.address, "--server-pid", str(server.proc.pid),
+           "--clients", str(CLIENTS), "--requests", str(REQUESTS),
+           "--seconds", "30", "--drain-seconds", "15", "--settle-seconds", "10",
+           "--quiet-seconds", "2", "--seed", "1", "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, f"loadgen failed ({r.returncode}):\n{text}"
+    return json.loads(out.read_text()), text
+
+
+def small_request_passes(address: str) -> bool:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 16), dtype=np.float32)
+    w = rng.standard_normal((8, 16), dtype=np.float32)
+    with tensorcheck.Client(address, timeout=60) as client:
+        return client.verify_linear(x, w, configs=["cpu:fp32"]).passed
+
+
+def test_mixed_load_and_cancellations_leave_the_server_bounded_and_serving(tmp_path):
+    server = ServerProcess(*SERVER_FLAGS)
+    try:
+        report, text = run_loadgen(server, tmp_path / "load.json")
+        print(text)  # shown with the failure, and with pytest -s
+        # One run is expensive: collect every broken property, then fail once.
+        problems: list[str] = []
+
+        codes = report["codes"]
+        if not set(codes) <= ALLOWED_CODES:
+            problems.append(f"status codes other than {sorted(ALLOWED_CODES)}: {codes}")
+        if not codes.get("OK"):
+            problems.append("no request succeeded")
+        hintless = sum(report[phase]["refusals_without_pushback"].get("UNAVAILABLE", 0)
+                       for phase in ("mixed", "cancel_phase"))
+        if hintless:
+            problems.append(f"{hintless} UNAVAILABLE refusals without grpc-retry-pushback-ms")
+        if not report["answers_after"] or not report["server_alive"]:
+            problems.append(f"after the load the server answered {report['answer_after_codes']} "
+                            f"(alive: {report['server_alive']})")
+
+        if not sanitized():
+            memory = report["memory"]
+            margin = CLIENTS * report["workload"]["large_request_bytes"] + FIXED_MARGIN
+            bound = memory["idle_rss_bytes"] + MAX_INFLIGHT_BYTES + margin
+            if memory["hwm_bytes"] > bound:
+                problems.append(
+                    f"peak RSS {memory['hwm_bytes'] / MiB:.0f} MiB > idle "
+                    f"{memory['idle_rss_bytes'] / MiB:.0f} MiB + budget "
+                    f"{MAX_INFLIGHT_BYTES / MiB:.0f} MiB + margin {margin / MiB:.0f} MiB")
+
+            phase = report["cancel_phase"]
+            per = phase["cpu_seconds_per_cancelled"]
+            if not phase["cancelled_or_expired"]:
+                problems.append("no long request was in flight to cancel")
+            elif per > CPU_PER_CANCELLED_S:
+                problems.append(
+                    f"the server spent {phase['server_cpu_seconds']:.2f} s of CPU in the "
+                    f"{phase['window_seconds']:.1f} s after the last cancellation: {per:.3f} s "
+                    f"per cancelled request, at most {CPU_PER_CANCELLED_S} allowed "
+                    f"(quiet before the phase: {phase.get('settled')})")
+
+        # Independently of the load generator: a client gets an answer.
+        if not small_request_passes(server.address):
+            problems.append("a small verification did not pass")
+        if server.proc.poll() is not None:
+            problems.append(f"the server exited with {server.proc.returncode}")
+        assert not problems, "\n".join(["", *problems, "", text])
+        if sanitized():
+            pytest.skip("under a sanitizer: status codes and health checked; memory and CPU "
+                        "figures would measure the sanitizer")
+    finally:
+        assert server.stop() == 0
