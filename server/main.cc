@@ -3,14 +3,18 @@
 //   tensorcheck-server --port 0       # prints "listening on HOST:PORT"
 //
 // SIGINT/SIGTERM: health goes NOT_SERVING, new requests are refused,
-// in-flight ones get --shutdown-grace-seconds to finish, then exit 0. A
-// sticky device error exits 1 so the orchestrator restarts the process.
+// in-flight ones get --shutdown-grace-seconds to finish, those still
+// running are then cancelled, and the process exits 0 within the grace
+// period plus a few seconds (3 if it had to be forced). A sticky device
+// error exits 1 so the orchestrator restarts the process.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -24,6 +28,22 @@
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port.");
 ABSL_FLAG(int, max_message_mb, 256, "Largest request or response, in MiB.");
+ABSL_FLAG(int, max_tensor_mb, 0,
+          "Largest single tensor, in MiB, at most --max-message-mb (a tensor travels inside one "
+          "message); 0: 256 or --max-message-mb if smaller.");
+ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,
+          "Host memory all requests in flight may hold together, in bytes (requests beyond it "
+          "get RESOURCE_EXHAUSTED with a retry hint); 0: unlimited.");
+ABSL_FLAG(double, max_request_seconds, 300,
+          "The longest one request may run when its client set no shorter deadline.");
+ABSL_FLAG(int64_t, max_work_gmacs, int64_t{1} << 10,
+          "Largest work per request in 2^30 multiply-adds: M*N*K x configurations (with the "
+          "reference) x repeats.");
+ABSL_FLAG(double, max_connection_idle_seconds, 300,
+          "Close a connection with no call for this long; 0: never.");
+ABSL_FLAG(double, keepalive_seconds, 60,
+          "Ping an idle connection this often and drop it when no answer comes within 20 s; 0: "
+          "never.");
 ABSL_FLAG(int, threads, 0, "Worker threads running requests; 0: one per core.");
 ABSL_FLAG(int, stats_threads, 0,
           "Threads of the one statistics pool all requests share (a request's worker "
@@ -76,6 +96,44 @@ int Run() {
     return 2;
   }
   options.engine.limits.max_message_bytes = int64_t{mb} << 20;
+  int tensor_mb = absl::GetFlag(FLAGS_max_tensor_mb);
+  if (tensor_mb == 0) tensor_mb = std::min(256, mb);
+  if (tensor_mb < 1 || tensor_mb > mb) {
+    std::cerr << "--max-tensor-mb: 1..--max-message-mb (" << mb << ") expected, got " << tensor_mb
+              << "\n";
+    return 2;
+  }
+  options.engine.limits.max_tensor_bytes = int64_t{tensor_mb} << 20;
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  if (options.max_inflight_bytes < 0) {
+    std::cerr << "--max-inflight-bytes: 0 (unlimited) or a positive count expected, got "
+              << options.max_inflight_bytes << "\n";
+    return 2;
+  }
+  const double request_seconds = absl::GetFlag(FLAGS_max_request_seconds);
+  if (!(request_seconds > 0 && request_seconds <= 86400)) {
+    std::cerr << "--max-request-seconds: a value in (0, 86400] expected, got " << request_seconds
+              << "\n";
+    return 2;
+  }
+  options.max_request_time = absl::Seconds(request_seconds);
+  const int64_t gmacs = absl::GetFlag(FLAGS_max_work_gmacs);
+  if (gmacs < 1 || gmacs > (int64_t{1} << 32)) {
+    std::cerr << "--max-work-gmacs: 1..2^32 expected, got " << gmacs << "\n";
+    return 2;
+  }
+  options.engine.limits.max_work_macs = gmacs << 30;
+  for (auto [flag, value] :
+       {std::pair<const char*, double>{"--max-connection-idle-seconds",
+                                       absl::GetFlag(FLAGS_max_connection_idle_seconds)},
+        {"--keepalive-seconds", absl::GetFlag(FLAGS_keepalive_seconds)}}) {
+    if (!(value >= 0 && value <= 86400)) {
+      std::cerr << flag << ": 0..86400 expected, got " << value << "\n";
+      return 2;
+    }
+  }
+  options.max_connection_idle = absl::Seconds(absl::GetFlag(FLAGS_max_connection_idle_seconds));
+  options.keepalive_time = absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
   options.workers = absl::GetFlag(FLAGS_threads);
   // TensorCheckServer::Start sizes the workers and the statistics pool
   // together (see there).
@@ -125,10 +183,21 @@ int Run() {
     unsigned char sig = 0;
     while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    tensorcheck::LogEvent(
-        spdlog::level::info, "draining",
-        {{"signal", sig}, {"grace_seconds", absl::GetFlag(FLAGS_shutdown_grace_seconds)}});
-    (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+    const double grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+    tensorcheck::LogEvent(spdlog::level::info, "draining",
+                          {{"signal", sig}, {"grace_seconds", grace}});
+    // The last resort: Shutdown cancels what runs past the grace period
+    // and returns within a few seconds of it; should anything still hold
+    // the process (a device call that never returns), it exits anyway
+    // before the orchestrator's SIGKILL (terminationGracePeriodSeconds in
+    // deploy/ is kept above grace + this margin).
+    std::thread([grace] {
+      absl::SleepFor(absl::Seconds(grace) + tensorcheck::TensorCheckServer::kCancelGrace +
+                     absl::Seconds(5));
+      tensorcheck::LogEvent(spdlog::level::critical, "shutdown overran its deadline, exiting");
+      std::_Exit(3);
+    }).detach();
+    (*server)->Shutdown(absl::Seconds(grace));
   });
   (*server)->Wait();
   waiter.join();

@@ -329,6 +329,37 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   return outcome;
 }
 
+int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) const {
+  const Tensor& x = req.input;
+  const Tensor& w = req.weight;
+  if (x.rank() < 1 || x.numel() == 0 || w.rank() != 2) return 0;
+  const int64_t k = x.shape().back();
+  const int64_t m = x.numel() / k;
+  const int64_t n = req.layout == WeightLayout::kOutIn ? w.dim(0) : w.dim(1);
+  // Shapes past the limits are refused by MakePlan before anything runs.
+  if (n <= 0 || m > options_.limits.max_output_elements / n) return 0;
+  const int64_t mn = m * n;
+  int64_t configs = static_cast<int64_t>(req.configs.size());
+  if (diagnose && configs == 0) {
+    configs = static_cast<int64_t>(
+        DefaultCandidates(x.dtype(), req.bias.has_value(), req.activation).size());
+  }
+  const int64_t out_item = static_cast<int64_t>(ItemSize(req.output_dtype.value_or(x.dtype())));
+  // fp32 or fp64 copies of the operands: the rounded ones of a GEMM and the
+  // magnitude sums' (two at a time, fp64 at most).
+  const int64_t operands = 2 * 8 * (x.numel() + w.numel());
+  // Per output element: the fp64 accumulator, the reference as doubles,
+  // three magnitude sums and up to six error-model arrays in fp32.
+  const int64_t per_element = 8 + 8 + 3 * 4 + 6 * 4;
+  // Outputs held at once: a diagnosis keeps every candidate's; a
+  // verification the reference, the one being compared, and the returned
+  // ones. The response holds the returned outputs twice (message and
+  // serialised bytes).
+  const int64_t kept = diagnose ? configs + 1 : (req.return_outputs ? configs + 1 : 0) + 2;
+  const int64_t returned = req.return_outputs ? (diagnose ? 2 : configs + 1) : 0;
+  return operands + mn * per_element + mn * out_item * (kept + 2 * returned) + (int64_t{1} << 20);
+}
+
 std::vector<std::string> Engine::DefaultCandidates(DType storage, bool has_bias,
                                                    Activation activation) const {
   std::vector<std::string> out;

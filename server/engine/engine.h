@@ -190,6 +190,14 @@ class Engine {
   absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request,
                                          const StopSignal* stop = nullptr) const;
 
+  // Host memory the engine may hold while running `request` beyond its
+  // tensors: operand copies, accumulators, reference values, error-model
+  // arrays, the outputs it keeps and the serialised response. An upper
+  // estimate for admission by bytes (the service reserves it before
+  // running); 0 when the request is too malformed to size (MakePlan then
+  // refuses it anyway).
+  int64_t EstimateWorkingBytes(const LinearRequest& request, bool diagnose) const;
+
   // Every precision x bias mode this host runs, on the best backend for
   // each (GPU before CPU emulation), for inputs stored as `storage`.
   std::vector<std::string> DefaultCandidates(DType storage, bool has_bias,

@@ -1,10 +1,12 @@
 #include "server/service/server.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
 
@@ -51,9 +53,21 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_message_bytes);
   TC_ASSIGN_OR_RETURN(server->engine_, Engine::Create(engine_options, server->registry_.get()));
 
+  if (options.max_inflight_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_inflight_bytes: 0 (unlimited) or a positive count expected, got ",
+                     options.max_inflight_bytes));
+  }
+  if (options.max_request_time <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_request_time: a positive duration expected, got ",
+                     absl::FormatDuration(options.max_request_time)));
+  }
   ServiceOptions service_options;
   service_options.workers = workers;
   service_options.max_queue = options.max_queue;
+  service_options.max_inflight_bytes = options.max_inflight_bytes;
+  service_options.max_request_time = options.max_request_time;
   service_options.server_version = kServerVersion;
   TensorCheckServer* raw = server.get();
   service_options.on_fatal = [raw, cb = options.on_fatal](const absl::Status& s) {
@@ -61,6 +75,11 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
              {{"error", std::string(s.message())}});
     raw->SetNotServing();
     if (cb) cb(s);
+  };
+  service_options.on_saturation = [raw](bool saturated) {
+    LogEvent(spdlog::level::warn,
+             saturated ? "queue full, readiness NOT_SERVING" : "queue has room, readiness SERVING");
+    raw->SetHealth(!saturated);
   };
   server->service_ =
       std::make_unique<TensorCheckServiceImpl>(server->engine_.get(), std::move(service_options));
@@ -73,6 +92,30 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  // Messages being received count against one memory quota: gRPC stops
+  // reading from connections rather than buffering past it.
+  grpc::ResourceQuota quota("tensorcheck");
+  if (options.max_inflight_bytes > 0) {
+    quota.Resize(
+        static_cast<size_t>(std::max(options.max_inflight_bytes, limits.max_message_bytes)));
+    builder.SetResourceQuota(quota);
+  }
+  auto millis = [](absl::Duration d) {
+    return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
+  };
+  if (options.max_connection_idle > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               millis(options.max_connection_idle));
+  }
+  if (options.keepalive_time > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options.keepalive_time));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, millis(options.keepalive_timeout));
+  }
+  if (options.min_client_ping_interval > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                               millis(options.min_client_ping_interval));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  }
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -89,10 +132,20 @@ TensorCheckServer::~TensorCheckServer() { Shutdown(absl::ZeroDuration()); }
 std::string TensorCheckServer::address() const { return absl::StrCat(options_.host, ":", port_); }
 
 void TensorCheckServer::SetNotServing() {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  not_serving_latched_ = true;
   if (server_ == nullptr) return;
   auto* health = server_->GetHealthCheckService();
   health->SetServingStatus("", false);
   health->SetServingStatus(kServiceName, false);
+}
+
+void TensorCheckServer::SetHealth(bool serving) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (server_ == nullptr || not_serving_latched_) return;
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
 }
 
 void TensorCheckServer::Shutdown(absl::Duration grace) {
@@ -100,11 +153,19 @@ void TensorCheckServer::Shutdown(absl::Duration grace) {
     if (server_ == nullptr) return;
     SetNotServing();
     // Refuse new work with UNAVAILABLE while in-flight requests finish;
-    // only then stop gRPC (which would answer new calls CANCELLED).
+    // cancel what is still running when the grace period ends; only then
+    // stop gRPC (which would answer new calls CANCELLED).
     const absl::Time deadline = absl::Now() + grace;
     service_->StartDraining();
-    service_->WaitForIdle(deadline);
-    server_->Shutdown(absl::ToChronoTime(deadline));
+    if (!service_->WaitForIdle(deadline)) {
+      LogEvent(spdlog::level::warn, "grace period over, cancelling requests in flight",
+               {{"grace_seconds", absl::ToDoubleSeconds(grace)}});
+      service_->CancelAll();
+      if (!service_->WaitForIdle(absl::Now() + kCancelGrace)) {
+        LogEvent(spdlog::level::err, "requests still running after cancellation");
+      }
+    }
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   });
 }
 

@@ -29,6 +29,21 @@ struct ServerOptions {
   // Worker threads running requests; 0: hardware concurrency.
   int workers = 0;
   int max_queue = 64;
+  // Host bytes all requests in flight may hold (admission by bytes,
+  // service/admission.h); also the size of gRPC's ResourceQuota for
+  // messages being received. 0: unlimited.
+  int64_t max_inflight_bytes = int64_t{4} << 30;
+  // The longest one request may run when its client set no shorter
+  // deadline.
+  absl::Duration max_request_time = absl::Seconds(300);
+  // Connections: an idle one (no call for this long) is closed; the
+  // server pings an idle connection every keepalive_time and drops it if
+  // no answer comes within keepalive_timeout; clients may ping as often as
+  // every min_client_ping_interval. Zero: gRPC's default.
+  absl::Duration max_connection_idle = absl::Minutes(5);
+  absl::Duration keepalive_time = absl::Minutes(1);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+  absl::Duration min_client_ping_interval = absl::Seconds(10);
   BuiltinBackendOptions backends;
   // Request limits (engine.limits; max_message_bytes is gRPC's message
   // size too), the reference, statistics threads (engine.stats_threads:
@@ -49,9 +64,12 @@ class TensorCheckServer {
   int port() const { return port_; }
 
   // Health NOT_SERVING, new requests UNAVAILABLE, in-flight ones get until
-  // `grace` to finish, then the server stops. Idempotent.
+  // `grace` to finish; those still running are then cancelled (they stop
+  // at their next check, well within kCancelGrace) and the server stops.
+  // Returns within grace + kCancelGrace + about a second. Idempotent.
   void Shutdown(absl::Duration grace);
-  // Marks health NOT_SERVING (e.g. after a sticky device error).
+  static constexpr absl::Duration kCancelGrace = absl::Seconds(5);
+  // Marks health NOT_SERVING for good (a sticky device error, shutdown).
   void SetNotServing();
   // Blocks until Shutdown has completed.
   void Wait();
@@ -71,6 +89,11 @@ class TensorCheckServer {
   std::unique_ptr<TensorCheckServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::once_flag shutdown_once_;
+  // Readiness: NOT_SERVING for good once set; otherwise it follows the
+  // queue (NOT_SERVING while full).
+  std::mutex health_mu_;
+  bool not_serving_latched_ = false;
+  void SetHealth(bool serving);
 };
 
 }  // namespace tensorcheck

@@ -1,10 +1,14 @@
 #include "server/service/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
@@ -14,10 +18,6 @@ namespace tensorcheck {
 namespace {
 
 constexpr size_t kMaxStatusMessage = 2048;
-
-std::string ShapeOf(const v1::Tensor& t) {
-  return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
-}
 
 }  // namespace
 
@@ -76,84 +76,310 @@ void WorkerPool::Loop() {
   }
 }
 
+size_t WorkerPool::queued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+// One Verify or Diagnose call: its reactor (OnCancel stops the work;
+// OnDone logs what the client actually got, then deletes the call), its
+// stop signal, and what the log line says of it.
+class LinearCall final : public grpc::ServerUnaryReactor {
+ public:
+  LinearCall(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+             grpc::ByteBuffer* response, bool diagnose, absl::Time deadline,
+             bool deadline_is_server_cap)
+      : context_(context),
+        request_(request),
+        response_(response),
+        diagnose_(diagnose),
+        deadline_is_server_cap_(deadline_is_server_cap),
+        start_(absl::Now()),
+        stop_(deadline) {}
+
+  void OnCancel() override { stop_.Cancel(StopSignal::Reason::kClientCancelled); }
+
+  void OnDone() override {
+    LogOutcome();
+    delete this;
+  }
+
+  // Finishes with `status`, and the retry hint when `pushback_ms` > 0.
+  // The last thing the service does with the call.
+  void FinishWith(const absl::Status& status, int64_t pushback_ms = 0) {
+    status_ = status;
+    elapsed_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start_);
+    if (pushback_ms > 0) {
+      context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(pushback_ms));
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  absl::string_view method() const { return diagnose_ ? "Diagnose" : "Verify"; }
+
+ private:
+  friend class TensorCheckServiceImpl;
+
+  // One line per call, with the status the client got: ours when it was
+  // delivered; otherwise CANCELLED or DEADLINE_EXCEEDED (the client went
+  // away, its deadline passed, or the response could not be sent).
+  void LogOutcome() const {
+    absl::StatusCode delivered = status_.code();
+    const bool lost = context_->IsCancelled();
+    if (lost) {
+      delivered = absl::Now() >= context_deadline_ ? absl::StatusCode::kDeadlineExceeded
+                                                   : absl::StatusCode::kCancelled;
+    }
+    nlohmann::json fields = {{"method", std::string(method())},
+                             {"configs", summary_.configs},
+                             {"reference", summary_.reference},
+                             {"input", summary_.input},
+                             {"weight", summary_.weight},
+                             {"request_bytes", request_bytes_},
+                             {"elapsed_ms", std::round(elapsed_ms_ * 100) / 100},
+                             {"status", absl::StatusCodeToString(delivered)}};
+    if (lost) {
+      fields["server_status"] = absl::StatusCodeToString(status_.code());
+      fields["delivered"] = false;
+    }
+    if (!status_.ok()) fields["error"] = std::string(status_.message().substr(0, 300));
+    const bool ok = delivered == absl::StatusCode::kOk;
+    LogEvent(ok ? spdlog::level::info : spdlog::level::warn, "request", fields);
+  }
+
+  struct Summary {
+    std::string configs, reference = "default", input = "?", weight = "?";
+  };
+
+  grpc::CallbackServerContext* const context_;
+  const grpc::ByteBuffer* request_;
+  grpc::ByteBuffer* const response_;
+  const bool diagnose_;
+  const bool deadline_is_server_cap_;
+  const absl::Time start_;
+  absl::Time context_deadline_ = absl::InfiniteFuture();
+  StopSignal stop_;
+  int64_t request_bytes_ = 0;
+  Summary summary_;
+  absl::Status status_;
+  double elapsed_ms_ = 0;
+};
+
+namespace {
+
+std::string ShapeOf(const v1::Tensor& t) {
+  return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+}
+
+// The request's bytes as a VerifyRequest; INVALID_ARGUMENT when they are
+// not one (truncated, corrupt, invalid UTF-8 in a string field).
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, v1::VerifyRequest* request) {
+  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes its own
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream input(&reader);
+  input.SetTotalBytesLimit(INT32_MAX);
+  if (!request->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request: the ", bytes.Length(),
+        " bytes received are not a valid tensorcheck.v1.VerifyRequest (truncated or corrupt "
+        "protobuf, or a string field that is not UTF-8)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Refusal(ByteBudget::Outcome o, int64_t bytes, const ByteBudget& budget,
+                     absl::string_view what) {
+  if (o == ByteBudget::Outcome::kOverBudget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " needs about ", bytes, " bytes of server memory, more than its limit of ",
+        budget.limit(), " bytes for all requests in flight (--max-inflight-bytes)"));
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("server busy: ", what, " needs about ", bytes, " bytes of server memory and ",
+                   budget.in_use(), " of its ", budget.limit(),
+                   " bytes are held by requests in flight; retry later"));
+}
+
+}  // namespace
+
 TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOptions options)
-    : engine_(engine), options_(std::move(options)), pool_(options_.workers, options_.max_queue) {}
+    : engine_(engine),
+      options_(std::move(options)),
+      budget_(options_.max_inflight_bytes),
+      pool_(options_.workers, options_.max_queue) {}
 
 TensorCheckServiceImpl::~TensorCheckServiceImpl() = default;
 
 void TensorCheckServiceImpl::StartDraining() { draining_ = true; }
 
+void TensorCheckServiceImpl::CancelAll() {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  for (LinearCall* call : calls_) call->stop_.Cancel(StopSignal::Reason::kShutdown);
+}
+
 bool TensorCheckServiceImpl::WaitForIdle(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(idle_mu_);
+  std::unique_lock<std::mutex> lock(calls_mu_);
   return idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
                              [this] { return in_flight_ == 0; });
 }
 
+void TensorCheckServiceImpl::Track(LinearCall* call) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  ++in_flight_;
+  calls_.insert(call);
+}
+
+void TensorCheckServiceImpl::Untrack(LinearCall* call) {
+  {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    --in_flight_;
+    calls_.erase(call);
+  }
+  idle_cv_.notify_all();
+}
+
+void TensorCheckServiceImpl::NoteSaturation(bool saturated) {
+  if (saturated_.exchange(saturated) != saturated && options_.on_saturation) {
+    options_.on_saturation(saturated);
+  }
+}
+
+int64_t TensorCheckServiceImpl::RetryPushbackMs() const {
+  // About when a worker will be free for one more request.
+  const double waiting = static_cast<double>(pool_.max_queue()) + 1;
+  const double ms = mean_request_ms_.load() * waiting / std::max(1, options_.workers);
+  return static_cast<int64_t>(std::clamp(ms, 100.0, 30000.0));
+}
+
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(grpc::CallbackServerContext* context,
-                                                         const v1::VerifyRequest* request,
-                                                         v1::VerifyResponse* response) {
-  return RunLinear(context, request, response, /*diagnose=*/false);
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return StartLinear(context, request, response, /*diagnose=*/false);
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::Diagnose(grpc::CallbackServerContext* context,
-                                                           const v1::VerifyRequest* request,
-                                                           v1::VerifyResponse* response) {
-  return RunLinear(context, request, response, /*diagnose=*/true);
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return StartLinear(context, request, response, /*diagnose=*/true);
 }
 
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::RunLinear(grpc::CallbackServerContext* context,
-                                                            const v1::VerifyRequest* request,
-                                                            v1::VerifyResponse* response,
-                                                            bool diagnose) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::string_view method = diagnose ? "Diagnose" : "Verify";
-  const auto start = std::chrono::steady_clock::now();
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response,
+                                                              bool diagnose) {
+  // The deadline: the client's, or the server's cap on one request.
+  const absl::Time cap = absl::Now() + options_.max_request_time;
+  absl::Time client = absl::InfiniteFuture();
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    client = absl::FromChrono(context->deadline());
+  }
+  auto* call = new LinearCall(context, request, response, diagnose, std::min(cap, client),
+                              /*deadline_is_server_cap=*/cap < client);
+  call->context_deadline_ = client;
+  call->request_bytes_ = static_cast<int64_t>(request->Length());
   if (draining_) {
-    const absl::Status s = absl::UnavailableError("server is shutting down");
-    LogRequest(method, request, 0, s);
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+    call->FinishWith(absl::UnavailableError("server is shutting down; retry on another replica"),
+                     RetryPushbackMs());
+    return call;
   }
-  auto task = [this, context, request, response, reactor, diagnose, method, start] {
-    absl::Status status = [&]() -> absl::Status {
-      if (context->IsCancelled()) {
-        return absl::CancelledError("the client cancelled the request");
-      }
-      TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(*request, engine_->options().limits));
-      TC_ASSIGN_OR_RETURN(VerifyOutcome outcome,
-                          diagnose ? engine_->Diagnose(req) : engine_->Verify(req));
-      ToProto(outcome, response);
-      return absl::OkStatus();
-    }();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    LogRequest(method, request, ms, status);
-    if (IsFatalDeviceError(status) && options_.on_fatal && !fatal_reported_.exchange(true)) {
-      options_.on_fatal(status);
-    }
-    reactor->Finish(ToGrpcStatus(status));
-    {
-      std::lock_guard<std::mutex> lock(idle_mu_);
-      --in_flight_;
-    }
-    idle_cv_.notify_all();
-  };
+  // Before parsing: the received bytes and the parsed message.
+  ByteBudget::Reservation reservation;
+  const int64_t parse_bytes = 2 * call->request_bytes_;
+  const ByteBudget::Outcome admitted = budget_.TryReserve(parse_bytes, &reservation);
+  if (admitted != ByteBudget::Outcome::kAdmitted) {
+    call->FinishWith(Refusal(admitted, parse_bytes, budget_, "this request"),
+                     admitted == ByteBudget::Outcome::kBusy ? RetryPushbackMs() : 0);
+    return call;
+  }
+  Track(call);
+  auto held = std::make_shared<ByteBudget::Reservation>(std::move(reservation));
+  if (!pool_.TrySubmit([this, call, held] {
+        ByteBudget::Reservation r(std::move(*held));
+        Work(call, &r);
+      })) {
+    Untrack(call);
+    NoteSaturation(true);
+    call->FinishWith(absl::UnavailableError(absl::StrCat("server busy: ", options_.max_queue,
+                                                         " requests already queued; retry later")),
+                     RetryPushbackMs());
+  }
+  return call;
+}
+
+void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* reservation) {
+  if (saturated_ && pool_.queued() < pool_.max_queue()) NoteSaturation(false);
+  bool retry_later = false;
+  absl::Status status = Execute(call, reservation, &retry_later);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded && IsStopStatus(status) &&
+      call->deadline_is_server_cap_) {
+    status = absl::DeadlineExceededError(
+        absl::StrCat("the request ran longer than this server's limit of ",
+                     absl::FormatDuration(options_.max_request_time),
+                     " per request (--max-request-seconds); set a deadline, or ask for less work"));
+  }
+  if (IsFatalDeviceError(status) && options_.on_fatal && !fatal_reported_.exchange(true)) {
+    options_.on_fatal(status);
+  }
+  if (status.ok()) {
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - call->start_);
+    mean_request_ms_.store(0.8 * mean_request_ms_.load() + 0.2 * ms);
+  }
+  Untrack(call);
+  call->FinishWith(status, retry_later ? RetryPushbackMs() : 0);  // the call may be gone after this
+}
+
+absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reservation* reservation,
+                                             bool* retry_later) {
+  TC_RETURN_IF_ERROR(call->stop_.Check());  // cancelled or expired while queued
+  LinearRequest req;
   {
-    std::lock_guard<std::mutex> lock(idle_mu_);
-    ++in_flight_;
+    v1::VerifyRequest proto;
+    TC_RETURN_IF_ERROR(ParseRequest(*call->request_, &proto));
+    // The received bytes are not needed any more; gRPC would keep them
+    // until the call ends.
+    const_cast<grpc::ByteBuffer*>(call->request_)->Clear();
+    LinearCall::Summary& s = call->summary_;
+    s.configs = absl::StrJoin(proto.configs(), ",");
+    if (!proto.reference().empty()) s.reference = proto.reference();
+    s.input = ShapeOf(proto.op().input());
+    s.weight = ShapeOf(proto.op().weight());
+    TC_ASSIGN_OR_RETURN(req, FromProto(proto, engine_->options().limits));
   }
-  if (!pool_.TrySubmit(std::move(task))) {
-    {
-      std::lock_guard<std::mutex> lock(idle_mu_);
-      --in_flight_;
-    }
-    idle_cv_.notify_all();
-    const absl::Status s = absl::UnavailableError(
-        absl::StrCat("server busy: ", options_.max_queue, " requests already queued; retry later"));
-    LogRequest(method, request, 0, s);
-    reactor->Finish(ToGrpcStatus(s));
+  // Now the shapes are known: the tensors and the engine's working memory.
+  const int64_t tensors = static_cast<int64_t>(req.input.nbytes() + req.weight.nbytes() +
+                                               (req.bias ? req.bias->nbytes() : 0) +
+                                               (req.observed ? req.observed->nbytes() : 0));
+  const int64_t need = tensors + engine_->EstimateWorkingBytes(req, call->diagnose_);
+  const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
+  if (admitted != ByteBudget::Outcome::kAdmitted) {
+    *retry_later = admitted == ByteBudget::Outcome::kBusy;
+    return Refusal(admitted, need, budget_, "this request");
   }
-  return reactor;
+  TC_RETURN_IF_ERROR(call->stop_.Check());
+  v1::VerifyResponse response;
+  {
+    TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, call->diagnose_
+                                                   ? engine_->Diagnose(req, &call->stop_)
+                                                   : engine_->Verify(req, &call->stop_));
+    req = LinearRequest();  // the tensors go before the response is built
+    ToProto(outcome, &response);
+  }
+  bool own_buffer = false;
+  const grpc::Status serialized =
+      grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::VerifyResponse>(response, call->response_,
+                                                                          &own_buffer);
+  if (!serialized.ok()) {
+    return absl::InternalError(absl::StrCat("response: ", serialized.error_message()));
+  }
+  const int64_t size = static_cast<int64_t>(call->response_->Length());
+  if (size > engine_->options().limits.max_message_bytes) {
+    call->response_->Clear();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("response: ", size, " bytes exceed the message limit of ",
+                     engine_->options().limits.max_message_bytes,
+                     " bytes; ask without return_outputs or for fewer configurations"));
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
@@ -211,20 +437,6 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
       di->set_cublas_version(d.cublas_version);
     }
   }
-}
-
-void TensorCheckServiceImpl::LogRequest(absl::string_view method, const v1::VerifyRequest* request,
-                                        double elapsed_ms, const absl::Status& status) const {
-  nlohmann::json fields = {
-      {"method", std::string(method)},
-      {"configs", absl::StrJoin(request->configs(), ",")},
-      {"reference", request->reference().empty() ? "default" : request->reference()},
-      {"input", ShapeOf(request->op().input())},
-      {"weight", ShapeOf(request->op().weight())},
-      {"elapsed_ms", std::round(elapsed_ms * 100) / 100},
-      {"status", absl::StatusCodeToString(status.code())}};
-  if (!status.ok()) fields["error"] = std::string(status.message().substr(0, 300));
-  LogEvent(status.ok() ? spdlog::level::info : spdlog::level::warn, "request", fields);
 }
 
 }  // namespace tensorcheck

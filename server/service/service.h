@@ -1,15 +1,24 @@
 // TensorCheckServiceImpl: the gRPC face of the engine. The only layer that
 // includes gRPC headers.
 //
-// Each method validates and converts the request (proto_convert.h), hands
-// the work to a bounded worker pool (so gRPC's callback threads never run a
-// GEMM), and finishes the reactor from the worker. A full queue, or a server
-// that is draining, answers UNAVAILABLE.
+// Verify and Diagnose take the request as received bytes: the service
+// admits it by bytes (admission.h) before parsing, parses it itself (so a
+// message that is not a VerifyRequest is INVALID_ARGUMENT with a reason,
+// not gRPC's empty UNIMPLEMENTED), converts and validates it
+// (proto_convert.h), and hands the work to a bounded worker pool (gRPC's
+// callback threads never run a GEMM). Each request carries a StopSignal:
+// its deadline (the client's, capped by max_request_time) and cancellation
+// by the client or by a draining server reach the engine and backends,
+// which stop between bounded pieces of work. A full queue, a draining
+// server or a momentarily full byte budget answers UNAVAILABLE or
+// RESOURCE_EXHAUSTED with a retry hint (`grpc-retry-pushback-ms`).
+// docs/architecture.md ("Admission and cancellation") has the whole story.
 //
 //   TensorCheckServiceImpl service(engine.get(), ServiceOptions{});
 //   builder.RegisterService(&service);
 //   ...
-//   service.StartDraining();   // on SIGTERM: refuse new work
+//   service.StartDraining();                 // on SIGTERM: refuse new work
+//   if (!service.WaitForIdle(deadline)) service.CancelAll();
 #pragma once
 
 #include <atomic>
@@ -17,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,7 +34,9 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "server/core/stop_signal.h"
 #include "server/engine/engine.h"
+#include "server/service/admission.h"
 #include "server/service/proto_convert.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
@@ -33,6 +45,11 @@ namespace tensorcheck {
 // Maps an absl::Status to a grpc::Status once, at the boundary, bounding
 // the message length.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The trailing-metadata key of the retry hint on UNAVAILABLE and
+// RESOURCE_EXHAUSTED refusals that a later retry can pass (milliseconds,
+// decimal). A refusal without it is permanent.
+inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
 
 // A fixed set of threads draining a bounded queue of tasks.
 class WorkerPool {
@@ -46,6 +63,9 @@ class WorkerPool {
   bool TrySubmit(std::function<void()> task);
   // Stops accepting work; queued tasks still run.
   void Close();
+  // Tasks waiting for a thread.
+  size_t queued();
+  size_t max_queue() const { return max_queue_; }
 
  private:
   void Loop();
@@ -61,31 +81,49 @@ class WorkerPool {
 struct ServiceOptions {
   int workers = 2;
   int max_queue = 64;
+  // Host bytes all requests in flight may hold together (admission.h);
+  // 0: unlimited.
+  int64_t max_inflight_bytes = int64_t{4} << 30;
+  // The longest a request may run when its client set no shorter
+  // deadline.
+  absl::Duration max_request_time = absl::Seconds(300);
   std::string server_version;
   // Called (once) when a request fails with an error that leaves the device
   // unusable (marked with MarkFatalDeviceError, core/status_macros.h): the
   // server goes NOT_SERVING and exits.
   std::function<void(const absl::Status&)> on_fatal;
+  // Called with true when a request is refused because the queue is full,
+  // and with false when the queue has room again (readiness follows it).
+  std::function<void(bool saturated)> on_saturation;
 };
 
-class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
+class LinearCall;  // service.cc: one Verify or Diagnose call
+
+class TensorCheckServiceImpl final
+    : public v1::TensorCheck::WithRawCallbackMethod_Verify<
+          v1::TensorCheck::WithRawCallbackMethod_Diagnose<
+              v1::TensorCheck::WithCallbackMethod_GetCapabilities<v1::TensorCheck::Service>>> {
  public:
   // `engine` must outlive the service.
   TensorCheckServiceImpl(const Engine* engine, ServiceOptions options);
   ~TensorCheckServiceImpl() override;
 
   grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context,
-                                   const v1::VerifyRequest* request,
-                                   v1::VerifyResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
-                                     const v1::VerifyRequest* request,
-                                     v1::VerifyResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
                                             const v1::GetCapabilitiesRequest* request,
                                             v1::GetCapabilitiesResponse* response) override;
 
-  // New requests are answered UNAVAILABLE; in-flight ones finish.
+  // New requests are answered UNAVAILABLE; in-flight ones go on.
   void StartDraining();
+
+  // Stops every request in flight or queued (CANCELLED, "the server is
+  // shutting down"); they end at their next stop check.
+  void CancelAll();
 
   // Blocks until no request is queued or running, or until `deadline`;
   // true when idle.
@@ -94,20 +132,39 @@ class TensorCheckServiceImpl final : public v1::TensorCheck::CallbackService {
   // The capabilities answer (also used by tests and the start-up log).
   void FillCapabilities(v1::GetCapabilitiesResponse* response) const;
 
+  // Bytes reserved by requests in flight (admission.h).
+  int64_t inflight_bytes() const { return budget_.in_use(); }
+
  private:
-  grpc::ServerUnaryReactor* RunLinear(grpc::CallbackServerContext* context,
-                                      const v1::VerifyRequest* request,
-                                      v1::VerifyResponse* response, bool diagnose);
-  void LogRequest(absl::string_view method, const v1::VerifyRequest* request, double elapsed_ms,
-                  const absl::Status& status) const;
+  friend class LinearCall;
+
+  grpc::ServerUnaryReactor* StartLinear(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                                        bool diagnose);
+  // The worker's part of a call; finishes it.
+  void Work(LinearCall* call, ByteBudget::Reservation* reservation);
+  // Parses, admits by bytes, runs and serialises; `retry_later` is set
+  // when the refusal is one a retry can pass (the byte budget was busy).
+  absl::Status Execute(LinearCall* call, ByteBudget::Reservation* reservation, bool* retry_later);
+  // How long a refused client should wait before retrying.
+  int64_t RetryPushbackMs() const;
+  void Track(LinearCall* call);
+  void Untrack(LinearCall* call);
+  void NoteSaturation(bool saturated);
 
   const Engine* engine_;
   ServiceOptions options_;
   std::atomic<bool> draining_{false};
-  // Requests accepted and not yet finished.
-  std::mutex idle_mu_;
+  ByteBudget budget_;
+  // Requests accepted and not yet finished, and their calls (to cancel on
+  // shutdown).
+  std::mutex calls_mu_;
   std::condition_variable idle_cv_;
   int in_flight_ = 0;
+  std::set<LinearCall*> calls_;
+  std::atomic<bool> saturated_{false};
+  // Moving average of request times, for the retry hint.
+  std::atomic<double> mean_request_ms_{1000};
   std::atomic<bool> fatal_reported_{false};
   WorkerPool pool_;
 };
