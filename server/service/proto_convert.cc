@@ -1,6 +1,7 @@
 #include "server/service/proto_convert.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -159,13 +160,23 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
     return InvalidFieldError(field, "data (raw little-endian bytes) or digest", "neither");
   }
   const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
-  const int64_t max_elements = limits.max_tensor_bytes / static_cast<int64_t>(ItemSize(dtype));
-  TC_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape, max_elements, field));
-  const int64_t expected = numel * static_cast<int64_t>(ItemSize(dtype));
+  // The shape must describe the bytes sent before their size is judged, so
+  // that a huge declared shape with little data is INVALID_ARGUMENT however
+  // huge (overflow included), and only consistent tensors over the limit
+  // are RESOURCE_EXHAUSTED.
+  const int64_t item = static_cast<int64_t>(ItemSize(dtype));
+  TC_ASSIGN_OR_RETURN(int64_t numel,
+                      CheckedNumel(shape, std::numeric_limits<int64_t>::max() / item, field));
+  const int64_t expected = numel * item;
   if (static_cast<int64_t>(proto.data().size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".data: ", expected, " bytes expected (", numel, " elements of ", DTypeName(dtype),
         " for shape ", ShapeString(shape), "), got ", proto.data().size()));
+  }
+  if (expected > limits.max_tensor_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(field, ": ", expected,
+                                                     " bytes exceed the limit of ",
+                                                     limits.max_tensor_bytes, " bytes per tensor"));
   }
   return Tensor::FromBytes(dtype, shape, proto.data());
 }

@@ -58,12 +58,26 @@ TEST(ProtoConvertTest, UnknownDtypeNamesTheField) {
 TEST(ProtoConvertTest, TensorOverTheLimitIsRefusedBeforeAllocating) {
   RequestLimits limits;
   limits.max_tensor_bytes = 16;  // four fp32 values
-  v1::Tensor t;
-  t.set_dtype(v1::DTYPE_FLOAT32);
-  t.add_shape(1 << 20);  // declared with a tiny payload: refused on the shape
-  t.set_data(std::string(16, '\0'));
+  v1::Tensor t = Fp32({5}, {1, 2, 3, 4, 5});
   EXPECT_THAT(TensorFromProto(t, "op.input", limits),
-              StatusIs(absl::StatusCode::kResourceExhausted));
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("op.input: 20 bytes")));
+  EXPECT_THAT(TensorFromProto(Fp32({4}, {1, 2, 3, 4}), "op.input", limits), IsOk());
+}
+
+// A shape that does not describe the payload is the error, whatever its
+// size: a huge declared shape with a tiny payload is INVALID_ARGUMENT.
+TEST(ProtoConvertTest, ShapeNotDescribingTheDataIsInvalidArgumentAtAnySize) {
+  RequestLimits limits;
+  limits.max_tensor_bytes = 16;
+  for (int64_t declared : {int64_t{5}, int64_t{1} << 20, int64_t{1} << 61}) {
+    v1::Tensor t;
+    t.set_dtype(v1::DTYPE_FLOAT32);
+    t.add_shape(declared);
+    t.set_data(std::string(16, '\0'));
+    EXPECT_THAT(TensorFromProto(t, "op.input", limits),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.input")))
+        << declared;
+  }
 }
 
 TEST(ProtoConvertTest, RequestFieldsBecomeTheLinearRequest) {

@@ -324,6 +324,9 @@ void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* res
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - call->start_);
     mean_request_ms_.store(0.8 * mean_request_ms_.load() + 0.2 * ms);
   }
+  // The request's tensors and working memory are gone; its response is
+  // held by gRPC until sent (at most the message limit).
+  { ByteBudget::Reservation done(std::move(*reservation)); }
   Untrack(call);
   call->FinishWith(status, retry_later ? RetryPushbackMs() : 0);  // the call may be gone after this
 }

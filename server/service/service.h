@@ -134,6 +134,11 @@ class TensorCheckServiceImpl final
 
   // Bytes reserved by requests in flight (admission.h).
   int64_t inflight_bytes() const { return budget_.in_use(); }
+  // Requests accepted (queued or running) and not yet finished.
+  int requests_in_flight() {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    return in_flight_;
+  }
 
  private:
   friend class LinearCall;

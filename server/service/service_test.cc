@@ -216,11 +216,23 @@ TEST_F(ServiceTest, OverflowingDimensionsAreRejectedBeforeAllocating) {
   x->add_shape(int64_t{1} << 40);
   v1::VerifyResponse response;
   const grpc::Status status = Verify(r, &response);
-  EXPECT_TRUE(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-              status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("op.input.shape"));
   ExpectError(Valid(), grpc::StatusCode::OK, "");
+}
+
+// A declared shape that does not describe the bytes sent is
+// INVALID_ARGUMENT however large it is (it used to be RESOURCE_EXHAUSTED
+// past the size limit and INVALID_ARGUMENT under it).
+TEST_F(ServiceTest, HugeDeclaredShapeWithLittleDataIsInvalidArgumentWhateverItsSize) {
+  for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{
+           {2, 9}, {1 << 20, 8}, {int64_t{1} << 20, int64_t{1} << 20}, {int64_t{1} << 40, 8}}) {
+    v1::VerifyRequest r = Valid();
+    v1::Tensor* x = r.mutable_op()->mutable_input();
+    x->clear_shape();
+    for (int64_t d : shape) x->add_shape(d);
+    ExpectError(r, grpc::StatusCode::INVALID_ARGUMENT, "op.input.data");
+  }
 }
 
 TEST_F(ServiceTest, RankAboveLimitIsInvalidArgument) {
