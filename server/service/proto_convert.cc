@@ -166,7 +166,11 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
   // are RESOURCE_EXHAUSTED.
   const int64_t item = static_cast<int64_t>(ItemSize(dtype));
   TC_ASSIGN_OR_RETURN(int64_t numel,
-                      CheckedNumel(shape, std::numeric_limits<int64_t>::max() / item, field));
+                      CheckedNumel(shape, std::numeric_limits<int64_t>::max(), field));
+  if (numel > std::numeric_limits<int64_t>::max() / item) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape ", ShapeString(shape), ": byte count overflows"));
+  }
   const int64_t expected = numel * item;
   if (static_cast<int64_t>(proto.data().size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
