@@ -114,6 +114,10 @@ def test_hostile_and_mutated_requests_get_errors_and_the_server_keeps_serving():
                     code = grpc.StatusCode.OK
                 except grpc.RpcError as e:
                     assert e.code() != grpc.StatusCode.UNAVAILABLE, e.details()
+                    # Bytes that do not parse are INVALID_ARGUMENT with a
+                    # reason, never gRPC's empty UNIMPLEMENTED.
+                    assert e.code() != grpc.StatusCode.UNIMPLEMENTED, data
+                    assert e.details(), e.code()
                     code = e.code()
                 seen.add(code)
                 return code
