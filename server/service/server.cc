@@ -140,12 +140,13 @@ void TensorCheckServer::SetNotServing() {
   health->SetServingStatus(kServiceName, false);
 }
 
+// Readiness only: the service's own name follows the queue, while the
+// server as a whole ("", what a liveness probe asks) stays SERVING, so a
+// busy replica is taken out of rotation, not restarted.
 void TensorCheckServer::SetHealth(bool serving) {
   std::lock_guard<std::mutex> lock(health_mu_);
   if (server_ == nullptr || not_serving_latched_) return;
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(kServiceName, serving);
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
 }
 
 void TensorCheckServer::Shutdown(absl::Duration grace) {

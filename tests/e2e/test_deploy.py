@@ -92,8 +92,15 @@ def test_manifest_probes_health_of_the_service_and_drains_within_grace():
     ready = container["readinessProbe"]["grpc"]
     assert ready["port"] == port and ready["service"] == f"{package}.{service}"
     assert container["livenessProbe"]["grpc"]["port"] == port
+    # Liveness asks for the server as a whole, which a full queue leaves
+    # SERVING (readiness, the named service, goes NOT_SERVING then).
+    assert container["livenessProbe"]["grpc"].get("service", "") == ""
     assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1
-    assert pod["terminationGracePeriodSeconds"] > float(values["shutdown-grace-seconds"])
+    # SIGTERM: the grace period, then requests still running are cancelled
+    # (they stop within TensorCheckServer::kCancelGrace, 5 s) and, should
+    # anything still hold the process, it exits 5 s later: Kubernetes must
+    # not SIGKILL before that.
+    assert pod["terminationGracePeriodSeconds"] > float(values["shutdown-grace-seconds"]) + 10
     svc = kinds["Service"]["spec"]
     assert svc["clusterIP"] == "None"  # headless: clients balance with round_robin
     assert svc["selector"] == kinds["Deployment"]["spec"]["selector"]["matchLabels"]

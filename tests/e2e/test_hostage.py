@@ -98,9 +98,11 @@ def cpu_in_window(pid: int, seconds: float = 2.0) -> float:
     return cpu_seconds(pid) - before
 
 
-def health(channel: grpc.Channel) -> int:
+def health(channel: grpc.Channel, service: str = "tensorcheck.v1.TensorCheck") -> int:
     """1 SERVING, 2 NOT_SERVING (grpc.health.v1 HealthCheckResponse)."""
-    answer = raw_call(channel, HEALTH)(b"", timeout=10)
+    name = service.encode()
+    request = bytes([0x0a, len(name)]) + name if name else b""
+    answer = raw_call(channel, HEALTH)(request, timeout=10)
     return answer[1] if len(answer) >= 2 else 0
 
 
@@ -196,7 +198,8 @@ def test_readiness_is_not_serving_while_the_queue_is_full_and_recovers():
             assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE, refused
             hint = dict(refused.trailing_metadata() or ()).get("grpc-retry-pushback-ms")
             assert hint is not None and int(hint) > 0
-            assert health(channel) == 2
+            assert health(channel) == 2  # readiness
+            assert health(channel, "") == 1  # liveness: the server as a whole
             running.cancel()
             for f in waiting:
                 f.result(timeout=60)  # the queued request runs once the worker is free
