@@ -24,8 +24,8 @@
 
 namespace tensorcheck {
 
-// About 10-20 ms of fp32 OpenBLAS on two cores (fp64 about twice that):
-// the stop check's granularity.
+// The default tile: about 10-20 ms of fp32 OpenBLAS on two cores (fp64
+// about twice that). Callers pass their own (stats/blas_gemm.cc).
 inline constexpr int64_t kGemmTileMacs = int64_t{1} << 29;
 
 struct GemmTile {
