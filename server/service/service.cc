@@ -248,10 +248,12 @@ void TensorCheckServiceImpl::NoteSaturation(bool saturated) {
   }
 }
 
-int64_t TensorCheckServiceImpl::RetryPushbackMs() const {
-  // About when a worker will be free for one more request.
-  const double waiting = static_cast<double>(pool_.max_queue()) + 1;
-  const double ms = mean_request_ms_.load() * waiting / std::max(1, options_.workers);
+int64_t TensorCheckServiceImpl::RetryPushbackMs(int64_t requests_ahead) const {
+  // About when a worker will have finished that many more requests, from
+  // the moving average of request times.
+  const double ms = mean_request_ms_.load() *
+                    static_cast<double>(std::max<int64_t>(1, requests_ahead)) /
+                    std::max(1, options_.workers);
   return static_cast<int64_t>(std::clamp(ms, 100.0, 30000.0));
 }
 
@@ -283,7 +285,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
   call->request_bytes_ = static_cast<int64_t>(request->Length());
   if (draining_) {
     call->FinishWith(absl::UnavailableError("server is shutting down; retry on another replica"),
-                     RetryPushbackMs());
+                     RetryPushbackMs(/*requests_ahead=*/1));
     return call;
   }
   // Before parsing: the received bytes and the parsed message.
@@ -292,7 +294,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
   const ByteBudget::Outcome admitted = budget_.TryReserve(parse_bytes, &reservation);
   if (admitted != ByteBudget::Outcome::kAdmitted) {
     call->FinishWith(Refusal(admitted, parse_bytes, budget_, "this request"),
-                     admitted == ByteBudget::Outcome::kBusy ? RetryPushbackMs() : 0);
+                     admitted == ByteBudget::Outcome::kBusy ? RetryPushbackMs(1) : 0);
     return call;
   }
   Track(call);
@@ -305,7 +307,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
     NoteSaturation(true);
     call->FinishWith(absl::UnavailableError(absl::StrCat("server busy: ", options_.max_queue,
                                                          " requests already queued; retry later")),
-                     RetryPushbackMs());
+                     RetryPushbackMs(static_cast<int64_t>(pool_.max_queue()) + 1));
   }
   return call;
 }
@@ -338,7 +340,8 @@ void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* res
   // with jemalloc, tcmalloc and MALLOC_ARENA_MAX: RSS after a burst
   // 64 MiB against 574 MiB without it).
   if (held >= kTrimAfterBytes && requests_in_flight() == 0) malloc_trim(0);
-  call->FinishWith(status, retry_later ? RetryPushbackMs() : 0);  // the call may be gone after this
+  call->FinishWith(status,
+                   retry_later ? RetryPushbackMs(1) : 0);  // the call may be gone after this
 }
 
 absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reservation* reservation,

@@ -151,8 +151,9 @@ class TensorCheckServiceImpl final
   // Parses, admits by bytes, runs and serialises; `retry_later` is set
   // when the refusal is one a retry can pass (the byte budget was busy).
   absl::Status Execute(LinearCall* call, ByteBudget::Reservation* reservation, bool* retry_later);
-  // How long a refused client should wait before retrying.
-  int64_t RetryPushbackMs() const;
+  // How long a refused client should wait before retrying: until about
+  // `requests_ahead` more requests have finished (100 ms to 30 s).
+  int64_t RetryPushbackMs(int64_t requests_ahead) const;
   void Track(LinearCall* call);
   void Untrack(LinearCall* call);
   void NoteSaturation(bool saturated);
