@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/core/dtype.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck {
 
@@ -74,22 +75,27 @@ Tolerance ResolveTolerance(TolerancePreset preset, DType dtype,
 // nan_equal.
 bool ElementPasses(const Tolerance& t, double actual, double expected, double bound, uint64_t ulp);
 
-// The preset's rule for a pair of finite values, given |a-e| and |e|. The
-// hot loop of Compare calls this directly; ElementPasses adds the non-finite
-// cases on top.
+// The preset's rule for a pair of finite values, given |a-e| and |e|: one
+// of the rules of element_rules.h, which the device comparison runs too.
+// The hot loop of Compare calls this directly; ElementPasses adds the
+// non-finite cases on top.
 inline bool FinitePairPasses(const Tolerance& t, double abs_diff, double abs_expected, double bound,
                              uint64_t ulp) {
   switch (t.preset) {
     case TolerancePreset::kTorch:
     case TolerancePreset::kNumpy:
     case TolerancePreset::kExplicit:
-      return abs_diff <= t.atol + t.rtol * abs_expected;
+      return rules::FinitePairPasses<rules::ToleranceRule::kAbsPlusRel>(t, abs_diff, abs_expected,
+                                                                        bound, ulp);
     case TolerancePreset::kPolygraphy:
-      return abs_diff <= t.atol || abs_diff <= t.rtol * abs_expected;
+      return rules::FinitePairPasses<rules::ToleranceRule::kAbsOrRel>(t, abs_diff, abs_expected,
+                                                                      bound, ulp);
     case TolerancePreset::kUlp:
-      return ulp <= t.max_ulp;
+      return rules::FinitePairPasses<rules::ToleranceRule::kUlp>(t, abs_diff, abs_expected, bound,
+                                                                 ulp);
     case TolerancePreset::kBound:
-      return abs_diff <= t.bound_factor * bound;
+      return rules::FinitePairPasses<rules::ToleranceRule::kBound>(t, abs_diff, abs_expected, bound,
+                                                                   ulp);
   }
   return false;
 }

@@ -7,12 +7,14 @@
 //   UlpHistogramBucket(3);                              // 3 (the 3-4 bucket)
 //
 // Pure functions, safe from any thread. diff_stats.h includes this header,
-// so its users see these declarations as before.
+// so its users see these declarations as before. The rules behind them are
+// element_rules.h's, which the device comparison shares.
 #pragma once
 
 #include <cstdint>
 
 #include "server/core/dtype.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck {
 
@@ -23,12 +25,12 @@ uint64_t BitsIn(double v, DType dtype);
 // rounded to `dtype` first: the number of representable values between
 // them, counting across zero (+0 and -0 are 0 apart). NaN against a
 // non-NaN is kUlpInfinite; NaN against NaN is 0.
-inline constexpr uint64_t kUlpInfinite = UINT64_MAX;
+inline constexpr uint64_t kUlpInfinite = rules::kUlpInfinite;
 uint64_t UlpDistance(double a, double b, DType dtype);
 
 // ULP histogram: bucket 0 holds distance 0, bucket i >= 1 holds
 // (2^(i-2), 2^(i-1)] (1, 2, 3-4, 5-8, ...); 65 is the last finite one.
-inline constexpr int kUlpHistogramBuckets = 66;
+inline constexpr int kUlpHistogramBuckets = rules::kUlpBuckets;
 int UlpHistogramBucket(uint64_t ulp);
 
 }  // namespace tensorcheck

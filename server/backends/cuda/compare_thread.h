@@ -8,7 +8,7 @@
 // not only on a GPU, and in a build without CUDA too (internal to this
 // folder).
 //
-//   const Layout layout = LayoutOf(args.compared);
+//   const rules::BitLayout layout = rules::LayoutOf(args.compared);
 //   ThreadTotals t;
 //   LocalHistogram hist;
 //   hist.shared = block_hist;  // the block's [kCompareHistBuckets]
@@ -18,8 +18,10 @@
 //   CompareTotals partial = ToTotals(t);  // then reduced across threads
 //
 // Per element, the definitions are Compare's (diff_stats.h): values widened
-// exactly to double, bits in the compared type, ULP distances on ordered
-// integers, the tolerance rules of tolerance.h. Built on it: the lean path
+// exactly to double, bits in the compared type, and the rules stats and the
+// device share, written once in server/stats/element_rules.h: the bit
+// layouts, ULP distances on ordered integers and their buckets, the
+// tolerance rules. Built on it: the lean path
 // for vectors of finite narrow values (internal/compare_lean_path.h) and the
 // iteration over a thread's elements (internal/compare_iteration.h). The few
 // device intrinsics are behind dev::, with their host equivalents
@@ -28,19 +30,18 @@
 
 #include <cstdint>
 
-#include "server/backends/cuda/host_device.h"
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
 #include "server/backends/cuda/narrow_patterns.h"
+#include "server/core/host_device.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda::cmp {
 
-inline constexpr ull kUlpInfinite = ~0ull;
-
 // ---- element access
 
-TC_INLINE double Load(const void* p, ElemType t, int64_t i) {
+TC_HOST_DEVICE double Load(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::kF64:
       return static_cast<const double*>(p)[i];
@@ -54,7 +55,7 @@ TC_INLINE double Load(const void* p, ElemType t, int64_t i) {
   return 0.0;
 }
 
-TC_INLINE ull RawBits(const void* p, ElemType t, int64_t i) {
+TC_HOST_DEVICE ull RawBits(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::kF64:
       return static_cast<const ull*>(p)[i];
@@ -68,7 +69,7 @@ TC_INLINE ull RawBits(const void* p, ElemType t, int64_t i) {
 }
 
 // Bits of v rounded to nearest even in `cmp`.
-TC_INLINE ull BitsOf(double v, ElemType cmp) {
+TC_HOST_DEVICE ull BitsOf(double v, ElemType cmp) {
   switch (cmp) {
     case ElemType::kF64:
       return static_cast<ull>(dev::DoubleBits(v));
@@ -82,46 +83,12 @@ TC_INLINE ull BitsOf(double v, ElemType cmp) {
   return 0;
 }
 
-struct Layout {
-  ull sign, magnitude, inf;
-};
-
-TC_INLINE Layout LayoutOf(ElemType t) {
-  switch (t) {
-    case ElemType::kF64:
-      return {1ull << 63, ~(1ull << 63), 0x7ff0000000000000ull};
-    case ElemType::kF32:
-      return {0x80000000ull, 0x7fffffffull, 0x7f800000ull};
-    case ElemType::kF16:
-      return {0x8000ull, 0x7fffull, 0x7c00ull};
-    case ElemType::kBF16:
-      return {0x8000ull, 0x7fffull, 0x7f80ull};
-  }
-  return {0x80000000ull, 0x7fffffffull, 0x7f800000ull};
-}
-
-// As diff_stats.cc: ordered integers, negative values mirrored; NaN
-// against a number is infinitely far, NaN against NaN 0.
-TC_INLINE ull Distance(ull a, ull b, const Layout& l) {
-  const ull ma = a & l.magnitude, mb = b & l.magnitude;
-  const bool nan_a = ma > l.inf, nan_b = mb > l.inf;
-  if (nan_a || nan_b) return nan_a && nan_b ? 0 : kUlpInfinite;
-  if ((a & l.sign) == (b & l.sign)) return ma > mb ? ma - mb : mb - ma;
-  return ma + mb;
-}
-
-TC_INLINE int Bucket(ull d) {
-  if (d == 0) return 0;
-  if (d > (1ull << 62)) return 1 + (64 - dev::Clz64(static_cast<long long>(d - 1)));
-  return 64 - dev::Clz64(static_cast<long long>(((d - 1) << 1) | 1));
-}
-
 struct Element {
   double a, e;
   ull ba, be;
 };
 
-TC_INLINE Element LoadElement(const CompareArgs& args, int64_t i) {
+TC_HOST_DEVICE Element LoadElement(const CompareArgs& args, int64_t i) {
   Element x;
   x.a = Load(args.actual, args.actual_type, i);
   x.e = Load(args.expected, args.expected_type, i);
@@ -132,42 +99,36 @@ TC_INLINE Element LoadElement(const CompareArgs& args, int64_t i) {
   return x;
 }
 
-// tolerance.h's FinitePairPasses. atol + rtol|e| is rounded twice, as on
-// the host: nvcc would fuse it into one FMA, whose single rounding can put
-// an element exactly at the limit on the other side of it.
-template <ToleranceRule kRule>
-TC_INLINE bool FinitePassesBy(const CompareArgs& args, double abs_diff, double abs_e, int64_t i,
-                              ull ulp) {
-  if constexpr (kRule == ToleranceRule::kAbsPlusRel) {
-    return abs_diff <= dev::AddRn(args.atol, dev::MulRn(args.rtol, abs_e));
-  } else if constexpr (kRule == ToleranceRule::kAbsOrRel) {
-    return abs_diff <= args.atol || abs_diff <= args.rtol * abs_e;
-  } else if constexpr (kRule == ToleranceRule::kUlp) {
-    return ulp <= args.max_ulp;
-  } else {
-    return abs_diff <=
-           args.bound_factor * (args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0);
-  }
+// Element i's unscaled hard bound (the kBound rule's), 0 without one.
+TC_HOST_DEVICE double BoundOf(const CompareArgs& args, int64_t i) {
+  return args.bound != nullptr ? static_cast<double>(args.bound[i]) : 0.0;
 }
 
-TC_INLINE bool FinitePasses(const CompareArgs& args, double abs_diff, double abs_e, int64_t i,
-                            ull ulp) {
+// tolerance.h's FinitePairPasses: the shared rule of args.rule
+// (element_rules.h). The lean path calls the shared rule of its own
+// kRule directly.
+TC_HOST_DEVICE bool FinitePasses(const CompareArgs& args, double abs_diff, double abs_e, int64_t i,
+                                 ull ulp) {
   switch (args.rule) {
     case ToleranceRule::kAbsPlusRel:
-      return FinitePassesBy<ToleranceRule::kAbsPlusRel>(args, abs_diff, abs_e, i, ulp);
+      return rules::FinitePairPasses<ToleranceRule::kAbsPlusRel>(args, abs_diff, abs_e,
+                                                                 BoundOf(args, i), ulp);
     case ToleranceRule::kAbsOrRel:
-      return FinitePassesBy<ToleranceRule::kAbsOrRel>(args, abs_diff, abs_e, i, ulp);
+      return rules::FinitePairPasses<ToleranceRule::kAbsOrRel>(args, abs_diff, abs_e,
+                                                               BoundOf(args, i), ulp);
     case ToleranceRule::kUlp:
-      return FinitePassesBy<ToleranceRule::kUlp>(args, abs_diff, abs_e, i, ulp);
+      return rules::FinitePairPasses<ToleranceRule::kUlp>(args, abs_diff, abs_e, BoundOf(args, i),
+                                                          ulp);
     case ToleranceRule::kBound:
-      return FinitePassesBy<ToleranceRule::kBound>(args, abs_diff, abs_e, i, ulp);
+      return rules::FinitePairPasses<ToleranceRule::kBound>(args, abs_diff, abs_e, BoundOf(args, i),
+                                                            ulp);
   }
   return false;
 }
 
 // ---- one thread's totals
 
-TC_INLINE CompareTotals EmptyTotals() {
+TC_HOST_DEVICE CompareTotals EmptyTotals() {
   CompareTotals t;
   t.sum_abs = t.sum_sq = t.sum_aa = t.sum_ee = t.sum_ae = t.sum_ulp = 0;
   t.sum_sigma2 = t.sum_sq_sigma = 0;
@@ -200,7 +161,7 @@ struct LocalHistogram {
   unsigned int even = 0, odd = 0, vectors = 0;
   unsigned int* shared;  // the block's [kCompareHistBuckets]
 
-  TC_INLINE void Add(int bucket) {
+  TC_HOST_DEVICE void Add(int bucket) {
     if (bucket < 4) {
       const ull one = 1ull << (32 * (bucket & 1));
       if (bucket < 2) {
@@ -213,12 +174,12 @@ struct LocalHistogram {
     }
   }
   // A lean vector's buckets 0-3 as four 8-bit counters (byte b: bucket b).
-  TC_INLINE void AddVector(unsigned int bytes) {
+  TC_HOST_DEVICE void AddVector(unsigned int bytes) {
     even += bytes & 0x00ff00ffu;
     odd += (bytes >> 8) & 0x00ff00ffu;
     if (++vectors == kLeanSpill) Spill();
   }
-  TC_INLINE void Spill() {
+  TC_HOST_DEVICE void Spill() {
     low += ull{even & 0xffffu} | (ull{odd & 0xffffu} << 32);
     high += ull{even >> 16} | (ull{odd >> 16} << 32);
     even = odd = vectors = 0;
@@ -258,7 +219,7 @@ struct RareCounts {
   ull nan_actual, nan_expected, inf_actual, inf_expected, nan_mismatch, ulp_infinite;
 };
 
-TC_INLINE CompareTotals ToTotals(const ThreadTotals& x) {
+TC_HOST_DEVICE CompareTotals ToTotals(const ThreadTotals& x) {
   CompareTotals t = EmptyTotals();
   t.sum_abs = x.sum_abs;
   t.sum_sq = x.sum_sq;
@@ -279,7 +240,7 @@ TC_INLINE CompareTotals ToTotals(const ThreadTotals& x) {
   return t;
 }
 
-TC_INLINE void AddUlp(ThreadTotals& t, ull ulp) {
+TC_HOST_DEVICE void AddUlp(ThreadTotals& t, ull ulp) {
   if (ulp < (1ull << 32)) {
     t.sum_ulp_small += ulp;
   } else {
@@ -290,7 +251,8 @@ TC_INLINE void AddUlp(ThreadTotals& t, ull ulp) {
 // Element i failed the tolerance: its row's and column's counts, when
 // kept. One atomic per distinct row (and column) among the warp's lanes
 // here: a warp's elements are mostly in one row.
-TC_INLINE void CountGroups(const CompareArgs& args, int64_t i, ull* col_counts, ull* row_counts) {
+TC_HOST_DEVICE void CountGroups(const CompareArgs& args, int64_t i, ull* col_counts,
+                                ull* row_counts) {
   if (col_counts == nullptr) return;
 #if defined(__CUDA_ARCH__)
   const unsigned int active = __activemask();
@@ -306,16 +268,17 @@ TC_INLINE void CountGroups(const CompareArgs& args, int64_t i, ull* col_counts, 
 #endif
 }
 
-TC_INLINE void CountMismatch(const CompareArgs& args, int64_t i, ThreadTotals& t, ull* col_counts,
-                             ull* row_counts) {
+TC_HOST_DEVICE void CountMismatch(const CompareArgs& args, int64_t i, ThreadTotals& t,
+                                  ull* col_counts, ull* row_counts) {
   ++t.mismatched;
   CountGroups(args, i, col_counts, row_counts);
 }
 
 // One element into `t` (diff_stats.cc's SlowBlock and NonFiniteElement).
-TC_INLINE void Accumulate(const CompareArgs& args, const Layout& layout, int64_t i,
-                          const Element& x, ThreadTotals& t, RareCounts* rare, LocalHistogram& hist,
-                          ull* col_counts, ull* row_counts, unsigned int* nonfinite_count) {
+TC_HOST_DEVICE void Accumulate(const CompareArgs& args, const rules::BitLayout& layout, int64_t i,
+                               const Element& x, ThreadTotals& t, RareCounts* rare,
+                               LocalHistogram& hist, ull* col_counts, ull* row_counts,
+                               unsigned int* nonfinite_count) {
   t.bit_equal += x.ba == x.be;
   bool passes;
   if (dev::IsFinite(x.a) && dev::IsFinite(x.e)) {
@@ -335,8 +298,8 @@ TC_INLINE void Accumulate(const CompareArgs& args, const Layout& layout, int64_t
         t.sum_sq_sigma += d * d;
       }
     }
-    const ull ulp = Distance(x.ba, x.be, layout);
-    hist.Add(Bucket(ulp));
+    const ull ulp = rules::DistanceFromBits(x.ba, x.be, layout);
+    hist.Add(rules::BucketIndex(ulp));
     AddUlp(t, ulp);
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
     if (abs_diff > t.max_abs) {
@@ -370,11 +333,11 @@ TC_INLINE void Accumulate(const CompareArgs& args, const Layout& layout, int64_t
     if (dev::IsInf(x.a)) dev::AtomicAdd(&rare->inf_actual, 1ull);
     if (dev::IsInf(x.e)) dev::AtomicAdd(&rare->inf_expected, 1ull);
     if (nan_a != nan_e) dev::AtomicAdd(&rare->nan_mismatch, 1ull);
-    const ull ulp = Distance(x.ba, x.be, layout);
-    if (ulp == kUlpInfinite) {
+    const ull ulp = rules::DistanceFromBits(x.ba, x.be, layout);
+    if (ulp == rules::kUlpInfinite) {
       dev::AtomicAdd(&rare->ulp_infinite, 1ull);
     } else {
-      hist.Add(Bucket(ulp));
+      hist.Add(rules::BucketIndex(ulp));
       AddUlp(t, ulp);
     }
     t.max_ulp = t.max_ulp > ulp ? t.max_ulp : ulp;
@@ -404,7 +367,7 @@ constexpr int kPerVector = kType == ElemType::kF64   ? 2
                                                      : 8;
 
 template <ElemType kType>
-TC_INLINE void Decode(const Vec16& raw, int j, double* v, ull* bits) {
+TC_HOST_DEVICE void Decode(const Vec16& raw, int j, double* v, ull* bits) {
   if constexpr (kType == ElemType::kF64) {
     *bits = (ull{narrow::Word(raw, 2 * j + 1)} << 32) | narrow::Word(raw, 2 * j);
     *v = dev::DoubleOf(static_cast<long long>(*bits));

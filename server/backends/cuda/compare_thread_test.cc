@@ -39,7 +39,7 @@ struct OneThread {
   static void Run(const CompareArgs& args, cmp::ThreadTotals& t, cmp::RareCounts& rare,
                   cmp::LocalHistogram& hist, unsigned long long* cols, unsigned long long* rows,
                   unsigned int* nonfinite_count) {
-    const cmp::Layout layout = cmp::LayoutOf(args.compared);
+    const rules::BitLayout layout = rules::LayoutOf(args.compared);
     cmp::ForEachVector<kType, cmp::kLean<kType>>(
         args, 0, 1,
         [&](int64_t first, const Vec16& ra, const Vec16& re) {

@@ -13,6 +13,7 @@
 #include "server/backends/cuda/internal/compare_iteration.h"
 #include "server/backends/cuda/internal/compare_lean_path.h"
 #include "server/backends/cuda/narrow_patterns.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda {
 namespace {
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, kLean<kType> ? 2 : 3)
   for (int b = threadIdx.x; b < kCompareHistBuckets; b += blockDim.x) block_hist[b] = 0;
   if (threadIdx.x == 0) rare = RareCounts{0, 0, 0, 0, 0, 0};
   __syncthreads();
-  const Layout layout = LayoutOf(args.compared);
+  const rules::BitLayout layout = rules::LayoutOf(args.compared);
   ThreadTotals mine;
   LocalHistogram hist;
   hist.shared = block_hist;
@@ -236,8 +237,8 @@ struct Key {
 // Compare's ranking as one 192-bit unsigned key, higher ranks first:
 // (NaN against a number ? all ones : bits of the abs diff, which order
 // like the values for r >= 0), then the ULP distance, then ~index.
-__device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& layout, int64_t i,
-                                       const Element& x) {
+__device__ __forceinline__ Key RankKey(const CompareArgs& args, const rules::BitLayout& layout,
+                                       int64_t i, const Element& x) {
   const bool nan_a = isnan(x.a), nan_e = isnan(x.e);
   double r;
   if (nan_a || nan_e) {
@@ -249,7 +250,7 @@ __device__ __forceinline__ Key RankKey(const CompareArgs& args, const Layout& la
   }
   Key k;
   k.w[0] = nan_a != nan_e ? ~0ull : static_cast<ull>(__double_as_longlong(r));
-  k.w[1] = Distance(x.ba, x.be, layout);
+  k.w[1] = rules::DistanceFromBits(x.ba, x.be, layout);
   k.w[2] = ~static_cast<ull>(i);
   return k;
 }
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ unsigned int block_hist[256];
   block_hist[threadIdx.x] = 0;  // blockDim.x == 256
   __syncthreads();
-  const Layout layout = LayoutOf(args.compared);
+  const rules::BitLayout layout = rules::LayoutOf(args.compared);
   const ull prefix[3] = {s->prefix[0], s->prefix[1], s->prefix[2]};
   const bool build = s->build_list != 0;
   ull word_or[3] = {0, 0, 0};
@@ -409,7 +410,7 @@ template <int kType>
 __global__ void __launch_bounds__(kThreads)
     SelectGatherKernel(CompareArgs args, const SelectState* s, int k, WorstEntry* out,
                        CompareResult* result) {
-  const Layout layout = LayoutOf(args.compared);
+  const rules::BitLayout layout = rules::LayoutOf(args.compared);
   const ull t0 = s->prefix[0], t1 = s->prefix[1], t2 = s->prefix[2];
   ForEachElement<kType>(args, [&](int64_t i, const Element& x) {
     const Key key = RankKey(args, layout, i, x);

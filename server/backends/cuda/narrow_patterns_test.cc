@@ -1,7 +1,9 @@
 // The device comparison's bit patterns (narrow_patterns.h), checked on the
 // host, where they compile as plain C++: against the rank of every finite
 // value of a 16-bit type in the sorted list of all of them (exhaustive), and
-// for fp32 against counting std::nextafter steps and stats' UlpDistance.
+// for fp32 against counting std::nextafter steps; and against the shared
+// rule they restate in 32-bit arithmetic (element_rules.h's
+// DistanceFromBits), which the rank checks hold as well.
 #include "server/backends/cuda/narrow_patterns.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "server/stats/diff_stats.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda::narrow {
 namespace {
@@ -64,6 +66,7 @@ std::map<uint16_t, int64_t> Ranks(ElemType t) {
 template <ElemType kType>
 void CheckDistances16() {
   const auto rank = Ranks(kType);
+  const rules::BitLayout layout = rules::LayoutOf(kType);
   std::vector<uint16_t> finite;
   for (const auto& [bits, r] : rank) finite.push_back(bits);
   std::mt19937 rng(5);
@@ -84,6 +87,8 @@ void CheckDistances16() {
       if (rb == rank.end()) continue;  // not finite
       const int64_t expected = std::llabs(rank.at(a) - rb->second);
       ASSERT_EQ(Distance<kType>(uint32_t{a} << 16, uint32_t{b} << 16), expected)
+          << std::hex << a << " " << b;
+      ASSERT_EQ(rules::DistanceFromBits(a, b, layout), static_cast<uint64_t>(expected))
           << std::hex << a << " " << b;
       ++checked;
     }
@@ -116,7 +121,7 @@ TEST(NarrowPatternsTest, Fp32DistanceCountsNextafterSteps) {
   }
 }
 
-TEST(NarrowPatternsTest, Fp32DistanceEqualsUlpDistanceFarApart) {
+TEST(NarrowPatternsTest, Fp32DistanceIsTheSharedRuleFarApart) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<uint32_t> bits;
   const float max = std::numeric_limits<float>::max();
@@ -128,11 +133,27 @@ TEST(NarrowPatternsTest, Fp32DistanceEqualsUlpDistanceFarApart) {
     std::memcpy(&b, &bb, sizeof b);
     if (std::isfinite(a) && std::isfinite(b)) pairs.emplace_back(a, b);
   }
+  const rules::BitLayout layout = rules::LayoutOf(ElemType::kF32);
   for (const auto& [a, b] : pairs) {
     ASSERT_EQ(uint64_t{Distance<ElemType::kF32>(Bits(a), Bits(b))},
-              UlpDistance(a, b, DType::kFloat32))
+              rules::DistanceFromBits(Bits(a), Bits(b), layout))
         << a << " " << b;
   }
+}
+
+// The masks built from the shared layouts are the per-lane constants the
+// kernels were tuned with.
+TEST(NarrowPatternsTest, MasksAreTheSharedLayoutInEachLane) {
+  static_assert(Layout<ElemType::kF32>::kMagnitudes == 0x7fffffffu);
+  static_assert(Layout<ElemType::kF32>::kToTop == 0x00800000u);
+  static_assert(Layout<ElemType::kF32>::kTops == 0x80000000u);
+  static_assert(Layout<ElemType::kBF16>::kMagnitudes == 0x7fff7fffu);
+  static_assert(Layout<ElemType::kBF16>::kToTop == 0x00800080u);
+  static_assert(Layout<ElemType::kBF16>::kTops == 0x80008000u);
+  static_assert(Layout<ElemType::kF16>::kMagnitudes == 0x7fff7fffu);
+  static_assert(Layout<ElemType::kF16>::kToTop == 0x04000400u);
+  static_assert(Layout<ElemType::kF16>::kTops == 0x80008000u);
+  SUCCEED();
 }
 
 // A 16-byte vector holding these eight 16-bit patterns in memory order.

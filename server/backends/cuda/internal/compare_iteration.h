@@ -20,10 +20,10 @@
 #include <cstdint>
 
 #include "server/backends/cuda/compare_thread.h"
-#include "server/backends/cuda/host_device.h"
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
+#include "server/core/host_device.h"
 
 namespace tensorcheck::cuda::cmp {
 
@@ -43,8 +43,8 @@ inline constexpr int kAnyTypes = -1;
 // clang-format off
 TC_EXEC_CHECK_DISABLE  // on the device, on_vector and f are device lambdas
 template <int kType, bool kRareFallback, typename V, typename F>
-TC_INLINE void ForEachVector(const CompareArgs& args, int64_t first, int64_t stride,
-                             V&& on_vector, F&& f) {
+TC_HOST_DEVICE void ForEachVector(const CompareArgs& args, int64_t first, int64_t stride,
+                                  V&& on_vector, F&& f) {
   // clang-format on
   int64_t vectorised = 0;
   if constexpr (kType != kAnyTypes) {

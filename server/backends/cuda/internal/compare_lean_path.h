@@ -19,17 +19,18 @@
 #include <cstdint>
 
 #include "server/backends/cuda/compare_thread.h"
-#include "server/backends/cuda/host_device.h"
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
 #include "server/backends/cuda/narrow_patterns.h"
+#include "server/core/host_device.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda::cmp {
 
 // Element j of a vector: its widened pattern (narrow_patterns.h) and value.
 template <ElemType kType>
-TC_INLINE void LeanDecode(const Vec16& raw, int j, unsigned int* p, float* v) {
+TC_HOST_DEVICE void LeanDecode(const Vec16& raw, int j, unsigned int* p, float* v) {
   *p = narrow::Widened<kType>(raw, j);
   if constexpr (kType == ElemType::kF16) {
     *v = dev::HalfToFloat(static_cast<unsigned short>(*p >> 16));
@@ -59,21 +60,21 @@ template <ElemType kType>
 struct LeanPair {
   unsigned int pa, pe;
   double a, e;
-  TC_INLINE LeanPair(const Vec16& ra, const Vec16& re, int j) {
+  TC_HOST_DEVICE LeanPair(const Vec16& ra, const Vec16& re, int j) {
     float fa, fe;
     LeanDecode<kType>(ra, j, &pa, &fa);
     LeanDecode<kType>(re, j, &pe, &fe);
     a = fa;
     e = fe;
   }
-  TC_INLINE double abs_diff() const { return dev::Abs(a - e); }
+  TC_HOST_DEVICE double abs_diff() const { return dev::Abs(a - e); }
 };
 
 // Element j of a lean vector: Accumulate's finite branch, its rare parts
 // left to LeanVector.
 template <ElemType kType, ToleranceRule kRule>
-TC_INLINE void LeanElement(const CompareArgs& args, int64_t first, int j, const LeanPair<kType>& x,
-                           ThreadTotals& t, LeanVectorState& v) {
+TC_HOST_DEVICE void LeanElement(const CompareArgs& args, int64_t first, int j,
+                                const LeanPair<kType>& x, ThreadTotals& t, LeanVectorState& v) {
   const double d = x.a - x.e;
   const double abs_diff = dev::Abs(d);
   const double abs_e = dev::Abs(x.e);
@@ -95,13 +96,16 @@ TC_INLINE void LeanElement(const CompareArgs& args, int64_t first, int j, const 
   // With |e| = 0: rel_limit * 0 is 0 (or NaN once max_rel is infinite), so
   // a nonzero difference is a candidate, with the quotient +inf.
   if (abs_diff > v.rel_limit * abs_e) v.rel_candidates |= 1u << j;
-  if (!FinitePassesBy<kRule>(args, abs_diff, abs_e, first + j, u)) v.fails |= 1u << j;
+  if (!rules::FinitePairPasses<kRule>(args, abs_diff, abs_e, BoundOf(args, first + j), u)) {
+    v.fails |= 1u << j;
+  }
 }
 
 // A vector of finite pairs whose first element is `first`.
 template <ElemType kType, ToleranceRule kRule>
-TC_INLINE void LeanVector(const CompareArgs& args, int64_t first, const Vec16& ra, const Vec16& re,
-                          ThreadTotals& t, LocalHistogram& hist, ull* col_counts, ull* row_counts) {
+TC_HOST_DEVICE void LeanVector(const CompareArgs& args, int64_t first, const Vec16& ra,
+                               const Vec16& re, ThreadTotals& t, LocalHistogram& hist,
+                               ull* col_counts, ull* row_counts) {
   constexpr int per = kPerVector<kType>;
   // Every pair here has a quotient of at least 0: the first of them is
   // where max_rel stands until a larger one comes (rel_limit * |e| could
@@ -126,7 +130,7 @@ TC_INLINE void LeanVector(const CompareArgs& args, int64_t first, const Vec16& r
       const unsigned int u = narrow::Distance<kType>(x.pa, x.pe);
       if (u > 4) {
         v.hist_bytes -= 1u << 24;
-        dev::AtomicAdd(&hist.shared[Bucket(u)], 1u);
+        dev::AtomicAdd(&hist.shared[rules::BucketIndex(u)], 1u);
       }
     }
   }
@@ -171,9 +175,9 @@ TC_INLINE void LeanVector(const CompareArgs& args, int64_t first, const Vec16& r
 
 // The vector at `first` through the lean path if it can take it.
 template <ElemType kType>
-TC_INLINE bool TryLeanVector(const CompareArgs& args, int64_t first, const Vec16& ra,
-                             const Vec16& re, ThreadTotals& t, LocalHistogram& hist,
-                             ull* col_counts, ull* row_counts) {
+TC_HOST_DEVICE bool TryLeanVector(const CompareArgs& args, int64_t first, const Vec16& ra,
+                                  const Vec16& re, ThreadTotals& t, LocalHistogram& hist,
+                                  ull* col_counts, ull* row_counts) {
   if (!narrow::AllFinite<kType>(ra, re)) return false;
   switch (args.rule) {
     case ToleranceRule::kAbsPlusRel:

@@ -7,8 +7,7 @@
 // code (CompareThreadTest, NarrowPatternsTest) build and run on any machine
 // (internal to this folder).
 //
-//   // atol + rtol|e| rounded twice, as on the host: never one FMA.
-//   const double limit = dev::AddRn(args.atol, dev::MulRn(args.rtol, abs_e));
+//   const float f = dev::LoadBFloat16(p, i);      // element i, widened exactly
 //   const unsigned short h = dev::HalfBits(0.1);  // 0x2e66 on host and device
 //   Vec16 raw = a4[q];                            // four 32-bit words: raw.x .. raw.w
 //
@@ -16,6 +15,8 @@
 // conversions are those of CUDA's own host code (cuda_fp16.hpp,
 // cuda_bf16.hpp): to nearest, ties to even, in one rounding, and a NaN
 // becomes the canonical 0x7fff (0x7fffffff when an fp16 NaN is widened).
+// The intrinsics the shared element rules need as well (CountLeadingZeros64,
+// AddRn, MulRn) are in server/core/host_device.h.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -30,7 +31,7 @@
 #include <cstring>
 #include <limits>
 
-#include "server/backends/cuda/host_device.h"
+#include "server/core/host_device.h"
 
 namespace tensorcheck::cuda {
 
@@ -117,21 +118,7 @@ inline float BFloat16ToFloat(unsigned short b) {
 
 namespace dev {
 
-TC_INLINE double AddRn(double a, double b) {  // never fused with a product
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-TC_INLINE double MulRn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-TC_INLINE ull DoubleBits(double v) {
+TC_HOST_DEVICE ull DoubleBits(double v) {
 #if defined(__CUDA_ARCH__)
   return static_cast<ull>(__double_as_longlong(v));
 #else
@@ -140,7 +127,7 @@ TC_INLINE ull DoubleBits(double v) {
   return b;
 #endif
 }
-TC_INLINE double DoubleOf(ull b) {
+TC_HOST_DEVICE double DoubleOf(ull b) {
 #if defined(__CUDA_ARCH__)
   return __longlong_as_double(static_cast<long long>(b));
 #else
@@ -149,7 +136,7 @@ TC_INLINE double DoubleOf(ull b) {
   return v;
 #endif
 }
-TC_INLINE unsigned int FloatBits(float v) {
+TC_HOST_DEVICE unsigned int FloatBits(float v) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(v);
 #else
@@ -158,7 +145,7 @@ TC_INLINE unsigned int FloatBits(float v) {
   return b;
 #endif
 }
-TC_INLINE float FloatOf(unsigned int b) {
+TC_HOST_DEVICE float FloatOf(unsigned int b) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(b);
 #else
@@ -167,7 +154,7 @@ TC_INLINE float FloatOf(unsigned int b) {
   return v;
 #endif
 }
-TC_INLINE float ToFloat(double v) {  // to nearest even
+TC_HOST_DEVICE float ToFloat(double v) {  // to nearest even
 #if defined(__CUDA_ARCH__)
   return __double2float_rn(v);
 #else
@@ -175,14 +162,14 @@ TC_INLINE float ToFloat(double v) {  // to nearest even
 #endif
 }
 // Element i of an array of fp16 (bf16) values, widened exactly to float.
-TC_INLINE float LoadHalf(const void* p, int64_t i) {
+TC_HOST_DEVICE float LoadHalf(const void* p, int64_t i) {
 #if defined(__CUDA_ARCH__)
   return __half2float(static_cast<const __half*>(p)[i]);
 #else
   return host::HalfToFloat(static_cast<const unsigned short*>(p)[i]);
 #endif
 }
-TC_INLINE float LoadBFloat16(const void* p, int64_t i) {
+TC_HOST_DEVICE float LoadBFloat16(const void* p, int64_t i) {
 #if defined(__CUDA_ARCH__)
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 #else
@@ -190,7 +177,7 @@ TC_INLINE float LoadBFloat16(const void* p, int64_t i) {
 #endif
 }
 // An fp16 pattern widened exactly to float.
-TC_INLINE float HalfToFloat(unsigned short h) {
+TC_HOST_DEVICE float HalfToFloat(unsigned short h) {
 #if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(h));
 #else
@@ -198,42 +185,35 @@ TC_INLINE float HalfToFloat(unsigned short h) {
 #endif
 }
 // The fp16 (bf16) pattern of v, rounded once to nearest even.
-TC_INLINE unsigned short HalfBits(double v) {
+TC_HOST_DEVICE unsigned short HalfBits(double v) {
 #if defined(__CUDA_ARCH__)
   return __half_as_ushort(__double2half(v));
 #else
   return host::RoundTo16<5, 10>(v);
 #endif
 }
-TC_INLINE unsigned short BFloat16Bits(double v) {
+TC_HOST_DEVICE unsigned short BFloat16Bits(double v) {
 #if defined(__CUDA_ARCH__)
   return __bfloat16_as_ushort(__double2bfloat16(v));
 #else
   return host::RoundTo16<8, 7>(v);
 #endif
 }
-TC_INLINE double Inf() {
+TC_HOST_DEVICE double Inf() {
 #if defined(__CUDA_ARCH__)
   return CUDART_INF;
 #else
   return std::numeric_limits<double>::infinity();
 #endif
 }
-TC_INLINE int Clz64(ull v) {  // v != 0
-#if defined(__CUDA_ARCH__)
-  return __clzll(static_cast<long long>(v));
-#else
-  return __builtin_clzll(v);
-#endif
-}
-TC_INLINE int Popc(unsigned int v) {
+TC_HOST_DEVICE int Popc(unsigned int v) {
 #if defined(__CUDA_ARCH__)
   return __popc(v);
 #else
   return __builtin_popcount(v);
 #endif
 }
-TC_INLINE int Ffs(unsigned int v) {  // 1 + the lowest set bit; 0 for 0
+TC_HOST_DEVICE int Ffs(unsigned int v) {  // 1 + the lowest set bit; 0 for 0
 #if defined(__CUDA_ARCH__)
   return __ffs(static_cast<int>(v));
 #else
@@ -241,7 +221,7 @@ TC_INLINE int Ffs(unsigned int v) {  // 1 + the lowest set bit; 0 for 0
 #endif
 }
 template <typename T>
-TC_INLINE T AtomicAdd(T* p, T v) {  // returns the old value
+TC_HOST_DEVICE T AtomicAdd(T* p, T v) {  // returns the old value
 #if defined(__CUDA_ARCH__)
   return atomicAdd(p, v);
 #else
@@ -251,23 +231,23 @@ TC_INLINE T AtomicAdd(T* p, T v) {  // returns the old value
 #endif
 }
 #if defined(__CUDA_ARCH__)
-TC_INLINE unsigned int Min(unsigned int a, unsigned int b) { return min(a, b); }
-TC_INLINE unsigned int Max(unsigned int a, unsigned int b) { return max(a, b); }
-TC_INLINE ull Max(ull a, ull b) { return max(a, b); }
-TC_INLINE bool IsFinite(double v) { return isfinite(v); }
-TC_INLINE bool IsFinite(float v) { return isfinite(v); }
-TC_INLINE bool IsNan(double v) { return isnan(v); }
-TC_INLINE bool IsInf(double v) { return isinf(v); }
-TC_INLINE double Abs(double v) { return fabs(v); }
+TC_HOST_DEVICE unsigned int Min(unsigned int a, unsigned int b) { return min(a, b); }
+TC_HOST_DEVICE unsigned int Max(unsigned int a, unsigned int b) { return max(a, b); }
+TC_HOST_DEVICE ull Max(ull a, ull b) { return max(a, b); }
+TC_HOST_DEVICE bool IsFinite(double v) { return isfinite(v); }
+TC_HOST_DEVICE bool IsFinite(float v) { return isfinite(v); }
+TC_HOST_DEVICE bool IsNan(double v) { return isnan(v); }
+TC_HOST_DEVICE bool IsInf(double v) { return isinf(v); }
+TC_HOST_DEVICE double Abs(double v) { return fabs(v); }
 #else
-TC_INLINE unsigned int Min(unsigned int a, unsigned int b) { return a < b ? a : b; }
-TC_INLINE unsigned int Max(unsigned int a, unsigned int b) { return a > b ? a : b; }
-TC_INLINE ull Max(ull a, ull b) { return a > b ? a : b; }
-TC_INLINE bool IsFinite(double v) { return std::isfinite(v); }
-TC_INLINE bool IsFinite(float v) { return std::isfinite(v); }
-TC_INLINE bool IsNan(double v) { return std::isnan(v); }
-TC_INLINE bool IsInf(double v) { return std::isinf(v); }
-TC_INLINE double Abs(double v) { return std::fabs(v); }
+TC_HOST_DEVICE unsigned int Min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+TC_HOST_DEVICE unsigned int Max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+TC_HOST_DEVICE ull Max(ull a, ull b) { return a > b ? a : b; }
+TC_HOST_DEVICE bool IsFinite(double v) { return std::isfinite(v); }
+TC_HOST_DEVICE bool IsFinite(float v) { return std::isfinite(v); }
+TC_HOST_DEVICE bool IsNan(double v) { return std::isnan(v); }
+TC_HOST_DEVICE bool IsInf(double v) { return std::isinf(v); }
+TC_HOST_DEVICE double Abs(double v) { return std::fabs(v); }
 #endif
 
 }  // namespace dev

@@ -9,23 +9,20 @@
 //
 // Per element, the definitions are Compare's (diff_stats.h): values widened
 // exactly to double, bits in the compared type (read as stored when the
-// storage is that type, else rounded to nearest even), ULP distances on
-// ordered integers, the tolerance rules of tolerance.h.
+// storage is that type, else rounded to nearest even), and the rules of
+// server/stats/element_rules.h, which stats shares: ULP distances on
+// ordered integers, their buckets, the tolerance rules.
 #pragma once
 
 #include <cstdint>
 
 #include "server/backends/cuda/internal/elem_type.h"
+#include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda {
 
-// Tolerance rules (tolerance.h's presets grouped by their formula).
-enum class ToleranceRule : int {
-  kAbsPlusRel = 0,  // torch, numpy, explicit: |a-e| <= atol + rtol|e|
-  kAbsOrRel = 1,    // polygraphy: |a-e| <= atol or |a-e| <= rtol|e|
-  kUlp = 2,         // ULP distance <= max_ulp
-  kBound = 3,       // |a-e| <= bound_factor * bound[i]
-};
+// Tolerance rules (element_rules.h's, where each formula is).
+using ToleranceRule = rules::ToleranceRule;
 
 struct CompareArgs {
   const void* actual = nullptr;
@@ -62,7 +59,8 @@ struct CompareTotals {
       nan_mismatch, ulp_infinite;
 };
 
-inline constexpr int kCompareHistBuckets = 66;
+// The ULP histogram's buckets (element_rules.h's BucketIndex).
+inline constexpr int kCompareHistBuckets = rules::kUlpBuckets;
 
 // What the totals pass leaves in device memory for the host to copy back.
 struct CompareResult {
