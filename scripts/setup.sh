@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev clang-format
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
   python3-venv chromium
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang, libFuzzer and its sanitizer runtimes
 )
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then
