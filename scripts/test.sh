@@ -2,7 +2,10 @@
 # The whole test suite: installs and builds (scripts/setup.sh), then runs
 # the format and lint checks, C++ (ctest), Python (pytest) and Go (go test,
 # with gofmt and go vet). The Python and Go suites start their own servers
-# on free loopback ports.
+# on free loopback ports. Then the sanitizer runs (scripts/sanitize.sh:
+# ASan + UBSan over ctest and the e2e suites, ThreadSanitizer over the
+# concurrency tests) and a minute of fuzzing per target (scripts/fuzz.sh);
+# docs/reliability.md says what they cover and how long they take.
 #
 #   scripts/test.sh
 set -euo pipefail
@@ -27,6 +30,12 @@ echo "== Python (pytest)"
 
 echo "== Go (go test)"
 client/go/test.sh || failed+=("go test")
+
+echo "== sanitizers (scripts/sanitize.sh: ASan + UBSan, ThreadSanitizer)"
+scripts/sanitize.sh || failed+=(sanitizers)
+
+echo "== fuzzing (scripts/fuzz.sh 60)"
+scripts/fuzz.sh 60 || failed+=(fuzz)
 
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
