@@ -31,6 +31,16 @@ uint64_t UlpDistance(double a, double b, DType dtype);
 // ULP histogram: bucket 0 holds distance 0, bucket i >= 1 holds
 // (2^(i-2), 2^(i-1)] (1, 2, 3-4, 5-8, ...); 65 is the last finite one.
 inline constexpr int kUlpHistogramBuckets = rules::kUlpBuckets;
+
+// The shared rules' element type of a DType (element_rules.h cannot name
+// DType, which is not nvcc-safe): the same values in the same order. The
+// stats kernels and the device comparison's arguments both map with it.
+static_assert(static_cast<int>(DType::kFloat64) == static_cast<int>(rules::ElemType::kF64) &&
+                  static_cast<int>(DType::kFloat32) == static_cast<int>(rules::ElemType::kF32) &&
+                  static_cast<int>(DType::kFloat16) == static_cast<int>(rules::ElemType::kF16) &&
+                  static_cast<int>(DType::kBFloat16) == static_cast<int>(rules::ElemType::kBF16),
+              "rules::ElemType follows DType");
+inline rules::ElemType ElemTypeOf(DType d) { return static_cast<rules::ElemType>(d); }
 int UlpHistogramBucket(uint64_t ulp);
 
 }  // namespace tensorcheck

@@ -18,15 +18,6 @@ using rules::BucketIndex;
 using rules::DistanceFromBits;
 using rules::OrderedDistance;
 
-// The shared rules' type for a DType: the same values in the same order
-// (element_rules.h cannot name DType, which is not nvcc-safe).
-static_assert(static_cast<int>(DType::kFloat64) == static_cast<int>(rules::ElemType::kF64) &&
-                  static_cast<int>(DType::kFloat32) == static_cast<int>(rules::ElemType::kF32) &&
-                  static_cast<int>(DType::kFloat16) == static_cast<int>(rules::ElemType::kF16) &&
-                  static_cast<int>(DType::kBFloat16) == static_cast<int>(rules::ElemType::kBF16),
-              "rules::ElemType follows DType");
-inline rules::ElemType ElemTypeOf(DType d) { return static_cast<rules::ElemType>(d); }
-
 inline BitLayout LayoutOf(DType d) { return rules::LayoutOf(ElemTypeOf(d)); }
 
 // Ordered integer of a bit pattern `width` <= 32 bits wide: negative

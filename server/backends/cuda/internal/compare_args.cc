@@ -23,20 +23,6 @@ ToleranceRule RuleOf(TolerancePreset p) {
 
 }  // namespace
 
-ElemType ToElem(DType d) {
-  switch (d) {
-    case DType::kFloat64:
-      return ElemType::kF64;
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-  }
-  return ElemType::kF32;
-}
-
 CompareArgs MakeCompareArgs(const DeviceArray& actual, const DeviceArray& expected,
                             const CompareOptions& options) {
   CompareArgs args;

@@ -15,11 +15,13 @@
 #include "server/backends/cuda/internal/kernel_args.h"
 #include "server/core/dtype.h"
 #include "server/stats/diff_stats.h"
+#include "server/stats/ulp.h"
 
 namespace tensorcheck::cuda {
 
-// The device element type of a dtype.
-ElemType ToElem(DType d);
+// The device element type of a dtype (stats' mapping onto the shared rules'
+// type, which the device's ElemType is).
+inline ElemType ToElem(DType d) { return ElemTypeOf(d); }
 
 // A device array of `numel` elements of `dtype`.
 struct DeviceArray {
