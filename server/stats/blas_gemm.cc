@@ -9,13 +9,14 @@
 namespace tensorcheck {
 namespace {
 
-// Tiles of about 30-70 ms on two cores: fp32 OpenBLAS runs about twice as
-// many multiply-adds a second as fp64. Smaller tiles stop sooner but cost
-// more calls: at 2^29 multiply-adds an fp32 1024x4096x4096 product took
-// 1.4-1.5x the single call on a loaded 2-core host, at 2^31 1.2-1.35x
-// (bench/gemm_bench, docs/performance.md).
-constexpr int64_t kFloatTileMacs = int64_t{1} << 31;
-constexpr int64_t kDoubleTileMacs = int64_t{1} << 30;
+// Tiles of about 50 ms on two idle cores (fp32 OpenBLAS runs about twice
+// as many multiply-adds a second as fp64): a stop waits for the tile in
+// progress. Each BLAS call packs its operands again, so smaller tiles cost
+// more: a 1024x4096x4096 fp32 product (2^34) took 1.4-1.5x the single
+// call in tiles of 2^29 multiply-adds, 1.25x in 2^31, 1.07-1.1x in 2^32
+// and 1.02-1.06x in 2^33 (bench/gemm_bench, docs/performance.md).
+constexpr int64_t kFloatTileMacs = int64_t{1} << 32;
+constexpr int64_t kDoubleTileMacs = int64_t{1} << 31;
 
 template <typename T, typename Blas>
 absl::Status TiledGemm(const T* x, const T* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,

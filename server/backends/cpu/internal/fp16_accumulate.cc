@@ -312,7 +312,7 @@ TC_AVX2_TARGET void Fp16AccTileChecked(const double* xp, const float* wp, int64_
 // PackFp16AccWeight).
 TC_AVX2_TARGET void Fp16AccumulateRowsAvx2(const float* x, const float* wpack, const double* wmax,
                                            int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                                           float* acc) {
+                                           float* acc, const StopSignal* stop) {
   constexpr int64_t kMr = kFp16AccMr;
   constexpr int64_t kNr = kFp16AccNr;
   if (k == 0) {
@@ -322,6 +322,8 @@ TC_AVX2_TARGET void Fp16AccumulateRowsAvx2(const float* x, const float* wpack, c
   const int64_t chunks = (k + kFp16AccKc - 1) / kFp16AccKc;
   alignas(32) double xp[kFp16AccKc * kMr];
   for (int64_t jc = 0; jc < n; jc += kFp16AccNc) {
+    // A column block of the slice's rows: a few milliseconds of work.
+    if (stop != nullptr && stop->stop_requested()) return;
     const int64_t jc_end = std::min(n, jc + kFp16AccNc);
     for (int64_t pc = 0; pc < k; pc += kFp16AccKc) {
       const int64_t kc = std::min(kFp16AccKc, k - pc);
@@ -453,7 +455,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
     const double* wm = wmax.get();
     SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
       RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
-        Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc);
+        Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc, stop);
       });
     });
     return CheckStop(stop);
