@@ -9,14 +9,15 @@
 namespace tensorcheck {
 namespace {
 
-// Tiles of about 50 ms on two idle cores (fp32 OpenBLAS runs about twice
+// Tiles of about 0.1 s on two idle cores (fp32 OpenBLAS runs about twice
 // as many multiply-adds a second as fp64): a stop waits for the tile in
 // progress. Each BLAS call packs its operands again, so smaller tiles cost
 // more: a 1024x4096x4096 fp32 product (2^34) took 1.4-1.5x the single
 // call in tiles of 2^29 multiply-adds, 1.25x in 2^31, 1.07-1.1x in 2^32
-// and 1.02-1.06x in 2^33 (bench/gemm_bench, docs/performance.md).
-constexpr int64_t kFloatTileMacs = int64_t{1} << 32;
-constexpr int64_t kDoubleTileMacs = int64_t{1} << 31;
+// and 1.02-1.06x in 2^33, the size kept (bench/gemm_bench,
+// docs/performance.md).
+constexpr int64_t kFloatTileMacs = int64_t{1} << 33;
+constexpr int64_t kDoubleTileMacs = int64_t{1} << 32;
 
 template <typename T, typename Blas>
 absl::Status TiledGemm(const T* x, const T* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
