@@ -72,11 +72,12 @@ run_asan() {
   unset ASAN_OPTIONS UBSAN_OPTIONS
 }
 
-# The concurrency tests, by ctest name (gtest Suite.Test). Not
-# ServiceFatalErrorTest: its backend reads a Status that the test body then
-# rewrites, ordered only by the gRPC round trip between them, which TSan
-# cannot see through the uninstrumented gRPC (docs/reliability.md).
-TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest)\.'
+# The concurrency tests, by ctest name (gtest Suite.Test): the live
+# service (requests, the fatal-device-error path, admission, cancellation
+# and shutdown with a gated backend), the worker pool, the statistics
+# executor, the stop signal, cancellation through the engine, and the
+# multi-threaded statistics and CPU backend.
+TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest|ServiceFatalErrorTest|ByteBudgetTest|GatedServiceTest|CancellationTest)\.'
 TSAN_TESTS+='|^CompareTest\.(Concurrent|Multithreaded|RowsSplitAcrossThreads)'
 TSAN_TESTS+='|^ErrorModelTest\.PerElementPassesAreBitwiseTheSameOnAnyExecutor$'
 TSAN_TESTS+='|^CpuBackendTest\.Fp16AccSplitsLargeProblemsAcrossThreadsBitwise$'
@@ -85,7 +86,7 @@ run_tsan() {
   echo "== TSan: configuring and building $TSAN_BUILD_DIR"
   cmake -S . -B "$TSAN_BUILD_DIR" "${CMAKE_COMMON[@]}" -DTENSORCHECK_TSAN=ON >/dev/null
   cmake --build "$TSAN_BUILD_DIR" -j "$(nproc)" \
-    --target core_test stats_test service_test cpu_backend_test
+    --target core_test stats_test service_test admission_test cancellation_test cpu_backend_test
   lap "TSan build"
   # Debian's gRPC, Abseil, protobuf and OpenBLAS are not instrumented:
   # ignore_noninstrumented_modules keeps TSan from checking the memory

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -360,10 +361,13 @@ TEST_F(ServiceTest, HealthIsServing) {
 namespace tensorcheck {
 namespace {
 
-// A backend whose every run fails with `error` (a stand-in for a device).
+// A backend whose every run fails with the error the test sets (a stand-in
+// for a device). The test sets it between calls on its own thread while
+// runs read it on a worker: a mutex orders them, which the gRPC round trip
+// between them does too but ThreadSanitizer cannot see through Debian's
+// uninstrumented gRPC.
 class FailingBackend final : public LinearBackend {
  public:
-  explicit FailingBackend(absl::Status* error) : error_(error) {}
   absl::string_view name() const override { return "failing"; }
   BackendKind kind() const override { return BackendKind::kDevice; }
   absl::Status Available() const override { return absl::OkStatus(); }
@@ -372,20 +376,27 @@ class FailingBackend final : public LinearBackend {
   BiasMode default_bias_mode() const override { return BiasMode::kFused; }
   std::vector<DType> storage_dtypes() const override { return {DType::kFloat32}; }
   absl::StatusOr<RunResult> Run(const LinearProblem&, const Config&, const RunOptions&) override {
-    return *error_;
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  void set_error(absl::Status error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(error);
   }
 
  private:
-  absl::Status* error_;
+  std::mutex mu_;
+  absl::Status error_;
 };
 
 // The service reacts to the typed fatal-device-error mark, carried through
 // the engine's context prefixes, and never to a phrase in a message.
 TEST(ServiceFatalErrorTest, OnlyAMarkedFatalDeviceErrorCallsOnFatalOnce) {
-  absl::Status error;
   BackendRegistry registry;
   ASSERT_TRUE(RegisterBuiltinBackends(&registry).ok());
-  ASSERT_TRUE(registry.Register(std::make_unique<FailingBackend>(&error)).ok());
+  auto backend = std::make_unique<FailingBackend>();
+  FailingBackend* failing = backend.get();
+  ASSERT_TRUE(registry.Register(std::move(backend)).ok());
   auto engine = Engine::Create(EngineOptions{}, &registry);
   ASSERT_TRUE(engine.ok());
   std::vector<absl::Status> fatal;
@@ -411,11 +422,11 @@ TEST(ServiceFatalErrorTest, OnlyAMarkedFatalDeviceErrorCallsOnFatalOnce) {
   };
 
   // The words without the mark: an ordinary INTERNAL error.
-  error = absl::InternalError("sticky CUDA error: cudaMemcpy: made up");
+  failing->set_error(absl::InternalError("sticky CUDA error: cudaMemcpy: made up"));
   EXPECT_EQ(verify().error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_TRUE(fatal.empty());
 
-  error = MarkFatalDeviceError(absl::InternalError("cudaMemcpy: illegal address"));
+  failing->set_error(MarkFatalDeviceError(absl::InternalError("cudaMemcpy: illegal address")));
   const grpc::Status status = verify();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_THAT(status.error_message(), HasSubstr("configuration failing:fp32:none"));

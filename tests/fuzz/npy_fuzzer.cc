@@ -19,38 +19,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/tensor_io.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace tensorcheck::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "npy_fuzzer: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void Fail(const std::string& what) { fuzz::FuzzFail("npy_fuzzer", what); }
 
 bool SameTensor(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && a.bytes() == b.bytes();
 }
 
-// An in-memory file whose path the readers can open.
-class MemFile {
- public:
-  MemFile() : fd_(memfd_create("npy_fuzzer", 0)) {
-    if (fd_ < 0) Fail("memfd_create failed");
-    path_ = absl::StrCat("/proc/self/fd/", fd_);
-  }
-  const std::string& Write(absl::string_view bytes) {
-    if (ftruncate(fd_, 0) != 0 ||
-        pwrite(fd_, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-      Fail("writing the memfd failed");
-    }
-    return path_;
-  }
-
- private:
-  int fd_;
-  std::string path_;
-};
+using fuzz::MemFile;
 
 void CheckOne(absl::string_view bytes, const TensorReadOptions& options, MemFile* file) {
   absl::StatusOr<Tensor> parsed = ParseNpy(bytes, "fuzz.npy", options);
@@ -84,7 +64,7 @@ void CheckOne(absl::string_view bytes, const TensorReadOptions& options, MemFile
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tensorcheck::cli;  // NOLINT(build/namespaces): a C entry point
-  static MemFile* file = new MemFile();
+  static MemFile* file = new MemFile("npy_fuzzer");
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
   TensorReadOptions any;
   CheckOne(bytes, any, file);

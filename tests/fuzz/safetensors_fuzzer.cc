@@ -18,34 +18,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/tensor_io.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace tensorcheck::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "safetensors_fuzzer: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void Fail(const std::string& what) { fuzz::FuzzFail("safetensors_fuzzer", what); }
 
-// An in-memory file whose path the readers can open.
-class MemFile {
- public:
-  MemFile() : fd_(memfd_create("safetensors_fuzzer", 0)) {
-    if (fd_ < 0) Fail("memfd_create failed");
-    path_ = absl::StrCat("/proc/self/fd/", fd_);
-  }
-  const std::string& Write(absl::string_view bytes) {
-    if (ftruncate(fd_, 0) != 0 ||
-        pwrite(fd_, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-      Fail("writing the memfd failed");
-    }
-    return path_;
-  }
-
- private:
-  int fd_;
-  std::string path_;
-};
+using fuzz::MemFile;
 
 void CheckInvalidArgument(const absl::Status& s) {
   if (s.code() != absl::StatusCode::kInvalidArgument) {
@@ -78,7 +58,7 @@ void CheckName(absl::string_view bytes, const std::string& path, const std::stri
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tensorcheck::cli;  // NOLINT(build/namespaces): a C entry point
-  static MemFile* file = new MemFile();
+  static MemFile* file = new MemFile("safetensors_fuzzer");
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
   const std::string& path = file->Write(bytes);
 
