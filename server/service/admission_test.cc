@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -128,7 +129,10 @@ class GatedServiceTest : public ::testing::Test {
     auto engine = Engine::Create(engine_options, &registry_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(engine).value();
-    options.on_saturation = [this](bool full) { saturation_.push_back(full); };
+    options.on_saturation = [this](bool full) {
+      std::lock_guard<std::mutex> lock(saturation_mu_);
+      saturation_.push_back(full);
+    };
     service_ = std::make_unique<TensorCheckServiceImpl>(engine_.get(), std::move(options));
     grpc::ServerBuilder builder;
     int port = 0;
@@ -177,6 +181,13 @@ class GatedServiceTest : public ::testing::Test {
   std::unique_ptr<TensorCheckServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
+  // What on_saturation said, in order (called on gRPC's and the workers'
+  // threads).
+  std::vector<bool> Saturation() {
+    std::lock_guard<std::mutex> lock(saturation_mu_);
+    return saturation_;
+  }
+  std::mutex saturation_mu_;
   std::vector<bool> saturation_;
 };
 
@@ -195,12 +206,12 @@ TEST_F(GatedServiceTest, FullQueueIsUnavailableWithARetryHintAndSaturationRecove
   EXPECT_THAT(refused.status.error_message(), HasSubstr("queued"));
   ASSERT_FALSE(refused.pushback.empty());
   EXPECT_GE(std::stoll(refused.pushback), 100);
-  ASSERT_FALSE(saturation_.empty());
-  EXPECT_TRUE(saturation_.front());
+  ASSERT_FALSE(Saturation().empty());
+  EXPECT_TRUE(Saturation().front());
   gated_->released = true;
   EXPECT_TRUE(running.get().status.ok());
   EXPECT_TRUE(queued.get().status.ok());
-  EXPECT_FALSE(saturation_.back()) << "readiness must recover once the queue has room";
+  EXPECT_FALSE(Saturation().back()) << "readiness must recover once the queue has room";
   EXPECT_TRUE(Verify(GatedRequest()).status.ok());
 }
 
