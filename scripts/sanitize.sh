@@ -77,7 +77,7 @@ run_asan() {
 # and shutdown with a gated backend), the worker pool, the statistics
 # executor, the stop signal, cancellation through the engine, and the
 # multi-threaded statistics and CPU backend.
-TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest|ServiceFatalErrorTest|ByteBudgetTest|GatedServiceTest|CancellationTest)\.'
+TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest|ServiceFatalErrorTest|ByteBudgetTest|GatedServiceTest|CancellationTest|TensorStoreTest)\.'
 TSAN_TESTS+='|^CompareTest\.(Concurrent|Multithreaded|RowsSplitAcrossThreads)'
 TSAN_TESTS+='|^ErrorModelTest\.PerElementPassesAreBitwiseTheSameOnAnyExecutor$'
 TSAN_TESTS+='|^CpuBackendTest\.Fp16AccSplitsLargeProblemsAcrossThreadsBitwise$'
@@ -86,7 +86,7 @@ run_tsan() {
   echo "== TSan: configuring and building $TSAN_BUILD_DIR"
   cmake -S . -B "$TSAN_BUILD_DIR" "${CMAKE_COMMON[@]}" -DTENSORCHECK_TSAN=ON >/dev/null
   cmake --build "$TSAN_BUILD_DIR" -j "$(nproc)" \
-    --target core_test stats_test service_test admission_test cancellation_test cpu_backend_test
+    --target core_test stats_test store_test service_test admission_test cancellation_test cpu_backend_test
   lap "TSan build"
   # Debian's gRPC, Abseil, protobuf and OpenBLAS are not instrumented:
   # ignore_noninstrumented_modules keeps TSan from checking the memory
