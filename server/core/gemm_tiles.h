@@ -5,14 +5,15 @@
 //
 //   TC_RETURN_IF_ERROR(ForEachGemmTile(m, n, k, stop, [&](const GemmTile& t) {
 //     cblas_sgemm(..., t.rows, t.cols, k, ..., x + t.row * k, ..., c + t.row * n + t.col, n);
-//   }));
+//   }, /*max_macs=*/int64_t{1} << 33));
 //
-// A product of at most kGemmTileMacs multiply-adds is one tile, the whole
+// A product of at most max_macs multiply-adds is one tile, the whole
 // output (the same BLAS call as without tiling). Larger ones are cut into
-// near-square tiles of about kGemmTileMacs each: a BLAS call packs its
-// operands' panels, (rows + cols) * k values, which then stays under 1% of
-// the tile's multiply-adds for any k the limits admit. Every output
-// element is computed by exactly one tile, over the whole of k.
+// near-square tiles of about max_macs each, which keeps the operand panels
+// a BLAS call packs again, (rows + cols) * k values, small against the
+// tile's multiply-adds. The caller chooses max_macs by how fast its
+// product runs (stats/blas_gemm.cc). Every output element is computed by
+// exactly one tile, over the whole of k.
 #pragma once
 
 #include <algorithm>
@@ -24,17 +25,13 @@
 
 namespace tensorcheck {
 
-// The default tile: about 10-20 ms of fp32 OpenBLAS on two cores (fp64
-// about twice that). Callers pass their own (stats/blas_gemm.cc).
-inline constexpr int64_t kGemmTileMacs = int64_t{1} << 29;
-
 struct GemmTile {
   int64_t row = 0, rows = 0;  // output rows [row, row + rows)
   int64_t col = 0, cols = 0;  // output columns [col, col + cols)
 };
 
 // The tile shape for an [m, n] output of depth k: {rows, cols} per tile.
-inline GemmTile GemmTileShape(int64_t m, int64_t n, int64_t k, int64_t max_macs = kGemmTileMacs) {
+inline GemmTile GemmTileShape(int64_t m, int64_t n, int64_t k, int64_t max_macs) {
   k = std::max<int64_t>(k, 1);
   if (m <= 0 || n <= 0 || m * n <= max_macs / k) return {0, m, 0, n};
   const int64_t outputs = std::max<int64_t>(1, max_macs / k);  // elements per tile
@@ -50,7 +47,7 @@ inline GemmTile GemmTileShape(int64_t m, int64_t n, int64_t k, int64_t max_macs 
 // the stop status if it fired, OK after the last tile.
 template <typename Tile>
 absl::Status ForEachGemmTile(int64_t m, int64_t n, int64_t k, const StopSignal* stop, Tile&& tile,
-                             int64_t max_macs = kGemmTileMacs) {
+                             int64_t max_macs) {
   const GemmTile shape = GemmTileShape(m, n, k, max_macs);
   for (int64_t row = 0; row < m; row += shape.rows) {
     for (int64_t col = 0; col < n; col += shape.cols) {
