@@ -1,5 +1,6 @@
 #include "server/core/tensor.h"
 
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -42,8 +43,6 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-void Tensor::AlignedFree::operator()(void* p) const { std::free(p); }
-
 Tensor::Tensor() : shape_{0} {}
 
 namespace {
@@ -80,8 +79,40 @@ absl::StatusOr<Tensor> Tensor::Create(DType dtype, std::vector<int64_t> shape) {
         absl::StrCat("cannot allocate ", bytes, " bytes for a tensor"));
   }
   std::memset(p, 0, padded);
-  t.buffer_.reset(p);
+  t.buffer_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Borrow(DType dtype, std::vector<int64_t> shape, const void* bytes,
+                                      size_t size, std::shared_ptr<const void> owner) {
+  auto numel = CheckedNumelAndBytes(dtype, shape);
+  if (!numel.ok()) return numel.status();
+  const uint64_t expected = static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
+  if (size != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("data: ", expected, " bytes expected (", *numel,
+                                                   " x ", ItemSize(dtype), "), got ", size));
+  }
+  if (reinterpret_cast<uintptr_t>(bytes) % ItemSize(dtype) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: not aligned to ", ItemSize(dtype), " bytes for ", DTypeName(dtype)));
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = *numel;
+  // The aliasing constructor: shares the owner's lifetime, points at bytes.
+  t.buffer_ = std::shared_ptr<void>(std::const_pointer_cast<void>(std::move(owner)),
+                                    const_cast<void*>(bytes));
+  t.borrowed_ = true;
+  return t;
+}
+
+void* Tensor::raw() {
+  // A borrowed tensor's bytes belong to someone else (a stored tensor
+  // other requests read): writing them is a bug, caught here in debug
+  // builds and by tests.
+  assert(!borrowed_);
+  return buffer_.get();
 }
 
 absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape,

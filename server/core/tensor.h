@@ -8,7 +8,12 @@
 //   float* p = t.data<float>();
 //   double v = t.GetDouble(4);   // element 4 widened exactly to double
 //
-// Tensors are move-only; Clone() copies explicitly.
+// Tensors are move-only; Clone() copies explicitly. A tensor may also view
+// bytes it does not own (Borrow: a stored tensor, pinned by `owner` for as
+// long as the view lives); such a tensor is read-only.
+//
+//   TC_ASSIGN_OR_RETURN(Tensor w, Tensor::Borrow(DType::kBFloat16, {n, k}, blob->data(),
+//                                                blob->size(), blob));
 #pragma once
 
 #include <cstddef>
@@ -47,6 +52,13 @@ class Tensor {
   static absl::StatusOr<Tensor> FromBytes(DType dtype, std::vector<int64_t> shape,
                                           absl::string_view bytes);
 
+  // A read-only view of `bytes` (exactly numel * itemsize of them), which
+  // `owner` keeps alive: no copy. The bytes need only the alignment of the
+  // dtype's elements.
+  static absl::StatusOr<Tensor> Borrow(DType dtype, std::vector<int64_t> shape,
+                                       const void* bytes, size_t size,
+                                       std::shared_ptr<const void> owner);
+
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
   Tensor(const Tensor&) = delete;
@@ -61,8 +73,11 @@ class Tensor {
   int64_t dim(int i) const { return shape_[static_cast<size_t>(i)]; }
   int rank() const { return static_cast<int>(shape_.size()); }
 
-  void* raw() { return buffer_.get(); }
+  // Writable bytes; never of a borrowed tensor.
+  void* raw();
   const void* raw() const { return buffer_.get(); }
+  // Whether the bytes are a view of someone else's (Borrow).
+  bool borrowed() const { return borrowed_; }
   absl::string_view bytes() const {
     return absl::string_view(static_cast<const char*>(raw()), nbytes());
   }
@@ -83,14 +98,12 @@ class Tensor {
   absl::Status Reshape(std::vector<int64_t> shape);
 
  private:
-  struct AlignedFree {
-    void operator()(void* p) const;
-  };
-
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
-  std::unique_ptr<void, AlignedFree> buffer_;
+  // Owned (freed with std::free) or borrowed (the owner's handle).
+  std::shared_ptr<void> buffer_;
+  bool borrowed_ = false;
 };
 
 // Widens every element exactly into `out` (numel doubles).

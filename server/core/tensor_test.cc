@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,41 @@ TEST(TensorTest, ToFloatRoundsFp64ToNearest) {
 TEST(ShapeStringTest, Brackets) {
   EXPECT_EQ(ShapeString({2, 768}), "[2, 768]");
   EXPECT_EQ(ShapeString({}), "[]");
+}
+
+TEST(TensorBorrowTest, ViewsTheOwnersBytesWithoutCopyAndKeepsThemAlive) {
+  auto owner = std::make_shared<std::string>(std::string("\x80\x3f\x00\xc0\x00\x3f\x40\x40", 8));
+  const char* bytes = owner->data();
+  const size_t size = owner->size();
+  std::weak_ptr<std::string> watch = owner;
+  absl::StatusOr<Tensor> t = Tensor::Borrow(DType::kBFloat16, {2, 2}, bytes, size, std::move(owner));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->borrowed());
+  EXPECT_EQ(static_cast<const Tensor&>(*t).raw(), bytes);  // no copy
+  // bf16 0x3f80, 0xc000, 0x3f00, 0x4040 are 1, -2, 0.5, 3.
+  EXPECT_EQ(t->GetDouble(0), 1.0);
+  EXPECT_EQ(t->GetDouble(1), -2.0);
+  EXPECT_EQ(t->GetDouble(2), 0.5);
+  EXPECT_EQ(t->GetDouble(3), 3.0);
+  EXPECT_FALSE(watch.expired());
+  Tensor moved = std::move(*t);
+  EXPECT_FALSE(watch.expired());
+  Tensor copy = moved.Clone();
+  EXPECT_FALSE(copy.borrowed());
+  moved = Tensor();
+  EXPECT_TRUE(watch.expired());  // the last view gone, the owner goes
+  EXPECT_EQ(copy.GetDouble(3), 3.0);
+}
+
+TEST(TensorBorrowTest, SizeMismatchAndMisalignmentAreInvalidArgument) {
+  auto owner = std::make_shared<std::string>(16, '\0');
+  EXPECT_EQ(Tensor::Borrow(DType::kFloat32, {3}, owner->data(), owner->size(), owner)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::Borrow(DType::kFloat32, {3}, owner->data() + 1, 12, owner).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Tensor::Borrow(DType::kFloat32, {3}, owner->data() + 4, 12, owner).ok());
 }
 
 }  // namespace
