@@ -55,9 +55,8 @@ class Tensor {
   // A read-only view of `bytes` (exactly numel * itemsize of them), which
   // `owner` keeps alive: no copy. The bytes need only the alignment of the
   // dtype's elements.
-  static absl::StatusOr<Tensor> Borrow(DType dtype, std::vector<int64_t> shape,
-                                       const void* bytes, size_t size,
-                                       std::shared_ptr<const void> owner);
+  static absl::StatusOr<Tensor> Borrow(DType dtype, std::vector<int64_t> shape, const void* bytes,
+                                       size_t size, std::shared_ptr<const void> owner);
 
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;

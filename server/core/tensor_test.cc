@@ -251,7 +251,8 @@ TEST(TensorBorrowTest, ViewsTheOwnersBytesWithoutCopyAndKeepsThemAlive) {
   const char* bytes = owner->data();
   const size_t size = owner->size();
   std::weak_ptr<std::string> watch = owner;
-  absl::StatusOr<Tensor> t = Tensor::Borrow(DType::kBFloat16, {2, 2}, bytes, size, std::move(owner));
+  absl::StatusOr<Tensor> t =
+      Tensor::Borrow(DType::kBFloat16, {2, 2}, bytes, size, std::move(owner));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->borrowed());
   EXPECT_EQ(static_cast<const Tensor&>(*t).raw(), bytes);  // no copy
@@ -272,10 +273,9 @@ TEST(TensorBorrowTest, ViewsTheOwnersBytesWithoutCopyAndKeepsThemAlive) {
 
 TEST(TensorBorrowTest, SizeMismatchAndMisalignmentAreInvalidArgument) {
   auto owner = std::make_shared<std::string>(16, '\0');
-  EXPECT_EQ(Tensor::Borrow(DType::kFloat32, {3}, owner->data(), owner->size(), owner)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Tensor::Borrow(DType::kFloat32, {3}, owner->data(), owner->size(), owner).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Tensor::Borrow(DType::kFloat32, {3}, owner->data() + 1, 12, owner).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Tensor::Borrow(DType::kFloat32, {3}, owner->data() + 4, 12, owner).ok());
