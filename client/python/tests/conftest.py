@@ -44,12 +44,12 @@ def _dial_host(host: str) -> str:
 
 
 class _Server:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, args: tuple[str, ...] = ()) -> None:
         self.output: collections.deque = collections.deque(maxlen=2000)
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
             # Loopback only: nothing outside this machine needs the test server.
-            [str(path), "--host", "127.0.0.1", "--port", "0"],
+            [str(path), "--host", "127.0.0.1", "--port", "0", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -108,15 +108,22 @@ class _Server:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="session")
-def server() -> Iterator[_Server]:
+def start_server(*args: str) -> _Server:
+    """A tensorcheck-server of its own with extra flags (e.g.
+    "--store-bytes", "0"); skips the test when there is no binary. Stop it
+    with .stop()."""
     path = server_bin()
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.skip(
             f"tensorcheck-server not found at {path}: build the server "
             "(cmake --build build) or set TENSORCHECK_SERVER_BIN"
         )
-    srv = _Server(path)
+    return _Server(path, tuple(args))
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[_Server]:
+    srv = start_server()
     yield srv
     srv.stop()
 

@@ -14,7 +14,10 @@
 
 Tensors may be numpy arrays (float64, float32, float16,
 ml_dtypes.bfloat16), torch tensors (any device, including torch.bfloat16)
-or JAX arrays.
+or JAX arrays. Those above 1 MiB go through the server's tensor store by
+themselves (uploaded once, then named by digest); `client.upload(w)`
+returns a `TensorRef` to reuse explicitly, `client.read_tensor(ref)` reads
+one back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ._errors import (
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
+    MissingTensor,
     NotFoundError,
     OutOfRangeError,
     PermissionDeniedError,
@@ -55,9 +59,11 @@ from ._report import (
     RankedCandidate,
     Report,
     Stats,
+    StoreInfo,
     Tolerance,
     UlpBucket,
 )
+from ._store import TensorRef
 
 __version__ = "0.1.0"
 
@@ -80,6 +86,9 @@ __all__ = [
     "BackendInfo",
     "DeviceInfo",
     "Limits",
+    "StoreInfo",
+    "TensorRef",
+    "MissingTensor",
     "Error",
     "CancelledError",
     "UnknownError",

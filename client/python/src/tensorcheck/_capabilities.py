@@ -78,6 +78,53 @@ class Limits(_Node):
 
 
 @dataclass(frozen=True)
+class StoreInfo(_Node):
+    """The server's tensor store (docs/api.md); all zero when it has none.
+
+    `chunk_bytes` is the most one upload or read message carries;
+    `uploads` / `uploaded_bytes` count the tensors (and their bytes) stored
+    by uploads since the server started, `evictions` those evicted to make
+    room; `partial_uploads` / `partial_bytes` the uploads in progress or
+    kept for resuming."""
+
+    present: bool
+    budget_bytes: int
+    bytes_used: int
+    tensor_count: int
+    largest_tensor_bytes: int
+    chunk_bytes: int
+    max_tensor_bytes: int
+    persistent: bool
+    partial_upload_seconds: int
+    inline_output_bytes: int
+    uploads: int
+    uploaded_bytes: int
+    evictions: int
+    partial_uploads: int
+    partial_bytes: int
+
+    @classmethod
+    def from_proto(cls, m: pb.StoreInfo) -> StoreInfo:
+        return cls(
+            present=m.present,
+            budget_bytes=m.budget_bytes,
+            bytes_used=m.bytes_used,
+            tensor_count=m.tensor_count,
+            largest_tensor_bytes=m.largest_tensor_bytes,
+            chunk_bytes=m.chunk_bytes,
+            max_tensor_bytes=m.max_tensor_bytes,
+            persistent=m.persistent,
+            partial_upload_seconds=m.partial_upload_seconds,
+            inline_output_bytes=m.inline_output_bytes,
+            uploads=m.uploads,
+            uploaded_bytes=m.uploaded_bytes,
+            evictions=m.evictions,
+            partial_uploads=m.partial_uploads,
+            partial_bytes=m.partial_bytes,
+        )
+
+
+@dataclass(frozen=True)
 class Capabilities(_Node):
     """What a server host runs (GetCapabilitiesResponse)."""
 
@@ -87,6 +134,8 @@ class Capabilities(_Node):
     default_reference: str
     tolerance_presets: list[str]
     tensor_store: bool
+    # None from a server that predates the store's numbers.
+    store: Optional[StoreInfo] = None
 
     @classmethod
     def from_proto(cls, m: pb.GetCapabilitiesResponse) -> Capabilities:
@@ -97,6 +146,7 @@ class Capabilities(_Node):
             default_reference=m.default_reference,
             tolerance_presets=list(m.tolerance_presets),
             tensor_store=m.tensor_store,
+            store=StoreInfo.from_proto(m.store) if m.HasField("store") else None,
         )
 
     def backend(self, name: str) -> Optional[BackendInfo]:

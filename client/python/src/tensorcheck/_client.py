@@ -14,6 +14,15 @@ names: TypeError / ValueError naming the argument), so a malformed call
 never uploads a tensor. Everything the server rejects raises a
 `tensorcheck.Error` subclass.
 
+Tensors above 1 MiB go through the server's tensor store (docs/api.md):
+hashed here (SHA-256 of the buffer, no copy), `FindMissingTensors` asked
+once per request, the missing ones uploaded in 4 MiB chunks (several at
+once), and the request names them by digest. A FAILED_PRECONDITION naming
+tensors the store lost in between is retried once after uploading them
+again; a server without a store (UNIMPLEMENTED) gets them inline. Outputs
+returned by digest are read back with `ReadTensor`. `Client.upload` and
+`Client.read_tensor` use the store explicitly.
+
 A call the server refuses with a retry hint (UNAVAILABLE or
 RESOURCE_EXHAUSTED carrying `grpc-retry-pushback-ms`: queue full, draining,
 in-flight bytes over budget) is sent again after the hinted wait, up to
@@ -22,11 +31,14 @@ in-flight bytes over budget) is sent again after the hinted wait, up to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import random
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal, Optional, TypeVar, Union, overload
 
 import grpc
@@ -34,11 +46,12 @@ import numpy as np
 from google.protobuf.message import Message
 
 from ._capabilities import Capabilities
-from ._errors import Error, from_rpc_error
+from ._errors import Error, FailedPreconditionError, UnimplementedError, error_for, from_rpc_error
 from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
 from ._report import Report
-from ._tensors import as_array, parse_dtype, to_proto
+from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, TensorRef, Uploader, digest_of
+from ._tensors import as_array, numpy_dtype, parse_dtype, to_proto
 
 __all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES", "DEFAULT_MAX_RETRIES"]
 
@@ -57,6 +70,8 @@ _RETRY_JITTER = 0.1
 # The codes whose refusals are transient when the server says so; anything
 # else is never retried, hint or not.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+# Uploads (and hashes) running at once, per client.
+_STORE_THREADS = 4
 
 _LAYOUTS: dict[str, pb.WeightLayout] = {
     "out_in": pb.WEIGHT_LAYOUT_OUT_IN,
@@ -77,10 +92,13 @@ _PRESETS: dict[str, pb.Tolerance.Preset] = {
     "bound": pb.Tolerance.PRESET_BOUND,
 }
 
-ArrayLike = Any  # numpy array, torch.Tensor, jax.Array
+ArrayLike = Any  # numpy array, torch.Tensor, jax.Array, TensorRef
 TlsArg = Union[None, bool, grpc.ChannelCredentials]
+# A checked tensor argument: an array from as_array, or a stored tensor.
+Operand = Union[np.ndarray, TensorRef]
 
 _T = TypeVar("_T")
+_M = TypeVar("_M", bound=Message)
 
 
 def _choice(value: object, table: Mapping[str, _T], name: str) -> _T:
@@ -140,8 +158,64 @@ def _non_negative(value: object, name: str, *, integer: bool = False) -> Union[i
     return float(value)
 
 
-def _shape(a: np.ndarray) -> list[int]:
+def _shape(a: Operand) -> list[int]:
     return list(a.shape)
+
+
+def _dtype(a: Operand) -> str:
+    """ "float32", "bfloat16", ... (numpy prints its dtypes so)."""
+    return a.dtype if isinstance(a, TensorRef) else str(a.dtype)
+
+
+def _operand(value: Any, name: str) -> Operand:
+    return value if isinstance(value, TensorRef) else as_array(value, name)
+
+
+def _slot(req: pb.VerifyRequest, path: str) -> pb.Tensor:
+    """The Tensor field of a request at "op.weight", "observed", ..."""
+    msg: Any = req
+    for part in path.split("."):
+        msg = getattr(msg, part)
+    tensor: pb.Tensor = msg
+    return tensor
+
+
+@dataclasses.dataclass
+class _Call:
+    """A checked Verify/Diagnose request before its tensors are placed:
+    the request without them, each tensor by its field, and what hashing
+    learnt (kept, so that a second request with the same tensors, the
+    Diagnose of assert_linear_parity, does not hash again)."""
+
+    request: pb.VerifyRequest
+    tensors: list[tuple[str, Operand]]
+    # field -> reference of an array above INLINE_MAX_BYTES, once hashed
+    hashed: dict[str, TensorRef] = dataclasses.field(default_factory=dict)
+    # digest -> the array with those bytes, for (re-)uploads
+    sources: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def with_request(self, request: pb.VerifyRequest) -> _Call:
+        return _Call(request, self.tensors, self.hashed, self.sources)
+
+
+@dataclasses.dataclass
+class _Transfer:
+    """What one call moved through the store: bytes uploaded, and the
+    digests the request named (digest -> size)."""
+
+    uploaded_bytes: int = 0
+    uploaded: set[str] = dataclasses.field(default_factory=set)
+    referenced: dict[str, int] = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def stored(self, ref: TensorRef) -> None:
+        with self.lock:
+            self.uploaded_bytes += ref.size_bytes
+            self.uploaded.add(ref.digest)
+
+    @property
+    def reused_bytes(self) -> int:
+        return sum(n for d, n in self.referenced.items() if d not in self.uploaded)
 
 
 class Client:
@@ -163,8 +237,15 @@ class Client:
         once. 0 disables retries. Refusals without the hint, and every
         other error, are raised at the first attempt.
 
+    The tensor store: tensors above 1 MiB travel by digest through the
+    server's store (see the module docstring and docs/api.md); a server
+    without one (FindMissingTensors UNIMPLEMENTED) is remembered, and this
+    client sends it everything inline from then on. A call's `timeout`
+    covers its hashing, uploads, the request and the reads of returned
+    outputs together.
+
     Thread-safe; use one client for many calls. Close it (or use it as a
-    context manager) to release the channel.
+    context manager) to release the channel and the upload threads.
     """
 
     def __init__(
@@ -210,6 +291,13 @@ class Client:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._channel = channel
         self._stub = pb_grpc.TensorCheckStub(channel)
+        self._uploader = Uploader(self._stub, self._metadata)
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+        # FindMissingTensors answered UNIMPLEMENTED: no store, send inline.
+        self._store_absent = False
+        # StoreInfo.chunk_bytes once known (capabilities()).
+        self._chunk_bytes: Optional[int] = None
 
     @property
     def target(self) -> str:
@@ -217,6 +305,10 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def __enter__(self) -> Client:
         return self
@@ -233,7 +325,44 @@ class Client:
         """What the server runs: backends and their configurations, device,
         limits, tolerance presets, whether it has a tensor store."""
         resp = self._rpc("GetCapabilities", pb.GetCapabilitiesRequest(), timeout)
+        self._learn_store(resp)
         return Capabilities.from_proto(resp)
+
+    def upload(self, array: ArrayLike, *, timeout: Optional[float] = None) -> TensorRef:
+        """Puts a tensor in the server's store and returns its TensorRef.
+
+        For explicit reuse: pass the ref wherever a tensor goes
+        (`verify_linear(x, ref, ...)`) and the request names the stored
+        tensor without hashing or sending it again. Any size, including
+        tensors at or below 1 MiB that verify_linear would send inline.
+        Only uploads when the store lacks the tensor (FindMissingTensors
+        first); the upload goes in chunks of at most 4 MiB and resumes
+        after a broken connection.
+
+        Raises UnimplementedError against a server without a store, and
+        ResourceExhaustedError for a tensor over its `max_tensor_bytes`.
+        A stored tensor may be evicted later (least recently used first);
+        a request naming it then raises FailedPreconditionError with
+        `missing_tensors`: upload it again.
+        """
+        if isinstance(array, TensorRef):
+            return array
+        arr = as_array(array, "array")
+        deadline = self._deadline(timeout)
+        ref = TensorRef.of(arr)
+        missing = self._find_missing([ref], deadline)
+        if missing:
+            self._upload_refs([ref], {ref.digest: arr}, deadline, _Transfer())
+        return ref
+
+    def read_tensor(self, ref: TensorRef, *, timeout: Optional[float] = None) -> np.ndarray:
+        """A stored tensor as a writable numpy array of the ref's dtype and
+        shape (bfloat16 as `ml_dtypes.bfloat16`). The bytes are checked
+        against the digest (DataLossError otherwise); NotFoundError when
+        the store does not hold it (never uploaded, or evicted)."""
+        if not isinstance(ref, TensorRef):
+            raise TypeError(f"ref: expected a tensorcheck.TensorRef, got {type(ref).__name__}")
+        return self._read(ref, self._deadline(timeout))
 
     def verify_linear(
         self,
@@ -250,6 +379,7 @@ class Client:
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
         return_outputs: bool = False,
+        max_inline_output_bytes: int = 0,
         output_dtype: Any = None,
         max_ulp: Optional[int] = None,
         bound_factor: Optional[float] = None,
@@ -281,6 +411,9 @@ class Client:
           atol, rtol: override the preset's values.
           return_outputs: fill `report.results[i].output` and
             `report.reference.output` with numpy arrays.
+          max_inline_output_bytes: returned outputs larger than this come
+            back by digest and are read from the server's store (0: the
+            server's default, 4 MiB); the arrays are the same either way.
           output_dtype: dtype every configuration rounds its output to
             (default: the input's).
           max_ulp, bound_factor, bound_precision, nan_equal: tolerance details.
@@ -289,9 +422,14 @@ class Client:
           repeat: run each configuration this many times and report whether
             the bits were identical (`results[i].deterministic`).
           disallow_reduced_precision_reduction: cuBLAS flag for GPU backends.
-          timeout: this call's deadline in seconds (default: the client's).
+          timeout: this call's deadline in seconds (default: the client's),
+            for hashing, uploads, the request and reading outputs together.
 
-        Returns: a Report; `report.passed` is the verdict.
+        Any tensor may also be a `TensorRef` (from `Client.upload`).
+
+        Returns: a Report; `report.passed` is the verdict,
+        `report.uploaded_bytes` / `report.reused_bytes` what went through
+        the tensor store.
         """
         req = self._request(
             x,
@@ -306,6 +444,7 @@ class Client:
             atol=atol,
             rtol=rtol,
             return_outputs=return_outputs,
+            max_inline_output_bytes=max_inline_output_bytes,
             output_dtype=output_dtype,
             max_ulp=max_ulp,
             bound_factor=bound_factor,
@@ -316,7 +455,7 @@ class Client:
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
         )
-        return Report.from_proto(self._rpc("Verify", req, timeout))
+        return self._run("Verify", req, timeout)
 
     def diagnose_linear(
         self,
@@ -334,6 +473,7 @@ class Client:
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
         return_outputs: bool = False,
+        max_inline_output_bytes: int = 0,
         output_dtype: Any = None,
         max_ulp: Optional[int] = None,
         bound_factor: Optional[float] = None,
@@ -374,6 +514,7 @@ class Client:
             atol=atol,
             rtol=rtol,
             return_outputs=return_outputs,
+            max_inline_output_bytes=max_inline_output_bytes,
             output_dtype=output_dtype,
             max_ulp=max_ulp,
             bound_factor=bound_factor,
@@ -384,7 +525,7 @@ class Client:
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
         )
-        return Report.from_proto(self._rpc("Diagnose", req, timeout))
+        return self._run("Diagnose", req, timeout)
 
     def assert_linear_parity(
         self,
@@ -415,19 +556,19 @@ class Client:
         timeout = verify_options.pop("timeout", None)
         configs = _config_list(verify_options.pop("configs", None), "configs")
         cands = _config_list(candidates, "candidates")
-        req = self._request(x, weight, bias, observed=observed, configs=configs, **verify_options)
-        report = Report.from_proto(self._rpc("Verify", req, timeout))
+        call = self._request(x, weight, bias, observed=observed, configs=configs, **verify_options)
+        report = self._run("Verify", call, timeout)
         if report.passed:
             return report
         message = format_mismatch(report)
         if diagnose:
             dreq = pb.VerifyRequest()
-            dreq.CopyFrom(req)
+            dreq.CopyFrom(call.request)
             del dreq.configs[:]
             dreq.configs.extend(cands)
             dreq.output.return_outputs = False
             try:
-                diag = Report.from_proto(self._rpc("Diagnose", dreq, timeout))
+                diag = self._run("Diagnose", call.with_request(dreq), timeout)
             except Error as e:
                 message += f"\n\nDiagnosis unavailable: {e}"
             else:
@@ -452,21 +593,29 @@ class Client:
         timeout: Optional[float],
     ) -> pb.VerifyResponse: ...
     def _rpc(self, method: str, request: Message, timeout: Optional[float]) -> Message:
+        return self._unary(method, request, self._deadline(timeout), Message)
+
+    def _deadline(self, timeout: Optional[float]) -> Optional[float]:
+        """One deadline for a call, retries, uploads and reads included:
+        each attempt gets what is left of it."""
         if timeout is not None:
             timeout = _non_negative(timeout, "timeout")
         else:
             timeout = self._timeout
-        # One deadline for the call, retries included: each attempt gets
-        # what is left of it.
-        deadline = None if timeout is None else time.monotonic() + timeout
-        # The generated stub (tensorcheck_pb2_grpc) has no type stubs; the
-        # overloads above state what each method takes and returns.
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _unary(
+        self, method: str, request: Message, deadline: Optional[float], response_type: type[_M]
+    ) -> _M:
+        """A unary call, retried after refusals that carry the retry hint."""
+        # The generated stub (tensorcheck_pb2_grpc) has no type stubs;
+        # `response_type` states what the method returns.
         stub_method = getattr(self._stub, method)
         retries = 0
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                response: Message = stub_method(request, timeout=left, metadata=self._metadata)
+                response: _M = stub_method(request, timeout=left, metadata=self._metadata)
                 return response
             except grpc.RpcError as e:
                 error = from_rpc_error(e, method)
@@ -491,10 +640,193 @@ class Client:
             return None
         return wait
 
-    def _tensor(self, arr: np.ndarray) -> pb.Tensor:
-        """How a checked array goes on the wire. The tensor store slots in
-        here: hash, FindMissingTensors, UploadTensor, then a digest Tensor."""
-        return to_proto(arr)
+    # --- the tensor store -----------------------------------------------------
+
+    def _run(
+        self, method: Literal["Verify", "Diagnose"], call: _Call, timeout: Optional[float]
+    ) -> Report:
+        """Places the call's tensors (inline or by digest, uploading what
+        the store lacks), sends the request, retries once after uploading
+        the tensors a FAILED_PRECONDITION names as missing, and reads the
+        outputs returned by digest."""
+        deadline = self._deadline(timeout)
+        transfer = _Transfer()
+        req = self._prepare(call, deadline, transfer)
+        try:
+            resp = self._unary(method, req, deadline, pb.VerifyResponse)
+        except FailedPreconditionError as e:
+            if not e.missing_tensors:
+                raise
+            self._upload_missing(call, e, deadline, transfer)
+            resp = self._unary(method, req, deadline, pb.VerifyResponse)
+        report = Report.from_proto(resp, lambda t, name: self._read_output(t, name, deadline))
+        return dataclasses.replace(
+            report, uploaded_bytes=transfer.uploaded_bytes, reused_bytes=transfer.reused_bytes
+        )
+
+    def _prepare(
+        self, call: _Call, deadline: Optional[float], transfer: _Transfer
+    ) -> pb.VerifyRequest:
+        req = pb.VerifyRequest()
+        req.CopyFrom(call.request)
+        large = [
+            (f, t)
+            for f, t in call.tensors
+            if isinstance(t, np.ndarray) and t.nbytes > INLINE_MAX_BYTES
+        ]
+        by_digest: dict[str, TensorRef] = {
+            f: t for f, t in call.tensors if isinstance(t, TensorRef)
+        }
+        if large and not self._store_absent:
+            self._hash(call, large)
+            unique = {call.hashed[f].digest: call.hashed[f] for f, _ in large}
+            try:
+                missing = self._find_missing(list(unique.values()), deadline)
+            except UnimplementedError:
+                # No store on this server: inline, now and from now on.
+                self._store_absent = True
+            else:
+                self._upload_refs(
+                    [unique[d] for d in missing if d in unique], call.sources, deadline, transfer
+                )
+                by_digest.update((f, call.hashed[f]) for f, _ in large)
+        for f, t in call.tensors:
+            if f in by_digest:
+                ref = by_digest[f]
+                _slot(req, f).CopyFrom(ref.to_proto())
+                transfer.referenced[ref.digest] = ref.size_bytes
+            else:
+                assert isinstance(t, np.ndarray)
+                _slot(req, f).CopyFrom(to_proto(t))
+        return req
+
+    def _hash(self, call: _Call, large: list[tuple[str, np.ndarray]]) -> None:
+        """Fills call.hashed for the large arrays not hashed yet, several at
+        once (hashlib releases the GIL over a buffer)."""
+        todo = [(f, a) for f, a in large if f not in call.hashed]
+        if not todo:
+            return
+        if len(todo) == 1:
+            digests = [digest_of(todo[0][1])]
+        else:
+            digests = list(self._executor().map(digest_of, [a for _, a in todo]))
+        for (f, a), d in zip(todo, digests):
+            ref = TensorRef.of_digest(a, d)
+            call.hashed[f] = ref
+            call.sources[ref.digest] = a
+
+    def _find_missing(self, refs: list[TensorRef], deadline: Optional[float]) -> list[str]:
+        """The digests (with the "sha256:" prefix) the store lacks."""
+        resp = self._unary(
+            "FindMissingTensors",
+            pb.FindMissingTensorsRequest(digests=[r.tensor_digest() for r in refs]),
+            deadline,
+            pb.FindMissingTensorsResponse,
+        )
+        return [
+            d.hash if d.hash.startswith("sha256:") else "sha256:" + d.hash
+            for d in resp.missing_digests
+        ]
+
+    def _upload_missing(
+        self,
+        call: _Call,
+        error: FailedPreconditionError,
+        deadline: Optional[float],
+        transfer: _Transfer,
+    ) -> None:
+        """Uploads again what a FAILED_PRECONDITION named as missing, or
+        raises it when a missing tensor is a TensorRef (no bytes here)."""
+        lost = {m.digest for m in error.missing_tensors}
+        foreign = [m for m in error.missing_tensors if m.digest not in call.sources]
+        if foreign:
+            names = ", ".join(f"{m.field or '?'} ({m.digest})" for m in foreign)
+            raise error_for(
+                error.code,
+                f"{error.message} [the server's store no longer holds {names}; "
+                "upload it again with Client.upload]",
+                error.method,
+                missing_tensors=error.missing_tensors,
+            ) from None
+        refs = {ref.digest: ref for ref in call.hashed.values() if ref.digest in lost}
+        self._upload_refs(list(refs.values()), call.sources, deadline, transfer)
+
+    def _upload_refs(
+        self,
+        refs: list[TensorRef],
+        sources: Mapping[str, np.ndarray],
+        deadline: Optional[float],
+        transfer: _Transfer,
+    ) -> None:
+        """Uploads these tensors, several at once; raises the first error
+        after every upload ended."""
+        if not refs:
+            return
+        chunk = self._chunk_size(deadline)
+
+        def one(ref: TensorRef) -> None:
+            try:
+                stored = self._uploader.upload(
+                    sources[ref.digest], ref.tensor_digest(), chunk_bytes=chunk, deadline=deadline
+                )
+            except grpc.RpcError as e:
+                raise from_rpc_error(e, "UploadTensor") from None
+            if stored:
+                transfer.stored(ref)
+
+        if len(refs) == 1:
+            one(refs[0])
+            return
+        futures: list[Future[None]] = [self._executor().submit(one, r) for r in refs]
+        errors = [f.exception() for f in futures]
+        for err in errors:
+            if err is not None:
+                raise err
+
+    def _chunk_size(self, deadline: Optional[float]) -> int:
+        """UploadTensor's chunk: StoreInfo.chunk_bytes (asked once) when
+        smaller than 4 MiB, else 4 MiB."""
+        if self._chunk_bytes is None:
+            try:
+                self._learn_store(
+                    self._unary(
+                        "GetCapabilities",
+                        pb.GetCapabilitiesRequest(),
+                        deadline,
+                        pb.GetCapabilitiesResponse,
+                    )
+                )
+            except Error:
+                pass
+            if self._chunk_bytes is None:
+                self._chunk_bytes = CHUNK_BYTES
+        return min(self._chunk_bytes, CHUNK_BYTES)
+
+    def _learn_store(self, caps: pb.GetCapabilitiesResponse) -> None:
+        if caps.HasField("store") and caps.store.chunk_bytes > 0:
+            self._chunk_bytes = int(caps.store.chunk_bytes)
+
+    def _read_output(self, t: pb.Tensor, name: str, deadline: Optional[float]) -> np.ndarray:
+        try:
+            ref = TensorRef.from_proto(t, name)
+        except ValueError as e:
+            raise error_for(grpc.StatusCode.DATA_LOSS, str(e), "ReadTensor") from None
+        return self._read(ref, deadline)
+
+    def _read(self, ref: TensorRef, deadline: Optional[float]) -> np.ndarray:
+        try:
+            buf = self._uploader.read(ref, deadline=deadline)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, "ReadTensor") from None
+        return buf.view(numpy_dtype(ref.dtype)).reshape(ref.shape)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=_STORE_THREADS, thread_name_prefix="tensorcheck-store"
+                )
+            return self._pool
 
     def _request(
         self,
@@ -511,6 +843,7 @@ class Client:
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
         return_outputs: bool = False,
+        max_inline_output_bytes: int = 0,
         output_dtype: Any = None,
         max_ulp: Optional[int] = None,
         bound_factor: Optional[float] = None,
@@ -520,7 +853,7 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
-    ) -> pb.VerifyRequest:
+    ) -> _Call:
         # Options first: they are cheap to check and a typo should not cost
         # a device-to-host copy of the tensors.
         layout = _choice(weight_layout, _LAYOUTS, "weight_layout")
@@ -536,11 +869,12 @@ class Client:
         top_k = _non_negative(top_k, "top_k", integer=True)
         top_groups = _non_negative(top_groups, "top_groups", integer=True)
         repeat = _non_negative(repeat, "repeat", integer=True)
+        max_inline = _non_negative(max_inline_output_bytes, "max_inline_output_bytes", integer=True)
 
-        xa = as_array(x, "x")
-        wa = as_array(weight, "weight")
-        ba = None if bias is None else as_array(bias, "bias")
-        ya = None if observed is None else as_array(observed, "observed")
+        xa = _operand(x, "x")
+        wa = _operand(weight, "weight")
+        ba = None if bias is None else _operand(bias, "bias")
+        ya = None if observed is None else _operand(observed, "observed")
 
         if xa.ndim < 1:
             raise ValueError(
@@ -549,9 +883,9 @@ class Client:
         if wa.ndim != 2:
             dims = "[N, K]" if layout == pb.WEIGHT_LAYOUT_OUT_IN else "[K, N]"
             raise ValueError(f"weight: expected a 2-D {dims} matrix, got shape {_shape(wa)}")
-        if wa.dtype != xa.dtype:
+        if _dtype(wa) != _dtype(xa):
             raise TypeError(
-                f"weight: dtype {wa.dtype} differs from x's {xa.dtype}; "
+                f"weight: dtype {_dtype(wa)} differs from x's {_dtype(xa)}; "
                 "the layer takes both in one storage dtype"
             )
         k = xa.shape[-1]
@@ -574,11 +908,12 @@ class Client:
                     f"observed: expected shape {want} (x's leading dims and N), got {_shape(ya)}"
                 )
 
-        op = pb.LinearOp(
-            input=self._tensor(xa), weight=self._tensor(wa), weight_layout=layout, activation=act
-        )
+        tensors: list[tuple[str, Operand]] = [("op.input", xa), ("op.weight", wa)]
         if ba is not None:
-            op.bias.CopyFrom(self._tensor(ba))
+            tensors.append(("op.bias", ba))
+        if ya is not None:
+            tensors.append(("observed", ya))
+        op = pb.LinearOp(weight_layout=layout, activation=act)
         if out_dtype is not None:
             op.output_dtype = out_dtype
         req = pb.VerifyRequest(
@@ -589,12 +924,11 @@ class Client:
             repeat=repeat,
             disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
         )
-        if ya is not None:
-            req.observed.CopyFrom(self._tensor(ya))
         req.output.return_outputs = bool(return_outputs)
+        req.output.max_inline_output_bytes = max_inline
         req.output.top_k = top_k
         req.output.top_groups = top_groups
-        return req
+        return _Call(req, tensors)
 
     @staticmethod
     def _tolerance(
@@ -641,6 +975,7 @@ _VERIFY_OPTIONS = {
     "atol",
     "rtol",
     "return_outputs",
+    "max_inline_output_bytes",
     "output_dtype",
     "max_ulp",
     "bound_factor",

@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import grpc
+from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError, Message
+
+from ._pb import pb
 
 __all__ = [
     "Error",
@@ -46,12 +50,92 @@ __all__ = [
     "UnavailableError",
     "DataLossError",
     "UnauthenticatedError",
+    "MissingTensor",
 ]
 
 # The trailing metadata key of gRPC's retry design (gRFC A6) by which a server
 # says how long to wait before trying again: decimal milliseconds.
 RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
 _MILLISECONDS = re.compile(r"[0-9]{1,12}")
+# The trailing metadata key of gRPC's rich error model: a serialized
+# google.rpc.Status whose `details` say more than the message.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_MISSING_TYPE = "tensorcheck.v1.MissingTensors"
+
+
+class MissingTensor(NamedTuple):
+    """A tensor a request named by digest that the server's store lacks
+    (`Error.missing_tensors`): the request field ("op.weight"), the digest
+    and its size."""
+
+    field: str
+    digest: str
+    size_bytes: int
+
+
+# --- the status detail ---------------------------------------------------------
+
+
+def _status_class() -> type[Message]:
+    """google.rpc.Status with `details` read as raw bytes.
+
+    {int32 code = 1; string message = 2; repeated google.protobuf.Any
+    details = 3;}: an embedded message and `bytes` share the wire type, so
+    each detail parses afterwards as a google.protobuf.Any. Defined in a
+    private descriptor pool under a private name, so it never conflicts
+    with googleapis-common-protos' google/rpc/status.proto.
+    """
+    f = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="tensorcheck/_client/rpc_status.proto",
+        package="tensorcheck._client",
+        syntax="proto3",
+    )
+    msg = fd.message_type.add(name="Status")
+    msg.field.add(name="code", number=1, type=f.TYPE_INT32, label=f.LABEL_OPTIONAL)
+    msg.field.add(name="message", number=2, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    msg.field.add(name="details", number=3, type=f.TYPE_BYTES, label=f.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(fd.SerializeToString())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorcheck._client.Status"))
+
+
+_Status = _status_class()
+
+
+def status_details(metadata: Optional[Iterable[Any]]) -> list[any_pb2.Any]:
+    """The `details` of the google.rpc.Status in trailing metadata; [] when
+    there is none or it does not parse."""
+    for item in metadata or ():
+        key, value = item[0], item[1]
+        if key != STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            status = _Status.FromString(value)
+            out = []
+            for raw in getattr(status, "details"):  # noqa: B009 - dynamic message
+                out.append(any_pb2.Any.FromString(raw))
+            return out
+        except DecodeError:
+            return []
+    return []
+
+
+def missing_tensors(metadata: Optional[Iterable[Any]]) -> list[MissingTensor]:
+    """The tensors a FAILED_PRECONDITION's MissingTensors detail names."""
+    out: list[MissingTensor] = []
+    for detail in status_details(metadata):
+        if detail.type_url.rsplit("/", 1)[-1] != _MISSING_TYPE:
+            continue
+        try:
+            m = pb.MissingTensors.FromString(detail.value)
+        except DecodeError:
+            continue
+        fields = list(m.fields)
+        for i, d in enumerate(m.digests):
+            digest = d.hash if d.hash.startswith("sha256:") else "sha256:" + d.hash
+            out.append(MissingTensor(fields[i] if i < len(fields) else "", digest, d.size_bytes))
+    return out
 
 
 class Error(Exception):
@@ -67,6 +151,13 @@ class Error(Exception):
         none. Set on transient refusals (UNAVAILABLE: queue full or
         draining; RESOURCE_EXHAUSTED: in-flight bytes momentarily over
         budget); None means retrying the same request cannot help.
+      missing_tensors: for a FAILED_PRECONDITION naming tensors by digest
+        that the server's store lacks (never uploaded, or evicted), a list
+        of `MissingTensor(field, digest, size_bytes)` read from the status
+        detail (a `tensorcheck.v1.MissingTensors`); [] otherwise. The
+        client uploads those it has the bytes of and retries once by
+        itself, so this reaches the caller for a `TensorRef` whose tensor
+        was evicted (upload it again) or a second miss in a row.
     """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
@@ -78,6 +169,7 @@ class Error(Exception):
         code: Optional[grpc.StatusCode] = None,
         method: str = "",
         retry_after: Optional[float] = None,
+        missing_tensors: Optional[list[MissingTensor]] = None,
     ) -> None:
         super().__init__(message)
         if code is not None:
@@ -85,6 +177,7 @@ class Error(Exception):
         self.message = message
         self.method = method
         self.retry_after = retry_after
+        self.missing_tensors: list[MissingTensor] = list(missing_tensors or ())
 
     def __str__(self) -> str:
         where = f" ({self.method})" if self.method else ""
@@ -154,7 +247,7 @@ class ResourceExhaustedError(Error):
 class FailedPreconditionError(Error):
     """FAILED_PRECONDITION: the backend exists but cannot run here (no GPU),
     the precision is unsupported on this device, or a tensor digest is not in
-    the server's store."""
+    the server's store (`missing_tensors` then names them)."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -235,10 +328,17 @@ def error_for(
     method: str = "",
     *,
     retry_after: Optional[float] = None,
+    missing_tensors: Optional[list[MissingTensor]] = None,
 ) -> Error:
     """The Error subclass instance for a status code."""
     cls = _BY_CODE.get(code, Error)
-    return cls(message, code=code, method=method, retry_after=retry_after)
+    return cls(
+        message,
+        code=code,
+        method=method,
+        retry_after=retry_after,
+        missing_tensors=missing_tensors,
+    )
 
 
 def retry_after_from_metadata(metadata: Optional[Iterable[Any]]) -> Optional[float]:
@@ -263,9 +363,13 @@ def from_rpc_error(e: grpc.RpcError, method: str = "") -> Error:
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = e.details() if hasattr(e, "details") else str(e)
     trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    code = code or grpc.StatusCode.UNKNOWN
     return error_for(
-        code or grpc.StatusCode.UNKNOWN,
+        code,
         details or "",
         method,
         retry_after=retry_after_from_metadata(trailing),
+        missing_tensors=(
+            missing_tensors(trailing) if code == grpc.StatusCode.FAILED_PRECONDITION else None
+        ),
     )

@@ -19,7 +19,7 @@ from google.protobuf.wrappers_pb2 import DoubleValue
 
 from ._node import Ulp, _Node
 from ._pb import pb
-from ._tensors import dtype_name, from_proto
+from ._tensors import ReadTensor, dtype_name, from_proto
 
 __all__ = [
     "Report",
@@ -36,6 +36,7 @@ __all__ = [
     "BackendInfo",
     "DeviceInfo",
     "Limits",
+    "StoreInfo",
 ]
 
 # UINT64_MAX on the wire: the ULP distance of NaN against a number.
@@ -236,7 +237,9 @@ class Tolerance(_Node):
 @dataclass(frozen=True)
 class ConfigResult(_Node):
     """One configuration's run. `output` is a numpy array when the call
-    asked for `return_outputs=True` (it is not part of to_dict())."""
+    asked for `return_outputs=True` (it is not part of to_dict()); an
+    output the server returned by digest (larger than
+    `max_inline_output_bytes`) was read from its store by the client."""
 
     config: str
     vs_reference: Optional[Stats]
@@ -254,7 +257,9 @@ class ConfigResult(_Node):
     _not_json = ("output",)
 
     @classmethod
-    def from_proto(cls, m: pb.ConfigResult, name: str = "result") -> ConfigResult:
+    def from_proto(
+        cls, m: pb.ConfigResult, name: str = "result", read: Optional[ReadTensor] = None
+    ) -> ConfigResult:
         return cls(
             config=m.config,
             vs_reference=Stats.from_proto(m.vs_reference) if m.HasField("vs_reference") else None,
@@ -263,7 +268,7 @@ class ConfigResult(_Node):
             details=dict(sorted(m.details.items())),
             deterministic=m.deterministic,
             runs=m.runs,
-            output=from_proto(m.output, f"{name}.output") if m.HasField("output") else None,
+            output=(from_proto(m.output, f"{name}.output", read) if m.HasField("output") else None),
             shared_computation=m.shared_computation,
         )
 
@@ -384,6 +389,15 @@ class Report(_Node):
     report.results[0].vs_observed.max_ulp
     report.diagnosis.best                         # diagnose_linear only
     report.to_dict()                              # the CLI's --json object
+    report.uploaded_bytes, report.reused_bytes    # the tensor store's part
+
+    `uploaded_bytes` counts the bytes of the tensors this call uploaded to
+    the server's tensor store (tensors above 1 MiB the store lacked, again
+    when one was evicted before the request ran); `reused_bytes` those of
+    the tensors the request named by digest that the store already held
+    (uploaded by an earlier call, `Client.upload`, or anyone else). Both
+    are 0 when everything went inline (small tensors, a server without a
+    store). Neither is part of to_dict(), the server's report.
     """
 
     verdict: Optional[str]
@@ -394,9 +408,14 @@ class Report(_Node):
     output_shape: tuple[int, ...]
     notes: list[str]
     diagnosis: Optional[Diagnosis]
+    uploaded_bytes: int = 0
+    reused_bytes: int = 0
+    _not_json = ("uploaded_bytes", "reused_bytes")
 
     @classmethod
-    def from_proto(cls, m: pb.VerifyResponse) -> Report:
+    def from_proto(cls, m: pb.VerifyResponse, read: Optional[ReadTensor] = None) -> Report:
+        """The report of a response; `read` fetches outputs returned by
+        digest (the Client passes its ReadTensor)."""
         return cls(
             verdict=_VERDICT_NAMES.get(m.verdict),
             tolerance=Tolerance.from_proto(m.tolerance),
@@ -406,11 +425,13 @@ class Report(_Node):
                 else None
             ),
             reference=(
-                ConfigResult.from_proto(m.reference, "reference")
+                ConfigResult.from_proto(m.reference, "reference", read)
                 if m.HasField("reference")
                 else None
             ),
-            results=[ConfigResult.from_proto(r, f"results[{i}]") for i, r in enumerate(m.results)],
+            results=[
+                ConfigResult.from_proto(r, f"results[{i}]", read) for i, r in enumerate(m.results)
+            ],
             output_shape=tuple(m.output_shape),
             notes=list(m.notes),
             diagnosis=Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None,
@@ -449,6 +470,7 @@ from ._capabilities import BackendInfo as BackendInfo  # noqa: E402
 from ._capabilities import Capabilities as Capabilities  # noqa: E402
 from ._capabilities import DeviceInfo as DeviceInfo  # noqa: E402
 from ._capabilities import Limits as Limits  # noqa: E402
+from ._capabilities import StoreInfo as StoreInfo  # noqa: E402
 from ._format import format_diagnosis as format_diagnosis  # noqa: E402
 from ._format import format_mismatch as format_mismatch  # noqa: E402
 from ._format import format_share as format_share  # noqa: E402

@@ -11,14 +11,23 @@ comes from those modules, which are then already loaded.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import ml_dtypes
 import numpy as np
 
 from ._pb import pb
 
-__all__ = ["as_array", "to_proto", "from_proto", "dtype_name", "DTYPES"]
+__all__ = [
+    "as_array",
+    "to_proto",
+    "from_proto",
+    "dtype_name",
+    "dtype_enum",
+    "numpy_dtype",
+    "DTYPES",
+    "ReadTensor",
+]
 
 # numpy scalar type -> (wire enum, JSON name)
 _NP_TO_PB: dict[type[np.generic], tuple[pb.DType, str]] = {
@@ -59,6 +68,19 @@ _DTYPE_ALIASES = {
 def dtype_name(enum_value: int) -> Optional[str]:
     """JSON name of a wire dtype ("float32", ...); None when unspecified."""
     return _PB_NAMES.get(enum_value)
+
+
+def dtype_enum(dtype: Any) -> pb.DType:
+    """The wire dtype of a supported numpy dtype or JSON name ("bfloat16")."""
+    if isinstance(dtype, str):
+        return _DTYPE_ALIASES[dtype]
+    return _NP_TO_PB[np.dtype(dtype).type][0]
+
+
+def numpy_dtype(dtype: Any) -> np.dtype[Any]:
+    """The little-endian numpy dtype of a wire dtype or JSON name."""
+    enum = dtype_enum(dtype) if isinstance(dtype, str) else dtype
+    return _PB_TO_NP[enum]
 
 
 def parse_dtype(value: Any, name: str) -> pb.DType:
@@ -161,20 +183,27 @@ def as_array(value: Any, name: str) -> np.ndarray:
 def to_proto(arr: np.ndarray) -> pb.Tensor:
     """The inline wire form of an array from `as_array`.
 
-    This is the one place a tensor becomes a message: once the server has a
-    tensor store, a digest-carrying Tensor is produced here instead (hash,
-    FindMissingTensors, UploadTensor) without touching the callers.
+    Tensors that go by digest are `TensorRef.to_proto()` instead (the
+    Client decides which, see `Client._prepare`).
     """
     enum = _NP_TO_PB[arr.dtype.type][0]
     return pb.Tensor(dtype=enum, shape=arr.shape, data=arr.tobytes(order="C"))
 
 
-def from_proto(t: pb.Tensor, name: str = "tensor") -> np.ndarray:
-    """A writable numpy array from an inline wire tensor."""
-    if t.WhichOneof("source") != "data":
-        raise ValueError(
-            f"{name}: the server returned a tensor by digest; this client only reads inline tensors"
-        )
+# Reads a tensor the server returned by digest (the Client's ReadTensor).
+ReadTensor = Callable[[pb.Tensor, str], np.ndarray]
+
+
+def from_proto(t: pb.Tensor, name: str = "tensor", read: Optional[ReadTensor] = None) -> np.ndarray:
+    """A writable numpy array from a wire tensor: inline data, or a digest
+    that `read` fetches from the server's store."""
+    if t.WhichOneof("source") == "digest":
+        if read is None:
+            raise ValueError(
+                f"{name}: the server returned a tensor by digest; read it with "
+                "Client.read_tensor(TensorRef.from_proto(...))"
+            )
+        return read(t, name)
     dt = _PB_TO_NP.get(t.dtype)
     if dt is None:
         raise ValueError(f"{name}: unknown dtype {t.dtype} in the response")
