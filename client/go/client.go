@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"math/rand"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -38,6 +39,9 @@ type Client struct {
 	conn       *grpc.ClientConn
 	stub       pb.TensorCheckClient
 	maxRetries int
+
+	storeMu sync.Mutex
+	chunk   int // upload chunk size once known; 0 before
 }
 
 type options struct {
@@ -219,39 +223,30 @@ func (c *Client) Conn() *grpc.ClientConn {
 // output with the reference and, when req.Observed is set, with it.
 // Report.Passed is the verdict; a request the server cannot run is an
 // *Error (codes.InvalidArgument, codes.NotFound for an unknown backend, ...).
+//
+// Tensors with more than StoreThreshold (1 MiB) bytes of Data go through
+// the server's tensor store without being asked: the client hashes them
+// (SHA-256), asks the store once which of them it lacks
+// (FindMissingTensors), uploads only those, several at once, in chunks of
+// at most MaxChunkBytes, and sends the request naming them by digest, so a
+// weight verified again is not sent again. When the server answers
+// codes.FailedPrecondition naming tensors its store lacks (evicted in the
+// meantime), the client uploads them again and resends the request, once.
+// A server without a store (codes.Unimplemented) gets every tensor inline.
+// Report.UploadedBytes and Report.ReusedBytes say what the store saved.
+// Outputs the server returns by digest (ReturnOutputs, larger than
+// MaxInlineOutputBytes) are read back with ReadTensor, so
+// ConfigResult.Output always carries Data.
 func (c *Client) VerifyLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
-	msg, err := req.toProto(false)
-	if err != nil {
-		return nil, err
-	}
-	var resp *pb.VerifyResponse
-	err = c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
-		resp, err = c.stub.Verify(ctx, msg, opts...)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return reportFromProto(resp), nil
+	return c.run(ctx, req, false)
 }
 
 // DiagnoseLinear ranks req.Configs (none: every configuration this host
 // supports) by how well each explains req.Observed, which is required, and
-// sets Report.Diagnosis.
+// sets Report.Diagnosis. Large tensors go through the store as in
+// VerifyLinear.
 func (c *Client) DiagnoseLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
-	msg, err := req.toProto(true)
-	if err != nil {
-		return nil, err
-	}
-	var resp *pb.VerifyResponse
-	err = c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
-		resp, err = c.stub.Diagnose(ctx, msg, opts...)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return reportFromProto(resp), nil
+	return c.run(ctx, req, true)
 }
 
 // Capabilities describes what the server can run, its devices and limits.
@@ -263,6 +258,38 @@ type Capabilities struct {
 	TolerancePresets []string
 	// Whether the server has the content-addressed tensor store.
 	TensorStore bool
+	// The store's limits and counters; all zero when it has none.
+	Store StoreInfo
+}
+
+// StoreInfo describes the server's tensor store (docs/api.md).
+type StoreInfo struct {
+	Present bool
+	// Bytes all stored tensors and uploads in progress may hold together,
+	// and those they hold now.
+	BudgetBytes        int64
+	BytesUsed          int64
+	TensorCount        int64
+	LargestTensorBytes int64
+	// The most bytes one UploadTensor or ReadTensor message carries.
+	ChunkBytes int64
+	// The largest tensor the store takes.
+	MaxTensorBytes int64
+	// Whether stored tensors survive a restart.
+	Persistent bool
+	// How long an interrupted upload keeps its bytes for resuming.
+	PartialUploadSeconds int64
+	// Returned outputs above this size come back by digest.
+	InlineOutputBytes int64
+	// Since the server started: tensors stored by uploads and their bytes
+	// (uploads of a tensor already present count in neither), and tensors
+	// evicted to make room.
+	Uploads       int64
+	UploadedBytes int64
+	Evictions     int64
+	// Uploads in progress or kept for resuming, and the bytes they hold.
+	PartialUploads int64
+	PartialBytes   int64
 }
 
 // BackendInfo is one backend on the server's host.
@@ -314,6 +341,25 @@ func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
 		DefaultReference: resp.DefaultReference,
 		TolerancePresets: resp.TolerancePresets,
 		TensorStore:      resp.TensorStore,
+	}
+	if st := resp.Store; st != nil {
+		caps.Store = StoreInfo{
+			Present:              st.Present,
+			BudgetBytes:          st.BudgetBytes,
+			BytesUsed:            st.BytesUsed,
+			TensorCount:          st.TensorCount,
+			LargestTensorBytes:   st.LargestTensorBytes,
+			ChunkBytes:           st.ChunkBytes,
+			MaxTensorBytes:       st.MaxTensorBytes,
+			Persistent:           st.Persistent,
+			PartialUploadSeconds: st.PartialUploadSeconds,
+			InlineOutputBytes:    st.InlineOutputBytes,
+			Uploads:              st.Uploads,
+			UploadedBytes:        st.UploadedBytes,
+			Evictions:            st.Evictions,
+			PartialUploads:       st.PartialUploads,
+			PartialBytes:         st.PartialBytes,
+		}
 	}
 	if l := resp.Limits; l != nil {
 		caps.Limits = Limits{

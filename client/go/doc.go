@@ -27,5 +27,13 @@
 // in flight over budget) is sent again after the hinted wait, up to
 // WithMaxRetries times and never past the context's deadline.
 //
+// Tensors larger than StoreThreshold (1 MiB) go through the server's tensor
+// store by themselves: hashed locally, uploaded once in chunks when the
+// store lacks them, and named by their SHA-256 digest in the request, so a
+// weight checked again is not sent again (Report.UploadedBytes and
+// Report.ReusedBytes say how much). Upload stores a tensor explicitly and
+// returns a TensorRef to use in place of it; ReadTensor reads one back.
+// Against a server without a store, every tensor goes inline.
+//
 // The generated protocol code lives in the tensorcheckpb subpackage.
 package tensorcheck

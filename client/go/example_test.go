@@ -62,6 +62,44 @@ func ExampleClient_DiagnoseLinear() {
 	fmt.Println(rep.Diagnosis.Best, "-", rep.Diagnosis.Explanation)
 }
 
+// Compiled, not run: it needs a server. A weight checked against many
+// inputs is uploaded once and named by its digest afterwards. (Without
+// Upload, VerifyLinear sends a weight over 1 MiB through the store by
+// itself, asking the server first whether it has it.)
+func ExampleClient_Upload() {
+	ctx := context.Background()
+	c, err := tensorcheck.Dial(ctx, "localhost:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	w := make([]float32, 4096*1024) // [4096, 1024]: 16 MiB, sent in 4 MiB chunks
+	ref, err := c.Upload(ctx, tensorcheck.Float32Tensor(w, 4096, 1024))
+	if err != nil {
+		log.Fatal(err) // codes.Unimplemented: the server has no store
+	}
+	fmt.Println("stored as", ref.Digest, ref.SizeBytes, "bytes")
+	for _, x := range [][]float32{make([]float32, 8*1024), make([]float32, 8*1024)} {
+		rep, err := c.VerifyLinear(ctx, &tensorcheck.LinearRequest{
+			Input:         tensorcheck.Float32Tensor(x, 8, 1024),
+			Weight:        ref.Tensor(), // by digest: not sent again
+			Configs:       []string{"cpu:tf32:fused"},
+			ReturnOutputs: true,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(rep.Passed, rep.UploadedBytes, rep.ReusedBytes)
+	}
+	// The stored bytes, read back.
+	back, err := c.ReadTensor(ctx, ref)
+	if err != nil {
+		log.Fatal(err) // codes.NotFound once evicted
+	}
+	fmt.Println(back.Shape, len(back.Data))
+}
+
 // Shares read 100% or 0% only when exact: 3 of 94,674 elements differing
 // is not "100.0%".
 func ExampleFormatShare() {

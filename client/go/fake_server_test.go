@@ -2,7 +2,10 @@ package tensorcheck
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
 	"net"
 	"reflect"
 	"sync"
@@ -39,6 +42,268 @@ type fakeServer struct {
 	pushback    string
 	calls       int
 	remaining   []time.Duration
+
+	store fakeStore
+}
+
+// fakeStore is the fake's tensor store (docs/api.md, "The store RPCs"),
+// with counters and scripted failures for the tests. Guarded by
+// fakeServer.mu.
+type fakeStore struct {
+	// The store RPCs answer UNIMPLEMENTED, as a server without a store.
+	off bool
+	// StoreInfo.chunk_bytes in GetCapabilities; 0: MaxChunkBytes.
+	chunkBytes int64
+	blobs      map[string][]byte      // hash -> bytes
+	partial    map[string]*fakeUpload // upload_id -> upload in progress
+
+	// FindMissingTensors calls and the hashes each asked about; with
+	// allMissing it answers every digest as missing.
+	finds      int
+	findHashes [][]string
+	allMissing bool
+	// Every UploadTensor message as received, the streams opened, and
+	// the hashes stored (by completed uploads) or found already present.
+	uploadMsgs     []fakeUploadMsg
+	uploadStreams  int
+	stored         []string
+	alreadyPresent []string
+	// The first upload stream whose bytes held reach breakUploadAt fails
+	// with UNAVAILABLE, as a broken connection (the bytes stay resumable).
+	breakUploadAt int64
+	queries       int
+	// ReadTensor calls; the first read that has sent breakReadAt bytes or
+	// more fails with UNAVAILABLE.
+	reads       int
+	breakReadAt int64
+	// The next evictOnVerify Verify calls first drop every stored tensor,
+	// so the request names tensors the store lacks.
+	evictOnVerify int
+	verifies      int
+}
+
+type fakeUpload struct {
+	hash string
+	data []byte
+}
+
+type fakeUploadMsg struct {
+	stream   int
+	uploadID string
+	digest   string // set on the stream's first message
+	offset   int64
+	size     int
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// put stores b in the fake's store and returns its hash.
+func (f *fakeServer) put(b []byte) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store.blobs == nil {
+		f.store.blobs = map[string][]byte{}
+	}
+	h := sha256Hex(b)
+	f.store.blobs[h] = b
+	return h
+}
+
+// storeSnapshot is a copy of the store's counters, read under the lock.
+func (f *fakeServer) storeSnapshot() fakeStore {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.store
+	s.uploadMsgs = append([]fakeUploadMsg(nil), s.uploadMsgs...)
+	s.stored = append([]string(nil), s.stored...)
+	s.alreadyPresent = append([]string(nil), s.alreadyPresent...)
+	s.findHashes = append([][]string(nil), s.findHashes...)
+	return s
+}
+
+// missingIn is the MissingTensors detail for the tensors of req whose
+// digest the store lacks, or nil.
+func (f *fakeServer) missingIn(req *pb.VerifyRequest) *pb.MissingTensors {
+	var m pb.MissingTensors
+	for _, t := range []struct {
+		field string
+		t     *pb.Tensor
+	}{{"op.input", req.GetOp().GetInput()}, {"op.weight", req.GetOp().GetWeight()},
+		{"op.bias", req.GetOp().GetBias()}, {"observed", req.GetObserved()}} {
+		d := t.t.GetDigest()
+		if d == "" {
+			continue
+		}
+		if _, ok := f.store.blobs[d]; !ok {
+			m.Digests = append(m.Digests, &pb.TensorDigest{Hash: d})
+			m.Fields = append(m.Fields, t.field)
+		}
+	}
+	if len(m.Digests) == 0 {
+		return nil
+	}
+	return &m
+}
+
+func (f *fakeServer) FindMissingTensors(ctx context.Context, req *pb.FindMissingTensorsRequest) (*pb.FindMissingTensorsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store.off {
+		return nil, status.Error(codes.Unimplemented, "no tensor store")
+	}
+	f.store.finds++
+	var asked []string
+	resp := &pb.FindMissingTensorsResponse{}
+	for _, d := range req.Digests {
+		asked = append(asked, d.Hash)
+		if _, ok := f.store.blobs[d.Hash]; !ok || f.store.allMissing {
+			resp.MissingDigests = append(resp.MissingDigests, d)
+		}
+	}
+	f.store.findHashes = append(f.store.findHashes, asked)
+	return resp, nil
+}
+
+func (f *fakeServer) UploadTensor(stream pb.TensorCheck_UploadTensorServer) error {
+	f.mu.Lock()
+	off := f.store.off
+	f.mu.Unlock()
+	if off {
+		return status.Error(codes.Unimplemented, "no tensor store")
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	d, id := msg.Digest, msg.UploadId
+	if d == nil || id == "" {
+		return status.Error(codes.InvalidArgument, "first message without digest or upload_id")
+	}
+	f.mu.Lock()
+	f.store.uploadStreams++
+	streamNo := f.store.uploadStreams
+	if _, ok := f.store.blobs[d.Hash]; ok {
+		f.store.uploadMsgs = append(f.store.uploadMsgs, fakeUploadMsg{streamNo, id, d.Hash, msg.Offset, len(msg.Data)})
+		f.store.alreadyPresent = append(f.store.alreadyPresent, d.Hash)
+		f.mu.Unlock()
+		return stream.SendAndClose(&pb.UploadTensorResponse{Digest: d, CommittedSize: d.SizeBytes, AlreadyPresent: true})
+	}
+	if f.store.partial == nil {
+		f.store.partial = map[string]*fakeUpload{}
+	}
+	up := f.store.partial[id]
+	if up == nil {
+		up = &fakeUpload{hash: d.Hash}
+		f.store.partial[id] = up
+	}
+	f.mu.Unlock()
+	for first := true; ; first = false {
+		f.mu.Lock()
+		rec := fakeUploadMsg{stream: streamNo, uploadID: id, offset: msg.Offset, size: len(msg.Data)}
+		if first {
+			rec.digest = d.Hash
+		}
+		f.store.uploadMsgs = append(f.store.uploadMsgs, rec)
+		held := int64(len(up.data))
+		switch {
+		case msg.Offset != held:
+			f.mu.Unlock()
+			return status.Errorf(codes.InvalidArgument, "offset %d, the server holds %d bytes", msg.Offset, held)
+		case len(msg.Data) > MaxChunkBytes:
+			f.mu.Unlock()
+			return status.Errorf(codes.InvalidArgument, "chunk of %d bytes", len(msg.Data))
+		case held+int64(len(msg.Data)) > d.SizeBytes:
+			f.mu.Unlock()
+			return status.Error(codes.InvalidArgument, "past the declared size")
+		}
+		up.data = append(up.data, msg.Data...)
+		if b := f.store.breakUploadAt; b > 0 && int64(len(up.data)) >= b {
+			f.store.breakUploadAt = 0
+			f.mu.Unlock()
+			return status.Error(codes.Unavailable, "connection broken")
+		}
+		f.mu.Unlock()
+		msg, err = stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if int64(len(up.data)) != d.SizeBytes {
+		return status.Errorf(codes.InvalidArgument, "stream ended at %d of %d bytes", len(up.data), d.SizeBytes)
+	}
+	delete(f.store.partial, id)
+	if h := sha256Hex(up.data); h != d.Hash {
+		return status.Errorf(codes.InvalidArgument, "bytes hash to %s, not %s", h, d.Hash)
+	}
+	if f.store.blobs == nil {
+		f.store.blobs = map[string][]byte{}
+	}
+	f.store.blobs[d.Hash] = up.data
+	f.store.stored = append(f.store.stored, d.Hash)
+	return stream.SendAndClose(&pb.UploadTensorResponse{Digest: d, CommittedSize: d.SizeBytes})
+}
+
+func (f *fakeServer) QueryUploadStatus(ctx context.Context, req *pb.QueryUploadStatusRequest) (*pb.QueryUploadStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store.off {
+		return nil, status.Error(codes.Unimplemented, "no tensor store")
+	}
+	f.store.queries++
+	if _, ok := f.store.blobs[req.GetDigest().GetHash()]; ok {
+		return &pb.QueryUploadStatusResponse{CommittedSize: req.Digest.SizeBytes, Complete: true}, nil
+	}
+	if up := f.store.partial[req.UploadId]; up != nil && up.hash == req.GetDigest().GetHash() {
+		return &pb.QueryUploadStatusResponse{CommittedSize: int64(len(up.data))}, nil
+	}
+	return &pb.QueryUploadStatusResponse{}, nil
+}
+
+func (f *fakeServer) ReadTensor(req *pb.ReadTensorRequest, stream pb.TensorCheck_ReadTensorServer) error {
+	f.mu.Lock()
+	if f.store.off {
+		f.mu.Unlock()
+		return status.Error(codes.Unimplemented, "no tensor store")
+	}
+	f.store.reads++
+	b, ok := f.store.blobs[req.GetDigest().GetHash()]
+	breakAt := f.store.breakReadAt
+	f.mu.Unlock()
+	if !ok {
+		return status.Errorf(codes.NotFound, "no tensor %s", req.GetDigest().GetHash())
+	}
+	end := int64(len(b))
+	if req.Limit > 0 {
+		end = req.Offset + req.Limit
+	}
+	if req.Offset < 0 || req.Offset > end || end > int64(len(b)) {
+		return status.Error(codes.OutOfRange, "range outside the tensor")
+	}
+	for off := req.Offset; off < end; {
+		n := end - off
+		if n > MaxChunkBytes {
+			n = MaxChunkBytes
+		}
+		if err := stream.Send(&pb.ReadTensorResponse{Offset: off, Data: b[off : off+n]}); err != nil {
+			return err
+		}
+		off += n
+		if breakAt > 0 && off-req.Offset >= breakAt && off < end {
+			f.mu.Lock()
+			f.store.breakReadAt = 0
+			f.mu.Unlock()
+			return status.Error(codes.Unavailable, "connection broken")
+		}
+	}
+	return nil
 }
 
 // refuse counts the call and returns the scripted refusal, or nil once the
@@ -75,6 +340,19 @@ func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.Ver
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.mu.Lock()
+	f.store.verifies++
+	if f.store.evictOnVerify > 0 {
+		f.store.evictOnVerify--
+		f.store.blobs = nil
+	}
+	if m := f.missingIn(req); m != nil {
+		f.mu.Unlock()
+		st, err := status.New(codes.FailedPrecondition, "the store lacks "+m.Fields[0]+" "+m.Digests[0].Hash).WithDetails(m)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
 	f.lastReq, f.lastAuth = req, md.Get("authorization")
 	resp, err, block := f.resp, f.err, f.block
 	f.mu.Unlock()
@@ -102,7 +380,21 @@ func (f *fakeServer) GetCapabilities(ctx context.Context, _ *pb.GetCapabilitiesR
 			Device:        &pb.DeviceInfo{Name: "host"},
 		}},
 		Limits: &pb.Limits{MaxConfigs: 16},
+		Store:  f.storeInfo(),
 	}, nil
+}
+
+func (f *fakeServer) storeInfo() *pb.StoreInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store.off {
+		return nil
+	}
+	info := &pb.StoreInfo{Present: true, ChunkBytes: f.store.chunkBytes, Uploads: int64(len(f.store.stored))}
+	if info.ChunkBytes == 0 {
+		info.ChunkBytes = MaxChunkBytes
+	}
+	return info
 }
 
 func startFake(t *testing.T, opts ...Option) (*fakeServer, *Client) {
@@ -112,7 +404,8 @@ func startFake(t *testing.T, opts ...Option) (*fakeServer, *Client) {
 		t.Fatal(err)
 	}
 	fake := &fakeServer{}
-	srv := grpc.NewServer()
+	// 4 MiB chunks and their headers exceed gRPC's default 4 MiB.
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
 	pb.RegisterTensorCheckServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

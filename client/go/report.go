@@ -26,6 +26,17 @@ type Report struct {
 	Notes []string
 	// Shape of every output, [..., N].
 	OutputShape []int64
+
+	// The tensor store's part in this call. UploadedBytes: the bytes of the
+	// tensors this call uploaded into the server's store (those larger than
+	// StoreThreshold that the store lacked). ReusedBytes: the bytes of the
+	// tensors the request named by digest without uploading them, because
+	// the store already held them (a weight verified before, a tensor from
+	// Upload). A tensor used by several fields counts once. Both are 0 when
+	// every tensor went inline: all of them small, or a server without a
+	// store.
+	UploadedBytes int64
+	ReusedBytes   int64
 }
 
 // Result returns the result for config: an exact match of the canonical

@@ -97,6 +97,12 @@ type LinearRequest struct {
 	Tolerance Tolerance
 	// Return every configuration's output tensor (ConfigResult.Output).
 	ReturnOutputs bool
+	// Returned outputs larger than this many bytes travel through the
+	// server's store (the client reads them back with ReadTensor, so
+	// ConfigResult.Output carries Data either way); 0: the server's default
+	// (Capabilities().Store.InlineOutputBytes, 4 MiB), also the most a
+	// request may ask for.
+	MaxInlineOutputBytes int64
 	// Worst elements listed per comparison (0: 10) and columns/rows listed
 	// where mismatches concentrate (0: 5).
 	TopK, TopGroups int32
@@ -150,6 +156,9 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 			return nil, invalidArgument("configs", "entry %d is empty; expected backend:precision[:bias]", i)
 		}
 	}
+	if r.MaxInlineOutputBytes < 0 {
+		return nil, invalidArgument("output.max_inline_output_bytes", "is %d, expected >= 0", r.MaxInlineOutputBytes)
+	}
 	tol, err := r.Tolerance.toProto()
 	if err != nil {
 		return nil, err
@@ -171,6 +180,8 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 			ReturnOutputs: r.ReturnOutputs,
 			TopK:          r.TopK,
 			TopGroups:     r.TopGroups,
+
+			MaxInlineOutputBytes: r.MaxInlineOutputBytes,
 		},
 		Repeat:                            r.Repeat,
 		DisallowReducedPrecisionReduction: r.DisallowReducedPrecisionReduction,

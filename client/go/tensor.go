@@ -53,11 +53,21 @@ func (d DType) ItemSize() int {
 // Tensor is a dense tensor as the service sees it: a dtype, a row-major
 // shape and the elements as little-endian bytes. The constructors encode a
 // Go slice once; the bytes are sent as they are, with no further copy.
+//
+// A Tensor may instead name a tensor in the server's store by its Digest,
+// with Data left empty: TensorRef.Tensor makes one from what Upload
+// returns. Tensors with Data larger than StoreThreshold go through the
+// store by themselves (see Client.VerifyLinear).
 type Tensor struct {
 	DType DType
 	Shape []int64
 	// numel(Shape) * DType.ItemSize() bytes, little-endian, row-major.
 	Data []byte
+	// "sha256:" and the 64 lowercase hex digits of the SHA-256 of the
+	// tensor's bytes (the prefix may be left out): the tensor is in the
+	// server's store and the request names it instead of carrying it.
+	// Empty for a tensor that carries Data; never both.
+	Digest string
 }
 
 // shapeOr returns shape, or [n] when no shape was given.
@@ -138,6 +148,15 @@ func (t *Tensor) validate(field string) error {
 	if err != nil {
 		return invalidArgument(field, "%v", err)
 	}
+	if t.Digest != "" {
+		if len(t.Data) != 0 {
+			return invalidArgument(field, "has both data (%d bytes) and digest %q; set one", len(t.Data), t.Digest)
+		}
+		if _, ok := normalizeDigest(t.Digest); !ok {
+			return invalidArgument(field, "digest %q is not \"sha256:\" and 64 lowercase hex digits", t.Digest)
+		}
+		return nil
+	}
 	if int64(len(t.Data)) != n*int64(size) {
 		if len(t.Data)%size == 0 {
 			return invalidArgument(field, "shape %v needs %d %v elements (%d bytes), data has %d elements (%d bytes)",
@@ -149,26 +168,40 @@ func (t *Tensor) validate(field string) error {
 	return nil
 }
 
+// sizeBytes is numel(Shape) * itemsize; the tensor must be valid.
+func (t *Tensor) sizeBytes() int64 {
+	n, _ := t.Numel()
+	return n * int64(t.DType.ItemSize())
+}
+
 func (t *Tensor) toProto() *pb.Tensor {
 	if t == nil {
 		return nil
 	}
-	return &pb.Tensor{
-		Dtype:  pb.DType(t.DType),
-		Shape:  t.Shape,
-		Source: &pb.Tensor_Data{Data: t.Data},
+	p := &pb.Tensor{Dtype: pb.DType(t.DType), Shape: t.Shape}
+	if t.Digest != "" {
+		d, _ := normalizeDigest(t.Digest)
+		p.Source = &pb.Tensor_Digest{Digest: d}
+	} else {
+		p.Source = &pb.Tensor_Data{Data: t.Data}
 	}
+	return p
 }
 
+// tensorFromProto converts a tensor of a response; one returned by digest
+// keeps its Digest (the client reads it back before handing it out).
 func tensorFromProto(p *pb.Tensor) *Tensor {
 	if p == nil {
 		return nil
 	}
-	return &Tensor{DType: DType(p.Dtype), Shape: p.Shape, Data: p.GetData()}
+	return &Tensor{DType: DType(p.Dtype), Shape: p.Shape, Data: p.GetData(), Digest: p.GetDigest()}
 }
 
 // Float64s decodes the elements, widening 32- and 16-bit types exactly.
 func (t *Tensor) Float64s() ([]float64, error) {
+	if t.Digest != "" {
+		return nil, invalidArgument("tensor", "has no data: it names %s in the server's store (read it with Client.ReadTensor)", t.Digest)
+	}
 	if err := t.validate("tensor"); err != nil {
 		return nil, err
 	}
