@@ -71,7 +71,12 @@ type fakeStore struct {
 	// The first upload stream whose bytes held reach breakUploadAt fails
 	// with UNAVAILABLE, as a broken connection (the bytes stay resumable).
 	breakUploadAt int64
-	queries       int
+	// The next refuseUploads upload streams fail after their first message
+	// with RESOURCE_EXHAUSTED ("no room") and, when refusePushback is not
+	// "", the retry hint.
+	refuseUploads  int
+	refusePushback string
+	queries        int
 	// ReadTensor calls; the first read that has sent breakReadAt bytes or
 	// more fails with UNAVAILABLE.
 	reads       int
@@ -190,6 +195,16 @@ func (f *fakeServer) UploadTensor(stream pb.TensorCheck_UploadTensorServer) erro
 		f.store.alreadyPresent = append(f.store.alreadyPresent, d.Hash)
 		f.mu.Unlock()
 		return stream.SendAndClose(&pb.UploadTensorResponse{Digest: d, CommittedSize: d.SizeBytes, AlreadyPresent: true})
+	}
+	if f.store.refuseUploads > 0 {
+		f.store.refuseUploads--
+		f.store.uploadMsgs = append(f.store.uploadMsgs, fakeUploadMsg{streamNo, id, d.Hash, msg.Offset, len(msg.Data)})
+		pushback := f.store.refusePushback
+		f.mu.Unlock()
+		if pushback != "" {
+			grpc.SetTrailer(stream.Context(), metadata.Pairs(RetryPushbackKey, pushback))
+		}
+		return status.Error(codes.ResourceExhausted, "no room: every stored tensor is in use")
 	}
 	if f.store.partial == nil {
 		f.store.partial = map[string]*fakeUpload{}

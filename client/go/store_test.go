@@ -308,6 +308,34 @@ func TestStoreUploadResumesAfterABrokenStream(t *testing.T) {
 	}
 }
 
+func TestStoreUploadRetriesNoRoomOnTheHintOnly(t *testing.T) {
+	fake, c := startFake(t)
+	fake.store.refuseUploads, fake.store.refusePushback = 1, "20"
+	x := float32s(17, (5<<20)/4)
+	start := time.Now()
+	ref, err := c.Upload(storeCtx(t), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fake.storeSnapshot()
+	if s.uploadStreams != 2 || len(s.stored) != 1 || s.stored[0] != ref.Digest || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("%d streams, stored %v in %v; want the refusal, the hinted wait, then the upload", s.uploadStreams, s.stored, time.Since(start))
+	}
+
+	// Without the hint the refusal is permanent.
+	fake.mu.Lock()
+	fake.store.refuseUploads, fake.store.refusePushback = 1, ""
+	fake.mu.Unlock()
+	_, err = c.Upload(storeCtx(t), float32s(18, 16))
+	var e *Error
+	if !errors.As(err, &e) || e.Code != codes.ResourceExhausted || e.RetryAfter != 0 {
+		t.Errorf("got %v, want ResourceExhausted without RetryAfter", err)
+	}
+	if s := fake.storeSnapshot(); s.uploadStreams != 3 {
+		t.Errorf("%d streams, want 3: a refusal without a hint is not retried", s.uploadStreams)
+	}
+}
+
 func TestStoreAlreadyPresentEndsTheUpload(t *testing.T) {
 	fake, c := startFake(t)
 	fake.resp = &pb.VerifyResponse{}
