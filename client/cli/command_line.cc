@@ -12,9 +12,9 @@
 namespace tensorcheck::cli::internal {
 namespace {
 
-enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4 };
+enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4, kUpload = 8 };
 constexpr unsigned kRun = kVerify | kDiagnose;
-constexpr unsigned kAll = kRun | kCaps;
+constexpr unsigned kAll = kRun | kCaps | kUpload;
 
 struct FlagSpec {
   const char* name;
@@ -25,13 +25,15 @@ struct FlagSpec {
 constexpr FlagSpec kFlags[] = {
     {"server", true, kAll},
     {"timeout", true, kAll},
-    {"json", false, kAll},
+    {"json", false, kRun | kCaps},
     {"help", false, kAll},
     {"input", true, kRun},
     {"weight", true, kRun},
     {"bias", true, kRun},
     {"observed", true, kRun},
-    {"dtype", true, kRun},
+    // verify, diagnose: NAME=DTYPE; upload: DTYPE, for every tensor.
+    {"dtype", true, kRun | kUpload},
+    {"no-progress", false, kRun | kUpload},
     {"weight-layout", true, kRun},
     {"activation", true, kRun},
     {"output-dtype", true, kRun},
@@ -59,6 +61,7 @@ unsigned CommandBit(const std::string& c) {
   if (c == "verify") return kVerify;
   if (c == "diagnose") return kDiagnose;
   if (c == "capabilities") return kCaps;
+  if (c == "upload") return kUpload;
   return 0;
 }
 
@@ -82,9 +85,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
         }
         if (CommandBit(arg) == 0) {
           return Usage(absl::StrCat("unknown command '", arg,
-                                    "': verify, diagnose or capabilities expected"));
+                                    "': verify, diagnose, upload or capabilities expected"));
         }
         cl.command = arg;
+        continue;
+      }
+      if (cl.command == "upload") {
+        cl.args.push_back(arg);
         continue;
       }
       return Usage(absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));

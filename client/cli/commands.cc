@@ -7,20 +7,35 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/internal/output_files.h"
+#include "client/cli/internal/progress.h"
+#include "client/cli/internal/store_client.h"
+#include "client/cli/internal/tensor_transfer.h"
 #include "client/cli/internal/verify_request.h"
 #include "client/cli/report.h"
+#include "client/cli/tensor_io.h"
+#include "client/cli/tensor_ref.h"
 #include "grpcpp/grpcpp.h"
+#include "server/core/dtype.h"
+#include "server/core/executor.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {
 namespace {
 
 constexpr int kMaxMessageBytes = 1 << 30;  // the server's limit governs
+
+// Tensors hashed and uploaded at once.
+constexpr int kTransferThreads = 4;
 
 const char* GrpcCodeName(grpc::StatusCode c) {
   switch (c) {
@@ -78,20 +93,29 @@ int ExitCodeForGrpc(grpc::StatusCode c) {
   }
 }
 
-int ReportGrpcError(const grpc::Status& s, const std::string& server) {
-  const int code = ExitCodeForGrpc(s.error_code());
+// Prints a failed RPC (or a failure on the way to one) and returns the
+// exit code of kExitCodes.
+int ReportError(grpc::StatusCode c, absl::string_view message, const std::string& server) {
+  const int code = ExitCodeForGrpc(c);
   if (code == kExitServer) {
-    std::cerr << "tensorcheck: server error (" << GrpcCodeName(s.error_code())
-              << "): " << s.error_message();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    std::cerr << "tensorcheck: server error (" << GrpcCodeName(c) << "): " << message;
+    if (c == grpc::StatusCode::UNAVAILABLE) {
       std::cerr << " [server " << server << "]";
     }
     std::cerr << "\n";
   } else {
-    std::cerr << "tensorcheck: request rejected (" << GrpcCodeName(s.error_code())
-              << "): " << s.error_message() << "\n";
+    std::cerr << "tensorcheck: request rejected (" << GrpcCodeName(c) << "): " << message << "\n";
   }
   return code;
+}
+
+int ReportGrpcError(const grpc::Status& s, const std::string& server) {
+  return ReportError(s.error_code(), s.error_message(), server);
+}
+
+// absl and gRPC number their codes alike.
+int ReportStatus(const absl::Status& s, const std::string& server) {
+  return ReportError(static_cast<grpc::StatusCode>(s.code()), s.message(), server);
 }
 
 std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const std::string& server) {
@@ -102,10 +126,34 @@ std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const std::string& server) {
       grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
 }
 
-void SetDeadline(grpc::ClientContext* ctx, double seconds) {
+// One deadline for every RPC of a command: --timeout bounds the whole of
+// it, uploads included.
+std::chrono::system_clock::time_point DeadlineAfter(double seconds) {
   seconds = std::min(seconds, 1e7);  // keeps the microsecond count in range
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
+  return std::chrono::system_clock::now() +
+         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+}
+
+bool ProgressWanted(const CommandLine& cl) { return !cl.Has("no-progress") && StderrIsTerminal(); }
+
+// The pool that hashes and uploads tensors, several at once; null (inline)
+// when the system refuses threads.
+std::unique_ptr<Executor> TransferExecutor() {
+  auto e = Executor::Create({/*threads=*/kTransferThreads});
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string& command,
+                                  const pb::VerifyRequest& req,
+                                  std::chrono::system_clock::time_point deadline,
+                                  Progress* progress, pb::VerifyResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  progress->Begin(command == "diagnose" ? "diagnosing" : "verifying", /*total_bytes=*/0);
+  const grpc::Status s =
+      command == "diagnose" ? stub->Diagnose(&ctx, req, resp) : stub->Verify(&ctx, req, resp);
+  progress->End();
+  return s;
 }
 
 }  // namespace
@@ -121,17 +169,38 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
     return kExitUsage;
   }
   const ReportContext ctx{cl.command};
+  const auto deadline = DeadlineAfter(timeout);
   auto stub = MakeStub(server);
-  grpc::ClientContext grpc_ctx;
-  SetDeadline(&grpc_ctx, timeout);
+  Progress progress(ProgressWanted(cl));
+  std::unique_ptr<Executor> executor = TransferExecutor();
+  StoreClient store(stub.get(), deadline);
+  TensorTransfer transfer(&store, executor.get(), &progress);
+  auto by_digest = transfer.Prepare(&*req);
+  if (!by_digest.ok()) return ReportStatus(by_digest.status(), server);
   pb::VerifyResponse resp;
-  const grpc::Status s = cl.command == "diagnose" ? stub->Diagnose(&grpc_ctx, *req, &resp)
-                                                  : stub->Verify(&grpc_ctx, *req, &resp);
+  grpc::Status s = CallVerifyOrDiagnose(stub.get(), cl.command, *req, deadline, &progress, &resp);
+  if (*by_digest) {
+    // Evicted between FindMissingTensors and the request: upload, retry once.
+    if (std::optional<pb::MissingTensors> missing = MissingTensorsOf(s); missing.has_value()) {
+      const absl::Status again = transfer.Reupload(*missing);
+      if (!again.ok()) return ReportStatus(again, server);
+      resp.Clear();
+      s = CallVerifyOrDiagnose(stub.get(), cl.command, *req, deadline, &progress, &resp);
+    }
+  }
+  transfer.Restore();
   if (!s.ok()) return ReportGrpcError(s, server);
+  if (req->output().return_outputs()) {
+    const absl::Status read = ReadOutputsByDigest(&resp, &store, &progress);
+    if (!read.ok()) std::cerr << "tensorcheck: warning: " << read.message() << "\n";
+  }
 
   const bool json = cl.Has("json");
   if (json) {
-    std::cout << VerifyResponseToJson(resp).dump(2) << "\n";
+    nlohmann::ordered_json j = VerifyResponseToJson(resp);
+    j["uploaded_bytes"] = transfer.counts().uploaded_bytes;
+    j["reused_bytes"] = transfer.counts().reused_bytes;
+    std::cout << j.dump(2) << "\n";
   } else {
     std::cout << FormatHuman(resp, ctx);
   }
@@ -165,7 +234,7 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
 int RunCapabilities(const CommandLine& cl, const std::string& server, double timeout) {
   auto stub = MakeStub(server);
   grpc::ClientContext grpc_ctx;
-  SetDeadline(&grpc_ctx, timeout);
+  grpc_ctx.set_deadline(DeadlineAfter(timeout));
   pb::GetCapabilitiesResponse resp;
   const grpc::Status s = stub->GetCapabilities(&grpc_ctx, pb::GetCapabilitiesRequest(), &resp);
   if (!s.ok()) return ReportGrpcError(s, server);
@@ -173,6 +242,74 @@ int RunCapabilities(const CommandLine& cl, const std::string& server, double tim
     std::cout << CapabilitiesToJson(resp).dump(2) << "\n";
   } else {
     std::cout << FormatCapabilities(resp);
+  }
+  return kExitPass;
+}
+
+int RunUpload(const CommandLine& cl, const std::string& server, double timeout) {
+  if (cl.args.empty()) {
+    std::cerr << "tensorcheck: upload: FILE.npy or FILE.safetensors:TENSOR arguments expected\n"
+              << "(see tensorcheck upload --help)\n";
+    return kExitUsage;
+  }
+  TensorReadOptions opts;
+  if (cl.Has("dtype")) {
+    auto d = ParseDType(cl.Get("dtype"));
+    if (!d.ok()) {
+      std::cerr << "tensorcheck: --dtype: " << d.status().message() << "\n";
+      return kExitUsage;
+    }
+    opts.expected_dtype = *d;
+  }
+  // Read every file before anything is sent: a bad argument uploads nothing.
+  std::vector<Blob> blobs;
+  std::vector<TensorRef> refs;
+  for (const std::string& arg : cl.args) {
+    if (IsDigestArg(arg)) {
+      std::cerr << "tensorcheck: '" << arg
+                << "': already a digest; upload takes FILE.npy or FILE.safetensors:TENSOR\n";
+      return kExitUsage;
+    }
+    auto t = ReadTensorArg(arg, opts);
+    if (!t.ok()) {
+      std::cerr << "tensorcheck: " << t.status().message() << "\n";
+      return kExitUsage;
+    }
+    Blob b;
+    b.label = arg;
+    b.bytes = std::string(t->bytes());
+    blobs.push_back(std::move(b));
+    refs.push_back(TensorRef{"", t->dtype(), t->shape()});
+  }
+  auto stub = MakeStub(server);
+  Progress progress(ProgressWanted(cl));
+  std::unique_ptr<Executor> executor = TransferExecutor();
+  StoreClient store(stub.get(), DeadlineAfter(timeout));
+  HashBlobs(blobs, executor.get(), &progress);
+  std::vector<pb::TensorDigest> digests;
+  for (const Blob& b : blobs) digests.push_back(b.digest);
+  auto missing = store.FindMissing(digests);
+  if (!missing.ok()) {
+    if (absl::IsUnimplemented(missing.status())) {
+      return ReportStatus(
+          absl::UnimplementedError("the server has no tensor store (FindMissingTensors is "
+                                   "not implemented there)"),
+          server);
+    }
+    return ReportStatus(missing.status(), server);
+  }
+  std::set<std::string> absent;
+  for (const pb::TensorDigest& d : *missing) absent.insert(d.hash());
+  std::vector<Blob*> upload;
+  for (Blob& b : blobs) {
+    if (absent.erase(b.digest.hash()) > 0) upload.push_back(&b);  // once per digest
+  }
+  TransferCounts counts;
+  const absl::Status up = UploadBlobs(upload, &store, executor.get(), &progress, &counts);
+  if (!up.ok()) return ReportStatus(up, server);
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    refs[i].hash_hex = blobs[i].digest.hash().substr(kDigestPrefix.size());
+    std::cout << FormatTensorRef(refs[i]) << "\n";
   }
   return kExitPass;
 }

@@ -5,6 +5,7 @@
 //   tensorcheck diagnose --input x.npy --weight m.safetensors:fc.weight
 //       --observed y.npy
 //   tensorcheck capabilities
+//   tensorcheck upload w.npy m.safetensors:fc.weight
 //
 // Talks to the server only through the generated API stubs. Flags are parsed
 // by hand (a subcommand plus its flags, `--config` repeatable) because the
@@ -12,8 +13,10 @@
 //
 // main.cc holds the usage texts and dispatches to a command:
 // command_line.cc parses the flags, verify_request.cc builds the request,
-// commands.cc makes the RPC and prints the report, output_files.cc writes
-// --junit, --save-outputs and --html.
+// commands.cc makes the RPCs and prints the report, output_files.cc writes
+// --junit, --save-outputs and --html; tensors above 1 MiB go by digest
+// through the server's store (internal/tensor_transfer.h,
+// internal/store_client.h), `sha256:` arguments are tensor_ref.h.
 #include <iostream>
 #include <string>
 
@@ -27,6 +30,7 @@ using internal::kExitUsage;
 using internal::ParseCommandLine;
 using internal::ParseDoubleFlag;
 using internal::RunCapabilities;
+using internal::RunUpload;
 using internal::RunVerifyOrDiagnose;
 
 namespace {
@@ -42,6 +46,7 @@ Commands:
   verify        run a linear layer under backend configurations and compare
   diagnose      tell which configuration produced an observed output
   capabilities  what the server can run, its device and limits
+  upload        put tensors into the server's store; print their digests
 
 Global flags:
   --server HOST:PORT   the tensorcheck server (default localhost:50051)
@@ -53,7 +58,8 @@ Global flags:
 constexpr const char kTensorFlags[] =
     R"(Tensors (FILE.npy v1-v3 with dtype <f8 <f4 <f2, or FILE.safetensors:TENSOR
 with dtype F64 F32 F16 BF16; a bfloat16 .npy holds <u2 bit patterns and needs
---dtype NAME=bf16):
+--dtype NAME=bf16; or sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the
+server's store, as `tensorcheck upload` prints it):
   --input X              [..., K]
   --weight W             [N, K] (out_in) or [K, N] (in_out)
   --bias B               [N], optional
@@ -91,7 +97,14 @@ Output:
 
 Connection:
   --server HOST:PORT     (default localhost:50051)
-  --timeout SECONDS      deadline of the call (default 300)
+  --timeout SECONDS      deadline of the command, uploads included
+                         (default 300)
+  --no-progress          no progress line on stderr (shown only when stderr
+                         is a terminal)
+
+Tensors above 1 MiB are hashed (SHA-256) and sent by digest: those the
+server's store lacks are uploaded first, the others not at all. A server
+without a store gets them inline.
 
 SPEC is backend:precision[:bias], e.g. cpu:fp32, cpu:tf32:fused,
 cublaslt:bf16:unfused; precisions fp64 fp32 tf32 tf32rna tf32trunc bf16 fp16
@@ -142,6 +155,23 @@ explains the best match in framework terms.
 
 )";
 
+constexpr const char kUploadUsage[] =
+    R"(Usage: tensorcheck [--server HOST:PORT] upload [--dtype DTYPE] FILE[:NAME]...
+
+Uploads tensors (FILE.npy, FILE.safetensors:TENSOR) into the server's store,
+those it lacks only, and prints for each, one per line in argument order, the
+argument that names it in verify and diagnose:
+
+  sha256:<64 hex digits of the SHA-256 of its bytes>:<dtype>:<d0>x<d1>...
+
+  --dtype DTYPE          require every tensor to hold DTYPE; bf16 reads a <u2
+                         .npy as bf16 bits
+  --timeout SECONDS      deadline of the whole upload (default 300)
+  --no-progress          no progress line on stderr (shown only when stderr
+                         is a terminal)
+
+)";
+
 constexpr const char kCapabilitiesUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] capabilities [--json] [--timeout SECONDS]
 
@@ -165,6 +195,8 @@ int Main(int argc, char** argv) {
       std::cout << kDiagnoseUsage << kTensorFlags << kExitCodes;
     } else if (cl->command == "capabilities") {
       std::cout << kCapabilitiesUsage << kExitCodes;
+    } else if (cl->command == "upload") {
+      std::cout << kUploadUsage << kExitCodes;
     } else {
       std::cout << kMainUsage << kExitCodes;
     }
@@ -189,6 +221,7 @@ int Main(int argc, char** argv) {
     timeout = *t;
   }
   if (cl->command == "capabilities") return RunCapabilities(*cl, server, timeout);
+  if (cl->command == "upload") return RunUpload(*cl, server, timeout);
   return RunVerifyOrDiagnose(*cl, server, timeout);
 }
 

@@ -260,6 +260,28 @@ nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r) 
   j["default_reference"] = r.default_reference();
   j["tolerance_presets"] = StringList(r.tolerance_presets());
   j["tensor_store"] = r.tensor_store();
+  if (r.has_store()) {
+    const pb::StoreInfo& s = r.store();
+    Json st;
+    st["present"] = s.present();
+    st["budget_bytes"] = s.budget_bytes();
+    st["bytes_used"] = s.bytes_used();
+    st["tensor_count"] = s.tensor_count();
+    st["largest_tensor_bytes"] = s.largest_tensor_bytes();
+    st["chunk_bytes"] = s.chunk_bytes();
+    st["max_tensor_bytes"] = s.max_tensor_bytes();
+    st["persistent"] = s.persistent();
+    st["partial_upload_seconds"] = s.partial_upload_seconds();
+    st["inline_output_bytes"] = s.inline_output_bytes();
+    st["uploads"] = s.uploads();
+    st["uploaded_bytes"] = s.uploaded_bytes();
+    st["evictions"] = s.evictions();
+    st["partial_uploads"] = s.partial_uploads();
+    st["partial_bytes"] = s.partial_bytes();
+    j["store"] = std::move(st);
+  } else {
+    j["store"] = nullptr;
+  }
   return j;
 }
 

@@ -269,7 +269,14 @@ std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r) {
   if (r.tolerance_presets_size() > 0) {
     absl::StrAppend(&out, "Tolerance presets: ", absl::StrJoin(r.tolerance_presets(), ", "), "\n");
   }
-  absl::StrAppend(&out, "Tensor store: ", r.tensor_store() ? "yes" : "no", "\n");
+  absl::StrAppend(&out, "Tensor store: ", r.tensor_store() ? "yes" : "no");
+  if (r.store().present()) {
+    const pb::StoreInfo& st = r.store();
+    absl::StrAppend(&out, " (", st.tensor_count(), " tensors, ", st.bytes_used(), " of ",
+                    st.budget_bytes(), " bytes used; ", st.uploads(), " uploads, ", st.evictions(),
+                    " evictions since start)");
+  }
+  absl::StrAppend(&out, "\n");
   for (const pb::BackendInfo& b : r.backends()) {
     absl::StrAppend(&out, "\nBackend ", b.name(), ": ", b.available() ? "available" : "unavailable",
                     "\n");

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/tensor_io.h"
+#include "client/cli/tensor_ref.h"
 #include "proto/dtype_proto.h"
 #include "server/core/dtype.h"
 #include "server/core/linear_config.h"
@@ -19,13 +20,28 @@
 namespace tensorcheck::cli::internal {
 namespace {
 
-// Reads a tensor argument into `out`, moving its bytes into the proto.
+// Reads a tensor argument into `out`: a file's bytes, or a `sha256:`
+// argument's digest (client/cli/tensor_ref.h).
 absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
                         const std::map<std::string, DType>& dtypes, pb::Tensor* out) {
   TensorReadOptions opts;
   auto it = dtypes.find(flag);
   if (it != dtypes.end()) opts.expected_dtype = it->second;
   const std::string arg = cl.Get(flag);
+  if (IsDigestArg(arg)) {
+    // Already in the server's store: dtype and shape come from the argument.
+    auto ref = ParseTensorRef(arg);
+    if (!ref.ok()) return Usage(absl::StrCat("--", flag, ": ", ref.status().message()));
+    if (opts.expected_dtype.has_value() && *opts.expected_dtype != ref->dtype) {
+      return Usage(absl::StrCat("--", flag, ": the digest argument says ",
+                                DTypeShortName(ref->dtype), " but --dtype ", flag, "=",
+                                DTypeShortName(*opts.expected_dtype)));
+    }
+    out->set_dtype(DTypeToProto(ref->dtype));
+    for (int64_t d : ref->shape) out->add_shape(d);
+    out->set_digest(ref->digest());
+    return absl::OkStatus();
+  }
   auto t = ReadTensorArg(arg, opts);
   if (!t.ok()) {
     return absl::Status(t.status().code(), absl::StrCat("--", flag, ": ", t.status().message()));

@@ -1,6 +1,6 @@
 // The command line of the tensorcheck CLI: a command, then its flags, each
 // checked against the command (`--config` is repeatable; `--name=VALUE`
-// and `--name VALUE` both work). Internal to client/cli.
+// and `--name VALUE` both work; `upload` takes FILE[:NAME] arguments). Internal to client/cli.
 //
 //   TC_ASSIGN_OR_RETURN(CommandLine cl, ParseCommandLine(argc, argv));
 //   if (cl.command == "verify" && cl.Has("json")) ...
@@ -23,6 +23,8 @@ namespace tensorcheck::cli::internal {
 struct CommandLine {
   std::string command;
   std::multimap<std::string, std::string> flags;
+  // The arguments that are not flags (upload's FILE[:NAME]...).
+  std::vector<std::string> args;
 
   bool Has(const std::string& f) const { return flags.count(f) > 0; }
   // The last value given.

@@ -1,0 +1,65 @@
+// A one-line progress display on stderr: a bar with bytes and rate for
+// hashing, uploads and reads, or the elapsed time while a long request
+// runs. Internal to client/cli.
+//
+//   Progress progress(/*enabled=*/ProgressWanted(cl));
+//   progress.Begin("uploading 2 tensors", total_bytes);
+//   ... progress.Advance(chunk.size());   // from any thread
+//   progress.End();                        // clears the line
+//
+// Disabled (stderr not a terminal, or --no-progress), it writes nothing and
+// starts no thread, so piped and captured stderr stays exactly as before.
+// Enabled, a thread redraws the line a few times a second, and only once a
+// phase has lasted a moment, so quick commands never flicker.
+//
+// Thread safety: Advance may be called from any thread; Begin and End from
+// one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tensorcheck::cli::internal {
+
+// Whether stderr is a terminal (and so whether a progress line is wanted,
+// unless --no-progress).
+bool StderrIsTerminal();
+
+class Progress {
+ public:
+  explicit Progress(bool enabled);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool enabled() const { return enabled_; }
+
+  // Starts a phase: a bar over `total_bytes`, or (0) the elapsed time.
+  void Begin(std::string label, int64_t total_bytes);
+  void Advance(int64_t bytes) { done_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Ends the phase and clears its line.
+  void End();
+
+ private:
+  void Loop();
+  void DrawLocked();
+
+  const bool enabled_;
+  std::atomic<int64_t> done_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool active_ = false;
+  bool drawn_ = false;
+  std::string label_;
+  int64_t total_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  std::thread thread_;
+};
+
+}  // namespace tensorcheck::cli::internal

@@ -1,0 +1,105 @@
+// Sending a request's large tensors by digest (docs/api.md, "How the
+// clients use it"), and the blobs of `tensorcheck upload`. Internal to
+// client/cli.
+//
+//   TensorTransfer transfer(&store, executor.get(), &progress);
+//   TC_ASSIGN_OR_RETURN(bool by_digest, transfer.Prepare(&request));
+//   grpc::Status s = stub->Verify(&ctx, request, &response);
+//   if (auto missing = MissingTensorsOf(s)) {       // evicted meanwhile
+//     TC_RETURN_IF_ERROR(transfer.Reupload(*missing));
+//     s = stub->Verify(&ctx2, request, &response);   // once
+//   }
+//   transfer.Restore(&request);                      // the bytes, back inline
+//
+// Prepare hashes every tensor above kInlineMaxBytes (several at once on the
+// executor), asks FindMissingTensors once for those and for the tensors
+// given as `sha256:` arguments, uploads only the missing ones (several at
+// once), and then names them by digest in the request. The bytes move out
+// of the request into the TensorTransfer (no copy) and back with Restore.
+//
+// Thread safety: one thread uses a TensorTransfer; it fans out on the
+// executor it is given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/cli/internal/progress.h"
+#include "client/cli/internal/store_client.h"
+#include "server/core/executor.h"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck::cli::internal {
+
+// Tensors up to this size stay inline in the request.
+inline constexpr int64_t kInlineMaxBytes = int64_t{1} << 20;
+
+// One tensor to name by digest.
+struct Blob {
+  // Where it came from, for messages: "--weight", or an upload argument.
+  std::string label;
+  // The request field ("op.weight"), as MissingTensors names it.
+  std::string field;
+  pb::TensorDigest digest;
+  // The tensor's bytes; empty (and !local) for a `sha256:` argument.
+  std::string bytes;
+  bool local = true;
+  // Where it sits in the request (null for `upload`).
+  pb::Tensor* tensor = nullptr;
+};
+
+// Bytes this command uploaded, and bytes it named by digest that the store
+// already held (the JSON report's uploaded_bytes and reused_bytes).
+struct TransferCounts {
+  int64_t uploaded_bytes = 0;
+  int64_t reused_bytes = 0;
+};
+
+// Sets each local blob's digest (SHA-256 and size of its bytes).
+void HashBlobs(std::vector<Blob>& blobs, Executor* executor, Progress* progress);
+
+// Uploads `blobs` (local ones) several at once, counting into `counts`;
+// the first error, naming the blob, if any failed.
+absl::Status UploadBlobs(const std::vector<Blob*>& blobs, StoreClient* store, Executor* executor,
+                         Progress* progress, TransferCounts* counts);
+
+// The MissingTensors detail of a FAILED_PRECONDITION, if it carries one.
+std::optional<pb::MissingTensors> MissingTensorsOf(const grpc::Status& s);
+
+class TensorTransfer {
+ public:
+  TensorTransfer(StoreClient* store, Executor* executor, Progress* progress)
+      : store_(store), executor_(executor), progress_(progress) {}
+
+  // Sends what is large by digest (see above); false when the request
+  // stays inline: nothing large, or a server without a store.
+  // FAILED_PRECONDITION when the server lacks a `sha256:` argument's tensor
+  // or has no store at all for one.
+  absl::StatusOr<bool> Prepare(pb::VerifyRequest* req);
+
+  // Uploads again the tensors `missing` names (evicted since Prepare);
+  // FAILED_PRECONDITION when one of them is a `sha256:` argument's.
+  absl::Status Reupload(const pb::MissingTensors& missing);
+
+  // Puts the bytes back into the request (for --html).
+  void Restore();
+
+  const TransferCounts& counts() const { return counts_; }
+
+ private:
+  StoreClient* store_;
+  Executor* executor_;
+  Progress* progress_;
+  std::vector<Blob> blobs_;
+  TransferCounts counts_;
+};
+
+// Replaces every returned output that came back by digest with its bytes,
+// read with ReadTensor.
+absl::Status ReadOutputsByDigest(pb::VerifyResponse* resp, StoreClient* store, Progress* progress);
+
+}  // namespace tensorcheck::cli::internal
