@@ -44,6 +44,17 @@ ABSL_FLAG(double, max_connection_idle_seconds, 300,
 ABSL_FLAG(double, keepalive_seconds, 60,
           "Ping an idle connection this often and drop it when no answer comes within 20 s; 0: "
           "never.");
+ABSL_FLAG(int64_t, store_bytes, -1,
+          "Byte budget of the tensor store (stored tensors and uploads in progress); 0 turns the "
+          "store off; -1: a quarter of the host's (or container's) memory.");
+ABSL_FLAG(std::string, store_dir, "",
+          "Directory that keeps stored tensors across restarts; empty: memory only.");
+ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{16} << 30,
+          "Largest tensor the store takes, in bytes (capped at --store-bytes).");
+ABSL_FLAG(double, partial_upload_seconds, 600,
+          "How long an interrupted upload keeps its bytes for resuming.");
+ABSL_FLAG(int64_t, inline_output_bytes, int64_t{4} << 20,
+          "Returned outputs larger than this come back by digest (read with ReadTensor).");
 ABSL_FLAG(int, threads, 0, "Worker threads running requests; 0: one per core.");
 ABSL_FLAG(int, stats_threads, 0,
           "Threads of the one statistics pool all requests share (a request's worker "
@@ -141,6 +152,34 @@ int Run() {
   if (options.engine.stats_threads < 0) {
     std::cerr << "--stats-threads: 0 (one per core) or a positive count expected, got "
               << options.engine.stats_threads << "\n";
+    return 2;
+  }
+  options.store_bytes = absl::GetFlag(FLAGS_store_bytes);
+  if (options.store_bytes < -1) {
+    std::cerr << "--store-bytes: -1 (a quarter of memory), 0 (no store) or a byte count "
+                 "expected, got "
+              << options.store_bytes << "\n";
+    return 2;
+  }
+  options.store_dir = absl::GetFlag(FLAGS_store_dir);
+  options.max_stored_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+  if (options.max_stored_tensor_bytes < 1) {
+    std::cerr << "--max-tensor-bytes: a positive byte count expected, got "
+              << options.max_stored_tensor_bytes << "\n";
+    return 2;
+  }
+  const double partial_seconds = absl::GetFlag(FLAGS_partial_upload_seconds);
+  if (!(partial_seconds > 0 && partial_seconds <= 7 * 86400)) {
+    std::cerr << "--partial-upload-seconds: a value in (0, 604800] expected, got "
+              << partial_seconds << "\n";
+    return 2;
+  }
+  options.partial_upload_ttl = absl::Seconds(partial_seconds);
+  options.inline_output_bytes = absl::GetFlag(FLAGS_inline_output_bytes);
+  if (options.inline_output_bytes < 0 ||
+      options.inline_output_bytes > options.engine.limits.max_message_bytes / 2) {
+    std::cerr << "--inline-output-bytes: 0..half of --max-message-mb expected, got "
+              << options.inline_output_bytes << "\n";
     return 2;
   }
   options.max_queue = absl::GetFlag(FLAGS_max_queue);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/core/status_macros.h"
 
 namespace tensorcheck {
@@ -148,14 +149,46 @@ absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
       dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED") : absl::StrCat(dtype));
 }
 
-absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
-                                       const RequestLimits& limits) {
-  TC_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
-  if (proto.source_case() == v1::Tensor::kDigest) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(field, ".digest: this server has no tensor store; missing digests: [",
-                     proto.digest().substr(0, 80), "]; send the tensor as data"));
+namespace {
+
+// A tensor by digest: the stored bytes, borrowed (docs/api.md).
+absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype, absl::string_view field,
+                                    const TensorSource& source) {
+  const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
+  const int64_t item = static_cast<int64_t>(ItemSize(dtype));
+  TC_ASSIGN_OR_RETURN(int64_t numel,
+                      CheckedNumel(shape, std::numeric_limits<int64_t>::max(), field));
+  if (numel > std::numeric_limits<int64_t>::max() / item) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape ", ShapeString(shape), ": byte count overflows"));
   }
+  // The prefix may be left out (the field's first documentation said so).
+  std::string text = proto.digest();
+  if (text.size() == 64 && text.find(':') == std::string::npos) text = "sha256:" + text;
+  TC_ASSIGN_OR_RETURN(Digest digest,
+                      ParseDigest(text, numel * item, absl::StrCat(field, ".digest")));
+  absl::StatusOr<TensorStore::Blob> blob =
+      source.store != nullptr ? source.store->Get(digest)
+                              : absl::NotFoundError("this server has no tensor store");
+  if (!blob.ok()) {
+    if (source.missing != nullptr) {
+      v1::TensorDigest* d = source.missing->add_digests();
+      d->set_hash(digest.ToString());
+      d->set_size_bytes(digest.size);
+      source.missing->add_fields(std::string(field));
+    }
+    return Tensor();
+  }
+  const TensorStore::Blob& b = *blob;
+  return Tensor::Borrow(dtype, shape, b->data(), b->size(), b);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
+                                       const RequestLimits& limits, const TensorSource& source) {
+  TC_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
+  if (proto.source_case() == v1::Tensor::kDigest) return StoredTensor(proto, dtype, field, source);
   if (proto.source_case() != v1::Tensor::kData) {
     return InvalidFieldError(field, "data (raw little-endian bytes) or digest", "neither");
   }
@@ -192,7 +225,8 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
   proto->set_data(std::string(tensor.bytes()));
 }
 
-absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const RequestLimits& limits) {
+absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const RequestLimits& limits,
+                                        TensorStore* store) {
   LinearRequest req;
   if (!r.has_op()) return InvalidFieldError("op", "a LinearOp", "none");
   const v1::LinearOp& op = r.op();
@@ -234,13 +268,28 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   if (op.output_dtype() != v1::DTYPE_UNSPECIFIED) {
     TC_ASSIGN_OR_RETURN(req.output_dtype, DTypeFromProto(op.output_dtype(), "op.output_dtype"));
   }
-  TC_ASSIGN_OR_RETURN(req.input, TensorFromProto(op.input(), "op.input", limits));
-  TC_ASSIGN_OR_RETURN(req.weight, TensorFromProto(op.weight(), "op.weight", limits));
+  v1::MissingTensors missing;
+  const TensorSource source{store, &missing};
+  TC_ASSIGN_OR_RETURN(req.input, TensorFromProto(op.input(), "op.input", limits, source));
+  TC_ASSIGN_OR_RETURN(req.weight, TensorFromProto(op.weight(), "op.weight", limits, source));
   if (op.has_bias()) {
-    TC_ASSIGN_OR_RETURN(req.bias, TensorFromProto(op.bias(), "op.bias", limits));
+    TC_ASSIGN_OR_RETURN(req.bias, TensorFromProto(op.bias(), "op.bias", limits, source));
   }
   if (r.has_observed()) {
-    TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits));
+    TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits, source));
+  }
+  if (missing.digests_size() > 0) {
+    std::vector<std::string> named;
+    for (int i = 0; i < missing.digests_size(); ++i) {
+      named.push_back(absl::StrCat(missing.fields(i), " ", missing.digests(i).hash(), " (",
+                                   missing.digests(i).size_bytes(), " bytes)"));
+    }
+    absl::Status status = absl::FailedPreconditionError(
+        absl::StrCat("tensors not in the server's store: ", absl::StrJoin(named, ", "),
+                     store == nullptr ? "; this server has no store: send them as data"
+                                      : "; upload them (UploadTensor) and retry"));
+    status.SetPayload(kMissingTensorsTypeUrl, absl::Cord(missing.SerializeAsString()));
+    return status;
   }
   req.configs.assign(r.configs().begin(), r.configs().end());
   req.reference = r.reference();

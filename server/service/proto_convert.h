@@ -3,7 +3,7 @@
 // shapes, byte counts, sizes) happens here, before any tensor is allocated;
 // every error names the proto field.
 //
-//   TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(request, limits));
+//   TC_ASSIGN_OR_RETURN(LinearRequest req, FromProto(request, limits, store));
 //   TC_ASSIGN_OR_RETURN(VerifyOutcome out, engine.Verify(req));
 //   ToProto(out, &response);
 #pragma once
@@ -13,19 +13,41 @@
 #include "absl/status/statusor.h"
 #include "proto/dtype_proto.h"
 #include "server/engine/engine.h"
+#include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck {
 
+// The type URL of the FAILED_PRECONDITION payload that lists the stored
+// tensors a request referenced and the store lacks: a serialized
+// tensorcheck.v1.MissingTensors (the gRPC status detail, docs/api.md).
+inline constexpr absl::string_view kMissingTensorsTypeUrl =
+    "type.googleapis.com/tensorcheck.v1.MissingTensors";
+
+// Where tensors given by digest come from: the store (null: none; every
+// digest is then FAILED_PRECONDITION). Digests the store lacks are
+// collected in `missing` rather than failing at once, so that one error
+// names them all.
+struct TensorSource {
+  TensorStore* store = nullptr;
+  v1::MissingTensors* missing = nullptr;
+};
+
 // Decodes one tensor. `field` is its path in the request ("op.input").
+// A tensor by digest is a read-only view of the stored bytes (no copy),
+// pinning them while it lives; one the store lacks is added to
+// `source.missing` and answered with an empty tensor.
 absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
-                                       const RequestLimits& limits);
+                                       const RequestLimits& limits,
+                                       const TensorSource& source = {});
 
 // Copies a tensor into a proto (data bytes, shape, dtype).
 void TensorToProto(const Tensor& tensor, v1::Tensor* proto);
 
+// FAILED_PRECONDITION with a kMissingTensorsTypeUrl payload when tensors
+// by digest are missing from `store`.
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
-                                        const RequestLimits& limits);
+                                        const RequestLimits& limits, TensorStore* store = nullptr);
 
 void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
 

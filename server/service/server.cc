@@ -1,6 +1,9 @@
 #include "server/service/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +18,14 @@ namespace tensorcheck {
 namespace {
 constexpr char kServiceName[] = "tensorcheck.v1.TensorCheck";
 }  // namespace
+
+int64_t TensorCheckServer::DefaultStoreBytes() {
+  int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  int64_t limit = 0;
+  if (cgroup >> limit && limit > 0) memory = std::min(memory, limit);  // "max": no limit
+  return std::max<int64_t>(memory / 4, int64_t{64} << 20);
+}
 
 absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     const ServerOptions& options) {
@@ -63,7 +74,39 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
         absl::StrCat("max_request_time: a positive duration expected, got ",
                      absl::FormatDuration(options.max_request_time)));
   }
+  if (options.store_bytes != 0) {
+    TensorStore::Options store_options;
+    store_options.budget_bytes =
+        options.store_bytes < 0 ? DefaultStoreBytes() : options.store_bytes;
+    if (options.max_stored_tensor_bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_stored_tensor_bytes: a positive count expected, got ",
+                       options.max_stored_tensor_bytes));
+    }
+    store_options.max_tensor_bytes =
+        std::min(options.max_stored_tensor_bytes, store_options.budget_bytes);
+    store_options.partial_upload_ttl = options.partial_upload_ttl;
+    std::unique_ptr<StoreDir> dir;
+    if (!options.store_dir.empty()) {
+      TC_ASSIGN_OR_RETURN(dir, StoreDir::Open(options.store_dir));
+    }
+    std::vector<StoreDir::Dropped> dropped;
+    TC_ASSIGN_OR_RETURN(server->store_,
+                        TensorStore::Create(store_options, std::move(dir), &dropped));
+    for (const StoreDir::Dropped& d : dropped) {
+      LogEvent(spdlog::level::warn, "store file dropped", {{"path", d.path}, {"reason", d.reason}});
+    }
+    const TensorStore::Stats st = server->store_->stats();
+    LogEvent(spdlog::level::info, "tensor store",
+             {{"budget_bytes", store_options.budget_bytes},
+              {"max_tensor_bytes", store_options.max_tensor_bytes},
+              {"dir", options.store_dir},
+              {"loaded_tensors", st.tensors},
+              {"loaded_bytes", st.bytes_used}});
+  }
   ServiceOptions service_options;
+  service_options.store = server->store_.get();
+  service_options.inline_output_bytes = options.inline_output_bytes;
   service_options.workers = workers;
   service_options.max_queue = options.max_queue;
   service_options.max_inflight_bytes = options.max_inflight_bytes;

@@ -44,6 +44,17 @@ struct ServerOptions {
   absl::Duration keepalive_time = absl::Minutes(1);
   absl::Duration keepalive_timeout = absl::Seconds(20);
   absl::Duration min_client_ping_interval = absl::Seconds(10);
+  // The tensor store (docs/api.md): its byte budget (0: no store; -1: a
+  // quarter of the host's memory, or of the container's limit), the
+  // largest tensor it takes (capped at the budget), a directory that keeps
+  // it across restarts (empty: memory only), how long an interrupted
+  // upload is kept, and the returned-output size above which outputs are
+  // answered by digest.
+  int64_t store_bytes = -1;
+  int64_t max_stored_tensor_bytes = int64_t{16} << 30;
+  std::string store_dir;
+  absl::Duration partial_upload_ttl = absl::Minutes(10);
+  int64_t inline_output_bytes = int64_t{4} << 20;
   BuiltinBackendOptions backends;
   // Request limits (engine.limits; max_message_bytes is gRPC's message
   // size too), the reference, statistics threads (engine.stats_threads:
@@ -75,6 +86,12 @@ class TensorCheckServer {
   void Wait();
 
   const Engine& engine() const { return *engine_; }
+  // Null when the server has no store.
+  TensorStore* store() const { return store_.get(); }
+
+  // A quarter of the memory this process may use: the host's, or the
+  // container's limit (cgroup v2 memory.max) when lower.
+  static int64_t DefaultStoreBytes();
 
  private:
   TensorCheckServer() = default;
@@ -86,6 +103,8 @@ class TensorCheckServer {
   // service_ so that it outlives them (members are destroyed in reverse).
   std::unique_ptr<Executor> stats_executor_;
   std::unique_ptr<Engine> engine_;
+  // Outlives the service and the gRPC server (uploads in flight hold it).
+  std::unique_ptr<TensorStore> store_;
   std::unique_ptr<TensorCheckServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::once_flag shutdown_once_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "nlohmann/json.hpp"
@@ -33,7 +34,18 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     message += "...";
   }
   // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
+  const auto code = static_cast<grpc::StatusCode>(status.code());
+  if (absl::optional<absl::Cord> missing = status.GetPayload(kMissingTensorsTypeUrl)) {
+    // The rich error model: a google.rpc.Status in grpc-status-details-bin.
+    google::rpc::Status detail;
+    detail.set_code(static_cast<int>(status.code()));
+    detail.set_message(message);
+    google::protobuf::Any* any = detail.add_details();
+    any->set_type_url(std::string(kMissingTensorsTypeUrl));
+    any->set_value(std::string(*missing));
+    return grpc::Status(code, message, detail.SerializeAsString());
+  }
+  return grpc::Status(code, message);
 }
 
 WorkerPool::WorkerPool(int threads, int max_queue)
@@ -164,6 +176,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   absl::Time context_deadline_ = absl::InfiniteFuture();
   StopSignal stop_;
   int64_t request_bytes_ = 0;
+  int64_t max_inline_output_bytes_ = 0;  // the request's; 0: the server's
   Summary summary_;
   absl::Status status_;
   double elapsed_ms_ = 0;
@@ -210,9 +223,37 @@ TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOpti
     : engine_(engine),
       options_(std::move(options)),
       budget_(options_.max_inflight_bytes),
-      pool_(options_.workers, options_.max_queue) {}
+      pool_(options_.workers, options_.max_queue) {
+  if (options_.store != nullptr) sweeper_ = std::thread([this] { SweepUploads(); });
+}
 
-TensorCheckServiceImpl::~TensorCheckServiceImpl() = default;
+TensorCheckServiceImpl::~TensorCheckServiceImpl() {
+  {
+    std::lock_guard<std::mutex> lock(sweeper_mu_);
+    stopping_ = true;
+  }
+  sweeper_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void TensorCheckServiceImpl::SweepUploads() {
+  // Often enough that an abandoned upload's memory is back within half
+  // its time to live past the deadline (at most every 10 s).
+  const absl::Duration ttl = options_.store->options().partial_upload_ttl;
+  const absl::Duration period = std::clamp(ttl / 2, absl::Milliseconds(100), absl::Seconds(10));
+  std::unique_lock<std::mutex> lock(sweeper_mu_);
+  while (!sweeper_cv_.wait_for(
+      lock, absl::ToChronoSeconds(period) + absl::ToChronoMilliseconds(period % absl::Seconds(1)),
+      [this] { return stopping_; })) {
+    lock.unlock();
+    const int freed = options_.store->ExpirePartialUploads();
+    if (freed > 0) {
+      LogEvent(spdlog::level::info, "uploads_expired",
+               {{"count", freed}, {"ttl_seconds", absl::ToInt64Seconds(ttl)}});
+    }
+    lock.lock();
+  }
+}
 
 void TensorCheckServiceImpl::StartDraining() { draining_ = true; }
 
@@ -359,12 +400,18 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
     if (!proto.reference().empty()) s.reference = proto.reference();
     s.input = ShapeOf(proto.op().input());
     s.weight = ShapeOf(proto.op().weight());
-    TC_ASSIGN_OR_RETURN(req, FromProto(proto, engine_->options().limits));
+    if (proto.output().max_inline_output_bytes() < 0) {
+      return InvalidFieldError("output.max_inline_output_bytes", "0 or more bytes",
+                               absl::StrCat(proto.output().max_inline_output_bytes()));
+    }
+    call->max_inline_output_bytes_ = proto.output().max_inline_output_bytes();
+    TC_ASSIGN_OR_RETURN(req, FromProto(proto, engine_->options().limits, options_.store));
   }
   // Now the shapes are known: the tensors and the engine's working memory.
-  const int64_t tensors = static_cast<int64_t>(req.input.nbytes() + req.weight.nbytes() +
-                                               (req.bias ? req.bias->nbytes() : 0) +
-                                               (req.observed ? req.observed->nbytes() : 0));
+  // Stored tensors are the store's bytes (its own budget), not copies.
+  auto held = [](const Tensor& t) { return t.borrowed() ? 0 : static_cast<int64_t>(t.nbytes()); };
+  const int64_t tensors = held(req.input) + held(req.weight) + (req.bias ? held(*req.bias) : 0) +
+                          (req.observed ? held(*req.observed) : 0);
   const int64_t need = tensors + engine_->EstimateWorkingBytes(req, call->diagnose_);
   const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
   if (admitted != ByteBudget::Outcome::kAdmitted) {
@@ -380,6 +427,7 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
     req = LinearRequest();  // the tensors go before the response is built
     ToProto(outcome, &response);
   }
+  TC_RETURN_IF_ERROR(StoreLargeOutputs(call->max_inline_output_bytes_, &response));
   bool own_buffer = false;
   const grpc::Status serialized =
       grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::VerifyResponse>(response, call->response_,
@@ -398,6 +446,29 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   return absl::OkStatus();
 }
 
+absl::Status TensorCheckServiceImpl::StoreLargeOutputs(int64_t request_limit,
+                                                       v1::VerifyResponse* response) {
+  if (options_.store == nullptr) return absl::OkStatus();
+  const int64_t limit = request_limit > 0 ? std::min(request_limit, options_.inline_output_bytes)
+                                          : options_.inline_output_bytes;
+  auto store_one = [&](v1::ConfigResult* result) -> absl::Status {
+    if (!result->has_output()) return absl::OkStatus();
+    v1::Tensor* t = result->mutable_output();
+    if (t->source_case() != v1::Tensor::kData || static_cast<int64_t>(t->data().size()) <= limit) {
+      return absl::OkStatus();
+    }
+    std::string bytes = std::move(*t->mutable_data());
+    const Digest digest = DigestOf(bytes);
+    // Not pinned: the client reads it soon after (docs/api.md).
+    TC_RETURN_IF_ERROR(options_.store->Put(digest, std::move(bytes), /*persist=*/false).status());
+    t->set_digest(digest.ToString());
+    return absl::OkStatus();
+  };
+  if (response->has_reference()) TC_RETURN_IF_ERROR(store_one(response->mutable_reference()));
+  for (v1::ConfigResult& r : *response->mutable_results()) TC_RETURN_IF_ERROR(store_one(&r));
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
     grpc::CallbackServerContext* context, const v1::GetCapabilitiesRequest*,
     v1::GetCapabilitiesResponse* response) {
@@ -413,7 +484,27 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
   for (TolerancePreset p : kAllTolerancePresets) {
     response->add_tolerance_presets(std::string(TolerancePresetName(p)));
   }
-  response->set_tensor_store(false);
+  response->set_tensor_store(options_.store != nullptr);
+  if (options_.store != nullptr) {
+    const TensorStore& store = *options_.store;
+    const TensorStore::Stats st = store.stats();
+    v1::StoreInfo* info = response->mutable_store();
+    info->set_present(true);
+    info->set_budget_bytes(store.options().budget_bytes);
+    info->set_bytes_used(st.bytes_used);
+    info->set_tensor_count(st.tensors);
+    info->set_largest_tensor_bytes(st.largest);
+    info->set_chunk_bytes(kStoreChunkBytes);
+    info->set_max_tensor_bytes(store.max_tensor_bytes());
+    info->set_persistent(store.persistent());
+    info->set_partial_upload_seconds(absl::ToInt64Seconds(store.options().partial_upload_ttl));
+    info->set_inline_output_bytes(options_.inline_output_bytes);
+    info->set_uploads(st.uploads);
+    info->set_uploaded_bytes(st.uploaded_bytes);
+    info->set_evictions(st.evictions);
+    info->set_partial_uploads(st.partial_uploads);
+    info->set_partial_bytes(st.partial_bytes);
+  }
   const RequestLimits& l = engine_->options().limits;
   v1::Limits* limits = response->mutable_limits();
   limits->set_max_message_bytes(l.max_message_bytes);

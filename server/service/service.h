@@ -38,6 +38,7 @@
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
 #include "server/service/proto_convert.h"
+#include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {
@@ -95,14 +96,30 @@ struct ServiceOptions {
   // Called with true when a request is refused because the queue is full,
   // and with false when the queue has room again (readiness follows it).
   std::function<void(bool saturated)> on_saturation;
+  // The tensor store behind the store RPCs and tensors by digest; null:
+  // none (the store RPCs answer UNIMPLEMENTED). Must outlive the service.
+  TensorStore* store = nullptr;
+  // Returned outputs over this many bytes are answered by digest.
+  int64_t inline_output_bytes = int64_t{4} << 20;
 };
+
+// The most bytes one UploadTensor or ReadTensor message carries: within
+// the default limits of proxies and load balancers.
+inline constexpr int64_t kStoreChunkBytes = int64_t{4} << 20;
+// The longest upload_id a client may choose.
+inline constexpr size_t kMaxUploadIdLength = 128;
 
 class LinearCall;  // service.cc: one Verify or Diagnose call
 
 class TensorCheckServiceImpl final
     : public v1::TensorCheck::WithRawCallbackMethod_Verify<
           v1::TensorCheck::WithRawCallbackMethod_Diagnose<
-              v1::TensorCheck::WithCallbackMethod_GetCapabilities<v1::TensorCheck::Service>>> {
+              v1::TensorCheck::WithCallbackMethod_GetCapabilities<
+                  v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
+                      v1::TensorCheck::WithCallbackMethod_UploadTensor<
+                          v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
+                              v1::TensorCheck::WithCallbackMethod_ReadTensor<
+                                  v1::TensorCheck::Service>>>>>>> {
  public:
   // `engine` must outlive the service.
   TensorCheckServiceImpl(const Engine* engine, ServiceOptions options);
@@ -117,6 +134,18 @@ class TensorCheckServiceImpl final
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
                                             const v1::GetCapabilitiesRequest* request,
                                             v1::GetCapabilitiesResponse* response) override;
+
+  // The store RPCs (store_calls.cc, docs/api.md).
+  grpc::ServerUnaryReactor* FindMissingTensors(grpc::CallbackServerContext* context,
+                                               const v1::FindMissingTensorsRequest* request,
+                                               v1::FindMissingTensorsResponse* response) override;
+  grpc::ServerReadReactor<v1::UploadTensorRequest>* UploadTensor(
+      grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) override;
+  grpc::ServerUnaryReactor* QueryUploadStatus(grpc::CallbackServerContext* context,
+                                              const v1::QueryUploadStatusRequest* request,
+                                              v1::QueryUploadStatusResponse* response) override;
+  grpc::ServerWriteReactor<v1::ReadTensorResponse>* ReadTensor(
+      grpc::CallbackServerContext* context, const v1::ReadTensorRequest* request) override;
 
   // New requests are answered UNAVAILABLE; in-flight ones go on.
   void StartDraining();
@@ -157,6 +186,11 @@ class TensorCheckServiceImpl final
   void Track(LinearCall* call);
   void Untrack(LinearCall* call);
   void NoteSaturation(bool saturated);
+  // Returned outputs over the inline limit go to the store, answered by
+  // digest.
+  absl::Status StoreLargeOutputs(int64_t request_limit, v1::VerifyResponse* response);
+  // Frees interrupted uploads past their time to live, until destroyed.
+  void SweepUploads();
 
   const Engine* engine_;
   ServiceOptions options_;
@@ -173,6 +207,10 @@ class TensorCheckServiceImpl final
   std::atomic<double> mean_request_ms_{1000};
   std::atomic<bool> fatal_reported_{false};
   WorkerPool pool_;
+  std::mutex sweeper_mu_;
+  std::condition_variable sweeper_cv_;
+  bool stopping_ = false;  // guarded by sweeper_mu_
+  std::thread sweeper_;
 };
 
 }  // namespace tensorcheck

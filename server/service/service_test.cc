@@ -262,10 +262,18 @@ TEST_F(ServiceTest, UnknownBackendIsNotFound) {
   ExpectError(r, grpc::StatusCode::NOT_FOUND, "tpu");
 }
 
-TEST_F(ServiceTest, DigestWithoutAStoreIsFailedPrecondition) {
+TEST_F(ServiceTest, AMalformedDigestIsInvalidArgumentNamingTheField) {
   v1::VerifyRequest r = Valid();
   r.mutable_op()->mutable_weight()->set_digest("sha256:abcd");
-  ExpectError(r, grpc::StatusCode::FAILED_PRECONDITION, "sha256:abcd");
+  ExpectError(r, grpc::StatusCode::INVALID_ARGUMENT, "op.weight.digest");
+}
+
+TEST_F(ServiceTest, ADigestTheStoreLacksIsFailedPreconditionNamingIt) {
+  // (store_calls_test.cc checks the machine-readable detail.)
+  v1::VerifyRequest r = Valid();
+  const std::string hash(64, 'a');
+  r.mutable_op()->mutable_weight()->set_digest(hash);  // the prefix may be left out
+  ExpectError(r, grpc::StatusCode::FAILED_PRECONDITION, "op.weight sha256:" + hash + " (96 bytes)");
 }
 
 TEST_F(ServiceTest, TensorOverTheLimitIsResourceExhausted) {

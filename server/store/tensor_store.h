@@ -1,9 +1,12 @@
 // TensorStore: tensors kept by digest (digest.h) in memory, under a byte
-// budget, evicting the least recently used. A tensor handed out is pinned
-// for as long as its handle lives: a running request or an upload never
+// budget, evicting the least recently used; optionally also on disk
+// (store_dir.h), so that they survive a restart. A tensor handed out is
+// pinned for as long as its handle lives: a running request or a read never
 // loses what it holds, and a store whose budget is all pinned refuses new
-// tensors rather than evicting them. No gRPC inside: the service's upload
-// and read RPCs and the engine's by-digest tensors are built on it.
+// tensors rather than evicting them. Uploads arrive in chunks into the
+// tensor's final buffer, hashed as they come; an interrupted upload is kept
+// for a while to be resumed. No gRPC inside: the service's store RPCs and
+// the by-digest tensors of requests are built on it (docs/api.md).
 //
 //   TC_ASSIGN_OR_RETURN(auto store, TensorStore::Create({/*budget_bytes=*/1 << 30}));
 //   TC_ASSIGN_OR_RETURN(TensorStore::Blob b, store->Put(digest, std::move(bytes)));
@@ -11,53 +14,83 @@
 //   TC_ASSIGN_OR_RETURN(TensorStore::Blob w, store->Get(d1));   // NOT_FOUND if evicted
 //   w->size(); w->data();                                       // pinned while w lives
 //
-// Thread-safe: every method may be called from any thread at once. Putting
-// a digest already present keeps the stored bytes and returns them (two
-// concurrent uploads of one tensor are stored once). The empty blob is
-// always present and costs nothing.
+//   bool present = false;                                       // chunked upload
+//   TC_ASSIGN_OR_RETURN(auto up, store->StartUpload(d, "client-uuid", &present));
+//   if (!present) {
+//     TC_RETURN_IF_ERROR(up->Write(up->committed(), chunk));    // ... in order
+//     TC_ASSIGN_OR_RETURN(TensorStore::Blob stored, up->Finish());
+//   }                                                           // dropped unfinished: kept
+//
+// Thread-safe: every method may be called from any thread at once; one
+// Upload is used by one thread at a time. Putting a digest already present
+// keeps the stored bytes and returns them (two concurrent uploads of one
+// tensor are stored once). The empty blob is always present and costs
+// nothing. The budget covers stored tensors and uploads in progress (an
+// upload reserves its declared size when it starts).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/store/digest.h"
+#include "server/store/store_dir.h"
 
 namespace tensorcheck {
 
 class TensorStore {
  public:
   struct Options {
-    // Bytes all stored tensors may hold together.
+    // Bytes all stored tensors and uploads in progress may hold together.
     int64_t budget_bytes = int64_t{1} << 30;
     // Largest single tensor; 0: the budget.
     int64_t max_tensor_bytes = 0;
+    // How long an interrupted upload keeps its bytes after its last chunk.
+    absl::Duration partial_upload_ttl = absl::Minutes(10);
   };
 
   // A stored tensor's bytes; the tensor is pinned while any copy lives.
   using Blob = std::shared_ptr<const std::string>;
 
   struct Stats {
-    int64_t bytes_used = 0;
+    int64_t bytes_used = 0;  // stored tensors and uploads in progress
     int64_t tensors = 0;
     int64_t largest = 0;
     int64_t evictions = 0;
+    // Tensors stored by uploads (not those already present), and bytes.
+    int64_t uploads = 0;
+    int64_t uploaded_bytes = 0;
+    int64_t partial_uploads = 0;
+    int64_t partial_bytes = 0;  // received so far
   };
 
+  class Upload;
+
   // INVALID_ARGUMENT for a negative budget or a max_tensor_bytes over it.
-  static absl::StatusOr<std::unique_ptr<TensorStore>> Create(const Options& options);
+  // With `dir`, tensors are also written there and the ones it holds are
+  // loaded now (re-hashed; newest first, while the budget lasts); what it
+  // dropped as corrupt is in `dropped`.
+  static absl::StatusOr<std::unique_ptr<TensorStore>> Create(
+      const Options& options, std::unique_ptr<StoreDir> dir = nullptr,
+      std::vector<StoreDir::Dropped>* dropped = nullptr);
+  ~TensorStore();
 
   // Stores `bytes` under `digest` after checking that they are its size
   // and hash (INVALID_ARGUMENT, naming both, and nothing stored, when not).
   // Evicts unpinned tensors, least recently used first, to make room;
   // RESOURCE_EXHAUSTED when the tensor is over max_tensor_bytes or when
-  // what is pinned leaves no room (nothing is evicted then).
-  absl::StatusOr<Blob> Put(const Digest& digest, std::string bytes);
+  // what is pinned leaves no room (nothing is evicted then). `persist`:
+  // also write it to the store directory, if any (returned outputs are
+  // not worth keeping across restarts).
+  absl::StatusOr<Blob> Put(const Digest& digest, std::string bytes, bool persist = true);
 
   // The tensor, pinned while the handle lives, and now the most recently
   // used; NOT_FOUND naming the digest when the store does not hold it.
@@ -67,8 +100,31 @@ class TensorStore {
   // ones it holds become the most recently used.
   std::vector<Digest> FindMissing(const std::vector<Digest>& digests);
 
+  // Starts the upload of `digest` named `upload_id`, or resumes the one
+  // kept under that name. Sets `*present` (and returns null) when the
+  // store already holds the tensor. RESOURCE_EXHAUSTED when the size is
+  // over max_tensor_bytes or no room can be made (as Put); ABORTED when
+  // another Upload of that name is alive.
+  absl::StatusOr<std::unique_ptr<Upload>> StartUpload(const Digest& digest,
+                                                      const std::string& upload_id, bool* present);
+
+  struct UploadStatus {
+    int64_t committed = 0;  // bytes held; the size once stored
+    bool complete = false;  // the store holds the tensor
+  };
+  UploadStatus QueryUpload(const Digest& digest, const std::string& upload_id);
+
+  // Frees interrupted uploads whose last chunk is older than the TTL;
+  // returns how many. The service calls it periodically.
+  int ExpirePartialUploads(absl::Time now = absl::Now());
+
   Stats stats() const;
   const Options& options() const { return options_; }
+  // The largest tensor this store takes.
+  int64_t max_tensor_bytes() const {
+    return options_.max_tensor_bytes > 0 ? options_.max_tensor_bytes : options_.budget_bytes;
+  }
+  bool persistent() const { return dir_ != nullptr; }
 
  private:
   explicit TensorStore(const Options& options) : options_(options) {}
@@ -77,18 +133,68 @@ class TensorStore {
     Blob blob;
     std::list<Digest>::iterator lru;  // position in lru_
   };
+  struct Partial;
+  using PartialKey = std::pair<Digest, std::string>;
+
   // Moves `it` to the most recently used end. Needs mu_.
   void Touch(std::map<Digest, Entry>::iterator it);
   // Evicts unpinned tensors, oldest first, until `bytes` more fit; false
-  // (and nothing evicted) when they cannot. Needs mu_.
-  bool MakeRoom(int64_t bytes);
+  // (and nothing evicted) when they cannot. Evicted digests whose files
+  // must go are added to `removed`. Needs mu_.
+  bool MakeRoom(int64_t bytes, std::vector<Digest>* removed);
+  // Adds a verified tensor (its bytes already counted when `reserved`).
+  // Needs mu_.
+  Blob Insert(const Digest& digest, std::string bytes);
+  // Deletes evicted tensors' files. Without mu_.
+  void RemoveFiles(const std::vector<Digest>& removed);
+  absl::Status NoRoom(const Digest& digest) const;  // needs mu_
+  // The Upload's end: stores the tensor, or drops the partial upload.
+  absl::StatusOr<Blob> FinishUpload(const std::shared_ptr<Partial>& p);
+  void ReleaseUpload(const std::shared_ptr<Partial>& p);
 
   const Options options_;
+  std::unique_ptr<StoreDir> dir_;
   mutable std::mutex mu_;
   std::map<Digest, Entry> entries_;  // guarded by mu_
   std::list<Digest> lru_;            // guarded by mu_; front: least recently used
-  int64_t bytes_used_ = 0;           // guarded by mu_
-  int64_t evictions_ = 0;            // guarded by mu_
+  std::map<PartialKey, std::shared_ptr<Partial>> partials_;  // guarded by mu_
+  int64_t bytes_used_ = 0;                                   // guarded by mu_
+  int64_t evictions_ = 0;                                    // guarded by mu_
+  int64_t uploads_ = 0;                                      // guarded by mu_
+  int64_t uploaded_bytes_ = 0;                               // guarded by mu_
+};
+
+// One upload in progress: bytes written in order into the tensor's final
+// buffer and hashed as they come. Destroyed before Finish (the stream
+// broke), it is kept for resuming until the TTL passes.
+class TensorStore::Upload {
+ public:
+  ~Upload();
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  const Digest& digest() const { return digest_; }
+  // Bytes received so far (all of them once finished).
+  int64_t committed() const;
+
+  // Appends `bytes` at `offset`, which must be committed() (in order, no
+  // gaps, no overlaps), without passing the declared size:
+  // INVALID_ARGUMENT otherwise, and nothing written.
+  absl::Status Write(int64_t offset, absl::string_view bytes);
+
+  // Every byte arrived: stores the tensor when the hash matches and
+  // returns it; INVALID_ARGUMENT (the upload dropped) when it does not,
+  // or when bytes are missing (the upload kept). Call once.
+  absl::StatusOr<Blob> Finish();
+
+ private:
+  friend class TensorStore;
+  Upload(TensorStore* store, const Digest& digest, std::shared_ptr<Partial> partial)
+      : store_(store), digest_(digest), partial_(std::move(partial)) {}
+
+  TensorStore* store_;
+  const Digest digest_;
+  std::shared_ptr<Partial> partial_;  // null once finished
 };
 
 }  // namespace tensorcheck

@@ -2,12 +2,17 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "server/core/status_macros.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -162,6 +167,235 @@ TEST(TensorStoreTest, EvictionUnderPressureNeverServesAWrongTensor) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_GT(served.load(), 0);
   EXPECT_GT(store->stats().evictions, 0);
+}
+
+// Uploads `bytes` in chunks of `chunk`; the stored blob.
+absl::StatusOr<TensorStore::Blob> UploadAll(TensorStore& store, const std::string& bytes,
+                                            size_t chunk, const std::string& id = "u1") {
+  bool present = false;
+  TC_ASSIGN_OR_RETURN(auto up, store.StartUpload(DigestOf(bytes), id, &present));
+  if (present) return store.Get(DigestOf(bytes));
+  for (size_t off = up->committed(); off < bytes.size(); off += chunk) {
+    TC_RETURN_IF_ERROR(
+        up->Write(static_cast<int64_t>(off), absl::string_view(bytes).substr(off, chunk)));
+  }
+  return up->Finish();
+}
+
+TEST(TensorStoreUploadTest, ChunksInOrderStoreTheTensorAndCountIt) {
+  auto store = Store(1 << 20);
+  for (size_t n : {1ul, 7ul, 4096ul, 100003ul}) {
+    const std::string b = Bytes(n, static_cast<int>(n));
+    auto blob = UploadAll(*store, b, 4096);
+    ASSERT_THAT(blob, IsOk());
+    EXPECT_EQ(**blob, b);
+    EXPECT_THAT(store->FindMissing({DigestOf(b)}), ::testing::IsEmpty());
+  }
+  const TensorStore::Stats s = store->stats();
+  EXPECT_EQ(s.uploads, 4);
+  EXPECT_EQ(s.uploaded_bytes, 1 + 7 + 4096 + 100003);
+  EXPECT_EQ(s.partial_uploads, 0);
+  EXPECT_EQ(s.bytes_used, 1 + 7 + 4096 + 100003);
+}
+
+TEST(TensorStoreUploadTest, AnUploadOfATensorPresentEndsAtOnce) {
+  auto store = Store(1 << 20);
+  const std::string b = Bytes(5000, 3);
+  ASSERT_THAT(store->Put(DigestOf(b), b), IsOk());
+  bool present = false;
+  auto up = store->StartUpload(DigestOf(b), "x", &present);
+  ASSERT_THAT(up, IsOk());
+  EXPECT_TRUE(present);
+  EXPECT_EQ(*up, nullptr);
+  EXPECT_EQ(store->stats().uploads, 0);  // nothing was uploaded
+  present = false;
+  ASSERT_THAT(store->StartUpload(DigestOf(""), "x", &present), IsOk());
+  EXPECT_TRUE(present);  // the empty blob
+}
+
+TEST(TensorStoreUploadTest, OutOfOrderOverlappingAndOversizedChunksAreRefusedAndNothingIsLost) {
+  auto store = Store(1 << 20);
+  const std::string b = Bytes(1000, 4);
+  bool present = false;
+  auto up = store->StartUpload(DigestOf(b), "u", &present);
+  ASSERT_THAT(up, IsOk());
+  ASSERT_THAT((*up)->Write(0, b.substr(0, 400)), IsOk());
+  EXPECT_THAT((*up)->Write(500, b.substr(500, 100)),  // a gap
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("400 expected")));
+  EXPECT_THAT((*up)->Write(300, b.substr(300, 200)),  // an overlap
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 300")));
+  EXPECT_THAT((*up)->Write(400, b.substr(400) + "xy"),  // past the size
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pass the declared size")));
+  EXPECT_EQ((*up)->committed(), 400);
+  EXPECT_THAT((*up)->Finish(),  // the stream ended early: kept
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resume at offset 400")));
+  ASSERT_THAT((*up)->Write(400, b.substr(400)), IsOk());
+  auto blob = (*up)->Finish();
+  ASSERT_THAT(blob, IsOk());
+  EXPECT_EQ(**blob, b);
+}
+
+TEST(TensorStoreUploadTest, AMismatchedHashStoresNothingAndFreesTheUpload) {
+  auto store = Store(1 << 20);
+  const std::string b = Bytes(1000, 5);
+  std::string wrong = b;
+  wrong[999] ^= 1;
+  bool present = false;
+  auto up = store->StartUpload(DigestOf(b), "u", &present);
+  ASSERT_THAT(up, IsOk());
+  ASSERT_THAT((*up)->Write(0, wrong), IsOk());
+  EXPECT_THAT((*up)->Finish(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("hash to " + DigestOf(wrong).ToString())));
+  up->reset();
+  EXPECT_THAT(store->FindMissing({DigestOf(b)}), ElementsAre(DigestOf(b)));
+  EXPECT_EQ(store->stats().bytes_used, 0);
+  EXPECT_EQ(store->stats().partial_uploads, 0);
+  EXPECT_EQ(store->QueryUpload(DigestOf(b), "u").committed, 0);
+}
+
+TEST(TensorStoreUploadTest, AnInterruptedUploadResumesWhereItStopped) {
+  auto store = Store(1 << 20);
+  const std::string b = Bytes(10000, 6);
+  const Digest d = DigestOf(b);
+  {
+    bool present = false;
+    auto up = store->StartUpload(d, "resume-me", &present);
+    ASSERT_THAT(up, IsOk());
+    ASSERT_THAT((*up)->Write(0, b.substr(0, 6000)), IsOk());
+    // A second stream on the same id while this one lives.
+    EXPECT_THAT(store->StartUpload(d, "resume-me", &present), StatusIs(absl::StatusCode::kAborted));
+  }  // the stream broke
+  EXPECT_EQ(store->QueryUpload(d, "resume-me").committed, 6000);
+  EXPECT_FALSE(store->QueryUpload(d, "resume-me").complete);
+  EXPECT_EQ(store->QueryUpload(d, "another-id").committed, 0);
+  EXPECT_EQ(store->stats().partial_bytes, 6000);
+  bool present = false;
+  auto up = store->StartUpload(d, "resume-me", &present);
+  ASSERT_THAT(up, IsOk());
+  EXPECT_EQ((*up)->committed(), 6000);
+  EXPECT_THAT((*up)->Write(0, b.substr(0, 10)), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT((*up)->Write(6000, b.substr(6000)), IsOk());
+  auto blob = (*up)->Finish();
+  ASSERT_THAT(blob, IsOk());
+  EXPECT_EQ(**blob, b);
+  EXPECT_TRUE(store->QueryUpload(d, "resume-me").complete);
+  EXPECT_EQ(store->QueryUpload(d, "resume-me").committed, 10000);
+}
+
+TEST(TensorStoreUploadTest, AnAbandonedUploadIsFreedAfterTheTimeToLive) {
+  TensorStore::Options o;
+  o.budget_bytes = 1 << 20;
+  o.partial_upload_ttl = absl::Seconds(60);
+  auto store = TensorStore::Create(o);
+  ASSERT_THAT(store, IsOk());
+  const std::string b = Bytes(300000, 7);
+  {
+    bool present = false;
+    auto up = (*store)->StartUpload(DigestOf(b), "gone", &present);
+    ASSERT_THAT(up, IsOk());
+    ASSERT_THAT((*up)->Write(0, b.substr(0, 100000)), IsOk());
+    // A live upload never expires.
+    EXPECT_EQ((*store)->ExpirePartialUploads(absl::Now() + absl::Hours(1)), 0);
+  }
+  EXPECT_EQ((*store)->stats().bytes_used, 300000);  // its reservation
+  EXPECT_EQ((*store)->ExpirePartialUploads(absl::Now() + absl::Seconds(30)), 0);
+  EXPECT_EQ((*store)->ExpirePartialUploads(absl::Now() + absl::Seconds(61)), 1);
+  const TensorStore::Stats s = (*store)->stats();
+  EXPECT_EQ(s.partial_uploads, 0);
+  EXPECT_EQ(s.partial_bytes, 0);
+  EXPECT_EQ(s.bytes_used, 0);
+}
+
+TEST(TensorStoreUploadTest, UploadsReserveTheBudgetAndNeverEvictWhatIsPinned) {
+  auto store = Store(3000);
+  const std::string a = Bytes(1000, 1), b = Bytes(1500, 2), c = Bytes(1000, 3);
+  auto pa = store->Put(DigestOf(a), a);  // pinned by pa
+  ASSERT_THAT(pa, IsOk());
+  bool present = false;
+  auto ub = store->StartUpload(DigestOf(b), "b", &present);  // reserves 1500
+  ASSERT_THAT(ub, IsOk());
+  auto uc = store->StartUpload(DigestOf(c), "c", &present);
+  EXPECT_THAT(uc, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("retry later")));
+  EXPECT_EQ(store->stats().evictions, 0);
+  EXPECT_EQ(**pa, a);
+  TensorStore::Options tiny;
+  tiny.budget_bytes = 3000;
+  tiny.max_tensor_bytes = 100;
+  auto small = TensorStore::Create(tiny);
+  ASSERT_THAT(small, IsOk());
+  EXPECT_THAT((*small)->StartUpload(DigestOf(a), "a", &present),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("per stored tensor")));
+}
+
+TEST(TensorStoreUploadTest, ConcurrentUploadsOfOneTensorAreStoredOnce) {
+  auto store = Store(1 << 22);
+  const std::string b = Bytes(200000, 8);
+  std::vector<std::thread> threads;
+  std::vector<TensorStore::Blob> got(6);
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      auto r = UploadAll(*store, b, 8192, "id" + std::to_string(t));
+      if (r.ok()) got[t] = *r;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) {
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g.get(), got[0].get());
+  }
+  EXPECT_EQ(store->stats().bytes_used, 200000);
+  EXPECT_EQ(store->stats().tensors, 1);
+  EXPECT_EQ(store->stats().partial_uploads, 0);
+}
+
+TEST(TensorStorePersistenceTest, ARestartKeepsEveryAcknowledgedTensorAndDropsACorruptFile) {
+  const std::string path = ::testing::TempDir() + "/store-restart-" + std::to_string(getpid());
+  std::filesystem::remove_all(path);
+  const std::string a = Bytes(5000, 1), b = Bytes(70000, 2), c = Bytes(3, 3);
+  {
+    auto dir = StoreDir::Open(path);
+    ASSERT_THAT(dir, IsOk());
+    auto store = TensorStore::Create({1 << 20, 0}, std::move(dir).value());
+    ASSERT_THAT(store, IsOk());
+    ASSERT_THAT((*store)->Put(DigestOf(a), a), IsOk());
+    ASSERT_THAT(UploadAll(**store, b, 4096), IsOk());  // acknowledged once Finish returns
+    ASSERT_THAT(UploadAll(**store, c, 1), IsOk());
+    // A returned output is not worth keeping.
+    ASSERT_THAT((*store)->Put(DigestOf("output"), "output", /*persist=*/false), IsOk());
+    EXPECT_TRUE((*store)->persistent());
+  }
+  {
+    std::vector<StoreDir::Dropped> dropped;
+    auto dir = StoreDir::Open(path);
+    ASSERT_THAT(dir, IsOk());
+    auto store = TensorStore::Create({1 << 20, 0}, std::move(dir).value(), &dropped);
+    ASSERT_THAT(store, IsOk());
+    EXPECT_TRUE(dropped.empty());
+    for (const std::string* t : {&a, &b, &c}) {
+      auto got = (*store)->Get(DigestOf(*t));
+      ASSERT_THAT(got, IsOk());
+      EXPECT_EQ(**got, *t);
+    }
+    EXPECT_THAT((*store)->Get(DigestOf("output")), StatusIs(absl::StatusCode::kNotFound));
+  }
+  // One flipped byte in b's file: dropped at the next start, never served.
+  {
+    const std::string file = path + "/" + StoreDir::FileName(DigestOf(b));
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << file;
+    f.seekp(1234);
+    f.put(static_cast<char>(b[1234] ^ 1));
+  }
+  std::vector<StoreDir::Dropped> dropped;
+  auto dir = StoreDir::Open(path);
+  ASSERT_THAT(dir, IsOk());
+  auto store = TensorStore::Create({1 << 20, 0}, std::move(dir).value(), &dropped);
+  ASSERT_THAT(store, IsOk());
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_THAT(dropped[0].path, HasSubstr(DigestOf(b).hash));
+  EXPECT_THAT((*store)->FindMissing({DigestOf(a), DigestOf(b), DigestOf(c)}),
+              ElementsAre(DigestOf(b)));
+  std::filesystem::remove_all(path);
 }
 
 }  // namespace
