@@ -625,13 +625,24 @@ def test_live_worked_example_digest(client):
     assert client.read_tensor(ref).tobytes() == b"\x80\x3f\x00\xc0\x00\x3f\x40\x40"
 
 
-def test_live_outputs_by_digest_are_read_back(client):
+def test_live_outputs_by_digest_are_read_back(client, monkeypatch):
     _store_info(client)
+    reads = []
+    real_read = client._uploader.read
+
+    def counting_read(ref, **kw):
+        reads.append(ref)
+        return real_read(ref, **kw)
+
+    monkeypatch.setattr(client._uploader, "read", counting_read)
     x, w = _layer(64, 256, 300, seed=12)  # outputs 64 x 300 fp32: 77 KB
     by_digest = client.verify_linear(
         x, w, configs=["cpu:fp32"], return_outputs=True, max_inline_output_bytes=1024
     )
+    assert len(reads) == 2  # reference and cpu:fp32, both by digest
+    assert all(r.shape == (64, 300) for r in reads)
     inline = client.verify_linear(x, w, configs=["cpu:fp32"], return_outputs=True)
+    assert len(reads) == 2
     for a, b in [
         (by_digest.reference.output, inline.reference.output),
         (by_digest.results[0].output, inline.results[0].output),
@@ -731,7 +742,9 @@ BIG = os.environ.get("TENSORCHECK_BIG_TESTS") == "1"
 
 @pytest.mark.big
 @pytest.mark.skipif(
-    not BIG, reason="big layer shapes: set TENSORCHECK_BIG_TESTS=1 (minutes, ~10 GB)"
+    not BIG,
+    reason="big layer shapes: set TENSORCHECK_BIG_TESTS=1 (the 2.1 GB layer needs "
+    "~17 GB of server memory against the cpu:fp64 reference, by the server's estimate)",
 )
 @pytest.mark.parametrize(
     "m, n, k",
@@ -739,7 +752,9 @@ BIG = os.environ.get("TENSORCHECK_BIG_TESTS") == "1"
     ids=["470MB", "2.1GB"],
 )
 def test_big_layers_end_to_end(has_store, m, n, k):
-    srv = start_server()
+    # Extra server flags, e.g. "--max_message_mb 4096 --max_tensor_mb 4096"
+    # for a server that still bounds tensors by digest by the message limit.
+    srv = start_server(*os.environ.get("TENSORCHECK_BIG_SERVER_ARGS", "").split())
     try:
         with tensorcheck.Client(srv.target, timeout=1800) as client:
             _store_info(client)
