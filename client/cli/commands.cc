@@ -159,7 +159,8 @@ grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string
 }  // namespace
 
 int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double timeout) {
-  auto req = BuildRequest(cl);
+  std::vector<HeldTensor> held;
+  auto req = BuildRequest(cl, &held);
   if (!req.ok()) {
     std::cerr << "tensorcheck: " << req.status().message() << "\n";
     if (absl::IsInvalidArgument(req.status()) &&
@@ -175,7 +176,7 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
   std::unique_ptr<Executor> executor = TransferExecutor();
   StoreClient store(stub.get(), deadline);
   TensorTransfer transfer(&store, executor.get(), &progress);
-  auto by_digest = transfer.Prepare(&*req);
+  auto by_digest = transfer.Prepare(&*req, std::move(held));
   if (!by_digest.ok()) return ReportStatus(by_digest.status(), server);
   pb::VerifyResponse resp;
   grpc::Status s = CallVerifyOrDiagnose(stub.get(), cl.command, *req, deadline, &progress, &resp);
@@ -188,7 +189,8 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
       s = CallVerifyOrDiagnose(stub.get(), cl.command, *req, deadline, &progress, &resp);
     }
   }
-  transfer.Restore();
+  // The HTML page's heatmaps read the observed tensor from the request.
+  if (cl.Has("html")) transfer.PutInline("observed");
   if (!s.ok()) return ReportGrpcError(s, server);
   if (req->output().return_outputs()) {
     const absl::Status read = ReadOutputsByDigest(&resp, &store, &progress);
@@ -275,11 +277,11 @@ int RunUpload(const CommandLine& cl, const std::string& server, double timeout) 
       std::cerr << "tensorcheck: " << t.status().message() << "\n";
       return kExitUsage;
     }
+    refs.push_back(TensorRef{"", t->dtype(), t->shape()});
     Blob b;
     b.label = arg;
-    b.bytes = std::string(t->bytes());
+    b.data = *std::move(t);
     blobs.push_back(std::move(b));
-    refs.push_back(TensorRef{"", t->dtype(), t->shape()});
   }
   auto stub = MakeStub(server);
   Progress progress(ProgressWanted(cl));

@@ -357,9 +357,7 @@ absl::StatusOr<Tensor> ReadNpyFile(const std::string& path, const TensorReadOpti
     return f.ReadString(offset, n);
   };
   TC_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(head, f.size(), path, options, read_header));
-  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(layout.dtype, layout.shape));
-  TC_RETURN_IF_ERROR(f.ReadAt(layout.data_offset, t.nbytes(), static_cast<char*>(t.raw())));
-  return t;
+  return f.ReadTensor(layout.data_offset, layout.dtype, layout.shape);
 }
 
 }  // namespace tensorcheck::cli

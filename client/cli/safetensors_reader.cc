@@ -327,9 +327,7 @@ absl::StatusOr<Tensor> ReadSafetensorsFile(const std::string& path, absl::string
   TC_ASSIGN_OR_RETURN(std::vector<StEntry> entries, ReadSafetensorsEntries(f, path, &data_start));
   DType dtype;
   TC_ASSIGN_OR_RETURN(const StEntry* e, SelectEntry(entries, tensor_name, path, options, &dtype));
-  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(dtype, e->shape));
-  TC_RETURN_IF_ERROR(f.ReadAt(data_start + e->begin, t.nbytes(), static_cast<char*>(t.raw())));
-  return t;
+  return f.ReadTensor(data_start + e->begin, dtype, e->shape);
 }
 
 absl::StatusOr<std::vector<std::string>> ListSafetensors(const std::string& path,

@@ -510,6 +510,44 @@ TEST_F(TensorFileTest, WrittenNpyReadsBack) {
   EXPECT_EQ(t->bytes(), src->bytes());
 }
 
+// A tensor of 2 MiB: its bytes are a pattern no two neighbouring words share.
+std::string PatternBytes(size_t n) {
+  std::string b(n, '\0');
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<char>((i * 131 + i / 251) & 0xff);
+  return b;
+}
+
+TEST_F(TensorFileTest, LargeNpyIsAViewOfTheFileWithItsBytes) {
+  const std::string data = PatternBytes(size_t{2} << 20);
+  const std::string p =
+      Write("big.npy", Npy(1, Dict("<u2", "(1024, 1024)"), data));  // 64-byte aligned data
+  auto t = ReadTensorArg(p, ExpectBf16());
+  ASSERT_THAT(t, IsOk());
+  EXPECT_TRUE(t->borrowed());  // mapped, not copied
+  EXPECT_THAT(t->shape(), ElementsAre(1024, 1024));
+  EXPECT_TRUE(t->bytes() == data);
+}
+
+TEST_F(TensorFileTest, LargeSafetensorsAtAnUnalignedOffsetIsReadIntoItsOwnBuffer) {
+  const std::string data = PatternBytes(size_t{2} << 20);
+  // Header padded so that the data starts 2 bytes past a multiple of 4.
+  const std::string json = R"({"w":{"dtype":"F32","shape":[524288],"data_offsets":[0,2097152]}})";
+  std::string header = json;
+  while ((8 + header.size()) % 4 != 2) header += ' ';
+  const std::string p = Write("u.safetensors", St(header, data));
+  auto t = ReadTensorArg(p + ":w");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_FALSE(t->borrowed());
+  EXPECT_TRUE(t->bytes() == data);
+  // Aligned, the same tensor is mapped and reads the same.
+  while ((8 + header.size()) % 4 != 0) header += ' ';
+  const std::string q = Write("a.safetensors", St(header, data));
+  auto m = ReadTensorArg(q + ":w");
+  ASSERT_THAT(m, IsOk());
+  EXPECT_TRUE(m->borrowed());
+  EXPECT_TRUE(m->bytes() == data);
+}
+
 TEST_F(TensorFileTest, FileOverLimitIsRejectedBeforeReading) {
   const std::string p = Write("x.npy", Npy(1, Dict("<f8", "(3,)"), Raw(kValues)));
   TensorReadOptions o;

@@ -23,7 +23,8 @@ namespace {
 // Reads a tensor argument into `out`: a file's bytes, or a `sha256:`
 // argument's digest (client/cli/tensor_ref.h).
 absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
-                        const std::map<std::string, DType>& dtypes, pb::Tensor* out) {
+                        const std::map<std::string, DType>& dtypes, const std::string& field,
+                        pb::Tensor* out, std::vector<HeldTensor>* held) {
   TensorReadOptions opts;
   auto it = dtypes.find(flag);
   if (it != dtypes.end()) opts.expected_dtype = it->second;
@@ -48,13 +49,18 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
   }
   out->set_dtype(DTypeToProto(t->dtype()));
   for (int64_t d : t->shape()) out->add_shape(d);
-  out->set_data(t->bytes().data(), t->bytes().size());
+  if (held != nullptr && static_cast<int64_t>(t->nbytes()) > kInlineMaxBytes) {
+    held->push_back(HeldTensor{field, *std::move(t)});
+  } else {
+    out->set_data(t->bytes().data(), t->bytes().size());
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl) {
+absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
+                                               std::vector<HeldTensor>* held) {
   const bool diagnose = cl.command == "diagnose";
   for (const char* required : {"input", "weight"}) {
     if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
@@ -207,11 +213,14 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl) {
     dtypes[name] = *d;
   }
 
-  TC_RETURN_IF_ERROR(LoadTensor(cl, "input", dtypes, op->mutable_input()));
-  TC_RETURN_IF_ERROR(LoadTensor(cl, "weight", dtypes, op->mutable_weight()));
-  if (cl.Has("bias")) TC_RETURN_IF_ERROR(LoadTensor(cl, "bias", dtypes, op->mutable_bias()));
+  TC_RETURN_IF_ERROR(LoadTensor(cl, "input", dtypes, "op.input", op->mutable_input(), held));
+  TC_RETURN_IF_ERROR(LoadTensor(cl, "weight", dtypes, "op.weight", op->mutable_weight(), held));
+  if (cl.Has("bias")) {
+    TC_RETURN_IF_ERROR(LoadTensor(cl, "bias", dtypes, "op.bias", op->mutable_bias(), held));
+  }
   if (cl.Has("observed")) {
-    TC_RETURN_IF_ERROR(LoadTensor(cl, "observed", dtypes, req.mutable_observed()));
+    TC_RETURN_IF_ERROR(
+        LoadTensor(cl, "observed", dtypes, "observed", req.mutable_observed(), held));
   }
   return req;
 }

@@ -62,6 +62,7 @@ void Progress::End() {
     std::fflush(stderr);
   }
   drawn_ = false;
+  last_line_.clear();
   active_ = false;
 }
 
@@ -89,9 +90,11 @@ void Progress::DrawLocked() {
     absl::StrAppend(&line, absl::StrFormat("%.0f s", seconds));
   }
   absl::StrAppend(&line, "\033[K");
+  if (drawn_ && line == last_line_) return;  // nothing new to show
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
   drawn_ = true;
+  last_line_ = std::move(line);
 }
 
 }  // namespace tensorcheck::cli::internal

@@ -56,6 +56,7 @@ class Progress {
   bool stop_ = false;
   bool active_ = false;
   bool drawn_ = false;
+  std::string last_line_;  // what is on the terminal now
   std::string label_;
   int64_t total_ = 0;
   std::chrono::steady_clock::time_point start_;

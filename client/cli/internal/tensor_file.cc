@@ -1,6 +1,7 @@
 #include "client/cli/internal/tensor_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/status_macros.h"
@@ -132,6 +134,32 @@ absl::StatusOr<std::string> File::ReadString(uint64_t offset, size_t n) const {
   std::string s(n, '\0');
   TC_RETURN_IF_ERROR(ReadAt(offset, n, s.data()));
   return s;
+}
+
+absl::StatusOr<Tensor> File::ReadTensor(uint64_t offset, DType dtype,
+                                        const std::vector<int64_t>& shape) const {
+  TC_ASSIGN_OR_RETURN(const int64_t numel, NumelFor(shape, ItemSize(dtype), path_));
+  const uint64_t n = static_cast<uint64_t>(numel) * ItemSize(dtype);
+  if (n >= kMapMinBytes && offset % ItemSize(dtype) == 0 && offset + n <= size_) {
+    // mmap offsets are whole pages: map from the page holding `offset`.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset / page * page;
+    const size_t len = static_cast<size_t>(offset + n - start);
+    // MAP_POPULATE reads the pages in now, sequentially, instead of one
+    // fault at a time while the tensor is hashed and sent.
+    void* p =
+        ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_, static_cast<off_t>(start));
+    if (p != MAP_FAILED) {
+      std::shared_ptr<const void> mapping(
+          p, [len](const void* q) { ::munmap(const_cast<void*>(q), len); });
+      const char* bytes = static_cast<const char*>(p) + (offset - start);
+      return Tensor::Borrow(dtype, shape, bytes, static_cast<size_t>(n), std::move(mapping));
+    }
+    // A file system that cannot map: read it instead.
+  }
+  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(dtype, shape));
+  TC_RETURN_IF_ERROR(ReadAt(offset, t.nbytes(), static_cast<char*>(t.raw())));
+  return t;
 }
 
 }  // namespace tensorcheck::cli::internal

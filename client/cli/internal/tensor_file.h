@@ -21,6 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/tensor_io.h"
+#include "server/core/dtype.h"
+#include "server/core/tensor.h"
 
 // Tensor bytes are copied as they lie in the file (little-endian).
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tensor_io assumes a little-endian host");
@@ -51,6 +53,9 @@ absl::StatusOr<int64_t> NumelFor(const std::vector<int64_t>& shape, size_t items
 absl::Status CheckFileSize(absl::string_view bytes, absl::string_view file_name,
                            const TensorReadOptions& options);
 
+// Tensors this large are mapped rather than read (File::ReadTensor).
+inline constexpr uint64_t kMapMinBytes = uint64_t{1} << 20;
+
 // An open file descriptor, closed on destruction.
 class File {
  public:
@@ -70,6 +75,14 @@ class File {
 
   // Reads exactly `n` bytes at `offset` into a string.
   absl::StatusOr<std::string> ReadString(uint64_t offset, size_t n) const;
+
+  // The tensor whose bytes (already checked to lie in the file) start at
+  // `offset`. From kMapMinBytes on, and when `offset` suits the dtype's
+  // alignment, the tensor is a read-only view of the file's pages (mmap, no
+  // copy: a multi-GB weight is neither copied nor zeroed first), mapped for
+  // as long as the tensor lives; smaller ones are read into a new tensor.
+  absl::StatusOr<Tensor> ReadTensor(uint64_t offset, DType dtype,
+                                    const std::vector<int64_t>& shape) const;
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

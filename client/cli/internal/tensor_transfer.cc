@@ -12,6 +12,7 @@
 #include "google/rpc/status.pb.h"
 #include "proto/dtype_proto.h"
 #include "server/core/dtype.h"
+#include "server/core/status_macros.h"
 
 namespace tensorcheck::cli::internal {
 namespace {
@@ -54,19 +55,20 @@ std::vector<Field> TensorFields(pb::VerifyRequest* req) {
 
 void HashBlobs(std::vector<Blob>& blobs, Executor* executor, Progress* progress) {
   int64_t total = 0;
-  for (const Blob& b : blobs) total += b.local ? static_cast<int64_t>(b.bytes.size()) : 0;
+  for (const Blob& b : blobs) total += static_cast<int64_t>(b.bytes().size());
   progress->Begin("hashing", total);
   ParallelFor(executor, static_cast<int64_t>(blobs.size()), [&](int64_t i) {
     Blob& b = blobs[static_cast<size_t>(i)];
-    if (!b.local) return;
+    if (!b.local()) return;
+    const absl::string_view bytes = b.bytes();
     Sha256Hasher h;
-    for (size_t pos = 0; pos < b.bytes.size(); pos += kHashPiece) {
-      const size_t n = std::min(kHashPiece, b.bytes.size() - pos);
-      h.Update(absl::string_view(b.bytes).substr(pos, n));
+    for (size_t pos = 0; pos < bytes.size(); pos += kHashPiece) {
+      const size_t n = std::min(kHashPiece, bytes.size() - pos);
+      h.Update(bytes.substr(pos, n));
       progress->Advance(static_cast<int64_t>(n));
     }
     b.digest.set_hash(absl::StrCat(kDigestPrefix, h.HexDigest()));
-    b.digest.set_size_bytes(static_cast<int64_t>(b.bytes.size()));
+    b.digest.set_size_bytes(static_cast<int64_t>(bytes.size()));
   });
   progress->End();
 }
@@ -80,7 +82,7 @@ absl::Status UploadBlobs(const std::vector<Blob*>& blobs, StoreClient* store, Ex
   std::vector<absl::StatusOr<bool>> results(blobs.size(), false);
   ParallelFor(executor, static_cast<int64_t>(blobs.size()), [&](int64_t i) {
     const Blob* b = blobs[static_cast<size_t>(i)];
-    results[static_cast<size_t>(i)] = store->Upload(b->digest, b->bytes, progress);
+    results[static_cast<size_t>(i)] = store->Upload(b->digest, b->bytes(), progress);
   });
   progress->End();
   absl::Status first;
@@ -110,19 +112,20 @@ std::optional<pb::MissingTensors> MissingTensorsOf(const grpc::Status& s) {
   return std::nullopt;
 }
 
-absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req) {
+absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req, std::vector<HeldTensor> held) {
   blobs_.clear();
   for (const Field& f : TensorFields(req)) {
     Blob b;
     b.label = f.flag;
     b.field = f.field;
     b.tensor = f.tensor;
+    auto h = std::find_if(held.begin(), held.end(),
+                          [&](const HeldTensor& t) { return t.field == f.field; });
     if (f.tensor->source_case() == pb::Tensor::kDigest) {
-      b.local = false;
       b.digest.set_hash(Prefixed(f.tensor->digest()));
       b.digest.set_size_bytes(SizeOf(*f.tensor));
-    } else if (static_cast<int64_t>(f.tensor->data().size()) > kInlineMaxBytes) {
-      b.bytes.swap(*f.tensor->mutable_data());
+    } else if (h != held.end()) {
+      b.data = std::move(h->tensor);
     } else {
       continue;
     }
@@ -136,13 +139,13 @@ absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req) {
   auto missing = store_->FindMissing(digests);
   if (absl::IsUnimplemented(missing.status())) {
     for (const Blob& b : blobs_) {
-      if (!b.local) {
+      if (!b.local()) {
         return absl::FailedPreconditionError(
             absl::StrCat(b.label, ": a sha256: argument needs a server with a tensor store, and ",
                          "this one has none (FindMissingTensors is not implemented there)"));
       }
     }
-    Restore();  // no store: everything inline, as before the store existed
+    PutInline();  // no store: everything inline, as before the store existed
     blobs_.clear();
     return false;
   }
@@ -156,7 +159,7 @@ absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req) {
     if (!seen.insert(b.digest.hash()).second) continue;  // the same tensor twice
     if (absent.count(b.digest.hash()) == 0) {
       counts_.reused_bytes += b.digest.size_bytes();
-    } else if (!b.local) {
+    } else if (!b.local()) {
       return absl::FailedPreconditionError(absl::StrCat(
           b.label, ": the server's store does not hold ", b.digest.hash(), " (",
           b.digest.size_bytes(), " bytes); upload it first with `tensorcheck upload FILE`"));
@@ -165,14 +168,10 @@ absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req) {
     }
   }
   if (!upload.empty()) {
-    const absl::Status s = UploadBlobs(upload, store_, executor_, progress_, &counts_);
-    if (!s.ok()) {
-      Restore();
-      return s;
-    }
+    TC_RETURN_IF_ERROR(UploadBlobs(upload, store_, executor_, progress_, &counts_));
   }
   for (Blob& b : blobs_) {
-    if (b.local) b.tensor->set_digest(b.digest.hash());
+    if (b.local()) b.tensor->set_digest(b.digest.hash());
   }
   return true;
 }
@@ -185,7 +184,7 @@ absl::Status TensorTransfer::Reupload(const pb::MissingTensors& missing) {
     if (!seen.insert(hash).second) continue;
     Blob* found = nullptr;
     for (Blob& b : blobs_) {
-      if (b.local && b.digest.hash() == Prefixed(hash)) found = &b;
+      if (b.local() && b.digest.hash() == Prefixed(hash)) found = &b;
     }
     if (found == nullptr) {
       const std::string field = i < missing.fields_size() ? missing.fields(i) : "a tensor";
@@ -207,9 +206,11 @@ absl::Status TensorTransfer::Reupload(const pb::MissingTensors& missing) {
   return s;
 }
 
-void TensorTransfer::Restore() {
+void TensorTransfer::PutInline(absl::string_view field) {
   for (Blob& b : blobs_) {
-    if (b.local && b.tensor != nullptr && !b.bytes.empty()) b.tensor->mutable_data()->swap(b.bytes);
+    if (b.local() && b.tensor != nullptr && (field.empty() || b.field == field)) {
+      b.tensor->set_data(b.bytes().data(), b.bytes().size());
+    }
   }
 }
 

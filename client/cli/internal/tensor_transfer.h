@@ -2,20 +2,22 @@
 // clients use it"), and the blobs of `tensorcheck upload`. Internal to
 // client/cli.
 //
+//   std::vector<HeldTensor> held;
+//   TC_ASSIGN_OR_RETURN(pb::VerifyRequest request, BuildRequest(cl, &held));
 //   TensorTransfer transfer(&store, executor.get(), &progress);
-//   TC_ASSIGN_OR_RETURN(bool by_digest, transfer.Prepare(&request));
+//   TC_ASSIGN_OR_RETURN(bool by_digest, transfer.Prepare(&request, std::move(held)));
 //   grpc::Status s = stub->Verify(&ctx, request, &response);
 //   if (auto missing = MissingTensorsOf(s)) {       // evicted meanwhile
 //     TC_RETURN_IF_ERROR(transfer.Reupload(*missing));
 //     s = stub->Verify(&ctx2, request, &response);   // once
 //   }
-//   transfer.Restore(&request);                      // the bytes, back inline
 //
-// Prepare hashes every tensor above kInlineMaxBytes (several at once on the
-// executor), asks FindMissingTensors once for those and for the tensors
-// given as `sha256:` arguments, uploads only the missing ones (several at
-// once), and then names them by digest in the request. The bytes move out
-// of the request into the TensorTransfer (no copy) and back with Restore.
+// Prepare hashes every tensor BuildRequest held back (those above
+// kInlineMaxBytes; several at once on the executor), asks
+// FindMissingTensors once for those and for the tensors given as `sha256:`
+// arguments, uploads only the missing ones (several at once), and then names
+// them by digest in the request. Against a server without a store it puts
+// them inline instead.
 //
 // Thread safety: one thread uses a TensorTransfer; it fans out on the
 // executor it is given.
@@ -28,15 +30,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "client/cli/internal/progress.h"
 #include "client/cli/internal/store_client.h"
+#include "client/cli/internal/verify_request.h"
 #include "server/core/executor.h"
+#include "server/core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli::internal {
-
-// Tensors up to this size stay inline in the request.
-inline constexpr int64_t kInlineMaxBytes = int64_t{1} << 20;
 
 // One tensor to name by digest.
 struct Blob {
@@ -45,11 +47,13 @@ struct Blob {
   // The request field ("op.weight"), as MissingTensors names it.
   std::string field;
   pb::TensorDigest digest;
-  // The tensor's bytes; empty (and !local) for a `sha256:` argument.
-  std::string bytes;
-  bool local = true;
+  // The tensor (for its bytes); none for a `sha256:` argument.
+  std::optional<Tensor> data;
   // Where it sits in the request (null for `upload`).
   pb::Tensor* tensor = nullptr;
+
+  bool local() const { return data.has_value(); }
+  absl::string_view bytes() const { return data ? data->bytes() : absl::string_view(); }
 };
 
 // Bytes this command uploaded, and bytes it named by digest that the store
@@ -75,18 +79,20 @@ class TensorTransfer {
   TensorTransfer(StoreClient* store, Executor* executor, Progress* progress)
       : store_(store), executor_(executor), progress_(progress) {}
 
-  // Sends what is large by digest (see above); false when the request
-  // stays inline: nothing large, or a server without a store.
+  // Sends the held tensors by digest (see above); false when the request
+  // goes inline: nothing large, or a server without a store.
   // FAILED_PRECONDITION when the server lacks a `sha256:` argument's tensor
-  // or has no store at all for one.
-  absl::StatusOr<bool> Prepare(pb::VerifyRequest* req);
+  // or has no store at all for one. `req` must outlive the TensorTransfer.
+  absl::StatusOr<bool> Prepare(pb::VerifyRequest* req, std::vector<HeldTensor> held);
 
   // Uploads again the tensors `missing` names (evicted since Prepare);
   // FAILED_PRECONDITION when one of them is a `sha256:` argument's.
   absl::Status Reupload(const pb::MissingTensors& missing);
 
-  // Puts the bytes back into the request (for --html).
-  void Restore();
+  // Copies the held bytes of `field` (empty: of every field) into the
+  // request, in place of their digests (for --html, which reads the
+  // observed tensor from the request).
+  void PutInline(absl::string_view field = "");
 
   const TransferCounts& counts() const { return counts_; }
 

@@ -7,8 +7,13 @@
 // with the flag) or a malformed tensor file; NOT_FOUND for a missing file.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "client/cli/internal/command_line.h"
+#include "server/core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli {
@@ -17,9 +22,23 @@ namespace pb = ::tensorcheck::v1;  // as in client/cli/report.h
 
 namespace internal {
 
+// Tensors up to this size always go inline in the request; larger ones may
+// go by digest (internal/tensor_transfer.h).
+inline constexpr int64_t kInlineMaxBytes = int64_t{1} << 20;
+
+// A tensor argument above kInlineMaxBytes that BuildRequest kept out of the
+// request: the field has its dtype and shape but no data yet.
+struct HeldTensor {
+  // The request field: "op.input", "op.weight", "op.bias" or "observed".
+  std::string field;
+  Tensor tensor;
+};
+
 // Builds the request from the flags; every client-side check happens here,
-// before anything is sent.
-absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl);
+// before anything is sent. With `held`, tensors above kInlineMaxBytes go
+// there instead of into the request (no copy of their bytes).
+absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
+                                               std::vector<HeldTensor>* held = nullptr);
 
 }  // namespace internal
 }  // namespace tensorcheck::cli
