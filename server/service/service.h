@@ -38,6 +38,7 @@
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
 #include "server/service/proto_convert.h"
+#include "server/service/upload_session.h"
 #include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
@@ -102,12 +103,6 @@ struct ServiceOptions {
   // Returned outputs over this many bytes are answered by digest.
   int64_t inline_output_bytes = int64_t{4} << 20;
 };
-
-// The most bytes one UploadTensor or ReadTensor message carries: within
-// the default limits of proxies and load balancers.
-inline constexpr int64_t kStoreChunkBytes = int64_t{4} << 20;
-// The longest upload_id a client may choose.
-inline constexpr size_t kMaxUploadIdLength = 128;
 
 class LinearCall;  // service.cc: one Verify or Diagnose call
 

@@ -44,33 +44,30 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// One UploadTensor stream: the first message opens (or resumes) an upload
-// in the store, each chunk is written into it as it arrives, and the
-// client's half-close finishes it. A stream that breaks leaves the upload
-// to be resumed (the Upload's destructor keeps it).
+// One UploadTensor stream: messages go to an UploadSession as they
+// arrive (upload_session.h has the rules); the client's half-close ends it.
+// A stream that breaks leaves the upload to be resumed.
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
  public:
   UploadCall(grpc::CallbackServerContext* context, TensorStore* store, bool draining,
              v1::UploadTensorResponse* response)
-      : context_(context),
-        store_(store),
-        draining_(draining),
-        response_(response),
-        start_(absl::Now()) {
+      : context_(context), response_(response), session_(store, draining), start_(absl::Now()) {
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // half-closed by the client (or the call is gone)
-      End();
+      FinishWith(session_.End(response_));
       return;
     }
-    const absl::Status status = Take();
-    if (!status.ok() || finished_) {
+    const absl::Status status = session_.Take(request_);
+    if (!status.ok()) {
       FinishWith(status);
-      return;
+    } else if (session_.finished()) {
+      FinishWith(session_.End(response_));  // already present: read no more
+    } else {
+      StartRead(&request_);
     }
-    StartRead(&request_);
   }
 
   void OnDone() override {
@@ -79,123 +76,38 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   }
 
  private:
-  // One message: the first opens the upload; every one may carry a chunk.
-  absl::Status Take() {
-    if (upload_ == nullptr) {
-      TC_RETURN_IF_ERROR(Open());
-      if (finished_) return absl::OkStatus();
-    } else if (request_.has_digest() && (request_.digest().hash() != digest_.ToString() ||
-                                         request_.digest().size_bytes() != digest_.size)) {
-      return absl::InvalidArgumentError(absl::StrCat("digest: a later message names ",
-                                                     request_.digest().hash().substr(0, 80),
-                                                     ", not the upload's ", digest_.ToString()));
-    } else if (!request_.upload_id().empty() && request_.upload_id() != upload_id_) {
-      return absl::InvalidArgumentError("upload_id: a later message names another upload");
-    }
-    const int64_t size = static_cast<int64_t>(request_.data().size());
-    if (size > kStoreChunkBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("data: at most ", kStoreChunkBytes,
-                                                     " bytes per message expected, got ", size));
-    }
-    if (size == 0 && request_.offset() == upload_->committed()) return absl::OkStatus();
-    return upload_->Write(request_.offset(), request_.data());
-  }
-
-  absl::Status Open() {
-    if (!request_.has_digest()) {
-      return absl::InvalidArgumentError(
-          "digest: the first UploadTensor message must name the tensor's digest and size");
-    }
-    TC_ASSIGN_OR_RETURN(digest_, DigestFromProto(request_.digest(), "digest"));
-    if (request_.upload_id().size() > kMaxUploadIdLength) {
-      return absl::InvalidArgumentError(absl::StrCat("upload_id: at most ", kMaxUploadIdLength,
-                                                     " characters expected, got ",
-                                                     request_.upload_id().size()));
-    }
-    upload_id_ = request_.upload_id();
-    if (draining_) {
-      return absl::UnavailableError("server is shutting down; retry on another replica");
-    }
-    bool present = false;
-    absl::StatusOr<std::unique_ptr<TensorStore::Upload>> upload =
-        store_->StartUpload(digest_, upload_id_, &present);
-    if (!upload.ok()) {
-      // Full of tensors in use: a retry can pass once requests end; over
-      // the per-tensor limit it cannot.
-      if (upload.status().code() == absl::StatusCode::kResourceExhausted &&
-          digest_.size <= store_->max_tensor_bytes()) {
-        pushback_ms_ = kStoreFullPushbackMs;
-      }
-      return upload.status();
-    }
-    if (present) {
-      DigestToProto(digest_, response_->mutable_digest());
-      response_->set_committed_size(digest_.size);
-      response_->set_already_present(true);
-      finished_ = true;
-      return absl::OkStatus();
-    }
-    upload_ = std::move(upload).value();
-    resumed_from_ = upload_->committed();
-    return absl::OkStatus();
-  }
-
-  void End() {
-    if (finished_) return;
-    if (upload_ == nullptr) {
-      FinishWith(absl::InvalidArgumentError(
-          "UploadTensor: the stream ended before its first message (digest and size)"));
-      return;
-    }
-    absl::StatusOr<TensorStore::Blob> stored = upload_->Finish();
-    if (stored.ok()) {
-      DigestToProto(digest_, response_->mutable_digest());
-      response_->set_committed_size(digest_.size);
-    }
-    FinishWith(stored.status());
-  }
-
   void FinishWith(const absl::Status& status) {
-    finished_ = true;
     status_ = status;
-    if (pushback_ms_ > 0 && !status.ok()) {
-      context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(pushback_ms_));
+    received_ = session_.received();
+    session_.Release();
+    if (!status.ok() && session_.retryable()) {
+      context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(kStoreFullPushbackMs));
     }
-    received_ = upload_ != nullptr ? upload_->committed() - resumed_from_ : 0;
-    // The Upload is released now (kept for resuming unless finished), so
-    // that a retry on a new stream finds it free at once.
-    upload_.reset();
     Finish(ToGrpcStatus(status));
   }
 
   void Log() const {
+    const Digest& d = session_.digest();
     nlohmann::json fields = {
         {"method", "UploadTensor"},
-        {"digest", digest_.hash.empty() ? std::string("?") : digest_.ToString()},
-        {"size", digest_.size},
-        {"upload_id", upload_id_},
+        {"digest", d.hash.empty() ? std::string("?") : d.ToString()},
+        {"size", d.size},
+        {"upload_id", session_.upload_id()},
         {"received_bytes", received_},
         {"elapsed_ms", std::round(absl::ToDoubleMilliseconds(absl::Now() - start_) * 100) / 100},
-        {"already_present", response_->already_present()},
+        {"already_present", session_.already_present()},
         {"status", absl::StatusCodeToString(status_.code())}};
-    if (resumed_from_ > 0) fields["resumed_from"] = resumed_from_;
+    if (session_.resumed_from() > 0) fields["resumed_from"] = session_.resumed_from();
     if (!status_.ok()) fields["error"] = std::string(status_.message().substr(0, 300));
     LogEvent(status_.ok() ? spdlog::level::info : spdlog::level::warn, "upload", fields);
   }
 
   grpc::CallbackServerContext* const context_;
-  TensorStore* const store_;
-  const bool draining_;
   v1::UploadTensorResponse* const response_;
+  UploadSession session_;
   const absl::Time start_;
   v1::UploadTensorRequest request_;
-  Digest digest_;
-  std::string upload_id_;
-  std::unique_ptr<TensorStore::Upload> upload_;
-  int64_t resumed_from_ = 0;
   int64_t received_ = 0;
-  int64_t pushback_ms_ = 0;
-  bool finished_ = false;
   absl::Status status_;
 };
 
