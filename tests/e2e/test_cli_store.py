@@ -487,7 +487,7 @@ def check_large_layer(start_server, tmp_path: Path, n: int, m: int = 4,
     assert first["results"][0]["vs_reference"]["total"] == m * n
     assert first["verdict"] == "pass", stderr
     t = time.monotonic()
-    second = verify_json(addr, *args[2:], "--timeout", "1200", timeout=1200)
+    second = verify_json(addr, *args[3:], "--timeout", "1200", timeout=1200)
     times["second_run_s"] = time.monotonic() - t
     assert (second["uploaded_bytes"], second["reused_bytes"]) == (0, w_bytes)
     assert second["results"][0]["vs_reference"] == first["results"][0]["vs_reference"]
