@@ -480,7 +480,7 @@ def check_large_layer(start_server, tmp_path: Path, n: int, m: int = 4,
     stdout, stderr = run_with_tty_stderr(
         [str(CLI_BIN), *args, "--save-outputs", str(out), "--timeout", "1200"])
     times["first_run_s"] = time.monotonic() - t
-    assert stdout.strip(), stderr
+    assert stdout.strip(), stderr.rsplit("\033[K", 1)[-1]  # the last line, not the progress
     first = json.loads(stdout)
     assert first["uploaded_bytes"] == w_bytes, stderr
     assert first["output_shape"] == [m, n]
