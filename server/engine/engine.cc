@@ -11,6 +11,7 @@
 #include "server/core/status_macros.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/internal/plan.h"
+#include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
 
@@ -32,8 +33,11 @@ Precision NaturalPrecision(DType dtype) {
   return Precision::kFp32;
 }
 
+// A tensor sent inline is bounded by max_tensor_bytes; a stored one
+// (borrowed from the tensor store) was bounded by the store when it was
+// uploaded, and may be far larger than a message.
 absl::Status CheckTensorSize(const Tensor& t, absl::string_view field, int64_t max_bytes) {
-  if (static_cast<int64_t>(t.nbytes()) > max_bytes) {
+  if (!t.borrowed() && static_cast<int64_t>(t.nbytes()) > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         field, ": ", t.nbytes(), " bytes exceed the limit of ", max_bytes, " bytes per tensor"));
   }
@@ -345,9 +349,15 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
         DefaultCandidates(x.dtype(), req.bias.has_value(), req.activation).size());
   }
   const int64_t out_item = static_cast<int64_t>(ItemSize(req.output_dtype.value_or(x.dtype())));
-  // fp32 or fp64 copies of the operands: the rounded ones of a GEMM and the
-  // magnitude sums' (two at a time, fp64 at most).
-  const int64_t operands = 2 * 8 * (x.numel() + w.numel());
+  // fp32 or fp64 copies of the operands. The input whole: the reference's
+  // fp64 copy, or the magnitude sums' three fp32 ones (x, |x|, x^2). The
+  // weight never whole (stats/blas_gemm.h, "blocks along N"): one converted
+  // block with its product or fp16acc's packed copy, each at most twice
+  // kWeightBlockBytes, or two 64-column blocks when k is so deep that one of
+  // those is larger; never more than two fp64 copies of the whole weight.
+  const int64_t widest_block =
+      2 * std::max(kWeightBlockBytes, kWeightBlockAlign * k * int64_t{sizeof(double)});
+  const int64_t operands = 2 * 8 * x.numel() + std::min(2 * widest_block, 2 * 8 * w.numel());
   // Per output element: the fp64 accumulator, the reference as doubles,
   // three magnitude sums and up to six error-model arrays in fp32.
   const int64_t per_element = 8 + 8 + 3 * 4 + 6 * 4;

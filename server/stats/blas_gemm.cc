@@ -3,7 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
+#include "server/core/float_formats.h"
 #include "server/core/gemm_tiles.h"
 
 namespace tensorcheck {
@@ -18,6 +21,8 @@ namespace {
 // docs/performance.md).
 constexpr int64_t kFloatTileMacs = int64_t{1} << 33;
 constexpr int64_t kDoubleTileMacs = int64_t{1} << 32;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename T, typename Blas>
 absl::Status TiledGemm(const T* x, const T* w, WeightLayout layout, int64_t m, int64_t n, int64_t k,
@@ -39,6 +44,69 @@ absl::Status TiledGemm(const T* x, const T* w, WeightLayout layout, int64_t m, i
   return ForEachGemmTile(m, n, k, stop, tile, tile_macs);
 }
 
+template <typename T>
+absl::Status GemmBlock(const T* x, const T* w_block, WeightLayout layout, int64_t m, int64_t n,
+                       int64_t k, int64_t j0, int64_t nb, int64_t padded, T* scratch, T* c,
+                       const StopSignal* stop) {
+  if (absl::Status s = BlasGemm(x, w_block, layout, m, padded, k, scratch, stop); !s.ok()) {
+    return s;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy(scratch + i * padded, scratch + i * padded + nb, c + i * n + j0);
+  }
+  return absl::OkStatus();
+}
+
+// `count` elements of t from element `begin` on, widened as ToFloat /
+// ToDouble widen them.
+template <typename T>
+void WidenRange(const Tensor& t, int64_t begin, int64_t count, T* out) {
+  switch (t.dtype()) {
+    case DType::kFloat64: {
+      const double* p = t.data<double>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(p[i]);
+      return;
+    }
+    case DType::kFloat32: {
+      const float* p = t.data<float>() + begin;
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(out, p, static_cast<size_t>(count) * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < count; ++i) out[i] = p[i];
+      }
+      return;
+    }
+    case DType::kFloat16: {
+      const uint16_t* p = t.data<uint16_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Fp16BitsToFloat(p[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* p = t.data<uint16_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Bf16BitsToFloat(p[i]);
+      return;
+    }
+  }
+}
+
+template <typename T>
+void WidenBlock(const Tensor& weight, WeightLayout layout, int64_t j0, int64_t nb, int64_t padded,
+                T* out) {
+  if (weight.rank() != 2) return;
+  if (layout == WeightLayout::kOutIn) {
+    const int64_t k = weight.dim(1);
+    WidenRange(weight, j0 * k, nb * k, out);
+    std::fill(out + nb * k, out + padded * k, T{0});
+    return;
+  }
+  const int64_t k = weight.dim(0), n = weight.dim(1);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    T* row = out + kk * padded;
+    WidenRange(weight, kk * n + j0, nb, row);
+    std::fill(row + nb, row + padded, T{0});
+  }
+}
+
 }  // namespace
 
 absl::Status BlasGemm(const float* x, const float* w, WeightLayout layout, int64_t m, int64_t n,
@@ -49,6 +117,52 @@ absl::Status BlasGemm(const float* x, const float* w, WeightLayout layout, int64
 absl::Status BlasGemm(const double* x, const double* w, WeightLayout layout, int64_t m, int64_t n,
                       int64_t k, double* c, const StopSignal* stop) {
   return TiledGemm(x, w, layout, m, n, k, c, stop, cblas_dgemm, kDoubleTileMacs);
+}
+
+absl::Status BlasGemmBlock(const float* x, const float* w_block, WeightLayout layout, int64_t m,
+                           int64_t n, int64_t k, int64_t j0, int64_t nb, int64_t padded,
+                           float* scratch, float* c, const StopSignal* stop) {
+  return GemmBlock(x, w_block, layout, m, n, k, j0, nb, padded, scratch, c, stop);
+}
+
+absl::Status BlasGemmBlock(const double* x, const double* w_block, WeightLayout layout, int64_t m,
+                           int64_t n, int64_t k, int64_t j0, int64_t nb, int64_t padded,
+                           double* scratch, double* c, const StopSignal* stop) {
+  return GemmBlock(x, w_block, layout, m, n, k, j0, nb, padded, scratch, c, stop);
+}
+
+WeightBlocks PlanWeightBlocks(int64_t m, int64_t n, int64_t k, int64_t element_bytes,
+                              int64_t columns, bool blas) {
+  WeightBlocks blocks;
+  blocks.n = n;
+  if (n <= 0) return blocks;
+  const int64_t depth = std::max<int64_t>(k, 1);
+  const int64_t rows = std::max<int64_t>(m, 1);
+  const int64_t bytes = std::max<int64_t>(element_bytes, 1);
+  // The converted block, and its product, within kWeightBlockBytes.
+  int64_t width = columns > 0
+                      ? columns
+                      : std::max<int64_t>(1, kWeightBlockBytes / (std::max(depth, rows) * bytes));
+  if (blas) {
+    width = std::max(width, CeilDiv(kWeightBlockMinMacs, rows * depth));
+    width = PaddedColumns(width);
+  }
+  if (width >= n) width = n;
+  blocks.columns = width;
+  blocks.count = n / width;  // the last block takes the remainder
+  const int64_t widest = n - (blocks.count - 1) * width;
+  blocks.padded_columns = blas ? PaddedColumns(widest) : widest;
+  return blocks;
+}
+
+void WidenWeightBlock(const Tensor& weight, WeightLayout layout, int64_t j0, int64_t nb,
+                      int64_t padded, float* out) {
+  WidenBlock(weight, layout, j0, nb, padded, out);
+}
+
+void WidenWeightBlock(const Tensor& weight, WeightLayout layout, int64_t j0, int64_t nb,
+                      int64_t padded, double* out) {
+  WidenBlock(weight, layout, j0, nb, padded, out);
 }
 
 }  // namespace tensorcheck

@@ -1,6 +1,8 @@
 #include "server/stats/magnitude_sums.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <new>
@@ -35,14 +37,13 @@ absl::Status CheckOperands(const MagnitudeOperands& op) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<float[]>> FloatCopy(const Tensor& t) {
+absl::StatusOr<std::unique_ptr<float[]>> AllocateFloats(int64_t count) {
   std::unique_ptr<float[]> p(
-      new (std::nothrow) float[static_cast<size_t>(std::max<int64_t>(t.numel(), 1))]);
+      new (std::nothrow) float[static_cast<size_t>(std::max<int64_t>(count, 1))]);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("magnitude sums: cannot allocate ", t.numel() * 4, " bytes"));
+        absl::StrCat("magnitude sums: cannot allocate ", count * 4, " bytes"));
   }
-  ToFloat(t, p.get());
   return p;
 }
 
@@ -50,23 +51,60 @@ absl::StatusOr<std::unique_ptr<float[]>> FloatCopy(const Tensor& t) {
 
 absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, const MagnitudeSums& out) {
   if (absl::Status s = CheckOperands(op); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<float[]>> x = FloatCopy(*op.input);
-  if (!x.ok()) return x.status();
-  absl::StatusOr<std::unique_ptr<float[]>> w = FloatCopy(*op.weight);
-  if (!w.ok()) return w.status();
-  float* xs = x->get();
-  float* ws = w->get();
+  if (out.dot == nullptr && out.abs_dot == nullptr && out.sq_dot == nullptr) {
+    return absl::OkStatus();
+  }
+  // x as the GEMMs read it: x, |x| and x^2, each only when its sum is
+  // wanted; whole, as the input is small beside the weight.
   const int64_t nx = op.input->numel();
-  const int64_t nw = op.weight->numel();
-  auto gemm = [&](float* c) { return BlasGemm(xs, ws, op.layout, op.m, op.n, op.k, c, op.stop); };
-  if (out.dot != nullptr) TC_RETURN_IF_ERROR(gemm(out.dot));
-  for (int64_t i = 0; i < nx; ++i) xs[i] = std::fabs(xs[i]);
-  for (int64_t i = 0; i < nw; ++i) ws[i] = std::fabs(ws[i]);
-  if (out.abs_dot != nullptr) TC_RETURN_IF_ERROR(gemm(out.abs_dot));
+  const int versions = (out.dot != nullptr) + (out.abs_dot != nullptr) + (out.sq_dot != nullptr);
+  absl::StatusOr<std::unique_ptr<float[]>> x = AllocateFloats(versions * nx);
+  if (!x.ok()) return x.status();
+  float* next = x->get();
+  auto x_version = [&](bool wanted, int power) -> float* {
+    if (!wanted) return nullptr;
+    float* v = next;
+    next += nx;
+    ToFloat(*op.input, v);
+    if (power >= 1) {
+      for (int64_t i = 0; i < nx; ++i) v[i] = std::fabs(v[i]);
+    }
+    if (power == 2) {
+      for (int64_t i = 0; i < nx; ++i) v[i] *= v[i];
+    }
+    return v;
+  };
+  const float* x_raw = x_version(out.dot != nullptr, 0);
+  const float* x_abs = x_version(out.abs_dot != nullptr, 1);
+  const float* x_sq = x_version(out.sq_dot != nullptr, 2);
+  // The weight one block of output columns at a time (PlanWeightBlocks:
+  // at most about 64 MiB of fp32), each block's products copied into its
+  // columns: bit for bit the sums of a single block (BlasGemmBlock).
+  const WeightBlocks blocks = PlanWeightBlocks(op.m, op.n, op.k, sizeof(float), op.block_columns);
+  absl::StatusOr<std::unique_ptr<float[]>> w =
+      AllocateFloats(blocks.padded_columns * (op.k + op.m));
+  if (!w.ok()) return w.status();
+  float* wb = w->get();
+  float* scratch = wb + blocks.padded_columns * op.k;
+  for (int64_t b = 0; b < blocks.count; ++b) {
+    TC_RETURN_IF_ERROR(CheckStop(op.stop));
+    const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
+    const int64_t padded = PaddedColumns(nb);
+    const int64_t nw = padded * op.k;
+    auto gemm = [&](const float* xs, float* c) {
+      return BlasGemmBlock(xs, wb, op.layout, op.m, op.n, op.k, j0, nb, padded, scratch, c,
+                           op.stop);
+    };
+    WidenWeightBlock(*op.weight, op.layout, j0, nb, padded, wb);
+    if (out.dot != nullptr) TC_RETURN_IF_ERROR(gemm(x_raw, out.dot));
+    for (int64_t i = 0; i < nw; ++i) wb[i] = std::fabs(wb[i]);
+    if (out.abs_dot != nullptr) TC_RETURN_IF_ERROR(gemm(x_abs, out.abs_dot));
+    if (out.sq_dot != nullptr) {
+      for (int64_t i = 0; i < nw; ++i) wb[i] *= wb[i];
+      TC_RETURN_IF_ERROR(gemm(x_sq, out.sq_dot));
+    }
+  }
   if (out.sq_dot != nullptr) {
-    for (int64_t i = 0; i < nx; ++i) xs[i] *= xs[i];
-    for (int64_t i = 0; i < nw; ++i) ws[i] *= ws[i];
-    TC_RETURN_IF_ERROR(gemm(out.sq_dot));
     const int64_t mn = op.m * op.n;
     for (int64_t i = 0; i < mn; ++i) out.sq_dot[i] = std::sqrt(out.sq_dot[i]);
   }

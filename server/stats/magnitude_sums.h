@@ -5,8 +5,10 @@
 //   abs_dot[i*n + j] = sum_k |x_ik| |w_jk|      (the hard bound's A)
 //   sq_dot[i*n + j]  = sqrt(sum_k (x_ik w_jk)^2) (the error model's S)
 //   dot[i*n + j]     = sum_k x_ik w_jk           (x.w before the bias)
-// each computed in fp32 by one OpenBLAS sgemm, and only when its pointer
-// is not null:
+// each computed in fp32 by OpenBLAS sgemm, and only when its pointer is
+// not null. The weight is converted to fp32 one block of output columns at
+// a time (stats/blas_gemm.h, PlanWeightBlocks: at most about 64 MiB), never
+// whole; the sums are bit for bit those of one sgemm over the whole weight:
 //
 //   MagnitudeOperands op{&x, &w, WeightLayout::kOutIn, m, n, k};
 //   std::vector<float> sq(m * n);
@@ -14,7 +16,7 @@
 //
 // Thread-safe (the caller owns the outputs). INVALID_ARGUMENT when the
 // operands' shapes do not match m, n, k; RESOURCE_EXHAUSTED when the fp32
-// copies of x and w cannot be allocated.
+// copies of x (three: x, |x|, x^2) and of a block of w cannot be allocated.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +33,12 @@ struct MagnitudeOperands {
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
   WeightLayout layout = WeightLayout::kOutIn;
   int64_t m = 0, n = 0, k = 0;
-  // Checked between GEMM tiles; a stop returns its status (null: never).
+  // Checked between weight blocks and GEMM tiles; a stop returns its
+  // status (null: never).
   const StopSignal* stop = nullptr;
+  // Weight blocks of about this many output columns (tests); 0: sized by
+  // kWeightBlockBytes. The sums are the same bit for bit either way.
+  int64_t block_columns = 0;
 };
 
 // Outputs of m*n floats each, allocated by the caller; null: not computed.

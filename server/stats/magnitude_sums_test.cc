@@ -3,10 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "server/stats/blas_gemm.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -87,6 +90,156 @@ TEST(ComputeMagnitudeSumsTest, MismatchedShapesAreInvalidArgument) {
   EXPECT_THAT(ComputeMagnitudeSums(MagnitudeOperands{&x.t, &w.t, WeightLayout::kOutIn, 2, 2, 3},
                                    a.data(), s.data()),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// ---- Large weights: blocks along N (stats/blas_gemm.h).
+
+// values [rows, cols] stored [cols, rows]: the same weight for IN_OUT.
+Tensor TransposedTensor(const Values& w, int64_t rows, int64_t cols, DType dtype) {
+  std::vector<double> t(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = w.v[r * cols + c];
+  }
+  return *FromDoubles(dtype, {cols, rows}, t);
+}
+
+struct Sums {
+  std::vector<float> abs_dot, sq_dot, dot;
+};
+
+Sums MustSum(const MagnitudeOperands& op) {
+  Sums s;
+  const size_t mn = static_cast<size_t>(op.m * op.n);
+  s.abs_dot.assign(mn, -1.0f);
+  s.sq_dot.assign(mn, -1.0f);
+  s.dot.assign(mn, -1.0f);
+  EXPECT_THAT(ComputeMagnitudeSums(op, s.abs_dot.data(), s.sq_dot.data(), s.dot.data()), IsOk());
+  return s;
+}
+
+int64_t BitsDiffer(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t differ = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  }
+  return differ;
+}
+
+TEST(WeightBlocksTest, LlamaLmHeadBlocksAsComputedByHand) {
+  // [128256, 8192] at m = 4. fp32: 32 MiB / (8192 * 4 B) = 1024 columns,
+  // 128256 / 1024 = 125.25: 125 blocks, the last 128256 - 124 * 1024 = 1280
+  // columns. fp64: 512 columns, 250 blocks, the last 128256 - 249 * 512 = 768.
+  const WeightBlocks f = PlanWeightBlocks(4, 128256, 8192, 4);
+  EXPECT_EQ(f.columns, 1024);
+  EXPECT_EQ(f.count, 125);
+  EXPECT_EQ(f.columns_of(124), 1280);
+  EXPECT_EQ(f.padded_columns, 1280);
+  const WeightBlocks d = PlanWeightBlocks(4, 128256, 8192, 8);
+  EXPECT_EQ(d.columns, 512);
+  EXPECT_EQ(d.count, 250);
+  EXPECT_EQ(d.columns_of(249), 768);
+  EXPECT_EQ(d.padded_columns, 768);
+}
+
+TEST(WeightBlocksTest, BlocksCoverEveryColumnOnceWithinTheBounds) {
+  for (const int64_t m : {1, 4, 33, 5000}) {
+    for (const int64_t n : {1, 63, 64, 1000, 128256}) {
+      for (const int64_t k : {1, 64, 8192, 1 << 20}) {
+        for (const int64_t bytes : {4, 8}) {
+          for (const bool blas : {true, false}) {
+            SCOPED_TRACE(::testing::Message()
+                         << m << " " << n << " " << k << " " << bytes << " " << blas);
+            const WeightBlocks b = PlanWeightBlocks(m, n, k, bytes, 0, blas);
+            ASSERT_GE(b.count, 1);
+            int64_t next = 0, widest = 0;
+            for (int64_t i = 0; i < b.count; ++i) {
+              EXPECT_EQ(b.begin(i), next);
+              EXPECT_GE(b.columns_of(i), 1);
+              if (i + 1 < b.count) EXPECT_EQ(b.columns_of(i), b.columns);
+              next += b.columns_of(i);
+              widest = std::max(widest, b.columns_of(i));
+            }
+            EXPECT_EQ(next, n);
+            EXPECT_LT(widest, 2 * b.columns);
+            if (b.count > 1) {
+              if (blas) {
+                // Aligned, and never small enough for OpenBLAS's other kernels.
+                EXPECT_EQ(b.columns % kWeightBlockAlign, 0);
+                EXPECT_GE(m * b.columns * k, kWeightBlockMinMacs);
+              }
+              // A regular block and its product within 64 MiB (32 MiB, or
+              // 2^23 multiply-adds' worth: at most 2^23 * 8 B / min(m, k)),
+              // but for the alignment; the last within twice that.
+              const int64_t align = blas ? kWeightBlockAlign : 1;
+              EXPECT_LE((b.columns - align) * std::max(k, m) * bytes, int64_t{64} << 20);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ComputeMagnitudeSumsTest, TinyBlocksGiveTheUnblockedSumsBitForBit) {
+  // Blocks of the least width the plan allows (64 columns at m = 16, k =
+  // 8192: 3 blocks, the last 101 columns), in both layouts, from fp32 and
+  // bf16 storage, against a single block of the whole weight.
+  const int64_t m = 16, n = 229, k = 8192;
+  ASSERT_EQ(PlanWeightBlocks(m, n, k, sizeof(float), /*columns=*/5).count, 3);
+  ASSERT_EQ(PlanWeightBlocks(m, n, k, sizeof(float), /*columns=*/int64_t{1} << 40).count, 1);
+  const Values x = Normal(m, k, 21), w32 = Normal(n, k, 22);
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const Tensor xt = *FromDoubles(dtype, {m, k}, x.v);
+    const Tensor out_in = *FromDoubles(dtype, {n, k}, w32.v);
+    const Tensor in_out = TransposedTensor(w32, n, k, dtype);
+    for (const WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << WeightLayoutName(layout));
+      MagnitudeOperands op{&xt, layout == WeightLayout::kOutIn ? &out_in : &in_out, layout, m, n,
+                           k};
+      op.block_columns = int64_t{1} << 40;
+      const Sums want = MustSum(op);
+      op.block_columns = 5;
+      const Sums got = MustSum(op);
+      EXPECT_EQ(BitsDiffer(got.abs_dot, want.abs_dot), 0);
+      EXPECT_EQ(BitsDiffer(got.sq_dot, want.sq_dot), 0);
+      EXPECT_EQ(BitsDiffer(got.dot, want.dot), 0);
+    }
+  }
+}
+
+TEST(ComputeMagnitudeSumsTest, BlockedSumsMatchNaiveLoop) {
+  // Three blocks by default's rules at a width of 64 columns, IN_OUT (the
+  // layout whose blocks are gathered row by row), against fp64 loops.
+  const int64_t m = 16, n = 229, k = 8192;
+  const Values x = Normal(m, k, 23), w = Normal(n, k, 24);
+  const Tensor in_out = TransposedTensor(w, n, k, DType::kFloat32);
+  MagnitudeOperands op{&x.t, &in_out, WeightLayout::kInOut, m, n, k};
+  op.block_columns = 64;
+  const Sums got = MustSum(op);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double a = 0.0, s = 0.0, d = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = x.v[i * k + kk] * w.v[j * k + kk];
+        a += std::fabs(p);
+        s += p * p;
+        d += p;
+      }
+      ASSERT_NEAR(got.abs_dot[i * n + j], a, 1e-5 * a) << i << " " << j;
+      ASSERT_NEAR(got.sq_dot[i * n + j], std::sqrt(s), 1e-5 * std::sqrt(s)) << i << " " << j;
+      ASSERT_NEAR(got.dot[i * n + j], d, 1e-5 * a) << i << " " << j;
+    }
+  }
+}
+
+TEST(ComputeMagnitudeSumsTest, StopBeforeABlockIsReturned) {
+  const Values x = Normal(16, 8192, 25), w = Normal(229, 8192, 26);
+  StopSignal stop;
+  stop.Cancel(StopSignal::Reason::kClientCancelled);
+  MagnitudeOperands op{&x.t, &w.t, WeightLayout::kOutIn, 16, 229, 8192, &stop};
+  op.block_columns = 5;
+  std::vector<float> a(16 * 229), s(16 * 229);
+  EXPECT_THAT(ComputeMagnitudeSums(op, a.data(), s.data()), StatusIs(absl::StatusCode::kCancelled));
 }
 
 }  // namespace

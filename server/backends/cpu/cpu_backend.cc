@@ -93,13 +93,16 @@ void RoundInputs(Precision p, float* v, int64_t count) {
   }
 }
 
+// Whether `p` rounds fp32 values before the multiply.
+bool NeedsRounding(Precision p) { return p != Precision::kFp32 && p != Precision::kFp64; }
+
 // An operand as fp32 values rounded for `p`. fp32 storage read at fp32
 // precision is used in place (no copy); anything else is converted once
-// into `owned`.
+// into `owned`. Used whole for the input only: the weight goes block by
+// block (Accumulate).
 absl::StatusOr<const float*> FloatOperand(const Tensor& t, Precision p,
                                           std::unique_ptr<float[]>* owned) {
-  const bool needs_rounding = p != Precision::kFp32 && p != Precision::kFp64;
-  if (t.dtype() == DType::kFloat32 && !needs_rounding) return t.data<float>();
+  if (t.dtype() == DType::kFloat32 && !NeedsRounding(p)) return t.data<float>();
   TC_ASSIGN_OR_RETURN(*owned, internal::Allocate<float>(t.numel()));
   ToFloat(t, owned->get());
   RoundInputs(p, owned->get(), t.numel());
@@ -314,29 +317,77 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
 }
 
 // x.W^T of one Arithmetic before any epilogue: [m, n] in fp32, or fp64
-// for kFp64.
+// for kFp64. A weight stored as the GEMM's type and not rounded (fp32 at
+// fp32, fp64 at fp64) is read in place; any other is widened, and rounded,
+// one block of output columns at a time into a buffer of at most about
+// 64 MiB (PlanWeightBlocks; `block_columns` > 0: blocks of about that many
+// columns), whose product is copied into its columns of the accumulator:
+// each element's dot product is the same computation, bit for bit, as
+// with a single block (BlasGemmBlock says when). `stop` is checked before
+// each block.
 absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
-                                  const StopSignal* stop) {
+                                  int64_t block_columns, const StopSignal* stop) {
+  const Tensor& weight = *p.weight;
   switch (a.kind) {
     case Arithmetic::kFp64: {
-      std::unique_ptr<double[]> x_owned, w_owned;
+      std::unique_ptr<double[]> x_owned;
       TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
-      TC_ASSIGN_OR_RETURN(const double* w, DoubleOperand(*p.weight, &w_owned));
       TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat64, {p.m, p.n}));
-      TC_RETURN_IF_ERROR(BlasGemm(x, w, p.layout, p.m, p.n, p.k, acc.data<double>(), stop));
+      double* c = acc.data<double>();
+      if (weight.dtype() == DType::kFloat64) {
+        TC_RETURN_IF_ERROR(BlasGemm(x, weight.data<double>(), p.layout, p.m, p.n, p.k, c, stop));
+        return acc;
+      }
+      const WeightBlocks blocks = PlanWeightBlocks(p.m, p.n, p.k, sizeof(double), block_columns);
+      TC_ASSIGN_OR_RETURN(std::unique_ptr<double[]> wb,
+                          internal::Allocate<double>(blocks.padded_columns * p.k));
+      TC_ASSIGN_OR_RETURN(std::unique_ptr<double[]> scratch,
+                          internal::Allocate<double>(blocks.padded_columns * p.m));
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        TC_RETURN_IF_ERROR(CheckStop(stop));
+        const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
+        const int64_t padded = PaddedColumns(nb);
+        WidenWeightBlock(weight, p.layout, j0, nb, padded, wb.get());
+        TC_RETURN_IF_ERROR(BlasGemmBlock(x, wb.get(), p.layout, p.m, p.n, p.k, j0, nb, padded,
+                                         scratch.get(), c, stop));
+      }
       return acc;
     }
     case Arithmetic::kFp32:
     case Arithmetic::kFp16Acc: {
-      std::unique_ptr<float[]> x_owned, w_owned;
+      const bool fp16acc = a.kind == Arithmetic::kFp16Acc;
+      std::unique_ptr<float[]> x_owned;
       TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, a.rounding, &x_owned));
-      TC_ASSIGN_OR_RETURN(const float* w, FloatOperand(*p.weight, a.rounding, &w_owned));
       TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
-      if (a.kind == Arithmetic::kFp16Acc) {
-        TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, w, p.layout, p.m, p.n, p.k, threads,
-                                                    acc.data<float>(), stop));
-      } else {
-        TC_RETURN_IF_ERROR(BlasGemm(x, w, p.layout, p.m, p.n, p.k, acc.data<float>(), stop));
+      float* c = acc.data<float>();
+      if (weight.dtype() == DType::kFloat32 && !NeedsRounding(a.rounding)) {
+        // fp16acc always rounds, so this is the BLAS product.
+        TC_RETURN_IF_ERROR(BlasGemm(x, weight.data<float>(), p.layout, p.m, p.n, p.k, c, stop));
+        return acc;
+      }
+      const WeightBlocks blocks =
+          PlanWeightBlocks(p.m, p.n, p.k, sizeof(float), block_columns, /*blas=*/!fp16acc);
+      TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wb,
+                          internal::Allocate<float>(blocks.padded_columns * p.k));
+      std::unique_ptr<float[]> scratch;
+      if (!fp16acc) {
+        TC_ASSIGN_OR_RETURN(scratch, internal::Allocate<float>(blocks.padded_columns * p.m));
+      }
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        TC_RETURN_IF_ERROR(CheckStop(stop));
+        const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
+        // fp16 accumulation sums each element on its own, k ascending: its
+        // blocks need no padding, and go straight into the accumulator.
+        const int64_t padded = fp16acc ? nb : PaddedColumns(nb);
+        WidenWeightBlock(weight, p.layout, j0, nb, padded, wb.get());
+        RoundInputs(a.rounding, wb.get(), padded * p.k);
+        if (fp16acc) {
+          TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, wb.get(), p.layout, p.m, nb, p.k, threads,
+                                                      c + j0, /*ldc=*/p.n, stop));
+        } else {
+          TC_RETURN_IF_ERROR(BlasGemmBlock(x, wb.get(), p.layout, p.m, p.n, p.k, j0, nb, padded,
+                                           scratch.get(), c, stop));
+        }
       }
       return acc;
     }
@@ -402,7 +453,8 @@ absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem, const Co
   TC_RETURN_IF_ERROR(CheckProblem(problem));
   const Arithmetic arithmetic = ArithmeticOf(problem, config.precision);
   auto run_once = [&]() -> absl::StatusOr<Tensor> {
-    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads(), options.stop));
+    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads(),
+                                               options_.weight_block_columns, options.stop));
     return Finish(problem, config, acc, /*in_place=*/true);
   };
   RunResult result;
@@ -452,8 +504,8 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
   for (const Group& group : groups) {
     const std::vector<size_t>& members = group.members;
     const Config& first = configs[members.front()];
-    absl::StatusOr<Tensor> accumulated =
-        Accumulate(problem, group.arithmetic, threads(), options.stop);
+    absl::StatusOr<Tensor> accumulated = Accumulate(problem, group.arithmetic, threads(),
+                                                    options_.weight_block_columns, options.stop);
     if (!accumulated.ok()) {
       return WithConfigContext(accumulated.status(), first);
     }

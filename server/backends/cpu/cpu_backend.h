@@ -10,6 +10,7 @@
 // GPU.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,13 @@ class CpuBackend final : public LinearBackend {
   struct Options {
     // BLAS and element-wise worker threads; 0: all cores.
     int threads = 0;
+    // A weight that must be converted for a GEMM (any but fp32 at fp32 and
+    // fp64 at fp64) is converted one block of output columns at a time:
+    // 0 sizes the blocks by stats' kWeightBlockBytes (32 MiB of converted
+    // weight, 64 MiB at most); a positive count asks for blocks of about
+    // that many columns (tests use a few; see PlanWeightBlocks). The
+    // output is the same bit for bit either way.
+    int64_t weight_block_columns = 0;
   };
 
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Options& options);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/stats/blas_gemm.h"
 #include "tests/testing/ref_round.h"
 #include "tests/testing/status_matchers.h"
 
@@ -1026,6 +1028,154 @@ TEST(CpuBackendTest, FlaxCaseTf32DiffersFromFp32ByTf32SizedErrors) {
   EXPECT_GE(tf32_vs_fp32, 3e-4);
   EXPECT_LE(tf32_vs_fp32, 3e-3);
   EXPECT_LT(fp32_vs_fp64, 1e-5);
+}
+
+// ---- Large weights: converted block by block along N, bit for bit as
+// unblocked (docs/architecture.md, "Large weights: blocks along N").
+
+// Every output of `configs` in one batch, as doubles (the tests below ask
+// for fp64 outputs, which hold every bit of either accumulator).
+std::vector<std::vector<double>> BatchValues(CpuBackend& cpu, const LinearProblem& p,
+                                             const std::vector<Config>& configs) {
+  Batch batch = MustRunBatch(cpu, p, configs);
+  std::vector<std::vector<double>> out;
+  for (const RunResult& r : batch.results) out.push_back(Values(r.output));
+  return out;
+}
+
+// NormalLayer with values `storage` holds: rounded to fp32, bf16 or fp16,
+// or for fp64 as drawn (so that fp32-accumulate precisions round them too).
+Layer StoredNormalLayer(DType storage, int64_t m, int64_t n, int64_t k, double stddev,
+                        uint32_t seed, bool bias) {
+  switch (storage) {
+    case DType::kFloat32:
+      return NormalLayer(m, n, k, stddev, kFp32Format, seed, bias);
+    case DType::kBFloat16:
+      return NormalLayer(m, n, k, stddev, kBf16Format, seed, bias);
+    case DType::kFloat16:
+      return NormalLayer(m, n, k, stddev, kFp16Format, seed, bias);
+    case DType::kFloat64:
+      break;
+  }
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, stddev);
+  Layer l;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  for (int64_t i = 0; i < m * k; ++i) l.x.push_back(normal(rng));
+  for (int64_t i = 0; i < n * k; ++i) l.w.push_back(normal(rng));
+  if (bias) {
+    for (int64_t j = 0; j < n; ++j) l.b.push_back(normal(rng));
+  }
+  return l;
+}
+
+std::unique_ptr<CpuBackend> BackendWithBlocks(int threads, int64_t block_columns) {
+  CpuBackend::Options o;
+  o.threads = threads;
+  o.weight_block_columns = block_columns;
+  auto backend = CpuBackend::Create(o);
+  EXPECT_THAT(backend, IsOk());
+  return std::move(*backend);
+}
+
+TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
+  // Normal values: sums depend on the order of their terms, so any change
+  // in how an element's dot product is computed shows in its bits. Three
+  // shapes: BLAS blocks at the least width the plan allows (64 columns at
+  // m = 16, k = 8192), one raised past the alignment (m = 33, k = 2048: 128
+  // columns), and one too small to block for BLAS at all; fp16acc takes the
+  // 5 columns asked for everywhere.
+  struct Shape {
+    int64_t m, n, k;
+    int64_t fp32_blocks, fp64_blocks;  // PlanWeightBlocks' count for 5 columns
+  };
+  const Shape shapes[] = {{16, 229, 8192, 3, 3}, {33, 300, 2048, 2, 2}, {3, 40, 20, 1, 1}};
+  constexpr int64_t kTiny = 5;
+  constexpr int64_t kUnblocked = int64_t{1} << 40;
+  for (const Shape& shape : shapes) {
+    EXPECT_EQ(PlanWeightBlocks(shape.m, shape.n, shape.k, sizeof(float), kTiny).count,
+              shape.fp32_blocks);
+    EXPECT_EQ(PlanWeightBlocks(shape.m, shape.n, shape.k, sizeof(double), kTiny).count,
+              shape.fp64_blocks);
+    EXPECT_EQ(
+        PlanWeightBlocks(shape.m, shape.n, shape.k, sizeof(float), kTiny, /*blas=*/false).count,
+        shape.n / kTiny);
+    EXPECT_EQ(PlanWeightBlocks(shape.m, shape.n, shape.k, sizeof(float), kUnblocked).count, 1);
+    for (const bool bias : {false, true}) {
+      std::vector<Config> configs;
+      for (Precision p : kAllPrecisions) {
+        if (bias) {
+          configs.push_back(Cfg(p, BiasMode::kFused));
+          configs.push_back(Cfg(p, BiasMode::kUnfused));
+        } else {
+          configs.push_back(Cfg(p, BiasMode::kNone));
+        }
+      }
+      for (DType storage : kAllDTypes) {
+        const Layer l = StoredNormalLayer(storage, shape.m, shape.n, shape.k, 0.5,
+                                          static_cast<uint32_t>(shape.n + bias), bias);
+        for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+          // OpenBLAS sums some edge columns in another order single-threaded
+          // than with threads: both.
+          for (const int threads : {1, 2}) {
+            SCOPED_TRACE(absl::StrCat("m=", shape.m, " n=", shape.n, " k=", shape.k, " bias=", bias,
+                                      " storage=", DTypeName(storage), " ",
+                                      WeightLayoutName(layout), " threads=", threads));
+            auto b = Build(l, storage, layout, Activation::kNone, DType::kFloat64, {}, storage);
+            auto unblocked = BackendWithBlocks(threads, kUnblocked);
+            auto blocked = BackendWithBlocks(threads, kTiny);
+            const auto want = BatchValues(*unblocked, b->problem, configs);
+            const auto got = BatchValues(*blocked, b->problem, configs);
+            ASSERT_EQ(got.size(), configs.size());
+            for (size_t c = 0; c < configs.size(); ++c) {
+              SCOPED_TRACE(configs[c].ToString());
+              ASSERT_EQ(got[c].size(), want[c].size());
+              int64_t differ = 0;
+              for (size_t i = 0; i < got[c].size(); ++i) {
+                differ += std::memcmp(&got[c][i], &want[c][i], sizeof(double)) != 0;
+              }
+              EXPECT_EQ(differ, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendBlocksTest, BlockedFp16AccMatchesTheNaiveLoop) {
+  // Blocks of 3 columns (13 blocks, the last of 4) against the naive loop,
+  // both layouts.
+  const Layer l = NormalLayer(5, 40, 300, 0.25, kFp16Format, 31, /*bias=*/false);
+  const std::vector<double> want = NaiveFp16Acc(l);
+  auto cpu = BackendWithBlocks(/*threads=*/2, /*block_columns=*/3);
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    SCOPED_TRACE(WeightLayoutName(layout));
+    auto b = Build(l, DType::kFloat16, layout, Activation::kNone, DType::kFloat32);
+    const std::vector<double> got =
+        Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone)).output);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
+TEST(CpuBackendBlocksTest, StopBetweenBlocksIsReturned) {
+  const Layer l = NormalLayer(16, 229, 8192, 0.5, kBf16Format, 5, /*bias=*/false);
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  auto cpu = BackendWithBlocks(/*threads=*/2, /*block_columns=*/5);
+  StopSignal stop;
+  stop.Cancel(StopSignal::Reason::kClientCancelled);
+  RunOptions o;
+  o.stop = &stop;
+  for (Precision p : {Precision::kFp64, Precision::kBf16, Precision::kFp16Acc}) {
+    SCOPED_TRACE(PrecisionName(p));
+    EXPECT_THAT(cpu->Run(b->problem, Cfg(p, BiasMode::kNone), o),
+                StatusIs(absl::StatusCode::kCancelled));
+  }
 }
 
 }  // namespace

@@ -57,12 +57,12 @@ inline double RoundToHalfValue(double s) {
 // The portable path, and the definition the vectorised path below is
 // checked against bit for bit.
 void Fp16AccumulateRowsScalar(const float* x, const float* w, WeightLayout layout,
-                              int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                              float* acc) {
+                              int64_t row_begin, int64_t row_end, int64_t n, int64_t k, float* acc,
+                              int64_t ldc) {
   constexpr int64_t kCols = 8;
   for (int64_t i = row_begin; i < row_end; ++i) {
     const float* xi = x + i * k;
-    float* ci = acc + i * n;
+    float* ci = acc + i * ldc;
     if (layout == WeightLayout::kOutIn) {
       for (int64_t j0 = 0; j0 < n; j0 += kCols) {
         const int64_t cols = std::min(kCols, n - j0);
@@ -312,11 +312,11 @@ TC_AVX2_TARGET void Fp16AccTileChecked(const double* xp, const float* wp, int64_
 // PackFp16AccWeight).
 TC_AVX2_TARGET void Fp16AccumulateRowsAvx2(const float* x, const float* wpack, const double* wmax,
                                            int64_t row_begin, int64_t row_end, int64_t n, int64_t k,
-                                           float* acc, const StopSignal* stop) {
+                                           float* acc, int64_t ldc, const StopSignal* stop) {
   constexpr int64_t kMr = kFp16AccMr;
   constexpr int64_t kNr = kFp16AccNr;
   if (k == 0) {
-    std::fill(acc + row_begin * n, acc + row_end * n, 0.0f);
+    for (int64_t i = row_begin; i < row_end; ++i) std::fill(acc + i * ldc, acc + i * ldc + n, 0.0f);
     return;
   }
   const int64_t chunks = (k + kFp16AccKc - 1) / kFp16AccKc;
@@ -339,8 +339,8 @@ TC_AVX2_TARGET void Fp16AccumulateRowsAvx2(const float* x, const float* wpack, c
         }
         for (int64_t jr = jc; jr < jc_end; jr += kNr) {
           const int64_t panel = jr / kNr;
-          Fp16AccTileChecked(xp, wpack + panel * k * kNr + pc * kNr, kc, acc + ic * n + jr, n, rows,
-                             std::min(kNr, n - jr), pc == 0,
+          Fp16AccTileChecked(xp, wpack + panel * k * kNr + pc * kNr, kc, acc + ic * ldc + jr, ldc,
+                             rows, std::min(kNr, n - jr), pc == 0,
                              xmax * wmax[panel * chunks + pc / kFp16AccKc]);
         }
       }
@@ -443,6 +443,12 @@ bool RowsInSlices(int64_t begin, int64_t end, int64_t n, int64_t k, const StopSi
 
 absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
                             int64_t n, int64_t k, int threads, float* acc, const StopSignal* stop) {
+  return Fp16Accumulate(x, w, layout, m, n, k, threads, acc, /*ldc=*/n, stop);
+}
+
+absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
+                            int64_t n, int64_t k, int threads, float* acc, int64_t ldc,
+                            const StopSignal* stop) {
   if (m == 0 || n == 0) return CheckStop(stop);
 #ifdef TC_FP16ACC_AVX2
   if (UseFp16AccAvx2()) {
@@ -455,7 +461,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
     const double* wm = wmax.get();
     SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
       RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
-        Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc, stop);
+        Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc, ldc, stop);
       });
     });
     return CheckStop(stop);
@@ -463,7 +469,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
 #endif
   SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
     RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
-      Fp16AccumulateRowsScalar(x, w, layout, b, e, n, k, acc);
+      Fp16AccumulateRowsScalar(x, w, layout, b, e, n, k, acc, ldc);
     });
   });
   return CheckStop(stop);

@@ -27,4 +27,11 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
                             int64_t n, int64_t k, int threads, float* acc,
                             const StopSignal* stop = nullptr);
 
+// The same with acc's rows ldc >= n floats apart (acc[i * ldc + j]): the
+// CPU backend writes a block of columns of the whole accumulator. w is
+// still [n, k] or [k, n] with rows n apart.
+absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
+                            int64_t n, int64_t k, int threads, float* acc, int64_t ldc,
+                            const StopSignal* stop);
+
 }  // namespace tensorcheck::internal
