@@ -9,13 +9,13 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     # default 60
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_TARGETS (default:
-# request npy safetensors config), FUZZ_KEEP=DIR (keep the grown corpora
+# request npy safetensors config upload), FUZZ_KEEP=DIR (keep the grown corpora
 # and logs in DIR instead of a temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-request npy safetensors config}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-request npy safetensors config upload}"
 CC=${FUZZ_CC:-clang-14}
 CXX=${FUZZ_CXX:-clang++-14}
 

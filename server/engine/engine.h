@@ -37,8 +37,9 @@ namespace tensorcheck {
 struct RequestLimits {
   // A whole request or response on the wire (gRPC's message size).
   int64_t max_message_bytes = int64_t{256} << 20;
-  // Largest single tensor; TensorCheckServer keeps it at most
-  // max_message_bytes (a tensor travels inside one message).
+  // Largest single tensor sent inline; TensorCheckServer keeps it at most
+  // max_message_bytes (such a tensor travels inside one message). Tensors
+  // from the tensor store (borrowed) are bounded by the store instead.
   int64_t max_tensor_bytes = int64_t{256} << 20;
   // Largest output, in elements (each configuration holds one).
   int64_t max_output_elements = int64_t{64} << 20;

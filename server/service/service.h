@@ -202,6 +202,9 @@ class TensorCheckServiceImpl final
   std::atomic<double> mean_request_ms_{1000};
   std::atomic<bool> fatal_reported_{false};
   WorkerPool pool_;
+  // Applies upload chunks off gRPC's threads (store_calls.cc), so that
+  // receiving overlaps with copying and hashing.
+  WorkerPool upload_pool_{2, 1 << 16};
   std::mutex sweeper_mu_;
   std::condition_variable sweeper_cv_;
   bool stopping_ = false;  // guarded by sweeper_mu_

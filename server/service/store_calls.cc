@@ -4,7 +4,9 @@
 // streams onto it.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -47,27 +49,48 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // One UploadTensor stream: messages go to an UploadSession as they
 // arrive (upload_session.h has the rules); the client's half-close ends it.
 // A stream that breaks leaves the upload to be resumed.
+//
+// gRPC runs OnReadDone on the threads that also move bytes off the
+// sockets, so the chunks are not copied and hashed there: each message is
+// queued, the next read started at once, and a task on the service's
+// upload pool applies the queue in order (a few chunks at most are held).
+// Receiving, copying and hashing then overlap (docs/performance.md,
+// "Tensor store"). Finish is called exactly once, when no read is
+// outstanding and no task is running, as the last thing its caller does.
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
  public:
   UploadCall(grpc::CallbackServerContext* context, TensorStore* store, bool draining,
-             v1::UploadTensorResponse* response)
-      : context_(context), response_(response), session_(store, draining), start_(absl::Now()) {
+             WorkerPool* pool, v1::UploadTensorResponse* response)
+      : context_(context),
+        response_(response),
+        pool_(pool),
+        session_(store, draining),
+        start_(absl::Now()) {
+    read_outstanding_ = true;
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // half-closed by the client (or the call is gone)
-      FinishWith(session_.End(response_));
-      return;
+    std::unique_lock<std::mutex> lock(mu_);
+    read_outstanding_ = false;
+    if (!started_ && ok) {
+      // The first message opens the upload, here: it may end the call at
+      // once (a tensor already present), before any other read.
+      started_ = true;
+      absl::Status status = session_.Take(request_);
+      request_.Clear();
+      if (status.ok() && session_.finished()) status = session_.End(response_);
+      if (!status.ok() || session_.finished()) {
+        error_ = status;
+        return FinishLocked(std::move(lock), status);
+      }
+    } else if (!ok) {
+      ended_ = true;  // half-closed by the client, or the call is gone
+    } else if (error_.ok()) {
+      queue_.emplace_back();
+      queue_.back().Swap(&request_);
     }
-    const absl::Status status = session_.Take(request_);
-    if (!status.ok()) {
-      FinishWith(status);
-    } else if (session_.finished()) {
-      FinishWith(session_.End(response_));  // already present: read no more
-    } else {
-      StartRead(&request_);
-    }
+    Step(std::move(lock));
   }
 
   void OnDone() override {
@@ -76,13 +99,77 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   }
 
  private:
-  void FinishWith(const absl::Status& status) {
+  static constexpr size_t kMaxQueued = 4;
+
+  // Decides what comes next: read, drain, or finish. Consumes the lock;
+  // may finish the call (then `this` may be gone on return).
+  void Step(std::unique_lock<std::mutex> lock) {
+    if (finished_) return;
+    if (!error_.ok()) {
+      if (!read_outstanding_ && !task_running_) return FinishLocked(std::move(lock), error_);
+      return;
+    }
+    if (!queue_.empty() && !task_running_) {
+      task_running_ = true;
+      if (!pool_->TrySubmit([this] { Drain(); })) {
+        task_running_ = false;  // the pool is full: apply the queue here
+        lock.unlock();
+        Drain();
+        return;
+      }
+    }
+    if (!ended_ && !read_outstanding_ && queue_.size() < kMaxQueued) {
+      read_outstanding_ = true;
+      StartRead(&request_);
+    }
+    if (ended_ && queue_.empty() && !task_running_ && !read_outstanding_) {
+      lock.unlock();
+      const absl::Status status = session_.End(response_);  // waits for the hash
+      lock.lock();
+      return FinishLocked(std::move(lock), status);
+    }
+  }
+
+  // Applies queued messages in order until the queue is empty or one
+  // fails; then steps (which may read more or finish).
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    task_running_ = true;
+    while (!queue_.empty() && error_.ok()) {
+      v1::UploadTensorRequest m;
+      m.Swap(&queue_.front());
+      queue_.pop_front();
+      const bool resume_reading = !ended_ && !read_outstanding_ && queue_.size() < kMaxQueued;
+      if (resume_reading) {
+        read_outstanding_ = true;
+        StartRead(&request_);
+      }
+      lock.unlock();
+      const absl::Status status = session_.Take(m);
+      lock.lock();
+      if (!status.ok()) {
+        error_ = status;
+        queue_.clear();
+        received_ = session_.received();
+        session_.Release();  // resumable at once
+      }
+    }
+    task_running_ = false;
+    Step(std::move(lock));
+  }
+
+  // Finishes the call with `status`; the lock is released first and
+  // nothing of `this` is touched after Finish.
+  void FinishLocked(std::unique_lock<std::mutex> lock, const absl::Status& status) {
+    if (finished_) return;
+    finished_ = true;
     status_ = status;
-    received_ = session_.received();
+    received_ = std::max(received_, session_.received());
     session_.Release();
     if (!status.ok() && session_.retryable()) {
       context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(kStoreFullPushbackMs));
     }
+    lock.unlock();
     Finish(ToGrpcStatus(status));
   }
 
@@ -104,9 +191,20 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 
   grpc::CallbackServerContext* const context_;
   v1::UploadTensorResponse* const response_;
-  UploadSession session_;
+  WorkerPool* const pool_;
+  UploadSession session_;  // used by one thread at a time (the lock or the task)
   const absl::Time start_;
-  v1::UploadTensorRequest request_;
+  v1::UploadTensorRequest request_;  // the outstanding read's
+
+  std::mutex mu_;
+  std::deque<v1::UploadTensorRequest> queue_;  // guarded by mu_
+  bool started_ = false;                       // the first message was taken
+  bool read_outstanding_ = false;
+  bool task_running_ = false;
+  bool ended_ = false;
+  bool finished_ = false;
+  absl::Status error_;  // the first error; the call finishes with it
+
   int64_t received_ = 0;
   absl::Status status_;
 };
@@ -183,7 +281,7 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
     };
     return new Refuse();
   }
-  return new UploadCall(context, options_.store, draining_.load(), response);
+  return new UploadCall(context, options_.store, draining_.load(), &upload_pool_, response);
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(

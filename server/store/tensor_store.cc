@@ -5,10 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/status_macros.h"
+#include "server/store/trailing_hasher.h"
 
 namespace tensorcheck {
 
 namespace {
+
+// Uploads at least this large hash on a thread of their own.
+constexpr int64_t kTrailingHashBytes = int64_t{16} << 20;
 
 bool IsEmptyBlob(const Digest& d) { return d.size == 0 && d.hash == kEmptySha256; }
 
@@ -26,6 +30,9 @@ struct TensorStore::Partial {
   Digest digest;
   std::string id;
   std::string bytes;  // capacity reserved for the whole tensor
+  // Large uploads hash on a thread of their own, behind the writer
+  // (trailing_hasher.h); small ones inline.
+  std::unique_ptr<TrailingHasher> trailing;
   Sha256 hash;
   std::atomic<int64_t> committed{0};
   bool active = false;
@@ -212,6 +219,9 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
         return absl::ResourceExhaustedError(absl::StrCat(digest.ToString(), ": cannot allocate ",
                                                          digest.size, " bytes for the upload"));
       }
+      if (digest.size >= kTrailingHashBytes) {
+        partial->trailing = std::make_unique<TrailingHasher>(partial->bytes.data(), digest.size);
+      }
       bytes_used_ += digest.size;
       partials_.emplace(key, partial);
     }
@@ -261,7 +271,8 @@ absl::StatusOr<TensorStore::Blob> TensorStore::FinishUpload(const std::shared_pt
         " bytes; they are kept for ", absl::FormatDuration(options_.partial_upload_ttl),
         ": resume at offset ", committed, " with the same upload_id"));
   }
-  const std::string hash = p->hash.HexDigest();
+  const std::string hash = p->trailing ? p->trailing->Finish() : p->hash.HexDigest();
+  p->trailing.reset();
   const PartialKey key{p->digest, p->id};
   Blob blob;
   bool stored = false;
@@ -321,7 +332,11 @@ absl::Status TensorStore::Upload::Write(int64_t offset, absl::string_view bytes)
                                                    " bytes"));
   }
   p.bytes.append(bytes.data(), bytes.size());
-  p.hash.Update(bytes);
+  if (p.trailing) {
+    p.trailing->Advance(committed + size);
+  } else {
+    p.hash.Update(bytes);
+  }
   p.committed.store(committed + size);
   return absl::OkStatus();
 }

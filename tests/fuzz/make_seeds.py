@@ -13,6 +13,7 @@ typical malformed ones:
   safetensors  .safetensors files of F64, F32, F16, BF16 (names x, fc.weight,
                fc.bias; with __metadata__)
   config       configuration strings and the other names a request spells
+  upload       scripts of UploadTensor streams (bytes FuzzedDataProvider reads)
 """
 
 from __future__ import annotations
@@ -274,13 +275,24 @@ def config_seeds() -> None:
         write("config", f"{i:02d}_{text.replace(':', '_') or 'empty'}", text.encode())
 
 
+def upload_seeds() -> None:
+    # upload_fuzzer reads its input with FuzzedDataProvider: any bytes are a
+    # script; these give it a few sizes of tensor and stream count to start.
+    rng = np.random.default_rng(7)
+    for i, n in enumerate((16, 200, 1000, 4000)):
+        write("upload", f"{i:02d}_random_{n}", rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    write("upload", "04_zeros", bytes(600))
+    write("upload", "05_ones", b"\xff" * 600)
+
+
 def main() -> None:
-    for target in ("request", "npy", "safetensors", "config"):
+    for target in ("request", "npy", "safetensors", "config", "upload"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
     request_seeds()
     npy_seeds()
     safetensors_seeds()
     config_seeds()
+    upload_seeds()
 
 
 if __name__ == "__main__":
