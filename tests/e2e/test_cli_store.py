@@ -456,6 +456,17 @@ def bf16_to_f64(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+def available_memory() -> int:
+    """MemAvailable (free memory and the page cache the kernel can drop)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def check_large_layer(start_server, tmp_path: Path, n: int, m: int = 4,
                       k: int = 8192) -> dict:
     if os.environ.get("TENSORCHECK_SKIP_LARGE"):
@@ -463,18 +474,23 @@ def check_large_layer(start_server, tmp_path: Path, n: int, m: int = 4,
     w_bytes = 2 * n * k
     if shutil.disk_usage(tmp_path).free < 2 * w_bytes:
         pytest.skip("not enough disk for the weight file")
-    if os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") < 4 * w_bytes:
-        pytest.skip("not enough free memory for CLI and server to hold the weight")
+    if available_memory() < 3 * w_bytes:
+        pytest.skip(f"{3 * w_bytes} bytes of available memory needed (the server stores the "
+                    "weight, the CLI maps its file)")
     times = {}
     t = time.monotonic()
     write_bf16_npy(tmp_path / "x.npy", (m, k), seed=1)
     write_bf16_npy(tmp_path / "w.npy", (n, k), seed=2)
     times["generate_s"] = time.monotonic() - t
     addr = start_server("--store-bytes", str(w_bytes + 512 * MiB))
+    # cpu:fp32 against the fp64 reference: sums of 8192 products of size ~1
+    # cancel to near 0 in a few hundred of the outputs, where fp32's
+    # accumulation error (~0.05) exceeds the torch preset's atol of 1e-5;
+    # --atol 0.25 still catches anything wrong with outputs of size ~100.
     out = tmp_path / "out"
     args = ["--server", addr, "verify", "--input", str(tmp_path / "x.npy"),
             "--weight", str(tmp_path / "w.npy"), "--dtype", "input=bf16",
-            "--dtype", "weight=bf16", "--config", "cpu:fp32", "--json"]
+            "--dtype", "weight=bf16", "--config", "cpu:fp32", "--atol", "0.25", "--json"]
     t = time.monotonic()
     # First run: stderr on a terminal, so the progress line is exercised.
     stdout, stderr = run_with_tty_stderr(
