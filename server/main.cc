@@ -54,7 +54,8 @@ ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{16} << 30,
 ABSL_FLAG(double, partial_upload_seconds, 600,
           "How long an interrupted upload keeps its bytes for resuming.");
 ABSL_FLAG(int64_t, inline_output_bytes, int64_t{4} << 20,
-          "Returned outputs larger than this come back by digest (read with ReadTensor).");
+          "Returned outputs larger than this come back by digest (read with ReadTensor); at "
+          "most half of --max-message-mb.");
 ABSL_FLAG(int, threads, 0, "Worker threads running requests; 0: one per core.");
 ABSL_FLAG(int, stats_threads, 0,
           "Threads of the one statistics pool all requests share (a request's worker "
@@ -176,12 +177,14 @@ int Run() {
   }
   options.partial_upload_ttl = absl::Seconds(partial_seconds);
   options.inline_output_bytes = absl::GetFlag(FLAGS_inline_output_bytes);
-  if (options.inline_output_bytes < 0 ||
-      options.inline_output_bytes > options.engine.limits.max_message_bytes / 2) {
-    std::cerr << "--inline-output-bytes: 0..half of --max-message-mb expected, got "
-              << options.inline_output_bytes << "\n";
+  if (options.inline_output_bytes < 0) {
+    std::cerr << "--inline-output-bytes: 0 or more expected, got " << options.inline_output_bytes
+              << "\n";
     return 2;
   }
+  // At most half a message, so that a response of several outputs fits.
+  options.inline_output_bytes =
+      std::min(options.inline_output_bytes, options.engine.limits.max_message_bytes / 2);
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.backends.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.backends.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_mb) << 20;

@@ -24,7 +24,7 @@ from e2e_support import run_cli
 
 TOP_LEVEL_KEYS = [
     "verdict", "tolerance", "observed_vs_reference", "reference", "results",
-    "output_shape", "notes", "diagnosis",
+    "output_shape", "notes", "diagnosis", "uploaded_bytes", "reused_bytes",
 ]
 STATS_KEYS = {
     "total", "mismatched", "max_abs", "max_abs_index", "max_rel", "max_rel_index",

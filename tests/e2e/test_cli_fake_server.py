@@ -231,7 +231,8 @@ def test_json_follows_the_report_format(fake, files, tmp_path):
     assert r.returncode == 1, r.stderr
     j = json.loads(r.stdout)
     assert list(j) == ["verdict", "tolerance", "observed_vs_reference", "reference", "results",
-                       "output_shape", "notes", "diagnosis"]
+                       "output_shape", "notes", "diagnosis", "uploaded_bytes",
+                       "reused_bytes"]
     assert j["verdict"] == "fail"
     assert j["tolerance"] == {"preset": "torch", "atol": 1e-5, "rtol": 1.6e-2, "max_ulp": 0,
                               "bound_factor": 1.0, "nan_equal": False}

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -108,7 +108,7 @@ class _Server:
         return self.proc.returncode
 
 
-def start_server(*args: str) -> _Server:
+def launch_server(*args: str) -> _Server:
     """A tensorcheck-server of its own with extra flags (e.g.
     "--store-bytes", "0"); skips the test when there is no binary. Stop it
     with .stop()."""
@@ -122,8 +122,16 @@ def start_server(*args: str) -> _Server:
 
 
 @pytest.fixture(scope="session")
+def start_server() -> Callable[..., _Server]:
+    """launch_server, for tests that need a server of their own (a fixture:
+    `from conftest import` would clash with tests/e2e/conftest.py when both
+    suites run in one pytest)."""
+    return launch_server
+
+
+@pytest.fixture(scope="session")
 def server() -> Iterator[_Server]:
-    srv = start_server()
+    srv = launch_server()
     yield srv
     srv.stop()
 

@@ -162,6 +162,8 @@ def test_to_dict_is_the_documented_json_object():
         "output_shape",
         "notes",
         "diagnosis",
+        "uploaded_bytes",
+        "reused_bytes",
     ]
     assert d["verdict"] == "fail"
     assert d["tolerance"] == {
@@ -371,7 +373,8 @@ def test_diagnosis_to_dict():
 def test_python_mirror_covers_every_proto_field(message, node):
     proto_fields = {f.name for f in message.DESCRIPTOR.fields}
     py_fields = set(node.__dataclass_fields__)
-    # What the client adds of its own (not the server's, not in to_dict()).
+    # What the client adds of its own (not the server's; in to_dict() as in
+    # the CLI's JSON).
     client_only = {tensorcheck.Report: {"uploaded_bytes", "reused_bytes"}}.get(node, set())
     assert proto_fields == py_fields - client_only
 

@@ -26,6 +26,8 @@ REPORT_KEYS = {
     "output_shape",
     "notes",
     "diagnosis",
+    "uploaded_bytes",
+    "reused_bytes",
 }
 CONFIG_RESULT_KEYS = {
     "config",

@@ -410,7 +410,6 @@ class Report(_Node):
     diagnosis: Optional[Diagnosis]
     uploaded_bytes: int = 0
     reused_bytes: int = 0
-    _not_json = ("uploaded_bytes", "reused_bytes")
 
     @classmethod
     def from_proto(cls, m: pb.VerifyResponse, read: Optional[ReadTensor] = None) -> Report:
