@@ -52,7 +52,7 @@ def reset_peak(pid: int) -> bool:
 
 
 def store_info(client: tensorcheck.Client) -> pb.StoreInfo:
-    stub = client._stub  # noqa: SLF001 (the raw capabilities, counters included)
+    stub = client._stub  # the raw capabilities, counters included
     info: pb.StoreInfo = stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=30).store
     return info
 
@@ -88,7 +88,7 @@ def test_worked_example_digest():
             assert ref.size_bytes == 8
             back = client.read_tensor(ref)
             assert back.dtype == a.dtype and back.tobytes() == WORKED_BYTES
-            missing = client._stub.FindMissingTensors(  # noqa: SLF001
+            missing = client._stub.FindMissingTensors(
                 pb.FindMissingTensorsRequest(
                     digests=[pb.TensorDigest(hash="sha256:" + WORKED_HASH, size_bytes=8)]
                 ),
@@ -122,7 +122,7 @@ def test_restart_with_store_dir_keeps_tensors_and_drops_a_corrupt_file(tmp_path)
             info = store_info(client)
             assert info.tensor_count == 1
             assert np.array_equal(client.read_tensor(ra).view(np.uint16), a.view(np.uint16))
-            missing = client._stub.FindMissingTensors(  # noqa: SLF001
+            missing = client._stub.FindMissingTensors(
                 pb.FindMissingTensorsRequest(
                     digests=[
                         pb.TensorDigest(hash=r.digest, size_bytes=r.size_bytes) for r in (ra, rb)
