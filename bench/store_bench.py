@@ -138,20 +138,25 @@ def candle_reuse(binary: str) -> None:
             x, w, b = bf16((m, k), 1), bf16((n, k), 2), bf16((n,), 3)
             y1, y2, y3 = bf16((m, n), 4), bf16((m, n), 5), bf16((m, n), 6)
             x2 = bf16((m, k), 7)
+            # A second layer for the pair without an observed output.
+            x3, x4, w2, b2 = bf16((m, k), 8), bf16((m, k), 9), bf16((n, k), 10), bf16((n,), 11)
             runs = []
-            for label, xi, yi in (
-                ("first", x, y1),
-                ("re-check (same x, new y)", x, y2),
-                ("new batch (new x and y)", x2, y3),
+            for label, xi, wi, bi, yi in (
+                ("first (with observed y)", x, w, b, y1),
+                ("re-check (same x, new y)", x, w, b, y2),
+                ("new batch (new x and y)", x2, w, b, y3),
+                ("first (no observed)", x3, w2, b2, None),
+                ("new x (no observed)", x4, w2, b2, None),
             ):
                 since = len(server.lines)
-                r = client.verify_linear(xi, w, b, observed=yi, configs=["cpu:bf16:fused"])
+                r = client.verify_linear(xi, wi, bi, observed=yi, configs=["cpu:bf16:fused"])
                 time.sleep(0.2)  # the log line of the request follows its answer
                 runs.append((label, server.received_bytes(since), r))
     finally:
         server.stop()
-    first = runs[0][1]
-    for label, sent, r in runs:
+    for i, (label, sent, r) in enumerate(runs):
+        # Each second run against its own first: with and without observed.
+        first = runs[0][1] if i < 3 else runs[3][1]
         print(
             f"candle reuse {label:26s}: {sent / 1e6:6.1f} MB received "
             f"(uploaded {r.uploaded_bytes / 1e6:.1f} MB, reused {r.reused_bytes / 1e6:.1f} MB)"
