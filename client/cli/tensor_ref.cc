@@ -1,7 +1,5 @@
-// Digest arguments and SHA-256 (tensor_ref.h).
+// Digest arguments (tensor_ref.h).
 #include "client/cli/tensor_ref.h"
-
-#include <openssl/evp.h>
 
 #include <cstdlib>
 #include <limits>
@@ -88,42 +86,6 @@ absl::StatusOr<TensorRef> ParseTensorRef(absl::string_view arg) {
 std::string FormatTensorRef(const TensorRef& ref) {
   return absl::StrCat(kDigestPrefix, ref.hash_hex, ":", DTypeShortName(ref.dtype), ":",
                       absl::StrJoin(ref.shape, "x"));
-}
-
-struct Sha256Hasher::Context {
-  EVP_MD_CTX* md = nullptr;
-};
-
-Sha256Hasher::Sha256Hasher() : ctx_(std::make_unique<Context>()) {
-  ctx_->md = EVP_MD_CTX_new();
-  // Without a working libcrypto the CLI cannot name a tensor at all.
-  if (ctx_->md == nullptr || EVP_DigestInit_ex(ctx_->md, EVP_sha256(), nullptr) != 1) std::abort();
-}
-
-Sha256Hasher::~Sha256Hasher() { EVP_MD_CTX_free(ctx_->md); }
-
-void Sha256Hasher::Update(absl::string_view bytes) {
-  if (!bytes.empty() && EVP_DigestUpdate(ctx_->md, bytes.data(), bytes.size()) != 1) std::abort();
-}
-
-std::string Sha256Hasher::HexDigest() {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx_->md, out, &len) != 1) std::abort();
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) {
-    hex.push_back(kHex[out[i] >> 4]);
-    hex.push_back(kHex[out[i] & 15]);
-  }
-  return hex;
-}
-
-std::string Sha256Hex(absl::string_view bytes) {
-  Sha256Hasher h;
-  h.Update(bytes);
-  return h.HexDigest();
 }
 
 }  // namespace tensorcheck::cli

@@ -1,5 +1,5 @@
-// A tensor named by its digest on the command line, and the SHA-256 that
-// names it (docs/api.md, "Digests").
+// A tensor named by its digest on the command line (docs/api.md,
+// "Digests"); the SHA-256 that names it is server/store/digest.h's.
 //
 // A digest carries no dtype or shape, so the argument carries both:
 //
@@ -12,13 +12,13 @@
 //
 //   TC_ASSIGN_OR_RETURN(TensorRef r, ParseTensorRef(arg));
 //   std::cout << FormatTensorRef(r) << "\n";
-//   std::string hex = Sha256Hex(tensor.bytes());
+//   std::string hex = DigestOf(tensor.bytes()).hash;      // server/store/digest.h
 //
 // Errors (ParseTensorRef): INVALID_ARGUMENT saying which part is wrong and
 // what the form is; the caller prefixes the flag it came from.
 //
-// Thread safety: every function is safe to call concurrently; a
-// Sha256Hasher is used by one thread at a time. No gRPC dependency.
+// Thread safety: every function is safe to call concurrently. No gRPC
+// dependency.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/core/dtype.h"
+#include "server/store/digest.h"
 
 namespace tensorcheck::cli {
 
@@ -56,26 +57,5 @@ absl::StatusOr<TensorRef> ParseTensorRef(absl::string_view arg);
 
 // The argument form of `ref`, which ParseTensorRef reads back.
 std::string FormatTensorRef(const TensorRef& ref);
-
-// Incremental SHA-256 (OpenSSL's libcrypto), for hashing a large tensor in
-// pieces so that a progress bar can follow.
-class Sha256Hasher {
- public:
-  Sha256Hasher();
-  ~Sha256Hasher();
-  Sha256Hasher(const Sha256Hasher&) = delete;
-  Sha256Hasher& operator=(const Sha256Hasher&) = delete;
-
-  void Update(absl::string_view bytes);
-  // 64 lowercase hex digits; call once, after the last Update.
-  std::string HexDigest();
-
- private:
-  struct Context;
-  std::unique_ptr<Context> ctx_;
-};
-
-// The 64 lowercase hex digits of the SHA-256 of `bytes`.
-std::string Sha256Hex(absl::string_view bytes);
 
 }  // namespace tensorcheck::cli

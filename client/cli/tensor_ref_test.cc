@@ -25,16 +25,16 @@ std::string Arg(const std::string& rest) { return std::string("sha256:") + kWork
 
 TEST(Sha256Test, WorkedExampleOfTheApiDocHashesToItsDigest) {
   const std::string blob("\x80\x3f\x00\xc0\x00\x3f\x40\x40", 8);
-  EXPECT_EQ(Sha256Hex(blob), kWorkedHex);
+  EXPECT_EQ(DigestOf(blob).hash, kWorkedHex);
 }
 
 TEST(Sha256Test, EmptyBlobIsTheWellKnownDigest) {
-  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(DigestOf("").hash, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
 TEST(Sha256Test, PiecesHashLikeTheWhole) {
   // FIPS 180-2's "abc" example, fed in two pieces.
-  Sha256Hasher h;
+  Sha256 h;
   h.Update("a");
   h.Update("");
   h.Update("bc");

@@ -177,7 +177,7 @@ absl::StatusOr<std::string> StoreClient::Read(const pb::TensorDigest& digest, Pr
     return absl::DataLossError(
         absl::StrCat("ReadTensor: ", out.size(), " bytes of ", digest.size_bytes(), " arrived"));
   }
-  const std::string hash = absl::StrCat(kDigestPrefix, Sha256Hex(out));
+  const std::string hash = absl::StrCat(kDigestPrefix, DigestOf(out).hash);
   if (hash != digest.hash()) {
     return absl::DataLossError(
         absl::StrCat("ReadTensor: the bytes hash to ", hash, ", not ", digest.hash()));

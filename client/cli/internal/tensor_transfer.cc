@@ -61,7 +61,7 @@ void HashBlobs(std::vector<Blob>& blobs, Executor* executor, Progress* progress)
     Blob& b = blobs[static_cast<size_t>(i)];
     if (!b.local()) return;
     const absl::string_view bytes = b.bytes();
-    Sha256Hasher h;
+    Sha256 h;
     for (size_t pos = 0; pos < bytes.size(); pos += kHashPiece) {
       const size_t n = std::min(kHashPiece, bytes.size() - pos);
       h.Update(bytes.substr(pos, n));
