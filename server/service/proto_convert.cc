@@ -152,16 +152,10 @@ absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
 namespace {
 
 // A tensor by digest: the stored bytes, borrowed (docs/api.md).
-absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype, absl::string_view field,
-                                    const TensorSource& source) {
-  const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
+absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
+                                    const std::vector<int64_t>& shape, int64_t numel,
+                                    absl::string_view field, const TensorSource& source) {
   const int64_t item = static_cast<int64_t>(ItemSize(dtype));
-  TC_ASSIGN_OR_RETURN(int64_t numel,
-                      CheckedNumel(shape, std::numeric_limits<int64_t>::max(), field));
-  if (numel > std::numeric_limits<int64_t>::max() / item) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shape ", ShapeString(shape), ": byte count overflows"));
-  }
   // The prefix may be left out (the field's first documentation said so).
   std::string text = proto.digest();
   if (text.size() == 64 && text.find(':') == std::string::npos) text = "sha256:" + text;
@@ -188,8 +182,7 @@ absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype, absl::
 absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_view field,
                                        const RequestLimits& limits, const TensorSource& source) {
   TC_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype")));
-  if (proto.source_case() == v1::Tensor::kDigest) return StoredTensor(proto, dtype, field, source);
-  if (proto.source_case() != v1::Tensor::kData) {
+  if (proto.source_case() != v1::Tensor::kData && proto.source_case() != v1::Tensor::kDigest) {
     return InvalidFieldError(field, "data (raw little-endian bytes) or digest", "neither");
   }
   const std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
@@ -203,6 +196,9 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
   if (numel > std::numeric_limits<int64_t>::max() / item) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".shape ", ShapeString(shape), ": byte count overflows"));
+  }
+  if (proto.source_case() == v1::Tensor::kDigest) {
+    return StoredTensor(proto, dtype, shape, numel, field, source);
   }
   const int64_t expected = numel * item;
   if (static_cast<int64_t>(proto.data().size()) != expected) {
