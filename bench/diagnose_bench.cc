@@ -32,6 +32,7 @@
 #include <random>
 #include <string>
 
+#include "bench/bench_support.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/executor.h"
 #include "server/core/float_formats.h"
@@ -42,30 +43,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* FlagText(int argc, char** argv, const char* name, const char* fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return argv[i] + prefix.size();
-    }
-  }
-  return fallback;
-}
+using bench::FlagText;
+using bench::FlagValue;
 
-int64_t FlagValue(int argc, char** argv, const char* name, int64_t fallback) {
-  const char* text = FlagText(argc, argv, name, nullptr);
-  return text == nullptr ? fallback : std::atoll(text);
-}
-
-// Peak resident memory of this process, in MiB (Linux).
-double VmHwmMiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
-  }
-  return -1;
-}
+// Peak resident memory of this process, in MiB.
+double VmHwmMiB() { return static_cast<double>(bench::VmHwmBytes()) / (1 << 20); }
 
 // A value rounded to `dtype` (bf16 or fp16), as float.
 float RoundTo(DType dtype, double v) {

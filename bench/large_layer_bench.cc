@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/executor.h"
@@ -50,30 +51,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* FlagText(int argc, char** argv, const char* name, const char* fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return argv[i] + prefix.size();
-    }
-  }
-  return fallback;
-}
-
-int64_t FlagValue(int argc, char** argv, const char* name, int64_t fallback) {
-  const char* text = FlagText(argc, argv, name, nullptr);
-  return text == nullptr ? fallback : std::atoll(text);
-}
-
-// Peak resident memory of this process, in bytes (Linux).
-int64_t VmHwmBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  }
-  return -1;
-}
+using bench::FlagText;
+using bench::FlagValue;
+using bench::VmHwmBytes;
 
 // A tensor of `dtype` (bf16 or fp16) with values uniform in [-scale, scale),
 // written element by element (no fp64 staging copy of a 2 GB weight).
