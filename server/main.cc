@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{16} << 30,
           "Largest tensor the store takes, in bytes (capped at --store-bytes).");
 ABSL_FLAG(double, partial_upload_seconds, 600,
           "How long an interrupted upload keeps its bytes for resuming.");
+ABSL_FLAG(double, upload_idle_seconds, 60,
+          "An upload stream that sends nothing for this long is cancelled (what it sent is kept "
+          "for resuming).");
 ABSL_FLAG(int64_t, inline_output_bytes, int64_t{4} << 20,
           "Returned outputs larger than this come back by digest (read with ReadTensor); at "
           "most half of --max-message-mb.");
@@ -176,6 +179,13 @@ int Run() {
     return 2;
   }
   options.partial_upload_ttl = absl::Seconds(partial_seconds);
+  const double idle_seconds = absl::GetFlag(FLAGS_upload_idle_seconds);
+  if (!(idle_seconds > 0 && idle_seconds <= 86400)) {
+    std::cerr << "--upload-idle-seconds: a value in (0, 86400] expected, got " << idle_seconds
+              << "\n";
+    return 2;
+  }
+  options.upload_idle = absl::Seconds(idle_seconds);
   options.inline_output_bytes = absl::GetFlag(FLAGS_inline_output_bytes);
   if (options.inline_output_bytes < 0) {
     std::cerr << "--inline-output-bytes: 0 or more expected, got " << options.inline_output_bytes

@@ -107,6 +107,12 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   ServiceOptions service_options;
   service_options.store = server->store_.get();
   service_options.inline_output_bytes = options.inline_output_bytes;
+  if (options.upload_idle <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload_idle: a positive duration expected, got ",
+                     absl::FormatDuration(options.upload_idle)));
+  }
+  service_options.upload_idle = options.upload_idle;
   service_options.workers = workers;
   service_options.max_queue = options.max_queue;
   service_options.max_inflight_bytes = options.max_inflight_bytes;

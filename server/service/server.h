@@ -55,6 +55,8 @@ struct ServerOptions {
   std::string store_dir;
   absl::Duration partial_upload_ttl = absl::Minutes(10);
   int64_t inline_output_bytes = int64_t{4} << 20;
+  // An upload stream silent this long is cancelled (kept for resuming).
+  absl::Duration upload_idle = absl::Seconds(60);
   BuiltinBackendOptions backends;
   // Request limits (engine.limits; max_message_bytes is gRPC's message
   // size too), the reference, statistics threads (engine.stats_threads:

@@ -236,16 +236,48 @@ TensorCheckServiceImpl::~TensorCheckServiceImpl() {
   if (sweeper_.joinable()) sweeper_.join();
 }
 
+void TensorCheckServiceImpl::WatchUpload(const void* key, grpc::CallbackServerContext* context,
+                                         const std::atomic<int64_t>* last_activity_ns) {
+  std::lock_guard<std::mutex> lock(uploads_mu_);
+  uploads_[key] = UploadWatch{context, last_activity_ns, false};
+}
+
+void TensorCheckServiceImpl::UnwatchUpload(const void* key) {
+  std::lock_guard<std::mutex> lock(uploads_mu_);
+  uploads_.erase(key);
+}
+
+int TensorCheckServiceImpl::CancelIdleUploads(absl::Time now) {
+  const int64_t limit_ns = absl::ToInt64Nanoseconds(options_.upload_idle);
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  int cancelled = 0;
+  std::lock_guard<std::mutex> lock(uploads_mu_);
+  for (auto& [key, watch] : uploads_) {
+    if (!watch.cancelled && now_ns - watch.last_activity_ns->load() > limit_ns) {
+      watch.cancelled = true;
+      watch.context->TryCancel();  // the bytes received stay, for resuming
+      ++cancelled;
+    }
+  }
+  return cancelled;
+}
+
 void TensorCheckServiceImpl::SweepUploads() {
   // Often enough that an abandoned upload's memory is back within half
-  // its time to live past the deadline (at most every 10 s).
+  // its time to live past the deadline, and an idle stream is cut within
+  // half its limit (at most every 10 s).
   const absl::Duration ttl = options_.store->options().partial_upload_ttl;
-  const absl::Duration period = std::clamp(ttl / 2, absl::Milliseconds(100), absl::Seconds(10));
+  const absl::Duration period = std::clamp(std::min(ttl, options_.upload_idle) / 2,
+                                           absl::Milliseconds(100), absl::Seconds(10));
   std::unique_lock<std::mutex> lock(sweeper_mu_);
   while (!sweeper_cv_.wait_for(
       lock, absl::ToChronoSeconds(period) + absl::ToChronoMilliseconds(period % absl::Seconds(1)),
       [this] { return stopping_; })) {
     lock.unlock();
+    if (const int idle = CancelIdleUploads(absl::Now()); idle > 0) {
+      LogEvent(spdlog::level::warn, "idle uploads cancelled",
+               {{"count", idle}, {"idle_seconds", absl::ToDoubleSeconds(options_.upload_idle)}});
+    }
     const int freed = options_.store->ExpirePartialUploads();
     if (freed > 0) {
       LogEvent(spdlog::level::info, "uploads_expired",

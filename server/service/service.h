@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -102,6 +103,10 @@ struct ServiceOptions {
   TensorStore* store = nullptr;
   // Returned outputs over this many bytes are answered by digest.
   int64_t inline_output_bytes = int64_t{4} << 20;
+  // An upload stream that sends nothing for this long is cancelled (what
+  // it sent is kept for resuming), so a stalled client cannot hold the
+  // store's budget.
+  absl::Duration upload_idle = absl::Seconds(60);
 };
 
 class LinearCall;  // service.cc: one Verify or Diagnose call
@@ -141,6 +146,14 @@ class TensorCheckServiceImpl final
                                               v1::QueryUploadStatusResponse* response) override;
   grpc::ServerWriteReactor<v1::ReadTensorResponse>* ReadTensor(
       grpc::CallbackServerContext* context, const v1::ReadTensorRequest* request) override;
+
+  // Upload streams (store_calls.cc) register while they live, with the
+  // time of their last message, so that idle ones can be cancelled.
+  void WatchUpload(const void* key, grpc::CallbackServerContext* context,
+                   const std::atomic<int64_t>* last_activity_ns);
+  void UnwatchUpload(const void* key);
+  // Cancels the streams idle longer than upload_idle at `now`; how many.
+  int CancelIdleUploads(absl::Time now);
 
   // New requests are answered UNAVAILABLE; in-flight ones go on.
   void StartDraining();
@@ -184,8 +197,17 @@ class TensorCheckServiceImpl final
   // Returned outputs over the inline limit go to the store, answered by
   // digest.
   absl::Status StoreLargeOutputs(int64_t request_limit, v1::VerifyResponse* response);
-  // Frees interrupted uploads past their time to live, until destroyed.
+  // Frees interrupted uploads past their time to live and cancels idle
+  // upload streams, until destroyed.
   void SweepUploads();
+
+  struct UploadWatch {
+    grpc::CallbackServerContext* context;
+    const std::atomic<int64_t>* last_activity_ns;  // Unix nanoseconds
+    bool cancelled;
+  };
+  std::mutex uploads_mu_;
+  std::map<const void*, UploadWatch> uploads_;  // guarded by uploads_mu_
 
   const Engine* engine_;
   ServiceOptions options_;

@@ -3,6 +3,7 @@
 // itself (server/store) knows nothing of gRPC; this file maps messages and
 // streams onto it.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
 #include <memory>
@@ -59,18 +60,23 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // outstanding and no task is running, as the last thing its caller does.
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
  public:
-  UploadCall(grpc::CallbackServerContext* context, TensorStore* store, bool draining,
-             WorkerPool* pool, v1::UploadTensorResponse* response)
-      : context_(context),
+  UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context,
+             TensorStore* store, bool draining, WorkerPool* pool,
+             v1::UploadTensorResponse* response)
+      : service_(service),
+        context_(context),
         response_(response),
         pool_(pool),
         session_(store, draining),
         start_(absl::Now()) {
+    last_activity_ns_ = absl::ToUnixNanos(start_);
+    service_->WatchUpload(this, context_, &last_activity_ns_);
     read_outstanding_ = true;
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    last_activity_ns_ = absl::ToUnixNanos(absl::Now());
     std::unique_lock<std::mutex> lock(mu_);
     read_outstanding_ = false;
     if (!started_ && ok) {
@@ -94,6 +100,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   }
 
   void OnDone() override {
+    service_->UnwatchUpload(this);
     Log();
     delete this;
   }
@@ -189,10 +196,12 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     LogEvent(status_.ok() ? spdlog::level::info : spdlog::level::warn, "upload", fields);
   }
 
+  TensorCheckServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
   v1::UploadTensorResponse* const response_;
   WorkerPool* const pool_;
-  UploadSession session_;  // used by one thread at a time (the lock or the task)
+  std::atomic<int64_t> last_activity_ns_{0};  // the last message's arrival
+  UploadSession session_;                     // used by one thread at a time (the lock or the task)
   const absl::Time start_;
   v1::UploadTensorRequest request_;  // the outstanding read's
 
@@ -281,7 +290,7 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
     };
     return new Refuse();
   }
-  return new UploadCall(context, options_.store, draining_.load(), &upload_pool_, response);
+  return new UploadCall(this, context, options_.store, draining_.load(), &upload_pool_, response);
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(

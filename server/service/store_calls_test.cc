@@ -65,6 +65,7 @@ class StoreCallsTest : public ::testing::Test {
     options.max_stored_tensor_bytes = 40 << 20;
     options.partial_upload_ttl = absl::Seconds(1);
     options.inline_output_bytes = 1 << 20;
+    options.upload_idle = absl::Seconds(2);
     auto server = TensorCheckServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value().release();
@@ -410,6 +411,24 @@ TEST_F(StoreCallsTest, AnAbandonedUploadIsFreedAfterItsTimeToLive) {
   EXPECT_EQ(s.partial_uploads(), 0);
   EXPECT_EQ(s.partial_bytes(), 0);
   EXPECT_EQ(Committed(b, "abandoned"), 0);
+}
+
+TEST_F(StoreCallsTest, AStalledUploadIsCancelledAndKeepsWhatItSent) {
+  const std::string b = RandomBytes(3 * kChunk, 17);
+  auto m = Messages(b, "stalled");
+  auto stub = Stub();
+  grpc::ClientContext ctx;
+  v1::UploadTensorResponse r;
+  auto writer = stub->UploadTensor(&ctx, &r);
+  ASSERT_TRUE(writer->Write(m[0]));
+  ASSERT_TRUE(writer->Write(m[1]));
+  // Then nothing: after the 2 s idle limit the server cuts the stream
+  // (Finish returns once it has), without the client's help.
+  const grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  const int64_t kept = Committed(b, "stalled");
+  // Kept for resuming (unless the 1 s time to live already passed).
+  EXPECT_TRUE(kept == kChunk || kept == 0) << kept;
 }
 
 TEST_F(StoreCallsTest, AStoreFullOfUploadsInProgressRefusesWithARetryHint) {

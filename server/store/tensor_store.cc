@@ -35,6 +35,10 @@ struct TensorStore::Partial {
   std::unique_ptr<TrailingHasher> trailing;
   Sha256 hash;
   std::atomic<int64_t> committed{0};
+  // Budget bytes held: the declared size while a stream writes it, only
+  // the bytes received while it waits to be resumed (so that a client that
+  // stalls holds no more than it sent). Guarded by the store's mu_.
+  int64_t reserved = 0;
   bool active = false;
   absl::Time last_write;
 };
@@ -207,6 +211,11 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
                                                " is being written by another stream"));
       }
       partial = it->second;
+      // Resumed: the rest of the declared size is reserved again.
+      const int64_t rest = digest.size - partial->reserved;
+      if (!MakeRoom(rest, &removed)) return NoRoom(digest);
+      bytes_used_ += rest;
+      partial->reserved = digest.size;
     } else {
       if (!MakeRoom(digest.size, &removed)) return NoRoom(digest);
       partial = std::make_shared<Partial>();
@@ -223,6 +232,7 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
         partial->trailing = std::make_unique<TrailingHasher>(partial->bytes.data(), digest.size);
       }
       bytes_used_ += digest.size;
+      partial->reserved = digest.size;
       partials_.emplace(key, partial);
     }
     partial->active = true;
@@ -252,7 +262,7 @@ int TensorStore::ExpirePartialUploads(absl::Time now) {
     for (auto it = partials_.begin(); it != partials_.end();) {
       const Partial& p = *it->second;
       if (!p.active && now - p.last_write > options_.partial_upload_ttl) {
-        bytes_used_ -= p.digest.size;
+        bytes_used_ -= p.reserved;
         expired.push_back(std::move(it->second));
         it = partials_.erase(it);
       } else {
@@ -279,7 +289,7 @@ absl::StatusOr<TensorStore::Blob> TensorStore::FinishUpload(const std::shared_pt
   {
     std::lock_guard<std::mutex> lock(mu_);
     partials_.erase(key);
-    bytes_used_ -= p->digest.size;  // the reservation ends either way
+    bytes_used_ -= p->reserved;  // the reservation ends either way
     if (hash != p->digest.hash) {
       return absl::InvalidArgumentError(absl::StrCat("the bytes received hash to sha256:", hash,
                                                      ", not ", p->digest.ToString(),
@@ -303,6 +313,10 @@ void TensorStore::ReleaseUpload(const std::shared_ptr<Partial>& p) {
   std::lock_guard<std::mutex> lock(mu_);
   p->active = false;
   p->last_write = absl::Now();
+  // Kept for resuming: only what arrived stays counted.
+  const int64_t committed = p->committed.load();
+  bytes_used_ -= p->reserved - committed;
+  p->reserved = committed;
 }
 
 TensorStore::Upload::~Upload() {

@@ -25,8 +25,9 @@
 // Upload is used by one thread at a time. Putting a digest already present
 // keeps the stored bytes and returns them (two concurrent uploads of one
 // tensor are stored once). The empty blob is always present and costs
-// nothing. The budget covers stored tensors and uploads in progress (an
-// upload reserves its declared size when it starts).
+// nothing. The budget covers stored tensors and uploads: an upload being
+// written reserves its declared size (when it starts or resumes); one
+// interrupted and kept for resuming holds only the bytes it received.
 #pragma once
 
 #include <atomic>
