@@ -489,11 +489,18 @@ absl::Status TensorCheckServiceImpl::StoreLargeOutputs(int64_t request_limit,
     if (t->source_case() != v1::Tensor::kData || static_cast<int64_t>(t->data().size()) <= limit) {
       return absl::OkStatus();
     }
-    std::string bytes = std::move(*t->mutable_data());
-    const Digest digest = DigestOf(bytes);
-    // Not pinned: the client reads it soon after (docs/api.md).
-    TC_RETURN_IF_ERROR(options_.store->Put(digest, std::move(bytes), /*persist=*/false).status());
-    t->set_digest(digest.ToString());
+    std::string* bytes = t->mutable_data();
+    const Digest digest = DigestOf(*bytes);
+    // Not pinned: the client reads it soon after (docs/api.md). A store
+    // with no room leaves the output inline (the bytes are still there);
+    // the response's size check then decides.
+    absl::StatusOr<TensorStore::Blob> stored =
+        options_.store->Put(digest, std::move(*bytes), /*persist=*/false);
+    if (!stored.ok()) {
+      if (stored.status().code() == absl::StatusCode::kResourceExhausted) return absl::OkStatus();
+      return stored.status();
+    }
+    t->set_digest(digest.ToString());  // clears the (moved-from) data
     return absl::OkStatus();
   };
   if (response->has_reference()) TC_RETURN_IF_ERROR(store_one(response->mutable_reference()));

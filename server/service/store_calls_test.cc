@@ -603,6 +603,33 @@ TEST_F(StoreCallsTest, LargeReturnedOutputsComeBackByDigest) {
   EXPECT_EQ(Verify(r, &bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(StoreCallsTest, ALargeOutputStaysInlineWhenTheStoreHasNoRoom) {
+  // Two uploads being written reserve all 48 MiB of the budget.
+  auto stub = Stub();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::UploadTensorRequest>>> writers;
+  v1::UploadTensorResponse r1, r2;
+  const std::string a = RandomBytes(40 << 20, 18), b = RandomBytes(8 << 20, 19);
+  for (auto [bytes, response] : {std::pair{&a, &r1}, std::pair{&b, &r2}}) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    writers.push_back(stub->UploadTensor(contexts.back().get(), response));
+    ASSERT_TRUE(writers.back()->Write(Messages(*bytes, "filling")[0]));
+  }
+  for (int i = 0; i < 500 && Store().bytes_used() < (48 << 20); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  v1::VerifyRequest req = Layer(false);
+  req.mutable_output()->set_return_outputs(true);
+  req.mutable_output()->set_max_inline_output_bytes(8);
+  v1::VerifyResponse resp;
+  const grpc::Status s = Verify(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.results(0).output().source_case(), v1::Tensor::kData);
+  EXPECT_EQ(resp.results(0).output().data().size(), 2u * 3u * 4u);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& w : writers) (void)w->Finish();
+}
+
 TEST(StoreCallsNoStoreTest, WithoutAStoreTheStoreRpcsAreUnimplementedAndDigestsMissing) {
   ServerOptions options;
   options.host = "127.0.0.1";

@@ -120,7 +120,7 @@ TensorStore::Blob TensorStore::Insert(const Digest& digest, std::string bytes) {
   return blob;
 }
 
-absl::StatusOr<TensorStore::Blob> TensorStore::Put(const Digest& digest, std::string bytes,
+absl::StatusOr<TensorStore::Blob> TensorStore::Put(const Digest& digest, std::string&& bytes,
                                                    bool persist) {
   if (digest.size > max_tensor_bytes()) {
     return absl::ResourceExhaustedError(

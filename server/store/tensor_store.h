@@ -90,8 +90,12 @@ class TensorStore {
   // RESOURCE_EXHAUSTED when the tensor is over max_tensor_bytes or when
   // what is pinned leaves no room (nothing is evicted then). `persist`:
   // also write it to the store directory, if any (returned outputs are
-  // not worth keeping across restarts).
-  absl::StatusOr<Blob> Put(const Digest& digest, std::string bytes, bool persist = true);
+  // not worth keeping across restarts). `bytes` is moved from only when
+  // the tensor is stored: on an error the caller still has it.
+  absl::StatusOr<Blob> Put(const Digest& digest, std::string&& bytes, bool persist = true);
+  absl::StatusOr<Blob> Put(const Digest& digest, const std::string& bytes, bool persist = true) {
+    return Put(digest, std::string(bytes), persist);
+  }
 
   // The tensor, pinned while the handle lives, and now the most recently
   // used; NOT_FOUND naming the digest when the store does not hold it.
