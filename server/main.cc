@@ -75,6 +75,18 @@ ABSL_FLAG(std::string, default_reference, "cpu:fp64", "Reference configuration."
 
 namespace {
 
+// A duration flag in (0, max_seconds]; false, with the reason on stderr,
+// when it is not.
+bool PositiveSeconds(const char* flag, double seconds, double max_seconds, absl::Duration* out) {
+  if (!(seconds > 0 && seconds <= max_seconds)) {
+    std::cerr << flag << ": a value in (0, " << max_seconds << "] expected, got " << seconds
+              << "\n";
+    return false;
+  }
+  *out = absl::Seconds(seconds);
+  return true;
+}
+
 // Written by the signal handler, read by the waiter thread.
 int signal_pipe[2] = {-1, -1};
 // Not a signal: a request hit an error that leaves the device unusable.
@@ -125,13 +137,10 @@ int Run() {
               << options.max_inflight_bytes << "\n";
     return 2;
   }
-  const double request_seconds = absl::GetFlag(FLAGS_max_request_seconds);
-  if (!(request_seconds > 0 && request_seconds <= 86400)) {
-    std::cerr << "--max-request-seconds: a value in (0, 86400] expected, got " << request_seconds
-              << "\n";
+  if (!PositiveSeconds("--max-request-seconds", absl::GetFlag(FLAGS_max_request_seconds), 86400,
+                       &options.max_request_time)) {
     return 2;
   }
-  options.max_request_time = absl::Seconds(request_seconds);
   const int64_t gmacs = absl::GetFlag(FLAGS_max_work_gmacs);
   if (gmacs < 1 || gmacs > (int64_t{1} << 32)) {
     std::cerr << "--max-work-gmacs: 1..2^32 expected, got " << gmacs << "\n";
@@ -172,20 +181,12 @@ int Run() {
               << options.max_stored_tensor_bytes << "\n";
     return 2;
   }
-  const double partial_seconds = absl::GetFlag(FLAGS_partial_upload_seconds);
-  if (!(partial_seconds > 0 && partial_seconds <= 7 * 86400)) {
-    std::cerr << "--partial-upload-seconds: a value in (0, 604800] expected, got "
-              << partial_seconds << "\n";
+  if (!PositiveSeconds("--partial-upload-seconds", absl::GetFlag(FLAGS_partial_upload_seconds),
+                       7 * 86400, &options.partial_upload_ttl) ||
+      !PositiveSeconds("--upload-idle-seconds", absl::GetFlag(FLAGS_upload_idle_seconds), 86400,
+                       &options.upload_idle)) {
     return 2;
   }
-  options.partial_upload_ttl = absl::Seconds(partial_seconds);
-  const double idle_seconds = absl::GetFlag(FLAGS_upload_idle_seconds);
-  if (!(idle_seconds > 0 && idle_seconds <= 86400)) {
-    std::cerr << "--upload-idle-seconds: a value in (0, 86400] expected, got " << idle_seconds
-              << "\n";
-    return 2;
-  }
-  options.upload_idle = absl::Seconds(idle_seconds);
   options.inline_output_bytes = absl::GetFlag(FLAGS_inline_output_bytes);
   if (options.inline_output_bytes < 0) {
     std::cerr << "--inline-output-bytes: 0 or more expected, got " << options.inline_output_bytes
