@@ -166,9 +166,7 @@ absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
                               : absl::NotFoundError("this server has no tensor store");
   if (!blob.ok()) {
     if (source.missing != nullptr) {
-      v1::TensorDigest* d = source.missing->add_digests();
-      d->set_hash(digest.ToString());
-      d->set_size_bytes(digest.size);
+      DigestToProto(digest, source.missing->add_digests());
       source.missing->add_fields(std::string(field));
     }
     return Tensor();
@@ -212,6 +210,15 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
                                                      limits.max_tensor_bytes, " bytes per tensor"));
   }
   return Tensor::FromBytes(dtype, shape, proto.data());
+}
+
+absl::StatusOr<Digest> DigestFromProto(const v1::TensorDigest& proto, absl::string_view field) {
+  return ParseDigest(proto.hash(), proto.size_bytes(), field);
+}
+
+void DigestToProto(const Digest& digest, v1::TensorDigest* proto) {
+  proto->set_hash(digest.ToString());
+  proto->set_size_bytes(digest.size);
 }
 
 void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {

@@ -41,6 +41,11 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
                                        const RequestLimits& limits,
                                        const TensorSource& source = {});
 
+// A TensorDigest of the store RPCs as a Digest (INVALID_ARGUMENT naming
+// `field` when malformed), and back.
+absl::StatusOr<Digest> DigestFromProto(const v1::TensorDigest& proto, absl::string_view field);
+void DigestToProto(const Digest& digest, v1::TensorDigest* proto);
+
 // Copies a tensor into a proto (data bytes, shape, dtype).
 void TensorToProto(const Tensor& tensor, v1::Tensor* proto);
 

@@ -31,15 +31,6 @@ absl::Status NoStore() {
       "this server has no tensor store (--store-bytes 0): send tensors as data");
 }
 
-absl::StatusOr<Digest> DigestFromProto(const v1::TensorDigest& d, absl::string_view field) {
-  return ParseDigest(d.hash(), d.size_bytes(), field);
-}
-
-void DigestToProto(const Digest& d, v1::TensorDigest* p) {
-  p->set_hash(d.ToString());
-  p->set_size_bytes(d.size);
-}
-
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

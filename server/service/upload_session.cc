@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/status_macros.h"
+#include "server/service/proto_convert.h"
 
 namespace tensorcheck {
 
@@ -11,8 +12,7 @@ absl::Status UploadSession::Open(const v1::UploadTensorRequest& first) {
     return absl::InvalidArgumentError(
         "digest: the first UploadTensor message must name the tensor's digest and size");
   }
-  TC_ASSIGN_OR_RETURN(digest_,
-                      ParseDigest(first.digest().hash(), first.digest().size_bytes(), "digest"));
+  TC_ASSIGN_OR_RETURN(digest_, DigestFromProto(first.digest(), "digest"));
   if (first.upload_id().size() > kMaxUploadIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("upload_id: at most ", kMaxUploadIdLength,
                                                    " characters expected, got ",
@@ -75,8 +75,7 @@ absl::Status UploadSession::End(v1::UploadTensorResponse* response) {
     TC_RETURN_IF_ERROR(upload_->Finish().status());
     finished_ = true;
   }
-  response->mutable_digest()->set_hash(digest_.ToString());
-  response->mutable_digest()->set_size_bytes(digest_.size);
+  DigestToProto(digest_, response->mutable_digest());
   response->set_committed_size(digest_.size);
   response->set_already_present(already_present_);
   return absl::OkStatus();
