@@ -122,19 +122,30 @@ struct Comparison {
 
 std::string HtmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/false); }
 
+std::string HtmlStyleSheet() { return kCss; }
+
 std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                        const Tensor* observed, const HtmlOptions& options) {
-  const bool diagnose = ctx.command == "diagnose";
-  const bool has_observed = r.has_observed_vs_reference() || observed != nullptr;
-  const std::string ref_name = r.has_reference() && !r.reference().config().empty()
-                                   ? r.reference().config()
-                                   : "the reference";
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   absl::StrAppend(&out, "<title>tensorcheck ", HtmlEscape(ctx.command), " report</title>\n");
   absl::StrAppend(&out, "<style>", kCss, "</style>\n</head>\n<body>\n");
   absl::StrAppend(&out, "<h1>tensorcheck ", HtmlEscape(ctx.command), "</h1>\n");
+  out += FormatHtmlSection(r, ctx, observed, options);
+  out += "<p class=\"note\">Written by the tensorcheck CLI; this page is self-contained.</p>\n";
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& ctx,
+                              const Tensor* observed, const HtmlOptions& options) {
+  const bool diagnose = ctx.command == "diagnose";
+  const bool has_observed = r.has_observed_vs_reference() || observed != nullptr;
+  const std::string ref_name = r.has_reference() && !r.reference().config().empty()
+                                   ? r.reference().config()
+                                   : "the reference";
+  std::string out;
 
   // ---- summary
   out += "<h2>Summary</h2>\n<dl class=\"summary\">\n";
@@ -382,7 +393,7 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                       HtmlEscape(why), ").</p>\n");
       continue;
     }
-    out += HeatmapFigure(*grid, title, shown);
+    out += HeatmapFigure(*grid, title, options.first_heatmap_id + shown);
     ++shown;
   }
 
@@ -391,8 +402,6 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
     for (const std::string& n : r.notes()) absl::StrAppend(&out, "<li>", HtmlEscape(n), "</li>\n");
     out += "</ul>\n";
   }
-  out += "<p class=\"note\">Written by the tensorcheck CLI; this page is self-contained.</p>\n";
-  out += "</body>\n</html>\n";
   return out;
 }
 

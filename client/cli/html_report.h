@@ -43,6 +43,9 @@ struct HtmlOptions {
   // Heatmaps beyond this many (verify with many configurations) are left
   // out with a note, which bounds the page size.
   int max_heatmaps = 8;
+  // The id of the first heatmap's colour scale: a page holding several
+  // sections (FormatHtmlSection) gives each its own range.
+  int first_heatmap_id = 0;
 };
 
 // A matrix of absolute differences max-pooled into a coarser grid.
@@ -104,5 +107,15 @@ std::string Base64(absl::string_view data);
 // missing or their shapes disagree.
 std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
                        const Tensor* observed, const HtmlOptions& options = {});
+
+// The page's content without the page around it (no <html>, <head>, <h1>):
+// summary, tables, histograms, heatmaps, notes, its headings <h2>. For a
+// page that holds several reports (`tensorcheck sweep --html`), which also
+// needs HtmlStyleSheet() and distinct HtmlOptions::first_heatmap_id.
+std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& ctx,
+                              const Tensor* observed, const HtmlOptions& options = {});
+
+// The CSS of the pages (without the <style> element).
+std::string HtmlStyleSheet();
 
 }  // namespace tensorcheck::cli
