@@ -511,3 +511,75 @@ def test_diagnosis_message_shows_plausibility_ruled_out_and_shared_gemm():
         "    5. cpu:fp16:v1: reason 1",
     ]
     assert "reason 2" not in msg  # sixth: beyond the candidates listed
+
+
+def _five_candidates_three_equivalent() -> pb.Diagnosis:
+    """cpu:fp32:fused, cpu:tf32:fused and cpu:fp32:unfused computed the same
+    bits (24,575 of 24,576 equal to the observed output); two others differ."""
+    dg = pb.Diagnosis(best="cpu:fp32:fused", confidence=0.9)
+    dg.equivalent.extend(["cpu:tf32:fused", "cpu:fp32:unfused"])
+    same = ["cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"]
+    for name in same:
+        dg.ranking.add(
+            config=name,
+            bitwise_equal_fraction=24575 / 24576,
+            max_ulp=1,
+            plausible=True,
+            compared_elements=24576,
+            equivalent=[e for e in same if e != name],
+            shared_computation="cpu:fp32:fused" if name == "cpu:fp32:unfused" else "",
+        )
+    dg.ranking.add(
+        config="cpu:bf16:fused",
+        bitwise_equal_fraction=0.25,
+        max_ulp=40,
+        compared_elements=24576,
+        ruled_out="bf16 rounding everywhere.",
+    )
+    dg.ranking.add(
+        config="cpu:fp16:fused",
+        bitwise_equal_fraction=0.125,
+        max_ulp=80,
+        compared_elements=24576,
+        ruled_out="fp16 rounding everywhere.",
+    )
+    return dg
+
+
+def test_ranking_groups_puts_candidates_with_the_same_bits_in_one_row():
+    d = tensorcheck.Diagnosis.from_proto(_five_candidates_three_equivalent())
+    assert [[c.config for c in row] for row in d.ranking_groups()] == [
+        ["cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"],
+        ["cpu:bf16:fused"],
+        ["cpu:fp16:fused"],
+    ]
+    assert len(d.ranking) == 5  # the ranking itself keeps one entry per candidate
+
+
+def test_diagnosis_message_shows_equivalent_candidates_as_one_row():
+    msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(_five_candidates_three_equivalent()))
+    lines = msg.splitlines()
+    start = lines.index("Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):")
+    assert lines[start + 1 :] == [
+        # 24,575 of 24,576 bitwise equal: never "100.0%".
+        "  cpu:fp32:fused = cpu:tf32:fused = cpu:fp32:unfused*: yes, 99.996%, 1, n/a",
+        "  cpu:bf16:fused: no, 25.0%, 40, n/a",
+        "  cpu:fp16:fused: no, 12.5%, 80, n/a",
+        "  * cpu:fp32:unfused reused the GEMM of cpu:fp32:fused.",
+        "  Ruled out:",
+        "    2. cpu:bf16:fused: bf16 rounding everywhere.",
+        "    3. cpu:fp16:fused: fp16 rounding everywhere.",
+    ]
+    assert "100.0%" not in msg and "100%" not in msg
+
+
+def test_diagnosis_message_wraps_a_long_row_before_an_equals_sign():
+    dg = pb.Diagnosis()
+    names = [f"cuda:tf32_trunc:unfused:v{i}" for i in range(4)]
+    for name in names:
+        dg.ranking.add(config=name, equivalent=[e for e in names if e != name])
+    lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg)).splitlines()
+    assert lines[-2:] == [
+        "  cuda:tf32_trunc:unfused:v0 = cuda:tf32_trunc:unfused:v1",
+        "    = cuda:tf32_trunc:unfused:v2 = cuda:tf32_trunc:unfused:v3: -, 0%, 0, n/a",
+    ]

@@ -145,27 +145,56 @@ def format_diagnosis(d: Diagnosis) -> str:
     if d.explanation:
         lines.append(d.explanation)
     if d.ranking:
-        shown = d.ranking[:_RANKING_SHOWN]
+        # Candidates that computed the same bits share one row, "A = B = C".
+        rows = d.ranking_groups()[:_RANKING_SHOWN]
+        ranked = {c.config for c in d.ranking}
         lines.append("Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):")
-        for r in shown:
+        for row in rows:
+            r = row[0]
             br = "n/a" if r.bound_ratio is None else f"{r.bound_ratio:.3g}"
-            marker = _SHARED_MARKER if r.shared_computation else ""
-            lines.append(
-                f"  {r.config}{marker}: {r.plausible_text}, "
-                f"{format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}"
+            row_lines = _wrapped_names(_row_names(row, ranked, marked=True))
+            row_lines[-1] += (
+                f": {r.plausible_text}, {format_share(r.bitwise_equal_fraction)}, {r.max_ulp}, {br}"
             )
-        lines.extend(_shared_footnotes(shown, "."))
-        ruled_out = [(i, r) for i, r in enumerate(shown, 1) if r.ruled_out]
+            lines.extend(row_lines)
+        lines.extend(_shared_footnotes([c for row in rows for c in row], "."))
+        ruled_out = [(i, row) for i, row in enumerate(rows, 1) if row[0].ruled_out]
         if ruled_out:
             lines.append("  Ruled out:")
-            lines.extend(f"    {i}. {r.config}: {r.ruled_out}" for i, r in ruled_out)
+            lines.extend(
+                f"    {i}. {' = '.join(_row_names(row, ranked, marked=False))}: {row[0].ruled_out}"
+                for i, row in ruled_out
+            )
     return "\n".join(lines)
 
 
-# How many ranked candidates the diagnosis message lists (to_dict() has all).
+# How many ranking rows the diagnosis message lists (to_dict() has all).
 _RANKING_SHOWN = 5
 # Marks a configuration that reused another configuration's GEMM.
 _SHARED_MARKER = "*"
+# A row's names are wrapped before an "=" past this many characters.
+_NAMES_WIDTH = 72
+
+
+def _row_names(row: Sequence[RankedCandidate], ranked: set[str], marked: bool) -> list[str]:
+    """The names of one ranking row, its candidates first (each marked, if
+    `marked`, when it reused another's GEMM), then any name in the first
+    one's `equivalent` that the ranking (`ranked`) lacks."""
+    names = [c.config + (_SHARED_MARKER if marked and c.shared_computation else "") for c in row]
+    names.extend(e for e in dict.fromkeys(row[0].equivalent) if e not in ranked)
+    return names
+
+
+def _wrapped_names(names: Sequence[str]) -> list[str]:
+    """`names` as "  A = B = C", wrapped before an "=" at _NAMES_WIDTH into
+    continuation lines "    = D = E"; a name longer than that stays whole."""
+    lines = ["  " + names[0]]
+    for name in names[1:]:
+        if len(lines[-1]) + 3 + len(name) > _NAMES_WIDTH:
+            lines.append("    = " + name)
+        else:
+            lines[-1] += " = " + name
+    return lines
 
 
 def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> list[str]:

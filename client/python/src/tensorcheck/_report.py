@@ -378,6 +378,34 @@ class Diagnosis(_Node):
             explanation=m.explanation,
         )
 
+    def ranking_groups(self) -> list[list[RankedCandidate]]:
+        """The ranking as the reports display it: one list per row, in
+        ranking order. A row holds the candidates that computed the same bits
+        on the given inputs (they name each other in `equivalent` and carry
+        identical statistics), the one ranked highest first; a candidate
+        joins the row of the first candidate ranked above it that names it
+        (or that it names). `ranking` itself keeps one entry per candidate.
+
+            [[c.config for c in row] for row in diagnosis.ranking_groups()]
+            # [["cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"],
+            #  ["cpu:bf16:fused"], ...]
+        """
+        rows: list[list[RankedCandidate]] = []
+        placed: set[int] = set()
+        for i, head in enumerate(self.ranking):
+            if i in placed:
+                continue
+            row = [head]
+            for j in range(i + 1, len(self.ranking)):
+                c = self.ranking[j]
+                if j in placed or c.config == head.config:
+                    continue
+                if c.config in head.equivalent or head.config in c.equivalent:
+                    row.append(c)
+                    placed.add(j)
+            rows.append(row)
+        return rows
+
 
 @dataclass(frozen=True)
 class Report(_Node):
