@@ -2,6 +2,7 @@ package tensorcheck
 
 import (
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -24,6 +25,7 @@ func TestFormatShareReadsAllOrNoneOnlyWhenExact(t *testing.T) {
 		{1 - 1e-10, ">99.999999%"},
 		{math.SmallestNonzeroFloat64, "<0.000001%"},
 		{float64(94671) / 94674, "99.997%"},
+		{float64(24575) / 24576, "99.996%"}, // one of 24,576 differs: never "100.0%"
 		{math.NaN(), "nan%"},
 		{1.5, "150.0%"},
 		{-0.25, "-25.0%"},
@@ -31,5 +33,48 @@ func TestFormatShareReadsAllOrNoneOnlyWhenExact(t *testing.T) {
 		if got := FormatShare(c.fraction); got != c.want {
 			t.Errorf("FormatShare(%v) = %q, want %q", c.fraction, got, c.want)
 		}
+	}
+}
+
+func TestRankingGroupsPutsCandidatesWithTheSameBitsInOneRow(t *testing.T) {
+	same := []string{"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"}
+	d := &Diagnosis{Best: "cpu:fp32:fused"}
+	for _, name := range same {
+		var others []string
+		for _, e := range same {
+			if e != name {
+				others = append(others, e)
+			}
+		}
+		d.Ranking = append(d.Ranking, RankedCandidate{
+			Config: name, BitwiseEqualFraction: 24575.0 / 24576, MaxULP: 1, Equivalent: others,
+		})
+	}
+	d.Ranking = append(d.Ranking,
+		RankedCandidate{Config: "cpu:bf16:fused", BitwiseEqualFraction: 0.25, MaxULP: 40},
+		RankedCandidate{Config: "cpu:fp16:fused", BitwiseEqualFraction: 0.125, MaxULP: 80})
+
+	rows := d.RankingGroups()
+	var got [][]string
+	for _, row := range rows {
+		var configs []string
+		for _, c := range row {
+			configs = append(configs, c.Config)
+		}
+		got = append(got, configs)
+	}
+	want := [][]string{
+		{"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"},
+		{"cpu:bf16:fused"},
+		{"cpu:fp16:fused"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("RankingGroups() = %v, want %v", got, want)
+	}
+	if len(d.Ranking) != 5 {
+		t.Errorf("Ranking has %d entries, want one per candidate (5)", len(d.Ranking))
+	}
+	if s := FormatShare(rows[0][0].BitwiseEqualFraction); s != "99.996%" {
+		t.Errorf("row 1 bitwise-equal share = %q, want 99.996%%", s)
 	}
 }

@@ -154,6 +154,47 @@ type Diagnosis struct {
 	Explanation   string
 }
 
+// RankingGroups is the ranking as displays show it: one slice per row, in
+// ranking order. A row holds the candidates that computed the same bits on
+// the given inputs (they name each other in Equivalent and carry identical
+// statistics), the one ranked highest first; a candidate joins the row of
+// the first candidate ranked above it that names it (or that it names).
+// Ranking itself keeps one entry per candidate.
+//
+//	for i, row := range rep.Diagnosis.RankingGroups() {
+//		// i+1, row[0].Config, row[1].Config, ..., row[0].BitwiseEqualFraction
+//	}
+func (d *Diagnosis) RankingGroups() [][]RankedCandidate {
+	names := func(c RankedCandidate, config string) bool {
+		for _, e := range c.Equivalent {
+			if e == config {
+				return true
+			}
+		}
+		return false
+	}
+	var rows [][]RankedCandidate
+	placed := make([]bool, len(d.Ranking))
+	for i, head := range d.Ranking {
+		if placed[i] {
+			continue
+		}
+		row := []RankedCandidate{head}
+		for j := i + 1; j < len(d.Ranking); j++ {
+			c := d.Ranking[j]
+			if placed[j] || c.Config == head.Config {
+				continue
+			}
+			if names(head, c.Config) || names(c, head.Config) {
+				row = append(row, c)
+				placed[j] = true
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
 // RankedCandidate is one candidate's agreement with the observed output.
 type RankedCandidate struct {
 	Config               string
