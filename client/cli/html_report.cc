@@ -107,6 +107,67 @@ std::string DisagreementsCell(const pb::RankedCandidate& c) {
                       G3(c.expected_disagreements()), " expected, p ", G3(c.plausibility_p()), ")");
 }
 
+// The ranking table, its note on shared GEMMs and the ruled-out list.
+// Candidates that computed the same bits share one row, "A = B = C" (their
+// statistics are identical); ranks count rows.
+std::string RankingSection(const pb::Diagnosis& d) {
+  std::string out = "<h2>Ranking</h2>\n";
+  if (d.ranking_size() == 0) return out + "<p class=\"note\">No candidates were ranked.</p>\n";
+  out +=
+      "<table class=\"ranking\">\n<tr><th>rank</th><th>config</th><th>plausible</th>"
+      "<th>bitwise-equal</th><th>max_ulp</th><th>mean_ulp</th><th>bound_ratio</th>"
+      "<th>disagreements</th><th>GEMM shared with</th></tr>\n";
+  const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
+  std::string ruled_out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const internal::RankingRow& row = rows[i];
+    const pb::RankedCandidate& c = *row.candidates[0];
+    std::vector<std::string> names;
+    std::vector<std::string> shared;
+    bool best = false;
+    for (const pb::RankedCandidate* m : row.candidates) {
+      names.push_back(absl::StrCat("<code>", HtmlEscape(m->config()), "</code>"));
+      best = best || (!d.best().empty() && m->config() == d.best());
+      if (m->shared_computation().empty()) continue;
+      const std::string gemm =
+          absl::StrCat("<code>", HtmlEscape(m->shared_computation()), "</code>");
+      // In a row of one the column says whose GEMM; in a row of several,
+      // also which member reused it.
+      shared.push_back(row.candidates.size() + row.unranked.size() == 1
+                           ? gemm
+                           : absl::StrCat("<code>", HtmlEscape(m->config()), "</code>: ", gemm));
+    }
+    for (const std::string& e : row.unranked) {
+      names.push_back(absl::StrCat("<code>", HtmlEscape(e), "</code>"));
+    }
+    // A line breaks only before an "=", never inside "= name".
+    const std::string config = absl::StrJoin(names, " =&nbsp;");
+    absl::StrAppend(
+        &out, "<tr", best ? " class=\"best\"" : "", "><td class=\"num\">", i + 1, "</td><td>",
+        config, "</td><td>", PlausibleCell(c), "</td><td class=\"num\">",
+        FormatShare(c.bitwise_equal_fraction()), "</td><td class=\"num\">", UlpText(c.max_ulp()),
+        "</td><td class=\"num\">", G(c.mean_ulp()), "</td><td class=\"num\">",
+        c.has_bound_ratio() ? G(c.bound_ratio().value()) : "&ndash;", "</td><td class=\"num\">",
+        DisagreementsCell(c), "</td><td>", absl::StrJoin(shared, "<br>"), "</td></tr>\n");
+    if (!c.ruled_out().empty()) {
+      absl::StrAppend(&ruled_out, "<li>", i + 1, ". ", config, ": ", HtmlEscape(c.ruled_out()),
+                      "</li>\n");
+    }
+  }
+  out += "</table>\n";
+  if (std::any_of(d.ranking().begin(), d.ranking().end(),
+                  [](const pb::RankedCandidate& c) { return !c.shared_computation().empty(); })) {
+    out +=
+        "<p class=\"note\">A candidate with a shared GEMM multiplies the same operands in "
+        "the same arithmetic as the one named on these inputs: that GEMM ran once, and only "
+        "the candidate's own epilogue (bias, activation, output rounding) ran for it.</p>\n";
+  }
+  if (!ruled_out.empty()) {
+    out += "<h3>Ruled out</h3>\n<ul class=\"ruled-out\">\n" + ruled_out + "</ul>\n";
+  }
+  return out;
+}
+
 // One histogram and heatmap pair: `actual` against `expected`.
 struct Comparison {
   std::string title;
@@ -207,48 +268,7 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
   // ---- tables
   if (diagnose) {
     const pb::Diagnosis& d = r.diagnosis();
-    out += "<h2>Ranking</h2>\n";
-    if (d.ranking_size() == 0) {
-      out += "<p class=\"note\">No candidates were ranked.</p>\n";
-    } else {
-      out +=
-          "<table class=\"ranking\">\n<tr><th>rank</th><th>config</th><th>plausible</th>"
-          "<th>bitwise-equal</th><th>max_ulp</th><th>mean_ulp</th><th>bound_ratio</th>"
-          "<th>disagreements</th><th>GEMM shared with</th><th>equivalent</th></tr>\n";
-      int rank = 0;
-      std::string ruled_out;
-      for (const pb::RankedCandidate& c : d.ranking()) {
-        ++rank;
-        absl::StrAppend(
-            &out, "<tr", !d.best().empty() && c.config() == d.best() ? " class=\"best\"" : "",
-            "><td class=\"num\">", rank, "</td><td><code>", HtmlEscape(c.config()),
-            "</code></td><td>", PlausibleCell(c), "</td><td class=\"num\">",
-            FormatShare(c.bitwise_equal_fraction()), "</td><td class=\"num\">",
-            UlpText(c.max_ulp()), "</td><td class=\"num\">", G(c.mean_ulp()),
-            "</td><td class=\"num\">", c.has_bound_ratio() ? G(c.bound_ratio().value()) : "&ndash;",
-            "</td><td class=\"num\">", DisagreementsCell(c), "</td><td>",
-            c.shared_computation().empty()
-                ? ""
-                : absl::StrCat("<code>", HtmlEscape(c.shared_computation()), "</code>"),
-            "</td><td>", c.equivalent_size() > 0 ? CodeList(c.equivalent()) : "", "</td></tr>\n");
-        if (!c.ruled_out().empty()) {
-          absl::StrAppend(&ruled_out, "<li>", rank, ". <code>", HtmlEscape(c.config()),
-                          "</code>: ", HtmlEscape(c.ruled_out()), "</li>\n");
-        }
-      }
-      out += "</table>\n";
-      if (std::any_of(d.ranking().begin(), d.ranking().end(), [](const pb::RankedCandidate& c) {
-            return !c.shared_computation().empty();
-          })) {
-        out +=
-            "<p class=\"note\">A candidate with a shared GEMM multiplies the same operands in "
-            "the same arithmetic as the one named on these inputs: that GEMM ran once, and only "
-            "the candidate's own epilogue (bias, activation, output rounding) ran for it.</p>\n";
-      }
-      if (!ruled_out.empty()) {
-        out += "<h3>Ruled out</h3>\n<ul class=\"ruled-out\">\n" + ruled_out + "</ul>\n";
-      }
-    }
+    out += RankingSection(d);
     const pb::Localization& loc = d.localization();
     if (loc.outliers_size() > 0) {
       out +=

@@ -329,13 +329,13 @@ TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
                               "<td class=\"num\">4</td><td class=\"num\">0.25</td>"
                               "<td class=\"num\">1.5</td>"
                               "<td class=\"num\">1 of 12 (0.8 expected, p 0.55)</td><td></td>"
-                              "<td></td></tr>"));
+                              "</tr>"));
   EXPECT_THAT(page, HasSubstr("<tr><td class=\"num\">2</td><td><code>cpu:tf32:none</code>"
                               "</td><td><span class=\"fail\">no</span></td>"
                               "<td class=\"num\">0%</td><td class=\"num\">70000</td>"
                               "<td class=\"num\">65000</td><td class=\"num\">&ndash;</td>"
                               "<td class=\"num\">12 of 12 (0.5 expected, p 1e-12)</td>"
-                              "<td><code>cpu:fp32:none</code></td><td></td></tr>"));
+                              "<td><code>cpu:fp32:none</code></td></tr>"));
   // The ruled-out reason, escaped, and the shared GEMM in the configurations.
   EXPECT_THAT(page, HasSubstr("<li>2. <code>cpu:tf32:none</code>: 12 of 12 elements differ "
                               "where &lt;0.5&gt; are expected.</li>"));
@@ -464,6 +464,53 @@ TEST(FormatHtmlTest, PageForA1921By3072OutputStaysUnderTenMegabytes) {
   EXPECT_EQ(Count(page, "data:image/png;base64,"), 2);
   EXPECT_LT(page.size(), 10u << 20);
   ExpectSelfContained(page);
+}
+
+TEST(FormatHtmlTest, CandidatesWithTheSameBitsShareOneRankingRow) {
+  // Five candidates over 24,576 elements; the first three computed the same
+  // bits (24,575 equal to the observed output) and cpu:fp32:unfused reused
+  // the GEMM of cpu:fp32:fused.
+  pb::VerifyResponse r;
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:fp32:fused");
+  const std::vector<std::string> same = {"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"};
+  for (const std::string& name : same) {
+    pb::RankedCandidate* c = d->add_ranking();
+    c->set_config(name);
+    c->set_bitwise_equal_fraction(24575.0 / 24576.0);
+    c->set_max_ulp(1);
+    c->set_plausible(true);
+    c->set_compared_elements(24576);
+    for (const std::string& e : same) {
+      if (e != name) c->add_equivalent(e);
+    }
+    if (name == "cpu:fp32:unfused") c->set_shared_computation("cpu:fp32:fused");
+  }
+  for (const char* name : {"cpu:bf16:fused", "cpu:fp16:fused"}) {
+    pb::RankedCandidate* c = d->add_ranking();
+    c->set_config(name);
+    c->set_bitwise_equal_fraction(0.25);
+    c->set_compared_elements(24576);
+    c->set_ruled_out("Too far.");
+  }
+  const std::string page = FormatHtml(r, ReportContext{"diagnose"}, nullptr);
+  EXPECT_THAT(page, HasSubstr("<tr class=\"best\"><td class=\"num\">1</td><td>"
+                              "<code>cpu:fp32:fused</code> =&nbsp;<code>cpu:tf32:fused</code> "
+                              "=&nbsp;<code>cpu:fp32:unfused</code></td>"
+                              "<td><span class=\"pass\">yes</span></td>"
+                              "<td class=\"num\">99.996%</td>"));
+  EXPECT_THAT(page, HasSubstr("<td><code>cpu:fp32:unfused</code>: <code>cpu:fp32:fused</code>"
+                              "</td></tr>"));
+  EXPECT_THAT(page, HasSubstr("<tr><td class=\"num\">2</td><td><code>cpu:bf16:fused</code></td>"));
+  EXPECT_THAT(page, HasSubstr("<tr><td class=\"num\">3</td><td><code>cpu:fp16:fused</code></td>"));
+  EXPECT_EQ(
+      Count(page, "<tr class=\"best\"><td class=\"num\">") + Count(page, "<tr><td class=\"num\">"),
+      3);
+  EXPECT_THAT(page, HasSubstr("<li>2. <code>cpu:bf16:fused</code>: Too far.</li>\n"
+                              "<li>3. <code>cpu:fp16:fused</code>: Too far.</li>"));
+  // 24,575 of 24,576 elements equal: never all.
+  EXPECT_THAT(page, Not(HasSubstr("100.0%")));
+  EXPECT_THAT(page, Not(HasSubstr("100%")));
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // annotations and step summary, with the escaping each needs.
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/internal/report_format.h"
 #include "client/cli/report.h"
 #include "server/core/share_format.h"
@@ -15,6 +17,8 @@ namespace tensorcheck::cli {
 using internal::G;
 using internal::kRuledOutListed;
 using internal::PlausibleText;
+using internal::RankingRow;
+using internal::RankingRows;
 using internal::ReferenceName;
 using internal::StatsSummaryLine;
 using internal::ToleranceText;
@@ -186,6 +190,21 @@ std::string Md(absl::string_view s) {
   }
   return out;
 }
+
+// The names of one ranking row as code, "`A` = `B` = `C`"; `with_shared`
+// adds " (GEMM of `X`)" after each candidate that reused another's GEMM.
+std::string RowNamesMd(const RankingRow& row, bool with_shared) {
+  std::vector<std::string> names;
+  for (const pb::RankedCandidate* c : row.candidates) {
+    std::string name = absl::StrCat("`", Md(c->config()), "`");
+    if (with_shared && !c->shared_computation().empty()) {
+      absl::StrAppend(&name, " (GEMM of `", Md(c->shared_computation()), "`)");
+    }
+    names.push_back(std::move(name));
+  }
+  for (const std::string& e : row.unranked) names.push_back(absl::StrCat("`", Md(e), "`"));
+  return absl::StrJoin(names, " = ");
+}
 }  // namespace
 
 std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx) {
@@ -204,24 +223,23 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
     if (!d.explanation().empty()) absl::StrAppend(&out, Md(d.explanation()), "\n\n");
     out += "| rank | config | plausible | bitwise-equal | max_ulp | mean_ulp | bound_ratio |\n";
     out += "|---:|---|---|---:|---:|---:|---:|\n";
-    int rank = 0;
-    for (const pb::RankedCandidate& c : d.ranking()) {
-      std::string config = absl::StrCat("`", Md(c.config()), "`");
-      if (!c.shared_computation().empty()) {
-        absl::StrAppend(&config, " (GEMM of `", Md(c.shared_computation()), "`)");
-      }
-      absl::StrAppend(&out, "| ", ++rank, " | ", config, " | ", PlausibleText(c), " | ",
-                      FormatShare(c.bitwise_equal_fraction()), " | ", UlpText(c.max_ulp()), " | ",
-                      G(c.mean_ulp()), " | ",
+    // Candidates that computed the same bits share one row: "`A` = `B`".
+    const std::vector<RankingRow> rows = RankingRows(d);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const pb::RankedCandidate& c = *rows[i].candidates[0];
+      absl::StrAppend(&out, "| ", i + 1, " | ", RowNamesMd(rows[i], /*with_shared=*/true), " | ",
+                      PlausibleText(c), " | ", FormatShare(c.bitwise_equal_fraction()), " | ",
+                      UlpText(c.max_ulp()), " | ", G(c.mean_ulp()), " | ",
                       c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-", " |\n");
     }
     bool any_ruled_out = false;
-    for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
-      const pb::RankedCandidate& c = d.ranking(i);
+    for (size_t i = 0; i < std::min(rows.size(), static_cast<size_t>(kRuledOutListed)); ++i) {
+      const pb::RankedCandidate& c = *rows[i].candidates[0];
       if (c.ruled_out().empty()) continue;
       if (!any_ruled_out) out += "\nRuled out:\n\n";
       any_ruled_out = true;
-      absl::StrAppend(&out, "- `", Md(c.config()), "`: ", Md(c.ruled_out()), "\n");
+      absl::StrAppend(&out, "- ", RowNamesMd(rows[i], /*with_shared=*/false), ": ",
+                      Md(c.ruled_out()), "\n");
     }
     return out + "\n";
   }

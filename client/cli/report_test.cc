@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,11 +130,15 @@ TEST(VerifyResponseToJsonTest, ResultsAndReferenceCarrySharedComputationLast) {
 TEST(FormatHumanTest, RankingShowsPlausibilitySharesAndRuledOutReasons) {
   const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
   // 3 of 94,674 elements differ: never "100.0%".
-  EXPECT_THAT(out, HasSubstr("  rank  config            plausible  bitwise-equal  max_ulp"));
-  EXPECT_THAT(out, HasSubstr("  1     cpu:tf32:unfused  yes              99.997%        1"));
-  EXPECT_THAT(out, HasSubstr("  2     cpu:tf32:fused*   yes                50.0%        2"));
-  EXPECT_THAT(out, HasSubstr("  3     cpu:fp32:fused    no                0.003%      900"));
-  EXPECT_THAT(out, HasSubstr("  Same bits: cpu:tf32:unfused = cpu:tf32rna:unfused\n"));
+  // The equivalent the ranking lacks joins row 1; "cpu:tf32:unfused =
+  // cpu:tf32rna:unfused" is 38 characters, past the config column's 34, so
+  // it wraps before the "=" and the column is 21 wide.
+  EXPECT_THAT(out, HasSubstr("  rank  config                 plausible  bitwise-equal  max_ulp"));
+  EXPECT_THAT(out, HasSubstr("  1     cpu:tf32:unfused       yes              99.997%        1"));
+  EXPECT_THAT(out, HasSubstr("\n        = cpu:tf32rna:unfused\n"));
+  EXPECT_THAT(out, HasSubstr("  2     cpu:tf32:fused*        yes                50.0%        2"));
+  EXPECT_THAT(out, HasSubstr("  3     cpu:fp32:fused         no                0.003%      900"));
+  EXPECT_THAT(out, Not(HasSubstr("Same bits")));
   EXPECT_THAT(out, HasSubstr("  * cpu:tf32:fused reused the GEMM of cpu:tf32:unfused.\n"));
   EXPECT_THAT(out, HasSubstr("  Ruled out:\n    3. cpu:fp32:fused: 94671 of 94674 elements"));
   EXPECT_THAT(out, Not(HasSubstr("100.0%")));
@@ -212,7 +217,8 @@ TEST(ClosenessMessageTest, NearlyAllMismatchedIsNotShownAsAll) {
 TEST(FormatGithubSummaryTest, RankingHasPlausibilitySharedGemmAndRuledOut) {
   const std::string md = FormatGithubSummary(DiagnoseResponse(), ReportContext{"diagnose"});
   EXPECT_THAT(md, HasSubstr("| rank | config | plausible | bitwise-equal |"));
-  EXPECT_THAT(md, HasSubstr("| 1 | `cpu:tf32:unfused` | yes | 99.997% | 1 |"));
+  EXPECT_THAT(md,
+              HasSubstr("| 1 | `cpu:tf32:unfused` = `cpu:tf32rna:unfused` | yes | 99.997% | 1 |"));
   EXPECT_THAT(md, HasSubstr("| 2 | `cpu:tf32:fused` (GEMM of `cpu:tf32:unfused`) | yes | 50.0% |"));
   EXPECT_THAT(md, HasSubstr("- `cpu:fp32:fused`: 94671 of 94674 elements"));
 }
@@ -221,6 +227,97 @@ TEST(FormatGithubSummaryTest, VerifyTableNamesTheSharedGemm) {
   const std::string md = FormatGithubSummary(DiagnoseResponse(), ReportContext{"verify"});
   EXPECT_THAT(md, HasSubstr("| 0.2 ms (epilogue; GEMM of `cpu:tf32:unfused`) |"));
   EXPECT_THAT(md, HasSubstr("| 99.997% | 2.5 ms |"));
+}
+
+// Five candidates over 24,576 elements: cpu:fp32:fused, cpu:tf32:fused and
+// cpu:fp32:unfused computed the same bits (24,575 equal to the observed
+// output; cpu:fp32:unfused reused the GEMM of cpu:fp32:fused), and two
+// others are ruled out.
+pb::VerifyResponse ThreeEquivalentOfFive() {
+  pb::VerifyResponse r;
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:fp32:fused");
+  d->set_confidence(0.9);
+  const std::vector<std::string> same = {"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"};
+  for (const std::string& name : same) {
+    pb::RankedCandidate* c = d->add_ranking();
+    c->set_config(name);
+    c->set_bitwise_equal_fraction(24575.0 / 24576.0);
+    c->set_max_ulp(1);
+    c->set_mean_ulp(4.1e-5);
+    c->set_plausible(true);
+    c->set_compared_elements(24576);
+    for (const std::string& e : same) {
+      if (e != name) c->add_equivalent(e);
+    }
+    if (name == "cpu:fp32:unfused") c->set_shared_computation("cpu:fp32:fused");
+  }
+  pb::RankedCandidate* bf16 = d->add_ranking();
+  bf16->set_config("cpu:bf16:fused");
+  bf16->set_bitwise_equal_fraction(0.25);
+  bf16->set_max_ulp(40);
+  bf16->set_compared_elements(24576);
+  bf16->set_ruled_out("bf16 rounding everywhere.");
+  pb::RankedCandidate* fp16 = d->add_ranking();
+  fp16->set_config("cpu:fp16:fused");
+  fp16->set_bitwise_equal_fraction(0.125);
+  fp16->set_max_ulp(80);
+  fp16->set_compared_elements(24576);
+  fp16->set_ruled_out("fp16 rounding everywhere.");
+  return r;
+}
+
+// The ranking rows of a text report: its lines that start with a rank.
+int RankRows(const std::string& text) {
+  int rows = 0;
+  for (const std::string& line : Lines(text)) {
+    if (line.size() > 2 && line.compare(0, 2, "  ") == 0 && std::isdigit(line[2])) ++rows;
+  }
+  return rows;
+}
+
+TEST(FormatHumanTest, CandidatesWithTheSameBitsShareOneRankingRow) {
+  const std::string out = FormatHuman(ThreeEquivalentOfFive(), ReportContext{"diagnose"});
+  // "cpu:fp32:fused = cpu:tf32:fused" is 31 characters; the third name
+  // would take the cell past 34, so it wraps before its "=".
+  EXPECT_THAT(out, HasSubstr("  1     cpu:fp32:fused = cpu:tf32:fused  yes              99.996%  "
+                             "      1"));
+  EXPECT_THAT(out, HasSubstr("\n        = cpu:fp32:unfused*\n  2     cpu:bf16:fused  "));
+  EXPECT_THAT(out, HasSubstr("\n  3     cpu:fp16:fused  "));
+  EXPECT_EQ(RankRows(out), 3);
+  EXPECT_THAT(out, HasSubstr("  * cpu:fp32:unfused reused the GEMM of cpu:fp32:fused.\n"));
+  EXPECT_THAT(out, HasSubstr("  Ruled out:\n    2. cpu:bf16:fused: bf16 rounding everywhere.\n"
+                             "    3. cpu:fp16:fused: fp16 rounding everywhere.\n"));
+  EXPECT_THAT(out, Not(HasSubstr("Same bits")));
+  // 24,575 of 24,576 elements equal: never all.
+  EXPECT_THAT(out, Not(HasSubstr("100.0%")));
+  EXPECT_THAT(out, Not(HasSubstr("100%")));
+  for (const std::string& line : Lines(out)) EXPECT_LE(line.size(), 100u) << line;
+}
+
+TEST(FormatHumanTest, RuledOutEntriesNameEveryCandidateOfTheirRow) {
+  pb::VerifyResponse r = ThreeEquivalentOfFive();
+  for (int i = 0; i < 3; ++i) r.mutable_diagnosis()->mutable_ranking(i)->set_ruled_out("Too far.");
+  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("  Ruled out:\n    1. cpu:fp32:fused = cpu:tf32:fused = "
+                             "cpu:fp32:unfused: Too far.\n    2. cpu:bf16:fused:"));
+}
+
+TEST(FormatGithubSummaryTest, CandidatesWithTheSameBitsShareOneRankingRow) {
+  const std::string md = FormatGithubSummary(ThreeEquivalentOfFive(), ReportContext{"diagnose"});
+  EXPECT_THAT(md, HasSubstr("\n| 1 | `cpu:fp32:fused` = `cpu:tf32:fused` = `cpu:fp32:unfused` "
+                            "(GEMM of `cpu:fp32:fused`) | yes | 99.996% | 1 |"));
+  EXPECT_THAT(md, HasSubstr("\n| 2 | `cpu:bf16:fused` | no | 25.0% | 40 |"));
+  EXPECT_THAT(md, HasSubstr("\n| 3 | `cpu:fp16:fused` | no | 12.5% | 80 |"));
+  int rows = 0;
+  for (const std::string& line : Lines(md)) {
+    if (line.size() > 2 && line.compare(0, 2, "| ") == 0 && std::isdigit(line[2])) ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+  EXPECT_THAT(md, HasSubstr("- `cpu:bf16:fused`: bf16 rounding everywhere.\n"
+                            "- `cpu:fp16:fused`: fp16 rounding everywhere.\n"));
+  EXPECT_THAT(md, Not(HasSubstr("100.0%")));
+  EXPECT_THAT(md, Not(HasSubstr("100%")));
 }
 
 }  // namespace

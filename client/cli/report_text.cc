@@ -35,21 +35,36 @@ class Table {
     rows_.push_back(std::move(header));
   }
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // A cell may hold several lines ('\n'): its row then takes as many, the
+  // other cells staying on the first.
   std::string Render(const std::string& indent = "") const {
+    std::vector<std::vector<std::vector<std::string>>> cells;  // row, column, line
     std::vector<size_t> w;
     for (const auto& r : rows_) {
+      std::vector<std::vector<std::string>>& row = cells.emplace_back();
       if (w.size() < r.size()) w.resize(r.size(), 0);
-      for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+      for (size_t i = 0; i < r.size(); ++i) {
+        std::vector<std::string> lines = absl::StrSplit(r[i], '\n');
+        for (const std::string& l : lines) w[i] = std::max(w[i], l.size());
+        row.push_back(std::move(lines));
+      }
     }
     std::string out;
-    for (const auto& r : rows_) {
-      std::string line = indent;
-      for (size_t i = 0; i < r.size(); ++i) {
-        const std::string pad(w[i] - r[i].size(), ' ');
-        if (i > 0) line += "  ";
-        line += i < left_ ? r[i] + pad : pad + r[i];
+    for (const auto& row : cells) {
+      size_t height = 1;
+      for (const auto& cell : row) height = std::max(height, cell.size());
+      for (size_t k = 0; k < height; ++k) {
+        std::string line = indent;
+        for (size_t i = 0; i < row.size(); ++i) {
+          const std::string text = k < row[i].size() ? row[i][k] : "";
+          const std::string pad(w[i] - text.size(), ' ');
+          if (i > 0) line += "  ";
+          line += i < left_ ? text + pad : pad + text;
+        }
+        // A continuation line has nothing after its last text.
+        if (k > 0) line.erase(line.find_last_not_of(' ') + 1);
+        out += line + "\n";
       }
-      out += line + "\n";
     }
     return out;
   }
@@ -120,27 +135,39 @@ std::string SharedFootnotes(const Items& items, absl::string_view suffix) {
   return out;
 }
 
-// "Same bits: A = B" for each set of candidates that computed the same bits,
-// once per set.
-std::string SameBitsLines(const pb::Diagnosis& d) {
-  std::vector<std::vector<std::string>> seen;
-  std::string out;
-  for (const pb::RankedCandidate& c : d.ranking()) {
-    if (c.equivalent_size() == 0) continue;
-    std::vector<std::string> set(c.equivalent().begin(), c.equivalent().end());
-    set.push_back(c.config());
-    std::sort(set.begin(), set.end());
-    set.erase(std::unique(set.begin(), set.end()), set.end());
-    if (std::find(seen.begin(), seen.end(), set) != seen.end()) continue;
-    seen.push_back(set);
-    // The candidate first, as ranked; then the others.
-    std::vector<std::string> shown = {c.config()};
-    for (const std::string& e : c.equivalent()) {
-      if (e != c.config()) shown.push_back(e);
+// The ranking table's config column is wrapped at this width, so that a
+// row of several equivalent candidates keeps the table within kTextWidth.
+constexpr size_t kConfigWidth = 34;
+
+// The names of one ranking row, "A = B* = C", wrapped before an "=" at
+// kConfigWidth (a name longer than that stays whole); a name is marked
+// when its candidate reused another's GEMM.
+std::string ConfigCell(const internal::RankingRow& row) {
+  std::vector<std::string> names;
+  for (const pb::RankedCandidate* c : row.candidates) {
+    names.push_back(c->config() + (c->shared_computation().empty() ? "" : kSharedMarker));
+  }
+  names.insert(names.end(), row.unranked.begin(), row.unranked.end());
+  std::string out = names[0];
+  size_t column = out.size();
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (column + 3 + names[i].size() > kConfigWidth) {
+      absl::StrAppend(&out, "\n= ", names[i]);
+      column = 2 + names[i].size();
+    } else {
+      absl::StrAppend(&out, " = ", names[i]);
+      column += 3 + names[i].size();
     }
-    out += Wrap(absl::StrCat("Same bits: ", absl::StrJoin(shown, " = ")), "  ", "    ");
   }
   return out;
+}
+
+// The names of one ranking row on one line, "A = B = C".
+std::string RowNames(const internal::RankingRow& row) {
+  std::vector<std::string> names;
+  for (const pb::RankedCandidate* c : row.candidates) names.push_back(c->config());
+  names.insert(names.end(), row.unranked.begin(), row.unranked.end());
+  return absl::StrJoin(names, " = ");
 }
 
 }  // namespace
@@ -166,27 +193,28 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
     if (!d.framework_hint().empty()) absl::StrAppend(&out, "Framework: ", d.framework_hint(), "\n");
     if (!d.explanation().empty()) absl::StrAppend(&out, "\n", d.explanation(), "\n");
     if (d.ranking_size() > 0) {
-      // Equivalents, shared GEMMs and ruled-out reasons go under the table:
-      // as columns they would push it past 100 characters.
+      // Candidates that computed the same bits share one row (their
+      // statistics are identical); shared GEMMs and ruled-out reasons go
+      // under the table: as columns they would push it past 100 characters.
+      const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
       Table t(
           {"rank", "config", "plausible", "bitwise-equal", "max_ulp", "mean_ulp", "bound_ratio"},
           /*left=*/3);
-      int rank = 0;
-      for (const pb::RankedCandidate& c : d.ranking()) {
-        t.Add({absl::StrCat(++rank),
-               c.config() + (c.shared_computation().empty() ? "" : kSharedMarker), PlausibleText(c),
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const pb::RankedCandidate& c = *rows[i].candidates[0];
+        t.Add({absl::StrCat(i + 1), ConfigCell(rows[i]), PlausibleText(c),
                FormatShare(c.bitwise_equal_fraction()), UlpText(c.max_ulp()), G(c.mean_ulp()),
                c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"});
       }
       out += "\nRanking:\n" + t.Render("  ");
-      out += SameBitsLines(d);
       out += SharedFootnotes(d.ranking(), ".");
       std::string ruled_out;
-      for (int i = 0; i < std::min(d.ranking_size(), kRuledOutListed); ++i) {
-        const pb::RankedCandidate& c = d.ranking(i);
+      for (size_t i = 0; i < std::min(rows.size(), static_cast<size_t>(kRuledOutListed)); ++i) {
+        const pb::RankedCandidate& c = *rows[i].candidates[0];
         if (c.ruled_out().empty()) continue;
-        ruled_out += Wrap(absl::StrCat(i + 1, ". ", c.config(), ": ", OneLine(c.ruled_out())),
-                          "    ", "      ");
+        ruled_out +=
+            Wrap(absl::StrCat(i + 1, ". ", RowNames(rows[i]), ": ", OneLine(c.ruled_out())), "    ",
+                 "      ");
       }
       if (!ruled_out.empty()) out += "  Ruled out:\n" + ruled_out;
     }

@@ -1,8 +1,11 @@
 #include "client/cli/internal/report_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -104,6 +107,37 @@ std::string ReferenceName(const pb::VerifyResponse& r) {
 std::string PlausibleText(const pb::RankedCandidate& c) {
   if (c.plausible()) return "yes";
   return c.compared_elements() > 0 ? "no" : "-";
+}
+
+std::vector<RankingRow> RankingRows(const pb::Diagnosis& d) {
+  auto names = [](const pb::RankedCandidate& c, const std::string& config) {
+    return std::find(c.equivalent().begin(), c.equivalent().end(), config) != c.equivalent().end();
+  };
+  std::vector<RankingRow> rows;
+  std::vector<bool> placed(static_cast<size_t>(d.ranking_size()), false);
+  for (int i = 0; i < d.ranking_size(); ++i) {
+    if (placed[static_cast<size_t>(i)]) continue;
+    const pb::RankedCandidate& head = d.ranking(i);
+    RankingRow row;
+    row.candidates.push_back(&head);
+    for (int j = i + 1; j < d.ranking_size(); ++j) {
+      const pb::RankedCandidate& c = d.ranking(j);
+      if (placed[static_cast<size_t>(j)] || c.config() == head.config()) continue;
+      if (!names(head, c.config()) && !names(c, head.config())) continue;
+      row.candidates.push_back(&c);
+      placed[static_cast<size_t>(j)] = true;
+    }
+    for (const std::string& e : head.equivalent()) {
+      const bool ranked =
+          std::any_of(d.ranking().begin(), d.ranking().end(),
+                      [&](const pb::RankedCandidate& c) { return c.config() == e; });
+      if (!ranked && std::find(row.unranked.begin(), row.unranked.end(), e) == row.unranked.end()) {
+        row.unranked.push_back(e);
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace tensorcheck::cli::internal

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -68,5 +69,23 @@ std::string ReferenceName(const pb::VerifyResponse& r);
 // order: "yes", "no", or "-" from a server that ran no plausibility test
 // (it compared no elements and found nothing plausible).
 std::string PlausibleText(const pb::RankedCandidate& c);
+
+// One row of a ranking as the reports display it: the candidates that
+// computed the same bits on the given inputs (the server ranks each and
+// names the others in its `equivalent`, with identical statistics), shown
+// once instead of once per candidate.
+struct RankingRow {
+  // In ranking order; the first is the one ranked highest and its
+  // statistics are the row's.
+  std::vector<const pb::RankedCandidate*> candidates;
+  // Names in the first candidate's `equivalent` that the ranking lacks
+  // (a server always ranks them; shown after the others all the same).
+  std::vector<std::string> unranked;
+};
+
+// The rows of `d`'s ranking, in ranking order: a candidate joins the row of
+// the first candidate ranked above it that names it in `equivalent` (or
+// that it names). The pointers point into `d`, which must outlive them.
+std::vector<RankingRow> RankingRows(const pb::Diagnosis& d);
 
 }  // namespace tensorcheck::cli::internal
