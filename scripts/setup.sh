@@ -45,13 +45,16 @@ if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.ins
    || [[ proto/tensorcheck/v1/tensorcheck.proto -nt .venv/.installed ]]; then
   echo "== installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip
-  # jax (CPU) is small enough for CI; torch from PyPI brings gigabytes of CUDA
-  # wheels, so its tests skip unless torch is already installed.
   .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax pyyaml
+  # The whole-model checks' tests and examples run real PyTorch and Flax
+  # models on the CPU. PyPI's torch wheel brings its CUDA libraries along:
+  # about 2 minutes and 6 GB of .venv here (docs/model-checks.md).
+  .venv/bin/pip install -q torch flax
   # The Python client's lint (client/python/lint.sh).
   .venv/bin/pip install -q ruff==0.17.6 mypy==2.4.1 types-protobuf==7.35.1.20260906 \
     grpc-stubs==1.53.0.6
-  .venv/bin/pip install -q ./client/python
+  # Editable: the tests and examples use the client in this tree.
+  .venv/bin/pip install -q -e ./client/python
   touch .venv/.installed
 fi
 

@@ -18,6 +18,10 @@ or JAX arrays. Those above 1 MiB go through the server's tensor store by
 themselves (uploaded once, then named by digest); `client.upload(w)`
 returns a `TensorRef` to reuse explicitly, `client.read_tensor(ref)` reads
 one back.
+
+Whole models: `tensorcheck.torch.check_linears(model, *args)` and
+`tensorcheck.flax.check_denses(module, variables, *args)` check every
+linear layer call and return a `ModelReport` (docs/model-checks.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ._errors import (
     UnimplementedError,
     UnknownError,
 )
+from ._model import LayerCheck, ModelComparison, ModelReport, assert_model_parity, compare_models
 from ._report import (
     BackendInfo,
     Capabilities,
@@ -70,6 +75,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "assert_linear_parity",
+    "assert_model_parity",
+    "compare_models",
+    "ModelReport",
+    "LayerCheck",
+    "ModelComparison",
     "DEFAULT_TARGET",
     "MAX_MESSAGE_BYTES",
     "Report",

@@ -1,0 +1,864 @@
+"""Whole-model checks: every linear layer call of a model, one report.
+
+`tensorcheck.torch.check_linears` and `tensorcheck.flax.check_denses`
+capture each linear layer call (input, weight, bias, output) and hand the
+captures to `check_captures` here, which checks them against the server:
+each distinct weight and bias goes through the tensor store once (tied
+weights once, and not again on the next run of the same model), then one
+Diagnose (or Verify) per layer call, at most `jobs` in flight. The result
+is a `ModelReport`: one `LayerCheck` per call in execution order, the
+model's consensus configuration and its first divergence; docs/model-checks.md
+describes the rules, the JSON form (the CLI's `tensorcheck sweep --json`
+prints the same keys) and the captures file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Optional, TextIO, Union
+
+import numpy as np
+
+from ._client import DEFAULT_TARGET, Client, _Transfer
+from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
+from ._node import _json, _json_float, _json_ulp
+from ._report import Report
+from ._store import INLINE_MAX_BYTES, TensorRef
+from ._tensors import dtype_enum, dtype_name
+
+__all__ = [
+    "Capture",
+    "LayerCheck",
+    "ModelReport",
+    "ModelComparison",
+    "check_captures",
+    "compare_models",
+    "assert_model_parity",
+    "DEFAULT_BOUND_THRESHOLD",
+    "DEFAULT_JOBS",
+]
+
+# A layer whose error is this many times what its configuration's error
+# model predicts is a divergence (docs/numerics.md: about 1 is ordinary).
+DEFAULT_BOUND_THRESHOLD = 3.0
+# Requests in flight at once.
+DEFAULT_JOBS = 4
+
+# LayerCheck.status values.
+PASSED, FAILED, ERROR, NOT_CHECKED = "passed", "failed", "error", "not_checked"
+
+
+@dataclasses.dataclass
+class Capture:
+    """One linear layer call as the model ran it: host arrays in the
+    model's dtype. `weight_key` / `bias_key` identify the parameter
+    objects, so that a weight used by several calls (a module called twice,
+    tied weights) is hashed and uploaded once."""
+
+    name: str
+    call: int
+    input: np.ndarray
+    weight: np.ndarray
+    bias: Optional[np.ndarray]
+    output: np.ndarray
+    weight_layout: str = "out_in"  # or "in_out" (a Flax kernel [K, N])
+    weight_key: Any = None
+    bias_key: Any = None
+
+    @property
+    def label(self) -> str:
+        """The name, with `#call` for a module's second and later calls
+        (the captures file's key prefix)."""
+        return self.name if self.call == 0 else f"{self.name}#{self.call}"
+
+
+class Captures:
+    """Collects captures in execution order, numbering each name's calls."""
+
+    def __init__(self) -> None:
+        self.items: list[Capture] = []
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        name: str,
+        x: np.ndarray,
+        weight: np.ndarray,
+        bias: Optional[np.ndarray],
+        output: np.ndarray,
+        *,
+        weight_layout: str = "out_in",
+        weight_key: Any = None,
+        bias_key: Any = None,
+    ) -> None:
+        with self._lock:
+            call = self._calls[name]
+            self._calls[name] += 1
+            self.items.append(
+                Capture(name, call, x, weight, bias, output, weight_layout, weight_key, bias_key)
+            )
+
+
+@dataclasses.dataclass
+class LayerCheck:
+    """One layer call's check: what was sent, and what the server found.
+
+    `status` is "passed", "failed" (verdict fail under the tolerance, or a
+    divergence: see `divergence_reason`), "error" (the server refused this
+    layer's request: `error`) or "not_checked" (the run stopped before it,
+    e.g. the server went away). `configs_explaining` is the diagnosis'
+    best with its equivalents and ties: every configuration that explains
+    this output.
+    """
+
+    name: str
+    call: int
+    input_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    weight_layout: str
+    dtype: str
+    status: str = NOT_CHECKED
+    verdict: Optional[str] = None
+    best: Optional[str] = None
+    confidence: Optional[float] = None
+    equivalent: list[str] = dataclasses.field(default_factory=list)
+    tied: list[str] = dataclasses.field(default_factory=list)
+    explained: bool = False
+    max_abs: Optional[float] = None
+    max_ulp: Union[int, float, None] = None
+    bound_ratio: Optional[float] = None
+    columns: list[Any] = dataclasses.field(default_factory=list)
+    rows: list[Any] = dataclasses.field(default_factory=list)
+    explanation: str = ""
+    error: Optional[str] = None
+    nonfinite_outputs: int = 0
+    divergence_reason: Optional[str] = None
+    report: Optional[Report] = dataclasses.field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.call == 0 else f"{self.name}#{self.call}"
+
+    @property
+    def checked(self) -> bool:
+        return self.report is not None
+
+    @property
+    def configs_explaining(self) -> set[str]:
+        if self.best is None:
+            return set()
+        return {self.best, *self.equivalent, *self.tied}
+
+    def _fill(self, report: Report) -> None:
+        self.report = report
+        self.verdict = report.verdict
+        stats = report.observed_vs_reference
+        if stats is not None:
+            self.max_abs = stats.max_abs
+            self.max_ulp = stats.max_ulp
+            self.bound_ratio = stats.bound_ratio
+        d = report.diagnosis
+        if d is None:
+            return
+        self.best = d.best
+        self.confidence = d.confidence if d.best else None
+        self.equivalent = list(d.equivalent)
+        self.tied = list(d.tied)
+        self.explained = bool(d.best)
+        self.explanation = d.explanation
+        self.columns = list(d.localization.columns)
+        self.rows = list(d.localization.rows)
+        if d.best:
+            # The error measured against the configuration that explains
+            # the output, in units of its own error model.
+            for r in d.ranking:
+                if r.config == d.best and r.bound_ratio is not None:
+                    self.bound_ratio = r.bound_ratio
+                    break
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "call": self.call,
+            "input_shape": list(self.input_shape),
+            "weight_shape": list(self.weight_shape),
+            "weight_layout": self.weight_layout,
+            "dtype": self.dtype,
+            "status": self.status,
+            "verdict": self.verdict,
+            "best": self.best or None,
+            "confidence": _json_float(self.confidence),
+            "equivalent": list(self.equivalent),
+            "tied": list(self.tied),
+            "explained": self.explained,
+            "max_abs": _json_float(self.max_abs),
+            "max_ulp": None if self.max_ulp is None else _json_ulp(self.max_ulp),
+            "bound_ratio": _json_float(self.bound_ratio),
+            "columns": _json(self.columns),
+            "rows": _json(self.rows),
+            "explanation": self.explanation,
+            "error": self.error,
+            "report": None if self.report is None else self.report.to_dict(),
+        }
+
+
+def _divergence(
+    layer: LayerCheck, threshold: float, consensus: Optional[str], explained_by: int, checked: int
+) -> Optional[str]:
+    """Why this layer is a divergence, or None when it is not."""
+    if not layer.checked:
+        return None
+    if layer.nonfinite_outputs:
+        return f"its captured output holds {layer.nonfinite_outputs} non-finite value(s)"
+    if layer.report is not None and layer.report.diagnosis is not None:
+        if not layer.explained:
+            return "no candidate configuration explains its output"
+        if consensus is not None and consensus not in layer.configs_explaining:
+            return (
+                f"matches {layer.best}, while {explained_by} of {checked} layer calls "
+                f"match {consensus}"
+            )
+    if layer.bound_ratio is not None and layer.bound_ratio > threshold:
+        return f"bound_ratio {layer.bound_ratio:.3g} exceeds {threshold:g}"
+    return None
+
+
+@dataclasses.dataclass
+class ModelReport:
+    """Every linear layer call of one model run, in execution order.
+
+    report.layers                 # [LayerCheck, ...]
+    report.first_divergence()     # the first layer not explained, or None
+    report.consensus              # "cpu:bf16:fused": what most layers match
+    report.passed                 # every layer passed, every one checked
+    print(report.summary())       # the table
+    report.to_dict(), report.to_junit(path), report.to_html(path)
+    report.save_captures(path)    # for `tensorcheck sweep --captures`
+
+    `error` is set when the run stopped early (the server went away):
+    the layers after it are "not_checked". `uploaded_bytes` counts what
+    went to the tensor store (weights, large activations), `sent_bytes`
+    that plus the tensors sent inline in the requests: what this run put
+    on the wire in tensors.
+    """
+
+    layers: list[LayerCheck]
+    framework: str = ""
+    model: str = ""
+    bound_threshold: float = DEFAULT_BOUND_THRESHOLD
+    error: Optional[str] = None
+    uploaded_bytes: int = 0
+    reused_bytes: int = 0
+    sent_bytes: int = 0
+    elapsed_s: float = 0.0
+    captures: list[Capture] = dataclasses.field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._grade()
+
+    # --- the rules --------------------------------------------------------
+
+    def _consensus(self) -> tuple[Optional[str], int, int]:
+        """(config, layers it explains, layers checked with a diagnosis)."""
+        diagnosed = [
+            layer
+            for layer in self.layers
+            if layer.report is not None and layer.report.diagnosis is not None
+        ]
+        votes: Counter[str] = Counter()
+        for layer in diagnosed:
+            votes.update(layer.configs_explaining)
+        if not votes:
+            return None, 0, len(diagnosed)
+        # Most layers first; among equals, the one that is `best` most often.
+        bests = Counter(layer.best for layer in diagnosed if layer.best)
+        config, count = max(votes.items(), key=lambda kv: (kv[1], bests[kv[0]], kv[0]))
+        if 2 * count <= len(diagnosed):
+            return None, count, len(diagnosed)
+        return config, count, len(diagnosed)
+
+    @property
+    def consensus(self) -> Optional[str]:
+        """The configuration explaining the most layer calls, when it
+        explains more than half of those diagnosed; else None."""
+        return self._consensus()[0]
+
+    def _grade(self) -> None:
+        consensus, count, diagnosed = self._consensus()
+        for layer in self.layers:
+            if not layer.checked:
+                continue
+            layer.divergence_reason = _divergence(
+                layer, self.bound_threshold, consensus, count, diagnosed
+            )
+            diverged = layer.divergence_reason is not None
+            layer.status = FAILED if diverged or layer.verdict == "fail" else PASSED
+
+    def first_divergence(
+        self, threshold: Optional[float] = None, expected: Union[None, str, Iterable[str]] = None
+    ) -> Optional[LayerCheck]:
+        """The first layer call (in execution order) whose output no
+        candidate explains, whose bound_ratio exceeds `threshold` (default
+        the run's, 3), or that matches only configurations other than the
+        `expected` ones (default: the consensus). None when there is none.
+        Its `divergence_reason` says which rule it broke."""
+        threshold = self.bound_threshold if threshold is None else float(threshold)
+        consensus, count, diagnosed = self._consensus()
+        for layer in self.layers:
+            if expected is not None and layer.checked and layer.explained:
+                want = {expected} if isinstance(expected, str) else set(expected)
+                if not (want & layer.configs_explaining):
+                    layer.divergence_reason = (
+                        f"matches {layer.best}, not the expected {', '.join(sorted(want))}"
+                    )
+                    return layer
+                reason = _divergence(layer, threshold, None, 0, diagnosed)
+            else:
+                reason = _divergence(layer, threshold, consensus, count, diagnosed)
+            if reason is not None:
+                layer.divergence_reason = reason
+                return layer
+        return None
+
+    @property
+    def checked(self) -> list[LayerCheck]:
+        return [layer for layer in self.layers if layer.checked]
+
+    @property
+    def passed(self) -> bool:
+        """Every layer call checked and passed (and there was at least one)."""
+        return (
+            bool(self.layers)
+            and self.error is None
+            and all(layer.status == PASSED for layer in self.layers)
+        )
+
+    # --- output ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of docs/model-checks.md (`tensorcheck sweep --json`
+        prints the same keys)."""
+        first = self.first_divergence()
+        return {
+            "layers": [layer.to_dict() for layer in self.layers],
+            "first_divergence": (
+                None
+                if first is None
+                else {
+                    "name": first.name,
+                    "call": first.call,
+                    "index": self.layers.index(first),
+                    "reason": first.divergence_reason,
+                }
+            ),
+            "consensus": self.consensus,
+            "layers_checked": len(self.checked),
+            "layers_total": len(self.layers),
+            "passed": self.passed,
+            "uploaded_bytes": self.uploaded_bytes,
+            "reused_bytes": self.reused_bytes,
+            "sent_bytes": self.sent_bytes,
+            "error": self.error,
+        }
+
+    def summary(self) -> str:
+        from ._model_output import format_summary
+
+        return format_summary(self)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_junit(self, path: Union[str, os.PathLike[str]]) -> None:
+        """JUnit XML: one test case per layer call (failed: the reason)."""
+        from ._model_output import write_junit
+
+        write_junit(self, path)
+
+    def to_html(self, path: Union[str, os.PathLike[str]]) -> None:
+        """One self-contained page: bound_ratio and best configuration
+        across depth, then each layer's ranking, histogram and heatmap."""
+        from ._model_output import write_html
+
+        write_html(self, path)
+
+    def save_captures(self, path: Union[str, os.PathLike[str]], *, weights: bool = False) -> None:
+        """Writes the captures file of docs/model-checks.md: `{layer}.input`
+        and `{layer}.output` per call (`{layer}#1.input` for a second call),
+        the execution order in the metadata; with weights=True also each
+        layer's `{layer}.weight` (or `.kernel` for IN_OUT) and `.bias`, so
+        that the file alone feeds `tensorcheck sweep`."""
+        if not self.captures:
+            raise ValueError(
+                "save_captures: this report holds no captures (a report built "
+                "from JSON, or a model without linear layers)"
+            )
+        tensors: dict[str, np.ndarray] = {}
+        for c in self.captures:
+            tensors[f"{c.label}.input"] = c.input
+            tensors[f"{c.label}.output"] = c.output
+            if weights and c.call == 0:
+                kind = "weight" if c.weight_layout == "out_in" else "kernel"
+                tensors[f"{c.name}.{kind}"] = c.weight
+                if c.bias is not None:
+                    tensors[f"{c.name}.bias"] = c.bias
+        order = json.dumps([c.label for c in self.captures])
+        write_safetensors(path, tensors, {"tensorcheck.layers": order})
+
+
+# --- checking -------------------------------------------------------------------
+
+
+_SAFETENSORS_DTYPES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+}
+
+
+def write_safetensors(
+    path: Union[str, os.PathLike[str]],
+    tensors: Mapping[str, np.ndarray],
+    metadata: Optional[Mapping[str, str]] = None,
+) -> None:
+    """A .safetensors file: 8-byte little-endian header length, the JSON
+    header, then each tensor's little-endian row-major bytes in the given
+    order. (The `safetensors` package's numpy writer has no bfloat16.)"""
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, arr in tensors.items():
+        dt = dtype_name(dtype_enum(arr.dtype))
+        assert dt is not None
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[dt],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + arr.nbytes],
+        }
+        offset += arr.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for arr in tensors.values():
+            f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes())
+
+
+class _Progress:
+    """ "layers 12/24" on stderr, redrawn in place; off unless asked or a
+    terminal."""
+
+    def __init__(self, total: int, enabled: Optional[bool], stream: TextIO = sys.stderr) -> None:
+        self._stream = stream
+        self._total = total
+        self._done = 0
+        self._lock = threading.Lock()
+        self._on = enabled if enabled is not None else bool(stream.isatty())
+
+    def step(self) -> None:
+        with self._lock:
+            self._done += 1
+            if self._on:
+                width = 30
+                filled = width * self._done // max(self._total, 1)
+                self._stream.write(
+                    f"\rtensorcheck: [{'#' * filled}{'.' * (width - filled)}] "
+                    f"layers {self._done}/{self._total}"
+                )
+                self._stream.flush()
+
+    def close(self) -> None:
+        if self._on and self._done:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _nonfinite(arr: np.ndarray) -> int:
+    return int(arr.size - np.count_nonzero(np.isfinite(arr.astype(np.float32, copy=False))))
+
+
+def _lost_server(e: BaseException) -> bool:
+    """An error after which no further request can succeed: the server went
+    away, or the caller's deadline passed."""
+    return isinstance(e, (UnavailableError, DeadlineExceededError))
+
+
+def check_captures(
+    captures: Sequence[Capture],
+    *,
+    client: Optional[Client] = None,
+    server: Optional[str] = None,
+    configs: Union[None, str, Sequence[str]] = None,
+    diagnose: bool = True,
+    tolerance: str = "torch",
+    jobs: int = DEFAULT_JOBS,
+    progress: Optional[bool] = None,
+    bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
+    timeout: Optional[float] = None,
+    framework: str = "",
+    model: str = "",
+    **verify_options: Any,
+) -> ModelReport:
+    """Checks captured layer calls on a server; see the module docstring.
+
+    `client` (a tensorcheck.Client) or `server` ("host:port", default
+    localhost:50051) says where. `configs`: the candidates (diagnose) or
+    configurations (verify) for every layer; None: all the server offers
+    (diagnose) / the server's default (verify). `timeout` bounds each
+    request. Other keywords go to diagnose_linear / verify_linear (e.g.
+    `reference`, `atol`, `return_outputs=True` for heatmaps in to_html).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
+    if client is not None and server is not None:
+        raise TypeError("server: give either client= or server=, not both")
+    if not (isinstance(bound_threshold, (int, float)) and bound_threshold > 0):
+        raise ValueError(f"bound_threshold: expected a positive number, got {bound_threshold!r}")
+    layers = [
+        LayerCheck(
+            name=c.name,
+            call=c.call,
+            input_shape=tuple(c.input.shape),
+            weight_shape=tuple(c.weight.shape),
+            weight_layout=c.weight_layout,
+            dtype=str(c.input.dtype),
+            nonfinite_outputs=_nonfinite(c.output),
+        )
+        for c in captures
+    ]
+    report = ModelReport(
+        layers,
+        framework=framework,
+        model=model,
+        bound_threshold=float(bound_threshold),
+        captures=list(captures),
+    )
+    if not captures:
+        return report
+    own = client is None
+    cl = Client(server or DEFAULT_TARGET, timeout=timeout) if own else client
+    assert cl is not None
+    started = time.monotonic()
+    try:
+        _run(
+            cl,
+            captures,
+            report,
+            configs,
+            diagnose,
+            tolerance,
+            jobs,
+            progress,
+            timeout,
+            verify_options,
+        )
+    finally:
+        if own:
+            cl.close()
+    report.elapsed_s = time.monotonic() - started
+    report._grade()
+    return report
+
+
+def _run(
+    cl: Client,
+    captures: Sequence[Capture],
+    report: ModelReport,
+    configs: Union[None, str, Sequence[str]],
+    diagnose: bool,
+    tolerance: str,
+    jobs: int,
+    progress: Optional[bool],
+    timeout: Optional[float],
+    verify_options: dict[str, Any],
+) -> None:
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tensorcheck-model")
+    try:
+        try:
+            refs = _store_parameters(cl, captures, pool, report, timeout)
+        except Error as e:
+            if not _lost_server(e):
+                raise
+            report.error = str(e)
+            for layer in report.layers:
+                layer.error = report.error
+            return
+        bar = _Progress(len(captures), progress)
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def check(i: int) -> None:
+            if stop.is_set():
+                return
+            c, layer = captures[i], report.layers[i]
+            weight = refs.get(id(c.weight), c.weight)
+            bias = None if c.bias is None else refs.get(id(c.bias), c.bias)
+            try:
+                if diagnose:
+                    r = cl.diagnose_linear(
+                        c.input,
+                        weight,
+                        bias,
+                        observed=c.output,
+                        candidates=configs,
+                        weight_layout=c.weight_layout,
+                        tolerance=tolerance,
+                        timeout=timeout,
+                        **verify_options,
+                    )
+                else:
+                    r = cl.verify_linear(
+                        c.input,
+                        weight,
+                        bias,
+                        observed=c.output,
+                        configs=configs,
+                        weight_layout=c.weight_layout,
+                        tolerance=tolerance,
+                        timeout=timeout,
+                        **verify_options,
+                    )
+            except Error as e:
+                layer.error = str(e)
+                if _lost_server(e):
+                    stop.set()
+                    with lock:
+                        report.error = report.error or str(e)
+                else:
+                    layer.status = ERROR
+                return
+            finally:
+                bar.step()
+            layer._fill(r)
+            inline = sum(a.nbytes for a in (c.input, c.output) if a.nbytes <= INLINE_MAX_BYTES)
+            with lock:
+                # (The weights' reuse is counted once, in _store_parameters.)
+                report.uploaded_bytes += r.uploaded_bytes
+                report.sent_bytes += r.uploaded_bytes + inline
+
+        futures: list[Future[None]] = [pool.submit(check, i) for i in range(len(captures))]
+        for f in futures:
+            f.result()
+        bar.close()
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _store_parameters(
+    cl: Client,
+    captures: Sequence[Capture],
+    pool: ThreadPoolExecutor,
+    report: ModelReport,
+    timeout: Optional[float],
+) -> dict[int, TensorRef]:
+    """Puts every distinct weight and bias in the server's store (what it
+    already holds is only asked about, never sent) and returns their refs
+    by id() of the captured array. A server without a store gets them
+    inline in each request instead (an empty result)."""
+    distinct: dict[int, np.ndarray] = {}
+    for c in captures:
+        distinct.setdefault(id(c.weight), c.weight)
+        if c.bias is not None:
+            distinct.setdefault(id(c.bias), c.bias)
+    arrays = list(distinct.values())
+    refs = list(pool.map(TensorRef.of, arrays))
+    by_digest = {r.digest: (r, a) for r, a in zip(refs, arrays)}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        # One FindMissingTensors for the whole model, then the uploads of
+        # what the store lacks, several at once.
+        missing = set(cl._find_missing([r for r, _ in by_digest.values()], deadline))
+    except UnimplementedError:  # a server without a store: all inline
+        return {}
+    transfer = _Transfer()
+    cl._upload_refs(
+        [r for d, (r, _) in by_digest.items() if d in missing],
+        {d: a for d, (_, a) in by_digest.items()},
+        deadline,
+        transfer,
+    )
+    stored = transfer.uploaded_bytes
+    report.uploaded_bytes += stored
+    report.sent_bytes += stored
+    report.reused_bytes += sum(r.size_bytes for r, _ in by_digest.values()) - stored
+    return {id(a): r for r, a in zip(refs, arrays)}
+
+
+# --- two models side by side ------------------------------------------------------
+
+
+def _segments(report: ModelReport) -> list[tuple[str, list[LayerCheck]]]:
+    """Runs of consecutive layer calls explained by the same configuration
+    (the consensus where it explains a layer, else the layer's best)."""
+    consensus = report.consensus
+    runs: list[tuple[str, list[LayerCheck]]] = []
+    for layer in report.layers:
+        if not layer.checked:
+            label = "not checked"
+        elif layer.report is None or layer.report.diagnosis is None:
+            label = layer.status
+        elif not layer.explained:
+            label = "unexplained"
+        elif consensus is not None and consensus in layer.configs_explaining:
+            label = consensus
+        else:
+            label = layer.best or "unexplained"
+        if runs and runs[-1][0] == label:
+            runs[-1][1].append(layer)
+        else:
+            runs.append((label, [layer]))
+    return runs
+
+
+def describe_configs(report: ModelReport) -> str:
+    """What a model ran, in one line: "cpu:bf16:fused everywhere", or
+    "cpu:bf16:fused up to blocks.1.attn.out, cpu:bf16:unfused from
+    blocks.1.mlp.up on"."""
+    runs = _segments(report)
+    if not runs:
+        return "no linear layers"
+    if len(runs) == 1:
+        return f"{runs[0][0]} everywhere"
+    parts = []
+    for i, (label, ls) in enumerate(runs):
+        if i == 0:
+            parts.append(f"{label} up to {ls[-1].label}")
+        elif i == len(runs) - 1:
+            parts.append(f"{label} from {ls[0].label} on")
+        elif len(ls) == 1:
+            parts.append(f"{label} at {ls[0].label}")
+        else:
+            parts.append(f"{label} from {ls[0].label} to {ls[-1].label}")
+    return ", ".join(parts)
+
+
+@dataclasses.dataclass
+class ModelComparison:
+    """Two ModelReports paired layer by layer (`compare_models`).
+
+    `pairs`: (a's layer, b's layer or None), in a's execution order, then
+    b's layers that a lacks as (None, layer). `first_difference` is the
+    first pair whose explaining configurations have nothing in common.
+    """
+
+    names: tuple[str, str]
+    reports: tuple[ModelReport, ModelReport]
+    pairs: list[tuple[Optional[LayerCheck], Optional[LayerCheck]]]
+
+    @property
+    def first_difference(self) -> Optional[tuple[Optional[LayerCheck], Optional[LayerCheck]]]:
+        for a, b in self.pairs:
+            if a is None or b is None:
+                continue
+            if not (a.configs_explaining & b.configs_explaining) or (a.explained != b.explained):
+                return a, b
+        return None
+
+    def summary(self) -> str:
+        from ._model_output import format_comparison
+
+        return format_comparison(self)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first_difference
+        return {
+            "names": list(self.names),
+            "described": [describe_configs(r) for r in self.reports],
+            "layers": [
+                {
+                    "name": (a or b).label if (a or b) else None,  # type: ignore[union-attr]
+                    self.names[0]: None if a is None else a.to_dict(),
+                    self.names[1]: None if b is None else b.to_dict(),
+                }
+                for a, b in self.pairs
+            ],
+            "first_difference": (
+                None if first is None else [None if x is None else x.label for x in first]
+            ),
+        }
+
+
+def compare_models(
+    report_a: ModelReport,
+    report_b: ModelReport,
+    mapping: Optional[Mapping[str, str]] = None,
+    names: tuple[str, str] = ("a", "b"),
+) -> ModelComparison:
+    """Pairs the layers of two reports (two frameworks, or a model and its
+    port) by name, or by `mapping` {a's layer name: b's layer name} for
+    layers named differently; each module's calls pair in order.
+
+        cmp = tensorcheck.compare_models(torch_report, flax_report,
+                                         names=("torch", "flax"))
+        print(cmp.summary())   # torch: cpu:bf16:fused everywhere
+                               # flax: cpu:bf16:unfused everywhere ...
+    """
+    for r, what in ((report_a, "report_a"), (report_b, "report_b")):
+        if not isinstance(r, ModelReport):
+            raise TypeError(f"{what}: expected a tensorcheck ModelReport, got {type(r).__name__}")
+    if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"names: expected two non-empty strings, got {names!r}")
+    mapping = dict(mapping or {})
+    by_key = {(layer.name, layer.call): layer for layer in report_b.layers}
+    used: set[tuple[str, int]] = set()
+    pairs: list[tuple[Optional[LayerCheck], Optional[LayerCheck]]] = []
+    for a in report_a.layers:
+        key = (mapping.get(a.name, a.name), a.call)
+        b = by_key.get(key)
+        if b is not None:
+            used.add(key)
+        pairs.append((a, b))
+    pairs.extend((None, b) for k, b in by_key.items() if k not in used)
+    return ModelComparison((names[0], names[1]), (report_a, report_b), pairs)
+
+
+def assert_model_parity(report_or_model: Any, *args: Any, **kwargs: Any) -> ModelReport:
+    """Raises AssertionError naming the first diverging layer call and its
+    diagnosis; returns the ModelReport when every layer passed.
+
+    Takes a ModelReport, a torch.nn.Module (runs
+    `tensorcheck.torch.check_linears(model, *args, **kwargs)`) or a flax
+    Module (`tensorcheck.flax.check_denses(module, variables, *args,
+    **kwargs)`).
+    """
+    report = report_or_model
+    if not isinstance(report, ModelReport):
+        module = type(report_or_model).__module__ or ""
+        if "torch" in sys.modules and isinstance(report_or_model, sys.modules["torch"].nn.Module):
+            from .torch import check_linears
+
+            report = check_linears(report_or_model, *args, **kwargs)
+        elif (
+            module.startswith("flax")
+            or "flax.linen" in sys.modules
+            and isinstance(report_or_model, sys.modules["flax.linen"].Module)
+        ):
+            from .flax import check_denses
+
+            report = check_denses(report_or_model, *args, **kwargs)
+        else:
+            raise TypeError(
+                "assert_model_parity: expected a ModelReport, a torch.nn.Module or a "
+                f"flax.linen.Module, got {type(report_or_model).__name__}"
+            )
+    if report.passed:
+        return report
+    from ._model_output import failure_message
+
+    raise AssertionError(failure_message(report))

@@ -1,0 +1,215 @@
+"""Every `torch.nn.Linear` of a PyTorch model checked in one call.
+
+    import tensorcheck.torch
+
+    report = tensorcheck.torch.check_linears(model, tokens, server="gpu-host:50051")
+    print(report.summary())
+    report.first_divergence()     # None, or the first layer no
+                                  # configuration explains
+
+A forward hook on every `torch.nn.Linear` (subclasses included) captures,
+per call, the module's qualified name and call index, its input, weight,
+bias and output, as the model ran them (fp32, bf16, fp16; CUDA tensors are
+copied to the host once). The model runs once under `torch.no_grad()`; the
+hooks are removed afterwards, also when it raises. Then every call is
+checked on the server (`tensorcheck._model.check_captures`: weights
+through the tensor store once, requests pipelined). docs/model-checks.md
+has the rules and the report.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from ._client import Client
+from ._model import (
+    DEFAULT_BOUND_THRESHOLD,
+    DEFAULT_JOBS,
+    Captures,
+    ModelReport,
+    check_captures,
+)
+from ._tensors import as_array
+
+__all__ = ["check_linears", "capture_linears"]
+
+
+def _host(t: torch.Tensor, name: str) -> np.ndarray:
+    """A host copy of a tensor that later in-place ops cannot change: the
+    device-to-host copy for CUDA tensors, one copy for CPU ones."""
+    arr = as_array(t, name)
+    if t.device.type == "cpu":
+        arr = arr.copy()
+    return arr
+
+
+def _override(weights: Any, name: str) -> tuple[Any, Any, bool]:
+    """(weight, bias, found) for module `name` in a `weights=` mapping: a
+    state_dict ("{name}.weight", "{name}.bias") or {name: {"weight": ...,
+    "bias": ...}}."""
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights: expected a state_dict or a mapping of module names, got "
+            f"{type(weights).__name__}"
+        )
+    if name in weights:
+        entry = weights[name]
+        if isinstance(entry, Mapping):
+            return entry.get("weight"), entry.get("bias"), True
+        return entry, None, True
+    if f"{name}.weight" in weights:
+        return weights[f"{name}.weight"], weights.get(f"{name}.bias"), True
+    return None, None, False
+
+
+def capture_linears(
+    model: torch.nn.Module, *args: Any, weights: Optional[Mapping[str, Any]] = None, **kwargs: Any
+) -> Captures:
+    """Runs `model(*args, **kwargs)` once under torch.no_grad() with a
+    forward hook on every torch.nn.Linear and returns what they saw, in
+    execution order. `weights` replaces modules' parameters in the
+    captures (not in the run): the checkpoint a port should have used."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    captures = Captures()
+    # One host copy per parameter per run, however many calls use it.
+    params: dict[tuple[int, int, torch.dtype], np.ndarray] = {}
+
+    def param(t: Any, what: str, dtype: torch.dtype) -> np.ndarray:
+        if not isinstance(t, torch.Tensor):  # a `weights=` entry: numpy, JAX
+            arr = as_array(t, what)
+            if arr.dtype != _np_dtype(dtype):
+                raise TypeError(f"{what}: dtype {arr.dtype} differs from the layer's {dtype}")
+            return arr
+        key = (id(t), int(t._version), dtype)
+        cached = params.get(key)
+        if cached is None:
+            cached = params[key] = _host(t.detach().to(dtype), what)
+        return cached
+
+    def hook(name: str) -> Any:
+        def capture(module: torch.nn.Linear, inputs: tuple[Any, ...], output: Any) -> None:
+            if not inputs or not isinstance(inputs[0], torch.Tensor):
+                warnings.warn(
+                    f"tensorcheck: {name}: no tensor input; call not checked", stacklevel=2
+                )
+                return
+            if not isinstance(output, torch.Tensor):
+                warnings.warn(
+                    f"tensorcheck: {name}: output is not a tensor; call not checked", stacklevel=2
+                )
+                return
+            w, b = module.weight, module.bias
+            if weights is not None:
+                ow, ob, found = _override(weights, name)
+                if found:
+                    w, b = ow, ob
+            # Under autocast the layer computes in the output's dtype:
+            # check it as it ran, with x, W and b in that dtype.
+            dtype = output.dtype
+            x = inputs[0].detach()
+            if x.dtype != dtype:
+                x = x.to(dtype)
+            captures.add(
+                name,
+                _host(x, f"{name}.input"),
+                param(w, f"{name}.weight", dtype),
+                None if b is None else param(b, f"{name}.bias", dtype),
+                _host(output.detach(), f"{name}.output"),
+                weight_key=id(w),
+                bias_key=None if b is None else id(b),
+            )
+
+        return capture
+
+    named = [
+        (name or type(model).__name__, m)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    handles = [m.register_forward_hook(hook(name)) for name, m in named]
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return captures
+
+
+def _np_dtype(dtype: torch.dtype) -> Any:
+    import ml_dtypes
+
+    return {
+        torch.float64: np.dtype("float64"),
+        torch.float32: np.dtype("float32"),
+        torch.float16: np.dtype("float16"),
+        torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    }.get(dtype)
+
+
+def check_linears(
+    model: torch.nn.Module,
+    *args: Any,
+    client: Optional[Client] = None,
+    server: Optional[str] = None,
+    configs: Union[None, str, list[str]] = None,
+    diagnose: bool = True,
+    tolerance: str = "torch",
+    weights: Optional[Mapping[str, Any]] = None,
+    jobs: int = DEFAULT_JOBS,
+    progress: Optional[bool] = None,
+    bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
+    timeout: Optional[float] = None,
+    verify_options: Optional[Mapping[str, Any]] = None,
+    **kwargs: Any,
+) -> ModelReport:
+    """Checks every torch.nn.Linear call of one `model(*args, **kwargs)`.
+
+    Args:
+      model, *args, **kwargs: the model and what to call it with.
+      client / server: a tensorcheck.Client, or "host:port" (default
+        localhost:50051) for a connection of this call's own.
+      configs: candidate configurations (diagnose) or configurations
+        (verify) for every layer; None: every one the server offers.
+      diagnose: rank candidates per layer (Diagnose); False: Verify only.
+      tolerance: the tolerance preset of each layer's verdict.
+      weights: check against these parameters instead of the modules' own
+        (a state_dict, or {name: {"weight": w, "bias": b}}): "my port ran
+        with its weights; are its outputs those of the checkpoint's?".
+      jobs: requests in flight at once.
+      progress: a progress bar on stderr (None: when stderr is a terminal).
+      bound_threshold: a layer's bound_ratio above this is a divergence.
+      timeout: each request's deadline, seconds.
+      verify_options: more diagnose_linear/verify_linear keywords, e.g.
+        {"return_outputs": True} for heatmaps in report.to_html().
+
+    Returns a ModelReport (one row per layer call, execution order). A
+    model without linear layers gives an empty report and a warning.
+    """
+    captures = capture_linears(model, *args, weights=weights, **kwargs)
+    if not captures.items:
+        warnings.warn(
+            f"tensorcheck: {type(model).__name__} ran no torch.nn.Linear; nothing to check",
+            stacklevel=2,
+        )
+    return check_captures(
+        captures.items,
+        client=client,
+        server=server,
+        configs=configs,
+        diagnose=diagnose,
+        tolerance=tolerance,
+        jobs=jobs,
+        progress=progress,
+        bound_threshold=bound_threshold,
+        timeout=timeout,
+        framework="torch",
+        model=type(model).__name__,
+        **dict(verify_options or {}),
+    )
