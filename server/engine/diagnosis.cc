@@ -65,6 +65,9 @@ struct Ranking {
   // What localisation compared the observed output with.
   const Tensor* against = nullptr;
   std::string against_name;
+  // Elements that differ from `against` in bits: the whole the column and
+  // row shares are of.
+  int64_t localized_count = 0;
 
   const Tensor& output_of(const ClassScore& c) const { return *in.candidates[c.members[0]].output; }
   int preference_of(const ClassScore& c) const {
@@ -346,7 +349,8 @@ struct Ranking {
         against_name = in.candidates[closest->members[0]].config.ToString();
       }
     }
-    Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
+    localized_count =
+        Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
   }
 
   // The paragraph.
@@ -468,7 +472,8 @@ struct Ranking {
       absl::StrAppend(&text,
                       absl::StrFormat(" The elements that differ from %s concentrate in columns "
                                       "%s and rows %s.",
-                                      against_name, GroupList(out.columns), GroupList(out.rows)));
+                                      against_name, GroupList(out.columns, localized_count),
+                                      GroupList(out.rows, localized_count)));
     }
     if (outlier_count > 0) {
       absl::StrAppend(&text,

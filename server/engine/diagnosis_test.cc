@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "server/engine/engine.h"
+#include "server/engine/internal/diagnosis_evidence.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -341,6 +342,17 @@ TEST(FrameworkHintTest, NamesTheFrameworkDefaults) {
               ::testing::HasSubstr("PyTorch"));
   EXPECT_THAT(FrameworkHint({"cpu", Precision::kBf16, BiasMode::kUnfused}, DType::kBFloat16, true),
               ::testing::HasSubstr("candle"));
+}
+
+// The explanation's "concentrate in columns {...} (x% of them)": the share
+// is decided on the counts, so all but one of 24,576 never reads as all,
+// and all of them (ten columns of one, whose shares of 0.1 add up to
+// 0.9999999999999999) reads as all.
+TEST(GroupListTest, ShareOfTheDifferingElementsIsDecidedOnTheCounts) {
+  EXPECT_EQ(internal::GroupList({{7, 24575, 24575.0 / 24576.0}}, 24576), "{7} (99.996% of them)");
+  std::vector<GroupCount> ten;
+  for (int64_t i = 0; i < 10; ++i) ten.push_back({i, 1, 0.1});
+  EXPECT_EQ(internal::GroupList(ten, 10), "{0, 1, 2, 3, 4, 5, 6, 7, 8, 9} (100% of them)");
 }
 
 }  // namespace

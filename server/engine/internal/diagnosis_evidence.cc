@@ -107,21 +107,21 @@ double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner,
   return static_cast<double>(further - closer) / std::sqrt(static_cast<double>(further + closer));
 }
 
-std::string GroupList(const std::vector<GroupCount>& groups) {
+std::string GroupList(const std::vector<GroupCount>& groups, int64_t differing) {
   std::vector<std::string> parts;
-  double share = 0;
+  int64_t held = 0;
   for (const auto& g : groups) {
     parts.push_back(absl::StrCat(g.index));
-    share += g.share;
+    held += g.mismatched;
   }
   return absl::StrFormat("{%s} (%s of them)", absl::StrJoin(parts, ", "),
-                         FormatShare(std::min(1.0, share)));
+                         FormatShare(std::min(held, differing), differing));
 }
 
 // Counts elements that differ (in bits) between `a` and `b` by column and row.
-void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
-              DType dtype, int top, std::vector<GroupCount>* columns,
-              std::vector<GroupCount>* rows) {
+int64_t Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
+                 DType dtype, int top, std::vector<GroupCount>* columns,
+                 std::vector<GroupCount>* rows) {
   const int64_t total = a.numel();
   const int64_t m = n > 0 ? total / n : 0;
   std::vector<int64_t> col(static_cast<size_t>(n), 0), row(static_cast<size_t>(m), 0);
@@ -151,6 +151,7 @@ void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& expl
   };
   top_of(col, columns);
   top_of(row, rows);
+  return differing;
 }
 
 // Why a class cannot be best, in one sentence; empty when it could.

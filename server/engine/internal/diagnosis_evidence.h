@@ -73,13 +73,16 @@ bool ElementConsistent(double o, double v, uint64_t ulp, float sigma);
 double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner, const float* sigma,
                const std::vector<uint8_t>& explained, DType dtype);
 
-// "{3, 7, 9} (40% of them)".
-std::string GroupList(const std::vector<GroupCount>& groups);
+// "{3, 7, 9} (40% of them)": the groups' indices and the share of the
+// `differing` elements they hold, from the counts (a sum of the groups'
+// shares can land a rounding away from all of them, or from all).
+std::string GroupList(const std::vector<GroupCount>& groups, int64_t differing);
 
-// Counts elements that differ (in bits) between `a` and `b` by column and row.
-void Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
-              DType dtype, int top, std::vector<GroupCount>* columns,
-              std::vector<GroupCount>* rows);
+// Counts elements that differ (in bits) between `a` and `b` by column and
+// row; returns how many differ in all.
+int64_t Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
+                 DType dtype, int top, std::vector<GroupCount>* columns,
+                 std::vector<GroupCount>* rows);
 
 // Why a class cannot be best, in one sentence; empty when it could.
 std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
