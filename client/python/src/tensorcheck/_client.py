@@ -15,7 +15,9 @@ never uploads a tensor. Everything the server rejects raises a
 `tensorcheck.Error` subclass.
 
 Tensors above 1 MiB go through the server's tensor store (docs/api.md):
-hashed here (SHA-256 of the buffer, no copy), `FindMissingTensors` asked
+hashed here (SHA-256 of the buffer, no copy; a tensor whose exact bytes
+were hashed by a recent call is recognised by comparing them, see
+`DigestMemo`), `FindMissingTensors` asked
 once per request, the missing ones uploaded in 4 MiB chunks (several at
 once), and the request names them by digest. A FAILED_PRECONDITION naming
 tensors the store lost in between is retried once after uploading them
@@ -50,8 +52,8 @@ from ._errors import Error, FailedPreconditionError, UnimplementedError, error_f
 from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
 from ._report import Report
-from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, TensorRef, Uploader, digest_of
-from ._tensors import as_array, numpy_dtype, parse_dtype, to_proto
+from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
+from ._tensors import as_array, fill_proto, numpy_dtype, parse_dtype
 
 __all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES", "DEFAULT_MAX_RETRIES"]
 
@@ -165,6 +167,12 @@ def _shape(a: Operand) -> list[int]:
 def _dtype(a: Operand) -> str:
     """ "float32", "bfloat16", ... (numpy prints its dtypes so)."""
     return a.dtype if isinstance(a, TensorRef) else str(a.dtype)
+
+
+def _same_dtype(a: Operand, b: Operand) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.dtype == b.dtype  # no str(dtype): numpy builds it in Python
+    return _dtype(a) == _dtype(b)
 
 
 def _operand(value: Any, name: str) -> Operand:
@@ -292,6 +300,9 @@ class Client:
         self._channel = channel
         self._stub = pb_grpc.TensorCheckStub(channel)
         self._uploader = Uploader(self._stub, self._metadata)
+        # Digests of the large tensors hashed lately (a weight sent on every
+        # call is compared, not hashed again).
+        self._digests = DigestMemo()
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
         # FindMissingTensors answered UNIMPLEMENTED: no store, send inline.
@@ -305,6 +316,7 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+        self._digests.clear()
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -349,7 +361,7 @@ class Client:
             return array
         arr = as_array(array, "array")
         deadline = self._deadline(timeout)
-        ref = TensorRef.of(arr)
+        ref = self._digests.ref(arr)
         missing = self._find_missing([ref], deadline)
         if missing:
             self._upload_refs([ref], {ref.digest: arr}, deadline, _Transfer())
@@ -659,14 +671,19 @@ class Client:
                 raise
             self._upload_missing(call, e, deadline, transfer)
             resp = self._unary(method, req, deadline, pb.VerifyResponse)
-        report = Report.from_proto(resp, lambda t, name: self._read_output(t, name, deadline))
-        return dataclasses.replace(
-            report, uploaded_bytes=transfer.uploaded_bytes, reused_bytes=transfer.reused_bytes
+        return Report._of_response(
+            resp,
+            lambda t, name: self._read_output(t, name, deadline),
+            uploaded_bytes=transfer.uploaded_bytes,
+            reused_bytes=transfer.reused_bytes,
         )
 
     def _prepare(
         self, call: _Call, deadline: Optional[float], transfer: _Transfer
     ) -> pb.VerifyRequest:
+        """The request to send: call.request's options (no tensors, cheap
+        to copy) and each tensor written once into its own field, inline or
+        by digest."""
         req = pb.VerifyRequest()
         req.CopyFrom(call.request)
         large = [
@@ -697,21 +714,22 @@ class Client:
                 transfer.referenced[ref.digest] = ref.size_bytes
             else:
                 assert isinstance(t, np.ndarray)
-                _slot(req, f).CopyFrom(to_proto(t))
+                fill_proto(_slot(req, f), t)
         return req
 
     def _hash(self, call: _Call, large: list[tuple[str, np.ndarray]]) -> None:
-        """Fills call.hashed for the large arrays not hashed yet, several at
-        once (hashlib releases the GIL over a buffer)."""
+        """Fills call.hashed for the large arrays not hashed yet (by this
+        call or, with the same bytes, a recent one: `DigestMemo`), several
+        at once (hashlib releases the GIL over a buffer); a single one on
+        this thread."""
         todo = [(f, a) for f, a in large if f not in call.hashed]
         if not todo:
             return
         if len(todo) == 1:
-            digests = [digest_of(todo[0][1])]
+            refs = [self._digests.ref(todo[0][1])]
         else:
-            digests = list(self._executor().map(digest_of, [a for _, a in todo]))
-        for (f, a), d in zip(todo, digests):
-            ref = TensorRef.of_digest(a, d)
+            refs = list(self._executor().map(self._digests.ref, [a for _, a in todo]))
+        for (f, a), ref in zip(todo, refs):
             call.hashed[f] = ref
             call.sources[ref.digest] = a
 
@@ -883,7 +901,7 @@ class Client:
         if wa.ndim != 2:
             dims = "[N, K]" if layout == pb.WEIGHT_LAYOUT_OUT_IN else "[K, N]"
             raise ValueError(f"weight: expected a 2-D {dims} matrix, got shape {_shape(wa)}")
-        if _dtype(wa) != _dtype(xa):
+        if not _same_dtype(wa, xa):
             raise TypeError(
                 f"weight: dtype {_dtype(wa)} differs from x's {_dtype(xa)}; "
                 "the layer takes both in one storage dtype"

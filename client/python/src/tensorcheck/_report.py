@@ -10,8 +10,9 @@ floats as the strings "inf"/"-inf"/"nan", unset messages as null.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import threading
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from google.protobuf.message import Message
@@ -407,6 +408,28 @@ class Diagnosis(_Node):
         return rows
 
 
+def _report_field(m: pb.VerifyResponse, name: str, read: Optional[ReadTensor]) -> Any:
+    """One of Report's _CONVERTED_ON_ACCESS fields, from its response."""
+    if name == "tolerance":
+        return Tolerance.from_proto(m.tolerance)
+    if name == "observed_vs_reference":
+        has = m.HasField("observed_vs_reference")
+        return Stats.from_proto(m.observed_vs_reference) if has else None
+    if name == "reference":
+        has = m.HasField("reference")
+        return ConfigResult.from_proto(m.reference, "reference", read) if has else None
+    if name == "results":
+        return [ConfigResult.from_proto(r, f"results[{i}]", read) for i, r in enumerate(m.results)]
+    if name == "diagnosis":
+        return Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None
+    raise AssertionError(name)
+
+
+# The Report fields that a report the Client built converts on first access.
+_CONVERTED_ON_ACCESS = ("tolerance", "observed_vs_reference", "reference", "results", "diagnosis")
+_CONVERT_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Report(_Node):
     """The answer of `verify_linear` / `diagnose_linear`.
@@ -445,24 +468,63 @@ class Report(_Node):
         digest (the Client passes its ReadTensor)."""
         return cls(
             verdict=_VERDICT_NAMES.get(m.verdict),
-            tolerance=Tolerance.from_proto(m.tolerance),
-            observed_vs_reference=(
-                Stats.from_proto(m.observed_vs_reference)
-                if m.HasField("observed_vs_reference")
-                else None
-            ),
-            reference=(
-                ConfigResult.from_proto(m.reference, "reference", read)
-                if m.HasField("reference")
-                else None
-            ),
-            results=[
-                ConfigResult.from_proto(r, f"results[{i}]", read) for i, r in enumerate(m.results)
-            ],
             output_shape=tuple(m.output_shape),
             notes=list(m.notes),
-            diagnosis=Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None,
+            **{name: _report_field(m, name, read) for name in _CONVERTED_ON_ACCESS},
         )
+
+    @classmethod
+    def _of_response(
+        cls,
+        m: pb.VerifyResponse,
+        read: Optional[ReadTensor],
+        *,
+        uploaded_bytes: int,
+        reused_bytes: int,
+    ) -> Report:
+        """The Client's report of a response it owns (nobody else holds or
+        changes `m`): verdict, shape and notes now; the tolerance, the
+        statistics, the results and the diagnosis, which take most of the
+        conversion's time, when first read (then kept). A response carrying
+        outputs is converted whole at once, so that outputs returned by
+        digest are read within the call and its deadline."""
+        if (m.HasField("reference") and m.reference.HasField("output")) or any(
+            r.HasField("output") for r in m.results
+        ):
+            eager = cls.from_proto(m, read)
+            object.__setattr__(eager, "uploaded_bytes", uploaded_bytes)
+            object.__setattr__(eager, "reused_bytes", reused_bytes)
+            return eager
+        report = object.__new__(cls)
+        # The frozen dataclass's instance dict, filled without __init__; the
+        # fields of _CONVERTED_ON_ACCESS come from __getattr__ when read.
+        report.__dict__.update(
+            verdict=_VERDICT_NAMES.get(m.verdict),
+            output_shape=tuple(m.output_shape),
+            notes=list(m.notes),
+            uploaded_bytes=uploaded_bytes,
+            reused_bytes=reused_bytes,
+            _response=m,
+        )
+        return report
+
+    if not TYPE_CHECKING:  # (mypy would accept any attribute name otherwise)
+
+        def __getattr__(self, name: str) -> Any:
+            # Reached only for names missing from the instance: a field of a
+            # report from _of_response not read yet.
+            state = self.__dict__
+            m = state.get("_response")
+            if m is None or name not in _CONVERTED_ON_ACCESS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            with _CONVERT_LOCK:  # one conversion per field, whoever asks first
+                if name not in state:
+                    state[name] = _report_field(m, name, None)
+            return state[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickle and copy: every field converted, not the response.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def passed(self) -> bool:

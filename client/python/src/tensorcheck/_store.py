@@ -8,6 +8,9 @@ the `Client` puts together:
   shape), and `digest_of`, which hashes an array's buffer in place
   (hashlib over a uint8 view of the C-contiguous array: no copy, no
   per-element work, the GIL released while hashing);
+* `DigestMemo`, which recognises a tensor hashed before by comparing its
+  bytes with a copy kept then (memcmp, several times faster than SHA-256),
+  so that the same weight verified again is not hashed again;
 * `Uploader`: `UploadTensor` in chunks of at most 4 MiB under a random
   upload_id, resumed from `QueryUploadStatus`'s committed_size when the
   stream breaks, and `ReadTensor`, resumed likewise;
@@ -22,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -41,6 +45,7 @@ __all__ = [
     "EMPTY_DIGEST",
     "digest_of",
     "byte_view",
+    "DigestMemo",
     "missing_tensors",
     "Uploader",
 ]
@@ -60,6 +65,13 @@ MAX_RESUMES = 5
 _RESUME_BACKOFF_S = 0.1
 _RESUME_BACKOFF_MAX_S = 5.0
 _MAX_HINT_WAIT_S = 30.0
+
+# DigestMemo: the most bytes of tensor copies one client keeps, and the
+# largest tensor it keeps a copy of (larger ones are hashed on every call:
+# a copy would double their memory, and they are rarely sent twice in a
+# row without Client.upload).
+MEMO_BUDGET_BYTES = 64 << 20
+MEMO_MAX_TENSOR_BYTES = 16 << 20
 
 _HASH = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
 
@@ -158,6 +170,80 @@ def byte_view(arr: np.ndarray) -> memoryview:
 def digest_of(arr: np.ndarray) -> str:
     """ "sha256:<hex>" of an array's raw bytes, hashed in place."""
     return "sha256:" + hashlib.sha256(byte_view(arr)).hexdigest()
+
+
+class DigestMemo:
+    """The TensorRefs of the arrays hashed most recently, each kept with a
+    private copy of the bytes it is the digest of.
+
+    `ref(arr)` compares `arr`'s bytes (with its dtype and shape) with the
+    copies kept and returns the remembered TensorRef on an exact match;
+    otherwise it copies the bytes, hashes the copy and remembers both. A
+    match is a full byte comparison, never a guess from the array's
+    identity, so an array changed in place gets the digest of its new
+    bytes; the digest kept is that of the copy kept, whatever happens to
+    the array afterwards. Comparing costs a memcmp (about 0.1 ms for
+    1.5 MiB here, against 1 ms for SHA-256), a miss a copy more than
+    hashing alone.
+
+    At most `budget_bytes` of copies are kept, least recently used dropped
+    first; arrays above `max_tensor_bytes` are hashed every time and not
+    kept. Thread-safe: the comparisons run under a lock, hashing outside
+    it.
+    """
+
+    def __init__(
+        self,
+        budget_bytes: int = MEMO_BUDGET_BYTES,
+        max_tensor_bytes: int = MEMO_MAX_TENSOR_BYTES,
+    ) -> None:
+        self._budget = budget_bytes
+        self._max_tensor = min(max_tensor_bytes, budget_bytes)
+        # (digest, dtype, shape) -> (the bytes hashed, their numpy dtype, the ref)
+        self._entries: OrderedDict[
+            tuple[str, str, tuple[int, ...]], tuple[bytes, np.dtype[Any], TensorRef]
+        ] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._bytes
+
+    def ref(self, arr: np.ndarray) -> TensorRef:
+        """The TensorRef of an array from `as_array`."""
+        nbytes = int(arr.nbytes)
+        if nbytes > self._max_tensor:
+            return TensorRef.of(arr)
+        view = byte_view(arr)
+        shape = tuple(arr.shape)
+        with self._lock:
+            for key, (kept, dtype, ref) in self._entries.items():
+                # Lengths equal first: startswith alone would accept a prefix.
+                if (
+                    len(kept) == nbytes
+                    and ref.shape == shape
+                    and dtype == arr.dtype
+                    and kept.startswith(view)
+                ):
+                    self._entries.move_to_end(key)
+                    return ref
+        kept = view.tobytes()
+        ref = TensorRef.of_digest(arr, "sha256:" + hashlib.sha256(kept).hexdigest())
+        key = (ref.digest, ref.dtype, ref.shape)
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = (kept, arr.dtype, ref)
+                self._bytes += nbytes
+                while self._bytes > self._budget:
+                    _, (old, _, _) = self._entries.popitem(last=False)
+                    self._bytes -= len(old)
+        return ref
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
 
 
 # --- uploads and reads -----------------------------------------------------------

@@ -21,6 +21,7 @@ from ._pb import pb
 __all__ = [
     "as_array",
     "to_proto",
+    "fill_proto",
     "from_proto",
     "dtype_name",
     "dtype_enum",
@@ -44,6 +45,7 @@ _PB_TO_NP: dict[int, np.dtype[Any]] = {
 }
 _PB_NAMES: dict[int, str] = {enum: name for enum, name in _NP_TO_PB.values()}
 DTYPES = ("float64", "float32", "float16", "bfloat16")
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
 _SUPPORTED = "float64, float32, float16 or bfloat16"
 
 # Names users write for an output dtype.
@@ -170,24 +172,37 @@ def as_array(value: Any, name: str) -> np.ndarray:
             arr = np.asarray(value)
         except (ValueError, TypeError) as e:
             raise TypeError(f"{name}: cannot be converted to an array: {e}") from None
-    if arr.dtype.type not in _NP_TO_PB:
-        what = "object" if arr.dtype == object else str(arr.dtype)
+    dt = arr.dtype
+    if dt.type not in _NP_TO_PB:
+        what = "object" if dt.kind == "O" else str(dt)
         raise TypeError(f"{name}: dtype {what} is not supported; expected {_SUPPORTED}")
-    little = arr.dtype.newbyteorder("<")
-    if arr.dtype != little:
-        arr = arr.astype(little)
-    # (np.ascontiguousarray would turn a 0-d array into 1-d.)
+    if dt.byteorder == ">" or (dt.byteorder == "=" and _BIG_ENDIAN_HOST):
+        # One copy, straight into little-endian C order.
+        return arr.astype(dt.newbyteorder("<"), order="C")
+    # (np.ascontiguousarray would turn a 0-d array into 1-d.) The caller's
+    # array itself when it is already C-contiguous: no copy.
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def fill_proto(t: pb.Tensor, arr: np.ndarray) -> None:
+    """Writes an array from `as_array` into `t`, a Tensor field of the
+    request being built, inline: its bytes are taken once (`tobytes`) and
+    set in place, with no intermediate message to copy from."""
+    t.dtype = _NP_TO_PB[arr.dtype.type][0]
+    t.shape.extend(arr.shape)
+    t.data = arr.tobytes()
 
 
 def to_proto(arr: np.ndarray) -> pb.Tensor:
     """The inline wire form of an array from `as_array`.
 
     Tensors that go by digest are `TensorRef.to_proto()` instead (the
-    Client decides which, see `Client._prepare`).
+    Client decides which, see `Client._prepare`, which fills the request's
+    own fields with `fill_proto`).
     """
-    enum = _NP_TO_PB[arr.dtype.type][0]
-    return pb.Tensor(dtype=enum, shape=arr.shape, data=arr.tobytes(order="C"))
+    t = pb.Tensor()
+    fill_proto(t, arr)
+    return t
 
 
 # Reads a tensor the server returned by digest (the Client's ReadTensor).
