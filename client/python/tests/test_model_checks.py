@@ -1,0 +1,487 @@
+"""`tensorcheck.torch.check_linears` on the tiny GPT of examples/tiny_gpt.py,
+against a live server (conftest.py).
+
+The diagnosis of every layer call is held against what torch computed,
+established here independently: our own forward hooks capture each
+nn.Linear call's x, W, b and output during the checked run, and
+tests/layer_numerics.py decides in numpy float64 which candidate the output
+is (bitwise share for 16-bit outputs, rms distance per input rounding for
+fp32). What we found, torch 2.15 on this 2-core AMD EPYC (AVX2, no AVX-512,
+no native bf16), 2x16 tokens of the tiny GPT:
+
+- fp32: fp32 inputs (the tf32- and bf16-rounded candidates are 1,000 to
+  10,000 times further in rms), fp32 accumulation (only 11-17% of the
+  elements equal the correctly rounded fp64 result; the rest sit a few ULPs
+  off). The bias placement cannot be seen at fp32; the service merges
+  cpu:fp32:fused and cpu:fp32:unfused (equivalent) and names fused.
+- bf16 and fp16: `fused`: the bias is added to the wider accumulator and the
+  sum rounded once. bf16: 99.98-100% of each layer's elements equal
+  round_bf16(x·Wᵀ + b), against 67-74% for the unfused two roundings; fp16:
+  99.87-99.98% against 68-74%. The few others are one-ULP flips of fp32
+  summation order (an fp64 accumulator would match 100%). The same holds
+  for 3-D inputs (nn.Linear folds [batch, seq, K] into one addmm) and for
+  the bias-free lm_head (one rounding of x·Wᵀ).
+
+`test_torch_cpu_linear_numerics_as_documented` keeps that paragraph true
+(no server needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import tensorcheck  # noqa: E402
+import tensorcheck.torch  # noqa: E402
+from layer_numerics import Identified, identify, round_to  # noqa: E402
+from tiny_gpt_loader import load_tiny_gpt  # noqa: E402
+
+tiny_gpt = load_tiny_gpt()
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# What torch computed on this CPU (module docstring), per storage dtype.
+DOCUMENTED = {
+    "fp32": {"bias": {"cpu:fp32:fused", "cpu:fp32:unfused"}, "none": {"cpu:fp32:none"}},
+    "bf16": {"bias": {"cpu:bf16:fused"}, "none": {"cpu:bf16:none"}},
+    "fp16": {"bias": {"cpu:fp16:fused"}, "none": {"cpu:fp16:none"}},
+}
+LINEAR_NAMES = [
+    f"blocks.{i}.{layer}"
+    for i in range(tiny_gpt.BLOCKS)
+    for layer in ("attn.qkv", "attn.proj", "mlp.up", "mlp.down")
+] + ["lm_head"]
+BROKEN_LAYER = "blocks.1.mlp.up"
+PERTURBED_LAYER = "blocks.2.attn.proj"
+NONFINITE_LAYER = "blocks.3.mlp.down"
+# Never listens: a check that needs no server proves it made no call.
+NOWHERE = "127.0.0.1:1"
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A copy of a tensor's values, bit for bit (bf16 as ml_dtypes.bfloat16)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return t.numpy().copy()
+
+
+@dataclass
+class Call:
+    """One nn.Linear call as our own hook saw it."""
+
+    name: str
+    call: int
+    x: np.ndarray
+    w: np.ndarray
+    b: Optional[np.ndarray]
+    y: np.ndarray
+
+    def identify(self, w: Optional[np.ndarray] = None) -> Identified:
+        return identify(self.x, self.w if w is None else w, self.b, self.y)
+
+
+@contextlib.contextmanager
+def own_capture(model: nn.Module) -> Iterator[list[Call]]:
+    """Our own forward hooks on every nn.Linear, independent of the client's."""
+    calls: list[Call] = []
+    counts: Counter[str] = Counter()
+
+    def hook(name: str) -> Callable[..., None]:
+        def save(mod: nn.Linear, args: tuple[Any, ...], out: torch.Tensor) -> None:
+            b = None if mod.bias is None else _numpy(mod.bias)
+            calls.append(
+                Call(name, counts[name], _numpy(args[0]), _numpy(mod.weight), b, _numpy(out))
+            )
+            counts[name] += 1
+
+        return save
+
+    handles = [
+        m.register_forward_hook(hook(n))
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
+    try:
+        yield calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def gpt(dtype: torch.dtype) -> nn.Module:
+    return tiny_gpt.TorchGPT(seed=0).eval().to(dtype)
+
+
+def token_ids() -> torch.Tensor:
+    return torch.from_numpy(tiny_gpt.make_inputs(batch=2, seq=16, seed=0))
+
+
+def check(
+    model: nn.Module, client: tensorcheck.Client, **kwargs: Any
+) -> tuple[tensorcheck.ModelReport, list[Call]]:
+    """check_linears on the tiny GPT's tokens, with our capture of the same run."""
+    with own_capture(model) as calls:
+        report = tensorcheck.torch.check_linears(model, token_ids(), client=client, **kwargs)
+    assert [(c.name, c.call) for c in calls] == [(la.name, la.call) for la in report.layers], (
+        "check_linears should run the model once and report every nn.Linear call in order"
+    )
+    return report, calls
+
+
+def majority(labels: list[Identified]) -> set[str]:
+    """The configurations our own identification gives to more than half the calls."""
+    votes = Counter(c for label in labels for c in label.configs)
+    return {c for c, n in votes.items() if 2 * n > len(labels)}
+
+
+@pytest.fixture(scope="module")
+def runs(client: tensorcheck.Client) -> Callable[[str], tuple[Any, list[Call]]]:
+    """The tiny GPT checked once per dtype, shared by the tests of this file."""
+    cache: dict[str, tuple[Any, list[Call]]] = {}
+
+    def get(dtype: str) -> tuple[Any, list[Call]]:
+        if dtype not in cache:
+            cache[dtype] = check(gpt(DTYPES[dtype]), client)
+        return cache[dtype]
+
+    return get
+
+
+# --- what torch does, without a server --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_torch_cpu_linear_numerics_as_documented(dtype: str) -> None:
+    model = gpt(DTYPES[dtype])
+    with own_capture(model) as calls, torch.no_grad():
+        model(token_ids())
+    assert [c.name for c in calls] == LINEAR_NAMES
+    for c in calls:
+        found = c.identify()
+        want = DOCUMENTED[dtype]["none" if c.b is None else "bias"]
+        assert found.configs == want, (
+            f"{c.name}: torch {torch.__version__} on this CPU computed {found}, where the "
+            f"module docstring (and docs/numerics.md) say {sorted(want)}: update them"
+        )
+
+
+# --- the diagnosis names what torch did --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_each_layer_call_is_diagnosed_as_what_torch_computed(runs: Any, dtype: str) -> None:
+    report, calls = runs(dtype)
+    wrong = []
+    for c, layer in zip(calls, report.layers):
+        found = c.identify()
+        assert found.precision == dtype, f"{c.name}: our own identification failed: {found}"
+        assert layer.dtype == {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
+        assert layer.weight_layout == "out_in"
+        assert layer.weight_shape == c.w.shape and layer.input_shape == c.x.shape
+        if not found.configs & layer.configs_explaining:
+            wrong.append(
+                f"{layer.label}: torch computed {found}; the service says best {layer.best}, "
+                f"explained by {sorted(layer.configs_explaining)}: {layer.explanation}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_the_unmodified_model_has_no_divergence(runs: Any, dtype: str) -> None:
+    report, calls = runs(dtype)
+    assert report.consensus in majority([c.identify() for c in calls])
+    bad = [f"{la.label}: {la.divergence_reason}" for la in report.layers if la.status != "passed"]
+    assert not bad, "\n".join(bad)
+    assert report.first_divergence() is None
+    assert report.passed
+    assert tensorcheck.assert_model_parity(report) is report
+
+
+# --- broken ports -------------------------------------------------------------------
+
+
+class BiasAfterRounding(nn.Linear):
+    """A port's Linear that rounds the matmul to the output dtype, then adds
+    the bias (candle's and XLA's order), where torch adds it before rounding."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight) + self.bias
+
+
+def port_with_bias_after_rounding(dtype: torch.dtype) -> nn.Module:
+    model = gpt(dtype)
+    good = model.get_submodule(BROKEN_LAYER)
+    bad = BiasAfterRounding(good.in_features, good.out_features, dtype=dtype)
+    bad.weight, bad.bias = good.weight, good.bias
+    model.blocks[1].mlp.up = bad
+    return model
+
+
+@pytest.fixture(scope="module")
+def broken_run(client: tensorcheck.Client) -> tuple[Any, list[Call]]:
+    return check(port_with_bias_after_rounding(torch.bfloat16), client)
+
+
+def test_bias_added_after_rounding_is_the_first_divergence(broken_run: Any) -> None:
+    report, calls = broken_run
+    found = {c.name: c.identify() for c in calls}
+    # Our own computation: that layer rounds twice, the others once.
+    assert found[BROKEN_LAYER].configs == {"cpu:bf16:unfused"}, found[BROKEN_LAYER]
+    first = report.first_divergence()
+    assert first is not None and first.name == BROKEN_LAYER, report.summary()
+    assert "cpu:bf16:unfused" in first.configs_explaining
+    assert "cpu:bf16:fused" not in first.configs_explaining
+    assert first.divergence_reason and "cpu:bf16:fused" in first.divergence_reason
+    assert report.consensus == "cpu:bf16:fused"
+    assert first.status == "failed"
+    assert [la.name for la in report.layers if la.status != "passed"] == [BROKEN_LAYER]
+
+
+def test_weights_perturbed_by_one_ulp_against_the_checkpoint(client: tensorcheck.Client) -> None:
+    """The port runs with a weight 1 bf16 ULP off in its 4 largest elements;
+    `weights=` checks its outputs against the checkpoint's weights."""
+    model = gpt(torch.bfloat16)
+    checkpoint = {k: v.clone() for k, v in model.state_dict().items()}
+    weight = model.get_submodule(PERTURBED_LAYER).weight
+    with torch.no_grad():
+        largest = weight.abs().flatten().argsort(descending=True)[:4]
+        weight.view(-1).view(torch.int16)[largest] += 1  # one ULP away from zero
+    assert int((weight != checkpoint[f"{PERTURBED_LAYER}.weight"]).sum()) == 4
+
+    report, calls = check(model, client, weights=checkpoint)
+
+    # Our own computation: with the checkpoint's weight, one rounding of
+    # x·Wᵀ + b differs from what the port output in this many elements,
+    # where the clean layers differ in at most a few (summation order).
+    c = next(c for c in calls if c.name == PERTURBED_LAYER)
+    original = _numpy(checkpoint[f"{PERTURBED_LAYER}.weight"])
+    expected = round_to(
+        c.x.astype(np.float64).reshape(-1, c.x.shape[-1]) @ original.astype(np.float64).T
+        + c.b.astype(np.float64),
+        c.y.dtype,
+    )
+    differing = int(np.sum(expected != c.y.astype(np.float64).reshape(expected.shape)))
+    flips = max(
+        int(round((1 - c2.identify().shares["fused"]) * c2.y.size))
+        for c2 in calls
+        if c2.b is not None and c2.name != PERTURBED_LAYER
+    )
+    assert differing >= 5 * max(flips, 3), (differing, flips)
+
+    first = report.first_divergence()
+    assert first is not None and first.name == PERTURBED_LAYER, report.summary()
+    assert first.divergence_reason
+    assert "cpu:bf16:fused" not in first.configs_explaining
+    assert first.status == "failed"
+    # The layers before it are those of the checkpoint.
+    before = report.layers[: report.layers.index(first)]
+    assert before and all(la.status == "passed" for la in before)
+
+
+def test_assert_model_parity_names_the_diverging_layer(
+    broken_run: Any, client: tensorcheck.Client
+) -> None:
+    report, _ = broken_run
+    with pytest.raises(AssertionError, match=rf"layer {BROKEN_LAYER}\b"):
+        tensorcheck.assert_model_parity(report)
+    # The same from the model, run and checked by assert_model_parity itself.
+    with pytest.raises(AssertionError, match=rf"layer {BROKEN_LAYER}\b"):
+        tensorcheck.assert_model_parity(
+            port_with_bias_after_rounding(torch.bfloat16), token_ids(), client=client
+        )
+
+
+def test_compare_models_names_the_broken_layer(runs: Any, broken_run: Any) -> None:
+    good, _ = runs("bf16")
+    bad, _ = broken_run
+    cmp = tensorcheck.compare_models(good, bad, names=("torch", "port"))
+    a, b = cmp.first_difference
+    assert a.name == BROKEN_LAYER and b.name == BROKEN_LAYER
+    differ = [x.name for x, y in cmp.pairs if not (x.configs_explaining & y.configs_explaining)]
+    assert differ == [BROKEN_LAYER]
+    assert f"First difference: {BROKEN_LAYER}" in cmp.summary()
+
+
+# --- bad inputs ----------------------------------------------------------------------
+
+
+def test_model_without_linear_layers_gives_an_empty_report() -> None:
+    model = nn.Sequential(nn.Embedding(16, 8), nn.ReLU())
+    with pytest.warns(UserWarning, match="ran no torch.nn.Linear"):
+        # NOWHERE never answers: any request would fail.
+        report = tensorcheck.torch.check_linears(model, torch.arange(4), server=NOWHERE)
+    assert report.layers == [] and report.error is None
+    assert report.first_divergence() is None and report.consensus is None
+    assert not report.passed
+    assert "nothing was checked" in report.summary()
+
+
+def test_non_finite_output_is_reported_for_its_layer(client: tensorcheck.Client) -> None:
+    model = gpt(torch.bfloat16)
+    with torch.no_grad():
+        model.get_submodule(NONFINITE_LAYER).weight[7, 3] = math.inf
+    report, calls = check(model, client)
+    # Our own count: only that layer's own output and what follows it are
+    # non-finite (its column 7: x·inf).
+    nonfinite = {c.name: int(np.sum(~np.isfinite(c.y.astype(np.float32)))) for c in calls}
+    index = LINEAR_NAMES.index(NONFINITE_LAYER)
+    assert not any(nonfinite[n] for n in LINEAR_NAMES[:index])
+    assert nonfinite[NONFINITE_LAYER] == math.prod(calls[index].y.shape[:-1])
+    first = report.first_divergence()
+    assert first is not None and first.name == NONFINITE_LAYER, report.summary()
+    assert "non-finite" in first.divergence_reason
+    assert str(nonfinite[NONFINITE_LAYER]) in first.divergence_reason
+    assert first.status in ("failed", "error")
+    assert all(la.status == "passed" for la in report.layers[:index])
+    with pytest.raises(AssertionError, match=rf"layer {NONFINITE_LAYER}\b"):
+        tensorcheck.assert_model_parity(report)
+
+
+class _KillsServerAt(tensorcheck.Client):
+    """A client that kills its server (SIGKILL) just before the request for
+    one layer call: the server goes away mid-run at a known point."""
+
+    def __init__(self, server: Any, at: int) -> None:
+        super().__init__(server.target, timeout=60)
+        self._server, self._at, self._requests = server, at, 0
+
+    def diagnose_linear(self, *args: Any, **kwargs: Any) -> Any:
+        if self._requests == self._at:
+            self._server.proc.kill()
+            self._server.proc.wait()
+        self._requests += 1
+        return super().diagnose_linear(*args, **kwargs)
+
+
+def test_server_gone_mid_run_reports_what_was_checked(start_server: Any) -> None:
+    """check_linears runs the model first and checks after: a server killed
+    from a forward hook leaves every call unchecked, one killed before the
+    9th request (jobs=1: in order) leaves the first 8 checked."""
+    model = gpt(torch.bfloat16)
+    srv = start_server()
+    try:
+        middle = model.get_submodule("blocks.2.attn.qkv")
+
+        def kill(*_: Any) -> None:
+            srv.proc.kill()
+            srv.proc.wait()
+
+        handle = middle.register_forward_hook(kill)
+        try:
+            report = tensorcheck.torch.check_linears(model, token_ids(), server=srv.target)
+        finally:
+            handle.remove()
+        assert report.error and len(report.layers) == len(LINEAR_NAMES)
+        assert all(la.status == "not_checked" for la in report.layers)
+        assert report.checked == [] and not report.passed
+        assert "Stopped early" in report.summary()
+    finally:
+        srv.stop()
+
+    srv = start_server()
+    try:
+        with _KillsServerAt(srv, at=8) as cl:
+            report = tensorcheck.torch.check_linears(model, token_ids(), client=cl, jobs=1)
+    finally:
+        srv.stop()
+    statuses = [la.status for la in report.layers]
+    assert statuses == ["passed"] * 8 + ["not_checked"] * (len(LINEAR_NAMES) - 8), statuses
+    assert [la.name for la in report.checked] == LINEAR_NAMES[:8]
+    assert report.error and report.layers[8].error
+    assert not report.passed and report.first_divergence() is None
+    assert f"8 of {len(LINEAR_NAMES)} layer calls checked" in report.summary()
+    with pytest.raises(AssertionError):
+        tensorcheck.assert_model_parity(report)
+
+
+class _Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the model's own error")
+
+
+def test_hooks_are_removed_when_the_model_raises() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), _Raises(), nn.Linear(8, 8))
+    global_hooks = dict(torch.nn.modules.module._global_forward_hooks)
+    with pytest.raises(RuntimeError, match="the model's own error"):
+        tensorcheck.torch.check_linears(model, torch.ones(2, 8), server=NOWHERE)
+    for name, m in model.named_modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks, name
+    assert dict(torch.nn.modules.module._global_forward_hooks) == global_hooks
+    # And after a run that completes: the model runs unobserved afterwards.
+    ok = nn.Sequential(nn.Linear(8, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tensorcheck.torch.check_linears(ok, torch.ones(2, 8), server=NOWHERE)
+    assert not ok[0]._forward_hooks
+
+
+# --- the tensor store -------------------------------------------------------------
+
+
+def _distinct_parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the nn.Linear weights and biases, each tensor once however
+    many layers share it."""
+    seen: dict[int, int] = {}
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            for p in (m.weight, m.bias):
+                if p is not None:
+                    seen[id(p)] = p.numel() * p.element_size()
+    return sum(seen.values())
+
+
+class _TiedPair(nn.Module):
+    """`a` called twice, `b` holding a's weight: one weight, three calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(512, 512)
+        self.b = nn.Linear(512, 512)
+        self.b.weight = self.a.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(torch.tanh(self.b(self.a(x))))
+
+
+def test_weights_uploaded_once_and_not_again(start_server: Any) -> None:
+    srv = start_server()  # a store of its own: it holds nothing yet
+    try:
+        with tensorcheck.Client(srv.target, timeout=120) as cl:
+            tied = _TiedPair()
+            report = tensorcheck.torch.check_linears(tied, torch.randn(4, 512), client=cl)
+            assert [la.label for la in report.layers] == ["a", "b", "a#1"]
+            assert (
+                report.uploaded_bytes == _distinct_parameter_bytes(tied) == (512 * 512 + 1024) * 4
+            )
+            assert cl.capabilities().store.uploaded_bytes == report.uploaded_bytes
+
+            model = gpt(torch.bfloat16)
+            first = tensorcheck.torch.check_linears(model, token_ids(), client=cl)
+            expected = _distinct_parameter_bytes(model)
+            assert first.uploaded_bytes == expected
+            second = tensorcheck.torch.check_linears(model, token_ids(), client=cl)
+            assert second.uploaded_bytes == 0
+            assert second.reused_bytes == expected
+            assert second.sent_bytes <= 0.3 * first.sent_bytes, (
+                second.sent_bytes,
+                first.sent_bytes,
+            )
+            # What the server itself counts: each tensor once.
+            assert cl.capabilities().store.uploaded_bytes == report.uploaded_bytes + expected
+            assert first.passed and second.passed
+    finally:
+        srv.stop()
