@@ -142,6 +142,7 @@ class LayerCheck:
     explanation: str = ""
     error: Optional[str] = None
     nonfinite_outputs: int = 0
+    has_bias: bool = True
     divergence_reason: Optional[str] = None
     report: Optional[Report] = dataclasses.field(default=None, repr=False)
 
@@ -155,9 +156,18 @@ class LayerCheck:
 
     @property
     def configs_explaining(self) -> set[str]:
-        if self.best is None:
+        """best, equivalent and tied: every configuration that explains
+        this output. Without a bias, `b:p:none` stands for `b:p:fused` and
+        `b:p:unfused` too (they compute the same without one)."""
+        if not self.best:
             return set()
-        return {self.best, *self.equivalent, *self.tied}
+        names = {self.best, *self.equivalent, *self.tied}
+        if not self.has_bias:
+            for name in list(names):
+                backend, _, rest = name.rpartition(":")
+                if rest == "none":
+                    names.update((f"{backend}:fused", f"{backend}:unfused"))
+        return names
 
     def _fill(self, report: Report) -> None:
         self.report = report
@@ -536,6 +546,7 @@ def check_captures(
             weight_layout=c.weight_layout,
             dtype=str(c.input.dtype),
             nonfinite_outputs=_nonfinite(c.output),
+            has_bias=c.bias is not None,
         )
         for c in captures
     ]

@@ -18,7 +18,7 @@ from ._format import format_share
 
 if TYPE_CHECKING:
     from ._model import LayerCheck, ModelComparison, ModelReport
-    from ._report import Diagnosis, RankedCandidate
+    from ._report import Diagnosis
 
 __all__ = ["format_summary", "format_comparison", "failure_message", "write_junit", "write_html"]
 
@@ -257,21 +257,6 @@ th{background:#f2f2f2}.fail{color:#b00020;font-weight:600}.ok{color:#1b7f2a}.not
 """
 
 
-def _ranking_groups(d: Diagnosis) -> list[list[RankedCandidate]]:
-    """One list per display row: a candidate with those that computed the
-    same bits on these inputs."""
-    rows: list[list[RankedCandidate]] = []
-    placed: set[str] = set()
-    by_name = {r.config: r for r in d.ranking}
-    for r in d.ranking:
-        if r.config in placed:
-            continue
-        group = [r] + [by_name[e] for e in r.equivalent if e in by_name and e not in placed]
-        placed.update(g.config for g in group)
-        rows.append(group)
-    return rows
-
-
 def _chart(report: ModelReport) -> str:
     """bound_ratio across depth, log scale, a point per checked layer call
     colored by the configuration explaining it; the first divergence in red."""
@@ -420,7 +405,7 @@ def _heatmap(layer: LayerCheck, observed: Optional[np.ndarray], max_cells: int =
 
 def _ranking(d: Diagnosis) -> str:
     rows = []
-    for rank, group in enumerate(_ranking_groups(d), 1):
+    for rank, group in enumerate(d.ranking_groups(), 1):
         r = group[0]
         names = " = ".join(f"<code>{html.escape(g.config)}</code>" for g in group)
         rows.append(
