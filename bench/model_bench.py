@@ -38,10 +38,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "client" / "python" / "examples"))
 
-import tensorcheck  # noqa: E402
-import tensorcheck.torch  # noqa: E402
-import torch  # noqa: E402
-from tiny_gpt import TorchGPT, make_inputs  # noqa: E402
+import tensorcheck
+import tensorcheck.torch
+import torch
+from tiny_gpt import TorchGPT, make_inputs
 
 
 class Server:
