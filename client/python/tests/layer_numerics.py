@@ -137,3 +137,28 @@ def identify(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray], y: np.ndarra
     if by_precision[runner_up] < FP32_SEPARATION * by_precision[best]:
         return Identified(None, set(), shares, rms)
     return Identified(best, {"none"} if b is None else {"fused", "unfused"}, shares, rms)
+
+
+# torch.testing.assert_close's default (atol, rtol) per dtype: the server's
+# "torch" tolerance preset.
+TORCH_TOLERANCE = {
+    np.dtype(np.float32): (1e-5, 1.3e-6),
+    np.dtype(np.float16): (1e-5, 1e-3),
+    BF16: (1e-5, 1.6e-2),
+}
+
+
+def torch_tolerance_verdict(
+    x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray], y: np.ndarray
+) -> str:
+    """ "pass" when every element of `y` is within torch's tolerance of the
+    reference, x·Wᵀ + b computed exactly and rounded once to y's dtype
+    (what the service's cpu:fp64 reference gives); else "fail"."""
+    atol, rtol = TORCH_TOLERANCE[np.dtype(y.dtype)]
+    k = x.shape[-1]
+    exact = np.asarray(x).astype(np.float64).reshape(-1, k) @ np.asarray(w).astype(np.float64).T
+    if b is not None:
+        exact = exact + np.asarray(b).astype(np.float64)
+    ref = round_to(exact, y.dtype)
+    got = np.asarray(y).astype(np.float64).reshape(ref.shape)
+    return "pass" if np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref)) else "fail"

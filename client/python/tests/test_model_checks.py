@@ -47,7 +47,7 @@ from torch import nn  # noqa: E402
 
 import tensorcheck  # noqa: E402
 import tensorcheck.torch  # noqa: E402
-from layer_numerics import Identified, identify, round_to  # noqa: E402
+from layer_numerics import Identified, identify, round_to, torch_tolerance_verdict  # noqa: E402
 from tiny_gpt_loader import load_tiny_gpt  # noqa: E402
 
 tiny_gpt = load_tiny_gpt()
@@ -204,6 +204,8 @@ def test_each_layer_call_is_diagnosed_as_what_torch_computed(runs: Any, dtype: s
 def test_the_unmodified_model_has_no_divergence(runs: Any, dtype: str) -> None:
     report, calls = runs(dtype)
     assert report.consensus in majority([c.identify() for c in calls])
+    verdicts = [torch_tolerance_verdict(c.x, c.w, c.b, c.y) for c in calls]
+    assert [la.verdict for la in report.layers] == verdicts == ["pass"] * len(calls)
     bad = [f"{la.label}: {la.divergence_reason}" for la in report.layers if la.status != "passed"]
     assert not bad, "\n".join(bad)
     assert report.first_divergence() is None

@@ -46,7 +46,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import tensorcheck  # noqa: E402
 import tensorcheck.flax  # noqa: E402
-from layer_numerics import BF16, Identified, identify  # noqa: E402
+from layer_numerics import BF16, Identified, identify, torch_tolerance_verdict  # noqa: E402
 from tiny_gpt_loader import load_tiny_gpt  # noqa: E402
 
 tiny_gpt = load_tiny_gpt()
@@ -135,6 +135,13 @@ def runs(client: tensorcheck.Client) -> Callable[[str], tuple[Any, list[Call]]]:
     return get
 
 
+@jax.jit
+def _jitted_dense(params: Any, x: jax.Array) -> jax.Array:
+    """One Dense, compiled as a whole by XLA (once per shape)."""
+    dense = fnn.Dense(params["kernel"].shape[1], use_bias="bias" in params)
+    return dense.apply({"params": params}, x)
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_xla_cpu_dense_numerics_as_documented(dtype: str) -> None:
     v = variables(DTYPES[dtype])
@@ -152,8 +159,7 @@ def test_xla_cpu_dense_numerics_as_documented(dtype: str) -> None:
         params = {"kernel": jnp.asarray(c.w.T)}
         if c.b is not None:
             params["bias"] = jnp.asarray(c.b)
-        dense = fnn.Dense(c.w.shape[0], use_bias=c.b is not None)
-        jitted = np.asarray(jax.jit(dense.apply)({"params": params}, jnp.asarray(c.x)))
+        jitted = np.asarray(_jitted_dense(params, jnp.asarray(c.x)))
         assert jitted.dtype == c.y.dtype
         assert np.array_equal(jitted.view(np.uint8), c.y.view(np.uint8)), c.name
 
@@ -178,15 +184,37 @@ def test_each_dense_call_is_diagnosed_as_what_xla_computed(runs: Any, dtype: str
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_the_unmodified_flax_model_has_no_divergence(runs: Any, dtype: str) -> None:
+def test_the_unmodified_flax_model_has_no_divergence(
+    runs: Any, dtype: str, client: tensorcheck.Client
+) -> None:
+    """No divergence. But torch's tolerance (the default) fails XLA's bf16
+    layers with a bias against the exact reference: the double rounding is
+    a full bf16 ULP where x·W and b nearly cancel, far outside rtol of a tiny
+    output; which layers fail is computed here. The error-model tolerance
+    ("bound") passes them all."""
     report, calls = runs(dtype)
     labels = [c.identify() for c in calls]
     votes = Counter(cfg for label in labels for cfg in label.configs)
     assert report.consensus in {cfg for cfg, n in votes.items() if 2 * n > len(labels)}
-    bad = [f"{la.label}: {la.divergence_reason}" for la in report.layers if la.status != "passed"]
-    assert not bad, "\n".join(bad)
     assert report.first_divergence() is None
-    assert tensorcheck.assert_model_parity(report) is report
+    diverged = [
+        f"{la.label}: {la.divergence_reason}" for la in report.layers if la.divergence_reason
+    ]
+    assert not diverged, "\n".join(diverged)
+    verdicts = [torch_tolerance_verdict(c.x, c.w, c.b, c.y) for c in calls]
+    assert [la.verdict for la in report.layers] == verdicts
+    if dtype == "bf16":
+        assert verdicts.count("fail") > 0
+    assert [la.status for la in report.layers] == [
+        "passed" if v == "pass" else "failed" for v in verdicts
+    ]
+    assert report.passed == all(v == "pass" for v in verdicts)
+
+    bound = tensorcheck.flax.check_denses(
+        tiny_gpt.FlaxGPT(), variables(DTYPES[dtype]), token_ids(), client=client, tolerance="bound"
+    )
+    assert all(la.verdict == "pass" for la in bound.layers)
+    assert tensorcheck.assert_model_parity(bound) is bound
 
 
 def test_torch_and_flax_differ_exactly_in_the_layers_with_a_bias(
