@@ -12,9 +12,11 @@
 namespace tensorcheck::cli::internal {
 namespace {
 
-enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4, kUpload = 8 };
+enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4, kUpload = 8, kSweep = 16 };
 constexpr unsigned kRun = kVerify | kDiagnose;
-constexpr unsigned kAll = kRun | kCaps | kUpload;
+constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep;
+// The flags sweep shares with verify and diagnose.
+constexpr unsigned kCheck = kRun | kSweep;
 
 struct FlagSpec {
   const char* name;
@@ -25,7 +27,7 @@ struct FlagSpec {
 constexpr FlagSpec kFlags[] = {
     {"server", true, kAll},
     {"timeout", true, kAll},
-    {"json", false, kRun | kCaps},
+    {"json", false, kCheck | kCaps},
     {"help", false, kAll},
     {"input", true, kRun},
     {"weight", true, kRun},
@@ -33,28 +35,35 @@ constexpr FlagSpec kFlags[] = {
     {"observed", true, kRun},
     // verify, diagnose: NAME=DTYPE; upload: DTYPE, for every tensor.
     {"dtype", true, kRun | kUpload},
-    {"no-progress", false, kRun | kUpload},
+    {"no-progress", false, kCheck | kUpload},
     {"weight-layout", true, kRun},
     {"activation", true, kRun},
     {"output-dtype", true, kRun},
-    {"config", true, kRun},
+    {"config", true, kCheck},
     {"candidates", true, kDiagnose},
-    {"reference", true, kRun},
-    {"tolerance", true, kRun},
-    {"atol", true, kRun},
-    {"rtol", true, kRun},
-    {"max-ulp", true, kRun},
-    {"bound-factor", true, kRun},
-    {"bound-precision", true, kRun},
-    {"nan-equal", false, kRun},
-    {"top-k", true, kRun},
+    {"reference", true, kCheck},
+    {"tolerance", true, kCheck},
+    {"atol", true, kCheck},
+    {"rtol", true, kCheck},
+    {"max-ulp", true, kCheck},
+    {"bound-factor", true, kCheck},
+    {"bound-precision", true, kCheck},
+    {"nan-equal", false, kCheck},
+    {"top-k", true, kCheck},
     {"repeat", true, kVerify},
     {"disallow-reduced-precision-reduction", false, kVerify},
-    {"junit", true, kRun},
-    {"github", false, kRun},
+    {"junit", true, kCheck},
+    {"github", false, kCheck},
     {"save-outputs", true, kRun},
     // --html FILE: client/cli/html_report.h.
-    {"html", true, kRun},
+    {"html", true, kCheck},
+    // sweep (client/cli/internal/sweep_plan.h).
+    {"weights", true, kSweep},
+    {"captures", true, kSweep},
+    {"map", true, kSweep},
+    {"bound-threshold", true, kSweep},
+    {"jobs", true, kSweep},
+    {"no-diagnose", false, kSweep},
 };
 
 unsigned CommandBit(const std::string& c) {
@@ -62,6 +71,7 @@ unsigned CommandBit(const std::string& c) {
   if (c == "diagnose") return kDiagnose;
   if (c == "capabilities") return kCaps;
   if (c == "upload") return kUpload;
+  if (c == "sweep") return kSweep;
   return 0;
 }
 
@@ -85,7 +95,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
         }
         if (CommandBit(arg) == 0) {
           return Usage(absl::StrCat("unknown command '", arg,
-                                    "': verify, diagnose, upload or capabilities expected"));
+                                    "': verify, diagnose, sweep, upload or capabilities expected"));
         }
         cl.command = arg;
         continue;

@@ -78,7 +78,8 @@ const char* GrpcCodeName(grpc::StatusCode c) {
   }
 }
 
-// The exit-code mapping documented in kExitCodes (main.cc).
+}  // namespace
+
 int ExitCodeForGrpc(grpc::StatusCode c) {
   switch (c) {
     case grpc::StatusCode::INVALID_ARGUMENT:
@@ -93,8 +94,6 @@ int ExitCodeForGrpc(grpc::StatusCode c) {
   }
 }
 
-// Prints a failed RPC (or a failure on the way to one) and returns the
-// exit code of kExitCodes.
 int ReportError(grpc::StatusCode c, absl::string_view message, const std::string& server) {
   const int code = ExitCodeForGrpc(c);
   if (code == kExitServer) {
@@ -126,8 +125,6 @@ std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const std::string& server) {
       grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
 }
 
-// One deadline for every RPC of a command: --timeout bounds the whole of
-// it, uploads included.
 std::chrono::system_clock::time_point DeadlineAfter(double seconds) {
   seconds = std::min(seconds, 1e7);  // keeps the microsecond count in range
   return std::chrono::system_clock::now() +
@@ -136,12 +133,12 @@ std::chrono::system_clock::time_point DeadlineAfter(double seconds) {
 
 bool ProgressWanted(const CommandLine& cl) { return !cl.Has("no-progress") && StderrIsTerminal(); }
 
-// The pool that hashes and uploads tensors, several at once; null (inline)
-// when the system refuses threads.
 std::unique_ptr<Executor> TransferExecutor() {
   auto e = Executor::Create({/*threads=*/kTransferThreads});
   return e.ok() ? *std::move(e) : nullptr;
 }
+
+namespace {
 
 grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string& command,
                                   const pb::VerifyRequest& req,

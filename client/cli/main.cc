@@ -6,6 +6,7 @@
 //       --observed y.npy
 //   tensorcheck capabilities
 //   tensorcheck upload w.npy m.safetensors:fc.weight
+//   tensorcheck sweep --weights model.safetensors --captures captures.safetensors
 //
 // Talks to the server only through the generated API stubs. Flags are parsed
 // by hand (a subcommand plus its flags, `--config` repeatable) because the
@@ -16,7 +17,8 @@
 // commands.cc makes the RPCs and prints the report, output_files.cc writes
 // --junit, --save-outputs and --html; tensors above 1 MiB go by digest
 // through the server's store (internal/tensor_transfer.h,
-// internal/store_client.h), `sha256:` arguments are tensor_ref.h.
+// internal/store_client.h), `sha256:` arguments are tensor_ref.h; sweep.cc
+// runs `sweep` (internal/sweep_plan.h, internal/sweep_report.h).
 #include <iostream>
 #include <string>
 
@@ -30,6 +32,7 @@ using internal::kExitUsage;
 using internal::ParseCommandLine;
 using internal::ParseDoubleFlag;
 using internal::RunCapabilities;
+using internal::RunSweep;
 using internal::RunUpload;
 using internal::RunVerifyOrDiagnose;
 
@@ -47,6 +50,7 @@ Commands:
   diagnose      tell which configuration produced an observed output
   capabilities  what the server can run, its device and limits
   upload        put tensors into the server's store; print their digests
+  sweep         check every linear layer of a model from a captures file
 
 Global flags:
   --server HOST:PORT   the tensorcheck server (default localhost:50051)
@@ -172,6 +176,63 @@ argument that names it in verify and diagnose:
 
 )";
 
+constexpr const char kSweepUsage[] =
+    R"(Usage: tensorcheck [--server HOST:PORT] sweep --weights FILE [--weights FILE]...
+    --captures FILE [--map FILE] [--config SPEC]... [--tolerance PRESET] [--atol A]
+    [--rtol R] [--max-ulp N] [--bound-threshold X] [--jobs N] [--no-diagnose]
+    [--json] [--junit FILE] [--html FILE] [--github] [--no-progress] ...
+
+Checks every linear-layer call a captures file holds, one Diagnose each
+(--no-diagnose: Verify), and reports which layer call diverges first
+(docs/model-checks.md).
+
+  --captures FILE        safetensors: '{layer}.input' [..., K] and
+                         '{layer}.output' [..., N] per layer call, the second
+                         call of a module as '{layer}#1.input' ...; executed
+                         in the order of __metadata__["tensorcheck.layers"]
+                         (a JSON array of layer-call names) when present,
+                         else in the order of the inputs' data offsets
+  --weights FILE         safetensors with '{w}.weight' [N, K] (out_in) or
+                         '{w}.kernel' [K, N] (in_out) and optional '{w}.bias'
+                         [N]; repeatable (shards); '{w}' is the layer's name
+  --map FILE             JSON {"capture layer name": "checkpoint prefix"} for
+                         layers whose weights go by another name
+  --config SPEC          a candidate (repeatable; default: all the server has)
+  --bound-threshold X    a layer whose bound_ratio exceeds X diverges
+                         (default 3)
+  --jobs N               layer calls in flight at once (default 4)
+  --no-diagnose          Verify each layer call (observed vs the reference)
+                         instead of Diagnose
+  --timeout SECONDS      deadline of the whole sweep, uploads included
+                         (default 300)
+  --no-progress          no "layers 12/24" line on stderr (shown only when
+                         stderr is a terminal)
+  --reference, --tolerance, --atol, --rtol, --max-ulp, --bound-factor,
+  --bound-precision, --nan-equal, --top-k   as for verify
+
+A layer call fails when no candidate explains its output, when its
+bound_ratio exceeds --bound-threshold, when its verdict is fail, or when the
+configurations explaining it exclude the one that explains more than half of
+the layer calls. Weights go into the server's store once each and are named
+by digest; a captured output holding NaN or infinity is an input error.
+
+Output: a table (--json: the report of docs/model-checks.md; --junit FILE:
+one test case per layer call; --html FILE: one page with bound_ratio across
+depth and every layer call's report; --github: annotations and a Markdown
+summary appended to $GITHUB_STEP_SUMMARY).
+
+)";
+
+constexpr const char kSweepExitCodes[] =
+    R"(Exit codes:
+  0  every layer call passed
+  1  a layer call failed (diverged)
+  2  usage or input error (bad flags, malformed or inconsistent files: the
+     message names the layer and file), or a request the server rejected
+  3  server unreachable or server-side error, also when the server goes away
+     in the middle: the report shows what was checked, the rest not_checked
+)";
+
 constexpr const char kCapabilitiesUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] capabilities [--json] [--timeout SECONDS]
 
@@ -197,6 +258,8 @@ int Main(int argc, char** argv) {
       std::cout << kCapabilitiesUsage << kExitCodes;
     } else if (cl->command == "upload") {
       std::cout << kUploadUsage << kExitCodes;
+    } else if (cl->command == "sweep") {
+      std::cout << kSweepUsage << kSweepExitCodes;
     } else {
       std::cout << kMainUsage << kExitCodes;
     }
@@ -222,6 +285,7 @@ int Main(int argc, char** argv) {
   }
   if (cl->command == "capabilities") return RunCapabilities(*cl, server, timeout);
   if (cl->command == "upload") return RunUpload(*cl, server, timeout);
+  if (cl->command == "sweep") return RunSweep(*cl, server, timeout);
   return RunVerifyOrDiagnose(*cl, server, timeout);
 }
 

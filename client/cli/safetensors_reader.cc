@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -111,28 +112,28 @@ std::string DumpShort(const Json& j) {
   return s;
 }
 
-absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(absl::string_view header,
-                                                                uint64_t data_size,
-                                                                absl::string_view file);
+absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(
+    absl::string_view header, uint64_t data_size, absl::string_view file,
+    std::map<std::string, std::string>* metadata);
 
 // Parses and validates a whole safetensors header. `data_size` is the size
 // of the byte buffer after the header.
-absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeader(absl::string_view header,
-                                                            uint64_t data_size,
-                                                            absl::string_view file) {
+absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeader(
+    absl::string_view header, uint64_t data_size, absl::string_view file,
+    std::map<std::string, std::string>* metadata = nullptr) {
   // The checks below test types before every access; this is a backstop
   // so that no nlohmann exception can escape.
   try {
-    return ParseSafetensorsHeaderImpl(header, data_size, file);
+    return ParseSafetensorsHeaderImpl(header, data_size, file, metadata);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": malformed safetensors header: ", e.what()));
   }
 }
 
-absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(absl::string_view header,
-                                                                uint64_t data_size,
-                                                                absl::string_view file) {
+absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(
+    absl::string_view header, uint64_t data_size, absl::string_view file,
+    std::map<std::string, std::string>* metadata) {
   TC_RETURN_IF_ERROR(CheckJsonDepth(header, file));
   Json j = Json::parse(header.begin(), header.end(), /*cb=*/nullptr,
                        /*allow_exceptions=*/false);
@@ -151,6 +152,12 @@ absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(absl::string_vie
       if (!v.is_object()) {
         return absl::InvalidArgumentError(
             absl::StrCat(file, ": '__metadata__': a JSON object expected, found ", v.type_name()));
+      }
+      if (metadata != nullptr) {
+        for (auto m = v.begin(); m != v.end(); ++m) {
+          (*metadata)[m.key()] =
+              m.value().is_string() ? m.value().get<std::string>() : m.value().dump(-1, ' ', true);
+        }
       }
       continue;
     }
@@ -308,14 +315,15 @@ absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes, absl::string_vi
 
 namespace {
 
-absl::StatusOr<std::vector<StEntry>> ReadSafetensorsEntries(const File& f, const std::string& path,
-                                                            uint64_t* data_start) {
+absl::StatusOr<std::vector<StEntry>> ReadSafetensorsEntries(
+    const File& f, const std::string& path, uint64_t* data_start,
+    std::map<std::string, std::string>* metadata = nullptr) {
   TC_ASSIGN_OR_RETURN(std::string first8,
                       f.ReadString(0, static_cast<size_t>(std::min<uint64_t>(f.size(), 8))));
   TC_ASSIGN_OR_RETURN(const uint64_t n, SafetensorsHeaderLength(first8, f.size(), path));
   TC_ASSIGN_OR_RETURN(std::string header, f.ReadString(8, static_cast<size_t>(n)));
   *data_start = 8 + n;
-  return ParseSafetensorsHeader(header, f.size() - *data_start, path);
+  return ParseSafetensorsHeader(header, f.size() - *data_start, path, metadata);
 }
 
 }  // namespace
@@ -340,5 +348,25 @@ absl::StatusOr<std::vector<std::string>> ListSafetensors(const std::string& path
   std::sort(names.begin(), names.end());
   return names;
 }
+
+absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path,
+                                                      const TensorReadOptions& options) {
+  TC_ASSIGN_OR_RETURN(File f, File::Open(path, options.max_file_bytes));
+  uint64_t data_start = 0;
+  SafetensorsIndex index;
+  TC_ASSIGN_OR_RETURN(std::vector<StEntry> entries,
+                      ReadSafetensorsEntries(f, path, &data_start, &index.metadata));
+  for (StEntry& e : entries) {
+    index.tensors.push_back(SafetensorsTensorInfo{std::move(e.name), std::move(e.dtype),
+                                                  std::move(e.shape), e.begin, e.end});
+  }
+  std::sort(index.tensors.begin(), index.tensors.end(),
+            [](const SafetensorsTensorInfo& a, const SafetensorsTensorInfo& b) {
+              return a.name < b.name;
+            });
+  return index;
+}
+
+std::optional<DType> SafetensorsDTypeOf(absl::string_view name) { return SafetensorsDType(name); }
 
 }  // namespace tensorcheck::cli

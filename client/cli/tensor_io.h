@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,33 @@ absl::StatusOr<Tensor> ParseSafetensors(absl::string_view bytes, absl::string_vi
 // sorted. Used to list what is available.
 absl::StatusOr<std::vector<std::string>> ListSafetensors(const std::string& path,
                                                          const TensorReadOptions& options = {});
+
+// One entry of a safetensors header, as the file declares it.
+struct SafetensorsTensorInfo {
+  std::string name;
+  // The format's dtype name: "F32", "BF16", ... (any the format defines).
+  std::string dtype;
+  std::vector<int64_t> shape;
+  // Byte offsets [begin, end) in the data section (after the header).
+  uint64_t data_begin = 0;
+  uint64_t data_end = 0;
+};
+
+// A validated safetensors header: the tensors, sorted by name, and the
+// `__metadata__` object (string values as they are; any other JSON value
+// as its compact JSON text).
+struct SafetensorsIndex {
+  std::vector<SafetensorsTensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads and validates the header of a `.safetensors` file (no tensor data).
+absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path,
+                                                      const TensorReadOptions& options = {});
+
+// The dtype of a safetensors dtype name, for the four the CLI reads (F64,
+// F32, F16, BF16); nullopt for any other.
+std::optional<DType> SafetensorsDTypeOf(absl::string_view name);
 
 // How a bfloat16 tensor is written to `.npy`, which has no bfloat16 dtype.
 enum class Bf16NpyEncoding {

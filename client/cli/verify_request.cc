@@ -59,17 +59,10 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
 
 }  // namespace
 
-absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
-                                               std::vector<HeldTensor>* held) {
-  const bool diagnose = cl.command == "diagnose";
-  for (const char* required : {"input", "weight"}) {
-    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
-  }
-  if (diagnose && !cl.Has("observed")) return Usage("diagnose needs --observed");
-
+absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
+                                                      absl::string_view config_flag) {
   pb::VerifyRequest req;
   pb::LinearOp* op = req.mutable_op();
-
   // Validate cheap flags before reading (possibly large) files.
   if (cl.Has("weight-layout")) {
     auto l = ParseWeightLayout(cl.Get("weight-layout"));
@@ -110,7 +103,7 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
     }
   }
   for (const std::string& s : specs) {
-    auto spec = ParseConfigSpec(s, diagnose ? "--candidates" : "--config");
+    auto spec = ParseConfigSpec(s, config_flag);
     if (!spec.ok()) return Usage(spec.status().message());
     req.add_configs(s);
   }
@@ -193,6 +186,21 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
   if (cl.Has("save-outputs")) req.mutable_output()->set_return_outputs(true);
   // The heatmaps of --html need every output.
   if (cl.Has("html")) req.mutable_output()->set_return_outputs(true);
+
+  return req;
+}
+
+absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
+                                               std::vector<HeldTensor>* held) {
+  const bool diagnose = cl.command == "diagnose";
+  for (const char* required : {"input", "weight"}) {
+    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
+  }
+  if (diagnose && !cl.Has("observed")) return Usage("diagnose needs --observed");
+
+  TC_ASSIGN_OR_RETURN(pb::VerifyRequest req,
+                      BuildRequestOptions(cl, diagnose ? "--candidates" : "--config"));
+  pb::LinearOp* op = req.mutable_op();
 
   std::map<std::string, DType> dtypes;
   for (const std::string& v : cl.All("dtype")) {

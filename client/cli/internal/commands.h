@@ -7,16 +7,50 @@
 // was rejected) or kExitServer.
 #pragma once
 
+#include <chrono>
+#include <memory>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "client/cli/internal/command_line.h"
+#include "grpcpp/grpcpp.h"
+#include "server/core/executor.h"
+#include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {
+
+namespace pb = ::tensorcheck::v1;
 
 // Exit codes (`tensorcheck --help` lists them); a parity failure is 1.
 inline constexpr int kExitPass = 0;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitServer = 3;
+
+// The exit-code mapping documented in kExitCodes (main.cc): kExitUsage for
+// a rejected request, kExitServer otherwise.
+int ExitCodeForGrpc(grpc::StatusCode c);
+
+// Prints a failed RPC (or a failure on the way to one) to stderr and returns
+// the exit code of kExitCodes.
+int ReportError(grpc::StatusCode c, absl::string_view message, const std::string& server);
+int ReportGrpcError(const grpc::Status& s, const std::string& server);
+// absl and gRPC number their codes alike.
+int ReportStatus(const absl::Status& s, const std::string& server);
+
+// A stub for `server` whose message limits leave the server's to govern.
+std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const std::string& server);
+
+// One deadline for every RPC of a command: --timeout bounds the whole of
+// it, uploads included.
+std::chrono::system_clock::time_point DeadlineAfter(double seconds);
+
+// Whether to draw the progress line: stderr is a terminal, no --no-progress.
+bool ProgressWanted(const CommandLine& cl);
+
+// The pool that hashes and uploads tensors, several at once; null (inline)
+// when the system refuses threads.
+std::unique_ptr<Executor> TransferExecutor();
 
 // verify or diagnose: builds the request from the flags, calls the server,
 // prints the report and writes the files the flags ask for.
@@ -31,5 +65,9 @@ int RunCapabilities(const CommandLine& cl, const std::string& server, double tim
 // upload FILE[:NAME]...: puts the tensors into the server's store (those it
 // lacks) and prints each one's `sha256:<hex>:<dtype>:<shape>` argument.
 int RunUpload(const CommandLine& cl, const std::string& server, double timeout);
+
+// sweep: checks every layer call of a captures file against its weights
+// (client/cli/sweep.cc, docs/model-checks.md).
+int RunSweep(const CommandLine& cl, const std::string& server, double timeout);
 
 }  // namespace tensorcheck::cli::internal

@@ -49,6 +49,18 @@ void Progress::Begin(std::string label, int64_t total_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   label_ = std::move(label);
   total_ = total_bytes;
+  count_ = false;
+  done_.store(0, std::memory_order_relaxed);
+  start_ = std::chrono::steady_clock::now();
+  active_ = true;
+}
+
+void Progress::BeginCount(std::string label, int64_t total_items) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  label_ = std::move(label);
+  total_ = total_items;
+  count_ = true;
   done_.store(0, std::memory_order_relaxed);
   start_ = std::chrono::steady_clock::now();
   active_ = true;
@@ -78,7 +90,9 @@ void Progress::DrawLocked() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string line = absl::StrCat("\r", label_, " ");
-  if (total_ > 0) {
+  if (count_) {
+    absl::StrAppend(&line, std::min(done_.load(std::memory_order_relaxed), total_), "/", total_);
+  } else if (total_ > 0) {
     const int64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
     const double frac = static_cast<double>(done) / static_cast<double>(total_);
     const int filled = static_cast<int>(frac * kBarWidth);

@@ -6,6 +6,7 @@
 //   progress.Begin("uploading 2 tensors", total_bytes);
 //   ... progress.Advance(chunk.size());   // from any thread
 //   progress.End();                        // clears the line
+//   progress.BeginCount("layers", 24);      // "layers 12/24" as Advance(1) counts
 //
 // Disabled (stderr not a terminal, or --no-progress), it writes nothing and
 // starts no thread, so piped and captured stderr stays exactly as before.
@@ -41,6 +42,8 @@ class Progress {
 
   // Starts a phase: a bar over `total_bytes`, or (0) the elapsed time.
   void Begin(std::string label, int64_t total_bytes);
+  // Starts a phase that counts items: "layers 12/24".
+  void BeginCount(std::string label, int64_t total_items);
   void Advance(int64_t bytes) { done_.fetch_add(bytes, std::memory_order_relaxed); }
   // Ends the phase and clears its line.
   void End();
@@ -59,6 +62,7 @@ class Progress {
   std::string last_line_;  // what is on the terminal now
   std::string label_;
   int64_t total_ = 0;
+  bool count_ = false;  // total_ counts items, not bytes
   std::chrono::steady_clock::time_point start_;
   std::thread thread_;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "client/cli/internal/command_line.h"
 #include "server/core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
@@ -33,6 +34,13 @@ struct HeldTensor {
   std::string field;
   Tensor tensor;
 };
+
+// The request's options from the flags, without its tensors: configurations
+// (`config_flag` names them in messages), reference, tolerance, output
+// options, op options (--weight-layout, --activation, --output-dtype).
+// Shared by verify, diagnose and sweep; INVALID_ARGUMENT naming the flag.
+absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
+                                                      absl::string_view config_flag);
 
 // Builds the request from the flags; every client-side check happens here,
 // before anything is sent. With `held`, tensors above kInlineMaxBytes go

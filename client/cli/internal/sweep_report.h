@@ -1,0 +1,142 @@
+// The reports of `tensorcheck sweep`: which layer calls passed, which
+// diverged first and why, as text, JSON, JUnit, GitHub annotations and
+// summary, and one HTML page (docs/model-checks.md). Internal to
+// client/cli; pure functions over the responses, testable without a server.
+//
+//   std::vector<LayerResult> layers = ...;   // one per layer call, in order
+//   SweepSummary s = Summarize(layers, SweepOptions{});
+//   std::cout << FormatSweepText(layers, s);
+//   std::cout << SweepToJson(layers, s, counts).dump(2);
+//   return SweepExitCode(layers, s);
+//
+// Divergence (diagnose): a layer whose output no candidate explains, whose
+// bound_ratio exceeds the threshold, or whose explaining configurations
+// (best, equivalent, tied) exclude the model's consensus: the configuration
+// explaining the most checked layers, when it explains more than half of
+// them. A layer without a bias is explained by `b:p:none`, which agrees with
+// `b:p:fused` and `b:p:unfused` alike (the two differ only in the bias).
+//
+// Thread-safe: no state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/cli/report.h"
+#include "nlohmann/json.hpp"
+#include "server/core/dtype.h"
+#include "tensorcheck/v1/tensorcheck.pb.h"
+
+namespace tensorcheck::cli::internal {
+
+// How a layer call's RPC went.
+enum class LayerRpc {
+  kNotChecked,  // never sent: the server went away first
+  kOk,          // `response` holds the answer
+  kError,       // the RPC (or its uploads) failed: `error`
+};
+
+// One layer call of the sweep, as the runner leaves it.
+struct LayerResult {
+  std::string layer;
+  int call = 0;
+  std::vector<int64_t> input_shape;
+  std::vector<int64_t> weight_shape;
+  bool in_out = false;
+  DType dtype = DType::kFloat32;
+  LayerRpc rpc = LayerRpc::kNotChecked;
+  pb::VerifyResponse response;
+  std::string error;
+  // The gRPC code of `error` (as an int, absl and gRPC agree).
+  int error_code = 0;
+  // This call's tensors by digest: uploaded for it, or already stored.
+  int64_t uploaded_bytes = 0;
+  int64_t reused_bytes = 0;
+  // Its section of the --html page (FormatHtmlSection), when wanted.
+  std::string html_section;
+
+  // "lm_head" or "lm_head#2".
+  std::string FullName() const;
+};
+
+enum class LayerStatus { kPassed, kFailed, kError, kNotChecked };
+
+// "passed", "failed", "error", "not_checked".
+const char* LayerStatusName(LayerStatus s);
+
+struct SweepOptions {
+  // Diagnose (true) or Verify (false) per layer.
+  bool diagnose = true;
+  // A layer whose bound_ratio exceeds this diverges (diagnose).
+  double bound_threshold = 3.0;
+};
+
+// What Summarize makes of one layer call.
+struct LayerVerdict {
+  LayerStatus status = LayerStatus::kNotChecked;
+  // A candidate explains the output (diagnose), the verdict is pass (verify).
+  bool explained = false;
+  // The best candidate's bound_ratio, else observed vs reference's.
+  std::optional<double> bound_ratio;
+  // Best, equivalent and tied (diagnose).
+  std::vector<std::string> explaining;
+  // Why it failed ("no candidate explains its output"); empty when it passed.
+  std::string reason;
+};
+
+struct SweepSummary {
+  std::vector<LayerVerdict> layers;
+  // The consensus configuration, when one explains more than half of the
+  // checked layers.
+  std::optional<std::string> consensus;
+  int consensus_count = 0;
+  int checked = 0;
+  // The first failed layer call (index into the layers), if any.
+  std::optional<size_t> first_divergence;
+  // Every layer call passed.
+  bool passed = false;
+};
+
+SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOptions& options);
+
+// Bytes the whole sweep uploaded, and bytes it named that the store held
+// (each tensor counted once).
+struct SweepCounts {
+  int64_t uploaded_bytes = 0;
+  int64_t reused_bytes = 0;
+};
+
+// The JSON report (docs/model-checks.md): keys shared with the Python
+// client's ModelReport.to_dict().
+nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
+                                   const SweepSummary& summary, const SweepCounts& counts,
+                                   const SweepOptions& options);
+
+// The table, one row per layer call, then the first divergence (or that
+// there is none); ends in a newline.
+std::string FormatSweepText(const std::vector<LayerResult>& layers, const SweepSummary& summary,
+                            const SweepOptions& options);
+
+// JUnit XML: one test case per layer call (classname "tensorcheck.sweep").
+std::string FormatSweepJUnit(const std::vector<LayerResult>& layers, const SweepSummary& summary);
+
+// `::error` per failed layer call and one `::notice` (or `::error`) overall.
+std::string FormatSweepGithubAnnotations(const std::vector<LayerResult>& layers,
+                                         const SweepSummary& summary);
+// Markdown for $GITHUB_STEP_SUMMARY.
+std::string FormatSweepGithubSummary(const std::vector<LayerResult>& layers,
+                                     const SweepSummary& summary);
+
+// One self-contained page: bound_ratio across depth as an inline SVG, then
+// each layer call's section (LayerResult::html_section).
+std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepSummary& summary,
+                            const SweepOptions& options);
+
+// 0 every layer call passed; 1 one failed; 2 a request was rejected
+// (INVALID_ARGUMENT ...); 3 a server error or a server gone (not_checked
+// layers). The highest applies.
+int SweepExitCode(const std::vector<LayerResult>& layers, const SweepSummary& summary);
+
+}  // namespace tensorcheck::cli::internal

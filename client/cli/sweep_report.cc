@@ -1,0 +1,708 @@
+// The reports of `tensorcheck sweep` (internal/sweep_report.h).
+#include "client/cli/internal/sweep_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/html_report.h"
+#include "client/cli/internal/report_format.h"
+#include "proto/dtype_proto.h"
+#include "server/core/share_format.h"
+
+namespace tensorcheck::cli::internal {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// gRPC codes (absl's numbering) that the CLI reports as a rejected request
+// (exit 2), as kExitCodes in main.cc lists them.
+bool IsRejection(int code) {
+  switch (static_cast<absl::StatusCode>(code)) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A number in three significant digits ("7.2", "1.05", "3").
+std::string G3(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return absl::StrFormat("%.3g", v);
+}
+
+Json Num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Json Ulp(uint64_t v) { return v == kUlpInfinite ? Json("inf") : Json(v); }
+
+const pb::ConfigResult* FindResult(const pb::VerifyResponse& r, const std::string& config) {
+  for (const pb::ConfigResult& c : r.results()) {
+    if (c.config() == config) return &c;
+  }
+  return nullptr;
+}
+
+const pb::RankedCandidate* FindRanked(const pb::Diagnosis& d, const std::string& config) {
+  for (const pb::RankedCandidate& c : d.ranking()) {
+    if (c.config() == config) return &c;
+  }
+  return nullptr;
+}
+
+// The configurations a name stands for in the consensus: `b:p:none` (no
+// bias, so fused and unfused computed the same) agrees with both bias
+// modes of its precision.
+std::vector<std::string> Expand(const std::string& config) {
+  std::vector<std::string> out{config};
+  const std::vector<std::string> parts = absl::StrSplit(config, ':');
+  if (parts.size() == 3 && parts[2] == "none") {
+    out.push_back(absl::StrCat(parts[0], ":", parts[1], ":fused"));
+    out.push_back(absl::StrCat(parts[0], ":", parts[1], ":unfused"));
+  }
+  return out;
+}
+
+// The configurations a set of explaining ones agrees with, in order.
+std::vector<std::string> ExpandAll(const std::vector<std::string>& explaining) {
+  std::vector<std::string> out;
+  for (const std::string& e : explaining) {
+    for (std::string& x : Expand(e)) {
+      if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+// "a = b": the best and the candidates that computed the same bits.
+std::string BestText(const pb::VerifyResponse& r) {
+  const pb::Diagnosis& d = r.diagnosis();
+  if (d.best().empty()) return "";
+  std::vector<std::string> names{d.best()};
+  for (const std::string& e : d.equivalent()) {
+    if (std::find(names.begin(), names.end(), e) == names.end()) names.push_back(e);
+  }
+  return absl::StrJoin(names, " = ");
+}
+
+// The statistics the table and JSON show for a checked layer: observed vs
+// the best candidate, else observed vs the reference.
+const pb::Stats* ShownStats(const LayerResult& l) {
+  const pb::VerifyResponse& r = l.response;
+  if (r.has_diagnosis() && !r.diagnosis().best().empty()) {
+    const pb::ConfigResult* c = FindResult(r, r.diagnosis().best());
+    if (c != nullptr && c->has_vs_observed()) return &c->vs_observed();
+  }
+  return r.has_observed_vs_reference() ? &r.observed_vs_reference() : nullptr;
+}
+
+// Where the mismatches concentrate: the localization's groups (diagnose),
+// else observed vs reference's.
+const google::protobuf::RepeatedPtrField<pb::Group>& Columns(const LayerResult& l) {
+  const pb::VerifyResponse& r = l.response;
+  if (r.has_diagnosis()) return r.diagnosis().localization().columns();
+  return r.observed_vs_reference().top_columns();
+}
+const google::protobuf::RepeatedPtrField<pb::Group>& Rows(const LayerResult& l) {
+  const pb::VerifyResponse& r = l.response;
+  if (r.has_diagnosis()) return r.diagnosis().localization().rows();
+  return r.observed_vs_reference().top_rows();
+}
+
+std::string ShapeText(const std::vector<int64_t>& s) {
+  return absl::StrCat("[", absl::StrJoin(s, ","), "]");
+}
+
+// "col 17 (40%), row 3 (12.5%)": the top column and row, short.
+std::string WhereText(const LayerResult& l) {
+  std::vector<std::string> parts;
+  if (!Columns(l).empty()) {
+    const pb::Group& g = Columns(l)[0];
+    parts.push_back(absl::StrCat("col ", g.index(), " (", FormatShare(g.share()), ")"));
+  }
+  if (!Rows(l).empty()) {
+    const pb::Group& g = Rows(l)[0];
+    parts.push_back(absl::StrCat("row ", g.index(), " (", FormatShare(g.share()), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+Json GroupsJson(const google::protobuf::RepeatedPtrField<pb::Group>& groups) {
+  Json a = Json::array();
+  for (const pb::Group& g : groups) {
+    Json j;
+    j["index"] = g.index();
+    j["mismatched"] = g.mismatched();
+    j["share"] = Num(g.share());
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+Json StringsJson(const google::protobuf::RepeatedPtrField<std::string>& v) {
+  Json a = Json::array();
+  for (const std::string& s : v) a.push_back(s);
+  return a;
+}
+
+std::string NotCheckedReason() { return "not checked: the server went away before it"; }
+
+// The overall line of every report.
+std::string OverallText(const std::vector<LayerResult>& layers, const SweepSummary& s) {
+  const size_t n = layers.size();
+  if (s.first_divergence.has_value()) {
+    const size_t i = *s.first_divergence;
+    return absl::StrCat("First divergence: ", layers[i].FullName(), " (layer call ", i + 1, " of ",
+                        n, "): ", s.layers[i].reason);
+  }
+  int errors = 0, not_checked = 0;
+  for (const LayerVerdict& v : s.layers) {
+    errors += v.status == LayerStatus::kError;
+    not_checked += v.status == LayerStatus::kNotChecked;
+  }
+  if (errors == 0 && not_checked == 0) {
+    return s.consensus.has_value()
+               ? absl::StrCat("No divergence: all ", n, " layer calls explained by ", *s.consensus)
+               : absl::StrCat("No divergence: all ", n, " layer calls passed");
+  }
+  return absl::StrCat("No divergence among the ", s.checked, " layer calls checked of ", n, " (",
+                      errors, errors == 1 ? " error, " : " errors, ", not_checked, " not checked)");
+}
+
+}  // namespace
+
+std::string LayerResult::FullName() const {
+  return call == 0 ? layer : absl::StrCat(layer, "#", call);
+}
+
+const char* LayerStatusName(LayerStatus s) {
+  switch (s) {
+    case LayerStatus::kPassed:
+      return "passed";
+    case LayerStatus::kFailed:
+      return "failed";
+    case LayerStatus::kError:
+      return "error";
+    case LayerStatus::kNotChecked:
+      return "not_checked";
+  }
+  return "error";
+}
+
+SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOptions& options) {
+  SweepSummary s;
+  s.layers.resize(layers.size());
+  // Pass 1: what each checked layer's response says by itself.
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    LayerVerdict& v = s.layers[i];
+    if (l.rpc == LayerRpc::kNotChecked) {
+      v.status = LayerStatus::kNotChecked;
+      v.reason = NotCheckedReason();
+      continue;
+    }
+    if (l.rpc == LayerRpc::kError) {
+      v.status = LayerStatus::kError;
+      v.reason = l.error;
+      continue;
+    }
+    const pb::VerifyResponse& r = l.response;
+    if (options.diagnose && !r.has_diagnosis()) {
+      v.status = LayerStatus::kError;
+      v.reason = "server error: the response carries no diagnosis";
+      continue;
+    }
+    if (!options.diagnose && r.verdict() == pb::VERDICT_UNSPECIFIED) {
+      v.status = LayerStatus::kError;
+      v.reason = "server error: the response carries no verdict";
+      continue;
+    }
+    ++s.checked;
+    if (options.diagnose) {
+      const pb::Diagnosis& d = r.diagnosis();
+      v.explained = !d.best().empty();
+      if (v.explained) {
+        v.explaining.push_back(d.best());
+        for (const auto* list : {&d.equivalent(), &d.tied()}) {
+          for (const std::string& e : *list) {
+            if (std::find(v.explaining.begin(), v.explaining.end(), e) == v.explaining.end()) {
+              v.explaining.push_back(e);
+            }
+          }
+        }
+        const pb::RankedCandidate* best = FindRanked(d, d.best());
+        if (best != nullptr && best->has_bound_ratio()) v.bound_ratio = best->bound_ratio().value();
+      } else if (r.observed_vs_reference().has_bound_ratio()) {
+        v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
+      }
+    } else {
+      v.explained = r.verdict() == pb::VERDICT_PASS;
+      if (r.observed_vs_reference().has_bound_ratio()) {
+        v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
+      }
+    }
+  }
+
+  // Pass 2: the consensus, the configuration explaining the most checked
+  // layers (the first to appear on a tie).
+  if (options.diagnose) {
+    std::vector<std::string> order;
+    std::map<std::string, int> count;
+    for (const LayerVerdict& v : s.layers) {
+      for (const std::string& c : ExpandAll(v.explaining)) {
+        if (count[c]++ == 0) order.push_back(c);
+      }
+    }
+    for (const std::string& c : order) {
+      if (count[c] > s.consensus_count) {
+        s.consensus_count = count[c];
+        s.consensus = c;
+      }
+    }
+    if (2 * s.consensus_count <= s.checked) {
+      s.consensus.reset();
+    }
+  }
+
+  // Pass 3: each checked layer's status and reason.
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    LayerVerdict& v = s.layers[i];
+    if (l.rpc != LayerRpc::kOk || v.status == LayerStatus::kError) continue;
+    const pb::VerifyResponse& r = l.response;
+    std::string reason;
+    if (options.diagnose) {
+      const std::vector<std::string> agrees = ExpandAll(v.explaining);
+      if (!v.explained) {
+        reason = "no candidate explains its output";
+      } else if (v.bound_ratio.has_value() && !(*v.bound_ratio <= options.bound_threshold)) {
+        reason = absl::StrCat("bound_ratio ", G3(*v.bound_ratio), " exceeds ",
+                              G3(options.bound_threshold));
+      } else if (s.consensus.has_value() &&
+                 std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
+        reason = absl::StrCat("matches ", BestText(r), ", while ", s.consensus_count, " of ",
+                              s.checked, " layers match ", *s.consensus);
+      }
+    }
+    if (reason.empty() && r.verdict() == pb::VERDICT_FAIL) {
+      reason = absl::StrCat("observed output not within tolerance of the reference ",
+                            ReferenceName(r), ": ", StatsSummaryLine(r.observed_vs_reference()));
+    }
+    v.status = reason.empty() ? LayerStatus::kPassed : LayerStatus::kFailed;
+    v.reason = std::move(reason);
+    if (v.status == LayerStatus::kFailed && !s.first_divergence.has_value()) {
+      s.first_divergence = i;
+    }
+  }
+  s.passed = !layers.empty() &&
+             std::all_of(s.layers.begin(), s.layers.end(),
+                         [](const LayerVerdict& v) { return v.status == LayerStatus::kPassed; });
+  return s;
+}
+
+nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
+                                   const SweepSummary& summary, const SweepCounts& counts,
+                                   const SweepOptions& options) {
+  Json out;
+  Json arr = Json::array();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    const bool ok = l.rpc == LayerRpc::kOk && v.status != LayerStatus::kError;
+    const pb::VerifyResponse& r = l.response;
+    const bool has_best = ok && r.has_diagnosis() && !r.diagnosis().best().empty();
+    Json j;
+    j["name"] = l.layer;
+    j["call"] = l.call;
+    j["input_shape"] = l.input_shape;
+    j["weight_shape"] = l.weight_shape;
+    j["weight_layout"] = l.in_out ? "in_out" : "out_in";
+    j["dtype"] = DTypeJson(DTypeToProto(l.dtype));
+    j["status"] = LayerStatusName(v.status);
+    j["verdict"] = !ok || r.verdict() == pb::VERDICT_UNSPECIFIED
+                       ? Json(nullptr)
+                       : Json(r.verdict() == pb::VERDICT_PASS ? "pass" : "fail");
+    j["best"] = has_best ? Json(r.diagnosis().best()) : Json(nullptr);
+    j["confidence"] = has_best ? Num(r.diagnosis().confidence()) : Json(nullptr);
+    j["equivalent"] = ok ? StringsJson(r.diagnosis().equivalent()) : Json::array();
+    j["tied"] = ok ? StringsJson(r.diagnosis().tied()) : Json::array();
+    j["explained"] = ok && v.explained;
+    const pb::Stats* st = ok ? ShownStats(l) : nullptr;
+    j["max_abs"] = st != nullptr ? Num(st->max_abs()) : Json(nullptr);
+    j["max_ulp"] = st != nullptr ? Ulp(st->max_ulp()) : Json(nullptr);
+    j["bound_ratio"] = v.bound_ratio.has_value() ? Num(*v.bound_ratio) : Json(nullptr);
+    j["columns"] = ok ? GroupsJson(Columns(l)) : Json::array();
+    j["rows"] = ok ? GroupsJson(Rows(l)) : Json::array();
+    std::string explanation;
+    if (ok && options.diagnose) {
+      explanation = r.diagnosis().explanation();
+    } else if (ok && r.has_observed_vs_reference()) {
+      explanation = absl::StrCat("observed vs ", ReferenceName(r), ": ",
+                                 StatsSummaryLine(r.observed_vs_reference()));
+    }
+    j["explanation"] = explanation;
+    j["error"] = v.status == LayerStatus::kError ? Json(v.reason) : Json(nullptr);
+    if (l.rpc == LayerRpc::kOk) {
+      Json report = VerifyResponseToJson(r);
+      report["uploaded_bytes"] = l.uploaded_bytes;
+      report["reused_bytes"] = l.reused_bytes;
+      j["report"] = std::move(report);
+    } else {
+      j["report"] = nullptr;
+    }
+    arr.push_back(std::move(j));
+  }
+  out["layers"] = std::move(arr);
+  if (summary.first_divergence.has_value()) {
+    const size_t i = *summary.first_divergence;
+    Json f;
+    f["name"] = layers[i].layer;
+    f["call"] = layers[i].call;
+    f["index"] = i;
+    f["reason"] = summary.layers[i].reason;
+    out["first_divergence"] = std::move(f);
+  } else {
+    out["first_divergence"] = nullptr;
+  }
+  out["consensus"] = summary.consensus.has_value() ? Json(*summary.consensus) : Json(nullptr);
+  out["layers_checked"] = summary.checked;
+  out["layers_total"] = layers.size();
+  out["passed"] = summary.passed;
+  out["uploaded_bytes"] = counts.uploaded_bytes;
+  out["reused_bytes"] = counts.reused_bytes;
+  return out;
+}
+
+std::string FormatSweepText(const std::vector<LayerResult>& layers, const SweepSummary& summary,
+                            const SweepOptions& options) {
+  const std::vector<std::string> header = {"layer",       "shapes",    "dtype",   "best",
+                                           "conf",        "status",    "max_abs", "max_ulp",
+                                           "bound_ratio", "mismatches"};
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    const bool ok = l.rpc == LayerRpc::kOk && v.status != LayerStatus::kError;
+    const pb::Stats* st = ok ? ShownStats(l) : nullptr;
+    std::string best = "-";
+    std::string conf = "-";
+    if (ok && options.diagnose) {
+      best = v.explained ? BestText(l.response) : "none";
+      if (v.explained) conf = absl::StrFormat("%.2f", l.response.diagnosis().confidence());
+    } else if (ok) {
+      best = v.explained ? "pass" : "fail";
+    }
+    std::string status = LayerStatusName(v.status);
+    if (v.status == LayerStatus::kFailed) status = "FAILED";
+    rows.push_back(
+        {l.FullName(), absl::StrCat(ShapeText(l.input_shape), "x", ShapeText(l.weight_shape)),
+         std::string(DTypeShortName(l.dtype)), best, conf, status,
+         st != nullptr ? G(st->max_abs()) : "-", st != nullptr ? UlpText(st->max_ulp()) : "-",
+         v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-", ok ? WhereText(l) : ""});
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  // Numbers right-aligned, words left-aligned.
+  const std::set<size_t> right = {4, 6, 7, 8};
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string out;
+    for (size_t c = 0; c < r.size(); ++c) {
+      const std::string pad(width[c] - r[c].size(), ' ');
+      absl::StrAppend(&out, c ? "  " : "", right.count(c) ? pad + r[c] : r[c] + pad);
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out + "\n";
+  };
+  std::string out = line(header);
+  for (const auto& r : rows) out += line(r);
+  out += "\n";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (summary.layers[i].status == LayerStatus::kError) {
+      absl::StrAppend(&out, "Error in ", layers[i].FullName(), ": ", summary.layers[i].reason,
+                      "\n");
+    }
+  }
+  out += OverallText(layers, summary) + "\n";
+  return out;
+}
+
+std::string FormatSweepJUnit(const std::vector<LayerResult>& layers, const SweepSummary& summary) {
+  int failures = 0, errors = 0, skipped = 0;
+  for (const LayerVerdict& v : summary.layers) {
+    failures += v.status == LayerStatus::kFailed;
+    errors += v.status == LayerStatus::kError;
+    skipped += v.status == LayerStatus::kNotChecked;
+  }
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  absl::StrAppend(&out, "<testsuites>\n<testsuite name=\"tensorcheck.sweep\" tests=\"",
+                  layers.size(), "\" failures=\"", failures, "\" errors=\"", errors,
+                  "\" skipped=\"", skipped, "\">\n");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    absl::StrAppend(&out, "  <testcase classname=\"tensorcheck.sweep\" name=\"",
+                    XmlEscape(l.FullName()), "\"");
+    const std::string details = l.rpc == LayerRpc::kOk && l.response.has_diagnosis()
+                                    ? l.response.diagnosis().explanation()
+                                    : "";
+    switch (v.status) {
+      case LayerStatus::kPassed:
+        out += "/>\n";
+        break;
+      case LayerStatus::kFailed:
+        absl::StrAppend(&out, ">\n    <failure message=\"", XmlEscape(v.reason), "\">",
+                        XmlEscape(details.empty() ? v.reason : details), "</failure>\n",
+                        "  </testcase>\n");
+        break;
+      case LayerStatus::kError:
+        absl::StrAppend(&out, ">\n    <error message=\"", XmlEscape(v.reason), "\"/>\n",
+                        "  </testcase>\n");
+        break;
+      case LayerStatus::kNotChecked:
+        absl::StrAppend(&out, ">\n    <skipped message=\"", XmlEscape(v.reason), "\"/>\n",
+                        "  </testcase>\n");
+        break;
+    }
+  }
+  out += "</testsuite>\n</testsuites>\n";
+  return out;
+}
+
+std::string FormatSweepGithubAnnotations(const std::vector<LayerResult>& layers,
+                                         const SweepSummary& summary) {
+  std::string out;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerVerdict& v = summary.layers[i];
+    if (v.status != LayerStatus::kFailed && v.status != LayerStatus::kError) continue;
+    absl::StrAppend(&out, "::error title=",
+                    GithubEscapeProperty(absl::StrCat("tensorcheck sweep: ", layers[i].FullName())),
+                    "::", GithubEscapeData(v.reason), "\n");
+  }
+  absl::StrAppend(&out, summary.passed ? "::notice" : "::error",
+                  " title=", GithubEscapeProperty("tensorcheck sweep"),
+                  "::", GithubEscapeData(OverallText(layers, summary)), "\n");
+  return out;
+}
+
+namespace {
+// Markdown table cell text: | escaped, < > as entities, one line.
+std::string Md(absl::string_view s) {
+  return absl::StrReplaceAll(OneLine(std::string(s)), {{"|", "\\|"}, {"<", "&lt;"}, {">", "&gt;"}});
+}
+}  // namespace
+
+std::string FormatSweepGithubSummary(const std::vector<LayerResult>& layers,
+                                     const SweepSummary& summary) {
+  std::string out = absl::StrCat("## tensorcheck sweep: ", summary.passed ? "**PASS**" : "**FAIL**",
+                                 "\n\n", Md(OverallText(layers, summary)), "\n\n");
+  out += "| # | layer | best | confidence | status | max_ulp | bound_ratio |\n";
+  out += "|---:|---|---|---:|---|---:|---:|\n";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    const bool ok = l.rpc == LayerRpc::kOk && v.status != LayerStatus::kError;
+    const pb::Stats* st = ok ? ShownStats(l) : nullptr;
+    const bool best = ok && l.response.has_diagnosis() && v.explained;
+    absl::StrAppend(
+        &out, "| ", i + 1, " | `", Md(l.FullName()), "` | ",
+        best ? absl::StrCat("`", Md(BestText(l.response)), "`") : std::string("-"), " | ",
+        best ? absl::StrFormat("%.2f", l.response.diagnosis().confidence()) : std::string("-"),
+        " | ", v.status == LayerStatus::kFailed ? "**failed**" : LayerStatusName(v.status), " | ",
+        st != nullptr ? UlpText(st->max_ulp()) : "-", " | ",
+        v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-", " |\n");
+  }
+  return out + "\n";
+}
+
+namespace {
+
+// Colours of the chart's configurations (the first eight; the rest grey).
+constexpr const char* kPalette[] = {"#4f7cc9", "#2da44e", "#bf8700", "#8250df",
+                                    "#1b7c83", "#d4a72c", "#e16f24", "#57606a"};
+
+// bound_ratio across depth: x the layer call's index, y log10(bound_ratio).
+std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSummary& s,
+                          const SweepOptions& options) {
+  struct Point {
+    size_t index;
+    double ratio;
+    std::string config;
+  };
+  std::vector<Point> points;
+  std::vector<std::string> configs;  // legend order
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerVerdict& v = s.layers[i];
+    if (!v.bound_ratio.has_value() || !std::isfinite(*v.bound_ratio) || *v.bound_ratio <= 0) {
+      continue;
+    }
+    std::string config = v.explaining.empty() ? std::string("none explains it") : v.explaining[0];
+    if (std::find(configs.begin(), configs.end(), config) == configs.end()) {
+      configs.push_back(config);
+    }
+    points.push_back({i, *v.bound_ratio, config});
+  }
+  if (points.empty()) {
+    return "<p class=\"note\">No layer call has a bound_ratio to chart.</p>\n";
+  }
+  double lo = options.diagnose ? options.bound_threshold : points[0].ratio;
+  double hi = lo;
+  for (const Point& p : points) {
+    lo = std::min(lo, p.ratio);
+    hi = std::max(hi, p.ratio);
+  }
+  double ylo = std::floor(std::log10(lo)), yhi = std::ceil(std::log10(hi));
+  if (yhi <= ylo) yhi = ylo + 1;
+  const int width = 900, height = 320, left = 56, right = 20, top = 16, bottom = 40;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  const size_t n = layers.size();
+  auto x_of = [&](size_t i) {
+    return left + (n <= 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1));
+  };
+  auto y_of = [&](double r) { return top + plot_h * (1 - (std::log10(r) - ylo) / (yhi - ylo)); };
+  auto colour = [&](const std::string& c) {
+    const size_t k =
+        static_cast<size_t>(std::find(configs.begin(), configs.end(), c) - configs.begin());
+    return k < 8 ? kPalette[k] : kPalette[7];
+  };
+  std::string out = absl::StrCat("<svg class=\"depth\" width=\"", width, "\" height=\"",
+                                 height + 22 * configs.size(), "\" viewBox=\"0 0 ", width, " ",
+                                 height + 22 * configs.size(),
+                                 "\" role=\"img\" aria-label=\"bound_ratio across depth\">\n");
+  absl::StrAppend(&out, "<rect x=\"", left, "\" y=\"", top, "\" width=\"", plot_w, "\" height=\"",
+                  plot_h, "\" fill=\"none\" stroke=\"#d0d7de\"/>\n");
+  for (double e = ylo; e <= yhi; e += 1) {
+    const double y = y_of(std::pow(10.0, e));
+    absl::StrAppend(&out, "<line x1=\"", left, "\" x2=\"", left + plot_w, "\" y1=\"", y, "\" y2=\"",
+                    y, "\" stroke=\"#eaeef2\"/><text x=\"", left - 6, "\" y=\"", y + 4,
+                    "\" text-anchor=\"end\">", G3(std::pow(10.0, e)), "</text>\n");
+  }
+  if (options.diagnose) {
+    const double y = y_of(options.bound_threshold);
+    absl::StrAppend(&out, "<line x1=\"", left, "\" x2=\"", left + plot_w, "\" y1=\"", y, "\" y2=\"",
+                    y, "\" stroke=\"#cf222e\" stroke-dasharray=\"4 3\"/><text x=\"",
+                    left + plot_w - 4, "\" y=\"", y - 4,
+                    "\" text-anchor=\"end\" fill=\"#cf222e\">threshold ",
+                    G3(options.bound_threshold), "</text>\n");
+  }
+  absl::StrAppend(&out, "<text x=\"", left + plot_w / 2, "\" y=\"", height - 8,
+                  "\" text-anchor=\"middle\">layer call (execution order, 1 to ", n,
+                  ")</text>\n<text x=\"14\" y=\"", top + plot_h / 2,
+                  "\" text-anchor=\"middle\" transform=\"rotate(-90 14 ", top + plot_h / 2,
+                  ")\">bound_ratio (log)</text>\n");
+  for (const Point& p : points) {
+    const double x = x_of(p.index), y = y_of(p.ratio);
+    absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y, "\" r=\"4\" fill=\"", colour(p.config),
+                    "\"><title>", HtmlEscape(layers[p.index].FullName()), ": ",
+                    HtmlEscape(p.config), ", bound_ratio ", G3(p.ratio), "</title></circle>\n");
+    if (s.first_divergence == p.index) {
+      absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y,
+                      "\" r=\"9\" fill=\"none\" stroke=\"#cf222e\" stroke-width=\"2\"/><text x=\"",
+                      x + 12, "\" y=\"", y - 8, "\" fill=\"#cf222e\">first divergence: ",
+                      HtmlEscape(layers[p.index].FullName()), "</text>\n");
+    }
+  }
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const double y = height + 22.0 * k + 6;
+    absl::StrAppend(&out, "<circle cx=\"", left + 6, "\" cy=\"", y, "\" r=\"5\" fill=\"",
+                    k < 8 ? kPalette[k] : kPalette[7], "\"/><text x=\"", left + 18, "\" y=\"",
+                    y + 4, "\">", HtmlEscape(configs[k]), "</text>\n");
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace
+
+std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepSummary& summary,
+                            const SweepOptions& options) {
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+      "<title>tensorcheck sweep report</title>\n";
+  absl::StrAppend(&out, "<style>", HtmlStyleSheet(),
+                  "section.layer { border-top: 2px solid #8c959f; margin-top: 2em; }\n"
+                  "</style>\n</head>\n<body>\n<h1>tensorcheck sweep</h1>\n");
+  absl::StrAppend(&out, "<p class=\"", summary.passed ? "pass" : "fail", "\">",
+                  HtmlEscape(OverallText(layers, summary)), "</p>\n");
+  out += "<h2>bound_ratio across depth</h2>\n<figure>\n";
+  out += BoundRatioSvg(layers, summary, options);
+  out += "</figure>\n<h2>Layer calls</h2>\n<table class=\"layers\">\n";
+  out +=
+      "<tr><th>#</th><th>layer</th><th>best</th><th>status</th><th>bound_ratio</th>"
+      "<th>reason</th></tr>\n";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    const bool best = l.rpc == LayerRpc::kOk && l.response.has_diagnosis() && v.explained;
+    absl::StrAppend(
+        &out, "<tr", summary.first_divergence == i ? " class=\"best\"" : "", "><td class=\"num\">",
+        i + 1, "</td><td><a href=\"#layer-", i, "\"><code>", HtmlEscape(l.FullName()),
+        "</code></a></td><td>",
+        best ? absl::StrCat("<code>", HtmlEscape(BestText(l.response)), "</code>") : "&ndash;",
+        "</td><td class=\"", v.status == LayerStatus::kPassed ? "pass" : "fail", "\">",
+        LayerStatusName(v.status), "</td><td class=\"num\">",
+        v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "&ndash;", "</td><td>",
+        HtmlEscape(v.reason), "</td></tr>\n");
+  }
+  out += "</table>\n";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerResult& l = layers[i];
+    const LayerVerdict& v = summary.layers[i];
+    absl::StrAppend(&out, "<section class=\"layer\" id=\"layer-", i, "\">\n<h2>", i + 1, ". <code>",
+                    HtmlEscape(l.FullName()), "</code>: <span class=\"",
+                    v.status == LayerStatus::kPassed ? "pass" : "fail", "\">",
+                    LayerStatusName(v.status), "</span></h2>\n");
+    if (!v.reason.empty()) absl::StrAppend(&out, "<p>", HtmlEscape(v.reason), "</p>\n");
+    // The section's own headings sit one level below the layer's.
+    out += absl::StrReplaceAll(
+        l.html_section,
+        {{"<h3>", "<h4>"}, {"</h3>", "</h4>"}, {"<h2>", "<h3>"}, {"</h2>", "</h3>"}});
+    out += "</section>\n";
+  }
+  out += "<p class=\"note\">Written by the tensorcheck CLI; this page is self-contained.</p>\n";
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+int SweepExitCode(const std::vector<LayerResult>& layers, const SweepSummary& summary) {
+  int code = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    switch (summary.layers[i].status) {
+      case LayerStatus::kPassed:
+        break;
+      case LayerStatus::kFailed:
+        code = std::max(code, 1);
+        break;
+      case LayerStatus::kError:
+        code = std::max(
+            code, layers[i].rpc == LayerRpc::kError && IsRejection(layers[i].error_code) ? 2 : 3);
+        break;
+      case LayerStatus::kNotChecked:
+        code = std::max(code, 3);
+        break;
+    }
+  }
+  return code;
+}
+
+}  // namespace tensorcheck::cli::internal
