@@ -53,7 +53,8 @@ from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
 from ._report import Report
 from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
-from ._tensors import as_array, fill_proto, numpy_dtype, parse_dtype
+from ._tensors import as_array, numpy_dtype, parse_dtype
+from ._wire import encode_request
 
 __all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES", "DEFAULT_MAX_RETRIES"]
 
@@ -98,6 +99,9 @@ ArrayLike = Any  # numpy array, torch.Tensor, jax.Array, TensorRef
 TlsArg = Union[None, bool, grpc.ChannelCredentials]
 # A checked tensor argument: an array from as_array, or a stored tensor.
 Operand = Union[np.ndarray, TensorRef]
+
+# The gRPC service, "tensorcheck.v1.TensorCheck".
+_SERVICE = pb.DESCRIPTOR.services_by_name["TensorCheck"].full_name
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
@@ -177,15 +181,6 @@ def _same_dtype(a: Operand, b: Operand) -> bool:
 
 def _operand(value: Any, name: str) -> Operand:
     return value if isinstance(value, TensorRef) else as_array(value, name)
-
-
-def _slot(req: pb.VerifyRequest, path: str) -> pb.Tensor:
-    """The Tensor field of a request at "op.weight", "observed", ..."""
-    msg: Any = req
-    for part in path.split("."):
-        msg = getattr(msg, part)
-    tensor: pb.Tensor = msg
-    return tensor
 
 
 @dataclasses.dataclass
@@ -299,6 +294,15 @@ class Client:
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._channel = channel
         self._stub = pb_grpc.TensorCheckStub(channel)
+        # Verify and Diagnose taking requests serialized by `_prepare`.
+        self._serialized = {
+            m: channel.unary_unary(
+                f"/{_SERVICE}/{m}",
+                request_serializer=None,
+                response_deserializer=pb.VerifyResponse.FromString,
+            )
+            for m in ("Verify", "Diagnose")
+        }
         self._uploader = Uploader(self._stub, self._metadata)
         # Digests of the large tensors hashed lately (a weight sent on every
         # call is compared, not hashed again).
@@ -617,12 +621,20 @@ class Client:
         return None if timeout is None else time.monotonic() + timeout
 
     def _unary(
-        self, method: str, request: Message, deadline: Optional[float], response_type: type[_M]
+        self,
+        method: str,
+        request: Union[Message, bytes],
+        deadline: Optional[float],
+        response_type: type[_M],
     ) -> _M:
-        """A unary call, retried after refusals that carry the retry hint."""
+        """A unary call, retried after refusals that carry the retry hint.
+        `request` is a message, or for Verify/Diagnose the bytes of one."""
         # The generated stub (tensorcheck_pb2_grpc) has no type stubs;
         # `response_type` states what the method returns.
-        stub_method = getattr(self._stub, method)
+        if isinstance(request, bytes):
+            stub_method: Any = self._serialized[method]
+        else:
+            stub_method = getattr(self._stub, method)
         retries = 0
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -678,14 +690,10 @@ class Client:
             reused_bytes=transfer.reused_bytes,
         )
 
-    def _prepare(
-        self, call: _Call, deadline: Optional[float], transfer: _Transfer
-    ) -> pb.VerifyRequest:
-        """The request to send: call.request's options (no tensors, cheap
-        to copy) and each tensor written once into its own field, inline or
-        by digest."""
-        req = pb.VerifyRequest()
-        req.CopyFrom(call.request)
+    def _prepare(self, call: _Call, deadline: Optional[float], transfer: _Transfer) -> bytes:
+        """The serialized request to send: call.request (the options) and
+        each tensor in its field, inline (its bytes copied once, straight
+        into the message: `encode_request`) or by digest."""
         large = [
             (f, t)
             for f, t in call.tensors
@@ -707,15 +715,15 @@ class Client:
                     [unique[d] for d in missing if d in unique], call.sources, deadline, transfer
                 )
                 by_digest.update((f, call.hashed[f]) for f, _ in large)
+        placed: list[tuple[str, Operand]] = []
         for f, t in call.tensors:
             if f in by_digest:
                 ref = by_digest[f]
-                _slot(req, f).CopyFrom(ref.to_proto())
+                placed.append((f, ref))
                 transfer.referenced[ref.digest] = ref.size_bytes
             else:
-                assert isinstance(t, np.ndarray)
-                fill_proto(_slot(req, f), t)
-        return req
+                placed.append((f, t))
+        return encode_request(call.request, placed)
 
     def _hash(self, call: _Call, large: list[tuple[str, np.ndarray]]) -> None:
         """Fills call.hashed for the large arrays not hashed yet (by this
