@@ -18,9 +18,14 @@ no native bf16), 2x16 tokens of the tiny GPT:
   sum rounded once. bf16: 99.98-100% of each layer's elements equal
   round_bf16(x·Wᵀ + b), against 67-74% for the unfused two roundings; fp16:
   99.87-99.98% against 68-74%. The few others are one-ULP flips of fp32
-  summation order (an fp64 accumulator would match 100%). The same holds
-  for 3-D inputs (nn.Linear folds [batch, seq, K] into one addmm) and for
-  the bias-free lm_head (one rounding of x·Wᵀ).
+  summation order (an fp64 accumulator would match 100%): where we looked
+  (fp16, blocks.3.attn.proj), the exact value lay 0.004% and 2% of an ULP
+  from the rounding boundary. oneDNN's bf16/fp16 GEMMs need AVX-512
+  (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False here), so torch's
+  own CPU kernel runs them, accumulating in fp32 in an order of its own:
+  its outputs equal torch's fp32 F.linear of the same values, rounded once,
+  in 99.96% (bf16) and 99.82% (fp16) of the elements. Inputs are
+  [batch, seq, K]; the bias-free lm_head is one rounding of x·Wᵀ.
 
 `test_torch_cpu_linear_numerics_as_documented` keeps that paragraph true
 (no server needed).
@@ -267,8 +272,8 @@ def test_weights_perturbed_by_one_ulp_against_the_checkpoint(client: tensorcheck
     report, calls = check(model, client, weights=checkpoint)
 
     # Our own computation: with the checkpoint's weight, one rounding of
-    # x·Wᵀ + b differs from what the port output in this many elements,
-    # where the clean layers differ in at most a few (summation order).
+    # x·Wᵀ + b differs from the port's output in a share of the elements
+    # several times the summation-order flips of any clean layer.
     c = next(c for c in calls if c.name == PERTURBED_LAYER)
     original = _numpy(checkpoint[f"{PERTURBED_LAYER}.weight"])
     expected = round_to(
@@ -276,13 +281,13 @@ def test_weights_perturbed_by_one_ulp_against_the_checkpoint(client: tensorcheck
         + c.b.astype(np.float64),
         c.y.dtype,
     )
-    differing = int(np.sum(expected != c.y.astype(np.float64).reshape(expected.shape)))
+    differing = float(np.mean(expected != c.y.astype(np.float64).reshape(expected.shape)))
     flips = max(
-        int(round((1 - c2.identify().shares["fused"]) * c2.y.size))
+        1 - c2.identify().shares["fused"]
         for c2 in calls
         if c2.b is not None and c2.name != PERTURBED_LAYER
     )
-    assert differing >= 5 * max(flips, 3), (differing, flips)
+    assert differing >= 5 * flips and differing * c.y.size >= 10, (differing, flips)
 
     first = report.first_divergence()
     assert first is not None and first.name == PERTURBED_LAYER, report.summary()

@@ -23,7 +23,7 @@ EPYC (XLA:CPU), 2x16 tokens:
   `test_xla_cpu_dense_numerics_as_documented` checks.
 
 So on a CPU, torch's and Flax's bf16 Linear differ in every layer with a
-bias, by one bf16 ULP in about 27-31% of the elements: fused against
+bias, by one bf16 ULP in about 26-31% of the elements: fused against
 unfused, the candle case of the README without a GPU.
 """
 
