@@ -53,13 +53,6 @@ Json Num(double v) {
 
 Json Ulp(uint64_t v) { return v == kUlpInfinite ? Json("inf") : Json(v); }
 
-const pb::ConfigResult* FindResult(const pb::VerifyResponse& r, const std::string& config) {
-  for (const pb::ConfigResult& c : r.results()) {
-    if (c.config() == config) return &c;
-  }
-  return nullptr;
-}
-
 const pb::RankedCandidate* FindRanked(const pb::Diagnosis& d, const std::string& config) {
   for (const pb::RankedCandidate& c : d.ranking()) {
     if (c.config() == config) return &c;
@@ -102,14 +95,10 @@ std::string BestText(const pb::VerifyResponse& r) {
   return absl::StrJoin(names, " = ");
 }
 
-// The statistics the table and JSON show for a checked layer: observed vs
-// the best candidate, else observed vs the reference.
+// The statistics the table and JSON show for a checked layer (max_abs,
+// max_ulp): observed vs the reference, as the Python client's report.
 const pb::Stats* ShownStats(const LayerResult& l) {
   const pb::VerifyResponse& r = l.response;
-  if (r.has_diagnosis() && !r.diagnosis().best().empty()) {
-    const pb::ConfigResult* c = FindResult(r, r.diagnosis().best());
-    if (c != nullptr && c->has_vs_observed()) return &c->vs_observed();
-  }
   return r.has_observed_vs_reference() ? &r.observed_vs_reference() : nullptr;
 }
 
@@ -173,9 +162,17 @@ std::string OverallText(const std::vector<LayerResult>& layers, const SweepSumma
                         n, "): ", s.layers[i].reason);
   }
   int errors = 0, not_checked = 0;
-  for (const LayerVerdict& v : s.layers) {
+  std::optional<size_t> first_failed;
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerVerdict& v = s.layers[i];
     errors += v.status == LayerStatus::kError;
     not_checked += v.status == LayerStatus::kNotChecked;
+    if (v.status == LayerStatus::kFailed && !first_failed.has_value()) first_failed = i;
+  }
+  if (first_failed.has_value()) {
+    const size_t i = *first_failed;
+    return absl::StrCat("No divergence, but ", layers[i].FullName(), " (layer call ", i + 1, " of ",
+                        n, ") failed: ", s.layers[i].reason);
   }
   if (errors == 0 && not_checked == 0) {
     return s.consensus.has_value()
@@ -261,18 +258,18 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
   }
 
   // Pass 2: the consensus, the configuration explaining the most checked
-  // layers (the first to appear on a tie).
+  // layers; among equals the one that is `best` most often, then the
+  // greatest name (as the Python client's ModelReport decides).
   if (options.diagnose) {
-    std::vector<std::string> order;
-    std::map<std::string, int> count;
+    std::map<std::string, int> count, best;
     for (const LayerVerdict& v : s.layers) {
-      for (const std::string& c : ExpandAll(v.explaining)) {
-        if (count[c]++ == 0) order.push_back(c);
-      }
+      for (const std::string& c : ExpandAll(v.explaining)) ++count[c];
+      if (!v.explaining.empty()) ++best[v.explaining[0]];
     }
-    for (const std::string& c : order) {
-      if (count[c] > s.consensus_count) {
-        s.consensus_count = count[c];
+    for (const auto& [c, n] : count) {
+      if (!s.consensus.has_value() ||
+          std::make_pair(n, best[c]) >= std::make_pair(s.consensus_count, best[*s.consensus])) {
+        s.consensus_count = n;
         s.consensus = c;
       }
     }
@@ -292,24 +289,25 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
       const std::vector<std::string> agrees = ExpandAll(v.explaining);
       if (!v.explained) {
         reason = "no candidate explains its output";
+      } else if (s.consensus.has_value() &&
+                 std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
+        reason = absl::StrCat("matches ", r.diagnosis().best(), ", while ", s.consensus_count,
+                              " of ", s.checked, " layers match ", *s.consensus);
       } else if (v.bound_ratio.has_value() && !(*v.bound_ratio <= options.bound_threshold)) {
         reason = absl::StrCat("bound_ratio ", G3(*v.bound_ratio), " exceeds ",
                               G3(options.bound_threshold));
-      } else if (s.consensus.has_value() &&
-                 std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
-        reason = absl::StrCat("matches ", BestText(r), ", while ", s.consensus_count, " of ",
-                              s.checked, " layers match ", *s.consensus);
       }
     }
+    // A divergence; a verdict of fail alone fails the layer call without
+    // being one.
+    v.diverged = !reason.empty();
     if (reason.empty() && r.verdict() == pb::VERDICT_FAIL) {
       reason = absl::StrCat("observed output not within tolerance of the reference ",
                             ReferenceName(r), ": ", StatsSummaryLine(r.observed_vs_reference()));
     }
     v.status = reason.empty() ? LayerStatus::kPassed : LayerStatus::kFailed;
     v.reason = std::move(reason);
-    if (v.status == LayerStatus::kFailed && !s.first_divergence.has_value()) {
-      s.first_divergence = i;
-    }
+    if (v.diverged && !s.first_divergence.has_value()) s.first_divergence = i;
   }
   s.passed = !layers.empty() &&
              std::all_of(s.layers.begin(), s.layers.end(),

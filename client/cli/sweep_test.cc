@@ -254,10 +254,8 @@ LayerResult Diagnosed(const std::string& name, const std::string& best, double b
     pb::RankedCandidate* c = d->add_ranking();
     c->set_config(best);
     c->mutable_bound_ratio()->set_value(bound_ratio);
-    pb::ConfigResult* r = l.response.add_results();
-    r->set_config(best);
-    r->mutable_vs_observed()->set_max_abs(0.5);
-    r->mutable_vs_observed()->set_max_ulp(3);
+    l.response.mutable_observed_vs_reference()->set_max_abs(0.5);
+    l.response.mutable_observed_vs_reference()->set_max_ulp(3);
   } else {
     l.response.mutable_observed_vs_reference()->mutable_bound_ratio()->set_value(bound_ratio);
     l.response.mutable_observed_vs_reference()->set_max_ulp(UINT64_MAX);
@@ -313,6 +311,27 @@ TEST(SummarizeTest, EquivalentAndTiedCountAsExplaining) {
   const SweepSummary s = Summarize(layers, SweepOptions{});
   EXPECT_EQ(*s.consensus, "cpu:fp32:fused");
   EXPECT_TRUE(s.passed);
+}
+
+TEST(SummarizeTest, TieGoesToTheConfigurationMoreOftenBest) {
+  // Both explain every layer; cpu:fp32:fused is best in two of three.
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:fp32:fused", 1.0, {"cpu:bf16:fused"}),
+                                     Diagnosed("l1", "cpu:bf16:fused", 1.0, {"cpu:fp32:fused"}),
+                                     Diagnosed("l2", "cpu:fp32:fused", 1.0, {"cpu:bf16:fused"})};
+  EXPECT_EQ(*Summarize(layers, SweepOptions{}).consensus, "cpu:fp32:fused");
+}
+
+TEST(SummarizeTest, VerdictFailFailsTheLayerWithoutDiverging) {
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused"),
+                                     Diagnosed("l1", "cpu:bf16:fused")};
+  layers[1].response.set_verdict(pb::VERDICT_FAIL);
+  const SweepSummary s = Summarize(layers, SweepOptions{});
+  EXPECT_EQ(s.layers[1].status, LayerStatus::kFailed);
+  EXPECT_THAT(s.layers[1].reason, HasSubstr("not within tolerance of the reference"));
+  EXPECT_FALSE(s.first_divergence.has_value());
+  EXPECT_EQ(SweepExitCode(layers, s), 1);
+  EXPECT_THAT(FormatSweepText(layers, s, SweepOptions{}),
+              HasSubstr("No divergence, but l1 (layer call 2 of 2) failed: observed output not"));
 }
 
 TEST(SummarizeTest, UnexplainedAndBoundRatioDiverge) {
@@ -416,8 +435,7 @@ TEST(FormatSweepTextTest, RowPerCallThenFirstDivergence) {
   EXPECT_THAT(text, HasSubstr("l1#1"));
   EXPECT_THAT(text, HasSubstr("cpu:bf16:unfused = cpu:fp32:unfused"));
   EXPECT_THAT(text, HasSubstr("First divergence: l1#1 (layer call 3 of 3): matches "
-                              "cpu:bf16:unfused = cpu:fp32:unfused, while 2 of 3 layers match "
-                              "cpu:bf16:fused"));
+                              "cpu:bf16:unfused, while 2 of 3 layers match cpu:bf16:fused"));
   layers.pop_back();
   EXPECT_THAT(FormatSweepText(layers, Summarize(layers, SweepOptions{}), SweepOptions{}),
               HasSubstr("No divergence: all 2 layer calls explained by cpu:bf16:fused"));

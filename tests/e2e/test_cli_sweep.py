@@ -43,8 +43,8 @@ ST_DTYPES = {
 CALLS = [
     ("blocks.0.up", "blocks.0.up", 64, 96, True),
     ("blocks.0.down", "blocks.0.down", 96, 64, True),
-    ("lm_head", "lm_head", 64, 48, False),
-    ("lm_head#1", "lm_head", 64, 48, False),
+    ("lm_head", "lm_head", 64, 48, True),
+    ("lm_head#1", "lm_head", 64, 48, True),
 ]
 JSON_LAYER_KEYS = [
     "name",

@@ -10,11 +10,13 @@
 //   return SweepExitCode(layers, s);
 //
 // Divergence (diagnose): a layer whose output no candidate explains, whose
-// bound_ratio exceeds the threshold, or whose explaining configurations
-// (best, equivalent, tied) exclude the model's consensus: the configuration
-// explaining the most checked layers, when it explains more than half of
-// them. A layer without a bias is explained by `b:p:none`, which agrees with
-// `b:p:fused` and `b:p:unfused` alike (the two differ only in the bias).
+// explaining configurations (best, equivalent, tied) exclude the model's
+// consensus (the configuration explaining the most checked layers, when it
+// explains more than half of them), or whose bound_ratio exceeds the
+// threshold; the reason names the first of these that applies. A layer
+// also fails, without diverging, when its verdict is fail. A layer without a bias is explained by
+// `b:p:none`, which agrees with `b:p:fused` and `b:p:unfused` alike (the two differ only in the
+// bias).
 //
 // Thread-safe: no state.
 #pragma once
@@ -84,6 +86,8 @@ struct LayerVerdict {
   std::vector<std::string> explaining;
   // Why it failed ("no candidate explains its output"); empty when it passed.
   std::string reason;
+  // It failed by a rule of divergence (not by its verdict alone).
+  bool diverged = false;
 };
 
 struct SweepSummary {
@@ -93,7 +97,7 @@ struct SweepSummary {
   std::optional<std::string> consensus;
   int consensus_count = 0;
   int checked = 0;
-  // The first failed layer call (index into the layers), if any.
+  // The first layer call that diverged (index into the layers), if any.
   std::optional<size_t> first_divergence;
   // Every layer call passed.
   bool passed = false;
