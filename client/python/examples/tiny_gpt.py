@@ -59,7 +59,7 @@ LN_EPS = 1e-5
 
 
 def make_inputs(batch: int = 2, seq: int = 16, seed: int = 0) -> np.ndarray:
-    """Token ids [batch, seq] (int32), the same for every seed on every host."""
+    """Token ids [batch, seq] (int32); the same ones on every host for a given seed."""
     return np.random.default_rng(seed).integers(0, VOCAB, size=(batch, seq), dtype=np.int32)
 
 
@@ -295,8 +295,8 @@ def main() -> None:
         torch_reports = {}
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             m = TorchGPT(seed=0).eval().to(dtype)  # .to() keeps lm_head tied
-            with torch.no_grad():
-                report = tensorcheck.torch.check_linears(m, torch.from_numpy(ids), client=client)
+            # One forward pass (under no_grad), every nn.Linear call checked.
+            report = tensorcheck.torch.check_linears(m, torch.from_numpy(ids), client=client)
             print(f"== torch {dtype}\n{report.summary()}\n")
             torch_reports[dtype] = report
 
