@@ -23,7 +23,14 @@ import flax.linen as nn
 import numpy as np
 
 from ._client import Client
-from ._model import DEFAULT_BOUND_THRESHOLD, DEFAULT_JOBS, Captures, ModelReport, check_captures
+from ._model import (
+    DEFAULT_BOUND_THRESHOLD,
+    DEFAULT_JOBS,
+    DEFAULT_TOLERANCE,
+    Captures,
+    ModelReport,
+    check_captures,
+)
 from ._tensors import as_array
 
 __all__ = ["check_denses", "capture_denses"]
@@ -106,7 +113,7 @@ def check_denses(
     server: Optional[str] = None,
     configs: Union[None, str, list[str]] = None,
     diagnose: bool = True,
-    tolerance: str = "torch",
+    tolerance: str = DEFAULT_TOLERANCE,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
     bound_threshold: float = DEFAULT_BOUND_THRESHOLD,

@@ -30,6 +30,7 @@ from ._client import Client
 from ._model import (
     DEFAULT_BOUND_THRESHOLD,
     DEFAULT_JOBS,
+    DEFAULT_TOLERANCE,
     Captures,
     ModelReport,
     check_captures,
@@ -160,7 +161,7 @@ def check_linears(
     server: Optional[str] = None,
     configs: Union[None, str, list[str]] = None,
     diagnose: bool = True,
-    tolerance: str = "torch",
+    tolerance: str = DEFAULT_TOLERANCE,
     weights: Optional[Mapping[str, Any]] = None,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
@@ -178,7 +179,9 @@ def check_linears(
       configs: candidate configurations (diagnose) or configurations
         (verify) for every layer; None: every one the server offers.
       diagnose: rank candidates per layer (Diagnose); False: Verify only.
-      tolerance: the tolerance preset of each layer's verdict.
+      tolerance: the tolerance preset of each layer's verdict; "bound"
+        (every element within its output precision's error bound) by
+        default, "torch" for assert_close's.
       weights: check against these parameters instead of the modules' own
         (a state_dict, or {name: {"weight": w, "bias": b}}): "my port ran
         with its weights; are its outputs those of the checkpoint's?".
