@@ -351,17 +351,18 @@ bool SweepRunner::RunLayer(size_t i, LayerResult* out) {
     if (!missing.ok()) return fail(missing.status(), "FindMissingTensors");
     std::set<std::string> absent;
     for (const pb::TensorDigest& d : *missing) absent.insert(d.hash());
-    std::vector<Blob*> upload;
     for (Blob& b : io) {
-      const bool up = absent.erase(b.digest.hash()) > 0;  // the same bytes twice: once
-      if (up) upload.push_back(&b);
-      (up ? out->uploaded_bytes : out->reused_bytes) += b.digest.size_bytes();
-    }
-    TransferCounts counts;
-    const absl::Status s = UploadBlobs(upload, &store_, /*executor=*/nullptr, &quiet, &counts);
-    if (!s.ok()) return fail(s, "uploading");
-    for (Blob& b : io) {
-      Count(b.digest, std::find(upload.begin(), upload.end(), &b) != upload.end());
+      bool uploaded = false;
+      if (absent.erase(b.digest.hash()) > 0) {  // the same bytes twice: once
+        // One at a time, to know of each whether another call stored it
+        // meanwhile (already_present: then it counts as reused).
+        TransferCounts counts;
+        const absl::Status s = UploadBlobs({&b}, &store_, /*executor=*/nullptr, &quiet, &counts);
+        if (!s.ok()) return fail(s, "uploading");
+        uploaded = counts.uploaded_bytes > 0;
+      }
+      (uploaded ? out->uploaded_bytes : out->reused_bytes) += b.digest.size_bytes();
+      Count(b.digest, uploaded);
       b.tensor->set_digest(b.digest.hash());
       named.push_back(&b);
     }

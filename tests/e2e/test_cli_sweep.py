@@ -6,18 +6,19 @@ its captures and weights are written here as safetensors files (no
 data), and every captured output is computed here with numpy, independently
 of the server:
 
-- `cpu:bf16:fused`: the product and the bias summed exactly (float64; a
-  product of two bfloat16 values is exact there, and 64 of them sum with
-  no error that survives rounding to bfloat16 but in rare ties), rounded
-  once to bfloat16;
-- `cpu:bf16:unfused`: x @ W^T rounded to bfloat16, then the bias added and
-  rounded again.
+- fused (one rounding, as `cpu:fp64:fused` and, but for rare elements,
+  `cpu:bf16:fused` compute): the products and the bias summed in float64
+  (a product of two bfloat16 values is exact there, and the sum's error
+  stays far below a bfloat16 ULP), rounded once to bfloat16;
+- unfused (`cpu:*:unfused`): x @ W^T rounded to bfloat16, then the bias
+  added and rounded again.
 
 Binaries: TENSORCHECK_SERVER_BIN and TENSORCHECK_CLI_BIN, as in e2e_support.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -94,17 +95,25 @@ def write_safetensors(
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
+def round_bf16(y: np.ndarray) -> np.ndarray:
+    """float64 to bfloat16 rounded once, to nearest even: 8 significant
+    bits. (`astype(bfloat16)` on float64 goes through float32, which rounds
+    twice.) Normal numbers only, as in this model."""
+    m, e = np.frexp(y)  # y = m * 2**e, 0.5 <= |m| < 1
+    return np.ldexp(np.rint(m * 256), e - 8).astype(BF16)  # exact from here
+
+
 def fused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     y = x.astype(np.float64) @ w.astype(np.float64).T
     if b is not None:
         y = y + b.astype(np.float64)
-    return y.astype(BF16)
+    return round_bf16(y)
 
 
 def unfused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    y = (x.astype(np.float64) @ w.astype(np.float64).T).astype(BF16)
+    y = round_bf16(x.astype(np.float64) @ w.astype(np.float64).T)
     if b is not None:
-        y = (y.astype(np.float64) + b.astype(np.float64)).astype(BF16)
+        y = round_bf16(y.astype(np.float64) + b.astype(np.float64))
     return y
 
 
@@ -318,6 +327,33 @@ def test_weight_off_by_one_ulp_in_the_weights_file_is_the_first_divergence(
     assert r.returncode == 1, (r.stderr, json.dumps(j["layers"][1], indent=1)[:3000])
     assert j["first_divergence"]["name"] == "blocks.0.down", j["first_divergence"]
     assert j["layers"][0]["status"] == "passed"
+
+
+def test_large_activations_go_by_digest_and_are_not_uploaded_again(
+    server, tmp_path
+) -> None:
+    weights = make_weights()
+    captures = run_model(weights, rows=6144)  # inputs and outputs of 1.5 to 2.4 MB
+    w_path, c_path = tmp_path / "model.safetensors", tmp_path / "captures.safetensors"
+    write_safetensors(w_path, weights)
+    write_safetensors(c_path, captures)
+    # Every distinct tensor sent by digest: the weights and biases, and the
+    # captures above 1 MiB (lm_head's input is blocks.0.down's output).
+    by_digest = {
+        hashlib.sha256(a.tobytes()).hexdigest(): a.nbytes for a in weights.values()
+    }
+    for a in captures.values():
+        if a.nbytes > 1 << 20:
+            by_digest[hashlib.sha256(a.tobytes()).hexdigest()] = a.nbytes
+    expected = sum(by_digest.values())
+    first = sweep_json(server, w_path, c_path, "--jobs", "1")[1]
+    assert first["passed"] is True
+    assert first["uploaded_bytes"] + first["reused_bytes"] == expected
+    second = sweep_json(server, w_path, c_path, "--jobs", "1")[1]
+    assert second["uploaded_bytes"] == 0
+    assert second["reused_bytes"] == expected
+    per_call = sum(layer["report"]["reused_bytes"] for layer in second["layers"])
+    assert per_call >= expected
 
 
 def test_missing_weight_is_an_input_error_naming_the_layer(
