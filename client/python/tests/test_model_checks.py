@@ -209,8 +209,9 @@ def test_each_layer_call_is_diagnosed_as_what_torch_computed(runs: Any, dtype: s
 def test_the_unmodified_model_has_no_divergence(runs: Any, dtype: str) -> None:
     report, calls = runs(dtype)
     assert report.consensus in majority([c.identify() for c in calls])
-    verdicts = [torch_tolerance_verdict(c.x, c.w, c.b, c.y) for c in calls]
-    assert [la.verdict for la in report.layers] == verdicts == ["pass"] * len(calls)
+    assert all(la.verdict == "pass" for la in report.layers)
+    # torch's outputs are within torch's own tolerance of the exact result too.
+    assert all(torch_tolerance_verdict(c.x, c.w, c.b, c.y) == "pass" for c in calls)
     bad = [f"{la.label}: {la.divergence_reason}" for la in report.layers if la.status != "passed"]
     assert not bad, "\n".join(bad)
     assert report.first_divergence() is None
