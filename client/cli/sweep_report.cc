@@ -550,9 +550,7 @@ std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSum
   std::vector<std::string> configs;  // legend order
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerVerdict& v = s.layers[i];
-    if (!v.bound_ratio.has_value() || !std::isfinite(*v.bound_ratio) || *v.bound_ratio <= 0) {
-      continue;
-    }
+    if (!v.bound_ratio.has_value() || std::isnan(*v.bound_ratio)) continue;
     std::string config = v.explaining.empty() ? std::string("none explains it") : v.explaining[0];
     if (std::find(configs.begin(), configs.end(), config) == configs.end()) {
       configs.push_back(config);
@@ -562,21 +560,33 @@ std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSum
   if (points.empty()) {
     return "<p class=\"note\">No layer call has a bound_ratio to chart.</p>\n";
   }
-  double lo = options.diagnose ? options.bound_threshold : points[0].ratio;
+  // The axis spans the finite positive ratios and the threshold; a ratio
+  // of 0 (bitwise what the best candidate computes) sits on the bottom
+  // line, an infinite one on the top line, each drawn hollow.
+  double lo = options.diagnose ? options.bound_threshold : 1.0;
   double hi = lo;
   for (const Point& p : points) {
-    lo = std::min(lo, p.ratio);
-    hi = std::max(hi, p.ratio);
+    if (p.ratio > 0 && std::isfinite(p.ratio)) {
+      lo = std::min(lo, p.ratio);
+      hi = std::max(hi, p.ratio);
+    }
   }
   double ylo = std::floor(std::log10(lo)), yhi = std::ceil(std::log10(hi));
   if (yhi <= ylo) yhi = ylo + 1;
+  const bool zeros =
+      std::any_of(points.begin(), points.end(), [](const Point& p) { return p.ratio <= 0; });
+  if (zeros) ylo -= 1;  // the bottom line holds the zeros
   const int width = 900, height = 320, left = 56, right = 20, top = 16, bottom = 40;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   const size_t n = layers.size();
   auto x_of = [&](size_t i) {
     return left + (n <= 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1));
   };
-  auto y_of = [&](double r) { return top + plot_h * (1 - (std::log10(r) - ylo) / (yhi - ylo)); };
+  auto y_of = [&](double r) {
+    if (!(r > 0)) return top + plot_h;
+    if (!std::isfinite(r)) return static_cast<double>(top);
+    return top + plot_h * (1 - (std::log10(r) - ylo) / (yhi - ylo));
+  };
   auto colour = [&](const std::string& c) {
     const size_t k =
         static_cast<size_t>(std::find(configs.begin(), configs.end(), c) - configs.begin());
@@ -592,7 +602,8 @@ std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSum
     const double y = y_of(std::pow(10.0, e));
     absl::StrAppend(&out, "<line x1=\"", left, "\" x2=\"", left + plot_w, "\" y1=\"", y, "\" y2=\"",
                     y, "\" stroke=\"#eaeef2\"/><text x=\"", left - 6, "\" y=\"", y + 4,
-                    "\" text-anchor=\"end\">", G3(std::pow(10.0, e)), "</text>\n");
+                    "\" text-anchor=\"end\">", zeros && e == ylo ? "0" : G3(std::pow(10.0, e)),
+                    "</text>\n");
   }
   if (options.diagnose) {
     const double y = y_of(options.bound_threshold);
@@ -609,8 +620,10 @@ std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSum
                   ")\">bound_ratio (log)</text>\n");
   for (const Point& p : points) {
     const double x = x_of(p.index), y = y_of(p.ratio);
-    absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y, "\" r=\"4\" fill=\"", colour(p.config),
-                    "\"><title>", HtmlEscape(layers[p.index].FullName()), ": ",
+    const bool clamped = !(p.ratio > 0) || !std::isfinite(p.ratio);
+    absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y, "\" r=\"4\" fill=\"",
+                    clamped ? "#fff" : colour(p.config), "\" stroke=\"", colour(p.config),
+                    "\" stroke-width=\"1.5\"><title>", HtmlEscape(layers[p.index].FullName()), ": ",
                     HtmlEscape(p.config), ", bound_ratio ", G3(p.ratio), "</title></circle>\n");
     if (s.first_divergence == p.index) {
       absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y,

@@ -459,5 +459,16 @@ TEST(FormatSweepHtmlTest, ChartAndSectionsWithoutExternalReferences) {
   EXPECT_EQ(page.find("http"), std::string::npos);
 }
 
+TEST(FormatSweepHtmlTest, ZeroBoundRatioIsChartedOnTheBottomLine) {
+  // Bitwise what the best candidate computes: bound_ratio 0, no log.
+  std::vector<LayerResult> layers = {Diagnosed("a", "cpu:bf16:fused", 0.0),
+                                     Diagnosed("b", "cpu:bf16:fused", 0.5)};
+  const std::string page = FormatSweepHtml(layers, Summarize(layers, SweepOptions{}), {});
+  EXPECT_THAT(page, HasSubstr("<title>a: cpu:bf16:fused, bound_ratio 0</title>"));
+  EXPECT_THAT(page, HasSubstr("<title>b: cpu:bf16:fused, bound_ratio 0.5</title>"));
+  EXPECT_EQ(page.find("nan"), std::string::npos);
+  EXPECT_EQ(page.find("inf"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tensorcheck::cli::internal

@@ -234,6 +234,9 @@ def test_correct_model_passes_with_weights_uploaded_once(
     # HTML: one self-contained page with the chart and every layer call.
     page = html.read_text()
     assert "<svg" in page
+    chart = page[page.index('<svg class="depth"') :]
+    chart = chart[: chart.index("</svg>")]
+    assert chart.count("<circle") >= 4  # a point per layer call, legend besides
     for name in ("blocks.0.up", "blocks.0.down", "lm_head", "lm_head#1"):
         assert name in page
     assert "http://" not in page and "https://" not in page
