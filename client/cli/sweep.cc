@@ -48,6 +48,11 @@ namespace {
 
 constexpr int64_t kMaxJobs = 64;
 
+// The payload under which Call hands a FAILED_PRECONDITION's MissingTensors
+// detail (serialized) to its caller.
+constexpr absl::string_view kMissingTensorsPayload =
+    "type.googleapis.com/tensorcheck.v1.MissingTensors";
+
 // Heatmap colour scales per layer call's section, so that ids stay unique
 // on the page.
 constexpr int kHeatmapIdsPerLayer = 64;
@@ -287,7 +292,7 @@ absl::StatusOr<pb::VerifyResponse> SweepRunner::Call(const pb::VerifyRequest& re
     if (std::optional<pb::MissingTensors> m = MissingTensorsOf(s); m.has_value()) {
       std::string detail;
       m->SerializeToString(&detail);
-      status.SetPayload("tensorcheck.v1.MissingTensors", absl::Cord(detail));
+      status.SetPayload(kMissingTensorsPayload, absl::Cord(detail));
     }
     return status;
   }
@@ -371,7 +376,7 @@ bool SweepRunner::RunLayer(size_t i, LayerResult* out) {
   auto resp = Call(req);
   if (!resp.ok() && by_digest_) {
     // Evicted since it was uploaded: upload what the server lacks, once.
-    auto payload = resp.status().GetPayload("tensorcheck.v1.MissingTensors");
+    auto payload = resp.status().GetPayload(kMissingTensorsPayload);
     pb::MissingTensors m;
     if (payload.has_value() && m.ParseFromString(std::string(*payload))) {
       std::vector<Blob*> again;

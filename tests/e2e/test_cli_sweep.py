@@ -172,9 +172,16 @@ def model(tmp_path: Path) -> tuple[Path, Path, dict[str, np.ndarray]]:
     return w_path, c_path, weights
 
 
-def sweep_json(server: str, w_path: Path, c_path: Path, *args: str):
+def sweep_json(server: str, w_path: Path, c_path: Path, *args: str, **kw):
     r = sweep(
-        server, "--weights", str(w_path), "--captures", str(c_path), "--json", *args
+        server,
+        "--weights",
+        str(w_path),
+        "--captures",
+        str(c_path),
+        "--json",
+        *args,
+        **kw,
     )
     assert r.stdout, r.stderr
     return r, json.loads(r.stdout)
@@ -266,9 +273,21 @@ def test_unfused_layer_is_the_first_divergence(server, tmp_path) -> None:
     w_path, c_path = tmp_path / "model.safetensors", tmp_path / "captures.safetensors"
     write_safetensors(w_path, weights)
     write_safetensors(c_path, run_model(weights, how={"blocks.0.down": unfused}))
-    junit = tmp_path / "sweep.xml"
-    r, j = sweep_json(server, w_path, c_path, "--junit", str(junit))
+    junit, summary = tmp_path / "sweep.xml", tmp_path / "summary.md"
+    r, j = sweep_json(
+        server,
+        w_path,
+        c_path,
+        "--junit",
+        str(junit),
+        "--github",
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert r.returncode == 1, (r.stderr, json.dumps(j["layers"][1], indent=1)[:3000])
+    # --github with --json: the annotations on stderr, the table appended.
+    assert "::error title=tensorcheck sweep%3A blocks.0.down::" in r.stderr
+    assert "## tensorcheck sweep: **FAIL**" in summary.read_text()
+    assert "| 2 | `blocks.0.down` |" in summary.read_text()
     assert j["first_divergence"]["name"] == "blocks.0.down"
     assert j["first_divergence"]["index"] == 1
     assert j["layers"][1]["status"] == "failed"
