@@ -224,6 +224,8 @@ class SweepRunner {
   mutable std::mutex mu_;
   SweepCounts counts_;             // guarded by mu_
   std::set<std::string> counted_;  // guarded by mu_
+  // Per layer call, the weights it uploaded again after an eviction.
+  std::map<size_t, std::set<std::string>> reuploaded_;  // guarded by mu_
 };
 
 void SweepRunner::Count(const pb::TensorDigest& d, bool uploaded) {
@@ -393,7 +395,14 @@ bool SweepRunner::RunLayer(size_t i, LayerResult* out) {
       if (!s.ok()) return fail(s, "uploading again");
       for (const Blob* b : again) {
         Count(b->digest, /*uploaded=*/true);
-        out->uploaded_bytes += b->digest.size_bytes();
+        const bool own =
+            std::any_of(io.begin(), io.end(), [&](const Blob& mine) { return &mine == b; });
+        if (own) {
+          out->uploaded_bytes += b->digest.size_bytes();
+        } else {
+          std::lock_guard<std::mutex> lock(mu_);
+          reuploaded_[i].insert(b->digest.hash());  // AttributeWeights counts it
+        }
       }
       resp = Call(req);
     }
@@ -423,6 +432,7 @@ bool SweepRunner::RunLayer(size_t i, LayerResult* out) {
 
 void SweepRunner::AttributeWeights(std::vector<LayerResult>& layers) const {
   if (!by_digest_) return;
+  std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> attributed;
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i].rpc != LayerRpc::kOk) continue;
@@ -430,8 +440,12 @@ void SweepRunner::AttributeWeights(std::vector<LayerResult>& layers) const {
     for (const WeightSource* w : {&p.weight, p.bias ? &*p.bias : nullptr}) {
       if (w == nullptr) continue;
       const Weight& weight = weights_[weight_of_.at(w->Label())];
-      const bool first = attributed.insert(weight.blob.digest.hash()).second;
-      (weight.uploaded && first ? layers[i].uploaded_bytes : layers[i].reused_bytes) +=
+      const std::string& hash = weight.blob.digest.hash();
+      const bool first = attributed.insert(hash).second;
+      auto again = reuploaded_.find(i);
+      const bool uploaded = (weight.uploaded && first) ||
+                            (again != reuploaded_.end() && again->second.count(hash) > 0);
+      (uploaded ? layers[i].uploaded_bytes : layers[i].reused_bytes) +=
           weight.blob.digest.size_bytes();
     }
   }

@@ -378,6 +378,39 @@ def test_large_activations_go_by_digest_and_are_not_uploaded_again(
     assert per_call >= expected
 
 
+def test_weights_evicted_meanwhile_are_uploaded_again(tmp_path) -> None:
+    """A store of 6 MiB cannot hold the run's 11.8 MB of tensors: uploading
+    the activations evicts the least recently used tensors first, lm_head's
+    weight and bias among them (uploaded at the start, named only by the
+    last calls). Their Diagnose answers FAILED_PRECONDITION with the missing
+    digests; the CLI uploads them again and retries."""
+    weights = make_weights()
+    captures = run_model(weights, rows=6144)
+    w_path, c_path = tmp_path / "model.safetensors", tmp_path / "captures.safetensors"
+    write_safetensors(w_path, weights)
+    write_safetensors(c_path, captures)
+    distinct = {
+        hashlib.sha256(a.tobytes()).hexdigest(): a.nbytes for a in weights.values()
+    }
+    for a in captures.values():
+        if a.nbytes > 1 << 20:
+            distinct[hashlib.sha256(a.tobytes()).hexdigest()] = a.nbytes
+    assert sum(distinct.values()) > 6 << 20
+    own = ServerProcess("--store-bytes", str(6 << 20))
+    try:
+        r, j = sweep_json(own.address, w_path, c_path, "--jobs", "1")
+    finally:
+        own.stop()
+    assert r.returncode == 0, (r.stderr, j)
+    assert [layer["status"] for layer in j["layers"]] == ["passed"] * 4
+    # The server turned a request away for evicted weights, and the retry
+    # after uploading them passed.
+    log = "\n".join(own.stdout + own.stderr)
+    assert "tensors not in the server's store: op.weight" in log
+    lm_head_params = weights["lm_head.weight"].nbytes + weights["lm_head.bias"].nbytes
+    assert j["uploaded_bytes"] >= sum(distinct.values()) + lm_head_params
+
+
 def test_missing_weight_is_an_input_error_naming_the_layer(
     server, model, tmp_path
 ) -> None:
