@@ -411,6 +411,38 @@ def test_weights_evicted_meanwhile_are_uploaded_again(tmp_path) -> None:
     assert j["uploaded_bytes"] >= sum(distinct.values()) + lm_head_params
 
 
+def test_one_file_with_captures_and_a_flax_kernel(server, tmp_path) -> None:
+    """The captures file holds the weights too (save_captures(weights=True)),
+    lm_head's as a Flax kernel [K, N]."""
+    weights = make_weights()
+    tensors = dict(run_model(weights))
+    for name, a in weights.items():
+        if name == "lm_head.weight":
+            tensors["lm_head.kernel"] = np.ascontiguousarray(a.T)
+        else:
+            tensors[name] = a
+    path = tmp_path / "all.safetensors"
+    write_safetensors(path, tensors)
+    r, j = sweep_json(server, path, path)
+    assert r.returncode == 0, (r.stderr, j)
+    assert [layer["weight_layout"] for layer in j["layers"]] == ["out_in"] * 2 + [
+        "in_out"
+    ] * 2
+    assert j["layers"][2]["weight_shape"] == [64, 48]
+
+
+def test_server_without_a_store_gets_everything_inline(model) -> None:
+    w_path, c_path, _ = model
+    own = ServerProcess("--store-bytes", "0")
+    try:
+        r, j = sweep_json(own.address, w_path, c_path)
+    finally:
+        own.stop()
+    assert r.returncode == 0, (r.stderr, j)
+    assert j["passed"] is True
+    assert j["uploaded_bytes"] == 0 and j["reused_bytes"] == 0
+
+
 def test_missing_weight_is_an_input_error_naming_the_layer(
     server, model, tmp_path
 ) -> None:
