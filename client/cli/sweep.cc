@@ -222,21 +222,22 @@ class SweepRunner {
   std::vector<Weight> weights_;
   std::map<std::string, size_t> weight_of_;  // "file:name" -> weights_ index
   mutable std::mutex mu_;
-  SweepCounts counts_;             // guarded by mu_
-  std::set<std::string> counted_;  // guarded by mu_
+  SweepCounts counts_;  // guarded by mu_
+  // Each digest counted so far: true once uploaded, false while only reused.
+  std::map<std::string, bool> counted_;  // guarded by mu_
   // Per layer call, the weights it uploaded again after an eviction.
   std::map<size_t, std::set<std::string>> reuploaded_;  // guarded by mu_
 };
 
 void SweepRunner::Count(const pb::TensorDigest& d, bool uploaded) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto [it, first] = counted_.emplace(d.hash(), uploaded);
   if (uploaded) {
+    // Every upload counts; one counted as held before was evicted since.
     counts_.uploaded_bytes += d.size_bytes();
-    if (!counted_.insert(d.hash()).second) {
-      // Counted as held before and evicted since: it is uploaded now.
-      counts_.reused_bytes = std::max<int64_t>(0, counts_.reused_bytes - d.size_bytes());
-    }
-  } else if (counted_.insert(d.hash()).second) {
+    if (!first && !it->second) counts_.reused_bytes -= d.size_bytes();
+    it->second = true;
+  } else if (first) {
     counts_.reused_bytes += d.size_bytes();
   }
 }
