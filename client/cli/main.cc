@@ -207,13 +207,16 @@ Checks every linear-layer call a captures file holds, one Diagnose each
                          (default 300)
   --no-progress          no "layers 12/24" line on stderr (shown only when
                          stderr is a terminal)
-  --reference, --tolerance, --atol, --rtol, --max-ulp, --bound-factor,
-  --bound-precision, --nan-equal, --top-k   as for verify
+  --tolerance PRESET     as for verify, but bound by default: every element
+                         within its output precision's error bound
+  --reference, --atol, --rtol, --max-ulp, --bound-factor, --bound-precision,
+  --nan-equal, --top-k   as for verify
 
-A layer call fails when no candidate explains its output, when its
-bound_ratio exceeds --bound-threshold, when its verdict is fail, or when the
+A layer call fails when no candidate explains its output, when the
 configurations explaining it exclude the one that explains more than half of
-the layer calls. Weights go into the server's store once each and are named
+the layer calls, when its bound_ratio (its error against the reference in
+units of its precision's error model) exceeds --bound-threshold, or when its
+verdict is fail. Weights go into the server's store once each and are named
 by digest; a captured output holding NaN or infinity is an input error.
 
 Output: a table (--json: the report of docs/model-checks.md; --junit FILE:

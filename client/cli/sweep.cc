@@ -112,10 +112,15 @@ absl::StatusOr<SweepInput> PrepareSweep(const CommandLine& cl) {
   }
   SweepInput in;
   TC_ASSIGN_OR_RETURN(in.request_template, BuildRequestOptions(cl, "--config"));
+  // The whole-model question is "more than its precision explains": every
+  // element within its output precision's error bound (docs/model-checks.md).
+  // torch's rtol would fail every layer that adds its bias after rounding
+  // where x W and b cancel.
+  if (!cl.Has("tolerance") && !cl.Has("max-ulp") && !cl.Has("atol") && !cl.Has("rtol")) {
+    in.request_template.mutable_tolerance()->set_preset(pb::Tolerance::PRESET_BOUND);
+  }
   in.options.diagnose = !cl.Has("no-diagnose");
   if (cl.Has("bound-threshold")) {
-    if (!in.options.diagnose)
-      return Usage("--bound-threshold applies to diagnose, not --no-diagnose");
     TC_ASSIGN_OR_RETURN(in.options.bound_threshold,
                         ParseDoubleFlag(cl, "bound-threshold", /*positive=*/true));
   }

@@ -53,13 +53,6 @@ Json Num(double v) {
 
 Json Ulp(uint64_t v) { return v == kUlpInfinite ? Json("inf") : Json(v); }
 
-const pb::RankedCandidate* FindRanked(const pb::Diagnosis& d, const std::string& config) {
-  for (const pb::RankedCandidate& c : d.ranking()) {
-    if (c.config() == config) return &c;
-  }
-  return nullptr;
-}
-
 // The configurations a name stands for in the consensus: `b:p:none` (no
 // bias, so fused and unfused computed the same) agrees with both bias
 // modes of its precision.
@@ -244,16 +237,14 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
             }
           }
         }
-        const pb::RankedCandidate* best = FindRanked(d, d.best());
-        if (best != nullptr && best->has_bound_ratio()) v.bound_ratio = best->bound_ratio().value();
-      } else if (r.observed_vs_reference().has_bound_ratio()) {
-        v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
       }
     } else {
       v.explained = r.verdict() == pb::VERDICT_PASS;
-      if (r.observed_vs_reference().has_bound_ratio()) {
-        v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
-      }
+    }
+    // Its error against the reference in units of what its output
+    // precision's error model predicts: about 1 is that precision.
+    if (r.observed_vs_reference().has_bound_ratio()) {
+      v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
     }
   }
 
@@ -293,10 +284,12 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
                  std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
         reason = absl::StrCat("matches ", r.diagnosis().best(), ", while ", s.consensus_count,
                               " of ", s.checked, " layers match ", *s.consensus);
-      } else if (v.bound_ratio.has_value() && !(*v.bound_ratio <= options.bound_threshold)) {
-        reason = absl::StrCat("bound_ratio ", G3(*v.bound_ratio), " exceeds ",
-                              G3(options.bound_threshold));
       }
+    }
+    if (reason.empty() && v.bound_ratio.has_value() &&
+        !(*v.bound_ratio <= options.bound_threshold)) {
+      reason = absl::StrCat("bound_ratio ", G3(*v.bound_ratio), " exceeds ",
+                            G3(options.bound_threshold));
     }
     // A divergence; a verdict of fail alone fails the layer call without
     // being one.

@@ -250,15 +250,17 @@ LayerResult Diagnosed(const std::string& name, const std::string& best, double b
   d->set_best(best);
   d->set_confidence(0.9);
   for (const std::string& e : equivalent) d->add_equivalent(e);
+  pb::Stats* ref = l.response.mutable_observed_vs_reference();
+  ref->mutable_bound_ratio()->set_value(bound_ratio);
   if (!best.empty()) {
     pb::RankedCandidate* c = d->add_ranking();
     c->set_config(best);
-    c->mutable_bound_ratio()->set_value(bound_ratio);
-    l.response.mutable_observed_vs_reference()->set_max_abs(0.5);
-    l.response.mutable_observed_vs_reference()->set_max_ulp(3);
+    // The ranking's own bound_ratio is not the layer's.
+    c->mutable_bound_ratio()->set_value(bound_ratio + 100);
+    ref->set_max_abs(0.5);
+    ref->set_max_ulp(3);
   } else {
-    l.response.mutable_observed_vs_reference()->mutable_bound_ratio()->set_value(bound_ratio);
-    l.response.mutable_observed_vs_reference()->set_max_ulp(UINT64_MAX);
+    ref->set_max_ulp(UINT64_MAX);
   }
   return l;
 }
@@ -346,6 +348,19 @@ TEST(SummarizeTest, UnexplainedAndBoundRatioDiverge) {
   SweepOptions loose;
   loose.bound_threshold = 10;
   EXPECT_EQ(*Summarize(layers, loose).first_divergence, 2u);
+}
+
+TEST(SummarizeTest, WithoutDiagnosisOnlyBoundRatioDiverges) {
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused", 1.0),
+                                     Diagnosed("l1", "cpu:bf16:fused", 4.5)};
+  for (LayerResult& l : layers) l.response.clear_diagnosis();
+  SweepOptions verify;
+  verify.diagnose = false;
+  const SweepSummary s = Summarize(layers, verify);
+  EXPECT_FALSE(s.consensus.has_value());
+  EXPECT_EQ(s.layers[0].status, LayerStatus::kPassed);
+  EXPECT_EQ(s.layers[1].reason, "bound_ratio 4.5 exceeds 3");
+  EXPECT_EQ(*s.first_divergence, 1u);
 }
 
 TEST(SummarizeTest, ServerGoneLeavesNotCheckedAndExitsThree) {

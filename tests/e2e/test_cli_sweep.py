@@ -219,6 +219,12 @@ def test_correct_model_passes_with_weights_uploaded_once(
         assert layer["dtype"] == "bfloat16"
         assert layer["weight_layout"] == "out_in"
         assert layer["report"]["diagnosis"]["best"] == layer["best"]
+        # The whole-model verdict: within the output precision's bound.
+        assert layer["report"]["tolerance"]["preset"] == "bound"
+        assert (
+            layer["bound_ratio"]
+            == layer["report"]["observed_vs_reference"]["bound_ratio"]
+        )
     assert j["layers"][0]["input_shape"] == [2, 8, 64]
     assert j["layers"][0]["weight_shape"] == [96, 64]
     assert j["first_divergence"] is None

@@ -9,12 +9,13 @@
 //   std::cout << SweepToJson(layers, s, counts).dump(2);
 //   return SweepExitCode(layers, s);
 //
-// Divergence (diagnose): a layer whose output no candidate explains, whose
-// explaining configurations (best, equivalent, tied) exclude the model's
-// consensus (the configuration explaining the most checked layers, when it
-// explains more than half of them), or whose bound_ratio exceeds the
-// threshold; the reason names the first of these that applies. A layer
-// also fails, without diverging, when its verdict is fail. A layer without a bias is explained by
+// Divergence: a layer whose output no candidate explains, whose explaining
+// configurations (best, equivalent, tied) exclude the model's consensus
+// (the configuration explaining the most checked layers, when it explains
+// more than half of them), or whose bound_ratio (observed vs reference)
+// exceeds the threshold; the reason names the first of these that applies.
+// Without a diagnosis (Verify) only the last applies. A layer also fails,
+// without diverging, when its verdict is fail. A layer without a bias is explained by
 // `b:p:none`, which agrees with `b:p:fused` and `b:p:unfused` alike (the two differ only in the
 // bias).
 //
@@ -71,7 +72,7 @@ const char* LayerStatusName(LayerStatus s);
 struct SweepOptions {
   // Diagnose (true) or Verify (false) per layer.
   bool diagnose = true;
-  // A layer whose bound_ratio exceeds this diverges (diagnose).
+  // A layer whose bound_ratio exceeds this diverges.
   double bound_threshold = 3.0;
 };
 
@@ -80,7 +81,8 @@ struct LayerVerdict {
   LayerStatus status = LayerStatus::kNotChecked;
   // A candidate explains the output (diagnose), the verdict is pass (verify).
   bool explained = false;
-  // The best candidate's bound_ratio, else observed vs reference's.
+  // observed_vs_reference.bound_ratio: the error against the reference in
+  // units of the output precision's error model.
   std::optional<double> bound_ratio;
   // Best, equivalent and tied (diagnose).
   std::vector<std::string> explaining;
