@@ -183,6 +183,9 @@ struct Ranking {
     std::stable_sort(classes.begin(), classes.end(), [](const ClassScore& a, const ClassScore& b) {
       if (a.is_consistent() != b.is_consistent()) return a.is_consistent();
       if (a.is_plausible() != b.is_plausible()) return a.is_plausible();
+      if (a.plausible_by_floor_only() != b.plausible_by_floor_only()) {
+        return b.plausible_by_floor_only();
+      }
       if (a.near_fewest_inconsistent != b.near_fewest_inconsistent) {
         return a.near_fewest_inconsistent;
       }
@@ -198,6 +201,9 @@ struct Ranking {
     if (classes[0].is_plausible()) {
       size_t chosen = 0;
       for (size_t j = 1; j < classes.size() && classes[j].is_plausible(); ++j) {
+        // Never a class plausible only by the floor over one plausible on
+        // the evidence (see plausible_by_floor_only).
+        if (classes[j].plausible_by_floor_only() && !classes[0].plausible_by_floor_only()) break;
         const double z = PairedZ(observed, output_of(classes[0]), output_of(classes[j]),
                                  sigma_of(classes[0]), explained, dtype);
         if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
@@ -300,7 +306,11 @@ struct Ranking {
       const double z = PairedZ(observed, *top_c.output, output_of(classes[j]), top_c.pair_sigma,
                                explained, dtype);
       z_vs_best[j] = z;
-      if (std::fabs(z) < kTieZ) {
+      // A class plausible only by the floor, below one plausible on the
+      // evidence, is tied whatever the sign test says (it favours the
+      // exact result over any other order).
+      if (std::fabs(z) < kTieZ ||
+          (classes[j].plausible_by_floor_only() && !top.plausible_by_floor_only())) {
         for (size_t member : classes[j].members) {
           out.tied.push_back(in.candidates[member].config.ToString());
           tied_configs.push_back(&in.candidates[member].config);

@@ -75,7 +75,9 @@ inline constexpr double kTieZ = 3.0;
 inline constexpr double kPlausibilityAlpha = 1e-6;
 // ...and only on at least this many disagreeing elements, so that one or
 // two boundary coincidences, double roundings or corrupted values never
-// decide an accumulation's width.
+// decide an accumulation's width. A candidate plausible only by this floor
+// ranks below those plausible on the evidence and is at most tied with
+// best (ClassScore::plausible_by_floor_only).
 inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
 struct DiagnosisCandidate {

@@ -335,6 +335,61 @@ TEST(RankCandidatesTest, FewInconsistentElementsOutrankManyBitwiseMatches) {
   EXPECT_LT(d.ranking[0].bitwise_equal_fraction, 0.01);
 }
 
+// An fp16 output accumulated in fp32 that happens to flip only two
+// roundings against the exact result: fp64 accumulation stays plausible
+// (too few disagreements to rule it out) and, being exact, wins the paired
+// sign test against any other fp32 order (here z = 14 / sqrt(18) = 3.3).
+// Its plausibility is the floor's, not the evidence's (its own noise
+// predicts no disagreement at all), so the fp32-accumulated candidate,
+// plausible on the evidence (16 disagreements where its noise predicts
+// 16), is best and fp64 is tied. torch's fp16 nn.Linear on a CPU without
+// AVX-512 showed this on one layer of the example transformer.
+TEST(RankCandidatesTest, FloorPlausibleFp64IsTiedNotBest) {
+  const int64_t n = 4096;
+  const double spacing = std::ldexp(1.0, -10);  // fp16 in [1, 2)
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> uniform(1.0, 1.9);
+  std::vector<double> obs(n), exact(n), fp32(n);
+  for (int64_t i = 0; i < n; ++i) obs[i] = exact[i] = fp32[i] = Fp16(uniform(rng));
+  for (int64_t i : {100, 2000}) exact[i] += spacing;  // 2 flips against fp64
+  for (int64_t j = 0; j < 16; ++j) fp32[200 + 97 * j] += spacing;  // 16 against fp32
+  const Tensor observed = *FromDoubles(DType::kFloat16, {1, n}, obs);
+  const Tensor fp64_out = *FromDoubles(DType::kFloat16, {1, n}, exact);
+  const Tensor fp32_out = *FromDoubles(DType::kFloat16, {1, n}, fp32);
+  // Output rounding of both sides; fp32 accumulation noise predicting 16
+  // flips over the n elements (FlipChance = sqrt(2/pi) sigma / spacing),
+  // fp64's predicting none to speak of.
+  const std::vector<float> pair_sigma(n, static_cast<float>(spacing / 2));
+  const std::vector<float> fp32_noise(n, static_cast<float>(16.0 / n * spacing / 0.7978845608));
+  const std::vector<float> fp64_noise(n, 1e-15f);
+  DiagnosisInput in;
+  in.observed = &observed;
+  in.storage_dtype = DType::kFloat16;
+  in.output_dtype = DType::kFloat16;
+  in.output_shape = {1, n};
+  in.has_bias = true;
+  for (const auto& [precision, output, noise] :
+       {std::tuple<Precision, const Tensor*, const float*>{Precision::kFp64, &fp64_out,
+                                                           fp64_noise.data()},
+        std::tuple<Precision, const Tensor*, const float*>{Precision::kFp16, &fp32_out,
+                                                           fp32_noise.data()}}) {
+    DiagnosisCandidate c;
+    c.config = Config{"cpu", precision, BiasMode::kFused};
+    c.output = output;
+    c.pair_sigma = pair_sigma.data();
+    c.pair_accumulation_sigma = noise;
+    in.candidates.push_back(c);
+  }
+  const DiagnosisOutcome d = RankCandidates(in);
+  ASSERT_TRUE(d.best.has_value()) << d.explanation;
+  EXPECT_EQ(*d.best, "cpu:fp16:fused") << d.explanation;
+  EXPECT_THAT(d.tied, ::testing::ElementsAre("cpu:fp64:fused")) << d.explanation;
+  ASSERT_EQ(d.ranking.size(), 2u);
+  EXPECT_EQ(d.ranking[1].disagreements, 2);
+  EXPECT_TRUE(d.ranking[1].plausible);
+  EXPECT_LT(d.ranking[1].plausibility_p, kPlausibilityAlpha);
+}
+
 TEST(FrameworkHintTest, NamesTheFrameworkDefaults) {
   EXPECT_THAT(FrameworkHint({"cpu", Precision::kTf32, BiasMode::kUnfused}, DType::kFloat32, true),
               ::testing::HasSubstr("JAX/Flax"));

@@ -54,6 +54,15 @@ struct ClassScore {
     return is_consistent() &&
            (disagreements() < kMinImplausibleDisagreements || plausibility_p >= kPlausibilityAlpha);
   }
+  // Plausible only because too few elements disagree to rule it out
+  // (kMinImplausibleDisagreements), although its own noise predicts fewer
+  // still: fp64 accumulation against an fp32-accumulated output that
+  // happens to flip only one or two roundings. Such a class can be tied
+  // with best but never beat a class plausible on the evidence: the paired
+  // sign test favours the exact result over any other fp32 order.
+  bool plausible_by_floor_only() const {
+    return is_plausible() && disagreements() > 0 && plausibility_p < kPlausibilityAlpha;
+  }
   int64_t inconsistent() const { return counted - consistent; }
   // Set after scoring: no clearly more inconsistent elements than the
   // consistent class with the fewest (see RankCandidates).
