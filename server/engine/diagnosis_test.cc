@@ -351,7 +351,7 @@ TEST(RankCandidatesTest, FloorPlausibleFp64IsTiedNotBest) {
   std::uniform_real_distribution<double> uniform(1.0, 1.9);
   std::vector<double> obs(n), exact(n), fp32(n);
   for (int64_t i = 0; i < n; ++i) obs[i] = exact[i] = fp32[i] = Fp16(uniform(rng));
-  for (int64_t i : {100, 2000}) exact[i] += spacing;  // 2 flips against fp64
+  for (int64_t i : {100, 2000}) exact[i] += spacing;               // 2 flips against fp64
   for (int64_t j = 0; j < 16; ++j) fp32[200 + 97 * j] += spacing;  // 16 against fp32
   const Tensor observed = *FromDoubles(DType::kFloat16, {1, n}, obs);
   const Tensor fp64_out = *FromDoubles(DType::kFloat16, {1, n}, exact);
