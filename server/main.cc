@@ -67,7 +67,9 @@ ABSL_FLAG(int, max_queue, 64, "Requests waiting for a worker before UNAVAILABLE.
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off.");
 ABSL_FLAG(std::string, log_format, "text", "text or json.");
 ABSL_FLAG(double, shutdown_grace_seconds, 30, "Time in-flight requests get on SIGTERM.");
-ABSL_FLAG(int, cpu_threads, 0, "BLAS threads of the cpu backend; 0: all cores.");
+ABSL_FLAG(int, cpu_threads, -1,
+          "BLAS threads of the cpu backend; -1: one per GEMM when --threads runs several "
+          "requests side by side, all cores with one worker; 0: all cores.");
 ABSL_FLAG(int64_t, gpu_memory_budget_mb, 0,
           "Per-device memory budget of the CUDA backends in MiB; 0: 90% of free memory.");
 ABSL_FLAG(int64_t, cublaslt_workspace_mb, 32, "cuBLASLt workspace in MiB.");

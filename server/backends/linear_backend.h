@@ -161,7 +161,8 @@ class BackendRegistry {
 };
 
 struct BuiltinBackendOptions {
-  // Worker threads of the CPU backend's BLAS; 0: all cores.
+  // Worker threads of the CPU backend's BLAS; 0: all cores. (The server's
+  // --cpu-threads -1 is resolved to 1 or 0 before it gets here.)
   int cpu_threads = 0;
   // CUDA backends (when built): per-request device memory budget and the
   // cuBLASLt workspace.

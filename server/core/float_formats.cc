@@ -1,6 +1,7 @@
 #include "server/core/float_formats.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace tensorcheck {
 
@@ -17,26 +18,35 @@ float Fp16BitsToFloat(uint16_t bits) {
 
 namespace {
 
-// Encodes a double as fp16 bits, rounding once to nearest even.
+// Encodes a double as fp16 bits, rounding once to nearest even, on the
+// double's bits (this runs for every input and output element of the fp16
+// configurations; the library's ilogb/ldexp took a third of a diagnosis).
 uint16_t EncodeFp16(double d) {
-  const uint16_t sign = std::signbit(d) ? 0x8000u : 0u;
-  if (std::isnan(d)) return sign | 0x7e00u;
-  const double a = std::fabs(d);
-  if (std::isinf(a)) return sign | 0x7c00u;
-  if (a == 0.0) return sign;
-  int e = std::ilogb(a);  // a in [2^e, 2^(e+1))
-  if (e < -14) e = -14;   // subnormal range shares the quantum 2^-24
-  // Quantum at this exponent is 2^(e-10); nearbyint rounds to even.
-  const double q = std::nearbyint(std::ldexp(a, 10 - e));  // in [0, 2048]
-  double value = std::ldexp(q, e - 10);
-  if (value > 65504.0) return sign | 0x7c00u;
-  // Re-derive fields from the rounded value (handles carry into exponent).
-  if (value < std::ldexp(1.0, -14)) {
-    return sign | static_cast<uint16_t>(std::ldexp(value, 24));
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 48) & 0x8000u);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ffu);
+  const uint64_t fraction = bits & ((uint64_t{1} << 52) - 1);
+  if (biased == 0x7ff) return sign | (fraction != 0 ? 0x7e00u : 0x7c00u);
+  // |d| >= 65520 (the tie between 65504 and 2^16) rounds to infinity.
+  if (biased >= 1023 + 16 || (biased == 1023 + 15 && fraction >= (uint64_t{0xffe} << 40))) {
+    return sign | 0x7c00u;
   }
-  const int re = std::ilogb(value);
-  const uint16_t mant = static_cast<uint16_t>(std::ldexp(value, 10 - re) - 1024.0);
-  return sign | static_cast<uint16_t>((re + 15) << 10) | mant;
+  if (biased == 0) return sign;  // zero, or a double subnormal: far below 2^-25
+  const int e = biased - 1023;   // |d| in [2^e, 2^(e+1))
+  const uint64_t m = fraction | (uint64_t{1} << 52);
+  // Bits of m below the fp16 quantum at this exponent, 2^(max(e, -14) - 10).
+  const int shift = e >= -14 ? 42 : 28 - e;
+  if (shift > 53) return sign;  // below 2^-25: rounds to zero
+  uint64_t q = m >> shift;
+  const uint64_t rest = m & ((uint64_t{1} << shift) - 1);
+  const uint64_t half = uint64_t{1} << (shift - 1);
+  if (rest > half || (rest == half && (q & 1))) ++q;
+  if (e < -14) return sign | static_cast<uint16_t>(q);  // 1024 is the least normal
+  // q in [1024, 2048]: 2048 carries into the exponent.
+  const int exponent = e + 15 + (q == 2048 ? 1 : 0);
+  const uint16_t mantissa = static_cast<uint16_t>(q == 2048 ? 0 : q - 1024);
+  return sign | static_cast<uint16_t>(exponent << 10) | mantissa;
 }
 
 }  // namespace

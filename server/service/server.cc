@@ -55,8 +55,17 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
 
   auto server = std::unique_ptr<TensorCheckServer>(new TensorCheckServer());
   server->options_ = options;
+  // --cpu-threads -1 (the default): OpenBLAS runs each GEMM on the calling
+  // worker alone when several workers run requests side by side. Its own
+  // threads would otherwise take every core for one request's GEMM and
+  // spin between GEMMs against the other requests' statistics: a
+  // pipelined whole-model check of 17 small layers took 1.5x as long
+  // (docs/performance.md, "Whole-model checks"). One worker keeps them all.
+  if (server->options_.backends.cpu_threads == -1) {
+    server->options_.backends.cpu_threads = workers > 1 ? 1 : 0;
+  }
   server->registry_ = std::make_unique<BackendRegistry>();
-  TC_RETURN_IF_ERROR(RegisterBuiltinBackends(server->registry_.get(), options.backends));
+  TC_RETURN_IF_ERROR(RegisterBuiltinBackends(server->registry_.get(), server->options_.backends));
   TC_ASSIGN_OR_RETURN(server->stats_executor_, Executor::Create({/*threads=*/stats}));
   EngineOptions engine_options = options.engine;
   engine_options.executor = server->stats_executor_.get();

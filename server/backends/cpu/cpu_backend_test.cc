@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -1080,7 +1081,42 @@ std::unique_ptr<CpuBackend> BackendWithBlocks(int threads, int64_t block_columns
   return std::move(*backend);
 }
 
+// Whether OpenBLAS itself sums each column in the same order whatever the
+// call's width, for an [m, k] x [k, n] product with `threads`: calls of 64
+// columns against one over all n (rounded up to 64). Not on every CPU: on
+// an AMD EPYC without AVX-512 (OpenBLAS 0.3.21's Zen kernels) columns near
+// the calls' boundaries differ, single-threaded at m = 16 and with two
+// threads at m = 33; on SkylakeX they agreed.
+bool BlasIsBlockInvariant(int64_t m, int64_t n, int64_t k, int threads) {
+  auto cpu = BackendWithBlocks(threads, /*block_columns=*/0);  // sets OpenBLAS's threads
+  constexpr int64_t width = 64;
+  const int64_t padded = PaddedColumns(n);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(m * k), w(padded * k), full(m * padded), block(m * width);
+  for (float& v : x) v = normal(rng);
+  for (float& v : w) v = normal(rng);
+  EXPECT_THAT(
+      BlasGemm(x.data(), w.data(), WeightLayout::kOutIn, m, padded, k, full.data(), nullptr),
+      IsOk());
+  for (int64_t j0 = 0; j0 < padded; j0 += width) {
+    EXPECT_THAT(BlasGemm(x.data(), w.data() + j0 * k, WeightLayout::kOutIn, m, width, k,
+                         block.data(), nullptr),
+                IsOk());
+    for (int64_t i = 0; i < m; ++i) {
+      if (std::memcmp(&block[i * width], &full[i * padded + j0], width * sizeof(float)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
+  // Bit for bit where OpenBLAS itself does not depend on the call's width
+  // (docs/architecture.md, "Large weights: blocks along N"); elsewhere the
+  // blocks may only move an element by summation-order noise, far below
+  // what a misplaced or missing column would.
   // Normal values: sums depend on the order of their terms, so any change
   // in how an element's dot product is computed shows in its bits. Three
   // shapes: BLAS blocks at the least width the plan allows (64 columns at
@@ -1120,6 +1156,7 @@ TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
           // OpenBLAS sums some edge columns in another order single-threaded
           // than with threads: both.
           for (const int threads : {1, 2}) {
+            const bool invariant = BlasIsBlockInvariant(shape.m, shape.n, shape.k, threads);
             SCOPED_TRACE(absl::StrCat("m=", shape.m, " n=", shape.n, " k=", shape.k, " bias=", bias,
                                       " storage=", DTypeName(storage), " ",
                                       WeightLayoutName(layout), " threads=", threads));
@@ -1133,10 +1170,17 @@ TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
               SCOPED_TRACE(configs[c].ToString());
               ASSERT_EQ(got[c].size(), want[c].size());
               int64_t differ = 0;
+              double largest = 0, worst = 0;
               for (size_t i = 0; i < got[c].size(); ++i) {
                 differ += std::memcmp(&got[c][i], &want[c][i], sizeof(double)) != 0;
+                largest = std::max(largest, std::fabs(want[c][i]));
+                worst = std::max(worst, std::fabs(got[c][i] - want[c][i]));
               }
-              EXPECT_EQ(differ, 0);
+              if (invariant || configs[c].precision == Precision::kFp16Acc) {
+                EXPECT_EQ(differ, 0);
+              } else {
+                EXPECT_LE(worst, 1e-3 * largest) << differ << " elements differ";
+              }
             }
           }
         }
