@@ -231,11 +231,10 @@ def _divergence(
         return f"its captured output holds {layer.nonfinite_outputs} non-finite value(s)"
     if layer.report is not None and layer.report.diagnosis is not None:
         if not layer.explained:
-            return "no candidate configuration explains its output"
+            return "no candidate explains its output"
         if consensus is not None and consensus not in layer.configs_explaining:
             return (
-                f"matches {layer.best}, while {explained_by} of {checked} layer calls "
-                f"match {consensus}"
+                f"matches {layer.best}, while {explained_by} of {checked} layers match {consensus}"
             )
     if layer.bound_ratio is not None and layer.bound_ratio > threshold:
         return f"bound_ratio {layer.bound_ratio:.3g} exceeds {threshold:g}"
