@@ -2,6 +2,7 @@
 # Installs what tensorcheck needs on Debian 12 and builds it.
 #
 #   scripts/setup.sh            # apt packages, Python venv (.venv), build/
+#   TENSORCHECK_FRAMEWORKS=1 scripts/setup.sh   # also PyTorch and Flax (the tests)
 #
 # Idempotent: packages already present and an up-to-date build are kept.
 # Environment: BUILD_DIR (default build), TENSORCHECK_CMAKE_ARGS (extra
@@ -46,16 +47,23 @@ if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.ins
   echo "== installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q grpcio grpcio-tools protobuf numpy ml_dtypes pytest jax pyyaml
-  # The whole-model checks' tests and examples run real PyTorch and Flax
-  # models on the CPU. PyPI's torch wheel brings its CUDA libraries along:
-  # about 2 minutes and 6 GB of .venv here (docs/model-checks.md).
-  .venv/bin/pip install -q torch flax
   # The Python client's lint (client/python/lint.sh).
   .venv/bin/pip install -q ruff==0.17.6 mypy==2.4.1 types-protobuf==7.35.1.20260906 \
     grpc-stubs==1.53.0.6
   # Editable: the tests and examples use the client in this tree.
   .venv/bin/pip install -q -e ./client/python
   touch .venv/.installed
+fi
+
+# The whole-model checks' tests and examples run real PyTorch and Flax
+# models on the CPU (scripts/test.sh asks for them; serving does not need
+# them). PyPI's torch wheel brings its CUDA libraries along: about 2 minutes
+# and 6 GB of .venv here.
+if [[ "${TENSORCHECK_FRAMEWORKS:-0}" == 1 ]] &&
+   { [[ ! -f .venv/.frameworks ]] || [[ scripts/setup.sh -nt .venv/.frameworks ]]; }; then
+  echo "== installing PyTorch and Flax into .venv"
+  .venv/bin/pip install -q torch flax
+  touch .venv/.frameworks
 fi
 
 echo "== building ($BUILD_DIR)"

@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
-scripts/setup.sh
+# PyTorch and Flax too: the whole-model checks run real models.
+TENSORCHECK_FRAMEWORKS=1 scripts/setup.sh
 
 export TENSORCHECK_SERVER_BIN="$ROOT/$BUILD_DIR/server/tensorcheck-server"
 export TENSORCHECK_CLI_BIN="$ROOT/$BUILD_DIR/client/cli/tensorcheck"
