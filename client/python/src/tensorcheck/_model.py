@@ -615,31 +615,21 @@ def _run(
             c, layer = captures[i], report.layers[i]
             weight = refs.get(id(c.weight), c.weight)
             bias = None if c.bias is None else refs.get(id(c.bias), c.bias)
+            # Diagnose ranks `configs` as candidates; Verify runs them.
+            call = cl.diagnose_linear if diagnose else cl.verify_linear
+            which: dict[str, Any] = {"candidates" if diagnose else "configs": configs}
             try:
-                if diagnose:
-                    r = cl.diagnose_linear(
-                        c.input,
-                        weight,
-                        bias,
-                        observed=c.output,
-                        candidates=configs,
-                        weight_layout=c.weight_layout,
-                        tolerance=tolerance,
-                        timeout=timeout,
-                        **verify_options,
-                    )
-                else:
-                    r = cl.verify_linear(
-                        c.input,
-                        weight,
-                        bias,
-                        observed=c.output,
-                        configs=configs,
-                        weight_layout=c.weight_layout,
-                        tolerance=tolerance,
-                        timeout=timeout,
-                        **verify_options,
-                    )
+                r = call(
+                    c.input,
+                    weight,
+                    bias,
+                    observed=c.output,
+                    weight_layout=c.weight_layout,
+                    tolerance=tolerance,
+                    timeout=timeout,
+                    **which,
+                    **verify_options,
+                )
             except Error as e:
                 layer.error = str(e)
                 if _lost_server(e):
