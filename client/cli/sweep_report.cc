@@ -88,6 +88,15 @@ std::string BestText(const pb::VerifyResponse& r) {
   return absl::StrJoin(names, " = ");
 }
 
+// BestText for the table: a class of more than two names as the best and
+// a count, "cpu:bf16:fused (+5 same bits)", so that the table stays
+// readable; the JSON, GitHub summary and HTML list every name.
+std::string BestCell(const pb::VerifyResponse& r) {
+  const pb::Diagnosis& d = r.diagnosis();
+  if (d.equivalent_size() <= 1) return BestText(r);
+  return absl::StrCat(d.best(), " (+", d.equivalent_size(), " same bits)");
+}
+
 // The statistics the table and JSON show for a checked layer (max_abs,
 // max_ulp): observed vs the reference, as the Python client's report.
 const pb::Stats* ShownStats(const LayerResult& l) {
@@ -395,7 +404,7 @@ std::string FormatSweepText(const std::vector<LayerResult>& layers, const SweepS
     std::string best = "-";
     std::string conf = "-";
     if (ok && options.diagnose) {
-      best = v.explained ? BestText(l.response) : "none";
+      best = v.explained ? BestCell(l.response) : "none";
       if (v.explained) conf = absl::StrFormat("%.2f", l.response.diagnosis().confidence());
     } else if (ok) {
       best = v.explained ? "pass" : "fail";
@@ -406,7 +415,10 @@ std::string FormatSweepText(const std::vector<LayerResult>& layers, const SweepS
         {l.FullName(), absl::StrCat(ShapeText(l.input_shape), "x", ShapeText(l.weight_shape)),
          std::string(DTypeShortName(l.dtype)), best, conf, status,
          st != nullptr ? G(st->max_abs()) : "-", st != nullptr ? UlpText(st->max_ulp()) : "-",
-         v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-", ok ? WhereText(l) : ""});
+         v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-",
+         // Only a failed layer's: for one explained bit for bit the
+         // localization says where the runner-up would have differed.
+         ok && v.status == LayerStatus::kFailed ? WhereText(l) : "-"});
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();

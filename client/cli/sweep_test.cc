@@ -456,6 +456,15 @@ TEST(FormatSweepTextTest, RowPerCallThenFirstDivergence) {
               HasSubstr("No divergence: all 2 layer calls explained by cpu:bf16:fused"));
 }
 
+TEST(FormatSweepTextTest, ClassesOfMoreThanTwoAreCountedInTheTable) {
+  std::vector<LayerResult> layers = {Diagnosed(
+      "l0", "cpu:bf16:fused", 1.0, {"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp16:fused"})};
+  const std::string text =
+      FormatSweepText(layers, Summarize(layers, SweepOptions{}), SweepOptions{});
+  EXPECT_THAT(text, HasSubstr("cpu:bf16:fused (+3 same bits)"));
+  EXPECT_THAT(text, Not(HasSubstr("cpu:tf32:fused")));
+}
+
 TEST(FormatSweepJUnitTest, OneTestCasePerLayerCall) {
   std::vector<LayerResult> layers = {Diagnosed("a", "cpu:bf16:fused"), Diagnosed("b", "")};
   const std::string xml = FormatSweepJUnit(layers, Summarize(layers, SweepOptions{}));

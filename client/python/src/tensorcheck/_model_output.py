@@ -47,15 +47,15 @@ def _shape(s: tuple[int, ...]) -> str:
 
 def _best(layer: LayerCheck, full: bool = False) -> str:
     """The configuration explaining a layer call, with its confidence;
-    those computing the same bits on its inputs are one entry ("a = b",
-    or in the table "a (+5 same bits)")."""
+    those computing the same bits on its inputs are one entry ("a = b";
+    more than two in the table as "a (+5 same bits)", as the CLI's)."""
     if not layer.checked:
         return "-"
     if layer.report is not None and layer.report.diagnosis is None:
         return "(verify only)"
     if not layer.best:
         return "none explains it"
-    if full or not layer.equivalent:
+    if full or len(layer.equivalent) <= 1:
         text = " = ".join([layer.best, *layer.equivalent])
     else:
         text = f"{layer.best} (+{len(layer.equivalent)} same bits)"
