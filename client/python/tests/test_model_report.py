@@ -1,0 +1,285 @@
+"""ModelReport: the divergence rules on hand-built diagnoses, and the
+report's outputs (to_dict, to_junit, to_html, save_captures, which the
+CLI's `tensorcheck sweep` reads) on a small torch model."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+import tensorcheck
+from tensorcheck._model import LayerCheck, ModelReport
+from tensorcheck._pb import pb
+from tensorcheck._report import Report
+
+# --- the rules, on diagnoses written by hand -------------------------------------------
+
+
+def _layer(
+    name: str,
+    best: str,
+    equivalent: tuple[str, ...] = (),
+    *,
+    bound_ratio: Optional[float] = None,
+    has_bias: bool = True,
+    verdict: int = pb.VERDICT_PASS,
+) -> LayerCheck:
+    resp = pb.VerifyResponse(verdict=verdict)
+    resp.diagnosis.best = best
+    resp.diagnosis.equivalent.extend(equivalent)
+    resp.diagnosis.confidence = 0.9 if best else 0.0
+    stats = resp.observed_vs_reference
+    stats.total = 8
+    if bound_ratio is not None:
+        stats.bound_ratio.value = bound_ratio
+    layer = LayerCheck(name, 0, (2, 4), (8, 4), "out_in", "bfloat16", has_bias=has_bias)
+    layer._fill(Report.from_proto(resp))
+    return layer
+
+
+FUSED, UNFUSED = "cpu:bf16:fused", "cpu:bf16:unfused"
+
+
+def test_a_layer_matching_another_configuration_than_the_rest_diverges() -> None:
+    layers = [_layer(f"l{i}", FUSED) for i in range(4)]
+    layers.insert(2, _layer("odd", UNFUSED))
+    report = ModelReport(layers)
+    assert report.consensus == FUSED
+    first = report.first_divergence()
+    assert first is not None and first.name == "odd"
+    assert first.divergence_reason == f"matches {UNFUSED}, while 4 of 5 layers match {FUSED}"
+    assert [layer.status for layer in layers] == ["passed"] * 2 + ["failed"] + ["passed"] * 2
+    assert not report.passed
+
+
+def test_equivalents_and_a_bias_free_layer_agree_with_the_consensus() -> None:
+    # fp32 and bf16 input rounding are one function for bf16 storage; a
+    # layer without a bias runs b:p:none, which fused and unfused equal.
+    layers = [
+        _layer("a", "cpu:fp32:fused", (FUSED,)),
+        _layer("b", FUSED),
+        _layer("lm_head", "cpu:bf16:none", has_bias=False),
+    ]
+    report = ModelReport(layers)
+    assert report.consensus == FUSED
+    assert report.first_divergence() is None
+    assert report.passed
+
+
+def test_unexplained_and_bound_ratio_rules_and_their_order() -> None:
+    layers = [
+        _layer("a", FUSED, bound_ratio=1.0),
+        _layer("b", FUSED, bound_ratio=3.5),
+        _layer("c", "", bound_ratio=9.0),
+    ]
+    report = ModelReport(layers)
+    first = report.first_divergence()
+    assert first is not None and first.name == "b"
+    assert first.divergence_reason == "bound_ratio 3.5 exceeds 3"
+    assert layers[2].divergence_reason == "no candidate explains its output"
+    # A looser threshold leaves b; c stays unexplained.
+    first = report.first_divergence(threshold=4)
+    assert first is not None and first.name == "c"
+
+
+def test_no_consensus_below_half_and_expected_overrides_it() -> None:
+    layers = [_layer("a", FUSED), _layer("b", UNFUSED), _layer("c", "cpu:fp32:fused")]
+    report = ModelReport(layers)
+    assert report.consensus is None
+    assert report.first_divergence() is None
+    first = report.first_divergence(expected=FUSED)
+    assert first is not None and first.name == "b"
+    assert first.divergence_reason == f"matches {UNFUSED}, not the expected {FUSED}"
+
+
+def test_a_failed_verdict_fails_the_layer_without_a_divergence() -> None:
+    report = ModelReport([_layer("a", FUSED, verdict=pb.VERDICT_FAIL), _layer("b", FUSED)])
+    assert report.first_divergence() is None
+    assert [layer.status for layer in report.layers] == ["failed", "passed"]
+    with pytest.raises(AssertionError, match="Model parity failed at layer a"):
+        tensorcheck.assert_model_parity(report)
+
+
+def test_compare_models_describes_where_each_model_changes() -> None:
+    a = ModelReport([_layer(n, FUSED) for n in ("x", "y", "z")])
+    b = ModelReport([_layer("x", FUSED), _layer("y", UNFUSED), _layer("z", UNFUSED)])
+    text = tensorcheck.compare_models(a, b, names=("torch", "port")).summary()
+    assert text.splitlines()[0] == f"torch: {FUSED} everywhere"
+    # The port's consensus is unfused (2 of 3), so it reads from its start.
+    assert text.splitlines()[1] == f"port: {FUSED} up to x, {UNFUSED} from y on"
+    assert "First difference: y:" in text
+
+
+# --- the outputs, on a small torch model --------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+# The JSON keys of docs/model-checks.md, written out.
+_REPORT_KEYS = {
+    "layers",
+    "first_divergence",
+    "consensus",
+    "layers_checked",
+    "layers_total",
+    "passed",
+    "uploaded_bytes",
+    "reused_bytes",
+    "sent_bytes",
+    "error",
+}
+_LAYER_KEYS = {
+    "name",
+    "call",
+    "input_shape",
+    "weight_shape",
+    "weight_layout",
+    "dtype",
+    "status",
+    "verdict",
+    "best",
+    "confidence",
+    "equivalent",
+    "tied",
+    "explained",
+    "max_abs",
+    "max_ulp",
+    "bound_ratio",
+    "columns",
+    "rows",
+    "explanation",
+    "error",
+    "report",
+}
+
+
+class _Net(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, x: Any) -> Any:
+        a = self.down(torch.relu(self.up(x)))
+        return a + self.down(self.up(a))  # each module called twice
+
+
+@pytest.fixture(scope="module")
+def net_report(target: str) -> tuple[ModelReport, Any, Any]:
+    import tensorcheck.torch
+
+    torch.manual_seed(0)
+    net = _Net().to(torch.bfloat16)
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    return tensorcheck.torch.check_linears(net, x, server=target), net, x
+
+
+def test_rows_per_call_and_the_json_keys(net_report: tuple[ModelReport, Any, Any]) -> None:
+    report, _, _ = net_report
+    assert [layer.label for layer in report.layers] == ["up", "down", "up#1", "down#1"]
+    d = json.loads(json.dumps(report.to_dict()))
+    assert set(d) == _REPORT_KEYS
+    assert all(set(layer) == _LAYER_KEYS for layer in d["layers"])
+    assert d["layers_total"] == 4 and d["layers_checked"] == 4
+    assert d["passed"] is True and d["first_divergence"] is None
+    # up's weight and bias and down's went up once, used by four calls.
+    assert d["uploaded_bytes"] == 2 * (64 * 32 + 64 + 32 * 64 + 32)
+
+
+def test_junit_has_one_case_per_layer_call(
+    net_report: tuple[ModelReport, Any, Any], tmp_path: Path
+) -> None:
+    report, _, _ = net_report
+    path = tmp_path / "model.xml"
+    report.to_junit(path)
+    suite = ET.parse(path).getroot()
+    assert suite.tag == "testsuite" and suite.get("tests") == "4"
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["up", "down", "up#1", "down#1"]
+    assert not suite.findall(".//failure")
+
+
+def test_html_is_one_self_contained_page(
+    net_report: tuple[ModelReport, Any, Any], tmp_path: Path
+) -> None:
+    report, _, _ = net_report
+    path = tmp_path / "model.html"
+    report.to_html(path)
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<svg" in page and "bound_ratio" in page
+    for label in ("up", "down", "up#1", "down#1"):
+        assert label in page
+    assert "http://" not in page and "https://" not in page  # nothing outside the page
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, Any], bytes]:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def test_save_captures_writes_the_calls_in_order(
+    net_report: tuple[ModelReport, Any, Any], tmp_path: Path
+) -> None:
+    report, net, x = net_report
+    path = tmp_path / "captures.safetensors"
+    report.save_captures(path, weights=True)
+    header, data = _read_safetensors(path)
+    order = json.loads(header["__metadata__"]["tensorcheck.layers"])
+    assert order == ["up", "down", "up#1", "down#1"]
+    # The first call's input is x itself, its weight the module's.
+    entry = header["up.input"]
+    assert entry["dtype"] == "BF16" and entry["shape"] == [3, 32]
+    lo, hi = entry["data_offsets"]
+    want = x.view(torch.int16).numpy().tobytes()
+    assert data[lo:hi] == want
+    lo, hi = header["up.weight"]["data_offsets"]
+    assert data[lo:hi] == net.up.weight.detach().view(torch.int16).numpy().tobytes()
+    assert header["down.bias"]["shape"] == [32]
+    assert "up#1.weight" not in header  # parameters once, by module
+
+
+def test_the_cli_sweeps_the_captures_python_wrote(
+    net_report: tuple[ModelReport, Any, Any], target: str, tmp_path: Path
+) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    cli = Path(
+        os.environ.get("TENSORCHECK_CLI_BIN") or repo / "build" / "client" / "cli" / "tensorcheck"
+    )
+    if not cli.exists():
+        pytest.skip(f"no CLI at {cli}")
+    report, _, _ = net_report
+    path = tmp_path / "captures.safetensors"
+    report.save_captures(path, weights=True)
+    out = subprocess.run(
+        [str(cli), "--server", target, "sweep", "--weights", str(path), "--captures", str(path)]
+        + ["--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    sweep = json.loads(out.stdout)
+    assert [(layer["name"], layer["call"]) for layer in sweep["layers"]] == [
+        (layer.name, layer.call) for layer in report.layers
+    ]
+    assert [layer["best"] for layer in sweep["layers"]] == [layer.best for layer in report.layers]
+    assert sweep["first_divergence"] is None
+
+
+def test_no_layers_is_an_empty_report_with_a_clear_summary() -> None:
+    import tensorcheck.torch
+
+    with pytest.warns(UserWarning, match="ran no torch.nn.Linear"):
+        report = tensorcheck.torch.check_linears(torch.nn.ReLU(), torch.ones(2), server="x:1")
+    assert report.layers == [] and not report.passed
+    assert "nothing was checked" in report.summary()
+    with pytest.raises(ValueError, match="no captures"):
+        report.save_captures("unused.safetensors")
