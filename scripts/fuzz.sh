@@ -22,6 +22,7 @@ CXX=${FUZZ_CXX:-clang++-14}
 echo "== fuzz: configuring and building $BUILD ($CXX, ASan + UBSan + libFuzzer)"
 launcher=()
 if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD"  # another clone of the tree hits the same cache
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -20,6 +20,7 @@ APT_PACKAGES=(
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
   python3-venv chromium
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang, libFuzzer and its sanitizer runtimes
+  ccache  # rebuilds (and the sanitizer and fuzz builds) of unchanged files from its cache
 )
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then
@@ -67,7 +68,16 @@ if [[ "${TENSORCHECK_FRAMEWORKS:-0}" == 1 ]] &&
 fi
 
 echo "== building ($BUILD_DIR)"
+launcher=()
+if command -v ccache >/dev/null; then
+  # Paths below the checkout are hashed relative to it, so that another
+  # clone of the same tree (CI's) finds what this one compiled.
+  export CCACHE_BASEDIR="$ROOT"
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TENSORCHECK_CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+  ${TENSORCHECK_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "== built: $ROOT/$BUILD_DIR/server/tensorcheck-server, $ROOT/$BUILD_DIR/client/cli/tensorcheck"
