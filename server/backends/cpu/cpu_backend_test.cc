@@ -19,12 +19,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/stats/blas_gemm.h"
+#include "tests/testing/blas_probe.h"
 #include "tests/testing/ref_round.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
 namespace {
 
+using ::tensorcheck::testing::BlasIsBlockInvariant;
 using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -1081,37 +1083,6 @@ std::unique_ptr<CpuBackend> BackendWithBlocks(int threads, int64_t block_columns
   return std::move(*backend);
 }
 
-// Whether OpenBLAS itself sums each column in the same order whatever the
-// call's width, for an [m, k] x [k, n] product with `threads`: calls of 64
-// columns against one over all n (rounded up to 64). Not on every CPU: on
-// an AMD EPYC without AVX-512 (OpenBLAS 0.3.21's Zen kernels) columns near
-// the calls' boundaries differ, single-threaded at m = 16 and with two
-// threads at m = 33; on SkylakeX they agreed.
-bool BlasIsBlockInvariant(int64_t m, int64_t n, int64_t k, int threads) {
-  auto cpu = BackendWithBlocks(threads, /*block_columns=*/0);  // sets OpenBLAS's threads
-  constexpr int64_t width = 64;
-  const int64_t padded = PaddedColumns(n);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(m * k), w(padded * k), full(m * padded), block(m * width);
-  for (float& v : x) v = normal(rng);
-  for (float& v : w) v = normal(rng);
-  EXPECT_THAT(
-      BlasGemm(x.data(), w.data(), WeightLayout::kOutIn, m, padded, k, full.data(), nullptr),
-      IsOk());
-  for (int64_t j0 = 0; j0 < padded; j0 += width) {
-    EXPECT_THAT(BlasGemm(x.data(), w.data() + j0 * k, WeightLayout::kOutIn, m, width, k,
-                         block.data(), nullptr),
-                IsOk());
-    for (int64_t i = 0; i < m; ++i) {
-      if (std::memcmp(&block[i * width], &full[i * padded + j0], width * sizeof(float)) != 0) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
   // Bit for bit where OpenBLAS itself does not depend on the call's width
   // (docs/architecture.md, "Large weights: blocks along N"); elsewhere the
@@ -1156,7 +1127,8 @@ TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
           // OpenBLAS sums some edge columns in another order single-threaded
           // than with threads: both.
           for (const int threads : {1, 2}) {
-            const bool invariant = BlasIsBlockInvariant(shape.m, shape.n, shape.k, threads);
+            auto probe_threads = BackendWithBlocks(threads, 0);  // sets OpenBLAS's threads
+            const bool invariant = BlasIsBlockInvariant(shape.m, shape.n, shape.k);
             SCOPED_TRACE(absl::StrCat("m=", shape.m, " n=", shape.n, " k=", shape.k, " bias=", bias,
                                       " storage=", DTypeName(storage), " ",
                                       WeightLayoutName(layout), " threads=", threads));
