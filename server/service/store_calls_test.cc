@@ -434,6 +434,11 @@ TEST_F(StoreCallsTest, AStalledUploadIsCancelledAndKeepsWhatItSent) {
 TEST_F(StoreCallsTest, AStoreFullOfUploadsInProgressRefusesWithARetryHint) {
   // An upload of 40 MiB in progress reserves 40 of the 48 MiB.
   const std::string big = RandomBytes(40 << 20, 13);
+  // The refused upload's messages are made first: while it runs the held
+  // upload sends nothing, and must not reach the 2 s idle limit (making
+  // 20 MiB of messages took 3 s under ThreadSanitizer).
+  const std::string other = RandomBytes(20 << 20, 14);
+  const auto refused_messages = Messages(other, "refused");
   auto stub = Stub();
   grpc::ClientContext holding;
   v1::UploadTensorResponse held_response;
@@ -445,11 +450,10 @@ TEST_F(StoreCallsTest, AStoreFullOfUploadsInProgressRefusesWithARetryHint) {
   for (int i = 0; i < 200 && Store().partial_uploads() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const std::string other = RandomBytes(20 << 20, 14);
   grpc::ClientContext ctx;
   v1::UploadTensorResponse r;
   auto w2 = stub->UploadTensor(&ctx, &r);
-  for (const auto& msg : Messages(other, "refused")) {
+  for (const auto& msg : refused_messages) {
     if (!w2->Write(msg)) break;
   }
   w2->WritesDone();
