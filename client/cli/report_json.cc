@@ -7,33 +7,60 @@
 #include <utility>
 #include <vector>
 
+#include "client/cli/internal/json_values.h"
 #include "client/cli/internal/report_format.h"
 #include "client/cli/report.h"
 
 namespace tensorcheck::cli {
 
 using internal::DTypeJson;
+using internal::JsonGroups;
+using internal::JsonNumber;
+using internal::JsonStrings;
+using internal::JsonUlp;
 using internal::kUlpInfinite;
 using internal::PresetName;
 
-namespace {
+namespace internal {
 
-using Json = nlohmann::ordered_json;
-
-Json Num(double v) {
+nlohmann::ordered_json JsonNumber(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return v;
 }
 
-Json Ulp(uint64_t v) {
+nlohmann::ordered_json JsonUlp(uint64_t v) {
   if (v == kUlpInfinite) return "inf";
   return v;
 }
 
+nlohmann::ordered_json JsonGroups(const google::protobuf::RepeatedPtrField<pb::Group>& groups) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const pb::Group& g : groups) {
+    nlohmann::ordered_json j;
+    j["index"] = g.index();
+    j["mismatched"] = g.mismatched();
+    j["share"] = JsonNumber(g.share());
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+nlohmann::ordered_json JsonStrings(const google::protobuf::RepeatedPtrField<std::string>& v) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const std::string& x : v) a.push_back(x);
+  return a;
+}
+
+}  // namespace internal
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
 Json Wrapped(bool has, const google::protobuf::DoubleValue& v) {
   if (!has) return nullptr;
-  return Num(v.value());
+  return JsonNumber(v.value());
 }
 
 template <typename Repeated>
@@ -43,60 +70,40 @@ Json IntList(const Repeated& r) {
   return a;
 }
 
-template <typename Repeated>
-Json StringList(const Repeated& r) {
-  Json a = Json::array();
-  for (const auto& v : r) a.push_back(v);
-  return a;
-}
-
 Json ElementJson(const pb::Element& e) {
   Json j;
   j["index"] = IntList(e.index());
-  j["actual"] = Num(e.actual());
-  j["expected"] = Num(e.expected());
+  j["actual"] = JsonNumber(e.actual());
+  j["expected"] = JsonNumber(e.expected());
   j["actual_bits"] = e.actual_bits();
   j["expected_bits"] = e.expected_bits();
-  j["abs_diff"] = Num(e.abs_diff());
-  j["rel_diff"] = Num(e.rel_diff());
-  j["ulp"] = Ulp(e.ulp());
+  j["abs_diff"] = JsonNumber(e.abs_diff());
+  j["rel_diff"] = JsonNumber(e.rel_diff());
+  j["ulp"] = JsonUlp(e.ulp());
   return j;
-}
-
-template <typename Repeated>
-Json GroupList(const Repeated& groups) {
-  Json a = Json::array();
-  for (const pb::Group& g : groups) {
-    Json j;
-    j["index"] = g.index();
-    j["mismatched"] = g.mismatched();
-    j["share"] = Num(g.share());
-    a.push_back(std::move(j));
-  }
-  return a;
 }
 
 Json StatsJson(const pb::Stats& s) {
   Json j;
   j["total"] = s.total();
   j["mismatched"] = s.mismatched();
-  j["max_abs"] = Num(s.max_abs());
+  j["max_abs"] = JsonNumber(s.max_abs());
   j["max_abs_index"] = IntList(s.max_abs_index());
-  j["max_rel"] = Num(s.max_rel());
+  j["max_rel"] = JsonNumber(s.max_rel());
   j["max_rel_index"] = IntList(s.max_rel_index());
-  j["mean_abs"] = Num(s.mean_abs());
-  j["rms"] = Num(s.rms());
-  j["rel_l2"] = Num(s.rel_l2());
-  j["cosine"] = Num(s.cosine());
-  j["max_ulp"] = Ulp(s.max_ulp());
-  j["mean_ulp"] = Num(s.mean_ulp());
+  j["mean_abs"] = JsonNumber(s.mean_abs());
+  j["rms"] = JsonNumber(s.rms());
+  j["rel_l2"] = JsonNumber(s.rel_l2());
+  j["cosine"] = JsonNumber(s.cosine());
+  j["max_ulp"] = JsonUlp(s.max_ulp());
+  j["mean_ulp"] = JsonNumber(s.mean_ulp());
   j["bitwise_equal"] = s.bitwise_equal();
   j["bitwise_equal_count"] = s.bitwise_equal_count();
   Json hist = Json::array();
   for (const pb::UlpBucket& b : s.ulp_histogram()) {
     Json h;
-    h["lo"] = Ulp(b.lo());
-    h["hi"] = Ulp(b.hi());
+    h["lo"] = JsonUlp(b.lo());
+    h["hi"] = JsonUlp(b.hi());
     h["count"] = b.count();
     hist.push_back(std::move(h));
   }
@@ -109,8 +116,8 @@ Json StatsJson(const pb::Stats& s) {
   Json worst = Json::array();
   for (const pb::Element& e : s.worst()) worst.push_back(ElementJson(e));
   j["worst"] = std::move(worst);
-  j["top_columns"] = GroupList(s.top_columns());
-  j["top_rows"] = GroupList(s.top_rows());
+  j["top_columns"] = JsonGroups(s.top_columns());
+  j["top_rows"] = JsonGroups(s.top_rows());
   j["bound_ratio"] = Wrapped(s.has_bound_ratio(), s.bound_ratio());
   j["bound_precision"] = s.bound_precision();
   j["compared_dtype"] = DTypeJson(s.compared_dtype());
@@ -123,7 +130,7 @@ Json ConfigResultJson(const pb::ConfigResult& c) {
   j["config"] = c.config();
   j["vs_reference"] = c.has_vs_reference() ? StatsJson(c.vs_reference()) : Json();
   j["vs_observed"] = c.has_vs_observed() ? StatsJson(c.vs_observed()) : Json();
-  j["elapsed_ms"] = Num(c.elapsed_ms());
+  j["elapsed_ms"] = JsonNumber(c.elapsed_ms());
   // Sorted keys: proto maps have no order.
   std::vector<std::pair<std::string, std::string>> details(c.details().begin(), c.details().end());
   std::sort(details.begin(), details.end());
@@ -141,9 +148,9 @@ Json ToleranceJson(const pb::Tolerance& t) {
   j["preset"] = PresetName(t.preset());
   j["atol"] = Wrapped(t.has_atol(), t.atol());
   j["rtol"] = Wrapped(t.has_rtol(), t.rtol());
-  j["max_ulp"] = Ulp(t.max_ulp());
+  j["max_ulp"] = JsonUlp(t.max_ulp());
   // "0 means 1" in the API; the report shows the factor as applied.
-  j["bound_factor"] = Num(t.bound_factor() == 0 ? 1.0 : t.bound_factor());
+  j["bound_factor"] = JsonNumber(t.bound_factor() == 0 ? 1.0 : t.bound_factor());
   j["nan_equal"] = t.nan_equal();
   return j;
 }
@@ -151,23 +158,23 @@ Json ToleranceJson(const pb::Tolerance& t) {
 Json DiagnosisJson(const pb::Diagnosis& d) {
   Json j;
   j["best"] = d.best().empty() ? Json() : Json(d.best());
-  j["equivalent"] = StringList(d.equivalent());
-  j["tied"] = StringList(d.tied());
-  j["confidence"] = Num(d.confidence());
+  j["equivalent"] = JsonStrings(d.equivalent());
+  j["tied"] = JsonStrings(d.tied());
+  j["confidence"] = JsonNumber(d.confidence());
   Json ranking = Json::array();
   for (const pb::RankedCandidate& c : d.ranking()) {
     Json r;
     r["config"] = c.config();
-    r["bitwise_equal_fraction"] = Num(c.bitwise_equal_fraction());
-    r["max_ulp"] = Ulp(c.max_ulp());
-    r["mean_ulp"] = Num(c.mean_ulp());
+    r["bitwise_equal_fraction"] = JsonNumber(c.bitwise_equal_fraction());
+    r["max_ulp"] = JsonUlp(c.max_ulp());
+    r["mean_ulp"] = JsonNumber(c.mean_ulp());
     r["bound_ratio"] = Wrapped(c.has_bound_ratio(), c.bound_ratio());
-    r["equivalent"] = StringList(c.equivalent());
+    r["equivalent"] = JsonStrings(c.equivalent());
     r["disagreements"] = c.disagreements();
-    r["expected_disagreements"] = Num(c.expected_disagreements());
-    r["plausibility_p"] = Num(c.plausibility_p());
+    r["expected_disagreements"] = JsonNumber(c.expected_disagreements());
+    r["plausibility_p"] = JsonNumber(c.plausibility_p());
     r["plausible"] = c.plausible();
-    r["consistent_fraction"] = Num(c.consistent_fraction());
+    r["consistent_fraction"] = JsonNumber(c.consistent_fraction());
     r["compared_elements"] = c.compared_elements();
     r["ruled_out"] = c.ruled_out();
     r["shared_computation"] = c.shared_computation();
@@ -176,8 +183,8 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
   j["ranking"] = std::move(ranking);
   j["framework_hint"] = d.framework_hint();
   Json loc;
-  loc["columns"] = GroupList(d.localization().columns());
-  loc["rows"] = GroupList(d.localization().rows());
+  loc["columns"] = JsonGroups(d.localization().columns());
+  loc["rows"] = JsonGroups(d.localization().rows());
   Json outliers = Json::array();
   for (const pb::Element& e : d.localization().outliers()) {
     outliers.push_back(ElementJson(e));
@@ -210,7 +217,7 @@ nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r) {
   for (const pb::ConfigResult& c : r.results()) results.push_back(ConfigResultJson(c));
   j["results"] = std::move(results);
   j["output_shape"] = IntList(r.output_shape());
-  j["notes"] = StringList(r.notes());
+  j["notes"] = JsonStrings(r.notes());
   j["diagnosis"] = r.has_diagnosis() ? DiagnosisJson(r.diagnosis()) : Json();
   return j;
 }
@@ -224,9 +231,9 @@ nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r) 
     x["name"] = b.name();
     x["available"] = b.available();
     x["unavailable_reason"] = b.unavailable_reason();
-    x["precisions"] = StringList(b.precisions());
-    x["bias_modes"] = StringList(b.bias_modes());
-    x["configs"] = StringList(b.configs());
+    x["precisions"] = JsonStrings(b.precisions());
+    x["bias_modes"] = JsonStrings(b.bias_modes());
+    x["configs"] = JsonStrings(b.configs());
     if (b.has_device()) {
       Json d;
       d["name"] = b.device().name();
@@ -258,7 +265,7 @@ nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r) 
     j["limits"] = nullptr;
   }
   j["default_reference"] = r.default_reference();
-  j["tolerance_presets"] = StringList(r.tolerance_presets());
+  j["tolerance_presets"] = JsonStrings(r.tolerance_presets());
   j["tensor_store"] = r.tensor_store();
   if (r.has_store()) {
     const pb::StoreInfo& s = r.store();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/html_report.h"
+#include "client/cli/internal/json_values.h"
 #include "client/cli/internal/report_format.h"
 #include "proto/dtype_proto.h"
 #include "server/core/share_format.h"
@@ -44,14 +45,6 @@ std::string G3(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.3g", v);
 }
-
-Json Num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-Json Ulp(uint64_t v) { return v == kUlpInfinite ? Json("inf") : Json(v); }
 
 // The configurations a name stands for in the consensus: `b:p:none` (no
 // bias, so fused and unfused computed the same) agrees with both bias
@@ -133,24 +126,6 @@ std::string WhereText(const LayerResult& l) {
     parts.push_back(absl::StrCat("row ", g.index(), " (", FormatShare(g.share()), ")"));
   }
   return absl::StrJoin(parts, ", ");
-}
-
-Json GroupsJson(const google::protobuf::RepeatedPtrField<pb::Group>& groups) {
-  Json a = Json::array();
-  for (const pb::Group& g : groups) {
-    Json j;
-    j["index"] = g.index();
-    j["mismatched"] = g.mismatched();
-    j["share"] = Num(g.share());
-    a.push_back(std::move(j));
-  }
-  return a;
-}
-
-Json StringsJson(const google::protobuf::RepeatedPtrField<std::string>& v) {
-  Json a = Json::array();
-  for (const std::string& s : v) a.push_back(s);
-  return a;
 }
 
 std::string NotCheckedReason() { return "not checked: the server went away before it"; }
@@ -340,16 +315,16 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
                        ? Json(nullptr)
                        : Json(r.verdict() == pb::VERDICT_PASS ? "pass" : "fail");
     j["best"] = has_best ? Json(r.diagnosis().best()) : Json(nullptr);
-    j["confidence"] = has_best ? Num(r.diagnosis().confidence()) : Json(nullptr);
-    j["equivalent"] = ok ? StringsJson(r.diagnosis().equivalent()) : Json::array();
-    j["tied"] = ok ? StringsJson(r.diagnosis().tied()) : Json::array();
+    j["confidence"] = has_best ? JsonNumber(r.diagnosis().confidence()) : Json(nullptr);
+    j["equivalent"] = ok ? JsonStrings(r.diagnosis().equivalent()) : Json::array();
+    j["tied"] = ok ? JsonStrings(r.diagnosis().tied()) : Json::array();
     j["explained"] = ok && v.explained;
     const pb::Stats* st = ok ? ShownStats(l) : nullptr;
-    j["max_abs"] = st != nullptr ? Num(st->max_abs()) : Json(nullptr);
-    j["max_ulp"] = st != nullptr ? Ulp(st->max_ulp()) : Json(nullptr);
-    j["bound_ratio"] = v.bound_ratio.has_value() ? Num(*v.bound_ratio) : Json(nullptr);
-    j["columns"] = ok ? GroupsJson(Columns(l)) : Json::array();
-    j["rows"] = ok ? GroupsJson(Rows(l)) : Json::array();
+    j["max_abs"] = st != nullptr ? JsonNumber(st->max_abs()) : Json(nullptr);
+    j["max_ulp"] = st != nullptr ? JsonUlp(st->max_ulp()) : Json(nullptr);
+    j["bound_ratio"] = v.bound_ratio.has_value() ? JsonNumber(*v.bound_ratio) : Json(nullptr);
+    j["columns"] = ok ? JsonGroups(Columns(l)) : Json::array();
+    j["rows"] = ok ? JsonGroups(Rows(l)) : Json::array();
     std::string explanation;
     if (ok && options.diagnose) {
       explanation = r.diagnosis().explanation();
