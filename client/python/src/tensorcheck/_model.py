@@ -66,9 +66,9 @@ PASSED, FAILED, ERROR, NOT_CHECKED = "passed", "failed", "error", "not_checked"
 @dataclasses.dataclass
 class Capture:
     """One linear layer call as the model ran it: host arrays in the
-    model's dtype. `weight_key` / `bias_key` identify the parameter
-    objects, so that a weight used by several calls (a module called twice,
-    tied weights) is hashed and uploaded once."""
+    model's dtype. The capturers hand every call of one parameter the same
+    array object, so that a weight used by several calls (a module called
+    twice, tied weights) is hashed and uploaded once (by id())."""
 
     name: str
     call: int
@@ -77,8 +77,6 @@ class Capture:
     bias: Optional[np.ndarray]
     output: np.ndarray
     weight_layout: str = "out_in"  # or "in_out" (a Flax kernel [K, N])
-    weight_key: Any = None
-    bias_key: Any = None
 
     @property
     def label(self) -> str:
@@ -104,15 +102,11 @@ class Captures:
         output: np.ndarray,
         *,
         weight_layout: str = "out_in",
-        weight_key: Any = None,
-        bias_key: Any = None,
     ) -> None:
         with self._lock:
             call = self._calls[name]
             self._calls[name] += 1
-            self.items.append(
-                Capture(name, call, x, weight, bias, output, weight_layout, weight_key, bias_key)
-            )
+            self.items.append(Capture(name, call, x, weight, bias, output, weight_layout))
 
 
 @dataclasses.dataclass

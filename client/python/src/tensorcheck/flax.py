@@ -95,8 +95,6 @@ def capture_denses(
             None if bias is None else param(path, "bias", bias, dtype),
             _host(y, f"{name}.output"),
             weight_layout="in_out",
-            weight_key=(path, "kernel"),
-            bias_key=None if bias is None else (path, "bias"),
         )
         return out
 

@@ -122,8 +122,6 @@ def capture_linears(
                 param(w, f"{name}.weight", dtype),
                 None if b is None else param(b, f"{name}.bias", dtype),
                 _host(output.detach(), f"{name}.output"),
-                weight_key=id(w),
-                bias_key=None if b is None else id(b),
             )
 
         return capture
