@@ -557,7 +557,11 @@ type VerifyRequest struct {
 	// Configurations `backend:precision[:bias]`. Empty in Verify: the
 	// reference alone. Empty in Diagnose: the default candidate set.
 	Configs []string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty"`
-	// Default `cpu:fp64`.
+	// The configuration everything is compared with. Empty: the server's
+	// default reference, the fp64 configuration of its fastest backend
+	// (`cublas:fp64` on a GPU host, `cpu:fp64` elsewhere;
+	// GetCapabilitiesResponse.default_reference); the response's `reference`
+	// names the one used.
 	Reference string         `protobuf:"bytes,4,opt,name=reference,proto3" json:"reference,omitempty"`
 	Tolerance *Tolerance     `protobuf:"bytes,5,opt,name=tolerance,proto3" json:"tolerance,omitempty"`
 	Output    *OutputOptions `protobuf:"bytes,6,opt,name=output,proto3" json:"output,omitempty"`
