@@ -76,7 +76,11 @@ server's store, as `tensorcheck upload` prints it):
                          (default: the input's dtype)
 
 Comparison:
-  --reference SPEC       (default cpu:fp64)
+  --reference SPEC       the configuration everything is compared with
+                         (default, or empty: the server's default, the fp64
+                         configuration of its fastest backend: cublas:fp64
+                         on a GPU host, cpu:fp64 elsewhere; the report names
+                         the one used)
   --tolerance torch|numpy|polygraphy|explicit|ulp|bound   (default torch)
   --atol A, --rtol R     override the preset's values (explicit: the values)
   --max-ulp N            for --tolerance ulp (implies it when no preset given)

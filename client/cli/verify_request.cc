@@ -107,10 +107,12 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
     if (!spec.ok()) return Usage(spec.status().message());
     req.add_configs(s);
   }
-  if (cl.Has("reference")) {
-    auto spec = ParseConfigSpec(cl.Get("reference"), "--reference");
+  // Unset or empty, the field stays empty and the server applies its own
+  // default (the fp64 configuration of its fastest backend).
+  if (const std::string reference = cl.Get("reference"); !reference.empty()) {
+    auto spec = ParseConfigSpec(reference, "--reference");
     if (!spec.ok()) return Usage(spec.status().message());
-    req.set_reference(cl.Get("reference"));
+    req.set_reference(reference);
   }
 
   pb::Tolerance* tol = req.mutable_tolerance();

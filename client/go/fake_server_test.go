@@ -555,3 +555,34 @@ func TestFakeCapabilities(t *testing.T) {
 		t.Errorf("capabilities = %+v", caps)
 	}
 }
+
+// A request without Reference leaves the field empty, so the server applies
+// its own default (the fp64 configuration of its fastest backend); a named
+// one is sent as given. Both RPCs build the request the same way.
+func TestFakeReferenceIsSentOnlyWhenNamed(t *testing.T) {
+	fake, c := startFake(t)
+	fake.resp = &pb.VerifyResponse{Verdict: pb.Verdict_VERDICT_PASS}
+	calls := []struct {
+		name string
+		run  func(*LinearRequest) (*Report, error)
+	}{
+		{"VerifyLinear", func(r *LinearRequest) (*Report, error) { return c.VerifyLinear(context.Background(), r) }},
+		{"DiagnoseLinear", func(r *LinearRequest) (*Report, error) { return c.DiagnoseLinear(context.Background(), r) }},
+	}
+	for _, call := range calls {
+		for _, reference := range []string{"", "cpu:fp32"} {
+			r := validRequest()
+			r.Observed = Float32Tensor([]float32{1, 2, 4, 5}, 2, 2)
+			r.Reference = reference
+			if _, err := call.run(r); err != nil {
+				t.Fatalf("%s with Reference %q: %v", call.name, reference, err)
+			}
+			fake.mu.Lock()
+			got := fake.lastReq.GetReference()
+			fake.mu.Unlock()
+			if got != reference {
+				t.Errorf("%s with Reference %q sent reference %q", call.name, reference, got)
+			}
+		}
+	}
+}

@@ -92,7 +92,10 @@ type LinearRequest struct {
 	// alone; DiagnoseLinear with none ranks every configuration the host
 	// supports.
 	Configs []string
-	// Default "cpu:fp64".
+	// The configuration everything is compared with. "": the server's
+	// default reference (the fp64 configuration of its fastest backend:
+	// "cublas:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
+	// field; Report.Reference.Config names the one used.
 	Reference string
 	Tolerance Tolerance
 	// Return every configuration's output tensor (ConfigResult.Output).

@@ -390,7 +390,7 @@ class Client:
         weight_layout: str = "out_in",
         activation: str = "none",
         configs: Union[None, str, Sequence[str]] = None,
-        reference: str = "cpu:fp64",
+        reference: Optional[str] = None,
         tolerance: str = "torch",
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
@@ -420,7 +420,11 @@ class Client:
           weight_layout: "out_in" or "in_out".
           activation: "none", "relu" or "gelu" (tanh form).
           configs: "backend:precision[:bias]" strings, e.g. "cpu:tf32:fused".
-          reference: the configuration everything is compared with.
+          reference: the configuration everything is compared with. None:
+            the server's default reference (the fp64 configuration of its
+            fastest backend: cublas:fp64 on a GPU host, cpu:fp64
+            elsewhere); the result names the one used
+            (`report.reference.config`).
           tolerance: "torch" (torch.testing.assert_close defaults for the
             dtype), "numpy", "polygraphy", "explicit" (needs atol and rtol),
             "ulp" (needs max_ulp) or "bound".
@@ -484,7 +488,7 @@ class Client:
         configs: Union[None, str, Sequence[str]] = None,
         weight_layout: str = "out_in",
         activation: str = "none",
-        reference: str = "cpu:fp64",
+        reference: Optional[str] = None,
         tolerance: str = "torch",
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
@@ -864,7 +868,7 @@ class Client:
         configs: list[str],
         weight_layout: str = "out_in",
         activation: str = "none",
-        reference: Optional[str] = "cpu:fp64",
+        reference: Optional[str] = None,
         tolerance: Optional[str] = "torch",
         atol: Optional[float] = None,
         rtol: Optional[float] = None,
@@ -945,11 +949,13 @@ class Client:
         req = pb.VerifyRequest(
             op=op,
             configs=configs,
-            reference=reference or "",
             tolerance=tol,
             repeat=repeat,
             disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
         )
+        if reference is not None:
+            # Unset otherwise: the server then applies its own default.
+            req.reference = reference
         req.output.return_outputs = bool(return_outputs)
         req.output.max_inline_output_bytes = max_inline
         req.output.top_k = top_k
