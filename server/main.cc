@@ -73,7 +73,10 @@ ABSL_FLAG(int, cpu_threads, -1,
 ABSL_FLAG(int64_t, gpu_memory_budget_mb, 0,
           "Per-device memory budget of the CUDA backends in MiB; 0: 90% of free memory.");
 ABSL_FLAG(int64_t, cublaslt_workspace_mb, 32, "cuBLASLt workspace in MiB.");
-ABSL_FLAG(std::string, default_reference, "cpu:fp64", "Reference configuration.");
+ABSL_FLAG(std::string, default_reference, "",
+          "Reference configuration of requests that name none; empty: the fp64 "
+          "configuration of the fastest available backend (cublaslt:fp64 on a GPU host, "
+          "cpu:fp64 elsewhere).");
 
 namespace {
 

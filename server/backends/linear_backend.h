@@ -81,6 +81,7 @@ struct DeviceDescription {
 };
 
 class ComparingBackend;  // comparing_backend.h
+class ComputeDevice;     // device_session.h
 
 // Where a backend computes. A host emulation (the CPU backend) reproduces a
 // precision exactly up to summation order; a device backend runs the real
@@ -118,6 +119,10 @@ class LinearBackend {
   // Non-null when the backend compares its outputs where they are computed
   // (GPU backends: on the device); see comparing_backend.h.
   virtual ComparingBackend* comparing() { return nullptr; }
+
+  // Non-null for a backend on a device that runs a whole request there
+  // (device_session.h); backends on one device return the same one.
+  virtual ComputeDevice* compute_device() { return nullptr; }
 
   // OK when `config` with inputs stored as `storage` can run; otherwise
   // FAILED_PRECONDITION (unsupported here) naming the configuration.

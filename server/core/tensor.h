@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -96,6 +97,14 @@ class Tensor {
   // Same data, new shape with the same number of elements.
   absl::Status Reshape(std::vector<int64_t> shape);
 
+  // What names these bytes across requests (a stored tensor's digest,
+  // "sha256:..."), or empty. A device backend keeps tensors with one
+  // resident between requests, keyed by it; equal ids must mean equal
+  // bytes, so set it only on tensors nobody writes (borrowed ones). A
+  // Clone (writable) has none; Reshape keeps it (same bytes).
+  const std::string& content_id() const { return content_id_; }
+  void set_content_id(std::string id) { content_id_ = std::move(id); }
+
  private:
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> shape_;
@@ -103,6 +112,7 @@ class Tensor {
   // Owned (freed with std::free) or borrowed (the owner's handle).
   std::shared_ptr<void> buffer_;
   bool borrowed_ = false;
+  std::string content_id_;
 };
 
 // Widens every element exactly into `out` (numel doubles).

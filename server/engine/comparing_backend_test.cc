@@ -87,7 +87,11 @@ class ComparingBackendTest : public ::testing::Test {
     auto stand_in = std::make_unique<ComparingCpu>(*std::move(cpu));
     stand_in_ = stand_in.get();
     ASSERT_THAT(registry_.Register(std::move(stand_in)), IsOk());
-    auto engine = Engine::Create(EngineOptions{}, &registry_);
+    // The reference on the host: these tests are about the configurations
+    // a comparing backend runs (by default the device's fp64 would be it).
+    EngineOptions options;
+    options.default_reference = "cpu:fp64";
+    auto engine = Engine::Create(options, &registry_);
     ASSERT_THAT(engine, IsOk());
     engine_ = *std::move(engine);
   }

@@ -44,6 +44,28 @@ absl::Status CheckTensorSize(const Tensor& t, absl::string_view field, int64_t m
   return absl::OkStatus();
 }
 
+// The fp64 configuration of the fastest available backend whose bias mode
+// rounds once (fused): device backends before host emulations, in
+// registration order.
+absl::StatusOr<std::string> FastestFp64Reference(const BackendRegistry& registry) {
+  LinearBackend* chosen = nullptr;
+  for (LinearBackend* backend : registry.backends()) {
+    if (!backend->Available().ok() || backend->default_bias_mode() != BiasMode::kFused) continue;
+    const std::vector<Precision> p = backend->precisions();
+    if (std::find(p.begin(), p.end(), Precision::kFp64) == p.end()) continue;
+    if (chosen == nullptr || (chosen->kind() == BackendKind::kHostEmulation &&
+                              backend->kind() == BackendKind::kDevice)) {
+      chosen = backend;
+    }
+  }
+  if (chosen == nullptr) {
+    return absl::FailedPreconditionError(
+        "default reference: no available backend runs fp64 with a fused bias; name one "
+        "with --default-reference");
+  }
+  return absl::StrCat(chosen->name(), ":fp64");
+}
+
 }  // namespace
 
 std::vector<int64_t> UnflattenIndex(int64_t flat, const std::vector<int64_t>& shape) {
@@ -62,9 +84,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (registry == nullptr) {
     return absl::InvalidArgumentError("engine: backend registry is null");
   }
-  auto engine = std::unique_ptr<Engine>(new Engine(options, registry));
+  EngineOptions resolved = options;
+  if (resolved.default_reference.empty()) {
+    TC_ASSIGN_OR_RETURN(resolved.default_reference, FastestFp64Reference(*registry));
+  }
+  auto engine = std::unique_ptr<Engine>(new Engine(resolved, registry));
   // The default reference must resolve on this host.
-  TC_ASSIGN_OR_RETURN(ConfigSpec spec, ParseConfigSpec(options.default_reference, "reference"));
+  TC_ASSIGN_OR_RETURN(ConfigSpec spec,
+                      ParseConfigSpec(resolved.default_reference, "default reference"));
   TC_ASSIGN_OR_RETURN(LinearBackend * backend, registry->Find(spec.backend));
   TC_RETURN_IF_ERROR(backend->Available());
   return engine;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/backends/device_session.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/linear_config.h"
 #include "server/core/stop_signal.h"
@@ -64,13 +65,25 @@ struct EngineOptions {
   // thread. Not owned: TensorCheckServer makes one for all requests and
   // keeps it alive longer than the engine.
   Executor* executor = nullptr;
-  std::string default_reference = "cpu:fp64";
+  // The reference of a request that names none. Empty: the fp64
+  // configuration of the fastest available backend that adds the bias in
+  // one rounding (cublaslt:fp64 on a GPU host, cpu:fp64 elsewhere;
+  // docs/numerics.md, "The reference"), resolved by Create; options()
+  // then holds the resolved one.
+  std::string default_reference;
   // Do work that configurations have in common once: one GEMM for the
   // configurations that multiply the same operands in the same arithmetic
   // (LinearBackend::RunBatch), one error-model array per set of parameters,
   // one comparison per bitwise-equal output. Off: every configuration runs
   // and is compared on its own (a baseline for diagnose_bench).
   bool share_computations = true;
+  // Run a request whose reference and configurations are all on one
+  // device as one session there (device_session.h): operands uploaded
+  // once, weights resident, the error model and every comparison on the
+  // device. Off: the host runs the reference's and the error model's host
+  // parts and each device configuration compares on its own (the
+  // baseline of gpu_bench).
+  bool device_sessions = true;
 };
 
 // What the client asked for, already decoded into core types.
@@ -211,17 +224,26 @@ class Engine {
   Engine(const EngineOptions& options, const BackendRegistry* registry)
       : options_(options), registry_(registry) {}
 
-  struct Plan;       // internal/plan.h
-  struct Artifacts;  // internal/plan.h
-  class Execution;   // execution.cc
+  struct Plan;            // internal/plan.h
+  struct Artifacts;       // internal/plan.h
+  class Execution;        // execution.cc: on the host, or a device per configuration
+  class DeviceExecution;  // device_execution.cc: the whole request on one device
   absl::StatusOr<Plan> MakePlan(const LinearRequest& request,
                                 const std::vector<std::string>& configs, bool diagnose,
                                 const StopSignal* stop) const;
   // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
   absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;
   // With `artifacts`, keeps what a diagnosis needs (outputs, error models).
+  // On one device (DeviceOf) when the plan allows, else on the host.
   absl::StatusOr<VerifyOutcome> Run(const LinearRequest& request, const Plan& plan,
                                     Artifacts* artifacts) const;
+  // The device that runs the reference and every configuration of `plan`,
+  // when one does and device sessions are on; null otherwise.
+  ComputeDevice* DeviceOf(const Plan& plan) const;
+  absl::StatusOr<VerifyOutcome> RunOnDevice(const LinearRequest& request, const Plan& plan,
+                                            Artifacts* artifacts, ComputeDevice* device) const;
+  // Side facts worth knowing for this request (VerifyOutcome::notes).
+  static std::vector<std::string> Notes(const LinearRequest& request, const Plan& plan);
 
   EngineOptions options_;
   const BackendRegistry* registry_;

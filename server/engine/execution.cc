@@ -29,6 +29,7 @@
 #include "server/backends/comparing_backend.h"
 #include "server/core/parallel.h"
 #include "server/core/status_macros.h"
+#include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/error_model.h"
 #include "server/stats/magnitude_sums.h"
@@ -43,20 +44,7 @@ double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// The parameters an error-model array depends on, on one request: arrays
-// with equal keys are equal.
-struct ModelKey {
-  enum Kind { kSigma, kBound, kPairSigma, kPairAccumulation };
-  Kind kind = kSigma;
-  double u_input = 0;  // effective: 0 when the inputs are exact
-  double u_accumulate = 0;
-  bool fp16_accumulate = false;
-  bool unfused = false;
-  bool operator<(const ModelKey& o) const {
-    return std::tie(kind, u_input, u_accumulate, fp16_accumulate, unfused) <
-           std::tie(o.kind, o.u_input, o.u_accumulate, o.fp16_accumulate, o.unfused);
-  }
-};
+using internal::ModelKey;
 
 // An error-model array and the sum of its squares (when it has one).
 struct ModelArray {
@@ -126,7 +114,7 @@ class Engine::Execution {
     }
     outcome_.passed =
         outcome_.observed_vs_reference ? outcome_.observed_vs_reference->passed : all_pass;
-    AddNotes();
+    outcome_.notes = Engine::Notes(req_, plan_);
     return std::move(outcome_);
   }
 
@@ -242,7 +230,7 @@ class Engine::Execution {
     const double ms = MillisSince(start);
     if (!compared.ok()) return WithConfigContext(compared.status(), config);
     if (need_output) TC_RETURN_IF_ERROR(ShapeOutput(config, compared->run.output));
-    ConfigOutcome o = Describe(config, compared->run, ms);
+    ConfigOutcome o = DescribeRun(config, compared->run, ms);
     o.vs_reference = std::move(compared->stats[0]);
     if (req_.observed) o.vs_observed = std::move(compared->stats[1]);
     Keep(i, opts, std::move(compared->run.output), &o);
@@ -272,7 +260,7 @@ class Engine::Execution {
   absl::StatusOr<ConfigOutcome> Compared(const Config& config, RunResult run, double ms,
                                          std::optional<size_t> index) {
     const Options opts = OptionsFor(config);
-    ConfigOutcome o = Describe(config, run, ms);
+    ConfigOutcome o = DescribeRun(config, run, ms);
     const std::string output_class =
         share_ ? absl::StrCat(
                      run.shared_computation.empty() ? config.ToString() : run.shared_computation,
@@ -309,18 +297,6 @@ class Engine::Execution {
     TC_ASSIGN_OR_RETURN(DiffStats s, Compare(actual, expected, options));
     stats_.emplace(key, s);
     return s;
-  }
-
-  // What every outcome reports about its run.
-  ConfigOutcome Describe(const Config& config, const RunResult& run, double ms) const {
-    ConfigOutcome o;
-    o.config = config.ToString();
-    o.elapsed_ms = ms;
-    o.details = run.details;
-    o.deterministic = run.deterministic;
-    o.runs = run.runs;
-    o.shared_computation = run.shared_computation;
-    return o;
   }
 
   // Stores the output and error-model arrays of plan configuration `i`
@@ -388,26 +364,7 @@ class Engine::Execution {
   }
 
   ModelKey ModelKeyOf(ModelKey::Kind kind, Precision p, bool unfused) {
-    const PrecisionInfo info = GetPrecisionInfo(p);
-    ModelKey key;
-    key.kind = kind;
-    key.u_accumulate = info.u_accumulate;
-    key.fp16_accumulate = info.fp16_accumulate;
-    key.unfused = unfused && kind != ModelKey::kPairAccumulation;
-    switch (kind) {
-      case ModelKey::kSigma:
-        key.u_input = InputsExact(p) ? 0.0 : info.u_input;
-        break;
-      case ModelKey::kBound:
-        // The hard bound's u_p does not depend on the data.
-        key.u_input = BoundUnitRoundoff(p);
-        key.u_accumulate = 0;
-        key.fp16_accumulate = false;
-        break;
-      default:
-        break;  // the input rounding cancels between two orders
-    }
-    return key;
+    return internal::MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
   }
 
   // An error-model array of precision `p`: computed once per request and
@@ -512,41 +469,6 @@ class Engine::Execution {
     return output.Reshape(plan_.output_shape);
   }
 
-  // Side facts worth knowing for this request.
-  void AddNotes() {
-    bool sixteen_bit_fused = false, gpu = false;
-    for (LinearBackend* backend : plan_.backends) {
-      gpu = gpu || backend->kind() == BackendKind::kDevice;
-    }
-    for (const Config& c : plan_.configs) {
-      if ((c.precision == Precision::kBf16 || c.precision == Precision::kFp16) &&
-          c.bias == BiasMode::kFused) {
-        sixteen_bit_fused = true;
-      }
-    }
-    if (sixteen_bit_fused) {
-      outcome_.notes.push_back(
-          "PyTorch may add the bias at output precision (not in the fp32 "
-          "epilogue) in split-K kernels with 16-bit inputs.");
-    }
-    if (gpu) {
-      outcome_.notes.push_back(
-          "cuBLAS is bitwise reproducible run to run only for one stream and "
-          "one architecture/SM count.");
-    }
-    if (req_.activation == Activation::kGeluTanh) {
-      outcome_.notes.push_back(
-          "GELU is the tanh approximation (as cuBLASLt's epilogue); the erf "
-          "form differs by up to ~1e-3 relative.");
-    }
-    if (req_.observed && req_.observed->dtype() != plan_.output_dtype) {
-      outcome_.notes.push_back(absl::StrCat("observed is ", DTypeName(req_.observed->dtype()),
-                                            " but configurations round their outputs to ",
-                                            DTypeName(plan_.output_dtype),
-                                            "; set output_dtype to compare like with like."));
-    }
-  }
-
   const bool share_;
   // Only the bound preset reads the hard bound; other presets skip its
   // arrays.
@@ -571,8 +493,57 @@ class Engine::Execution {
   SharedFloats fused_grid_, unfused_grid_;
 };
 
+ConfigOutcome DescribeRun(const Config& config, const RunResult& run, double ms) {
+  ConfigOutcome o;
+  o.config = config.ToString();
+  o.elapsed_ms = ms;
+  o.details = run.details;
+  o.deterministic = run.deterministic;
+  o.runs = run.runs;
+  o.shared_computation = run.shared_computation;
+  return o;
+}
+
+std::vector<std::string> Engine::Notes(const LinearRequest& req, const Plan& plan) {
+  std::vector<std::string> notes;
+  bool sixteen_bit_fused = false, gpu = false;
+  for (LinearBackend* backend : plan.backends) {
+    gpu = gpu || backend->kind() == BackendKind::kDevice;
+  }
+  gpu = gpu || plan.reference_backend->kind() == BackendKind::kDevice;
+  for (const Config& c : plan.configs) {
+    if ((c.precision == Precision::kBf16 || c.precision == Precision::kFp16) &&
+        c.bias == BiasMode::kFused) {
+      sixteen_bit_fused = true;
+    }
+  }
+  if (sixteen_bit_fused) {
+    notes.push_back(
+        "PyTorch may add the bias at output precision (not in the fp32 "
+        "epilogue) in split-K kernels with 16-bit inputs.");
+  }
+  if (gpu) {
+    notes.push_back(
+        "cuBLAS is bitwise reproducible run to run only for one stream and "
+        "one architecture/SM count.");
+  }
+  if (req.activation == Activation::kGeluTanh) {
+    notes.push_back(
+        "GELU is the tanh approximation (as cuBLASLt's epilogue); the erf "
+        "form differs by up to ~1e-3 relative.");
+  }
+  if (req.observed && req.observed->dtype() != plan.output_dtype) {
+    notes.push_back(absl::StrCat("observed is ", DTypeName(req.observed->dtype()),
+                                 " but configurations round their outputs to ",
+                                 DTypeName(plan.output_dtype),
+                                 "; set output_dtype to compare like with like."));
+  }
+  return notes;
+}
+
 absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req, const Plan& plan,
                                           Artifacts* artifacts) const {
+  if (ComputeDevice* device = DeviceOf(plan)) return RunOnDevice(req, plan, artifacts, device);
   return Execution(options_, req, plan, artifacts).Run();
 }
 

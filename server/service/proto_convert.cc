@@ -172,7 +172,11 @@ absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
     return Tensor();
   }
   const TensorStore::Blob& b = *blob;
-  return Tensor::Borrow(dtype, shape, b->data(), b->size(), b);
+  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Borrow(dtype, shape, b->data(), b->size(), b));
+  // The digest names the bytes across requests: a GPU backend keeps the
+  // tensor resident under it (docs/architecture.md, "Resident tensors").
+  t.set_content_id(digest.ToString());
+  return t;
 }
 
 }  // namespace

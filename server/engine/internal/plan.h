@@ -49,4 +49,8 @@ struct Engine::Artifacts {
   std::vector<SharedFloats> flip_grid;
 };
 
+// What every outcome reports about its run: the configuration, its
+// timing, details and determinism.
+ConfigOutcome DescribeRun(const Config& config, const RunResult& run, double ms);
+
 }  // namespace tensorcheck

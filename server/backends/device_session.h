@@ -1,0 +1,190 @@
+// DeviceSession: one request's whole verification where a device backend
+// computes (docs/architecture.md, "A request on the device"). The engine
+// uploads the request's tensors once, then asks for runs, the error
+// model's magnitude sums and arrays, comparisons and the flip grid on
+// arrays that stay on the device; only statistics come back unless it
+// downloads an array.
+//
+//   ComputeDevice* device = backend->compute_device();   // null: host only
+//   TC_ASSIGN_OR_RETURN(auto session, device->OpenSession(stop));
+//   TC_ASSIGN_OR_RETURN(ArrayRef x, session->Upload(input));
+//   TC_ASSIGN_OR_RETURN(ArrayRef w, session->Upload(weight));  // resident when it has a content id
+//   SessionOperands op{x, w, {}, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16, m, n,
+//   k}; TC_ASSIGN_OR_RETURN(SessionRun ref, session->Run(op, fp64_config, run_options));
+//   TC_ASSIGN_OR_RETURN(SessionRun y, session->Run(op, bf16_config, run_options));
+//   TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(y.output, ref.output, {options}));
+//
+// Every array is a device array of the session, named by an ArrayRef and
+// freed with the session. Tensors with a content id (Tensor::content_id,
+// a stored tensor's digest) are served from and kept in the device's
+// resident cache (server/backends/resident_cache.h): the second request
+// with the same weight uploads only its input and observed output.
+// Results never depend on whether a tensor came from the cache.
+//
+// The semantics of each call are the host's: Run is LinearBackend::Run of
+// the configuration's backend, MagnitudeSums is ComputeMagnitudeSums,
+// ErrorModel the PredictSigma family and HardBound, FlipGrid stats'
+// FlipGrid, Compare stats' Compare; a device computes the sums in another
+// order, which is the only difference (docs/numerics.md, "The work on the
+// device").
+//
+// A session is used by one thread at a time. Errors: as the host's
+// functions, RESOURCE_EXHAUSTED over the device memory budget (the device
+// keeps serving), CANCELLED/DEADLINE_EXCEEDED when the session's stop
+// signal fires (checked between calls and between launches), INTERNAL on
+// a device fault.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/backends/linear_backend.h"
+#include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
+#include "server/core/tensor.h"
+#include "server/stats/diff_stats.h"
+
+namespace tensorcheck {
+
+// An array of a session; invalid (id -1) where none is meant.
+struct ArrayRef {
+  int id = -1;
+  bool valid() const { return id >= 0; }
+};
+
+// A linear layer over arrays of the session (LinearProblem's fields).
+struct SessionOperands {
+  ArrayRef input;   // m*k elements
+  ArrayRef weight;  // [n, k] (kOutIn) or [k, n] (kInOut)
+  ArrayRef bias;    // [n], or invalid
+  WeightLayout layout = WeightLayout::kOutIn;
+  Activation activation = Activation::kNone;
+  DType output_dtype = DType::kFloat32;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// A run whose output stays on the device.
+struct SessionRun {
+  RunResult run;  // run.output empty
+  ArrayRef output;
+};
+
+// MagnitudeSums (stats/magnitude_sums.h) on the device: each array is
+// m*n floats, computed only when asked.
+struct SessionMagnitudes {
+  ArrayRef abs_dot, sq_dot, dot;
+};
+
+// One error-model array (stats/error_model.h) over the session's arrays.
+struct SessionModelSpec {
+  enum Kind { kSigma, kPairSigma, kPairAccumulation, kBound };
+  Kind kind = kSigma;
+  Precision precision = Precision::kFp32;
+  int64_t k = 0;
+  DType output_dtype = DType::kFloat32;
+  bool unfused_bias = false;
+  bool inputs_exact = false;  // kSigma only
+  ArrayRef abs_dot;           // kBound
+  ArrayRef sq_dot;            // the others
+  ArrayRef value;             // the reference output (any dtype), m*n
+  ArrayRef pre_bias;          // x.w, or invalid
+  int64_t count = 0;
+};
+
+struct SessionModel {
+  ArrayRef values;  // count floats
+  // Sum of the squares of the values (the sigma kinds; -1 for kBound):
+  // CompareOptions::predicted_sigma_sum_sq.
+  double sum_sq = -1;
+};
+
+// FlipGrid (stats/error_model.h) over the session's arrays.
+struct SessionFlipSpec {
+  DType output_dtype = DType::kFloat32;
+  bool unfused_bias = false;
+  Activation activation = Activation::kNone;
+  ArrayRef pre_bias;  // x.w, required
+  ArrayRef bias;      // the layer's bias (any dtype), or invalid
+  int64_t cols = 0;
+  int64_t count = 0;
+};
+
+// Compare(actual, expected, options) with the error-model arrays on the
+// device: options.predicted_sigma and options.error_bound are ignored in
+// favour of `sigma` and `bound` (invalid: none), and
+// options.predicted_sigma_sum_sq is `sigma`'s sum of squares.
+struct SessionCompare {
+  CompareOptions options;
+  ArrayRef sigma;
+  ArrayRef bound;
+};
+
+// What a session did, for the run's details and the tests of the plan.
+struct SessionCounters {
+  int64_t uploads = 0;  // tensors copied to the device
+  int64_t upload_bytes = 0;
+  int64_t resident_hits = 0;  // tensors served by the resident cache
+  int64_t resident_hit_bytes = 0;
+  int64_t downloads = 0;  // arrays copied back whole
+  int64_t download_bytes = 0;
+  int64_t runs = 0;
+  int64_t comparisons = 0;
+  int64_t model_arrays = 0;
+};
+
+class DeviceSession {
+ public:
+  virtual ~DeviceSession() = default;
+
+  // `t` on the device (from the resident cache when it has a content id
+  // the cache holds; kept there after when the budget allows).
+  virtual absl::StatusOr<ArrayRef> Upload(const Tensor& t) = 0;
+
+  // LinearBackend::Run of config.backend (one of the device's backends).
+  virtual absl::StatusOr<SessionRun> Run(const SessionOperands& op, const Config& config,
+                                         const RunOptions& options) = 0;
+
+  virtual absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,
+                                                          bool sq_dot, bool dot) = 0;
+
+  virtual absl::StatusOr<SessionModel> ErrorModel(const SessionModelSpec& spec) = 0;
+
+  virtual absl::StatusOr<ArrayRef> FlipGrid(const SessionFlipSpec& spec) = 0;
+
+  // INVALID_ARGUMENT as Compare answers.
+  virtual absl::StatusOr<DiffStats> Compare(ArrayRef actual, ArrayRef expected,
+                                            const SessionCompare& compare) = 0;
+
+  // The array on the host: a run's output in its dtype, shaped [m, n];
+  // a float array (magnitude sums, error model, flip grid) as a float32
+  // tensor of its count.
+  virtual absl::StatusOr<Tensor> Download(ArrayRef array) = 0;
+
+  virtual SessionCounters counters() const = 0;
+};
+
+// The resident cache's totals (ResidentCache::Stats, for the device).
+struct ResidentStats {
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int64_t capacity_bytes = 0;
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+};
+
+// A device that one or more backends run on.
+class ComputeDevice {
+ public:
+  virtual ~ComputeDevice() = default;
+
+  // A session for one request; `stop` (null: never) must outlive it.
+  // FAILED_PRECONDITION when the device cannot run.
+  virtual absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) = 0;
+
+  virtual ResidentStats resident() const = 0;
+};
+
+}  // namespace tensorcheck

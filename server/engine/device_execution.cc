@@ -1,0 +1,382 @@
+// Engine::DeviceExecution: a whole request on one device, as one session
+// (server/backends/device_session.h; docs/architecture.md, "A request on
+// the device"). The request's tensors are uploaded once (the weight comes
+// from the device's resident cache when it is stored there); the
+// reference, every configuration, the error model's magnitude sums and
+// arrays, the flip grid and every comparison run on the device; only the
+// statistics come back, and the arrays a diagnosis reads or the outputs
+// the client asked for.
+//
+// It computes what Engine::Execution computes on the host (the same
+// comparisons, with the same error-model arrays, shared by the same keys);
+// the sums are added in the device's order.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/device_session.h"
+#include "server/core/status_macros.h"
+#include "server/engine/internal/model_key.h"
+#include "server/engine/internal/plan.h"
+
+namespace tensorcheck {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::ModelKey;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+SessionModelSpec::Kind SpecKind(ModelKey::Kind kind) {
+  switch (kind) {
+    case ModelKey::kSigma:
+      return SessionModelSpec::kSigma;
+    case ModelKey::kBound:
+      return SessionModelSpec::kBound;
+    case ModelKey::kPairSigma:
+      return SessionModelSpec::kPairSigma;
+    case ModelKey::kPairAccumulation:
+      return SessionModelSpec::kPairAccumulation;
+  }
+  return SessionModelSpec::kSigma;
+}
+
+}  // namespace
+
+class Engine::DeviceExecution {
+ public:
+  DeviceExecution(const EngineOptions& options, const LinearRequest& req, const Engine::Plan& plan,
+                  Engine::Artifacts* artifacts, ComputeDevice* device)
+      : bound_used_(plan.tolerance.preset == TolerancePreset::kBound),
+        share_(options.share_computations),
+        req_(req),
+        plan_(plan),
+        artifacts_(artifacts),
+        device_(device) {
+    count_ = plan.m * plan.n;
+  }
+
+  absl::StatusOr<VerifyOutcome> Run() {
+    outcome_.tolerance = plan_.tolerance;
+    outcome_.output_shape = plan_.output_shape;
+    outcome_.observed_bound_precision = plan_.observed_bound_precision;
+    if (artifacts_ != nullptr) {
+      const size_t n = plan_.configs.size();
+      artifacts_->outputs.resize(n);
+      artifacts_->pair_sigma.resize(n);
+      artifacts_->pair_accumulation_sigma.resize(n);
+      artifacts_->sigma_vs_reference.resize(n);
+      artifacts_->flip_grid.resize(n);
+    }
+    TC_ASSIGN_OR_RETURN(session_, device_->OpenSession(plan_.run.stop));
+    TC_RETURN_IF_ERROR(UploadOperands());
+    TC_RETURN_IF_ERROR(RunReference());
+    TC_RETURN_IF_ERROR(PrepareErrorModel());
+    bool all_pass = true;
+    for (size_t i = 0; i < plan_.configs.size(); ++i) {
+      TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
+      TC_ASSIGN_OR_RETURN(ConfigOutcome o, RunConfig(i));
+      all_pass = all_pass && o.vs_reference.passed;
+      outcome_.results.push_back(std::move(o));
+    }
+    TC_RETURN_IF_ERROR(FinishReference());
+    outcome_.passed =
+        outcome_.observed_vs_reference ? outcome_.observed_vs_reference->passed : all_pass;
+    outcome_.notes = Engine::Notes(req_, plan_);
+    DescribeSession();
+    return std::move(outcome_);
+  }
+
+ private:
+  struct ModelArray {
+    ArrayRef values;
+    double sum_sq = -1;
+  };
+  struct Options {
+    ModelArray sigma, bound, pair;
+    SessionCompare vs_reference, vs_observed;
+  };
+
+  // ---- Steps.
+
+  // The operands and the observed output, each copied once.
+  absl::Status UploadOperands() {
+    TC_ASSIGN_OR_RETURN(op_.input, session_->Upload(req_.input));
+    TC_ASSIGN_OR_RETURN(op_.weight, session_->Upload(req_.weight));
+    if (req_.bias) {
+      TC_ASSIGN_OR_RETURN(op_.bias, session_->Upload(*req_.bias));
+    }
+    if (req_.observed) {
+      TC_ASSIGN_OR_RETURN(observed_, session_->Upload(*req_.observed));
+    }
+    op_.layout = req_.layout;
+    op_.activation = req_.activation;
+    op_.output_dtype = plan_.output_dtype;
+    op_.m = plan_.m;
+    op_.n = plan_.n;
+    op_.k = plan_.k;
+    return absl::OkStatus();
+  }
+
+  absl::Status RunReference() {
+    const auto start = Clock::now();
+    auto run = session_->Run(op_, plan_.reference, plan_.run);
+    if (!run.ok()) return WithConfigContext(run.status(), plan_.reference);
+    reference_ = *std::move(run);
+    reference_ms_ = MillisSince(start);
+    return absl::OkStatus();
+  }
+
+  // The magnitude sums every array is built from, then the observed
+  // output against the reference.
+  absl::Status PrepareErrorModel() {
+    bool need_dot = artifacts_ != nullptr && req_.observed.has_value();
+    for (const Config& c : plan_.configs) {
+      need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
+    }
+    TC_ASSIGN_OR_RETURN(sums_,
+                        session_->MagnitudeSums(op_, bound_used_, /*sq_dot=*/true, need_dot));
+    if (!req_.observed) return absl::OkStatus();
+    TC_ASSIGN_OR_RETURN(const ModelArray sigma,
+                        Model(ModelKey::kSigma, plan_.observed_bound_precision, false));
+    ModelArray bound;
+    if (bound_used_) {
+      TC_ASSIGN_OR_RETURN(bound, Model(ModelKey::kBound, plan_.observed_bound_precision, false));
+    }
+    SessionCompare c{plan_.compare, sigma.values, bound.values};
+    c.options.predicted_sigma_sum_sq = sigma.sum_sq;
+    TC_ASSIGN_OR_RETURN(DiffStats s, session_->Compare(observed_, reference_.output, c));
+    outcome_.observed_vs_reference = std::move(s);
+    return absl::OkStatus();
+  }
+
+  // A configuration: run, compared with the reference and the observed
+  // output on the device.
+  absl::StatusOr<ConfigOutcome> RunConfig(size_t i) {
+    const Config& config = plan_.configs[i];
+    const auto start = Clock::now();
+    auto run = session_->Run(op_, config, plan_.run);
+    if (!run.ok()) return WithConfigContext(run.status(), config);
+    TC_ASSIGN_OR_RETURN(Options opts, OptionsFor(config));
+    ConfigOutcome o = DescribeRun(config, run->run, 0);
+    TC_ASSIGN_OR_RETURN(o.vs_reference,
+                        session_->Compare(run->output, reference_.output, opts.vs_reference));
+    if (req_.observed) {
+      TC_ASSIGN_OR_RETURN(DiffStats s, session_->Compare(observed_, run->output, opts.vs_observed));
+      o.vs_observed = std::move(s);
+    }
+    o.elapsed_ms = MillisSince(start);
+    o.details["statistics"] = "device";
+    if (req_.return_outputs || artifacts_ != nullptr) {
+      TC_ASSIGN_OR_RETURN(Tensor output, DownloadOutput(run->output));
+      TC_RETURN_IF_ERROR(Keep(i, opts, std::move(output), &o));
+    }
+    return o;
+  }
+
+  // The reference's own outcome: against itself, and the observed output
+  // against it, with its own precision's arrays (as the host does).
+  absl::Status FinishReference() {
+    TC_ASSIGN_OR_RETURN(Options opts, OptionsFor(plan_.reference));
+    ConfigOutcome o = DescribeRun(plan_.reference, reference_.run, reference_ms_);
+    TC_ASSIGN_OR_RETURN(o.vs_reference,
+                        session_->Compare(reference_.output, reference_.output, opts.vs_reference));
+    if (req_.observed) {
+      TC_ASSIGN_OR_RETURN(DiffStats s,
+                          session_->Compare(observed_, reference_.output, opts.vs_observed));
+      o.vs_observed = std::move(s);
+    }
+    o.details["statistics"] = "device";
+    if (req_.return_outputs || artifacts_ != nullptr) {
+      TC_ASSIGN_OR_RETURN(Tensor ref, DownloadOutput(reference_.output));
+      if (artifacts_ != nullptr) artifacts_->reference = ref.Clone();
+      if (req_.return_outputs) o.output = std::move(ref);
+    }
+    outcome_.reference = std::move(o);
+    return absl::OkStatus();
+  }
+
+  // What the session did, in the reference's details (the plan's
+  // evidence: what was copied, what was resident).
+  void DescribeSession() {
+    const SessionCounters c = session_->counters();
+    std::map<std::string, std::string>& d = outcome_.reference.details;
+    d["session"] = "device";
+    d["session_uploads"] = absl::StrCat(c.uploads);
+    d["session_upload_bytes"] = absl::StrCat(c.upload_bytes);
+    d["session_resident_hits"] = absl::StrCat(c.resident_hits);
+    d["session_resident_hit_bytes"] = absl::StrCat(c.resident_hit_bytes);
+    d["session_downloads"] = absl::StrCat(c.downloads);
+    d["session_download_bytes"] = absl::StrCat(c.download_bytes);
+    d["session_runs"] = absl::StrCat(c.runs);
+    d["session_comparisons"] = absl::StrCat(c.comparisons);
+    d["session_model_arrays"] = absl::StrCat(c.model_arrays);
+  }
+
+  // ---- Keeping what a diagnosis reads.
+
+  absl::StatusOr<Tensor> DownloadOutput(ArrayRef array) {
+    TC_ASSIGN_OR_RETURN(Tensor t, session_->Download(array));
+    if (t.numel() != count_) {
+      return absl::InternalError(
+          absl::StrCat("device output of ", t.numel(), " elements, expected ", count_));
+    }
+    TC_RETURN_IF_ERROR(t.Reshape(plan_.output_shape));
+    return t;
+  }
+
+  // An error-model array on the host, downloaded once per array.
+  absl::StatusOr<SharedFloats> HostFloats(ArrayRef array) {
+    auto it = host_floats_.find(array.id);
+    if (it != host_floats_.end()) return it->second;
+    TC_ASSIGN_OR_RETURN(Tensor t, session_->Download(array));
+    if (t.dtype() != DType::kFloat32 || t.numel() != count_) {
+      return absl::InternalError("device error-model array of the wrong size or type");
+    }
+    auto values =
+        std::make_shared<const std::vector<float>>(t.data<float>(), t.data<float>() + t.numel());
+    host_floats_.emplace(array.id, values);
+    return SharedFloats(values);
+  }
+
+  absl::Status Keep(size_t i, const Options& opts, Tensor output, ConfigOutcome* o) {
+    if (artifacts_ == nullptr) {
+      o->output = std::move(output);
+      return absl::OkStatus();
+    }
+    if (req_.observed) {
+      const Config& config = plan_.configs[i];
+      const bool unfused = config.bias == BiasMode::kUnfused;
+      TC_ASSIGN_OR_RETURN(artifacts_->pair_sigma[i], HostFloats(opts.pair.values));
+      TC_ASSIGN_OR_RETURN(ModelArray acc,
+                          Model(ModelKey::kPairAccumulation, config.precision, unfused));
+      TC_ASSIGN_OR_RETURN(artifacts_->pair_accumulation_sigma[i], HostFloats(acc.values));
+      TC_ASSIGN_OR_RETURN(artifacts_->sigma_vs_reference[i], HostFloats(opts.sigma.values));
+      TC_ASSIGN_OR_RETURN(ArrayRef grid, FlipGridFor(unfused));
+      TC_ASSIGN_OR_RETURN(artifacts_->flip_grid[i], HostFloats(grid));
+    }
+    if (req_.return_outputs) o->output = output.Clone();
+    artifacts_->outputs[i] = std::move(output);
+    return absl::OkStatus();
+  }
+
+  // ---- The error model.
+
+  bool InputsExact(Precision p) {
+    auto it = inputs_exact_.find(p);
+    if (it != inputs_exact_.end()) return it->second;
+    const bool exact = ValuesExactIn(p, req_.input) && ValuesExactIn(p, req_.weight);
+    inputs_exact_[p] = exact;
+    return exact;
+  }
+
+  // Precision `p`'s array of `kind`, once per key (as the host shares
+  // them; every time when sharing is off).
+  absl::StatusOr<ModelArray> Model(ModelKey::Kind kind, Precision p, bool unfused) {
+    const ModelKey key =
+        internal::MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
+    if (share_) {
+      auto it = models_.find(key);
+      if (it != models_.end()) return it->second;
+    }
+    SessionModelSpec spec;
+    spec.kind = SpecKind(kind);
+    spec.precision = p;
+    spec.k = plan_.k;
+    spec.output_dtype = plan_.output_dtype;
+    spec.unfused_bias = key.unfused;
+    spec.inputs_exact = key.kind == ModelKey::kSigma && key.u_input == 0;
+    spec.abs_dot = sums_.abs_dot;
+    spec.sq_dot = sums_.sq_dot;
+    spec.value = reference_.output;
+    spec.pre_bias = sums_.dot;
+    spec.count = count_;
+    TC_ASSIGN_OR_RETURN(SessionModel m, session_->ErrorModel(spec));
+    const ModelArray array{m.values, m.sum_sq};
+    if (share_) models_.emplace(key, array);
+    return array;
+  }
+
+  absl::StatusOr<Options> OptionsFor(const Config& config) {
+    const bool unfused = config.bias == BiasMode::kUnfused;
+    Options o;
+    TC_ASSIGN_OR_RETURN(o.sigma, Model(ModelKey::kSigma, config.precision, unfused));
+    if (bound_used_) {
+      TC_ASSIGN_OR_RETURN(o.bound, Model(ModelKey::kBound, config.precision, unfused));
+    }
+    if (req_.observed) {
+      TC_ASSIGN_OR_RETURN(o.pair, Model(ModelKey::kPairSigma, config.precision, unfused));
+    }
+    o.vs_reference = SessionCompare{plan_.compare, o.sigma.values, o.bound.values};
+    o.vs_reference.options.predicted_sigma_sum_sq = o.sigma.sum_sq;
+    // Between two runs of one configuration in different summation
+    // orders: only the sigma differs; the hard bound is the
+    // configuration's own.
+    o.vs_observed = SessionCompare{plan_.compare, o.pair.values, o.bound.values};
+    o.vs_observed.options.predicted_sigma_sum_sq = o.pair.sum_sq;
+    return o;
+  }
+
+  absl::StatusOr<ArrayRef> FlipGridFor(bool unfused) {
+    const bool with_bias = req_.bias.has_value();
+    unfused = unfused && with_bias;
+    ArrayRef& grid = unfused ? unfused_grid_ : fused_grid_;
+    if (grid.valid()) return grid;
+    SessionFlipSpec spec;
+    spec.output_dtype = plan_.output_dtype;
+    spec.unfused_bias = unfused;
+    spec.activation = req_.activation;
+    spec.pre_bias = sums_.dot;
+    spec.bias = op_.bias;
+    spec.cols = plan_.n;
+    spec.count = count_;
+    TC_ASSIGN_OR_RETURN(grid, session_->FlipGrid(spec));
+    return grid;
+  }
+
+  const bool bound_used_;
+  const bool share_;
+  const LinearRequest& req_;
+  const Engine::Plan& plan_;
+  Engine::Artifacts* const artifacts_;
+  ComputeDevice* const device_;
+  int64_t count_ = 0;
+
+  std::unique_ptr<DeviceSession> session_;
+  SessionOperands op_;
+  ArrayRef observed_;
+  SessionRun reference_;
+  double reference_ms_ = 0;
+  SessionMagnitudes sums_;
+  std::map<Precision, bool> inputs_exact_;
+  std::map<ModelKey, ModelArray> models_;
+  std::map<int, SharedFloats> host_floats_;
+  ArrayRef fused_grid_, unfused_grid_;
+  VerifyOutcome outcome_;
+};
+
+ComputeDevice* Engine::DeviceOf(const Plan& plan) const {
+  if (!options_.device_sessions) return nullptr;
+  ComputeDevice* device = plan.reference_backend->compute_device();
+  if (device == nullptr) return nullptr;
+  for (LinearBackend* backend : plan.backends) {
+    if (backend->compute_device() != device) return nullptr;
+  }
+  return device;
+}
+
+absl::StatusOr<VerifyOutcome> Engine::RunOnDevice(const LinearRequest& req, const Plan& plan,
+                                                  Artifacts* artifacts,
+                                                  ComputeDevice* device) const {
+  return DeviceExecution(options_, req, plan, artifacts, device).Run();
+}
+
+}  // namespace tensorcheck

@@ -1,0 +1,292 @@
+// The engine's device plan, in-process with the stand-in device
+// (tests/testing/stand_in_device.h): what runs where, what is uploaded
+// once, what stays resident, what comes back, and that a request on the
+// device computes what the host execution computes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine/engine.h"
+#include "tests/testing/stand_in_device.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::RandomNormal;
+using ::tensorcheck::testing::StandInBackend;
+using ::tensorcheck::testing::StandInDevice;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int64_t kBudget = int64_t{64} << 20;
+
+class DeviceExecutionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { MakeEngine(kBudget); }
+
+  void MakeEngine(int64_t budget, bool device_sessions = true) {
+    registry_ = std::make_unique<BackendRegistry>();
+    ASSERT_THAT(RegisterBuiltinBackends(registry_.get()), IsOk());
+    device_ = std::make_shared<StandInDevice>(budget);
+    ASSERT_THAT(registry_->Register(std::make_unique<StandInBackend>(device_)), IsOk());
+    EngineOptions options;
+    options.device_sessions = device_sessions;
+    auto engine = Engine::Create(options, registry_.get());
+    ASSERT_THAT(engine, IsOk());
+    engine_ = std::move(engine).value();
+  }
+
+  // A bf16 layer with a bias, and an observed output: the fp32 emulation
+  // of it with every 7th element nudged by one bf16 ULP (so that the
+  // comparisons have something to count).
+  static LinearRequest Request(int64_t m = 24, int64_t k = 96, int64_t n = 40) {
+    LinearRequest r;
+    r.input = RandomNormal({m, k}, 1.0, 11, DType::kBFloat16);
+    r.weight = RandomNormal({n, k}, 1.0 / std::sqrt(double(k)), 12, DType::kBFloat16);
+    r.bias = RandomNormal({n}, 0.5, 13, DType::kBFloat16);
+    Tensor observed = RandomNormal({m, n}, 1.0, 14, DType::kBFloat16);
+    r.observed = std::move(observed);
+    r.configs = {"standin:fp32", "standin:bf16:unfused", "standin:tf32rna", "standin:fp16acc"};
+    return r;
+  }
+
+  // The observed output as a configuration computes it, so a diagnosis
+  // has a right answer.
+  LinearRequest RequestObservingBf16() {
+    LinearRequest r = Request();
+    LinearProblem p;
+    p.input = &r.input;
+    p.weight = &r.weight;
+    p.bias = &*r.bias;
+    p.output_dtype = DType::kBFloat16;
+    p.m = r.input.dim(0);
+    p.k = r.input.dim(1);
+    p.n = r.weight.dim(0);
+    Config c{"cpu", Precision::kBf16, BiasMode::kUnfused};
+    r.observed = std::move(device_->cpu()->Run(p, c, RunOptions{})->output);
+    return r;
+  }
+
+  static std::map<std::string, std::string> SessionDetails(const VerifyOutcome& out) {
+    return out.reference.details;
+  }
+
+  std::unique_ptr<BackendRegistry> registry_;
+  std::shared_ptr<StandInDevice> device_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(DeviceExecutionTest, DefaultReferenceIsTheFastestBackendsFp64) {
+  EXPECT_EQ(engine_->options().default_reference, "standin:fp64");
+  BackendRegistry host_only;
+  ASSERT_THAT(RegisterBuiltinBackends(&host_only), IsOk());
+  auto host = Engine::Create(EngineOptions{}, &host_only);
+  ASSERT_THAT(host, IsOk());
+  EXPECT_EQ((*host)->options().default_reference, "cpu:fp64");
+  EngineOptions named;
+  named.default_reference = "cpu:fp64";
+  auto explicit_engine = Engine::Create(named, registry_.get());
+  ASSERT_THAT(explicit_engine, IsOk());
+  EXPECT_EQ((*explicit_engine)->options().default_reference, "cpu:fp64");
+}
+
+TEST_F(DeviceExecutionTest, RequestWithoutReferenceRunsItOnTheDevice) {
+  auto out = engine_->Verify(Request());
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->reference.config, "standin:fp64:fused");
+  EXPECT_EQ(out->reference.details.at("session"), "device");
+  EXPECT_EQ(device_->sessions(), 1);
+}
+
+TEST_F(DeviceExecutionTest, EachTensorIsUploadedOnceAndOnlyStatisticsComeBack) {
+  auto out = engine_->Verify(Request());
+  ASSERT_THAT(out, IsOk());
+  const SessionCounters c = device_->last_counters();
+  // x, W, b and the observed output: once each, for 4 configurations and
+  // the reference.
+  EXPECT_EQ(c.uploads, 4);
+  EXPECT_EQ(c.runs, 5);
+  EXPECT_EQ(c.downloads, 0);
+  EXPECT_EQ(c.download_bytes, 0);
+  // Each configuration against the reference and the observed output, the
+  // reference against itself and the observed output against it twice
+  // (under its dtype's bound and the reference's own arrays).
+  EXPECT_EQ(c.comparisons, 2 * 4 + 2 + 1);
+  EXPECT_EQ(out->reference.details.at("session_uploads"), "4");
+  EXPECT_EQ(out->reference.details.at("session_downloads"), "0");
+}
+
+TEST_F(DeviceExecutionTest, ReturnedOutputsAreTheOnlyDownloads) {
+  LinearRequest r = Request();
+  r.return_outputs = true;
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  const SessionCounters c = device_->last_counters();
+  EXPECT_EQ(c.downloads, 5);
+  EXPECT_EQ(c.download_bytes, 5 * 24 * 40 * 2);
+  ASSERT_TRUE(out->reference.output.has_value());
+  EXPECT_EQ(out->reference.output->shape(), (std::vector<int64_t>{24, 40}));
+  for (const ConfigOutcome& o : out->results) ASSERT_TRUE(o.output.has_value()) << o.config;
+}
+
+TEST_F(DeviceExecutionTest, ErrorModelArraysAreSharedByKeyAsOnTheHost) {
+  LinearRequest r = Request();
+  r.tolerance.preset = TolerancePreset::kBound;
+  ASSERT_THAT(engine_->Verify(r), IsOk());
+  const SessionCounters c = device_->last_counters();
+  // Counted from docs/numerics.md's table. bf16 storage is exact under
+  // fp32, tf32rna and bf16 (u_in 0), which all accumulate in fp32: the
+  // observed output's bf16 sigma, fp32's and tf32rna's are one array
+  // (fused), bf16:unfused's another; then fp16acc and the fp64 reference:
+  // 4 sigma arrays. Bounds (u_p = max(u_in, u_acc)): 2^-8 fused (observed),
+  // 2^-8 unfused, 2^-24 (fp32), 2^-11 (tf32rna and fp16acc), 2^-53: 5.
+  // Pair sigmas (no input term): fp32-accumulate fused (fp32, tf32rna),
+  // unfused (bf16), fp16acc, fp64: 4.
+  EXPECT_EQ(c.model_arrays, 4 + 5 + 4);
+}
+
+// The device plan computes what the host execution computes: the same
+// statistics for every configuration, the reference and the observed
+// output, and the same verdict.
+TEST_F(DeviceExecutionTest, VerifyMatchesTheHostExecution) {
+  for (TolerancePreset preset : {TolerancePreset::kTorch, TolerancePreset::kBound}) {
+    LinearRequest r = Request();
+    r.tolerance.preset = preset;
+    auto device = engine_->Verify(r);
+    ASSERT_THAT(device, IsOk());
+    MakeEngine(kBudget, /*device_sessions=*/false);
+    auto host = engine_->Verify(r);
+    ASSERT_THAT(host, IsOk());
+    EXPECT_EQ(host->reference.details.count("session"), 0u);
+    EXPECT_EQ(device->passed, host->passed);
+    ASSERT_TRUE(device->observed_vs_reference.has_value());
+    ::tensorcheck::testing::ExpectSameStats(*device->observed_vs_reference,
+                                            *host->observed_vs_reference);
+    ::tensorcheck::testing::ExpectSameStats(device->reference.vs_reference,
+                                            host->reference.vs_reference);
+    ASSERT_EQ(device->results.size(), host->results.size());
+    for (size_t i = 0; i < host->results.size(); ++i) {
+      SCOPED_TRACE(host->results[i].config);
+      EXPECT_EQ(device->results[i].config, host->results[i].config);
+      ::tensorcheck::testing::ExpectSameStats(device->results[i].vs_reference,
+                                              host->results[i].vs_reference);
+      ::tensorcheck::testing::ExpectSameStats(*device->results[i].vs_observed,
+                                              *host->results[i].vs_observed);
+    }
+    MakeEngine(kBudget);
+  }
+}
+
+TEST_F(DeviceExecutionTest, DiagnoseMatchesTheHostExecution) {
+  LinearRequest r = RequestObservingBf16();
+  r.configs.clear();  // the default candidates: every one on the device
+  auto device = engine_->Diagnose(r);
+  ASSERT_THAT(device, IsOk());
+  for (const ConfigOutcome& o : device->results) {
+    EXPECT_THAT(o.config, ::testing::StartsWith("standin:"));
+  }
+  MakeEngine(kBudget, /*device_sessions=*/false);
+  auto host = engine_->Diagnose(r);
+  ASSERT_THAT(host, IsOk());
+  ASSERT_TRUE(device->diagnosis.has_value() && host->diagnosis.has_value());
+  EXPECT_EQ(device->diagnosis->best, host->diagnosis->best);
+  ASSERT_TRUE(device->diagnosis->best.has_value());
+  EXPECT_EQ(*device->diagnosis->best, "standin:bf16:unfused");
+  EXPECT_EQ(device->diagnosis->equivalent, host->diagnosis->equivalent);
+  EXPECT_EQ(device->diagnosis->tied, host->diagnosis->tied);
+  ASSERT_EQ(device->diagnosis->ranking.size(), host->diagnosis->ranking.size());
+  for (size_t i = 0; i < host->diagnosis->ranking.size(); ++i) {
+    EXPECT_EQ(device->diagnosis->ranking[i].config, host->diagnosis->ranking[i].config);
+    EXPECT_EQ(device->diagnosis->ranking[i].disagreements,
+              host->diagnosis->ranking[i].disagreements);
+    EXPECT_EQ(device->diagnosis->ranking[i].plausible, host->diagnosis->ranking[i].plausible);
+  }
+}
+
+TEST_F(DeviceExecutionTest, AStoredWeightStaysResidentForTheNextRequest) {
+  LinearRequest r = Request();
+  r.weight.set_content_id("sha256:weight");
+  ASSERT_THAT(engine_->Verify(r), IsOk());
+  SessionCounters first = device_->last_counters();
+  EXPECT_EQ(first.uploads, 4);
+  EXPECT_EQ(first.resident_hits, 0);
+  ASSERT_THAT(engine_->Verify(r), IsOk());
+  SessionCounters second = device_->last_counters();
+  // Only the input, the bias and the observed output travel.
+  EXPECT_EQ(second.uploads, 3);
+  EXPECT_EQ(second.resident_hits, 1);
+  EXPECT_EQ(second.resident_hit_bytes, static_cast<int64_t>(r.weight.nbytes()));
+  EXPECT_EQ(device_->resident().hits, 1);
+  EXPECT_EQ(device_->resident().entries, 1);
+  // Nothing of a finished request stays reserved.
+  EXPECT_EQ(device_->in_use_bytes(), 0);
+}
+
+TEST_F(DeviceExecutionTest, ResidentWeightsGiveWayLeastRecentlyUsedFirst) {
+  LinearRequest a = Request(16, 512, 512);
+  LinearRequest b = Request(16, 512, 512);
+  // What one request holds with its weight uploaded for it alone.
+  ASSERT_THAT(engine_->Verify(a), IsOk());
+  const int64_t peak = device_->peak_in_use_bytes();
+  const int64_t weight_bytes = static_cast<int64_t>(a.weight.nbytes());
+  // Room for a request and one resident weight, not two.
+  MakeEngine(peak + weight_bytes / 2);
+  a.weight.set_content_id("sha256:a");
+  b.weight.set_content_id("sha256:b");
+  ASSERT_THAT(engine_->Verify(a), IsOk());
+  ASSERT_THAT(engine_->Verify(b), IsOk());
+  EXPECT_EQ(device_->resident().evictions, 1);
+  ASSERT_THAT(engine_->Verify(b), IsOk());
+  EXPECT_EQ(device_->last_counters().resident_hits, 1);
+  ASSERT_THAT(engine_->Verify(a), IsOk());
+  EXPECT_EQ(device_->last_counters().resident_hits, 0);
+  EXPECT_LE(device_->resident().bytes, device_->resident().capacity_bytes);
+}
+
+TEST_F(DeviceExecutionTest, OverTheBudgetIsResourceExhaustedAndTheDeviceKeepsServing) {
+  MakeEngine(int64_t{64} << 10);
+  EXPECT_THAT(engine_->Verify(Request(64, 256, 256)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(device_->in_use_bytes(), 0);
+  EXPECT_THAT(engine_->Verify(Request(4, 16, 8)), IsOk());
+}
+
+TEST_F(DeviceExecutionTest, AStoppedRequestStopsOnTheDevice) {
+  StopSignal stop;
+  stop.Cancel(StopSignal::Reason::kClientCancelled);
+  EXPECT_THAT(engine_->Verify(Request(), &stop), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(device_->last_counters().runs, 0);
+  EXPECT_EQ(device_->in_use_bytes(), 0);
+}
+
+TEST_F(DeviceExecutionTest, AHostConfigurationKeepsTheRequestOnTheHost) {
+  LinearRequest r = Request();
+  r.configs = {"standin:fp32", "cpu:bf16"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->reference.details.count("session"), 0u);
+  EXPECT_EQ(device_->sessions(), 0);
+}
+
+TEST_F(DeviceExecutionTest, WithoutAnObservedOutputOnlyTheOperandsTravel) {
+  LinearRequest r = Request();
+  r.configs = {"standin:fp32"};
+  r.repeat = 0;
+  r.observed.reset();
+  r.input = RandomNormal({2, 96}, 1.0, 1, DType::kBFloat16);
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_FALSE(out->observed_vs_reference.has_value());
+  EXPECT_EQ(device_->last_counters().uploads, 3);
+  EXPECT_THAT(out->results[0].config, HasSubstr("standin:fp32"));
+}
+
+}  // namespace
+}  // namespace tensorcheck
