@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "server/core/tf32_rounding.h"
+
 namespace tensorcheck {
 
 inline uint32_t FloatBits(float f) {
@@ -74,30 +76,9 @@ uint16_t DoubleToBf16Bits(double d);
 
 inline float RoundToFp16(float f) { return Fp16BitsToFloat(FloatToFp16Bits(f)); }
 
-// ---- TF32: fp32's exponent range with a 10-bit mantissa. Tensor cores
-// read fp32 operands and drop the low 13 mantissa bits; how they round is a
-// property of the hardware, so all three candidates are available.
-enum class Tf32Rounding {
-  kNearestEven,  // `tf32`
-  kTiesAway,     // `tf32rna` (cvt.rna.tf32.f32)
-  kTruncate,     // `tf32trunc` (low 13 bits dropped)
-};
-
-inline float RoundToTf32(float f, Tf32Rounding mode) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7f800000u) == 0x7f800000u) return f;  // Inf and NaN unchanged.
-  switch (mode) {
-    case Tf32Rounding::kNearestEven:
-      u += 0xfffu + ((u >> 13) & 1u);
-      break;
-    case Tf32Rounding::kTiesAway:
-      u += 0x1000u;
-      break;
-    case Tf32Rounding::kTruncate:
-      break;
-  }
-  return BitsToFloat(u & 0xffffe000u);
-}
+// ---- TF32: fp32's exponent range with a 10-bit mantissa. Tf32Rounding and
+// RoundToTf32(float, Tf32Rounding) are in tf32_rounding.h, written once for
+// host and device (the device kernels round TF32 inputs with the same code).
 
 // Rounds a double to fp32 (the C++ conversion, round to nearest even).
 inline float RoundToFp32(double d) { return static_cast<float>(d); }
