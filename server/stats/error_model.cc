@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <utility>
 
 #include "server/core/parallel.h"
+#include "server/stats/ulp.h"
 
 namespace tensorcheck {
 namespace {
@@ -24,14 +23,11 @@ double SmallestNormal(DType d) {
   return 0x1p-126;
 }
 
-// Stores a non-negative double as float, saturating at the largest finite
-// float (NaN and +inf pass through).
-float ToFloatSaturated(double v) {
-  if (v > std::numeric_limits<float>::max() && std::isfinite(v)) {
-    return std::numeric_limits<float>::max();
-  }
-  return static_cast<float>(v);
-}
+// The rules take activations and types as plain values in these orders.
+static_assert(static_cast<int>(Activation::kNone) == rules::kActivationNone &&
+                  static_cast<int>(Activation::kRelu) == rules::kActivationRelu &&
+                  static_cast<int>(Activation::kGeluTanh) == rules::kActivationGeluTanh,
+              "rules::kActivation* follow Activation");
 
 }  // namespace
 
@@ -56,42 +52,16 @@ double BoundUnitRoundoff(Precision p) {
 
 namespace {
 
-// Shared by the Predict* functions: `input_weight` scales the
-// input-rounding variance, `other_weight` the accumulation terms and
-// `output_weight` times `other_weight` the output rounding.
-// Returns the sum of the squares of what it wrote (not finite when some
-// sigma is not), which comparisons on a device use instead of another pass.
-double Predict(const ErrorModelInput& in, double input_weight, double other_weight, float* sigma,
-               double output_weight = 1.0) {
-  const PrecisionInfo info = GetPrecisionInfo(in.precision);
-  const double u_in2 = info.u_input * info.u_input;
-  const double u_acc2 = info.u_accumulate * info.u_accumulate;
-  const double u_out = OutputUnitRoundoff(in.output_dtype);
-  const double u_out2 = u_out * u_out;
-  const double k = static_cast<double>(std::max<int64_t>(in.k, 0));
-  const double out_roundings = in.unfused_bias ? 2.0 : 1.0;
-  // Products rounded to fp16 one by one under fp16acc.
-  const double product_term = info.fp16_accumulate ? u_acc2 / 3.0 : 0.0;
-  // The output rounding's floor (an exact 0 still rounds at the output's
-  // subnormal step) applies only where the output rounding is counted.
-  const double floor =
-      std::max<double>(output_weight > 0 ? u_out * SmallestNormal(in.output_dtype) : 0.0,
-                       std::numeric_limits<float>::denorm_min());
+// Shared by the Predict* functions: the per-element rule
+// (rules::ElementSigma) over the whole array, with the constants of the
+// weights (SigmaConstantsOf). Returns the sum of the squares of what it
+// wrote (not finite when some sigma is not), which comparisons on a device
+// use instead of another pass.
+double Predict(const ErrorModelInput& in, const rules::SigmaConstants& c, float* sigma) {
   ParallelChunks(in.count, in.executor, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const double sq = static_cast<double>(in.sq_dot[i]) * in.sq_dot[i];
-      const double y2 = in.value[i] * in.value[i];
-      // Output roundings: of y, and with an unfused bias first of x.w.
-      const double rounded2 = in.unfused_bias && in.pre_bias != nullptr
-                                  ? y2 + static_cast<double>(in.pre_bias[i]) * in.pre_bias[i]
-                                  : out_roundings * y2;
-      const double var =
-          input_weight * (2.0 / 3.0) * u_in2 * sq +
-          other_weight * ((u_acc2 / 3.0) * k * (sq / 2.0 + y2 / 3.0) + product_term * sq +
-                          output_weight * (u_out2 / 3.0) * rounded2);
-      const double s = std::sqrt(var);
-      // std::max would turn a NaN into the floor; keep it visible.
-      sigma[i] = ToFloatSaturated(std::isnan(s) ? s : std::max(s, floor));
+      sigma[i] =
+          rules::ElementSigma(c, in.sq_dot[i], in.value[i], c.has_pre_bias ? in.pre_bias[i] : 0.0f);
     }
   });
   // Summed in element order, whatever ran the pass.
@@ -103,103 +73,90 @@ double Predict(const ErrorModelInput& in, double input_weight, double other_weig
 }  // namespace
 
 double PredictSigma(const ErrorModelInput& in, float* sigma) {
-  return Predict(in, /*input_weight=*/in.inputs_exact ? 0.0 : 1.0, /*other_weight=*/1.0, sigma);
+  return Predict(in, SigmaConstantsOf(in, SigmaKind::kSingle), sigma);
 }
 
 double PredictPairSigma(const ErrorModelInput& in, float* sigma) {
-  return Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma);
+  return Predict(in, SigmaConstantsOf(in, SigmaKind::kPair), sigma);
 }
 
 void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma) {
-  Predict(in, /*input_weight=*/0.0, /*other_weight=*/2.0, sigma, /*output_weight=*/0.0);
+  Predict(in, SigmaConstantsOf(in, SigmaKind::kPairAccumulation), sigma);
 }
 
 void HardBound(const ErrorModelInput& in, double c, float* bound) {
-  const double u_p = BoundUnitRoundoff(in.precision);
-  const double u_out = OutputUnitRoundoff(in.output_dtype);
-  const double scale = c * u_p * std::sqrt(static_cast<double>(std::max<int64_t>(in.k, 0)));
-  const bool pre_bias = in.unfused_bias && in.pre_bias != nullptr;
-  const double out = (in.unfused_bias && !pre_bias ? 2.0 : 1.0) * u_out;
+  const rules::BoundConstants b = BoundConstantsOf(in, c);
   for (int64_t i = 0; i < in.count; ++i) {
-    const double first = pre_bias ? u_out * std::fabs(in.pre_bias[i]) : 0.0;
-    bound[i] = ToFloatSaturated(scale * in.abs_dot[i] + first + out * std::fabs(in.value[i]));
+    bound[i] = rules::ElementHardBound(b, in.abs_dot[i], in.value[i],
+                                       b.has_pre_bias ? in.pre_bias[i] : 0.0f);
   }
 }
 
-double OutputSpacing(double v, DType dtype) {
-  int mantissa_bits = 23, min_exponent = -126;
-  switch (dtype) {
-    case DType::kFloat64:
-      mantissa_bits = 52;
-      min_exponent = -1022;
-      break;
-    case DType::kFloat32:
-      break;
-    case DType::kFloat16:
-      mantissa_bits = 10;
-      min_exponent = -14;
-      break;
-    case DType::kBFloat16:
-      mantissa_bits = 7;
-      break;
-  }
-  // The exponent straight from the bits (this runs once per element and
-  // grid); subnormal doubles and steps below fp64's normal range take the
-  // library route.
-  uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
-  int e = min_exponent;
-  if (biased == 0x7ff || v == 0) {
-    e = min_exponent;  // infinities and NaN: the smallest step
-  } else if (biased == 0) {
-    e = std::max(std::ilogb(v), min_exponent);
-  } else {
-    e = std::max(biased - 1023, min_exponent);
-  }
-  const int step = e - mantissa_bits;
-  if (step < -1022) return std::ldexp(1.0, step);
-  const uint64_t step_bits = static_cast<uint64_t>(step + 1023) << 52;
-  double spacing;
-  std::memcpy(&spacing, &step_bits, sizeof spacing);
-  return spacing;
+double OutputSpacing(double v, DType dtype) { return rules::OutputSpacing(v, ElemTypeOf(dtype)); }
+
+rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, double input_weight,
+                                       double other_weight, double output_weight) {
+  const PrecisionInfo info = GetPrecisionInfo(in.precision);
+  rules::SigmaConstants c;
+  c.u_in2 = info.u_input * info.u_input;
+  c.u_acc2 = info.u_accumulate * info.u_accumulate;
+  const double u_out = OutputUnitRoundoff(in.output_dtype);
+  c.u_out2 = u_out * u_out;
+  c.k = static_cast<double>(std::max<int64_t>(in.k, 0));
+  // Products rounded to fp16 one by one under fp16acc.
+  c.product_term = info.fp16_accumulate ? c.u_acc2 / 3.0 : 0.0;
+  // The output rounding's floor (an exact 0 still rounds at the output's
+  // subnormal step) applies only where the output rounding is counted.
+  c.floor = std::max<double>(output_weight > 0 ? u_out * SmallestNormal(in.output_dtype) : 0.0,
+                             std::numeric_limits<float>::denorm_min());
+  c.input_weight = input_weight;
+  c.other_weight = other_weight;
+  c.output_weight = output_weight;
+  c.unfused_bias = in.unfused_bias;
+  c.has_pre_bias = in.unfused_bias && in.pre_bias != nullptr;
+  return c;
 }
 
-namespace {
-
-// act(v) and |act'(v)| for the flip grid; GELU in its tanh form.
-std::pair<double, double> ActivationAndSlope(Activation act, double v) {
-  switch (act) {
-    case Activation::kNone:
-      return {v, 1.0};
-    case Activation::kRelu:
-      return v > 0 ? std::pair<double, double>{v, 1.0} : std::pair<double, double>{0.0, 0.0};
-    case Activation::kGeluTanh: {
-      constexpr double kC = 0.79788456080286535588;  // sqrt(2/pi)
-      constexpr double kA = 0.044715;
-      const double t = std::tanh(kC * (v + kA * v * v * v));
-      const double slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * kC * (1 + 3 * kA * v * v);
-      return {0.5 * v * (1 + t), std::fabs(slope)};
-    }
+rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, SigmaKind kind) {
+  switch (kind) {
+    case SigmaKind::kSingle:
+      return SigmaConstantsOf(in, /*input_weight=*/in.inputs_exact ? 0.0 : 1.0,
+                              /*other_weight=*/1.0, /*output_weight=*/1.0);
+    case SigmaKind::kPair:
+      return SigmaConstantsOf(in, /*input_weight=*/0.0, /*other_weight=*/2.0,
+                              /*output_weight=*/1.0);
+    case SigmaKind::kPairAccumulation:
+      return SigmaConstantsOf(in, /*input_weight=*/0.0, /*other_weight=*/2.0,
+                              /*output_weight=*/0.0);
   }
-  return {v, 1.0};
+  return SigmaConstantsOf(in, SigmaKind::kSingle);
 }
 
-}  // namespace
+rules::BoundConstants BoundConstantsOf(const ErrorModelInput& in, double c) {
+  rules::BoundConstants b;
+  const double u_p = BoundUnitRoundoff(in.precision);
+  b.u_out = OutputUnitRoundoff(in.output_dtype);
+  b.scale = c * u_p * std::sqrt(static_cast<double>(std::max<int64_t>(in.k, 0)));
+  b.has_pre_bias = in.unfused_bias && in.pre_bias != nullptr;
+  b.out = (in.unfused_bias && !b.has_pre_bias ? 2.0 : 1.0) * b.u_out;
+  return b;
+}
+
+rules::FlipConstants FlipConstantsOf(const FlipGridInput& in) {
+  rules::FlipConstants f;
+  f.output = ElemTypeOf(in.output_dtype);
+  f.unfused_bias = in.unfused_bias;
+  f.activation = static_cast<int>(in.activation);
+  return f;
+}
 
 void FlipGrid(const FlipGridInput& in, float* grid) {
-  const DType out = in.output_dtype;
+  const rules::FlipConstants c = FlipConstantsOf(in);
+  const bool has_bias = in.bias != nullptr && in.cols > 0;
   ParallelChunks(in.count, in.executor, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const double a = in.pre_bias[i];
-      const double u = in.bias != nullptr && in.cols > 0 ? a + in.bias[i % in.cols] : a;
-      const auto [y, slope] = ActivationAndSlope(in.activation, u);
-      double g =
-          slope > 0 ? OutputSpacing(y, out) / slope : std::numeric_limits<double>::infinity();
-      if (in.unfused_bias) {
-        g = std::max({g, OutputSpacing(a, out), OutputSpacing(u, out)});
-      }
-      grid[i] = static_cast<float>(g);  // +inf stays +inf
+      grid[i] = rules::ElementFlipGrid(c, in.pre_bias[i], has_bias,
+                                       has_bias ? in.bias[i % in.cols] : 0.0);
     }
   });
 }

@@ -49,6 +49,7 @@
 #include "server/core/dtype.h"
 #include "server/core/executor.h"
 #include "server/core/linear_config.h"
+#include "server/stats/error_model_rules.h"
 
 namespace tensorcheck {
 
@@ -140,6 +141,42 @@ struct FlipGridInput {
 // Writes g (above) for each of `in.count` elements to `grid` (+inf where
 // no flip can show).
 void FlipGrid(const FlipGridInput& in, float* grid);
+
+// ---- The per-request constants of the per-element rules
+// (error_model_rules.h). The functions above run those rules on the host
+// with these constants; the device kernels
+// (server/backends/cuda/error_model_kernels.h) run the same rules per
+// thread with the same constants, so that their results are the host's.
+//
+//   DeviceSigmaArgs args;                              // a device launch
+//   args.c = SigmaConstantsOf(in, SigmaKind::kPair);   // as PredictPairSigma
+//   DeviceBoundArgs bound_args;
+//   bound_args.c = BoundConstantsOf(in, /*c=*/4.0);    // as HardBound(in, 4.0, ...)
+
+// Which of the Predict* functions the constants are for.
+enum class SigmaKind {
+  kSingle,            // PredictSigma (in.inputs_exact drops the input term)
+  kPair,              // PredictPairSigma
+  kPairAccumulation,  // PredictPairAccumulationSigma
+};
+
+// The constants of `kind` for `in` (its precision, k, output dtype,
+// unfused_bias, inputs_exact and whether pre_bias is set; not its arrays).
+rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, SigmaKind kind);
+
+// The same with the weights given: `input_weight` scales the
+// input-rounding variance, `other_weight` the accumulation terms and
+// `output_weight` times `other_weight` the output rounding. PredictSigma
+// uses (inputs_exact ? 0 : 1, 1, 1), PredictPairSigma (0, 2, 1),
+// PredictPairAccumulationSigma (0, 2, 0).
+rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, double input_weight,
+                                       double other_weight, double output_weight);
+
+// The constants of HardBound(in, c, ...).
+rules::BoundConstants BoundConstantsOf(const ErrorModelInput& in, double c);
+
+// The constants of FlipGrid(in, ...).
+rules::FlipConstants FlipConstantsOf(const FlipGridInput& in);
 
 // Chance that two accumulators `pair_accumulation_sigma` apart round to
 // different values on a grid of spacing `grid` (FlipGrid).
