@@ -71,7 +71,11 @@ ABSL_FLAG(int, cpu_threads, -1,
           "BLAS threads of the cpu backend; -1: one per GEMM when --threads runs several "
           "requests side by side, all cores with one worker; 0: all cores.");
 ABSL_FLAG(int64_t, gpu_memory_budget_mb, 0,
-          "Per-device memory budget of the CUDA backends in MiB; 0: 90% of free memory.");
+          "Device memory of the CUDA backends in MiB, for everything together: running "
+          "requests, the lanes' workspaces and resident tensors; 0: 90% of free memory.");
+ABSL_FLAG(int, gpu_lanes, 4,
+          "Requests on the GPU at once, each on its own stream with its own cuBLAS handles "
+          "and workspace (their copies and kernels overlap).");
 ABSL_FLAG(int64_t, cublaslt_workspace_mb, 32, "cuBLASLt workspace in MiB.");
 ABSL_FLAG(std::string, default_reference, "",
           "Reference configuration of requests that name none; empty: the fp64 "
@@ -205,6 +209,7 @@ int Run() {
   options.backends.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.backends.gpu_memory_budget_bytes = absl::GetFlag(FLAGS_gpu_memory_budget_mb) << 20;
   options.backends.cublaslt_workspace_bytes = absl::GetFlag(FLAGS_cublaslt_workspace_mb) << 20;
+  options.backends.gpu_lanes = absl::GetFlag(FLAGS_gpu_lanes);
   options.engine.default_reference = absl::GetFlag(FLAGS_default_reference);
 
   // SIGINT/SIGTERM go through a self-pipe to one waiter thread. (Blocking

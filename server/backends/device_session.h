@@ -157,9 +157,9 @@ class DeviceSession {
   virtual absl::StatusOr<DiffStats> Compare(ArrayRef actual, ArrayRef expected,
                                             const SessionCompare& compare) = 0;
 
-  // The array on the host: a run's output in its dtype, shaped [m, n];
-  // a float array (magnitude sums, error model, flip grid) as a float32
-  // tensor of its count.
+  // The array on the host as a flat tensor of its dtype and count (a
+  // run's output in the output dtype; magnitude sums, error-model arrays
+  // and the flip grid in float32).
   virtual absl::StatusOr<Tensor> Download(ArrayRef array) = 0;
 
   virtual SessionCounters counters() const = 0;

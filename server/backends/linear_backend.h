@@ -173,6 +173,8 @@ struct BuiltinBackendOptions {
   // cuBLASLt workspace.
   int64_t gpu_memory_budget_bytes = 0;  // 0: 90% of free device memory
   int64_t cublaslt_workspace_bytes = int64_t{32} << 20;
+  // Requests on the device at once, each on its own stream (lane).
+  int gpu_lanes = 4;
 };
 
 // Registers `cpu`, and `cublas`/`cublaslt` when the CUDA build is on (they

@@ -241,7 +241,9 @@ class StandInSession : public DeviceSession {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.downloads;
     counters_.download_bytes += static_cast<int64_t>(At(array).nbytes());
-    return At(array).Clone();
+    Tensor t = At(array).Clone();
+    TC_RETURN_IF_ERROR(t.Reshape({t.numel()}));
+    return t;
   }
 
   SessionCounters counters() const override { return counters_; }

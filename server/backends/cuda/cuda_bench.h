@@ -23,6 +23,9 @@ struct BareLtTimes {
   double matmul_ms = 0;
   // Upload x, W, b from host memory, the matmul, download y: wall clock.
   double with_transfers_ms = 0;
+  // The same with W and b already on the device (a resident weight):
+  // upload x, the matmul, download y.
+  double input_only_ms = 0;
   std::string algo;  // the heuristic's algorithm id
 };
 

@@ -28,9 +28,6 @@ std::string CublasVersionString() {
                       (lt / 100) % 100, ".", lt % 100);
 }
 
-constexpr int64_t kAlign = 256;
-constexpr int64_t kPoolGranularity = int64_t{2} << 20;
-
 }  // namespace
 
 DeviceProbe ProbeDevice() {
@@ -85,10 +82,9 @@ DeviceProbe ProbeDevice() {
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(const Options& options,
                                                                  const DeviceProbe& probe) {
   if (!probe.available.ok()) return probe.available;
-  if (options.memory_budget_bytes < 0 || options.workspace_bytes < 0) {
+  if (options.workspace_bytes < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("GPU memory budget and cuBLASLt workspace must be >= 0, got ",
-                     options.memory_budget_bytes, " and ", options.workspace_bytes));
+        absl::StrCat("cuBLASLt workspace must be >= 0 bytes, got ", options.workspace_bytes));
   }
   std::unique_ptr<CudaContext> ctx(new CudaContext());
   ctx->device_ = 0;
@@ -122,59 +118,13 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(const Options& 
   TC_CUDA_RETURN_IF_ERROR(cublasLtCreate(&lt));
   ctx->lt_.reset(lt);
 
-  if (options.memory_budget_bytes > 0) {
-    ctx->budget_bytes_ = options.memory_budget_bytes;
-  } else {
-    size_t free_bytes = 0, total_bytes = 0;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    ctx->budget_bytes_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
-  }
   return ctx;
 }
 
 CudaContext::~CudaContext() {
-  // Nothing may still run on our stream when the memory goes.
-  if (stream_ != nullptr && health().ok()) cudaStreamSynchronize(stream_.get());
-}
-
-absl::Status CudaContext::health() const {
-  std::lock_guard<std::mutex> lock(health_mu_);
-  return sticky_;
-}
-
-absl::Status CudaContext::Note(absl::Status s) {
-  if (IsStickyCudaError(s)) {
-    std::lock_guard<std::mutex> lock(health_mu_);
-    if (sticky_.ok()) sticky_ = s;
-  }
-  return s;
-}
-
-absl::StatusOr<char*> CudaContext::Reserve(int64_t bytes) {
-  if (bytes > budget_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("the request needs ", bytes,
-                                                     " bytes of GPU memory; the budget "
-                                                     "(--gpu-memory-budget) is ",
-                                                     budget_bytes_, " bytes"));
-  }
-  if (bytes <= pool_bytes_) return static_cast<char*>(pool_.get());
-  // Grow: free the old slab first so that the two never coexist.
-  TC_RETURN_IF_ERROR(Note(ToStatus(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize")));
-  pool_.reset();
-  pool_bytes_ = 0;
-  int64_t want = (bytes + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
-  want = std::min(want, budget_bytes_);
-  want = std::max(want, (bytes + kAlign - 1) / kAlign * kAlign);
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(want));
-  if (e != cudaSuccess) {
-    // An allocation failure is not sticky; clear it and keep serving.
-    (void)cudaGetLastError();
-    return Note(ToStatus(e, "cudaMalloc"));
-  }
-  pool_.reset(p);
-  pool_bytes_ = want;
-  return static_cast<char*>(pool_.get());
+  // Nothing may still run on our stream when the memory goes (after a
+  // sticky error this fails at once, and the process is exiting).
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_.get());
 }
 
 }  // namespace tensorcheck::cuda

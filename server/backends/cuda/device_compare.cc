@@ -28,13 +28,16 @@ absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaS
 
 }  // namespace
 
-DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
-    : total_(total), options_(options), cols_(options.cols == 0 ? total : options.cols) {
+DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options, bool arrays_on_device)
+    : total_(total),
+      options_(options),
+      cols_(options.cols == 0 ? total : options.cols),
+      arrays_on_device_(arrays_on_device) {
   // The sum of sigma^2 over every element: the caller's (PredictSigma
   // returns it), else one pass here (four independent sums, added in a
   // fixed order). Not finite: some sigma is not, and the sigma goes to the
   // device instead.
-  const float* sigma = options.predicted_sigma;
+  const float* sigma = arrays_on_device ? nullptr : options.predicted_sigma;
   const double given = options.predicted_sigma_sum_sq;
   if (sigma != nullptr) {
     double sum = given;
@@ -53,8 +56,8 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
     upload_sigma_ = !std::isfinite(sum);
     sigma2_all_ = sum;
   }
-  upload_bound_ =
-      options.tolerance.preset == TolerancePreset::kBound && options.error_bound != nullptr;
+  upload_bound_ = !arrays_on_device && options.tolerance.preset == TolerancePreset::kBound &&
+                  options.error_bound != nullptr;
   count_groups_ = options.top_groups > 0 && total > 0;
 
   int64_t offset = 0;
@@ -94,6 +97,10 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray
   CompareArgs args = MakeCompareArgs(actual, expected, options_);
   args.nonfinite_indices = reinterpret_cast<long long*>(memory + layout_.nonfinite);
   args.nonfinite_capacity = kNonFiniteCapacity;
+  if (arrays_on_device_) {
+    args.sigma = options_.predicted_sigma;
+    if (options_.tolerance.preset == TolerancePreset::kBound) args.bound = options_.error_bound;
+  }
   if (upload_sigma_) {
     float* d = reinterpret_cast<float*>(memory + layout_.sigma);
     TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.predicted_sigma, sizeof(float) * total_,
@@ -124,7 +131,7 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray
 }
 
 bool DeviceCompare::NeedsTensorsOnHost() const {
-  return options_.predicted_sigma != nullptr && !upload_sigma_ &&
+  return options_.predicted_sigma != nullptr && !upload_sigma_ && !arrays_on_device_ &&
          result_.nonfinite_count > kNonFiniteCapacity;
 }
 
@@ -144,7 +151,7 @@ absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
   DiffTotals t = ToDiffTotals(result_);
 
   const float* sigma = options_.predicted_sigma;
-  if (sigma != nullptr && !upload_sigma_) {
+  if (sigma != nullptr && !upload_sigma_ && !arrays_on_device_) {
     // Every sigma is finite: the sums run over the finite pairs, which are
     // all pairs but the NaN/Inf ones whose indices came back.
     TC_ASSIGN_OR_RETURN(

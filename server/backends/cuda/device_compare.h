@@ -42,7 +42,10 @@ class DeviceCompare {
   static constexpr unsigned int kNonFiniteCapacity = 4096;
 
   // `options` (and the host arrays it points to) must outlive Finish.
-  DeviceCompare(int64_t total, const CompareOptions& options);
+  // With `arrays_on_device`, options.predicted_sigma and error_bound are
+  // device arrays (a session's error model): the kernels read them where
+  // they are, and the host never does.
+  DeviceCompare(int64_t total, const CompareOptions& options, bool arrays_on_device = false);
 
   // INVALID_ARGUMENT as Compare would answer.
   absl::Status Validate() const;
@@ -75,6 +78,7 @@ class DeviceCompare {
   int64_t total_;
   const CompareOptions& options_;
   int64_t cols_;
+  bool arrays_on_device_ = false;
   bool upload_sigma_ = false;
   double sigma2_all_ = 0;  // sum of sigma^2 over every element (all finite)
   bool upload_bound_ = false;

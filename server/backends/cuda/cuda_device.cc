@@ -1,0 +1,559 @@
+// CudaComputeDevice and its sessions (cuda_device.h). A session's calls
+// enqueue on its lane's stream; the ones that return host values (a
+// comparison's statistics, an error-model array's sum of squares, a
+// download) synchronise it.
+#include "server/backends/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/backends/cuda/cuda_backends.h"
+#include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/backends/cuda/device_compare.h"
+#include "server/backends/cuda/error_model_kernels.h"
+#include "server/backends/cuda/internal/cuda_session.h"
+#include "server/backends/cuda/internal/gemm_call.h"
+#include "server/backends/cuda/internal/gemm_plan.h"
+#include "server/core/status_macros.h"
+#include "server/stats/error_model.h"
+
+namespace tensorcheck::cuda {
+namespace {
+
+constexpr int64_t kAlign = 256;
+
+int64_t Padded(int64_t bytes) {
+  return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+// A resident array, the cache's payload: from the same stream-ordered pool
+// as the sessions' arrays (so that one budget covers both), freed when the
+// cache lets it go, which is only when no session pins it, i.e. after the
+// last stream that used it has synchronised.
+struct ResidentArray {
+  void* data = nullptr;
+  cudaEvent_t ready = nullptr;  // recorded after the copy or conversion that filled it
+  ~ResidentArray() {
+    if (ready != nullptr) cudaEventDestroy(ready);
+    if (data != nullptr) cudaFreeAsync(data, nullptr);
+  }
+};
+
+}  // namespace
+
+// ---- the device
+
+CudaComputeDevice::CudaComputeDevice(const Options& options, const DeviceProbe& probe)
+    : options_(options), probe_(probe), cache_(0) {}
+
+CudaComputeDevice::~CudaComputeDevice() {
+  for (std::unique_ptr<Lane>& lane : lanes_) {
+    if (lane->ctx != nullptr && health().ok()) cudaStreamSynchronize(lane->ctx->stream());
+    for (cudaEvent_t e : lane->staged) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (lane->staging != nullptr) cudaFreeHost(lane->staging);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
+    const Options& options, const DeviceProbe& probe) {
+  if (!probe.available.ok()) return probe.available;
+  if (options.memory_budget_bytes < 0 || options.workspace_bytes < 0 || options.lanes < 1 ||
+      options.staging_bytes < 2 * kAlign) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPU memory budget and cuBLASLt workspace must be >= 0, lanes >= 1 and staging >= ",
+        2 * kAlign, " bytes; got ", options.memory_budget_bytes, ", ", options.workspace_bytes,
+        ", ", options.lanes, ", ", options.staging_bytes));
+  }
+  std::unique_ptr<CudaComputeDevice> device(new CudaComputeDevice(options, probe));
+  TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  if (options.memory_budget_bytes > 0) {
+    device->budget_ = options.memory_budget_bytes;
+  } else {
+    size_t free_bytes = 0, total_bytes = 0;
+    TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    device->budget_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
+  }
+  const int64_t workspaces = options.workspace_bytes * options.lanes;
+  if (workspaces >= device->budget_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(options.lanes, " lanes' cuBLAS workspaces (", workspaces,
+                     " bytes) do not fit the GPU memory budget of ", device->budget_, " bytes"));
+  }
+  device->in_use_ = workspaces;
+  device->cache_.SetCapacity(device->budget_ - workspaces);
+  // Arrays come from the device's stream-ordered pool; it keeps what is
+  // freed (up to the budget, which our accounting holds) for the next
+  // request instead of returning it to the driver at every synchronisation.
+  cudaMemPool_t pool = nullptr;
+  TC_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t threshold = static_cast<uint64_t>(device->budget_);
+  TC_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  CudaContext::Options ctx_options;
+  ctx_options.workspace_bytes = options.workspace_bytes;
+  for (int i = 0; i < options.lanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    TC_ASSIGN_OR_RETURN(lane->ctx, CudaContext::Create(ctx_options, probe));
+    TC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(
+        &lane->staging, static_cast<size_t>(options.staging_bytes), cudaHostAllocDefault));
+    for (cudaEvent_t& e : lane->staged) {
+      TC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    device->lanes_.push_back(std::move(lane));
+  }
+  return device;
+}
+
+absl::Status CudaComputeDevice::health() const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  return sticky_;
+}
+
+absl::Status CudaComputeDevice::Note(absl::Status s) {
+  if (IsStickyCudaError(s)) {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (sticky_.ok()) sticky_ = s;
+  }
+  return s;
+}
+
+absl::StatusOr<CudaComputeDevice::Lane*> CudaComputeDevice::AcquireLane(const StopSignal* stop) {
+  std::unique_lock<std::mutex> lock(lanes_mu_);
+  while (true) {
+    for (std::unique_ptr<Lane>& lane : lanes_) {
+      if (!lane->busy) {
+        lane->busy = true;
+        return lane.get();
+      }
+    }
+    // Waits in slices so that a stopped request stops waiting too.
+    lane_free_.wait_for(lock, std::chrono::milliseconds(20));
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+  }
+}
+
+void CudaComputeDevice::ReleaseLane(Lane* lane) {
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    lane->busy = false;
+  }
+  lane_free_.notify_one();
+}
+
+absl::Status CudaComputeDevice::Reserve(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  if (bytes < 0 || in_use_ + bytes > budget_) {
+    return absl::ResourceExhaustedError(absl::StrCat("GPU memory: ", bytes,
+                                                     " bytes more would pass the budget "
+                                                     "(--gpu-memory-budget-mb) of ",
+                                                     budget_, " bytes (", in_use_,
+                                                     " in use by running requests)"));
+  }
+  // Resident tensors no request is using give way first.
+  cache_.SetCapacity(budget_ - in_use_ - bytes);
+  if (in_use_ + bytes + cache_.stats().bytes > budget_) {
+    cache_.SetCapacity(budget_ - in_use_);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GPU memory: ", bytes, " bytes more would pass the budget of ", budget_,
+        " bytes; resident tensors in use by running requests hold ", cache_.stats().bytes));
+  }
+  in_use_ += bytes;
+  return absl::OkStatus();
+}
+
+void CudaComputeDevice::Release(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  in_use_ -= bytes;
+  cache_.SetCapacity(budget_ - in_use_);
+}
+
+// ---- a session
+
+CudaSession::CudaSession(CudaComputeDevice* device, CudaComputeDevice::Lane* lane,
+                         const StopSignal* stop)
+    : device_(device), lane_(lane), stop_(stop), stream_(lane->ctx->stream()) {}
+
+CudaSession::~CudaSession() {
+  // Stream-ordered frees: the memory returns to the pool once the work
+  // queued before them is done; then the session's share of the budget.
+  for (size_t i = 0; i < arrays_.size(); ++i) {
+    if (arrays_[i].owned && arrays_[i].data != nullptr) cudaFreeAsync(arrays_[i].data, stream_);
+  }
+  // Resident tensors are unpinned only after our last use of them.
+  device_->Note(ToStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")).IgnoreError();
+  arrays_.clear();
+  device_->Release(reserved_);
+  device_->ReleaseLane(lane_);
+}
+
+ArrayRef CudaSession::Add(Array a) {
+  arrays_.push_back(std::move(a));
+  padded_.push_back(0);
+  return ArrayRef{static_cast<int>(arrays_.size()) - 1};
+}
+
+absl::StatusOr<const CudaSession::Array*> CudaSession::Get(ArrayRef a,
+                                                           absl::string_view what) const {
+  if (!a.valid() || a.id >= static_cast<int>(arrays_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no such device array"));
+  }
+  return &arrays_[static_cast<size_t>(a.id)];
+}
+
+absl::StatusOr<std::unique_ptr<DeviceSession>> CudaComputeDevice::OpenSession(
+    const StopSignal* stop) {
+  TC_RETURN_IF_ERROR(health());
+  TC_ASSIGN_OR_RETURN(Lane * lane, AcquireLane(stop));
+  const absl::Status set = ToStatus(cudaSetDevice(0), "cudaSetDevice");
+  if (!set.ok()) {
+    ReleaseLane(lane);
+    return Note(set);
+  }
+  return std::unique_ptr<DeviceSession>(new CudaSession(this, lane, stop));
+}
+
+absl::StatusOr<ArrayRef> CudaSession::Allocate(DType dtype, int64_t count) {
+  int64_t bytes = 0;
+  if (count < 0 || __builtin_mul_overflow(count, static_cast<int64_t>(ItemSize(dtype)), &bytes)) {
+    return absl::ResourceExhaustedError("device array size overflows");
+  }
+  const int64_t padded = Padded(bytes);
+  TC_RETURN_IF_ERROR(device_->Reserve(padded));
+  // Stream-ordered: no device-wide synchronisation, so other lanes keep
+  // running; the pool keeps freed memory for the next request.
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky
+    device_->Release(padded);
+    device_->cache_.EvictUnpinned();
+    return Checked(ToStatus(e, "cudaMallocAsync"));
+  }
+  reserved_ += padded;
+  Array a;
+  a.data = p;
+  a.dtype = dtype;
+  a.count = count;
+  a.owned = true;
+  const ArrayRef ref = Add(std::move(a));
+  padded_[static_cast<size_t>(ref.id)] = padded;
+  return ref;
+}
+
+void CudaSession::Free(ArrayRef a) {
+  Array& array = arrays_.at(static_cast<size_t>(a.id));
+  if (!array.owned || array.data == nullptr) return;
+  cudaFreeAsync(array.data, stream_);
+  array.data = nullptr;
+  const int64_t padded = padded_[static_cast<size_t>(a.id)];
+  reserved_ -= padded;
+  device_->Release(padded);
+}
+
+absl::Status CudaSession::StagedUpload(const void* src, void* dst, int64_t bytes) {
+  const int64_t half = device_->options_.staging_bytes / 2 / kAlign * kAlign;  // >= kAlign
+  char* staging = static_cast<char*>(lane_->staging);
+  for (int64_t off = 0, chunk = 0; off < bytes; off += half, ++chunk) {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    const int b = static_cast<int>(chunk % 2);
+    const int64_t n = std::min(half, bytes - off);
+    // The half is free once its previous copy has run.
+    TC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(lane_->staged[b]));
+    std::memcpy(staging + b * half, static_cast<const char*>(src) + off, static_cast<size_t>(n));
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(dst) + off, staging + b * half,
+                                            static_cast<size_t>(n), cudaMemcpyHostToDevice,
+                                            stream_));
+    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(lane_->staged[b], stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaSession::StagedDownload(const void* src, void* dst, int64_t bytes) {
+  const int64_t half = device_->options_.staging_bytes / 2 / kAlign * kAlign;  // >= kAlign
+  char* staging = static_cast<char*>(lane_->staging);
+  const int64_t chunks = (bytes + half - 1) / half;
+  auto enqueue = [&](int64_t chunk) -> absl::Status {
+    const int b = static_cast<int>(chunk % 2);
+    const int64_t off = chunk * half, n = std::min(half, bytes - chunk * half);
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + b * half, static_cast<const char*>(src) + off,
+                                            static_cast<size_t>(n), cudaMemcpyDeviceToHost,
+                                            stream_));
+    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(lane_->staged[b], stream_));
+    return absl::OkStatus();
+  };
+  if (chunks > 0) TC_RETURN_IF_ERROR(enqueue(0));
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    // The next half copies while this one is read out.
+    if (chunk + 1 < chunks) TC_RETURN_IF_ERROR(enqueue(chunk + 1));
+    const int b = static_cast<int>(chunk % 2);
+    TC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(lane_->staged[b]));
+    const int64_t off = chunk * half, n = std::min(half, bytes - chunk * half);
+    std::memcpy(static_cast<char*>(dst) + off, staging + b * half, static_cast<size_t>(n));
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ArrayRef> CudaSession::Resident(const std::string& key, DType dtype, int64_t count,
+                                               const Tensor* host, const std::string& content_id,
+                                               const MakeForm& make, bool* hit) {
+  const int64_t bytes = count * static_cast<int64_t>(ItemSize(dtype));
+  Array a;
+  a.dtype = dtype;
+  a.count = count;
+  a.host = host;
+  a.content_id = content_id;
+  if (std::optional<ResidentCache::Handle> h = device_->cache_.Find(key)) {
+    auto* r = static_cast<ResidentArray*>(h->payload());
+    // Another lane may still be filling it.
+    TC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, r->ready, 0));
+    a.data = r->data;
+    a.pin = std::move(h);
+    *hit = true;
+    return Add(std::move(a));
+  }
+  *hit = false;
+  const int64_t padded = Padded(bytes);
+  if (device_->cache_.MakeRoom(padded)) {
+    auto r = std::make_shared<ResidentArray>();
+    if (cudaMallocAsync(&r->data, static_cast<size_t>(padded), stream_) == cudaSuccess &&
+        cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming) == cudaSuccess) {
+      TC_RETURN_IF_ERROR(make(r->data));
+      TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(r->ready, stream_));
+      void* data = r->data;
+      if (std::optional<ResidentCache::Handle> h = device_->cache_.Insert(key, r, padded)) {
+        auto* kept = static_cast<ResidentArray*>(h->payload());
+        if (kept->data != data) {
+          // Another request inserted it meanwhile: use theirs once ready.
+          TC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, kept->ready, 0));
+        }
+        a.data = kept->data;
+        a.pin = std::move(h);
+        return Add(std::move(a));
+      }
+      // Did not fit after all: ours goes with `r` once the copy is done.
+      TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    } else {
+      (void)cudaGetLastError();
+    }
+  }
+  // No room to keep it: the session's own copy.
+  TC_ASSIGN_OR_RETURN(ArrayRef own, Allocate(dtype, count));
+  Array& mine = arrays_[static_cast<size_t>(own.id)];
+  mine.host = host;
+  mine.content_id = content_id;
+  TC_RETURN_IF_ERROR(make(mine.data));
+  return own;
+}
+
+absl::StatusOr<ArrayRef> CudaSession::Upload(const Tensor& t) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  auto copy = [&](void* dst) { return StagedUpload(t.raw(), dst, bytes); };
+  if (!t.content_id().empty()) {
+    bool hit = false;
+    const std::string key = absl::StrCat(t.content_id(), "|", DTypeName(t.dtype()));
+    auto a = Resident(key, t.dtype(), t.numel(), &t, t.content_id(), copy, &hit);
+    if (!a.ok()) return Checked(a.status());
+    if (hit) {
+      ++counters_.resident_hits;
+      counters_.resident_hit_bytes += bytes;
+    } else {
+      ++counters_.uploads;
+      counters_.upload_bytes += bytes;
+    }
+    return a;
+  }
+  TC_ASSIGN_OR_RETURN(ArrayRef a, Allocate(t.dtype(), t.numel()));
+  arrays_[static_cast<size_t>(a.id)].host = &t;
+  TC_RETURN_IF_ERROR(Checked(copy(arrays_[static_cast<size_t>(a.id)].data)));
+  ++counters_.uploads;
+  counters_.upload_bytes += bytes;
+  return a;
+}
+
+absl::StatusOr<ArrayRef> CudaSession::Form(ArrayRef source, absl::string_view form, DType dtype,
+                                           const MakeForm& make) {
+  TC_ASSIGN_OR_RETURN(const Array* src, Get(source, "form"));
+  const std::string local = absl::StrCat(source.id, "|", form);
+  auto it = forms_.find(local);
+  if (it != forms_.end()) return it->second;
+  ArrayRef out;
+  if (!src->content_id.empty()) {
+    bool hit = false;
+    const std::string key = absl::StrCat(src->content_id, "|", DTypeName(src->dtype), "|", form);
+    TC_ASSIGN_OR_RETURN(out,
+                        Resident(key, dtype, src->count, src->host, std::string(), make, &hit));
+  } else {
+    TC_ASSIGN_OR_RETURN(out, Allocate(dtype, src->count));
+    TC_RETURN_IF_ERROR(make(data(out)));
+  }
+  forms_.emplace(local, out);
+  return out;
+}
+
+absl::StatusOr<SessionRun> CudaSession::Run(const SessionOperands& op, const Config& config,
+                                            const RunOptions& options) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  auto run = internal::RunOnSession(*this, op, config, options);
+  if (!run.ok()) return Checked(run.status());
+  ++counters_.runs;
+  return run;
+}
+
+absl::StatusOr<SessionMagnitudes> CudaSession::MagnitudeSums(const SessionOperands& op,
+                                                             bool abs_dot, bool sq_dot, bool dot) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  auto sums = internal::MagnitudeSumsOnSession(*this, op, abs_dot, sq_dot, dot);
+  if (!sums.ok()) return Checked(sums.status());
+  return sums;
+}
+
+absl::StatusOr<SessionModel> CudaSession::ErrorModel(const SessionModelSpec& spec) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  TC_ASSIGN_OR_RETURN(const Array* value, Get(spec.value, "error model: value"));
+  ErrorModelInput in;
+  in.precision = spec.precision;
+  in.k = spec.k;
+  in.output_dtype = spec.output_dtype;
+  in.unfused_bias = spec.unfused_bias;
+  in.inputs_exact = spec.inputs_exact;
+  in.count = spec.count;
+  const float* pre_bias = nullptr;
+  if (spec.pre_bias.valid()) {
+    TC_ASSIGN_OR_RETURN(const Array* p, Get(spec.pre_bias, "error model: pre_bias"));
+    pre_bias = static_cast<const float*>(p->data);
+    // The constants only ask whether it is there.
+    in.pre_bias = reinterpret_cast<const float*>(p->data);
+  }
+  TC_ASSIGN_OR_RETURN(ArrayRef out, Allocate(DType::kFloat32, spec.count));
+  float* values = static_cast<float*>(arrays_[static_cast<size_t>(out.id)].data);
+  SessionModel model;
+  model.values = out;
+  if (spec.kind == SessionModelSpec::kBound) {
+    TC_ASSIGN_OR_RETURN(const Array* abs, Get(spec.abs_dot, "error model: abs_dot"));
+    DeviceBoundArgs a;
+    a.c = BoundConstantsOf(in, /*c=*/1.0);  // Compare applies bound_factor
+    a.abs_dot = static_cast<const float*>(abs->data);
+    a.value = value->data;
+    a.value_type = ToElem(value->dtype);
+    a.pre_bias = pre_bias;
+    a.bound = values;
+    a.count = spec.count;
+    TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchHardBound(a, stream_), "LaunchHardBound")));
+  } else {
+    TC_ASSIGN_OR_RETURN(const Array* sq, Get(spec.sq_dot, "error model: sq_dot"));
+    TC_ASSIGN_OR_RETURN(ArrayRef sum_ref, Allocate(DType::kFloat64, 1));
+    double* sum = static_cast<double*>(arrays_[static_cast<size_t>(sum_ref.id)].data);
+    const SigmaKind kind = spec.kind == SessionModelSpec::kSigma ? SigmaKind::kSingle
+                           : spec.kind == SessionModelSpec::kPairSigma
+                               ? SigmaKind::kPair
+                               : SigmaKind::kPairAccumulation;
+    DeviceSigmaArgs a;
+    a.c = SigmaConstantsOf(in, kind);
+    a.sq_dot = static_cast<const float*>(sq->data);
+    a.value = value->data;
+    a.value_type = ToElem(value->dtype);
+    a.pre_bias = pre_bias;
+    a.sigma = values;
+    a.count = spec.count;
+    a.sum_sq = spec.kind == SessionModelSpec::kPairAccumulation ? nullptr : sum;
+    TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchPredictSigma(a, stream_), "LaunchPredictSigma")));
+    if (a.sum_sq != nullptr) {
+      double host_sum = 0;
+      TC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+      TC_RETURN_IF_ERROR(
+          Checked(ToStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")));
+      model.sum_sq = host_sum;
+    }
+    Free(sum_ref);
+  }
+  ++counters_.model_arrays;
+  return model;
+}
+
+absl::StatusOr<ArrayRef> CudaSession::FlipGrid(const SessionFlipSpec& spec) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  TC_ASSIGN_OR_RETURN(const Array* pre, Get(spec.pre_bias, "flip grid: pre_bias"));
+  const double* bias = nullptr;
+  if (spec.bias.valid()) {
+    TC_ASSIGN_OR_RETURN(const Array* b, Get(spec.bias, "flip grid: bias"));
+    const void* b_data = b->data;
+    const DType b_type = b->dtype;
+    const int64_t n = b->count;
+    TC_ASSIGN_OR_RETURN(
+        ArrayRef wide, Form(spec.bias, "float64", DType::kFloat64, [&](void* dst) {
+          return ToStatus(LaunchConvert(b_data, ToElem(b_type), dst, ElemType::kF64, n, stream_),
+                          "LaunchConvert");
+        }));
+    bias = static_cast<const double*>(data(wide));
+  }
+  FlipGridInput in;
+  in.output_dtype = spec.output_dtype;
+  in.unfused_bias = spec.unfused_bias;
+  in.activation = spec.activation;
+  in.cols = spec.cols;
+  in.count = spec.count;
+  TC_ASSIGN_OR_RETURN(ArrayRef out, Allocate(DType::kFloat32, spec.count));
+  DeviceFlipGridArgs a;
+  a.c = FlipConstantsOf(in);
+  a.pre_bias = static_cast<const float*>(pre->data);
+  a.bias = bias;
+  a.cols = bias != nullptr ? spec.cols : 0;
+  a.grid = static_cast<float*>(arrays_[static_cast<size_t>(out.id)].data);
+  a.count = spec.count;
+  TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchFlipGrid(a, stream_), "LaunchFlipGrid")));
+  ++counters_.model_arrays;
+  return out;
+}
+
+absl::StatusOr<DiffStats> CudaSession::Compare(ArrayRef actual, ArrayRef expected,
+                                               const SessionCompare& compare) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  TC_ASSIGN_OR_RETURN(const Array* a, Get(actual, "compare: actual"));
+  TC_ASSIGN_OR_RETURN(const Array* e, Get(expected, "compare: expected"));
+  // The error-model arrays are the device's: DeviceCompare hands them to
+  // the kernels and never reads them on the host.
+  CompareOptions options = compare.options;
+  options.predicted_sigma =
+      compare.sigma.valid() ? static_cast<const float*>(data(compare.sigma)) : nullptr;
+  options.error_bound =
+      compare.bound.valid() ? static_cast<const float*>(data(compare.bound)) : nullptr;
+  TC_RETURN_IF_ERROR(ValidateCompare(a->count, e->count, options));
+  DeviceCompare cmp(a->count, options, /*arrays_on_device=*/true);
+  TC_ASSIGN_OR_RETURN(ArrayRef scratch, Allocate(DType::kFloat32, (cmp.bytes() + 3) / 4));
+  char* memory = static_cast<char*>(data(scratch));
+  TC_RETURN_IF_ERROR(Checked(
+      cmp.Enqueue({a->data, a->dtype, a->count}, {e->data, e->dtype, e->count}, memory, stream_)));
+  TC_RETURN_IF_ERROR(Checked(ToStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")));
+  auto stats = cmp.Finish();
+  Free(scratch);
+  if (!stats.ok()) return Checked(stats.status());
+  ++counters_.comparisons;
+  return stats;
+}
+
+absl::StatusOr<Tensor> CudaSession::Download(ArrayRef array) {
+  TC_RETURN_IF_ERROR(CheckStop(stop_));
+  TC_ASSIGN_OR_RETURN(const Array* a, Get(array, "download"));
+  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(a->dtype, {a->count}));
+  TC_RETURN_IF_ERROR(Checked(StagedDownload(a->data, t.raw(), static_cast<int64_t>(t.nbytes()))));
+  ++counters_.downloads;
+  counters_.download_bytes += static_cast<int64_t>(t.nbytes());
+  return t;
+}
+
+}  // namespace tensorcheck::cuda

@@ -1,0 +1,121 @@
+// CudaSession: one request on a lane of the CudaComputeDevice (internal to
+// this folder; cuda_device.h says what a session holds). cuda_device.cc
+// has the arrays, copies, the error model and the comparisons;
+// session_run.cc the runs of a configuration and the magnitude sums.
+//
+// Arrays are the session's own (stream-ordered allocations, freed with
+// the session or by Free) or resident (pinned in the device's cache for
+// the session's life). A tensor with a content id is resident under
+// "<id>|<dtype>", and so is every form made of it (Form): "<id>|<dtype>|
+// bfloat16", "...|tf32rna", "...|mag_abs".
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/backends/cuda/cuda_device.h"
+#include "server/backends/device_session.h"
+
+namespace tensorcheck::cuda {
+
+class CudaSession final : public DeviceSession {
+ public:
+  CudaSession(CudaComputeDevice* device, CudaComputeDevice::Lane* lane, const StopSignal* stop);
+  ~CudaSession() override;
+
+  absl::StatusOr<ArrayRef> Upload(const Tensor& t) override;
+  absl::StatusOr<SessionRun> Run(const SessionOperands& op, const Config& config,
+                                 const RunOptions& options) override;
+  absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,
+                                                  bool sq_dot, bool dot) override;
+  absl::StatusOr<SessionModel> ErrorModel(const SessionModelSpec& spec) override;
+  absl::StatusOr<ArrayRef> FlipGrid(const SessionFlipSpec& spec) override;
+  absl::StatusOr<DiffStats> Compare(ArrayRef actual, ArrayRef expected,
+                                    const SessionCompare& compare) override;
+  absl::StatusOr<Tensor> Download(ArrayRef array) override;
+  SessionCounters counters() const override { return counters_; }
+
+  // ---- for session_run.cc
+
+  struct Array {
+    void* data = nullptr;
+    DType dtype = DType::kFloat32;
+    int64_t count = 0;
+    bool owned = false;            // the session's: freed with it (or by Free)
+    const Tensor* host = nullptr;  // the request's tensor it was uploaded from
+    std::string content_id;        // non-empty: its forms are resident too
+    std::optional<ResidentCache::Handle> pin;
+  };
+
+  // INVALID_ARGUMENT naming `what` for a reference the session never made.
+  absl::StatusOr<const Array*> Get(ArrayRef a, absl::string_view what) const;
+  void* data(ArrayRef a) const { return arrays_.at(static_cast<size_t>(a.id)).data; }
+
+  // A new array of `count` elements of `dtype`: RESOURCE_EXHAUSTED over
+  // the budget (after resident tensors gave way) or when the device is out
+  // of memory.
+  absl::StatusOr<ArrayRef> Allocate(DType dtype, int64_t count);
+  // Gives an owned array's memory back before the session ends.
+  void Free(ArrayRef a);
+
+  // `source` in another form, made once per session (or once per resident
+  // tensor, and kept with it): make(dst) enqueues what fills it.
+  using MakeForm = std::function<absl::Status(void* dst)>;
+  absl::StatusOr<ArrayRef> Form(ArrayRef source, absl::string_view form, DType dtype,
+                                const MakeForm& make);
+
+  CudaContext& ctx() { return *lane_->ctx; }
+  cudaStream_t stream() const { return stream_; }
+  const StopSignal* stop() const { return stop_; }
+  const CudaComputeDevice& device() const { return *device_; }
+
+  // Records a sticky error on the device; returns `s`.
+  absl::Status Checked(absl::Status s) { return device_->Note(std::move(s)); }
+
+ private:
+  ArrayRef Add(Array a);
+  // Host bytes to the device (and back) through the lane's two pinned
+  // halves, one filling while the other copies.
+  absl::Status StagedUpload(const void* src, void* dst, int64_t bytes);
+  absl::Status StagedDownload(const void* src, void* dst, int64_t bytes);
+  // The resident array under `key` (waited for on this stream), or a new
+  // one filled by `make` and kept under `key` when the budget allows,
+  // else the session's own.
+  absl::StatusOr<ArrayRef> Resident(const std::string& key, DType dtype, int64_t count,
+                                    const Tensor* host, const std::string& content_id,
+                                    const MakeForm& make, bool* hit);
+
+  CudaComputeDevice* device_;
+  CudaComputeDevice::Lane* lane_;
+  const StopSignal* stop_;
+  cudaStream_t stream_;
+  std::vector<Array> arrays_;
+  std::vector<int64_t> padded_;            // each owned array's reserved bytes
+  std::map<std::string, ArrayRef> forms_;  // "<array id>|<form>"
+  int64_t reserved_ = 0;
+  SessionCounters counters_;
+};
+
+namespace internal {
+
+// CudaSession::Run: the configuration's GEMM (and epilogue) over the
+// session's operands, `options.repeat` times compared bit for bit.
+absl::StatusOr<SessionRun> RunOnSession(CudaSession& session, const SessionOperands& op,
+                                        const Config& config, const RunOptions& options);
+
+// CudaSession::MagnitudeSums: fp32 GEMMs (CUBLAS_COMPUTE_32F_PEDANTIC) of
+// x, |x| and x^2 with W, |W| and W^2.
+absl::StatusOr<SessionMagnitudes> MagnitudeSumsOnSession(CudaSession& session,
+                                                         const SessionOperands& op, bool abs_dot,
+                                                         bool sq_dot, bool dot);
+
+}  // namespace internal
+}  // namespace tensorcheck::cuda

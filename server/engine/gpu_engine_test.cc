@@ -1,0 +1,184 @@
+// A whole request on the GPU (docs/architecture.md, "A request on the
+// device"), through the engine with the built-in backends. Tests named
+// Gpu* need a CUDA device and skip without one; tests/gpu/run.sh runs
+// this binary beside cuda_backends_test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/engine/engine.h"
+#include "tests/testing/stats_testing.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tensorcheck {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::RandomNormal;
+
+class GpuEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(RegisterBuiltinBackends(&registry_), IsOk());
+    auto lt = registry_.Find("cublaslt");
+    if (!lt.ok() || !(*lt)->Available().ok()) {
+      GTEST_SKIP() << "no CUDA device: " << (lt.ok() ? (*lt)->Available().message() : "no build");
+    }
+    engine_ = MakeEngine(/*device_sessions=*/true);
+  }
+
+  std::unique_ptr<Engine> MakeEngine(bool device_sessions) {
+    EngineOptions options;
+    options.device_sessions = device_sessions;
+    auto engine = Engine::Create(options, &registry_);
+    EXPECT_THAT(engine, IsOk());
+    return engine.ok() ? *std::move(engine) : nullptr;
+  }
+
+  // A bf16 layer with a bias and an observed output (PyTorch's semantics,
+  // computed by cublaslt), the shape of a transformer's projection.
+  LinearRequest Request(int64_t m = 128, int64_t k = 1024, int64_t n = 768) {
+    LinearRequest r;
+    r.input = RandomNormal({m, k}, 1.0, 71, DType::kBFloat16);
+    r.weight = RandomNormal({n, k}, 1.0 / std::sqrt(double(k)), 72, DType::kBFloat16);
+    r.bias = RandomNormal({n}, 0.5, 73, DType::kBFloat16);
+    LinearProblem p;
+    p.input = &r.input;
+    p.weight = &r.weight;
+    p.bias = &*r.bias;
+    p.output_dtype = DType::kBFloat16;
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    auto observed = (*registry_.Find("cublas"))
+                        ->Run(p, Config{"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
+    EXPECT_THAT(observed, IsOk());
+    if (observed.ok()) {
+      r.observed = std::move(observed->output);
+      EXPECT_THAT(r.observed->Reshape({m, n}), IsOk());
+    }
+    r.configs = {"cublaslt:bf16", "cublas:bf16", "cublaslt:fp32", "cublas:tf32rna"};
+    return r;
+  }
+
+  BackendRegistry registry_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(GpuEngineTest, GpuDefaultReferenceIsTheDevicesFp64) {
+  EXPECT_EQ(engine_->options().default_reference, "cublaslt:fp64");
+  auto out = engine_->Verify(Request());
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->reference.config, "cublaslt:fp64:fused");
+  EXPECT_EQ(out->reference.details.at("session"), "device");
+  EXPECT_EQ(out->reference.details.at("session_uploads"), "4");
+  EXPECT_EQ(out->reference.details.at("session_downloads"), "0");
+}
+
+// The device session computes what the host way computes with the same
+// GPU runs: statistics of the outputs exactly, those that read the error
+// model (computed from fp32 GEMMs in another order) within 1e-4.
+TEST_F(GpuEngineTest, GpuRequestOnTheDeviceMatchesTheHostWay) {
+  const LinearRequest r = Request();
+  auto device = engine_->Verify(r);
+  ASSERT_THAT(device, IsOk());
+  auto host = MakeEngine(/*device_sessions=*/false)->Verify(r);
+  ASSERT_THAT(host, IsOk());
+  ASSERT_EQ(device->results.size(), host->results.size());
+  std::printf("| configuration | bitwise vs observed | bound_ratio device | host |\n");
+  for (size_t i = 0; i < host->results.size(); ++i) {
+    const ConfigOutcome& d = device->results[i];
+    const ConfigOutcome& h = host->results[i];
+    SCOPED_TRACE(h.config);
+    EXPECT_EQ(d.vs_reference.bitwise_equal_count, h.vs_reference.bitwise_equal_count);
+    EXPECT_EQ(d.vs_reference.max_ulp, h.vs_reference.max_ulp);
+    EXPECT_EQ(d.vs_reference.max_abs, h.vs_reference.max_abs);
+    EXPECT_EQ(d.vs_observed->bitwise_equal_count, h.vs_observed->bitwise_equal_count);
+    ASSERT_TRUE(d.vs_reference.bound_ratio && h.vs_reference.bound_ratio);
+    EXPECT_NEAR(*d.vs_reference.bound_ratio, *h.vs_reference.bound_ratio,
+                1e-4 * *h.vs_reference.bound_ratio);
+    std::printf("| %s | %lld | %.6g | %.6g |\n", h.config.c_str(),
+                static_cast<long long>(d.vs_observed->bitwise_equal_count),
+                *d.vs_reference.bound_ratio, *h.vs_reference.bound_ratio);
+  }
+}
+
+TEST_F(GpuEngineTest, GpuSecondRequestFindsTheWeightResident) {
+  LinearRequest r = Request();
+  r.weight.set_content_id("sha256:gpu-engine-test-weight");
+  auto first = engine_->Verify(r);
+  ASSERT_THAT(first, IsOk());
+  auto second = engine_->Verify(r);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->reference.details.at("session_resident_hits"), "1");
+  EXPECT_EQ(second->reference.details.at("session_uploads"), "3");
+  for (size_t i = 0; i < first->results.size(); ++i) {
+    EXPECT_EQ(first->results[i].vs_observed->bitwise_equal_count,
+              second->results[i].vs_observed->bitwise_equal_count);
+  }
+}
+
+// The same request alone and beside seven others: the same bits.
+TEST_F(GpuEngineTest, GpuResultsDoNotDependOnConcurrency) {
+  LinearRequest r = Request();
+  r.return_outputs = true;
+  auto alone = engine_->Verify(r);
+  ASSERT_THAT(alone, IsOk());
+  std::vector<std::optional<absl::StatusOr<VerifyOutcome>>> outs(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < outs.size(); ++t) {
+    threads.emplace_back([&, t] { outs[t].emplace(engine_->Verify(r)); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& maybe : outs) {
+    ASSERT_TRUE(maybe.has_value());
+    const absl::StatusOr<VerifyOutcome>& out = *maybe;
+    ASSERT_THAT(out, IsOk());
+    for (size_t i = 0; i < alone->results.size(); ++i) {
+      const Tensor& a = *alone->results[i].output;
+      const Tensor& b = *out->results[i].output;
+      ASSERT_EQ(a.nbytes(), b.nbytes());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << alone->results[i].config;
+      EXPECT_TRUE(out->results[i].deterministic);
+    }
+  }
+}
+
+TEST_F(GpuEngineTest, GpuDiagnoseRunsEveryDefaultCandidateOnTheDevice) {
+  LinearRequest r = Request(64, 512, 256);
+  r.configs.clear();
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  for (const ConfigOutcome& o : out->results) {
+    EXPECT_THAT(o.config, ::testing::StartsWith("cublas")) << o.config;
+  }
+  EXPECT_EQ(out->reference.details.at("session"), "device");
+  ASSERT_TRUE(out->diagnosis.has_value());
+  ASSERT_TRUE(out->diagnosis->best.has_value()) << out->diagnosis->explanation;
+  EXPECT_EQ(*out->diagnosis->best, "cublas:bf16:unfused") << out->diagnosis->explanation;
+}
+
+TEST_F(GpuEngineTest, GpuOverTheBudgetIsResourceExhaustedAndTheDeviceKeepsServing) {
+  BackendRegistry small;
+  BuiltinBackendOptions options;
+  options.gpu_memory_budget_bytes = int64_t{4} << 20;
+  options.cublaslt_workspace_bytes = 0;
+  options.gpu_lanes = 1;
+  ASSERT_THAT(RegisterBuiltinBackends(&small, options), IsOk());
+  auto engine = Engine::Create(EngineOptions{}, &small);
+  ASSERT_THAT(engine, IsOk());
+  EXPECT_THAT((*engine)->Verify(Request()),
+              ::tensorcheck::testing::StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT((*engine)->Verify(Request(4, 32, 16)), IsOk());
+}
+
+}  // namespace
+}  // namespace tensorcheck
