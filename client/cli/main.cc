@@ -78,7 +78,7 @@ server's store, as `tensorcheck upload` prints it):
 Comparison:
   --reference SPEC       the configuration everything is compared with
                          (default, or empty: the server's default, the fp64
-                         configuration of its fastest backend: cublas:fp64
+                         configuration of its fastest backend: cublaslt:fp64
                          on a GPU host, cpu:fp64 elsewhere; the report names
                          the one used)
   --tolerance torch|numpy|polygraphy|explicit|ulp|bound   (default torch)

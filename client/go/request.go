@@ -94,7 +94,7 @@ type LinearRequest struct {
 	Configs []string
 	// The configuration everything is compared with. "": the server's
 	// default reference (the fp64 configuration of its fastest backend:
-	// "cublas:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
+	// "cublaslt:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
 	// field; Report.Reference.Config names the one used.
 	Reference string
 	Tolerance Tolerance

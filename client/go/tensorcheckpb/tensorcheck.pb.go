@@ -559,7 +559,7 @@ type VerifyRequest struct {
 	Configs []string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty"`
 	// The configuration everything is compared with. Empty: the server's
 	// default reference, the fp64 configuration of its fastest backend
-	// (`cublas:fp64` on a GPU host, `cpu:fp64` elsewhere;
+	// (`cublaslt:fp64` on a GPU host, `cpu:fp64` elsewhere;
 	// GetCapabilitiesResponse.default_reference); the response's `reference`
 	// names the one used.
 	Reference string         `protobuf:"bytes,4,opt,name=reference,proto3" json:"reference,omitempty"`

@@ -422,7 +422,7 @@ class Client:
           configs: "backend:precision[:bias]" strings, e.g. "cpu:tf32:fused".
           reference: the configuration everything is compared with. None:
             the server's default reference (the fp64 configuration of its
-            fastest backend: cublas:fp64 on a GPU host, cpu:fp64
+            fastest backend: cublaslt:fp64 on a GPU host, cpu:fp64
             elsewhere); the result names the one used
             (`report.reference.config`).
           tolerance: "torch" (torch.testing.assert_close defaults for the
