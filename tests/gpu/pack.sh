@@ -4,7 +4,7 @@
 # shared libraries they load, the Python client and the runner scripts.
 #
 #   cmake -S . -B build-cuda -G Ninja
-#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test gpu_bench
+#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench
 #   tests/gpu/pack.sh [BUILD_DIR] [PACK_DIR]      # defaults: build-cuda, BUILD_DIR/gpu-pack
 #   # copy PACK_DIR to the GPU host, then there:  PACK_DIR/run.sh OUTDIR
 #
@@ -21,11 +21,12 @@ limit_mib=60
 server="$build/server/tensorcheck-server"
 cli="$build/client/cli/tensorcheck"
 gputest="$build/server/backends/cuda/cuda_backends_test"
+gpuengine="$build/server/engine/gpu_engine_test"
 gpubench="$build/bench/gpu_bench"
-for f in "$server" "$cli" "$gputest" "$gpubench"; do
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
   if [[ ! -x "$f" ]]; then
     echo "pack.sh: missing $f" >&2
-    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test gpu_bench" >&2
+    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench" >&2
     exit 1
   fi
 done
@@ -44,7 +45,7 @@ rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/python"
 libdir="$pack/lib"
 
-for f in "$server" "$cli" "$gputest" "$gpubench"; do
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
   cp "$f" "$pack/bin/"
   strip --strip-debug "$pack/bin/$(basename "$f")"
 done
@@ -54,7 +55,7 @@ done
 # run.sh unpacks them into a temporary folder.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libnsl\.so|libanl\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnvidia-)'
 declare -A seen=()
-for f in "$server" "$cli" "$gputest" "$gpubench"; do
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
   while read -r name path; do
     [[ -z "$path" || "$path" == "not" ]] && { echo "pack.sh: $f needs $name, not found" >&2; exit 1; }
     [[ "$name" =~ $skip ]] && continue
@@ -100,7 +101,8 @@ elif [[ ! -f "$stubs/tensorcheck_pb2.py" ]]; then
 fi
 
 here="$repo/tests/gpu"
-cp "$here/run.sh" "$here/replay_cases.py" "$pack/"
+cp "$here/run.sh" "$here/replay_cases.py" "$repo/bench/gpu_concurrency.py" \
+  "$repo/bench/gpu_cli_case.py" "$pack/"
 chmod +x "$pack/run.sh"
 {
   echo "tensorcheck GPU validation pack"

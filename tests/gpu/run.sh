@@ -7,7 +7,7 @@
 # libcublas.so.13, libcublasLt.so.13 under $CUDA_HOME/lib64, default
 # /usr/local/cuda, or on the loader path). Steps, all logged under OUTDIR,
 # everything in under 8 minutes:
-#   1. the GPU unit tests (cuda_backends_test)            -> gpu_tests.log/.xml
+#   1. the GPU unit tests (cuda_backends_test, gpu_engine_test) -> gpu_tests.log/.xml
 #   2. the server on a free port (--port 0)                -> server.log
 #   3. README.md's two cases replayed with real PyTorch and
 #      JAX/Flax through the Python client, when installed  -> replay.log
@@ -58,6 +58,11 @@ failed=0
 timeout 180 "$here/bin/cuda_backends_test" --gtest_color=no \
   --gtest_output="xml:$out/gpu_tests.xml" > "$out/gpu_tests.log" 2>&1
 tests_rc=$?
+# The whole request on the device, through the engine (hard limit 2 minutes).
+timeout 120 "$here/bin/gpu_engine_test" --gtest_color=no \
+  --gtest_output="xml:$out/gpu_engine_tests.xml" >> "$out/gpu_tests.log" 2>&1
+engine_rc=$?
+[[ $engine_rc -ne 0 ]] && tests_rc=$engine_rc
 tests_passed=$(grep -c '^\[       OK \]' "$out/gpu_tests.log")
 tests_failed=$(grep -c '^\[  FAILED  \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
 tests_skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z0-9_]*\.[A-Za-z0-9_]* (' "$out/gpu_tests.log")
@@ -101,6 +106,34 @@ if [[ -n "$server_addr" ]]; then
   fi
 fi
 
+# ---- 3b. Eight concurrent clients over loopback, the candle case by
+# digest: verifications per second and the GPU's busy share (hard limit
+# 90 s).
+concurrency_state="skipped: no server"
+if [[ -n "$server_addr" ]] && command -v python3 >/dev/null; then
+  PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}" timeout 90 \
+    python3 "$here/gpu_concurrency.py" --target "$server_addr" --seconds 10 \
+    > "$out/concurrency.log" 2>&1
+  case $? in
+    0) concurrency_state="ok (concurrency.log)" ;;
+    124) concurrency_state="timed out"; failed=1 ;;
+    *) concurrency_state="FAILED (see concurrency.log)"; failed=1 ;;
+  esac
+fi
+
+# ---- 3c. The 2x768 -> 512 Flax case through the CLI, the server's GPU
+# defaults against the CPU backend's candidates (hard limit 60 s).
+cli_case_state="skipped: no server"
+if [[ -n "$server_addr" ]] && command -v python3 >/dev/null; then
+  timeout 60 python3 "$here/gpu_cli_case.py" --target "$server_addr" \
+    --cli "$here/bin/tensorcheck" > "$out/cli_case.log" 2>&1
+  case $? in
+    0) cli_case_state="ok (cli_case.log)" ;;
+    124) cli_case_state="timed out"; failed=1 ;;
+    *) cli_case_state="FAILED (see cli_case.log)"; failed=1 ;;
+  esac
+fi
+
 # Stop the server (graceful, then hard).
 if kill -0 "$server_pid" 2>/dev/null; then
   kill -TERM "$server_pid"
@@ -138,6 +171,10 @@ elapsed=$(( $(date +%s) - start ))
   echo "| server | $server_state; exit $server_rc after SIGTERM |"
   echo "| replay | $replay_state |"
   grep '^| case ' "$out/replay.log" 2>/dev/null
+  echo "| CLI, Flax case | $cli_case_state |"
+  grep -E '^\| (cpu|server)' "$out/cli_case.log" 2>/dev/null
+  echo "| concurrency | $concurrency_state |"
+  grep -E '^\| [0-9]+ ' "$out/concurrency.log" 2>/dev/null | cut -c1-200
   echo "| benchmark | $bench_state |"
   grep -E '\*\*[0-9.]+\*\*' "$out/bench.log" 2>/dev/null | cut -c1-220
   echo
