@@ -234,11 +234,20 @@ absl::StatusOr<ArrayRef> CudaSession::Allocate(DType dtype, int64_t count) {
   // Stream-ordered: no device-wide synchronisation, so other lanes keep
   // running; the pool keeps freed memory for the next request.
   void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
-  if (e != cudaSuccess) {
+  cudaError_t e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
+  if (e == cudaErrorMemoryAllocation) {
+    // The budget allowed it but the device is full (other processes, or
+    // fragmentation): resident tensors no request uses give way, once.
     (void)cudaGetLastError();  // out of memory is not sticky
-    device_->Release(padded);
     device_->cache_.EvictUnpinned();
+    // Their frees are ordered on the null stream: done once it is, and
+    // then the pool may hand the memory to this stream.
+    (void)cudaStreamSynchronize(nullptr);
+    e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    device_->Release(padded);
     return Checked(ToStatus(e, "cudaMallocAsync"));
   }
   reserved_ += padded;
