@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TC_HOST_DEVICE __host__ __device__ __forceinline__
@@ -46,6 +47,27 @@ TC_HOST_DEVICE int CountLeadingZeros64(uint64_t v) {
   return __clzll(static_cast<long long>(v));
 #else
   return __builtin_clzll(v);
+#endif
+}
+
+// The bits of a double, and the double of bits: reinterpretations on the
+// device, memcpy on the host.
+TC_HOST_DEVICE uint64_t BitsOfDouble(double v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(v));
+#else
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+#endif
+}
+TC_HOST_DEVICE double DoubleOfBits(uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(b));
+#else
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
 #endif
 }
 

@@ -52,25 +52,7 @@ inline constexpr int kActivationGeluTanh = 2;
 // device pass, <cmath> elsewhere.
 namespace error_math {
 
-TC_HOST_DEVICE uint64_t BitsOf(double v) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(v));
-#else
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-#endif
-}
-TC_HOST_DEVICE double DoubleOf(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
-TC_HOST_DEVICE double Infinity() { return DoubleOf(0x7ff0000000000000ull); }
+TC_HOST_DEVICE double Infinity() { return DoubleOfBits(0x7ff0000000000000ull); }
 #if defined(__CUDA_ARCH__)
 TC_HOST_DEVICE double Sqrt(double v) { return sqrt(v); }
 TC_HOST_DEVICE double Tanh(double v) { return tanh(v); }
@@ -196,13 +178,13 @@ TC_HOST_DEVICE double OutputSpacing(double v, ElemType t) {
   // The exponent straight from the bits. Infinities, NaN, zero and the
   // subnormal doubles (below 2^-1022, so below every type's least normal
   // binade) take the smallest step.
-  const int biased = static_cast<int>((error_math::BitsOf(v) >> 52) & 0x7ff);
+  const int biased = static_cast<int>((BitsOfDouble(v) >> 52) & 0x7ff);
   int e = min_exponent;
   if (biased != 0x7ff && biased != 0 && biased - 1023 > min_exponent) e = biased - 1023;
   const int step = e - mantissa_bits;  // >= -1074 (fp64's subnormal step)
   // Steps below fp64's normal range are subnormal doubles: bit step + 1074.
-  if (step < -1022) return error_math::DoubleOf(uint64_t{1} << (step + 1074));
-  return error_math::DoubleOf(static_cast<uint64_t>(step + 1023) << 52);
+  if (step < -1022) return DoubleOfBits(uint64_t{1} << (step + 1074));
+  return DoubleOfBits(static_cast<uint64_t>(step + 1023) << 52);
 }
 
 // ---- the flip grid

@@ -118,24 +118,8 @@ inline float BFloat16ToFloat(unsigned short b) {
 
 namespace dev {
 
-TC_HOST_DEVICE ull DoubleBits(double v) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<ull>(__double_as_longlong(v));
-#else
-  ull b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-#endif
-}
-TC_HOST_DEVICE double DoubleOf(ull b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-#endif
-}
+TC_HOST_DEVICE ull DoubleBits(double v) { return static_cast<ull>(BitsOfDouble(v)); }
+TC_HOST_DEVICE double DoubleOf(ull b) { return DoubleOfBits(static_cast<uint64_t>(b)); }
 TC_HOST_DEVICE unsigned int FloatBits(float v) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(v);
