@@ -68,14 +68,7 @@ class Engine::DeviceExecution {
     outcome_.tolerance = plan_.tolerance;
     outcome_.output_shape = plan_.output_shape;
     outcome_.observed_bound_precision = plan_.observed_bound_precision;
-    if (artifacts_ != nullptr) {
-      const size_t n = plan_.configs.size();
-      artifacts_->outputs.resize(n);
-      artifacts_->pair_sigma.resize(n);
-      artifacts_->pair_accumulation_sigma.resize(n);
-      artifacts_->sigma_vs_reference.resize(n);
-      artifacts_->flip_grid.resize(n);
-    }
+    if (artifacts_ != nullptr) artifacts_->Resize(plan_.configs.size());
     TC_ASSIGN_OR_RETURN(session_, device_->OpenSession(plan_.run.stop));
     TC_RETURN_IF_ERROR(UploadOperands());
     TC_RETURN_IF_ERROR(RunReference());
@@ -270,19 +263,10 @@ class Engine::DeviceExecution {
 
   // ---- The error model.
 
-  bool InputsExact(Precision p) {
-    auto it = inputs_exact_.find(p);
-    if (it != inputs_exact_.end()) return it->second;
-    const bool exact = ValuesExactIn(p, req_.input) && ValuesExactIn(p, req_.weight);
-    inputs_exact_[p] = exact;
-    return exact;
-  }
-
   // Precision `p`'s array of `kind`, once per key (as the host shares
   // them; every time when sharing is off).
   absl::StatusOr<ModelArray> Model(ModelKey::Kind kind, Precision p, bool unfused) {
-    const ModelKey key =
-        internal::MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
+    const ModelKey key = keys_.Of(kind, p, unfused);
     if (share_) {
       auto it = models_.find(key);
       if (it != models_.end()) return it->second;
@@ -356,7 +340,7 @@ class Engine::DeviceExecution {
   SessionRun reference_;
   double reference_ms_ = 0;
   SessionMagnitudes sums_;
-  std::map<Precision, bool> inputs_exact_;
+  internal::ModelKeys keys_{req_.input, req_.weight};
   std::map<ModelKey, ModelArray> models_;
   std::map<int, SharedFloats> host_floats_;
   ArrayRef fused_grid_, unfused_grid_;

@@ -96,14 +96,7 @@ class Engine::Execution {
     outcome_.output_shape = plan_.output_shape;
     outcome_.observed_bound_precision = plan_.observed_bound_precision;
     results_.resize(plan_.configs.size());
-    if (artifacts_ != nullptr) {
-      const size_t n = plan_.configs.size();
-      artifacts_->outputs.resize(n);
-      artifacts_->pair_sigma.resize(n);
-      artifacts_->pair_accumulation_sigma.resize(n);
-      artifacts_->sigma_vs_reference.resize(n);
-      artifacts_->flip_grid.resize(n);
-    }
+    if (artifacts_ != nullptr) artifacts_->Resize(plan_.configs.size());
     TC_RETURN_IF_ERROR(RunReferenceBatch());
     TC_RETURN_IF_ERROR(RunRemaining());
     TC_RETURN_IF_ERROR(FinishReference());
@@ -355,23 +348,11 @@ class Engine::Execution {
     return absl::OkStatus();
   }
 
-  bool InputsExact(Precision p) {
-    auto it = inputs_exact_.find(p);
-    if (it != inputs_exact_.end()) return it->second;
-    const bool exact = ValuesExactIn(p, req_.input) && ValuesExactIn(p, req_.weight);
-    inputs_exact_[p] = exact;
-    return exact;
-  }
-
-  ModelKey ModelKeyOf(ModelKey::Kind kind, Precision p, bool unfused) {
-    return internal::MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
-  }
-
   // An error-model array of precision `p`: computed once per request and
   // key when sharing (equal keys give equal arrays, whichever precision
   // asked), every time otherwise.
   ModelArray Model(ModelKey::Kind kind, Precision p, bool unfused) {
-    const ModelKey key = ModelKeyOf(kind, p, unfused);
+    const ModelKey key = keys_.Of(kind, p, unfused);
     if (share_) {
       auto it = models_.find(key);
       if (it != models_.end()) return it->second;
@@ -487,7 +468,7 @@ class Engine::Execution {
 
   std::vector<float> abs_dot_, sq_dot_, dot_;
   std::vector<double> ref_values_;
-  std::map<Precision, bool> inputs_exact_;
+  internal::ModelKeys keys_{req_.input, req_.weight};
   std::map<ModelKey, ModelArray> models_;
   std::map<StatsKey, DiffStats> stats_;
   SharedFloats fused_grid_, unfused_grid_;

@@ -3,6 +3,7 @@
 // host execution and the device one; internal to server/engine).
 #pragma once
 
+#include <map>
 #include <tuple>
 
 #include "server/core/linear_config.h"
@@ -47,5 +48,30 @@ inline ModelKey MakeModelKey(ModelKey::Kind kind, Precision p, bool unfused, boo
   }
   return key;
 }
+
+// MakeModelKey for one request: whether its input and weight are exact in
+// a precision's input format is looked at once per precision (a pass over
+// the values when the dtype does not settle it).
+class ModelKeys {
+ public:
+  ModelKeys(const Tensor& input, const Tensor& weight) : input_(input), weight_(weight) {}
+
+  ModelKey Of(ModelKey::Kind kind, Precision p, bool unfused) {
+    return MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
+  }
+
+ private:
+  bool InputsExact(Precision p) {
+    auto it = exact_.find(p);
+    if (it != exact_.end()) return it->second;
+    const bool exact = ValuesExactIn(p, input_) && ValuesExactIn(p, weight_);
+    exact_[p] = exact;
+    return exact;
+  }
+
+  const Tensor& input_;
+  const Tensor& weight_;
+  std::map<Precision, bool> exact_;
+};
 
 }  // namespace tensorcheck::internal

@@ -47,6 +47,15 @@ struct Engine::Artifacts {
   // The output grid where two summation orders part (FlipGrid), for the
   // configuration's bias mode.
   std::vector<SharedFloats> flip_grid;
+
+  // Room for `n` configurations' outputs and arrays.
+  void Resize(size_t n) {
+    outputs.resize(n);
+    pair_sigma.resize(n);
+    pair_accumulation_sigma.resize(n);
+    sigma_vs_reference.resize(n);
+    flip_grid.resize(n);
+  }
 };
 
 // What every outcome reports about its run: the configuration, its
