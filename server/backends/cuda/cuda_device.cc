@@ -339,8 +339,13 @@ absl::StatusOr<ArrayRef> CudaSession::Resident(const std::string& key, DType dty
     auto r = std::make_shared<ResidentArray>();
     if (cudaMallocAsync(&r->data, static_cast<size_t>(padded), stream_) == cudaSuccess &&
         cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming) == cudaSuccess) {
-      TC_RETURN_IF_ERROR(make(r->data));
-      TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(r->ready, stream_));
+      absl::Status made = make(r->data);
+      if (made.ok()) made = ToStatus(cudaEventRecord(r->ready, stream_), "cudaEventRecord");
+      if (!made.ok()) {
+        // `r` frees its memory on another stream: ours must be done with it.
+        (void)cudaStreamSynchronize(stream_);
+        return made;
+      }
       void* data = r->data;
       if (std::optional<ResidentCache::Handle> h = device_->cache_.Insert(key, r, padded)) {
         auto* kept = static_cast<ResidentArray*>(h->payload());

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -56,6 +57,7 @@ class CudaSession final : public DeviceSession {
   };
 
   // INVALID_ARGUMENT naming `what` for a reference the session never made.
+  // The pointer stays valid for the session's life.
   absl::StatusOr<const Array*> Get(ArrayRef a, absl::string_view what) const;
   void* data(ArrayRef a) const { return arrays_.at(static_cast<size_t>(a.id)).data; }
 
@@ -97,8 +99,10 @@ class CudaSession final : public DeviceSession {
   CudaComputeDevice::Lane* lane_;
   const StopSignal* stop_;
   cudaStream_t stream_;
-  std::vector<Array> arrays_;
-  std::vector<int64_t> padded_;            // each owned array's reserved bytes
+  // A deque: adding an array never moves the others, so an Array* from
+  // Get stays valid for the session's life.
+  std::deque<Array> arrays_;
+  std::deque<int64_t> padded_;             // each owned array's reserved bytes
   std::map<std::string, ArrayRef> forms_;  // "<array id>|<form>"
   int64_t reserved_ = 0;
   SessionCounters counters_;
