@@ -45,6 +45,7 @@
 #include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 #include "server/stats/diff_stats.h"
+#include "server/stats/error_model.h"
 
 namespace tensorcheck {
 
@@ -93,6 +94,21 @@ struct SessionModelSpec {
   int64_t count = 0;
 };
 
+// The scalars of `spec` as stats' ErrorModelInput: what a session's
+// ErrorModel hands to stats' functions (host arrays) or to the constants
+// of its kernels (SigmaConstantsOf and the like), after filling in the
+// arrays it keeps.
+inline ErrorModelInput ModelInputOf(const SessionModelSpec& spec) {
+  ErrorModelInput in;
+  in.precision = spec.precision;
+  in.k = spec.k;
+  in.output_dtype = spec.output_dtype;
+  in.unfused_bias = spec.unfused_bias;
+  in.inputs_exact = spec.inputs_exact;
+  in.count = spec.count;
+  return in;
+}
+
 struct SessionModel {
   ArrayRef values;  // count floats
   // Sum of the squares of the values (the sigma kinds; -1 for kBound):
@@ -110,6 +126,17 @@ struct SessionFlipSpec {
   int64_t cols = 0;
   int64_t count = 0;
 };
+
+// The scalars of `spec` as stats' FlipGridInput (as ModelInputOf).
+inline FlipGridInput FlipInputOf(const SessionFlipSpec& spec) {
+  FlipGridInput in;
+  in.output_dtype = spec.output_dtype;
+  in.unfused_bias = spec.unfused_bias;
+  in.activation = spec.activation;
+  in.cols = spec.cols;
+  in.count = spec.count;
+  return in;
+}
 
 // Compare(actual, expected, options) with the error-model arrays on the
 // device: options.predicted_sigma and options.error_bound are ignored in

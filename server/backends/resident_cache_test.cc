@@ -126,7 +126,9 @@ TEST(ResidentCacheTest, ConcurrentUseKeepsTheBudget) {
               std::shared_ptr<void>(new char[1], [](void* p) { delete[] static_cast<char*>(p); }),
               100);
         }
-        if (h) EXPECT_NE(h->payload(), nullptr);
+        if (h) {
+          EXPECT_NE(h->payload(), nullptr);
+        }
       }
     });
   }

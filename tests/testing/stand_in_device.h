@@ -113,27 +113,25 @@ class StandInSession : public DeviceSession {
     const int64_t bytes = static_cast<int64_t>(t.nbytes());
     if (!t.content_id().empty()) {
       const std::string key = absl::StrCat(t.content_id(), "|", DTypeName(t.dtype()));
-      if (auto hit = device_->cache_.Find(key)) {
+      std::optional<ResidentCache::Handle> h = device_->cache_.Find(key);
+      if (h) {
         ++counters_.resident_hits;
         counters_.resident_hit_bytes += bytes;
-        const auto* resident = static_cast<const Tensor*>(hit->payload());
+      } else {
+        ++counters_.uploads;
+        counters_.upload_bytes += bytes;
+        if (device_->cache_.MakeRoom(bytes)) {
+          h = device_->cache_.Insert(key, std::make_shared<Tensor>(t.Clone()), bytes);
+        }
+      }
+      if (h) {
+        // A view of the resident copy, pinned for the session.
+        const auto* resident = static_cast<const Tensor*>(h->payload());
         TC_ASSIGN_OR_RETURN(Tensor view,
                             Tensor::Borrow(resident->dtype(), t.shape(), resident->raw(),
                                            resident->nbytes(), nullptr));
-        handles_.push_back(*std::move(hit));
+        handles_.push_back(*std::move(h));
         return Add(std::move(view), /*reserve=*/false);
-      }
-      ++counters_.uploads;
-      counters_.upload_bytes += bytes;
-      if (device_->cache_.MakeRoom(bytes)) {
-        auto copy = std::make_shared<Tensor>(t.Clone());
-        if (auto h = device_->cache_.Insert(key, std::move(copy), bytes)) {
-          const auto* kept = static_cast<const Tensor*>(h->payload());
-          TC_ASSIGN_OR_RETURN(Tensor view, Tensor::Borrow(kept->dtype(), t.shape(), kept->raw(),
-                                                          kept->nbytes(), nullptr));
-          handles_.push_back(*std::move(h));
-          return Add(std::move(view), /*reserve=*/false);
-        }
       }
       return Add(t.Clone(), /*reserve=*/true);
     }
@@ -179,17 +177,11 @@ class StandInSession : public DeviceSession {
 
   absl::StatusOr<SessionModel> ErrorModel(const SessionModelSpec& spec) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    ErrorModelInput in;
-    in.precision = spec.precision;
-    in.k = spec.k;
-    in.output_dtype = spec.output_dtype;
-    in.unfused_bias = spec.unfused_bias;
-    in.inputs_exact = spec.inputs_exact;
+    ErrorModelInput in = ModelInputOf(spec);
     in.abs_dot = spec.abs_dot.valid() ? At(spec.abs_dot).data<float>() : nullptr;
     in.sq_dot = spec.sq_dot.valid() ? At(spec.sq_dot).data<float>() : nullptr;
     in.pre_bias = spec.pre_bias.valid() ? At(spec.pre_bias).data<float>() : nullptr;
     in.value = Doubles(spec.value);
-    in.count = spec.count;
     TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {spec.count}));
     float* v = t.data<float>();
     SessionModel m;
@@ -214,14 +206,9 @@ class StandInSession : public DeviceSession {
 
   absl::StatusOr<ArrayRef> FlipGrid(const SessionFlipSpec& spec) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    FlipGridInput in;
-    in.output_dtype = spec.output_dtype;
-    in.unfused_bias = spec.unfused_bias;
-    in.activation = spec.activation;
+    FlipGridInput in = FlipInputOf(spec);
     in.pre_bias = At(spec.pre_bias).data<float>();
     in.bias = spec.bias.valid() ? Doubles(spec.bias) : nullptr;
-    in.cols = spec.cols;
-    in.count = spec.count;
     TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {spec.count}));
     ::tensorcheck::FlipGrid(in, t.data<float>());
     return Add(std::move(t), /*reserve=*/true);

@@ -38,10 +38,14 @@ struct CudaDevice {
   bool tf32_disabled = false;  // NVIDIA_TF32_OVERRIDE=0 in the environment
 };
 
-// A host array of `count` floats as a tensor view (to upload it).
-absl::StatusOr<Tensor> FloatView(const float* data, int64_t count) {
-  return Tensor::Borrow(DType::kFloat32, {count}, data, static_cast<size_t>(count) * sizeof(float),
-                        nullptr);
+// A host array of `count` floats (an error-model array of the caller's)
+// on the device; none for null.
+absl::StatusOr<ArrayRef> UploadFloats(DeviceSession& session, const float* data, int64_t count) {
+  if (data == nullptr) return ArrayRef{};
+  TC_ASSIGN_OR_RETURN(Tensor view,
+                      Tensor::Borrow(DType::kFloat32, {count}, data,
+                                     static_cast<size_t>(count) * sizeof(float), nullptr));
+  return session.Upload(view);
 }
 
 class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
@@ -135,8 +139,8 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   if (!device_->init.ok()) return absl::FailedPreconditionError(device_->init.message());
 
   // Where a request's time goes, in the details: "host_prepare_ms" (a
-  // lane, the comparisons' arrays), "device_ms" (uploads, the runs, the
-  // statistics) and "host_finish_ms" (the output back).
+  // lane), "device_ms" (uploads, the run, the statistics) and
+  // "host_finish_ms" (the output back).
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return absl::StrFormat("%.3f", std::chrono::duration<double, std::milli>(b - a).count());
@@ -144,22 +148,6 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   const auto t_prepare = Clock::now();
   TC_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSession> session,
                       device_->compute->OpenSession(options.stop));
-  std::vector<Tensor> sigma_views, bound_views;
-  for (const OutputComparison& c : comparisons) {
-    const int64_t count = mn;
-    if (c.options.predicted_sigma != nullptr) {
-      TC_ASSIGN_OR_RETURN(Tensor v, FloatView(c.options.predicted_sigma, count));
-      sigma_views.push_back(std::move(v));
-    } else {
-      sigma_views.emplace_back();
-    }
-    if (c.options.error_bound != nullptr) {
-      TC_ASSIGN_OR_RETURN(Tensor v, FloatView(c.options.error_bound, count));
-      bound_views.push_back(std::move(v));
-    } else {
-      bound_views.emplace_back();
-    }
-  }
   const auto t_device = Clock::now();
   SessionOperands op;
   TC_ASSIGN_OR_RETURN(op.input, session->Upload(*problem.input));
@@ -178,12 +166,8 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   for (size_t c = 0; c < comparisons.size(); ++c) {
     TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*comparisons[c].other));
     SessionCompare sc{comparisons[c].options, {}, {}};
-    if (sigma_views[c].numel() > 0) {
-      TC_ASSIGN_OR_RETURN(sc.sigma, session->Upload(sigma_views[c]));
-    }
-    if (bound_views[c].numel() > 0) {
-      TC_ASSIGN_OR_RETURN(sc.bound, session->Upload(bound_views[c]));
-    }
+    TC_ASSIGN_OR_RETURN(sc.sigma, UploadFloats(*session, sc.options.predicted_sigma, mn));
+    TC_ASSIGN_OR_RETURN(sc.bound, UploadFloats(*session, sc.options.error_bound, mn));
     const bool actual = comparisons[c].output_is_actual;
     TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(actual ? run.output : other,
                                                       actual ? other : run.output, sc));

@@ -438,22 +438,16 @@ absl::StatusOr<SessionMagnitudes> CudaSession::MagnitudeSums(const SessionOperan
 absl::StatusOr<SessionModel> CudaSession::ErrorModel(const SessionModelSpec& spec) {
   TC_RETURN_IF_ERROR(CheckStop(stop_));
   TC_ASSIGN_OR_RETURN(const Array* value, Get(spec.value, "error model: value"));
-  ErrorModelInput in;
-  in.precision = spec.precision;
-  in.k = spec.k;
-  in.output_dtype = spec.output_dtype;
-  in.unfused_bias = spec.unfused_bias;
-  in.inputs_exact = spec.inputs_exact;
-  in.count = spec.count;
+  ErrorModelInput in = ModelInputOf(spec);
   const float* pre_bias = nullptr;
   if (spec.pre_bias.valid()) {
     TC_ASSIGN_OR_RETURN(const Array* p, Get(spec.pre_bias, "error model: pre_bias"));
     pre_bias = static_cast<const float*>(p->data);
-    // The constants only ask whether it is there.
-    in.pre_bias = reinterpret_cast<const float*>(p->data);
+    // A device pointer: the constants only ask whether it is there.
+    in.pre_bias = pre_bias;
   }
   TC_ASSIGN_OR_RETURN(ArrayRef out, Allocate(DType::kFloat32, spec.count));
-  float* values = static_cast<float*>(arrays_[static_cast<size_t>(out.id)].data);
+  float* values = static_cast<float*>(data(out));
   SessionModel model;
   model.values = out;
   if (spec.kind == SessionModelSpec::kBound) {
@@ -515,19 +509,13 @@ absl::StatusOr<ArrayRef> CudaSession::FlipGrid(const SessionFlipSpec& spec) {
         }));
     bias = static_cast<const double*>(data(wide));
   }
-  FlipGridInput in;
-  in.output_dtype = spec.output_dtype;
-  in.unfused_bias = spec.unfused_bias;
-  in.activation = spec.activation;
-  in.cols = spec.cols;
-  in.count = spec.count;
   TC_ASSIGN_OR_RETURN(ArrayRef out, Allocate(DType::kFloat32, spec.count));
   DeviceFlipGridArgs a;
-  a.c = FlipConstantsOf(in);
+  a.c = FlipConstantsOf(FlipInputOf(spec));
   a.pre_bias = static_cast<const float*>(pre->data);
   a.bias = bias;
   a.cols = bias != nullptr ? spec.cols : 0;
-  a.grid = static_cast<float*>(arrays_[static_cast<size_t>(out.id)].data);
+  a.grid = static_cast<float*>(data(out));
   a.count = spec.count;
   TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchFlipGrid(a, stream_), "LaunchFlipGrid")));
   ++counters_.model_arrays;
