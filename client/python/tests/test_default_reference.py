@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import numpy as np
 import pytest
 
 import tensorcheck
+from in_process_server import serve_in_process
 from tensorcheck._pb import pb, pb_grpc
 
 
@@ -40,15 +40,9 @@ class RecordingServer(pb_grpc.TensorCheckServicer):
 @pytest.fixture
 def recorded() -> Iterator[tuple[RecordingServer, tensorcheck.Client]]:
     servicer = RecordingServer()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_TensorCheckServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with tensorcheck.Client(f"127.0.0.1:{port}", timeout=30) as client:
+    with serve_in_process(servicer, workers=2) as target:
+        with tensorcheck.Client(target, timeout=30) as client:
             yield servicer, client
-    finally:
-        server.stop(grace=None)
 
 
 # Small enough to travel inline: the fake has no tensor store.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Optional
 
 import grpc
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 import tensorcheck
+from in_process_server import serve_in_process
 from tensorcheck._errors import retry_after_from_metadata
 from tensorcheck._pb import pb, pb_grpc
 
@@ -62,14 +62,8 @@ class RefusingServer(pb_grpc.TensorCheckServicer):
 @pytest.fixture
 def fake() -> Iterator[tuple[RefusingServer, str]]:
     servicer = RefusingServer()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_TensorCheckServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=None)
+    with serve_in_process(servicer) as target:
+        yield servicer, target
 
 
 TRANSIENT = [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED]

@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Optional
 
 import grpc
@@ -35,6 +34,7 @@ import pytest
 from google.protobuf import any_pb2
 
 import tensorcheck
+from in_process_server import serve_in_process
 from numerics import linear64
 from tensorcheck._errors import missing_tensors
 from tensorcheck._pb import pb, pb_grpc
@@ -339,17 +339,10 @@ def fake() -> Iterator[tuple[FakeStore, str]]:
     servicer = FakeStore()
     # A 4 MiB chunk plus its few header bytes is over gRPC's default 4 MiB
     # message limit; the real server allows 256 MiB.
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8),
-        options=[("grpc.max_receive_message_length", 64 * MiB)],
-    )
-    pb_grpc.add_TensorCheckServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield servicer, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=None)
+    with serve_in_process(
+        servicer, workers=8, options=[("grpc.max_receive_message_length", 64 * MiB)]
+    ) as target:
+        yield servicer, target
 
 
 def _layer(m: int, k: int, n: int, dtype=np.float32, seed: int = 0):
