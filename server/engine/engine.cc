@@ -44,20 +44,27 @@ absl::Status CheckTensorSize(const Tensor& t, absl::string_view field, int64_t m
   return absl::OkStatus();
 }
 
-// The fp64 configuration of the fastest available backend whose bias mode
-// rounds once (fused): device backends before host emulations, in
-// registration order.
-absl::StatusOr<std::string> FastestFp64Reference(const BackendRegistry& registry) {
-  LinearBackend* chosen = nullptr;
+// The first available backend that `qualifies`: a device backend before
+// a host emulation, in registration order within each kind.
+template <typename Qualifies>
+LinearBackend* FastestBackend(const BackendRegistry& registry, Qualifies qualifies) {
+  LinearBackend* host = nullptr;
   for (LinearBackend* backend : registry.backends()) {
-    if (!backend->Available().ok() || backend->default_bias_mode() != BiasMode::kFused) continue;
-    const std::vector<Precision> p = backend->precisions();
-    if (std::find(p.begin(), p.end(), Precision::kFp64) == p.end()) continue;
-    if (chosen == nullptr || (chosen->kind() == BackendKind::kHostEmulation &&
-                              backend->kind() == BackendKind::kDevice)) {
-      chosen = backend;
-    }
+    if (!backend->Available().ok() || !qualifies(backend)) continue;
+    if (backend->kind() == BackendKind::kDevice) return backend;
+    if (host == nullptr) host = backend;
   }
+  return host;
+}
+
+// The fp64 configuration of the fastest available backend whose bias mode
+// rounds once (fused).
+absl::StatusOr<std::string> FastestFp64Reference(const BackendRegistry& registry) {
+  LinearBackend* chosen = FastestBackend(registry, [](LinearBackend* backend) {
+    const std::vector<Precision> p = backend->precisions();
+    return backend->default_bias_mode() == BiasMode::kFused &&
+           std::find(p.begin(), p.end(), Precision::kFp64) != p.end();
+  });
   if (chosen == nullptr) {
     return absl::FailedPreconditionError(
         "default reference: no available backend runs fp64 with a fused bias; name one "
@@ -404,16 +411,10 @@ std::vector<std::string> Engine::DefaultCandidates(DType storage, bool has_bias,
     for (BiasMode b : {BiasMode::kFused, BiasMode::kUnfused}) {
       // The best backend for this pair: the first available one that runs
       // it, GPU backends before the CPU emulation.
-      LinearBackend* chosen = nullptr;
-      for (LinearBackend* backend : registry_->backends()) {
-        if (!backend->Available().ok()) continue;
+      LinearBackend* chosen = FastestBackend(*registry_, [&](LinearBackend* backend) {
         ConfigSpec spec{std::string(backend->name()), p, b};
-        Config c = ResolveConfig(spec, has_bias, activation, b);
-        if (!backend->Supports(c, storage).ok()) continue;
-        if (chosen == nullptr || chosen->kind() == BackendKind::kHostEmulation) {
-          chosen = backend;
-        }
-      }
+        return backend->Supports(ResolveConfig(spec, has_bias, activation, b), storage).ok();
+      });
       if (chosen == nullptr) continue;
       ConfigSpec spec{std::string(chosen->name()), p, b};
       const std::string c = ResolveConfig(spec, has_bias, activation, b).ToString();
