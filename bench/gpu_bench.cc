@@ -225,11 +225,12 @@ int Main(int iterations, bool stats_only) {
     if (!host_ms.ok()) return Fail(host_ms.status(), "verify the host way");
     auto diagnose_ms = time_engine(**engine, true, &last, runs);
     if (!diagnose_ms.ok()) return Fail(diagnose_ms.status(), "diagnose on the device");
-    const std::map<std::string, std::string>& d = verified.reference.details;
-    auto detail = [&](const char* key) {
-      auto it = d.find(key);
-      return it == d.end() ? std::string("-") : it->second;
+    // A session counter of an outcome's reference ("-" when absent).
+    auto detail_of = [](const VerifyOutcome& o, const char* key) {
+      auto it = o.reference.details.find(key);
+      return it == o.reference.details.end() ? std::string("-") : it->second;
     };
+    auto detail = [&](const char* key) { return detail_of(verified, key); };
     std::printf("| what | ms | ratio |\n|---|---|---|\n");
     std::printf(
         "| bare: upload x + cublasLtMatmul + download y (W, b on the device) | %.3f | "
@@ -245,10 +246,14 @@ int Main(int iterations, bool stats_only) {
         "| the same the host way (device_sessions off: magnitude sums on the CPU, "
         "reference downloaded) | %.1f | %.1f |\n",
         *host_ms, *host_ms / bare->input_only_ms);
+    auto diagnosis_detail = [&](const char* key) { return detail_of(last, key); };
     std::printf(
-        "| Diagnose, default candidates (%zu, all on the device) | %.2f | **%.2f** of the "
-        "verification (target <= 4) |\n\n",
-        last.results.size(), *diagnose_ms, *diagnose_ms / *verify_ms);
+        "| Diagnose, default candidates (%zu, all on the device; diagnosis passes %s, "
+        "downloads %s, %s bytes) | %.2f | **%.2f** of the verification (target <= 4) |\n\n",
+        last.results.size(), diagnosis_detail("session_diagnosis_passes").c_str(),
+        diagnosis_detail("session_downloads").c_str(),
+        diagnosis_detail("session_download_bytes").c_str(), *diagnose_ms,
+        *diagnose_ms / *verify_ms);
   }  // !stats_only
 
   // ---- 3. statistics kernels vs a device-to-device copy.

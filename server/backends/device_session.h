@@ -24,9 +24,10 @@
 // The semantics of each call are the host's: Run is LinearBackend::Run of
 // the configuration's backend, MagnitudeSums is ComputeMagnitudeSums,
 // ErrorModel the PredictSigma family and HardBound, FlipGrid stats'
-// FlipGrid, Compare stats' Compare; a device computes the sums in another
-// order, which is the only difference (docs/numerics.md, "The work on the
-// device").
+// FlipGrid, Compare stats' Compare, and the diagnosis calls stats'
+// diagnosis passes (diagnosis_passes.h); a device computes the sums in
+// another order, which is the only difference (docs/numerics.md, "The
+// work on the device").
 //
 // A session is used by one thread at a time. Errors: as the host's
 // functions, RESOURCE_EXHAUSTED over the device memory budget (the device
@@ -38,12 +39,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/linear_config.h"
 #include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
+#include "server/stats/diagnosis_passes.h"
+#include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/error_model.h"
 
@@ -148,6 +152,18 @@ struct SessionCompare {
   ArrayRef bound;
 };
 
+// A candidate's score for a diagnosis (stats' ScorePass) over arrays of
+// the session.
+struct SessionScoreSpec {
+  ArrayRef observed;
+  ArrayRef candidate;
+  ArrayRef pair_sigma;               // count floats
+  ArrayRef pair_accumulation_sigma;  // count floats
+  ArrayRef flip_grid;                // count floats, or invalid: the output spacing
+  ArrayRef mask;                     // a mask (NewMask), or invalid: every element
+  DType compared = DType::kFloat32;  // the dtype ULPs are counted in
+};
+
 // What a session did, for the run's details and the tests of the plan.
 struct SessionCounters {
   int64_t uploads = 0;  // tensors copied to the device
@@ -159,6 +175,7 @@ struct SessionCounters {
   int64_t runs = 0;
   int64_t comparisons = 0;
   int64_t model_arrays = 0;
+  int64_t diagnosis_passes = 0;  // the diagnosis calls below
 };
 
 class DeviceSession {
@@ -188,6 +205,43 @@ class DeviceSession {
   // run's output in the output dtype; magnitude sums, error-model arrays
   // and the flip grid in float32).
   virtual absl::StatusOr<Tensor> Download(ArrayRef array) = 0;
+
+  // ---- A diagnosis's passes (stats' diagnosis_passes.h, the same rules
+  // per element; sums merged in the device's order). A mask is a session
+  // array of one byte per element; where one is given, a pass reads the
+  // elements it holds set, else every element. `compared` is the dtype
+  // ULPs are counted in.
+
+  // SameBitsPass: whether two arrays hold the same bytes.
+  virtual absl::StatusOr<bool> SameBits(ArrayRef a, ArrayRef b) = 0;
+
+  // A mask of `count` elements, none set.
+  virtual absl::StatusOr<ArrayRef> NewMask(int64_t count) = 0;
+
+  // MarkConsistentPass into `mask`; returns how many elements it holds set.
+  virtual absl::StatusOr<int64_t> MarkConsistent(ArrayRef mask, ArrayRef observed,
+                                                 ArrayRef candidate, ArrayRef pair_sigma,
+                                                 DType compared) = 0;
+
+  // ScorePass.
+  virtual absl::StatusOr<rules::ScoreSums> Score(const SessionScoreSpec& spec) = 0;
+
+  // PairedPass (`sigma`: best's pair sigma).
+  virtual absl::StatusOr<rules::PairedSums> Paired(ArrayRef observed, ArrayRef best,
+                                                   ArrayRef runner, ArrayRef sigma, ArrayRef mask,
+                                                   DType compared) = 0;
+
+  // DifferingPass, element i in column i % cols.
+  virtual absl::StatusOr<DifferingCounts> Differing(ArrayRef a, ArrayRef b, ArrayRef mask,
+                                                    int64_t cols, DType compared) = 0;
+
+  // ErrorPass.
+  virtual absl::StatusOr<rules::ErrorSums> ErrorVsReference(ArrayRef observed, ArrayRef reference,
+                                                            ArrayRef sigma_vs_reference,
+                                                            ArrayRef mask) = 0;
+
+  // The mask on the host, one byte per element (counted as a download).
+  virtual absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) = 0;
 
   virtual SessionCounters counters() const = 0;
 };

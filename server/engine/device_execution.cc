@@ -4,8 +4,9 @@
 // from the device's resident cache when it is stored there); the
 // reference, every configuration, the error model's magnitude sums and
 // arrays, the flip grid and every comparison run on the device; only the
-// statistics come back, and the arrays a diagnosis reads or the outputs
-// the client asked for.
+// statistics come back, and the outputs the client asked for. A
+// diagnosis keeps the session open after the run: its per-element passes
+// run there too (SessionEvidence), and only their sums come back.
 //
 // It computes what Engine::Execution computes on the host (the same
 // comparisons, with the same error-model arrays, shared by the same keys);
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/backends/device_session.h"
 #include "server/core/status_macros.h"
+#include "server/engine/internal/diagnosis_evidence.h"
 #include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"
 
@@ -48,6 +50,129 @@ SessionModelSpec::Kind SpecKind(ModelKey::Kind kind) {
   }
   return SessionModelSpec::kSigma;
 }
+
+// A candidate's arrays on the device, for a diagnosis.
+struct CandidateArrays {
+  ArrayRef output, pair_sigma, pair_accumulation_sigma, sigma_vs_reference, flip_grid;
+};
+
+// DiagnosisEvidence over the arrays a device execution left on its
+// session (which it owns from then on): each pass is one of the session's
+// diagnosis calls; the explained set is a mask on the device. Only
+// Unexplained copies arrays back (the mask and one output), and only when
+// some element is unexplained.
+class SessionEvidence final : public DiagnosisEvidence {
+ public:
+  SessionEvidence(std::unique_ptr<DeviceSession> session, const Tensor& observed_host,
+                  ArrayRef observed, ArrayRef reference, std::vector<CandidateArrays> candidates,
+                  DType compared, int64_t cols)
+      : session_(std::move(session)),
+        observed_host_(observed_host),
+        observed_(observed),
+        reference_(reference),
+        candidates_(std::move(candidates)),
+        compared_(compared),
+        cols_(cols) {}
+
+  absl::StatusOr<bool> SameBits(size_t a, size_t b) override {
+    return session_->SameBits(candidates_[a].output, candidates_[b].output);
+  }
+
+  absl::StatusOr<int64_t> Explain(size_t c) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    return session_->MarkConsistent(mask, observed_, candidates_[c].output,
+                                    candidates_[c].pair_sigma, compared_);
+  }
+
+  absl::StatusOr<std::vector<rules::ScoreSums>> Score(const std::vector<size_t>& candidates,
+                                                      bool every_element) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    std::vector<rules::ScoreSums> sums;
+    for (size_t c : candidates) {
+      const CandidateArrays& a = candidates_[c];
+      SessionScoreSpec spec;
+      spec.observed = observed_;
+      spec.candidate = a.output;
+      spec.pair_sigma = a.pair_sigma;
+      spec.pair_accumulation_sigma = a.pair_accumulation_sigma;
+      spec.flip_grid = a.flip_grid;
+      spec.mask = every_element ? ArrayRef{} : mask;
+      spec.compared = compared_;
+      TC_ASSIGN_OR_RETURN(rules::ScoreSums s, session_->Score(spec));
+      sums.push_back(s);
+    }
+    return sums;
+  }
+
+  absl::StatusOr<rules::PairedSums> Paired(size_t best, size_t runner) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    return session_->Paired(observed_, candidates_[best].output, candidates_[runner].output,
+                            candidates_[best].pair_sigma, mask, compared_);
+  }
+
+  absl::StatusOr<DifferingCounts> Differing(size_t c, bool every_element) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    return session_->Differing(observed_, candidates_[c].output, every_element ? ArrayRef{} : mask,
+                               cols_, compared_);
+  }
+
+  absl::StatusOr<std::optional<rules::ErrorSums>> ErrorVsReference(size_t c) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    TC_ASSIGN_OR_RETURN(
+        rules::ErrorSums s,
+        session_->ErrorVsReference(observed_, reference_, candidates_[c].sigma_vs_reference, mask));
+    return std::optional<rules::ErrorSums>(s);
+  }
+
+  absl::StatusOr<std::vector<ElementDiff>> Unexplained(size_t c) override {
+    TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
+    TC_ASSIGN_OR_RETURN(const std::vector<uint8_t> explained, session_->DownloadMask(mask));
+    TC_ASSIGN_OR_RETURN(const Tensor output, session_->Download(candidates_[c].output));
+    if (static_cast<int64_t>(explained.size()) != observed_host_.numel() ||
+        output.numel() != observed_host_.numel()) {
+      return absl::InternalError("device diagnosis arrays of the wrong size");
+    }
+    return internal::UnexplainedDiffs(observed_host_, output, explained, compared_);
+  }
+
+  void Describe(std::map<std::string, std::string>* details) const override {
+    DescribeCounters(session_->counters(), details);
+  }
+
+  // The session's counters as a result's details (session_*).
+  static void DescribeCounters(const SessionCounters& c,
+                               std::map<std::string, std::string>* details) {
+    std::map<std::string, std::string>& d = *details;
+    d["session"] = "device";
+    d["session_uploads"] = absl::StrCat(c.uploads);
+    d["session_upload_bytes"] = absl::StrCat(c.upload_bytes);
+    d["session_resident_hits"] = absl::StrCat(c.resident_hits);
+    d["session_resident_hit_bytes"] = absl::StrCat(c.resident_hit_bytes);
+    d["session_downloads"] = absl::StrCat(c.downloads);
+    d["session_download_bytes"] = absl::StrCat(c.download_bytes);
+    d["session_runs"] = absl::StrCat(c.runs);
+    d["session_comparisons"] = absl::StrCat(c.comparisons);
+    d["session_model_arrays"] = absl::StrCat(c.model_arrays);
+    d["session_diagnosis_passes"] = absl::StrCat(c.diagnosis_passes);
+  }
+
+ private:
+  // The explained set, made on first use.
+  absl::StatusOr<ArrayRef> Mask() {
+    if (!mask_.valid()) {
+      TC_ASSIGN_OR_RETURN(mask_, session_->NewMask(observed_host_.numel()));
+    }
+    return mask_;
+  }
+
+  std::unique_ptr<DeviceSession> session_;
+  const Tensor& observed_host_;
+  const ArrayRef observed_, reference_;
+  const std::vector<CandidateArrays> candidates_;
+  const DType compared_;
+  const int64_t cols_;
+  ArrayRef mask_;
+};
 
 }  // namespace
 
@@ -84,7 +209,13 @@ class Engine::DeviceExecution {
     outcome_.passed =
         outcome_.observed_vs_reference ? outcome_.observed_vs_reference->passed : all_pass;
     outcome_.notes = Engine::Notes(req_, plan_);
-    DescribeSession();
+    SessionEvidence::DescribeCounters(session_->counters(), &outcome_.reference.details);
+    if (artifacts_ != nullptr && req_.observed) {
+      // The diagnosis's passes run on this session, over what it holds.
+      artifacts_->evidence = std::make_unique<SessionEvidence>(
+          std::move(session_), *req_.observed, observed_, reference_.output, std::move(candidates_),
+          plan_.output_dtype, plan_.n);
+    }
     return std::move(outcome_);
   }
 
@@ -168,9 +299,9 @@ class Engine::DeviceExecution {
     }
     o.elapsed_ms = MillisSince(start);
     o.details["statistics"] = "device";
-    if (req_.return_outputs || artifacts_ != nullptr) {
-      TC_ASSIGN_OR_RETURN(Tensor output, DownloadOutput(run->output));
-      TC_RETURN_IF_ERROR(Keep(i, opts, std::move(output), &o));
+    if (artifacts_ != nullptr) TC_RETURN_IF_ERROR(Keep(i, opts, run->output));
+    if (req_.return_outputs) {
+      TC_ASSIGN_OR_RETURN(o.output, DownloadOutput(run->output));
     }
     return o;
   }
@@ -188,30 +319,11 @@ class Engine::DeviceExecution {
       o.vs_observed = std::move(s);
     }
     o.details["statistics"] = "device";
-    if (req_.return_outputs || artifacts_ != nullptr) {
-      TC_ASSIGN_OR_RETURN(Tensor ref, DownloadOutput(reference_.output));
-      if (artifacts_ != nullptr) artifacts_->reference = ref.Clone();
-      if (req_.return_outputs) o.output = std::move(ref);
+    if (req_.return_outputs) {
+      TC_ASSIGN_OR_RETURN(o.output, DownloadOutput(reference_.output));
     }
     outcome_.reference = std::move(o);
     return absl::OkStatus();
-  }
-
-  // What the session did, in the reference's details (the plan's
-  // evidence: what was copied, what was resident).
-  void DescribeSession() {
-    const SessionCounters c = session_->counters();
-    std::map<std::string, std::string>& d = outcome_.reference.details;
-    d["session"] = "device";
-    d["session_uploads"] = absl::StrCat(c.uploads);
-    d["session_upload_bytes"] = absl::StrCat(c.upload_bytes);
-    d["session_resident_hits"] = absl::StrCat(c.resident_hits);
-    d["session_resident_hit_bytes"] = absl::StrCat(c.resident_hit_bytes);
-    d["session_downloads"] = absl::StrCat(c.downloads);
-    d["session_download_bytes"] = absl::StrCat(c.download_bytes);
-    d["session_runs"] = absl::StrCat(c.runs);
-    d["session_comparisons"] = absl::StrCat(c.comparisons);
-    d["session_model_arrays"] = absl::StrCat(c.model_arrays);
   }
 
   // ---- Keeping what a diagnosis reads.
@@ -226,38 +338,19 @@ class Engine::DeviceExecution {
     return t;
   }
 
-  // An error-model array on the host, downloaded once per array.
-  absl::StatusOr<SharedFloats> HostFloats(ArrayRef array) {
-    auto it = host_floats_.find(array.id);
-    if (it != host_floats_.end()) return it->second;
-    TC_ASSIGN_OR_RETURN(Tensor t, session_->Download(array));
-    if (t.dtype() != DType::kFloat32 || t.numel() != count_) {
-      return absl::InternalError("device error-model array of the wrong size or type");
-    }
-    auto values =
-        std::make_shared<const std::vector<float>>(t.data<float>(), t.data<float>() + t.numel());
-    host_floats_.emplace(array.id, values);
-    return SharedFloats(values);
-  }
-
-  absl::Status Keep(size_t i, const Options& opts, Tensor output, ConfigOutcome* o) {
-    if (artifacts_ == nullptr) {
-      o->output = std::move(output);
-      return absl::OkStatus();
-    }
-    if (req_.observed) {
-      const Config& config = plan_.configs[i];
-      const bool unfused = config.bias == BiasMode::kUnfused;
-      TC_ASSIGN_OR_RETURN(artifacts_->pair_sigma[i], HostFloats(opts.pair.values));
-      TC_ASSIGN_OR_RETURN(ModelArray acc,
-                          Model(ModelKey::kPairAccumulation, config.precision, unfused));
-      TC_ASSIGN_OR_RETURN(artifacts_->pair_accumulation_sigma[i], HostFloats(acc.values));
-      TC_ASSIGN_OR_RETURN(artifacts_->sigma_vs_reference[i], HostFloats(opts.sigma.values));
-      TC_ASSIGN_OR_RETURN(ArrayRef grid, FlipGridFor(unfused));
-      TC_ASSIGN_OR_RETURN(artifacts_->flip_grid[i], HostFloats(grid));
-    }
-    if (req_.return_outputs) o->output = output.Clone();
-    artifacts_->outputs[i] = std::move(output);
+  // What a diagnosis reads of configuration i, kept on the device.
+  absl::Status Keep(size_t i, const Options& opts, ArrayRef output) {
+    if (!req_.observed) return absl::OkStatus();
+    const Config& config = plan_.configs[i];
+    const bool unfused = config.bias == BiasMode::kUnfused;
+    CandidateArrays& c = candidates_[i];
+    c.output = output;
+    c.pair_sigma = opts.pair.values;
+    TC_ASSIGN_OR_RETURN(ModelArray acc,
+                        Model(ModelKey::kPairAccumulation, config.precision, unfused));
+    c.pair_accumulation_sigma = acc.values;
+    c.sigma_vs_reference = opts.sigma.values;
+    TC_ASSIGN_OR_RETURN(c.flip_grid, FlipGridFor(unfused));
     return absl::OkStatus();
   }
 
@@ -342,7 +435,7 @@ class Engine::DeviceExecution {
   SessionMagnitudes sums_;
   internal::ModelKeys keys_{req_.input, req_.weight};
   std::map<ModelKey, ModelArray> models_;
-  std::map<int, SharedFloats> host_floats_;
+  std::vector<CandidateArrays> candidates_{plan_.configs.size()};
   ArrayRef fused_grid_, unfused_grid_;
   VerifyOutcome outcome_;
 };

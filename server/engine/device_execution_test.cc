@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/core/float_formats.h"
 #include "server/engine/engine.h"
 #include "tests/testing/stand_in_device.h"
 #include "tests/testing/stats_testing.h"
@@ -76,6 +77,39 @@ class DeviceExecutionTest : public ::testing::Test {
 
   static std::map<std::string, std::string> SessionDetails(const VerifyOutcome& out) {
     return out.reference.details;
+  }
+
+  // The stand-in runs the host's passes, so a diagnosis on it equals the
+  // host's in every field, the explanation included.
+  static void ExpectSameDiagnosis(const DiagnosisOutcome& device, const DiagnosisOutcome& host) {
+    EXPECT_EQ(device.best, host.best);
+    EXPECT_EQ(device.confidence, host.confidence);
+    EXPECT_EQ(device.explanation, host.explanation);
+    ASSERT_EQ(device.ranking.size(), host.ranking.size());
+    for (size_t i = 0; i < host.ranking.size(); ++i) {
+      SCOPED_TRACE(host.ranking[i].config);
+      EXPECT_EQ(device.ranking[i].bitwise_equal_fraction, host.ranking[i].bitwise_equal_fraction);
+      EXPECT_EQ(device.ranking[i].max_ulp, host.ranking[i].max_ulp);
+      EXPECT_EQ(device.ranking[i].mean_ulp, host.ranking[i].mean_ulp);
+      EXPECT_EQ(device.ranking[i].bound_ratio, host.ranking[i].bound_ratio);
+      EXPECT_EQ(device.ranking[i].expected_disagreements, host.ranking[i].expected_disagreements);
+      EXPECT_EQ(device.ranking[i].ruled_out, host.ranking[i].ruled_out);
+    }
+    ASSERT_EQ(device.outliers.size(), host.outliers.size());
+    for (size_t i = 0; i < host.outliers.size(); ++i) {
+      EXPECT_EQ(device.outliers[i].flat_index, host.outliers[i].flat_index);
+      EXPECT_EQ(device.outliers[i].ulp, host.outliers[i].ulp);
+    }
+    ASSERT_EQ(device.columns.size(), host.columns.size());
+    for (size_t i = 0; i < host.columns.size(); ++i) {
+      EXPECT_EQ(device.columns[i].index, host.columns[i].index);
+      EXPECT_EQ(device.columns[i].mismatched, host.columns[i].mismatched);
+    }
+    ASSERT_EQ(device.rows.size(), host.rows.size());
+    for (size_t i = 0; i < host.rows.size(); ++i) {
+      EXPECT_EQ(device.rows[i].index, host.rows[i].index);
+      EXPECT_EQ(device.rows[i].mismatched, host.rows[i].mismatched);
+    }
   }
 
   std::unique_ptr<BackendRegistry> registry_;
@@ -208,6 +242,50 @@ TEST_F(DeviceExecutionTest, DiagnoseMatchesTheHostExecution) {
               host->diagnosis->ranking[i].disagreements);
     EXPECT_EQ(device->diagnosis->ranking[i].plausible, host->diagnosis->ranking[i].plausible);
   }
+  ExpectSameDiagnosis(*device->diagnosis, *host->diagnosis);
+}
+
+// The ranking reads its per-element evidence on the device: with every
+// element explained and no outputs asked for, nothing comes back but sums.
+TEST_F(DeviceExecutionTest, DiagnosisScoresOnTheDeviceAndDownloadsNothing) {
+  LinearRequest r = RequestObservingBf16();
+  r.configs.clear();
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  ASSERT_TRUE(out->diagnosis.has_value() && out->diagnosis->best.has_value());
+  EXPECT_TRUE(out->diagnosis->outliers.empty());
+  const SessionCounters c = device_->last_counters();
+  EXPECT_EQ(c.downloads, 0);
+  EXPECT_EQ(c.download_bytes, 0);
+  // At least: one explain pass and one score per class, and the error
+  // against the reference.
+  EXPECT_GE(c.diagnosis_passes, 3);
+  EXPECT_EQ(SessionDetails(*out)["session_downloads"], "0");
+  EXPECT_EQ(SessionDetails(*out)["session_diagnosis_passes"], std::to_string(c.diagnosis_passes));
+}
+
+// Outliers are the one case where element values come back: the explained
+// mask (a byte per element) and the one output they are listed against.
+TEST_F(DeviceExecutionTest, OutliersBringBackTheMaskAndOneOutput) {
+  LinearRequest r = RequestObservingBf16();
+  r.configs.clear();
+  const int64_t count = r.observed->numel();
+  for (int64_t i : {3, 101, 517}) {
+    r.observed->data<uint16_t>()[i] = DoubleToBf16Bits(64.0 + static_cast<double>(i));
+  }
+  auto device = engine_->Diagnose(r);
+  ASSERT_THAT(device, IsOk());
+  const SessionCounters c = device_->last_counters();
+  EXPECT_EQ(c.downloads, 2);
+  EXPECT_EQ(c.download_bytes, count * 1 + count * 2);  // the mask, one bf16 output
+  MakeEngine(kBudget, /*device_sessions=*/false);
+  auto host = engine_->Diagnose(r);
+  ASSERT_THAT(host, IsOk());
+  ASSERT_EQ(device->diagnosis->outliers.size(), 3u);
+  std::vector<int64_t> flat;
+  for (const ElementDiff& e : device->diagnosis->outliers) flat.push_back(e.flat_index);
+  EXPECT_THAT(flat, ::testing::UnorderedElementsAre(3, 101, 517));
+  ExpectSameDiagnosis(*device->diagnosis, *host->diagnosis);
 }
 
 TEST_F(DeviceExecutionTest, AStoredWeightStaysResidentForTheNextRequest) {

@@ -9,52 +9,45 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/core/parallel.h"
 #include "server/core/share_format.h"
+#include "server/core/status_macros.h"
 #include "server/engine/internal/diagnosis_evidence.h"
 #include "server/stats/error_model.h"
 
 namespace tensorcheck {
 namespace {
 
-using internal::Capped;
 using internal::ClassScore;
 using internal::ClearlyMoreInconsistent;
-using internal::ElementConsistent;
+using internal::Columns;
 using internal::GroupList;
-using internal::Localize;
 using internal::PairedZ;
 using internal::Preference;
 using internal::RuledOut;
 using internal::SameAccumulator;
-using internal::Ulp;
+using internal::TopGroups;
 
 // Above this bitwise-equal share with best, localization looks at the
 // runner-up instead (the handful of elements left say little).
 constexpr double kLocalizeAgainstRunnerUp = 0.99;
 
 // One diagnosis, step by step (RankCandidates below reads as the list of
-// steps). Shared state between the steps is the struct's data.
+// steps). Shared state between the steps is the struct's data; what is
+// read element by element comes from `evidence`.
 struct Ranking {
-  explicit Ranking(const DiagnosisInput& input)
-      : in(input),
-        observed(*input.observed),
-        total(input.observed->numel()),
-        dtype(input.output_dtype),
-        n(input.output_shape.empty() ? total : input.output_shape.back()) {
+  Ranking(const DiagnosisInput& input, DiagnosisEvidence& evidence)
+      : in(input), evidence(evidence), total(input.observed->numel()), dtype(input.output_dtype) {
     out.compared_dtype = input.output_dtype;
   }
 
   const DiagnosisInput& in;
+  DiagnosisEvidence& evidence;
   DiagnosisOutcome out;
-  const Tensor& observed;
   const int64_t total;
   const DType dtype;
-  const int64_t n;  // columns
 
   std::vector<ClassScore> classes;  // in rank order once Order() ran
-  std::vector<uint8_t> explained;   // per element: some candidate explains it
-  int64_t explained_count = 0;
+  int64_t explained_count = 0;      // elements some candidate explains
   double unexplained_share = 0;
   // Against best: the runner-up (first plausible class it separates, else
   // the first implausible one), its z, every class's z, and the ties.
@@ -63,22 +56,17 @@ struct Ranking {
   std::vector<double> z_vs_best;
   std::vector<const Config*> tied_configs;
   // What localisation compared the observed output with.
-  const Tensor* against = nullptr;
   std::string against_name;
   // Elements that differ from `against` in bits: the whole the column and
   // row shares are of.
   int64_t localized_count = 0;
 
-  const Tensor& output_of(const ClassScore& c) const { return *in.candidates[c.members[0]].output; }
   int preference_of(const ClassScore& c) const {
     return Preference(in.candidates[c.members[0]], in.storage_dtype);
   }
-  const float* sigma_of(const ClassScore& c) const {
-    return in.candidates[c.members[0]].pair_sigma;
-  }
 
   // Classes of bitwise-identical candidates that accumulate alike.
-  void Classify() {
+  absl::Status Classify() {
     std::vector<size_t> order(in.candidates.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -86,77 +74,49 @@ struct Ranking {
              Preference(in.candidates[b], in.storage_dtype);
     });
     for (size_t idx : order) {
-      const Tensor& t = *in.candidates[idx].output;
       bool merged = false;
       for (ClassScore& cls : classes) {
-        const Tensor& rep = *in.candidates[cls.members[0]].output;
-        if (SameAccumulator(in.candidates[cls.members[0]].config, in.candidates[idx].config) &&
-            rep.dtype() == t.dtype() && rep.nbytes() == t.nbytes() &&
-            std::memcmp(rep.raw(), t.raw(), t.nbytes()) == 0) {
+        if (!SameAccumulator(in.candidates[cls.members[0]].config, in.candidates[idx].config)) {
+          continue;
+        }
+        TC_ASSIGN_OR_RETURN(const bool same, evidence.SameBits(cls.members[0], idx));
+        if (same) {
           cls.members.push_back(idx);
           merged = true;
           break;
         }
       }
-      if (!merged) classes.push_back(ClassScore{{idx}});
+      if (!merged) {
+        classes.emplace_back();
+        classes.back().members = {idx};
+      }
     }
+    return absl::OkStatus();
   }
 
   // Which elements some candidate explains (bitwise equal or within
   // kConsistentZ pair sigmas); the others are outliers.
-  void MarkExplained() {
-    explained.assign(static_cast<size_t>(total), 0);
+  absl::Status MarkExplained() {
     for (const ClassScore& cls : classes) {
-      const DiagnosisCandidate& c = in.candidates[cls.members[0]];
-      for (int64_t i = 0; i < total; ++i) {
-        if (explained[static_cast<size_t>(i)]) continue;
-        const double o = observed.GetDouble(i);
-        const double v = c.output->GetDouble(i);
-        if (ElementConsistent(o, v, Ulp(o, v, dtype), c.pair_sigma[i])) {
-          explained[static_cast<size_t>(i)] = 1;
-        }
-      }
+      TC_ASSIGN_OR_RETURN(explained_count, evidence.Explain(cls.members[0]));
     }
-    explained_count = std::count(explained.begin(), explained.end(), uint8_t{1});
     unexplained_share = 1.0 - static_cast<double>(explained_count) / static_cast<double>(total);
+    return absl::OkStatus();
   }
 
-  // Each class's evidence over the explained elements.
-  void Score() {
-    // Scores over the explained elements (all of them when none is).
-    const bool use_all = explained_count == 0;
-    // Each class is scored by one thread, its sums in element order.
-    auto score = [&](ClassScore& cls) {
-      const DiagnosisCandidate& c = in.candidates[cls.members[0]];
-      for (int64_t i = 0; i < total; ++i) {
-        if (!use_all && !explained[static_cast<size_t>(i)]) continue;
-        const double o = observed.GetDouble(i);
-        const double v = c.output->GetDouble(i);
-        const uint64_t ulp = Ulp(o, v, dtype);
-        ++cls.counted;
-        if (ulp == 0) ++cls.bitwise;
-        if (ElementConsistent(o, v, ulp, c.pair_sigma[i])) ++cls.consistent;
-        cls.ulp_sum += Capped(ulp);
-        cls.expected_disagreements += FlipChance(
-            c.pair_accumulation_sigma[i],
-            c.flip_grid != nullptr ? c.flip_grid[i] : static_cast<float>(OutputSpacing(v, dtype)));
-        cls.max_ulp = std::max(cls.max_ulp, ulp);
-        if (std::isfinite(o) && std::isfinite(v)) {
-          const double s = c.pair_sigma[i];
-          cls.err_sq += (o - v) * (o - v);
-          cls.sigma_sq += s * s;
-        }
-      }
-    };
-    ParallelChunks(
-        static_cast<int64_t>(classes.size()), in.executor,
-        [&](int64_t begin, int64_t end) {
-          for (int64_t j = begin; j < end; ++j) score(classes[static_cast<size_t>(j)]);
-        },
-        /*min_chunk=*/1);
-    for (ClassScore& cls : classes) {
+  // Each class's evidence over the explained elements (all of them when
+  // none is).
+  absl::Status Score() {
+    std::vector<size_t> first;
+    for (const ClassScore& cls : classes) first.push_back(cls.members[0]);
+    TC_ASSIGN_OR_RETURN(std::vector<rules::ScoreSums> sums,
+                        evidence.Score(first, /*every_element=*/explained_count == 0));
+    for (size_t j = 0; j < classes.size(); ++j) {
+      ClassScore& cls = classes[j];
+      static_cast<rules::ScoreSums&>(cls) = sums[j];
       cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
     }
+    return absl::OkStatus();
   }
 
   // The ranking rules (diagnosis.h; docs/numerics.md, "Diagnosis").
@@ -197,15 +157,16 @@ struct Ranking {
 
   // Among the candidates the data cannot separate from the top one, the
   // preferred configuration is named (and ranked) first.
-  void NamePreferredFirst() {
+  absl::Status NamePreferredFirst() {
     if (classes[0].is_plausible()) {
       size_t chosen = 0;
       for (size_t j = 1; j < classes.size() && classes[j].is_plausible(); ++j) {
         // Never a class plausible only by the floor over one plausible on
         // the evidence (see plausible_by_floor_only).
         if (classes[j].plausible_by_floor_only() && !classes[0].plausible_by_floor_only()) break;
-        const double z = PairedZ(observed, output_of(classes[0]), output_of(classes[j]),
-                                 sigma_of(classes[0]), explained, dtype);
+        TC_ASSIGN_OR_RETURN(const rules::PairedSums counts,
+                            evidence.Paired(classes[0].members[0], classes[j].members[0]));
+        const double z = PairedZ(counts);
         if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
           chosen = j;
         }
@@ -213,28 +174,14 @@ struct Ranking {
       std::rotate(classes.begin(), classes.begin() + static_cast<std::ptrdiff_t>(chosen),
                   classes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
     }
+    return absl::OkStatus();
   }
 
   // Elements no candidate explains, largest first.
-  void ListOutliers() {
-    const ClassScore& top = classes[0];
-    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
-    std::vector<ElementDiff> outliers;
-    for (int64_t i = 0; i < total; ++i) {
-      if (explained[static_cast<size_t>(i)]) continue;
-      ElementDiff e;
-      e.flat_index = i;
-      e.actual = observed.GetDouble(i);
-      e.expected = top_c.output->GetDouble(i);
-      e.actual_bits = BitsIn(e.actual, dtype);
-      e.expected_bits = BitsIn(e.expected, dtype);
-      e.abs_diff = std::fabs(e.actual - e.expected);
-      e.rel_diff = e.expected != 0
-                       ? e.abs_diff / std::fabs(e.expected)
-                       : (e.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
-      e.ulp = UlpDistance(e.actual, e.expected, dtype);
-      outliers.push_back(e);
-    }
+  absl::Status ListOutliers() {
+    if (explained_count == total) return absl::OkStatus();
+    TC_ASSIGN_OR_RETURN(std::vector<ElementDiff> outliers,
+                        evidence.Unexplained(classes[0].members[0]));
     const size_t k = std::min<size_t>(static_cast<size_t>(in.top_k), outliers.size());
     std::partial_sort(outliers.begin(), outliers.begin() + static_cast<std::ptrdiff_t>(k),
                       outliers.end(), [](const ElementDiff& a, const ElementDiff& b) {
@@ -244,6 +191,7 @@ struct Ranking {
                       });
     outliers.resize(k);
     out.outliers = std::move(outliers);
+    return absl::OkStatus();
   }
 
   bool NothingExplains() const {
@@ -251,7 +199,7 @@ struct Ranking {
   }
 
   // The explanation when no candidate explains the output.
-  void ExplainNothing() {
+  absl::Status ExplainNothing() {
     const ClassScore& top = classes[0];
     const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
     const DiffStats* closest = top_c.vs_observed;
@@ -266,8 +214,11 @@ struct Ranking {
         FormatShare(total - explained_count, total), kConsistentZ, top_c.config.ToString(),
         FormatShare(top.consistent, top.counted), closest ? closest->max_abs : 0.0,
         top.bound_ratio());
-    Localize(observed, *top_c.output, std::vector<uint8_t>(static_cast<size_t>(total), 1), n, dtype,
-             in.top_groups, &out.columns, &out.rows);
+    TC_ASSIGN_OR_RETURN(const DifferingCounts d,
+                        evidence.Differing(top.members[0], /*every_element=*/true));
+    out.columns = TopGroups(d.columns, d.total, in.top_groups);
+    out.rows = TopGroups(d.rows, d.total, in.top_groups);
+    return absl::OkStatus();
   }
 
   // best, what is equivalent to it, and what it means in framework terms.
@@ -291,9 +242,8 @@ struct Ranking {
   }
 
   // Ties and the runner-up, by paired sign tests against best.
-  void Separate() {
+  absl::Status Separate() {
     const ClassScore& top = classes[0];
-    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
     // Plausible candidates the data cannot separate from best (|z| of a
     // paired sign test below kTieZ), and the runner-up: the first plausible
     // candidate it can separate, else the first implausible one (ruled out).
@@ -303,8 +253,9 @@ struct Ranking {
         if (runner == nullptr) runner = &classes[j];
         break;
       }
-      const double z = PairedZ(observed, *top_c.output, output_of(classes[j]), top_c.pair_sigma,
-                               explained, dtype);
+      TC_ASSIGN_OR_RETURN(const rules::PairedSums counts,
+                          evidence.Paired(top.members[0], classes[j].members[0]));
+      const double z = PairedZ(counts);
       z_vs_best[j] = z;
       // A class plausible only by the floor, below one plausible on the
       // evidence, is tied whatever the sign test says (it favours the
@@ -320,6 +271,7 @@ struct Ranking {
         z_runner = z;
       }
     }
+    return absl::OkStatus();
   }
 
   // Confidence that the output came from best or a configuration listed
@@ -334,7 +286,7 @@ struct Ranking {
         top.within() * separation * (1.0 - unexplained_share) * (top.is_plausible() ? 1.0 : 0.5);
   }
 
-  void LocalizeDifferences() {
+  absl::Status LocalizeDifferences() {
     const ClassScore& top = classes[0];
     const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
     // Where the differences sit: against best, or when it matches (nearly)
@@ -343,7 +295,7 @@ struct Ranking {
     // bias mode when best has one, since that is the confusion a bias
     // placement causes): where the observed output parts from the
     // configuration it would be mistaken for.
-    against = top_c.output;
+    size_t against = top.members[0];
     against_name = top_c.config.ToString();
     if (top.bitwise_fraction() >= kLocalizeAgainstRunnerUp) {
       const ClassScore* closest = nullptr;
@@ -355,16 +307,20 @@ struct Ranking {
         if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
       }
       if (closest != nullptr) {
-        against = in.candidates[closest->members[0]].output;
-        against_name = in.candidates[closest->members[0]].config.ToString();
+        against = closest->members[0];
+        against_name = in.candidates[against].config.ToString();
       }
     }
-    localized_count =
-        Localize(observed, *against, explained, n, dtype, in.top_groups, &out.columns, &out.rows);
+    TC_ASSIGN_OR_RETURN(const DifferingCounts d,
+                        evidence.Differing(against, /*every_element=*/false));
+    localized_count = d.total;
+    out.columns = TopGroups(d.columns, d.total, in.top_groups);
+    out.rows = TopGroups(d.rows, d.total, in.top_groups);
+    return absl::OkStatus();
   }
 
   // The paragraph.
-  void WriteParagraph() {
+  absl::Status WriteParagraph() {
     const ClassScore& top = classes[0];
     const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
     const int64_t outlier_count = total - explained_count;
@@ -449,16 +405,10 @@ struct Ranking {
                       absl::StrJoin(closer, "; "), ".");
     }
     // Error against the exact result, in the best precision's own terms.
-    if (top_c.sigma_vs_reference != nullptr && in.reference != nullptr) {
-      double err_sq = 0, sigma_sq = 0, max_abs = 0;
-      for (int64_t i = 0; i < total; ++i) {
-        if (!explained[static_cast<size_t>(i)]) continue;
-        const double d = observed.GetDouble(i) - in.reference->GetDouble(i);
-        if (!std::isfinite(d)) continue;
-        err_sq += d * d;
-        sigma_sq += double(top_c.sigma_vs_reference[i]) * top_c.sigma_vs_reference[i];
-        max_abs = std::max(max_abs, std::fabs(d));
-      }
+    TC_ASSIGN_OR_RETURN(const std::optional<rules::ErrorSums> error,
+                        evidence.ErrorVsReference(top.members[0]));
+    if (error.has_value()) {
+      const double err_sq = error->err_sq, sigma_sq = error->sigma_sq, max_abs = error->max_abs;
       if (sigma_sq > 0) {
         absl::StrAppend(&text,
                         absl::StrFormat(" Against the %s reference its error (max abs %.3g) is "
@@ -493,6 +443,7 @@ struct Ranking {
                                       outlier_count));
     }
     out.explanation = std::move(text);
+    return absl::OkStatus();
   }
 
   // Every candidate, class by class in rank order, with the evidence on
@@ -534,30 +485,36 @@ struct Ranking {
 }  // namespace
 
 DiagnosisOutcome RankCandidates(const DiagnosisInput& in) {
+  // The host's passes cannot fail.
+  return *RankCandidates(in, *HostEvidence(in));
+}
+
+absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& in,
+                                                DiagnosisEvidence& evidence) {
   if (in.candidates.empty() || in.observed->numel() == 0) {
     DiagnosisOutcome out;
     out.compared_dtype = in.output_dtype;
     out.explanation = "No candidates to compare the observed output with.";
     return out;
   }
-  Ranking r(in);
-  r.Classify();
-  r.MarkExplained();
-  r.Score();
+  Ranking r(in, evidence);
+  TC_RETURN_IF_ERROR(r.Classify());
+  TC_RETURN_IF_ERROR(r.MarkExplained());
+  TC_RETURN_IF_ERROR(r.Score());
   r.Order();
-  r.NamePreferredFirst();
-  r.ListOutliers();
+  TC_RETURN_IF_ERROR(r.NamePreferredFirst());
+  TC_RETURN_IF_ERROR(r.ListOutliers());
   if (r.NothingExplains()) {
-    r.ExplainNothing();
+    TC_RETURN_IF_ERROR(r.ExplainNothing());
     r.EmitRanking("", {});
     return std::move(r.out);
   }
   r.NameBest();
-  r.Separate();
+  TC_RETURN_IF_ERROR(r.Separate());
   r.EmitRanking(*r.out.best, r.z_vs_best);
   r.Confidence();
-  r.LocalizeDifferences();
-  r.WriteParagraph();
+  TC_RETURN_IF_ERROR(r.LocalizeDifferences());
+  TC_RETURN_IF_ERROR(r.WriteParagraph());
   return std::move(r.out);
 }
 

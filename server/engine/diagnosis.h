@@ -55,17 +55,23 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "server/core/linear_config.h"
 #include "server/core/tensor.h"
 #include "server/engine/engine.h"
+#include "server/stats/diagnosis_passes.h"
+#include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck {
 
-inline constexpr double kConsistentZ = 4.0;
+inline constexpr double kConsistentZ = rules::kConsistentZ;
 inline constexpr double kConsistentShare = 0.9;
 inline constexpr double kMaxUnexplainedShare = 0.1;
 inline constexpr double kTieZ = 3.0;
@@ -80,6 +86,9 @@ inline constexpr double kPlausibilityAlpha = 1e-6;
 // best (ClassScore::plausible_by_floor_only).
 inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
+// A candidate. Its per-element arrays (output, pair_sigma and the others)
+// are read only by HostEvidence; a diagnosis whose evidence is elsewhere
+// (on a device) leaves them null.
 struct DiagnosisCandidate {
   Config config;
   const Tensor* output = nullptr;           // shaped like the observed output
@@ -121,7 +130,56 @@ struct DiagnosisInput {
   Executor* executor = nullptr;
 };
 
+// The per-element passes a ranking reads (stats' diagnosis_passes.h, one
+// rule per element from stats' diagnosis_rules.h), over the candidates'
+// outputs and arrays wherever they are: on the host (HostEvidence) or on
+// the device that computed them (the engine's device execution), so that
+// only sums come back. Candidates are indices into
+// DiagnosisInput::candidates. The explained set starts empty and grows
+// with Explain; the passes that say so read only its elements. Errors:
+// the device's (RESOURCE_EXHAUSTED, CANCELLED, ...).
+class DiagnosisEvidence {
+ public:
+  virtual ~DiagnosisEvidence() = default;
+  // Whether candidates a and b produced the same bytes.
+  virtual absl::StatusOr<bool> SameBits(size_t a, size_t b) = 0;
+  // Adds the elements consistent with candidate c (bitwise equal, or
+  // within kConsistentZ of its pair sigmas) to the explained set; returns
+  // the set's size.
+  virtual absl::StatusOr<int64_t> Explain(size_t c) = 0;
+  // Each candidate's score over the explained set (every element when
+  // `every_element`), in the order given.
+  virtual absl::StatusOr<std::vector<rules::ScoreSums>> Score(const std::vector<size_t>& candidates,
+                                                              bool every_element) = 0;
+  // The paired sign test's counts of `runner` against `best` over the
+  // explained set.
+  virtual absl::StatusOr<rules::PairedSums> Paired(size_t best, size_t runner) = 0;
+  // Where the observed output and candidate c differ in bits, by column
+  // and row, over the explained set (every element when `every_element`).
+  virtual absl::StatusOr<DifferingCounts> Differing(size_t c, bool every_element) = 0;
+  // The observed output against the reference over the explained set,
+  // with candidate c's sigma against the exact result; nullopt without
+  // a reference or that sigma.
+  virtual absl::StatusOr<std::optional<rules::ErrorSums>> ErrorVsReference(size_t c) = 0;
+  // Every element outside the explained set, observed against candidate
+  // c, in element order.
+  virtual absl::StatusOr<std::vector<ElementDiff>> Unexplained(size_t c) = 0;
+  // What the passes cost where that is worth reporting (a device's
+  // transfer counters), into a result's details; nothing by default.
+  virtual void Describe(std::map<std::string, std::string>* details) const { (void)details; }
+};
+
+// The passes over the host arrays of `input`'s candidates; `input` must
+// outlive it.
+std::unique_ptr<DiagnosisEvidence> HostEvidence(const DiagnosisInput& input);
+
+// Ranks over HostEvidence(input).
 DiagnosisOutcome RankCandidates(const DiagnosisInput& input);
+// Ranks over `evidence`, which holds the per-element arrays of `input`'s
+// candidates; the result does not depend on where they are, up to the
+// order of floating sums.
+absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& input,
+                                                DiagnosisEvidence& evidence);
 
 // What a configuration means in framework terms, e.g. "JAX/Flax default on
 // Ampere+: fp32 matmul in TF32, bias added separately".

@@ -329,7 +329,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   TC_RETURN_IF_ERROR(CheckStop(stop));
   DiagnosisInput in;
   in.observed = &*request.observed;
-  in.reference = &artifacts.reference;
+  in.reference = artifacts.evidence == nullptr ? &artifacts.reference : nullptr;
   in.reference_config = plan.reference.ToString();
   in.storage_dtype = request.input.dtype();
   in.output_dtype = plan.output_dtype;
@@ -339,21 +339,30 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   in.top_k = plan.compare.top_k;
   in.top_groups = plan.compare.top_groups;
   in.executor = options_.executor;
+  auto data = [](const SharedFloats& f) { return f != nullptr ? f->data() : nullptr; };
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
     c.config = plan.configs[i];
     c.backend_kind = plan.backends[i]->kind();
-    c.output = &artifacts.outputs[i];
     c.vs_observed = &*outcome.results[i].vs_observed;
     c.vs_reference = &outcome.results[i].vs_reference;
-    c.pair_sigma = artifacts.pair_sigma[i]->data();
-    c.pair_accumulation_sigma = artifacts.pair_accumulation_sigma[i]->data();
-    c.sigma_vs_reference = artifacts.sigma_vs_reference[i]->data();
-    c.flip_grid = artifacts.flip_grid[i]->data();
     c.shared_computation = outcome.results[i].shared_computation;
+    // The host arrays, where the run kept them there (not on a device).
+    if (artifacts.evidence == nullptr) {
+      c.output = &artifacts.outputs[i];
+      c.pair_sigma = data(artifacts.pair_sigma[i]);
+      c.pair_accumulation_sigma = data(artifacts.pair_accumulation_sigma[i]);
+      c.sigma_vs_reference = data(artifacts.sigma_vs_reference[i]);
+      c.flip_grid = data(artifacts.flip_grid[i]);
+    }
     in.candidates.push_back(c);
   }
-  outcome.diagnosis = RankCandidates(in);
+  if (artifacts.evidence != nullptr) {
+    TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
+    artifacts.evidence->Describe(&outcome.reference.details);
+  } else {
+    outcome.diagnosis = RankCandidates(in);
+  }
   if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
     // A diagnosis returns the outputs that explain it, not every
     // candidate's: the reference's and the best (or closest) candidate's.

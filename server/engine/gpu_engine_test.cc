@@ -166,6 +166,46 @@ TEST_F(GpuEngineTest, GpuDiagnoseRunsEveryDefaultCandidateOnTheDevice) {
   EXPECT_EQ(*out->diagnosis->best, "cublas:bf16:unfused") << out->diagnosis->explanation;
 }
 
+// The diagnosis's passes on the device (diagnosis_kernels.cu) against the
+// host's over the same GPU outputs (the host way downloads them): the
+// integer evidence exactly, the floating sums to rounding, and nothing
+// downloaded on the device.
+TEST_F(GpuEngineTest, GpuDiagnosisPassesOnTheDeviceMatchTheHosts) {
+  LinearRequest r = Request(64, 512, 256);
+  r.configs.clear();
+  auto device = engine_->Diagnose(r);
+  ASSERT_THAT(device, IsOk());
+  EXPECT_EQ(device->reference.details.at("session_downloads"), "0");
+  EXPECT_NE(device->reference.details.at("session_diagnosis_passes"), "0");
+  auto host = MakeEngine(/*device_sessions=*/false)->Diagnose(r);
+  ASSERT_THAT(host, IsOk());
+  ASSERT_TRUE(device->diagnosis.has_value() && host->diagnosis.has_value());
+  EXPECT_EQ(device->diagnosis->best, host->diagnosis->best);
+  ASSERT_EQ(device->diagnosis->ranking.size(), host->diagnosis->ranking.size());
+  for (size_t i = 0; i < host->diagnosis->ranking.size(); ++i) {
+    const RankedCandidate& d = device->diagnosis->ranking[i];
+    const RankedCandidate& h = host->diagnosis->ranking[i];
+    SCOPED_TRACE(h.config);
+    EXPECT_EQ(d.config, h.config);
+    EXPECT_EQ(d.bitwise_equal_fraction, h.bitwise_equal_fraction);
+    EXPECT_EQ(d.max_ulp, h.max_ulp);
+    EXPECT_EQ(d.mean_ulp, h.mean_ulp);
+    EXPECT_EQ(d.disagreements, h.disagreements);
+    // The error model from device GEMMs in another order (as in
+    // GpuRequestOnTheDeviceMatchesTheHostWay), and sums in another order.
+    EXPECT_NEAR(d.expected_disagreements, h.expected_disagreements,
+                1e-4 * h.expected_disagreements + 1e-9);
+    ASSERT_EQ(d.bound_ratio.has_value(), h.bound_ratio.has_value());
+    if (h.bound_ratio.has_value()) {
+      EXPECT_NEAR(*d.bound_ratio, *h.bound_ratio, 1e-4 * *h.bound_ratio);
+    }
+    // An element at 4 sigmas may fall either side with sigmas 1e-7 apart.
+    EXPECT_NEAR(d.consistent_fraction, h.consistent_fraction, 1e-3);
+  }
+  EXPECT_EQ(device->diagnosis->tied, host->diagnosis->tied);
+  EXPECT_EQ(device->diagnosis->outliers.size(), host->diagnosis->outliers.size());
+}
+
 TEST_F(GpuEngineTest, GpuOverTheBudgetIsResourceExhaustedAndTheDeviceKeepsServing) {
   BackendRegistry small;
   BuiltinBackendOptions options;

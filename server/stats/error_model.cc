@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "server/core/parallel.h"
+#include "server/stats/diagnosis_rules.h"
 #include "server/stats/ulp.h"
 
 namespace tensorcheck {
@@ -162,11 +163,7 @@ void FlipGrid(const FlipGridInput& in, float* grid) {
 }
 
 double FlipChance(float pair_accumulation_sigma, float grid) {
-  constexpr double kMeanAbsOverSigma = 0.7978845608028654;  // sqrt(2/pi)
-  if (!(grid > 0)) return 1.0;
-  if (std::isinf(grid)) return 0.0;
-  return std::min(1.0, kMeanAbsOverSigma * static_cast<double>(pair_accumulation_sigma) /
-                           static_cast<double>(grid));
+  return rules::FlipChance(pair_accumulation_sigma, grid);
 }
 
 double PoissonUpperTail(int64_t observed, double expected) {

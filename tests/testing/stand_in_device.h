@@ -28,6 +28,7 @@
 #include "server/backends/device_session.h"
 #include "server/backends/resident_cache.h"
 #include "server/core/status_macros.h"
+#include "server/stats/diagnosis_passes.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/error_model.h"
 #include "server/stats/magnitude_sums.h"
@@ -233,9 +234,79 @@ class StandInSession : public DeviceSession {
     return t;
   }
 
+  // The diagnosis's passes: stats' host passes over the session's arrays.
+
+  absl::StatusOr<bool> SameBits(ArrayRef a, ArrayRef b) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return SameBitsPass(At(a), At(b));
+  }
+
+  absl::StatusOr<ArrayRef> NewMask(int64_t count) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    // Accounted as a float array of a quarter the elements; the bytes
+    // themselves live in masks_.
+    TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {(count + 3) / 4}));
+    TC_ASSIGN_OR_RETURN(ArrayRef ref, Add(std::move(t), /*reserve=*/true));
+    masks_[ref.id].assign(static_cast<size_t>(count), 0);
+    return ref;
+  }
+
+  absl::StatusOr<int64_t> MarkConsistent(ArrayRef mask, ArrayRef observed, ArrayRef candidate,
+                                         ArrayRef pair_sigma, DType compared) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return MarkConsistentPass(At(observed), At(candidate), At(pair_sigma).data<float>(), compared,
+                              &masks_.at(mask.id));
+  }
+
+  absl::StatusOr<rules::ScoreSums> Score(const SessionScoreSpec& spec) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return ScorePass({&At(spec.observed), &At(spec.candidate), At(spec.pair_sigma).data<float>(),
+                      At(spec.pair_accumulation_sigma).data<float>(),
+                      spec.flip_grid.valid() ? At(spec.flip_grid).data<float>() : nullptr,
+                      MaskData(spec.mask), spec.compared});
+  }
+
+  absl::StatusOr<rules::PairedSums> Paired(ArrayRef observed, ArrayRef best, ArrayRef runner,
+                                           ArrayRef sigma, ArrayRef mask, DType compared) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return PairedPass(At(observed), At(best), At(runner), At(sigma).data<float>(), MaskData(mask),
+                      compared);
+  }
+
+  absl::StatusOr<DifferingCounts> Differing(ArrayRef a, ArrayRef b, ArrayRef mask, int64_t cols,
+                                            DType compared) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return DifferingPass(At(a), At(b), MaskData(mask), cols, compared);
+  }
+
+  absl::StatusOr<rules::ErrorSums> ErrorVsReference(ArrayRef observed, ArrayRef reference,
+                                                    ArrayRef sigma_vs_reference,
+                                                    ArrayRef mask) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    ++counters_.diagnosis_passes;
+    return ErrorPass(At(observed), At(reference), At(sigma_vs_reference).data<float>(),
+                     MaskData(mask));
+  }
+
+  absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) override {
+    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    const std::vector<uint8_t>& m = masks_.at(mask.id);
+    ++counters_.downloads;
+    counters_.download_bytes += static_cast<int64_t>(m.size());
+    return m;
+  }
+
   SessionCounters counters() const override { return counters_; }
 
  private:
+  const uint8_t* MaskData(ArrayRef mask) const {
+    return mask.valid() ? masks_.at(mask.id).data() : nullptr;
+  }
   absl::StatusOr<ArrayRef> Add(Tensor t, bool reserve) {
     if (reserve) {
       const int64_t bytes = static_cast<int64_t>(t.nbytes());
@@ -272,6 +343,7 @@ class StandInSession : public DeviceSession {
   const StopSignal* stop_;
   std::vector<Tensor> arrays_;
   std::map<int, std::vector<double>> doubles_;
+  std::map<int, std::vector<uint8_t>> masks_;
   std::vector<ResidentCache::Handle> handles_;
   int64_t reserved_ = 0;
   SessionCounters counters_;

@@ -2,29 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <memory>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/core/parallel.h"
 #include "server/core/share_format.h"
+#include "server/stats/diagnosis_passes.h"
 #include "server/stats/error_model.h"
+#include "server/stats/ulp.h"
 
 namespace tensorcheck::internal {
-namespace {
-
-// ULP distances above this count as this much in means and t-statistics, so
-// a few wild elements cannot dominate.
-constexpr uint64_t kUlpCap = 1 << 10;
-
-}  // namespace
-
-// UlpDistance, without its conversions where the values are equal (most
-// elements of the closest candidates): +0 and -0 are 0 apart too.
-uint64_t Ulp(double a, double b, DType dtype) { return a == b ? 0 : UlpDistance(a, b, dtype); }
-
-double Capped(uint64_t ulp) { return static_cast<double>(std::min<uint64_t>(ulp, kUlpCap)); }
-
 // Position of a candidate in the fixed tie-break preference.
 int Preference(const DiagnosisCandidate& candidate, DType storage) {
   const Config& c = candidate.config;
@@ -75,34 +67,8 @@ bool ClearlyMoreInconsistent(int64_t count, int64_t fewest, int64_t counted) {
   return static_cast<double>(count) > static_cast<double>(fewest) + slack;
 }
 
-bool ElementConsistent(double o, double v, uint64_t ulp, float sigma) {
-  if (ulp == 0) return true;
-  if (!std::isfinite(o) || !std::isfinite(v)) return false;
-  return std::fabs(o - v) <= kConsistentZ * static_cast<double>(sigma);
-}
-
-// Paired sign test of per-element ULP distances: z = (n+ - n-) /
-// sqrt(n+ + n-), n+ the elements where `runner` is further from the
-// observed output than `best`, n- where it is closer. Only elements where
-// the two candidates differ by more than half a pair sigma (`sigma`, best's)
-// count: elsewhere summation noise decides which is closer. Robust to the
-// heavy tail of ULP distances near zero, where a cancelling sum makes one
-// ULP tiny.
-double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner, const float* sigma,
-               const std::vector<uint8_t>& explained, DType dtype) {
-  int64_t further = 0, closer = 0;
-  for (int64_t i = 0; i < observed.numel(); ++i) {
-    if (!explained[static_cast<size_t>(i)]) continue;
-    const double bv = best.GetDouble(i), rv = runner.GetDouble(i);
-    if (!(std::fabs(bv - rv) > 0.5 * static_cast<double>(sigma[i])) && std::isfinite(bv - rv)) {
-      continue;
-    }
-    const double o = observed.GetDouble(i);
-    const uint64_t r = Ulp(o, rv, dtype);
-    const uint64_t b = Ulp(o, bv, dtype);
-    if (r > b) ++further;
-    if (r < b) ++closer;
-  }
+double PairedZ(const rules::PairedSums& counts) {
+  const int64_t further = counts.further, closer = counts.closer;
   if (further + closer == 0) return 0;
   return static_cast<double>(further - closer) / std::sqrt(static_cast<double>(further + closer));
 }
@@ -118,40 +84,43 @@ std::string GroupList(const std::vector<GroupCount>& groups, int64_t differing) 
                          FormatShare(std::min(held, differing), differing));
 }
 
-// Counts elements that differ (in bits) between `a` and `b` by column and row.
-int64_t Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
-                 DType dtype, int top, std::vector<GroupCount>* columns,
-                 std::vector<GroupCount>* rows) {
-  const int64_t total = a.numel();
-  const int64_t m = n > 0 ? total / n : 0;
-  std::vector<int64_t> col(static_cast<size_t>(n), 0), row(static_cast<size_t>(m), 0);
-  int64_t differing = 0;
-  for (int64_t i = 0; i < total; ++i) {
-    if (!explained[static_cast<size_t>(i)]) continue;
-    if (Ulp(a.GetDouble(i), b.GetDouble(i), dtype) == 0) continue;
-    ++col[static_cast<size_t>(i % n)];
-    ++row[static_cast<size_t>(i / n)];
-    ++differing;
+std::vector<GroupCount> TopGroups(const std::vector<int64_t>& counts, int64_t total, int top) {
+  std::vector<int64_t> idx(counts.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(top, 0)), idx.size());
+  std::partial_sort(
+      idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+      [&](int64_t x, int64_t y) {
+        return counts[static_cast<size_t>(x)] > counts[static_cast<size_t>(y)] ||
+               (counts[static_cast<size_t>(x)] == counts[static_cast<size_t>(y)] && x < y);
+      });
+  std::vector<GroupCount> groups;
+  for (size_t j = 0; j < k; ++j) {
+    const int64_t c = counts[static_cast<size_t>(idx[j])];
+    if (c == 0) break;
+    groups.push_back({idx[j], c, static_cast<double>(c) / static_cast<double>(total)});
   }
-  auto top_of = [&](const std::vector<int64_t>& counts, std::vector<GroupCount>* out) {
-    std::vector<int64_t> idx(counts.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    const size_t k = std::min<size_t>(static_cast<size_t>(top), idx.size());
-    std::partial_sort(
-        idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-        [&](int64_t x, int64_t y) {
-          return counts[static_cast<size_t>(x)] > counts[static_cast<size_t>(y)] ||
-                 (counts[static_cast<size_t>(x)] == counts[static_cast<size_t>(y)] && x < y);
-        });
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t c = counts[static_cast<size_t>(idx[j])];
-      if (c == 0) break;
-      out->push_back({idx[j], c, static_cast<double>(c) / static_cast<double>(differing)});
-    }
-  };
-  top_of(col, columns);
-  top_of(row, rows);
-  return differing;
+  return groups;
+}
+
+std::vector<ElementDiff> UnexplainedDiffs(const Tensor& observed, const Tensor& candidate,
+                                          const std::vector<uint8_t>& explained, DType dtype) {
+  std::vector<ElementDiff> diffs;
+  for (int64_t i = 0; i < observed.numel(); ++i) {
+    if (explained[static_cast<size_t>(i)]) continue;
+    ElementDiff e;
+    e.flat_index = i;
+    e.actual = observed.GetDouble(i);
+    e.expected = candidate.GetDouble(i);
+    e.actual_bits = BitsIn(e.actual, dtype);
+    e.expected_bits = BitsIn(e.expected, dtype);
+    e.abs_diff = std::fabs(e.actual - e.expected);
+    e.rel_diff = e.expected != 0 ? e.abs_diff / std::fabs(e.expected)
+                                 : (e.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
+    e.ulp = UlpDistance(e.actual, e.expected, dtype);
+    diffs.push_back(e);
+  }
+  return diffs;
 }
 
 // Why a class cannot be best, in one sentence; empty when it could.
@@ -178,4 +147,82 @@ std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
       best_name, z);
 }
 
+namespace {
+
+// The passes over the candidates' host arrays (DiagnosisCandidate's
+// pointers), with the explained set as a byte per element.
+class HostPasses final : public DiagnosisEvidence {
+ public:
+  explicit HostPasses(const DiagnosisInput& in)
+      : in_(in), explained_(static_cast<size_t>(in.observed->numel()), 0) {}
+
+  absl::StatusOr<bool> SameBits(size_t a, size_t b) override {
+    return SameBitsPass(*in_.candidates[a].output, *in_.candidates[b].output);
+  }
+
+  absl::StatusOr<int64_t> Explain(size_t c) override {
+    const DiagnosisCandidate& cand = in_.candidates[c];
+    return MarkConsistentPass(*in_.observed, *cand.output, cand.pair_sigma, in_.output_dtype,
+                              &explained_);
+  }
+
+  absl::StatusOr<std::vector<rules::ScoreSums>> Score(const std::vector<size_t>& candidates,
+                                                      bool every_element) override {
+    std::vector<rules::ScoreSums> sums(candidates.size());
+    // One candidate per task, its sums in element order.
+    ParallelChunks(
+        static_cast<int64_t>(candidates.size()), in_.executor,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t j = begin; j < end; ++j) {
+            const DiagnosisCandidate& c = in_.candidates[candidates[static_cast<size_t>(j)]];
+            sums[static_cast<size_t>(j)] = ScorePass(
+                {in_.observed, c.output, c.pair_sigma, c.pair_accumulation_sigma, c.flip_grid,
+                 every_element ? nullptr : explained_.data(), in_.output_dtype});
+          }
+        },
+        /*min_chunk=*/1);
+    return sums;
+  }
+
+  absl::StatusOr<rules::PairedSums> Paired(size_t best, size_t runner) override {
+    const DiagnosisCandidate& b = in_.candidates[best];
+    return PairedPass(*in_.observed, *b.output, *in_.candidates[runner].output, b.pair_sigma,
+                      explained_.data(), in_.output_dtype);
+  }
+
+  absl::StatusOr<DifferingCounts> Differing(size_t c, bool every_element) override {
+    return DifferingPass(*in_.observed, *in_.candidates[c].output,
+                         every_element ? nullptr : explained_.data(), Columns(in_),
+                         in_.output_dtype);
+  }
+
+  absl::StatusOr<std::optional<rules::ErrorSums>> ErrorVsReference(size_t c) override {
+    const float* sigma = in_.candidates[c].sigma_vs_reference;
+    if (sigma == nullptr || in_.reference == nullptr) return std::nullopt;
+    return ErrorPass(*in_.observed, *in_.reference, sigma, explained_.data());
+  }
+
+  absl::StatusOr<std::vector<ElementDiff>> Unexplained(size_t c) override {
+    return UnexplainedDiffs(*in_.observed, *in_.candidates[c].output, explained_, in_.output_dtype);
+  }
+
+ private:
+  const DiagnosisInput& in_;
+  std::vector<uint8_t> explained_;
+};
+
+}  // namespace
+
+int64_t Columns(const DiagnosisInput& in) {
+  return in.output_shape.empty() ? in.observed->numel() : in.output_shape.back();
+}
+
 }  // namespace tensorcheck::internal
+
+namespace tensorcheck {
+
+std::unique_ptr<DiagnosisEvidence> HostEvidence(const DiagnosisInput& input) {
+  return std::make_unique<internal::HostPasses>(input);
+}
+
+}  // namespace tensorcheck

@@ -10,16 +10,10 @@
 #include "server/core/linear_config.h"
 #include "server/core/tensor.h"
 #include "server/engine/diagnosis.h"
+#include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck::internal {
-
-// UlpDistance, without its conversions where the values are equal (most
-// elements of the closest candidates): +0 and -0 are 0 apart too.
-uint64_t Ulp(double a, double b, DType dtype);
-
-// A ULP distance capped for sums, so a few wild elements cannot dominate.
-double Capped(uint64_t ulp);
 
 // Position of a candidate in the fixed tie-break preference (lower first).
 int Preference(const DiagnosisCandidate& candidate, DType storage);
@@ -27,20 +21,14 @@ int Preference(const DiagnosisCandidate& candidate, DType storage);
 // Whether two configurations accumulate alike (see ClassScore).
 bool SameAccumulator(const Config& a, const Config& b);
 
-// Evidence about one class of bitwise-identical candidates.
-struct ClassScore {
+// Evidence about one class of bitwise-identical candidates: the sums of
+// its first member's score over the explained elements (counted), and
+// what the ranking derives from them.
+struct ClassScore : rules::ScoreSums {
   std::vector<size_t> members;  // indices into input.candidates; [0] names it
-  int64_t consistent = 0;       // over explained elements
-  int64_t bitwise = 0;
-  double ulp_sum = 0;
-  uint64_t max_ulp = 0;
-  double err_sq = 0;
-  double sigma_sq = 0;
-  int64_t counted = 0;  // explained elements
-  // Bitwise disagreements with the observed output, and how many the
-  // candidate's accumulation noise alone would produce.
-  double expected_disagreements = 0;
-  double plausibility_p = 1;  // set after scoring
+  // Poisson chance of the bitwise disagreements (counted - bitwise) given
+  // the expected_disagreements; set after scoring.
+  double plausibility_p = 1;
   double within() const { return counted ? double(consistent) / counted : 0; }
   double bitwise_fraction() const { return counted ? double(bitwise) / counted : 0; }
   double mean_ulp() const { return counted ? ulp_sum / counted : 0; }
@@ -73,25 +61,27 @@ struct ClassScore {
 // slack plus 0.1% of the elements for error-model misfit)?
 bool ClearlyMoreInconsistent(int64_t count, int64_t fewest, int64_t counted);
 
-// Bitwise equal, or within kConsistentZ predicted standard errors.
-bool ElementConsistent(double o, double v, uint64_t ulp, float sigma);
-
-// Paired sign test of `runner` against `best` on the explained elements
-// where the two differ by more than half a pair sigma: z = (n+ - n-) /
-// sqrt(n+ + n-).
-double PairedZ(const Tensor& observed, const Tensor& best, const Tensor& runner, const float* sigma,
-               const std::vector<uint8_t>& explained, DType dtype);
+// The paired sign test's z = (n+ - n-) / sqrt(n+ + n-): n+ the elements
+// where the runner-up is further from the observed output than best, n-
+// where it is closer (stats' PairedPass counts them).
+double PairedZ(const rules::PairedSums& counts);
 
 // "{3, 7, 9} (40% of them)": the groups' indices and the share of the
 // `differing` elements they hold, from the counts (a sum of the groups'
 // shares can land a rounding away from all of them, or from all).
 std::string GroupList(const std::vector<GroupCount>& groups, int64_t differing);
 
-// Counts elements that differ (in bits) between `a` and `b` by column and
-// row; returns how many differ in all.
-int64_t Localize(const Tensor& a, const Tensor& b, const std::vector<uint8_t>& explained, int64_t n,
-                 DType dtype, int top, std::vector<GroupCount>* columns,
-                 std::vector<GroupCount>* rows);
+// The `top` largest non-zero counts (ties: the lower index first), as
+// groups holding their share of the `total` differing elements.
+std::vector<GroupCount> TopGroups(const std::vector<int64_t>& counts, int64_t total, int top);
+
+// Every element outside `explained` (0 entries) as observed against
+// `candidate`, in element order.
+std::vector<ElementDiff> UnexplainedDiffs(const Tensor& observed, const Tensor& candidate,
+                                          const std::vector<uint8_t>& explained, DType dtype);
+
+// The columns of the output (its last dimension), as the passes' `cols`.
+int64_t Columns(const DiagnosisInput& in);
 
 // Why a class cannot be best, in one sentence; empty when it could.
 std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,

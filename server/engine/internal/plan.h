@@ -8,6 +8,7 @@
 
 #include "server/backends/linear_backend.h"
 #include "server/core/linear_config.h"
+#include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
@@ -47,6 +48,9 @@ struct Engine::Artifacts {
   // The output grid where two summation orders part (FlipGrid), for the
   // configuration's bias mode.
   std::vector<SharedFloats> flip_grid;
+  // Where the arrays above stay on a device instead (a device execution
+  // fills this and leaves them empty): the passes a ranking reads.
+  std::unique_ptr<DiagnosisEvidence> evidence;
 
   // Room for `n` configurations' outputs and arrays.
   void Resize(size_t n) {

@@ -1,6 +1,7 @@
 // CudaSession: one request on a lane of the CudaComputeDevice (internal to
 // this folder; cuda_device.h says what a session holds). cuda_device.cc
-// has the arrays, copies, the error model and the comparisons;
+// has the arrays, copies, the error model, the comparisons and a
+// diagnosis's passes (diagnosis_kernels.h);
 // session_run.cc the runs of a configuration and the magnitude sums.
 //
 // Arrays are the session's own (stream-ordered allocations, freed with
@@ -42,6 +43,19 @@ class CudaSession final : public DeviceSession {
   absl::StatusOr<DiffStats> Compare(ArrayRef actual, ArrayRef expected,
                                     const SessionCompare& compare) override;
   absl::StatusOr<Tensor> Download(ArrayRef array) override;
+  absl::StatusOr<bool> SameBits(ArrayRef a, ArrayRef b) override;
+  absl::StatusOr<ArrayRef> NewMask(int64_t count) override;
+  absl::StatusOr<int64_t> MarkConsistent(ArrayRef mask, ArrayRef observed, ArrayRef candidate,
+                                         ArrayRef pair_sigma, DType compared) override;
+  absl::StatusOr<rules::ScoreSums> Score(const SessionScoreSpec& spec) override;
+  absl::StatusOr<rules::PairedSums> Paired(ArrayRef observed, ArrayRef best, ArrayRef runner,
+                                           ArrayRef sigma, ArrayRef mask, DType compared) override;
+  absl::StatusOr<DifferingCounts> Differing(ArrayRef a, ArrayRef b, ArrayRef mask, int64_t cols,
+                                            DType compared) override;
+  absl::StatusOr<rules::ErrorSums> ErrorVsReference(ArrayRef observed, ArrayRef reference,
+                                                    ArrayRef sigma_vs_reference,
+                                                    ArrayRef mask) override;
+  absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) override;
   SessionCounters counters() const override { return counters_; }
 
   // ---- for session_run.cc
@@ -54,6 +68,10 @@ class CudaSession final : public DeviceSession {
     const Tensor* host = nullptr;  // the request's tensor it was uploaded from
     std::string content_id;        // non-empty: its forms are resident too
     std::optional<ResidentCache::Handle> pin;
+    // A mask (NewMask): its element count, one byte each (the array is
+    // allocated as `count` float32 words holding them); -1 for any other
+    // array.
+    int64_t mask_count = -1;
   };
 
   // INVALID_ARGUMENT naming `what` for a reference the session never made.

@@ -1,0 +1,97 @@
+#include "server/stats/diagnosis_passes.h"
+
+#include <cstring>
+
+#include "server/stats/error_model.h"
+#include "server/stats/ulp.h"
+
+namespace tensorcheck {
+namespace {
+
+bool Reads(const uint8_t* mask, int64_t i) { return mask == nullptr || mask[i] != 0; }
+
+}  // namespace
+
+uint64_t DiagnosisUlp(double a, double b, DType dtype) {
+  return a == b ? 0 : UlpDistance(a, b, dtype);
+}
+
+bool SameBitsPass(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+int64_t MarkConsistentPass(const Tensor& observed, const Tensor& candidate,
+                           const float* pair_sigma, DType compared, std::vector<uint8_t>* mask) {
+  const int64_t total = observed.numel();
+  mask->resize(static_cast<size_t>(total), 0);
+  int64_t set = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    uint8_t& m = (*mask)[static_cast<size_t>(i)];
+    if (m == 0) {
+      const double o = observed.GetDouble(i);
+      const double v = candidate.GetDouble(i);
+      if (rules::ElementConsistent(o, v, DiagnosisUlp(o, v, compared), pair_sigma[i])) m = 1;
+    }
+    set += m != 0 ? 1 : 0;
+  }
+  return set;
+}
+
+rules::ScoreSums ScorePass(const ScorePassInput& in) {
+  rules::ScoreSums s;
+  const int64_t total = in.observed->numel();
+  for (int64_t i = 0; i < total; ++i) {
+    if (!Reads(in.mask, i)) continue;
+    const double o = in.observed->GetDouble(i);
+    const double v = in.candidate->GetDouble(i);
+    const float grid = in.flip_grid != nullptr ? in.flip_grid[i]
+                                               : static_cast<float>(OutputSpacing(v, in.compared));
+    rules::AddToScore(s, o, v, DiagnosisUlp(o, v, in.compared), in.pair_sigma[i],
+                      in.pair_accumulation_sigma[i], grid);
+  }
+  return s;
+}
+
+rules::PairedSums PairedPass(const Tensor& observed, const Tensor& best, const Tensor& runner,
+                             const float* sigma, const uint8_t* mask, DType compared) {
+  rules::PairedSums s;
+  for (int64_t i = 0; i < observed.numel(); ++i) {
+    if (!Reads(mask, i)) continue;
+    const double bv = best.GetDouble(i), rv = runner.GetDouble(i);
+    if (!rules::PairedElementCounts(bv, rv, sigma[i])) continue;
+    const double o = observed.GetDouble(i);
+    rules::AddToPaired(s, DiagnosisUlp(o, bv, compared), DiagnosisUlp(o, rv, compared));
+  }
+  return s;
+}
+
+DifferingCounts DifferingPass(const Tensor& a, const Tensor& b, const uint8_t* mask, int64_t cols,
+                              DType compared) {
+  const int64_t total = a.numel();
+  DifferingCounts d;
+  if (cols <= 0) return d;
+  d.columns.assign(static_cast<size_t>(cols), 0);
+  d.rows.assign(static_cast<size_t>(total / cols), 0);
+  for (int64_t i = 0; i < total; ++i) {
+    if (!Reads(mask, i)) continue;
+    if (DiagnosisUlp(a.GetDouble(i), b.GetDouble(i), compared) == 0) continue;
+    ++d.columns[static_cast<size_t>(i % cols)];
+    // A partial last row (count not a multiple of cols) is not a row.
+    if (i / cols < static_cast<int64_t>(d.rows.size())) ++d.rows[static_cast<size_t>(i / cols)];
+    ++d.total;
+  }
+  return d;
+}
+
+rules::ErrorSums ErrorPass(const Tensor& observed, const Tensor& reference,
+                           const float* sigma_vs_reference, const uint8_t* mask) {
+  rules::ErrorSums s;
+  for (int64_t i = 0; i < observed.numel(); ++i) {
+    if (!Reads(mask, i)) continue;
+    rules::AddToError(s, observed.GetDouble(i), reference.GetDouble(i), sigma_vs_reference[i]);
+  }
+  return s;
+}
+
+}  // namespace tensorcheck
