@@ -15,6 +15,7 @@
 // __host__ __device__ __forceinline__ under nvcc, `inline` elsewhere.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -91,4 +92,29 @@ TC_HOST_DEVICE double MulRn(double a, double b) {
 #endif
 }
 
+// The classification and the few math functions that host-and-device
+// rules use: the CUDA math library in nvcc's device pass, <cmath>
+// elsewhere (correctly rounded on both sides but Tanh).
+namespace hd_math {
+
+TC_HOST_DEVICE double Infinity() { return DoubleOfBits(0x7ff0000000000000ull); }
+#if defined(__CUDA_ARCH__)
+TC_HOST_DEVICE double Sqrt(double v) { return sqrt(v); }
+TC_HOST_DEVICE double Tanh(double v) { return tanh(v); }
+TC_HOST_DEVICE double Fabs(double v) { return fabs(v); }
+TC_HOST_DEVICE bool IsNan(double v) { return isnan(v); }
+TC_HOST_DEVICE bool IsInf(double v) { return isinf(v); }
+TC_HOST_DEVICE bool IsFinite(double v) { return isfinite(v); }
+TC_HOST_DEVICE bool IsFinite(float v) { return isfinite(v); }
+#else
+TC_HOST_DEVICE double Sqrt(double v) { return std::sqrt(v); }
+TC_HOST_DEVICE double Tanh(double v) { return std::tanh(v); }
+TC_HOST_DEVICE double Fabs(double v) { return std::fabs(v); }
+TC_HOST_DEVICE bool IsNan(double v) { return std::isnan(v); }
+TC_HOST_DEVICE bool IsInf(double v) { return std::isinf(v); }
+TC_HOST_DEVICE bool IsFinite(double v) { return std::isfinite(v); }
+TC_HOST_DEVICE bool IsFinite(float v) { return std::isfinite(v); }
+#endif
+
+}  // namespace hd_math
 }  // namespace tensorcheck

@@ -21,8 +21,8 @@ bool SameBitsPass(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-int64_t MarkConsistentPass(const Tensor& observed, const Tensor& candidate,
-                           const float* pair_sigma, DType compared, std::vector<uint8_t>* mask) {
+int64_t MarkConsistentPass(const Tensor& observed, const Tensor& candidate, const float* pair_sigma,
+                           DType compared, std::vector<uint8_t>* mask) {
   const int64_t total = observed.numel();
   mask->resize(static_cast<size_t>(total), 0);
   int64_t set = 0;

@@ -33,8 +33,8 @@ bool SameBitsPass(const Tensor& a, const Tensor& b);
 // Sets mask[i] where element i of `observed` is consistent with
 // `candidate` (rules::ElementConsistent with `pair_sigma`); returns how
 // many elements the mask holds set afterwards.
-int64_t MarkConsistentPass(const Tensor& observed, const Tensor& candidate,
-                           const float* pair_sigma, DType compared, std::vector<uint8_t>* mask);
+int64_t MarkConsistentPass(const Tensor& observed, const Tensor& candidate, const float* pair_sigma,
+                           DType compared, std::vector<uint8_t>* mask);
 
 struct ScorePassInput {
   const Tensor* observed = nullptr;

@@ -58,8 +58,8 @@ TEST(DiagnosisPassesTest, ScoreSumsByHand) {
   const std::vector<float> sigma = {0.25f, 0x1p-20f, 0.0625f, 0.5f};
   const std::vector<float> acc = {0.0f, 0.5f, 2.0f, 0.0f};
   const std::vector<float> grid = {1.0f, 1.0f, 1.0f, 1.0f};
-  rules::ScoreSums s = ScorePass({&observed, &candidate, sigma.data(), acc.data(), grid.data(),
-                                  nullptr, DType::kFloat32});
+  rules::ScoreSums s = ScorePass(
+      {&observed, &candidate, sigma.data(), acc.data(), grid.data(), nullptr, DType::kFloat32});
   EXPECT_EQ(s.counted, 4);
   EXPECT_EQ(s.bitwise, 1);
   EXPECT_EQ(s.consistent, 2);
@@ -73,8 +73,8 @@ TEST(DiagnosisPassesTest, ScoreSumsByHand) {
 
   // The mask leaves out element 2: its ULPs, inconsistency and error go.
   const std::vector<uint8_t> mask = {1, 1, 0, 1};
-  s = ScorePass({&observed, &candidate, sigma.data(), acc.data(), grid.data(), mask.data(),
-                 DType::kFloat32});
+  s = ScorePass(
+      {&observed, &candidate, sigma.data(), acc.data(), grid.data(), mask.data(), DType::kFloat32});
   EXPECT_EQ(s.counted, 3);
   EXPECT_EQ(s.consistent, 2);
   EXPECT_EQ(s.ulp_sum, 0 + 1 + 1024);

@@ -58,8 +58,8 @@ TC_HOST_DEVICE double FlipChance(float pair_accumulation_sigma, float grid) {
   constexpr double kMeanAbsOverSigma = 0.7978845608028654;  // sqrt(2/pi)
   if (!(grid > 0)) return 1.0;
   if (!error_math::IsFinite(grid)) return 0.0;
-  const double p = kMeanAbsOverSigma * static_cast<double>(pair_accumulation_sigma) /
-                   static_cast<double>(grid);
+  const double p =
+      kMeanAbsOverSigma * static_cast<double>(pair_accumulation_sigma) / static_cast<double>(grid);
   return p < 1.0 ? p : 1.0;
 }
 

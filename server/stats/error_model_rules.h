@@ -48,26 +48,8 @@ inline constexpr int kActivationNone = 0;
 inline constexpr int kActivationRelu = 1;
 inline constexpr int kActivationGeluTanh = 2;
 
-// ---- the portable math these rules use: the CUDA math library in nvcc's
-// device pass, <cmath> elsewhere.
-namespace error_math {
-
-TC_HOST_DEVICE double Infinity() { return DoubleOfBits(0x7ff0000000000000ull); }
-#if defined(__CUDA_ARCH__)
-TC_HOST_DEVICE double Sqrt(double v) { return sqrt(v); }
-TC_HOST_DEVICE double Tanh(double v) { return tanh(v); }
-TC_HOST_DEVICE double Fabs(double v) { return fabs(v); }
-TC_HOST_DEVICE bool IsNan(double v) { return isnan(v); }
-TC_HOST_DEVICE bool IsFinite(double v) { return isfinite(v); }
-#else
-TC_HOST_DEVICE double Sqrt(double v) { return std::sqrt(v); }
-TC_HOST_DEVICE double Tanh(double v) { return std::tanh(v); }
-TC_HOST_DEVICE double Fabs(double v) { return std::fabs(v); }
-TC_HOST_DEVICE bool IsNan(double v) { return std::isnan(v); }
-TC_HOST_DEVICE bool IsFinite(double v) { return std::isfinite(v); }
-#endif
-
-}  // namespace error_math
+// The portable math these rules use (server/core/host_device.h).
+namespace error_math = ::tensorcheck::hd_math;
 
 // The largest finite float, and the smallest positive one.
 inline constexpr double kFloatMax = 0x1.fffffep127;

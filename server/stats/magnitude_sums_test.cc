@@ -178,7 +178,9 @@ TEST(WeightBlocksTest, BlocksCoverEveryColumnOnceWithinTheBounds) {
             for (int64_t i = 0; i < b.count; ++i) {
               EXPECT_EQ(b.begin(i), next);
               EXPECT_GE(b.columns_of(i), 1);
-              if (i + 1 < b.count) EXPECT_EQ(b.columns_of(i), b.columns);
+              if (i + 1 < b.count) {
+                EXPECT_EQ(b.columns_of(i), b.columns);
+              }
               next += b.columns_of(i);
               widest = std::max(widest, b.columns_of(i));
             }

@@ -218,21 +218,17 @@ TC_HOST_DEVICE T AtomicAdd(T* p, T v) {  // returns the old value
 TC_HOST_DEVICE unsigned int Min(unsigned int a, unsigned int b) { return min(a, b); }
 TC_HOST_DEVICE unsigned int Max(unsigned int a, unsigned int b) { return max(a, b); }
 TC_HOST_DEVICE ull Max(ull a, ull b) { return max(a, b); }
-TC_HOST_DEVICE bool IsFinite(double v) { return isfinite(v); }
-TC_HOST_DEVICE bool IsFinite(float v) { return isfinite(v); }
-TC_HOST_DEVICE bool IsNan(double v) { return isnan(v); }
-TC_HOST_DEVICE bool IsInf(double v) { return isinf(v); }
-TC_HOST_DEVICE double Abs(double v) { return fabs(v); }
 #else
 TC_HOST_DEVICE unsigned int Min(unsigned int a, unsigned int b) { return a < b ? a : b; }
 TC_HOST_DEVICE unsigned int Max(unsigned int a, unsigned int b) { return a > b ? a : b; }
 TC_HOST_DEVICE ull Max(ull a, ull b) { return a > b ? a : b; }
-TC_HOST_DEVICE bool IsFinite(double v) { return std::isfinite(v); }
-TC_HOST_DEVICE bool IsFinite(float v) { return std::isfinite(v); }
-TC_HOST_DEVICE bool IsNan(double v) { return std::isnan(v); }
-TC_HOST_DEVICE bool IsInf(double v) { return std::isinf(v); }
-TC_HOST_DEVICE double Abs(double v) { return std::fabs(v); }
 #endif
+// Classification and |v|: server/core/host_device.h's, shared with stats'
+// rules.
+using ::tensorcheck::hd_math::IsFinite;
+using ::tensorcheck::hd_math::IsInf;
+using ::tensorcheck::hd_math::IsNan;
+TC_HOST_DEVICE double Abs(double v) { return ::tensorcheck::hd_math::Fabs(v); }
 
 }  // namespace dev
 }  // namespace cmp
