@@ -19,9 +19,12 @@ export TENSORCHECK_SERVER_BIN="$ROOT/$BUILD_DIR/server/tensorcheck-server"
 export TENSORCHECK_CLI_BIN="$ROOT/$BUILD_DIR/client/cli/tensorcheck"
 failed=()
 
-echo "== format and lint (C++: clang-format; Python client: ruff, mypy --strict)"
+echo "== format and lint (C++: clang-format; Python client: ruff, mypy --strict; Dockerfiles: hadolint)"
 scripts/format.sh --check || failed+=("clang-format")
 client/python/lint.sh || failed+=("python lint")
+# The images are built by no one here (no Docker engine): hadolint
+# (.hadolint.yaml) and tests/e2e/test_deploy.py check them.
+.venv/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda || failed+=("hadolint")
 
 echo "== C++ (ctest)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" || failed+=(ctest)

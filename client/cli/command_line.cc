@@ -12,9 +12,16 @@
 namespace tensorcheck::cli::internal {
 namespace {
 
-enum Cmd : unsigned { kVerify = 1, kDiagnose = 2, kCaps = 4, kUpload = 8, kSweep = 16 };
+enum Cmd : unsigned {
+  kVerify = 1,
+  kDiagnose = 2,
+  kCaps = 4,
+  kUpload = 8,
+  kSweep = 16,
+  kHealth = 32
+};
 constexpr unsigned kRun = kVerify | kDiagnose;
-constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep;
+constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep | kHealth;
 // The flags sweep shares with verify and diagnose.
 constexpr unsigned kCheck = kRun | kSweep;
 
@@ -64,6 +71,8 @@ constexpr FlagSpec kFlags[] = {
     {"bound-threshold", true, kSweep},
     {"jobs", true, kSweep},
     {"no-diagnose", false, kSweep},
+    // health: the service whose status to ask for (empty: the server's).
+    {"service", true, kHealth},
 };
 
 unsigned CommandBit(const std::string& c) {
@@ -72,6 +81,7 @@ unsigned CommandBit(const std::string& c) {
   if (c == "capabilities") return kCaps;
   if (c == "upload") return kUpload;
   if (c == "sweep") return kSweep;
+  if (c == "health") return kHealth;
   return 0;
 }
 
@@ -94,8 +104,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
           continue;
         }
         if (CommandBit(arg) == 0) {
-          return Usage(absl::StrCat("unknown command '", arg,
-                                    "': verify, diagnose, sweep, upload or capabilities expected"));
+          return Usage(
+              absl::StrCat("unknown command '", arg,
+                           "': verify, diagnose, sweep, upload, capabilities or health expected"));
         }
         cl.command = arg;
         continue;

@@ -24,6 +24,7 @@
 #include "client/cli/report.h"
 #include "client/cli/tensor_io.h"
 #include "client/cli/tensor_ref.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/core/dtype.h"
 #include "server/core/executor.h"
@@ -243,6 +244,21 @@ int RunCapabilities(const CommandLine& cl, const std::string& server, double tim
     std::cout << FormatCapabilities(resp);
   }
   return kExitPass;
+}
+
+int RunHealth(const CommandLine& cl, const std::string& server, double timeout) {
+  namespace health = ::grpc::health::v1;
+  auto stub =
+      health::Health::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext grpc_ctx;
+  grpc_ctx.set_deadline(DeadlineAfter(timeout));
+  health::HealthCheckRequest req;
+  req.set_service(cl.Get("service", ""));
+  health::HealthCheckResponse resp;
+  const grpc::Status s = stub->Check(&grpc_ctx, req, &resp);
+  if (!s.ok()) return ReportGrpcError(s, server);
+  std::cout << health::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
+  return resp.status() == health::HealthCheckResponse::SERVING ? kExitPass : kExitFail;
 }
 
 int RunUpload(const CommandLine& cl, const std::string& server, double timeout) {

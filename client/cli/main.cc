@@ -7,6 +7,7 @@
 //   tensorcheck capabilities
 //   tensorcheck upload w.npy m.safetensors:fc.weight
 //   tensorcheck sweep --weights model.safetensors --captures captures.safetensors
+//   tensorcheck health --service tensorcheck.v1.TensorCheck
 //
 // Talks to the server only through the generated API stubs. Flags are parsed
 // by hand (a subcommand plus its flags, `--config` repeatable) because the
@@ -32,6 +33,7 @@ using internal::kExitUsage;
 using internal::ParseCommandLine;
 using internal::ParseDoubleFlag;
 using internal::RunCapabilities;
+using internal::RunHealth;
 using internal::RunSweep;
 using internal::RunUpload;
 using internal::RunVerifyOrDiagnose;
@@ -51,6 +53,7 @@ Commands:
   capabilities  what the server can run, its device and limits
   upload        put tensors into the server's store; print their digests
   sweep         check every linear layer of a model from a captures file
+  health        the server's status from the gRPC health service
 
 Global flags:
   --server HOST:PORT   the tensorcheck server (default localhost:50051)
@@ -240,6 +243,18 @@ constexpr const char kSweepExitCodes[] =
      in the middle: the report shows what was checked, the rest not_checked
 )";
 
+constexpr const char kHealthUsage[] =
+    R"(Usage: tensorcheck [--server HOST:PORT] health [--service NAME] [--timeout SECONDS]
+
+Asks the server's standard gRPC health service (grpc.health.v1.Health/Check)
+and prints the status: SERVING (exit 0), NOT_SERVING (exit 1: the server is
+draining), or an error (an unknown --service is NOT_FOUND, exit 2; an
+unreachable server exit 3). Without --service: the whole server; the API's
+own status is --service tensorcheck.v1.TensorCheck. Containers run it as
+their health check (docker/Dockerfile, docker/Dockerfile.cuda).
+
+)";
+
 constexpr const char kCapabilitiesUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] capabilities [--json] [--timeout SECONDS]
 
@@ -267,6 +282,8 @@ int Main(int argc, char** argv) {
       std::cout << kUploadUsage << kExitCodes;
     } else if (cl->command == "sweep") {
       std::cout << kSweepUsage << kSweepExitCodes;
+    } else if (cl->command == "health") {
+      std::cout << kHealthUsage << kExitCodes;
     } else {
       std::cout << kMainUsage << kExitCodes;
     }
@@ -293,6 +310,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "capabilities") return RunCapabilities(*cl, server, timeout);
   if (cl->command == "upload") return RunUpload(*cl, server, timeout);
   if (cl->command == "sweep") return RunSweep(*cl, server, timeout);
+  if (cl->command == "health") return RunHealth(*cl, server, timeout);
   return RunVerifyOrDiagnose(*cl, server, timeout);
 }
 

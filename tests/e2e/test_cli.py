@@ -337,6 +337,20 @@ def test_capabilities_lists_the_cpu_backend(server):
     assert cpu and cpu[0]["available"] is True
 
 
+def test_health_asks_the_grpc_health_service(server):
+    r = run_cli("--server", server, "health")
+    assert (r.returncode, r.stdout) == (0, "SERVING\n"), r.stderr
+    r = run_cli("--server", server, "health", "--service", "tensorcheck.v1.TensorCheck")
+    assert (r.returncode, r.stdout) == (0, "SERVING\n"), r.stderr
+    r = run_cli("--server", server, "health", "--service", "no.such.Service")
+    assert r.returncode == 2 and "NOT_FOUND" in r.stderr
+
+
+def test_health_of_an_unreachable_server_is_exit_3(tmp_path):
+    r = run_cli("--server", "127.0.0.1:1", "health", "--timeout", "2")
+    assert r.returncode == 3 and "UNAVAILABLE" in r.stderr
+
+
 def test_diagnose_ranks_fp32_first_for_an_fp32_output(server, tmp_path):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((4, 256)).astype(np.float32)

@@ -24,6 +24,7 @@ namespace pb = ::tensorcheck::v1;
 
 // Exit codes (`tensorcheck --help` lists them); a parity failure is 1.
 inline constexpr int kExitPass = 0;
+inline constexpr int kExitFail = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitServer = 3;
 
@@ -65,6 +66,13 @@ int RunCapabilities(const CommandLine& cl, const std::string& server, double tim
 // upload FILE[:NAME]...: puts the tensors into the server's store (those it
 // lacks) and prints each one's `sha256:<hex>:<dtype>:<shape>` argument.
 int RunUpload(const CommandLine& cl, const std::string& server, double timeout);
+
+// health: the server's status from the standard gRPC health service
+// (grpc.health.v1.Health/Check) for `--service` (empty: the whole
+// server): prints it; kExitPass when SERVING, kExitFail otherwise (a
+// draining server is NOT_SERVING), gRPC errors as the other commands
+// (an unknown service is NOT_FOUND). What a container's health check runs.
+int RunHealth(const CommandLine& cl, const std::string& server, double timeout);
 
 // sweep: checks every layer call of a captures file against its weights
 // (client/cli/sweep.cc, docs/model-checks.md).
