@@ -100,16 +100,8 @@ class DeviceExecutionTest : public ::testing::Test {
       EXPECT_EQ(device.outliers[i].flat_index, host.outliers[i].flat_index);
       EXPECT_EQ(device.outliers[i].ulp, host.outliers[i].ulp);
     }
-    ASSERT_EQ(device.columns.size(), host.columns.size());
-    for (size_t i = 0; i < host.columns.size(); ++i) {
-      EXPECT_EQ(device.columns[i].index, host.columns[i].index);
-      EXPECT_EQ(device.columns[i].mismatched, host.columns[i].mismatched);
-    }
-    ASSERT_EQ(device.rows.size(), host.rows.size());
-    for (size_t i = 0; i < host.rows.size(); ++i) {
-      EXPECT_EQ(device.rows[i].index, host.rows[i].index);
-      EXPECT_EQ(device.rows[i].mismatched, host.rows[i].mismatched);
-    }
+    ::tensorcheck::testing::ExpectSameGroups(device.columns, host.columns);
+    ::tensorcheck::testing::ExpectSameGroups(device.rows, host.rows);
   }
 
   std::unique_ptr<BackendRegistry> registry_;

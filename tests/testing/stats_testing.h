@@ -30,6 +30,15 @@ inline Tensor RandomNormal(const std::vector<int64_t>& shape, double stddev, uin
   return *FromDoubles(dtype, shape, v);
 }
 
+// The same groups (index and count) in the same order.
+inline void ExpectSameGroups(const std::vector<GroupCount>& d, const std::vector<GroupCount>& h) {
+  ASSERT_EQ(d.size(), h.size());
+  for (size_t j = 0; j < d.size(); ++j) {
+    EXPECT_EQ(d[j].index, h[j].index);
+    EXPECT_EQ(d[j].mismatched, h[j].mismatched);
+  }
+}
+
 // Two DiffStats of the same comparison made by two implementations: every
 // count, maximum, index, histogram bucket, worst element and group exactly;
 // the sums (mean_abs, rms, rel_l2, cosine, mean_ulp, bound_ratio) within
@@ -78,16 +87,8 @@ inline void ExpectSameStats(const DiffStats& d, const DiffStats& h) {
     EXPECT_EQ(d.worst[j].expected_bits, h.worst[j].expected_bits);
     EXPECT_EQ(d.worst[j].ulp, h.worst[j].ulp);
   }
-  ASSERT_EQ(d.top_columns.size(), h.top_columns.size());
-  for (size_t j = 0; j < d.top_columns.size(); ++j) {
-    EXPECT_EQ(d.top_columns[j].index, h.top_columns[j].index);
-    EXPECT_EQ(d.top_columns[j].mismatched, h.top_columns[j].mismatched);
-  }
-  ASSERT_EQ(d.top_rows.size(), h.top_rows.size());
-  for (size_t j = 0; j < d.top_rows.size(); ++j) {
-    EXPECT_EQ(d.top_rows[j].index, h.top_rows[j].index);
-    EXPECT_EQ(d.top_rows[j].mismatched, h.top_rows[j].mismatched);
-  }
+  ExpectSameGroups(d.top_columns, h.top_columns);
+  ExpectSameGroups(d.top_rows, h.top_rows);
 }
 
 }  // namespace tensorcheck::testing
