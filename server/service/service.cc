@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
+#include "server/service/request_id.h"
 
 namespace tensorcheck {
 
@@ -147,6 +148,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
                                                    : absl::StatusCode::kCancelled;
     }
     nlohmann::json fields = {{"method", std::string(method())},
+                             {"request_id", request_id_},
                              {"configs", summary_.configs},
                              {"reference", summary_.reference},
                              {"input", summary_.input},
@@ -175,6 +177,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   const absl::Time start_;
   absl::Time context_deadline_ = absl::InfiniteFuture();
   StopSignal stop_;
+  std::string request_id_;  // AttachRequestId
   int64_t request_bytes_ = 0;
   int64_t max_inline_output_bytes_ = 0;  // the request's; 0: the server's
   Summary summary_;
@@ -354,6 +357,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
   }
   auto* call = new LinearCall(context, request, response, diagnose, std::min(cap, client),
                               /*deadline_is_server_cap=*/cap < client);
+  call->request_id_ = AttachRequestId(context);
   call->context_deadline_ = client;
   call->request_bytes_ = static_cast<int64_t>(request->Length());
   if (draining_) {
@@ -511,6 +515,7 @@ absl::Status TensorCheckServiceImpl::StoreLargeOutputs(int64_t request_limit,
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
     grpc::CallbackServerContext* context, const v1::GetCapabilitiesRequest*,
     v1::GetCapabilitiesResponse* response) {
+  AttachRequestId(context);
   FillCapabilities(response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -18,7 +20,10 @@
 #include "server/backends/linear_backend.h"
 #include "server/core/status_macros.h"
 #include "server/engine/engine.h"
+#include "server/service/request_id.h"
 #include "server/service/server.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {
@@ -313,6 +318,90 @@ TEST_F(ServiceTest, DiagnoseNamesTheConfigurationThatProducedTheOutput) {
   EXPECT_FALSE(response.diagnosis().best().empty());
   EXPECT_GT(response.diagnosis().ranking_size(), 4);
   EXPECT_FALSE(response.diagnosis().explanation().empty());
+}
+
+// The response's x-request-id (initial metadata), "" when absent.
+std::string RequestIdOf(const grpc::ClientContext& context) {
+  const auto& md = context.GetServerInitialMetadata();
+  auto it = md.find(kRequestIdKey);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+bool IsNewRequestId(const std::string& id) {
+  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+TEST(RequestIdTest, UsableIdsAreShortAndSafe) {
+  EXPECT_TRUE(UsableRequestId("ci-job-42/step.3:a_b"));
+  EXPECT_FALSE(UsableRequestId(""));
+  EXPECT_FALSE(UsableRequestId("has space"));
+  EXPECT_FALSE(UsableRequestId("quote\""));
+  EXPECT_FALSE(UsableRequestId(std::string(kMaxRequestIdLength + 1, 'a')));
+  EXPECT_TRUE(UsableRequestId(std::string(kMaxRequestIdLength, 'a')));
+  const std::string a = NewRequestId(), b = NewRequestId();
+  EXPECT_TRUE(IsNewRequestId(a)) << a;
+  EXPECT_NE(a, b);
+}
+
+TEST_F(ServiceTest, RequestIdIsTheClientsOrANewOneAndComesBack) {
+  auto stub = v1::TensorCheck::NewStub(Channel());
+  v1::VerifyResponse response;
+  {
+    grpc::ClientContext context;
+    context.AddMetadata(kRequestIdKey, "ci-job-42/step.3");
+    ASSERT_TRUE(stub->Verify(&context, Valid(), &response).ok());
+    EXPECT_EQ(RequestIdOf(context), "ci-job-42/step.3");
+  }
+  std::string first;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->Verify(&context, Valid(), &response).ok());
+    first = RequestIdOf(context);
+    EXPECT_TRUE(IsNewRequestId(first)) << first;
+  }
+  {
+    // An unusable id is replaced, and a failed call has one too.
+    grpc::ClientContext context;
+    context.AddMetadata(kRequestIdKey, "not usable");
+    v1::VerifyRequest bad = Valid();
+    bad.clear_op();
+    EXPECT_EQ(stub->Verify(&context, bad, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    const std::string id = RequestIdOf(context);
+    EXPECT_TRUE(IsNewRequestId(id)) << id;
+    EXPECT_NE(id, first);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata(kRequestIdKey, "caps-1");
+    v1::GetCapabilitiesResponse caps;
+    ASSERT_TRUE(stub->GetCapabilities(&context, v1::GetCapabilitiesRequest(), &caps).ok());
+    EXPECT_EQ(RequestIdOf(context), "caps-1");
+  }
+}
+
+// The call's log line carries its id.
+TEST_F(ServiceTest, TheRequestsLogLineCarriesItsId) {
+  auto stream = std::make_shared<std::ostringstream>();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*stream);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  auto stub = v1::TensorCheck::NewStub(Channel());
+  grpc::ClientContext context;
+  context.AddMetadata(kRequestIdKey, "log-line-id-7");
+  v1::VerifyResponse response;
+  ASSERT_TRUE(stub->Verify(&context, Valid(), &response).ok());
+  // The line is written when gRPC is done with the call, just after the
+  // client has its response: wait for it (up to 10 s).
+  bool found = false;
+  for (int i = 0; i < 1000 && !found; ++i) {
+    sink->flush();
+    found = stream->str().find("log-line-id-7") != std::string::npos;
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  spdlog::set_default_logger(previous);
+  EXPECT_TRUE(found) << stream->str();
+  EXPECT_THAT(stream->str(), HasSubstr("request_id"));
 }
 
 TEST_F(ServiceTest, CapabilitiesListTheCpuBackendAndLimits) {

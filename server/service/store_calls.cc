@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
+#include "server/service/request_id.h"
 #include "server/service/service.h"
 
 namespace tensorcheck {
@@ -53,9 +54,10 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
  public:
   UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context,
              TensorStore* store, bool draining, WorkerPool* pool,
-             v1::UploadTensorResponse* response)
+             v1::UploadTensorResponse* response, std::string request_id)
       : service_(service),
         context_(context),
+        request_id_(std::move(request_id)),
         response_(response),
         pool_(pool),
         session_(store, draining),
@@ -175,6 +177,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     const Digest& d = session_.digest();
     nlohmann::json fields = {
         {"method", "UploadTensor"},
+        {"request_id", request_id_},
         {"digest", d.hash.empty() ? std::string("?") : d.ToString()},
         {"size", d.size},
         {"upload_id", session_.upload_id()},
@@ -189,6 +192,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 
   TensorCheckServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  const std::string request_id_;
   v1::UploadTensorResponse* const response_;
   WorkerPool* const pool_;
   std::atomic<int64_t> last_activity_ns_{0};  // the last message's arrival
@@ -250,6 +254,7 @@ class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
     grpc::CallbackServerContext* context, const v1::FindMissingTensorsRequest* request,
     v1::FindMissingTensorsResponse* response) {
+  AttachRequestId(context);
   if (options_.store == nullptr) return FinishUnary(context, NoStore());
   if (request->digests_size() > kMaxDigestsPerCall) {
     return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
@@ -272,6 +277,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
 
 grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
     grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) {
+  std::string request_id = AttachRequestId(context);
   if (options_.store == nullptr) {
     // A reactor that refuses at once, reading nothing.
     class Refuse final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
@@ -281,12 +287,14 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
     };
     return new Refuse();
   }
-  return new UploadCall(this, context, options_.store, draining_.load(), &upload_pool_, response);
+  return new UploadCall(this, context, options_.store, draining_.load(), &upload_pool_, response,
+                        std::move(request_id));
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(
     grpc::CallbackServerContext* context, const v1::QueryUploadStatusRequest* request,
     v1::QueryUploadStatusResponse* response) {
+  AttachRequestId(context);
   if (options_.store == nullptr) return FinishUnary(context, NoStore());
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
   if (!d.ok()) return FinishUnary(context, d.status());
@@ -303,7 +311,7 @@ grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTe
     explicit Refuse(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
     void OnDone() override { delete this; }
   };
-  (void)context;
+  AttachRequestId(context);
   if (options_.store == nullptr) return new Refuse(NoStore());
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
   if (!d.ok()) return new Refuse(d.status());

@@ -66,6 +66,8 @@ def test_json_log_has_one_line_per_request_with_method_shapes_and_status():
     assert ok["input"] == "[3, 16]" and ok["weight"] == "[4, 16]"
     assert isinstance(ok["elapsed_ms"], (int, float))
     assert bad["status"] == "INVALID_ARGUMENT" and "configs[0]" in bad["error"]
+    # Each call has its own id (docs/api.md, "Request ids").
+    assert len(ok["request_id"]) == 32 and ok["request_id"] != bad["request_id"]
     assert all({"time", "level", "msg"} <= set(r) for r in records)
 
 
