@@ -193,7 +193,6 @@ class Engine::DeviceExecution {
     outcome_.tolerance = plan_.tolerance;
     outcome_.output_shape = plan_.output_shape;
     outcome_.observed_bound_precision = plan_.observed_bound_precision;
-    if (artifacts_ != nullptr) artifacts_->Resize(plan_.configs.size());
     TC_ASSIGN_OR_RETURN(session_, device_->OpenSession(plan_.run.stop));
     TC_RETURN_IF_ERROR(UploadOperands());
     TC_RETURN_IF_ERROR(RunReference());

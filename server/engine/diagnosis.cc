@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -60,9 +61,22 @@ struct Ranking {
   // Elements that differ from `against` in bits: the whole the column and
   // row shares are of.
   int64_t localized_count = 0;
+  // Paired sign tests run so far, by (best, runner-up) candidate: choosing
+  // the preferred class and separating it from the others ask for the
+  // same pairs when the top class stays on top.
+  std::map<std::pair<size_t, size_t>, double> paired_z;
 
   int preference_of(const ClassScore& c) const {
     return Preference(in.candidates[c.members[0]], in.storage_dtype);
+  }
+
+  // The paired sign test's z of `runner` against `best`, once per pair.
+  absl::StatusOr<double> ZAgainst(const ClassScore& best, const ClassScore& runner) {
+    const std::pair<size_t, size_t> key(best.members[0], runner.members[0]);
+    auto it = paired_z.find(key);
+    if (it != paired_z.end()) return it->second;
+    TC_ASSIGN_OR_RETURN(const rules::PairedSums counts, evidence.Paired(key.first, key.second));
+    return paired_z.emplace(key, PairedZ(counts)).first->second;
   }
 
   // Classes of bitwise-identical candidates that accumulate alike.
@@ -164,9 +178,7 @@ struct Ranking {
         // Never a class plausible only by the floor over one plausible on
         // the evidence (see plausible_by_floor_only).
         if (classes[j].plausible_by_floor_only() && !classes[0].plausible_by_floor_only()) break;
-        TC_ASSIGN_OR_RETURN(const rules::PairedSums counts,
-                            evidence.Paired(classes[0].members[0], classes[j].members[0]));
-        const double z = PairedZ(counts);
+        TC_ASSIGN_OR_RETURN(const double z, ZAgainst(classes[0], classes[j]));
         if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
           chosen = j;
         }
@@ -253,9 +265,7 @@ struct Ranking {
         if (runner == nullptr) runner = &classes[j];
         break;
       }
-      TC_ASSIGN_OR_RETURN(const rules::PairedSums counts,
-                          evidence.Paired(top.members[0], classes[j].members[0]));
-      const double z = PairedZ(counts);
+      TC_ASSIGN_OR_RETURN(const double z, ZAgainst(top, classes[j]));
       z_vs_best[j] = z;
       // A class plausible only by the floor, below one plausible on the
       // evidence, is tied whatever the sign test says (it favours the

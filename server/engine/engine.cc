@@ -357,12 +357,10 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
     }
     in.candidates.push_back(c);
   }
-  if (artifacts.evidence != nullptr) {
-    TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
-    artifacts.evidence->Describe(&outcome.reference.details);
-  } else {
-    outcome.diagnosis = RankCandidates(in);
-  }
+  // Over the host arrays unless the run left its evidence on a device.
+  if (artifacts.evidence == nullptr) artifacts.evidence = HostEvidence(in);
+  TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
+  artifacts.evidence->Describe(&outcome.reference.details);
   if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
     // A diagnosis returns the outputs that explain it, not every
     // candidate's: the reference's and the best (or closest) candidate's.
