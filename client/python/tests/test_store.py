@@ -212,6 +212,11 @@ class FakeStore(pb_grpc.TensorCheckServicer):
         self.read_breaks = 0
         # Digests dropped from the store right before the next Verify.
         self.evict_before_verify: set[str] = set()
+        # True: before every Verify, not only the next (each attempt meets
+        # a store without them, as behind a balancer over replicas).
+        self.keep_evicting = False
+        # Limits.max_message_bytes in GetCapabilities.
+        self.max_message_bytes = 256 * MiB
         # Verify returns op.input as the reference output.
         self.return_input = False
 
@@ -225,6 +230,7 @@ class FakeStore(pb_grpc.TensorCheckServicer):
         if self.has_store:
             r.store.present = True
             r.store.chunk_bytes = self.chunk_bytes
+        r.limits.max_message_bytes = self.max_message_bytes
         return r
 
     def FindMissingTensors(self, request, context):
@@ -302,7 +308,8 @@ class FakeStore(pb_grpc.TensorCheckServicer):
         self.verify_requests.append(request)
         for h in self.evict_before_verify:
             self.blobs.pop(h, None)
-        self.evict_before_verify = set()
+        if not self.keep_evicting:
+            self.evict_before_verify = set()
         fields = [("op.input", request.op.input), ("op.weight", request.op.weight)]
         if request.op.HasField("bias"):
             fields.append(("op.bias", request.op.bias))
@@ -497,6 +504,46 @@ def test_an_evicted_tensor_is_uploaded_again_and_the_request_retried_once(fake):
     assert r.passed
     assert store.calls == ["FindMissingTensors", "Verify", "UploadTensor", "Verify"]
     assert (r.uploaded_bytes, r.reused_bytes) == (w.nbytes, 0)
+
+
+def test_a_second_miss_resends_the_request_inline(fake):
+    # Behind round_robin over replicas the re-upload and the resend can
+    # reach different stores: the second miss sends the tensors inline.
+    store, target = fake
+    x, w = _layer(4, 1024, 1024)
+    with tensorcheck.Client(target, timeout=60) as client:
+        store.evict_before_verify = {sha256(w.tobytes())}
+        store.keep_evicting = True
+        r = client.verify_linear(x, w)
+    assert r.passed
+    assert store.calls == [
+        "FindMissingTensors",
+        "GetCapabilities",
+        "UploadTensor",
+        "Verify",  # miss
+        "UploadTensor",
+        "Verify",  # miss again
+        "GetCapabilities",
+        "Verify",  # inline
+    ]
+    assert store.verify_requests[1].op.weight.WhichOneof("source") == "digest"
+    last = store.verify_requests[-1].op.weight
+    assert last.WhichOneof("source") == "data" and last.data == w.tobytes()
+    assert (r.uploaded_bytes, r.reused_bytes) == (2 * w.nbytes, 0)
+
+
+def test_a_second_miss_over_the_message_limit_raises(fake):
+    store, target = fake
+    x, w = _layer(4, 1024, 1024)
+    store.max_message_bytes = 2 * MiB  # w is 4 MiB
+    with tensorcheck.Client(target, timeout=60) as client:
+        store.evict_before_verify = {sha256(w.tobytes())}
+        store.keep_evicting = True
+        with pytest.raises(tensorcheck.FailedPreconditionError) as info:
+            client.verify_linear(x, w)
+    assert [m.digest for m in info.value.missing_tensors] == [sha256(w.tobytes())]
+    assert store.calls.count("Verify") == 2
+    assert all(v.op.weight.WhichOneof("source") == "digest" for v in store.verify_requests)
 
 
 def test_a_missing_tensor_ref_raises_with_the_missing_tensors(fake):

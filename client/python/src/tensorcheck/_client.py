@@ -20,10 +20,11 @@ were hashed by a recent call is recognised by comparing them, see
 `DigestMemo`), `FindMissingTensors` asked
 once per request, the missing ones uploaded in 4 MiB chunks (several at
 once), and the request names them by digest. A FAILED_PRECONDITION naming
-tensors the store lost in between is retried once after uploading them
-again; a server without a store (UNIMPLEMENTED) gets them inline. Outputs
-returned by digest are read back with `ReadTensor`. `Client.upload` and
-`Client.read_tensor` use the store explicitly.
+tensors the store lacks (evicted in between, or another replica behind a
+load balancer) is retried after uploading them again, and a second one
+with the tensors inline; a server without a store (UNIMPLEMENTED) gets
+them inline. Outputs returned by digest are read back with `ReadTensor`.
+`Client.upload` and `Client.read_tensor` use the store explicitly.
 
 A call the server refuses with a retry hint (UNAVAILABLE or
 RESOURCE_EXHAUSTED carrying `grpc-retry-pushback-ms`: queue full, draining,
@@ -674,25 +675,70 @@ class Client:
         self, method: Literal["Verify", "Diagnose"], call: _Call, timeout: Optional[float]
     ) -> Report:
         """Places the call's tensors (inline or by digest, uploading what
-        the store lacks), sends the request, retries once after uploading
-        the tensors a FAILED_PRECONDITION names as missing, and reads the
-        outputs returned by digest."""
+        the store lacks), sends the request, and reads the outputs returned
+        by digest.
+
+        A FAILED_PRECONDITION naming tensors the store lacks is answered by
+        uploading them and resending. Behind a load balancer (round_robin
+        over replicas, each with its own store) every RPC may reach another
+        replica, so the resend can miss again on one that never saw them:
+        the second miss is answered by resending with every tensor this
+        call has the bytes of inline, when that request fits in the
+        server's messages (any replica takes it); otherwise it is raised."""
         deadline = self._deadline(timeout)
         transfer = _Transfer()
         req = self._prepare(call, deadline, transfer)
-        try:
-            resp = self._unary(method, req, deadline, pb.VerifyResponse)
-        except FailedPreconditionError as e:
-            if not e.missing_tensors:
-                raise
-            self._upload_missing(call, e, deadline, transfer)
-            resp = self._unary(method, req, deadline, pb.VerifyResponse)
+        misses = 0
+        while True:
+            try:
+                resp = self._unary(method, req, deadline, pb.VerifyResponse)
+                break
+            except FailedPreconditionError as e:
+                if not e.missing_tensors or misses >= 2:
+                    raise
+                misses += 1
+                if misses == 1:
+                    self._upload_missing(call, e, deadline, transfer)
+                    continue
+                inline = self._inline_request(call, e, deadline, transfer)
+                if inline is None:
+                    raise
+                req = inline
         return Report._of_response(
             resp,
             lambda t, name: self._read_output(t, name, deadline),
             uploaded_bytes=transfer.uploaded_bytes,
             reused_bytes=transfer.reused_bytes,
         )
+
+    def _inline_request(
+        self,
+        call: _Call,
+        error: FailedPreconditionError,
+        deadline: Optional[float],
+        transfer: _Transfer,
+    ) -> Optional[bytes]:
+        """The request with every array of the call inline (TensorRefs
+        given by the caller stay by digest), or None when a missing tensor
+        is such a TensorRef or the request would exceed the server's
+        max_message_bytes (asked with GetCapabilities; None too when that
+        fails)."""
+        if any(m.digest not in call.sources for m in error.missing_tensors):
+            return None
+        size = sum(t.nbytes for _, t in call.tensors if isinstance(t, np.ndarray))
+        try:
+            caps = self._unary(
+                "GetCapabilities", pb.GetCapabilitiesRequest(), deadline, pb.GetCapabilitiesResponse
+            )
+        except Error:
+            return None
+        limit = min(caps.limits.max_message_bytes, MAX_MESSAGE_BYTES)
+        # Room for the options and the tensors' dtypes and shapes.
+        if size + (1 << 16) > limit:
+            return None
+        for ref in call.hashed.values():
+            transfer.referenced.pop(ref.digest, None)
+        return encode_request(call.request, call.tensors)
 
     def _prepare(self, call: _Call, deadline: Optional[float], transfer: _Transfer) -> bytes:
         """The serialized request to send: call.request (the options) and
