@@ -107,12 +107,13 @@ def health(address: str) -> str:
             return e.code().name
 
 
-CLIENT_CONFIGS = {
-    "health_checked": dict(options=[("grpc.service_config", json.dumps({
-        "loadBalancingConfig": [{"round_robin": {}}],
-        "healthCheckConfig": {"serviceName": ""},
-    }))]),
-    "plain_round_robin": dict(options=[("grpc.lb_policy_name", "round_robin")], max_retries=10),
+SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
+})
+CLIENT_CONFIGS: dict[str, dict] = {
+    "health_checked": {"options": [("grpc.service_config", SERVICE_CONFIG)]},
+    "plain_round_robin": {"options": [("grpc.lb_policy_name", "round_robin")], "max_retries": 10},
 }
 
 
