@@ -32,7 +32,13 @@ struct FlagSpec {
 };
 
 constexpr FlagSpec kFlags[] = {
+    // The connection (internal/connection.h) and the deadline: every
+    // command, and before the command too.
     {"server", true, kAll},
+    {"tls-ca", true, kAll},
+    {"tls-cert", true, kAll},
+    {"tls-key", true, kAll},
+    {"token", true, kAll},
     {"timeout", true, kAll},
     {"json", false, kCheck | kCaps},
     {"help", false, kAll},
@@ -133,8 +139,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       if (name == f.name) spec = &f;
     }
     const unsigned bit = cl.command.empty() ? 0 : CommandBit(cl.command);
+    // Before the command: the flags every command takes.
     if (spec == nullptr || (bit != 0 && (spec->commands & bit) == 0) ||
-        (bit == 0 && name != "server" && name != "help" && name != "timeout")) {
+        (bit == 0 && spec->commands != kAll)) {
       return Usage(absl::StrCat("unknown flag --", name,
                                 cl.command.empty() ? "" : absl::StrCat(" for '", cl.command, "'")));
     }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/internal/connection.h"
 #include "client/cli/internal/output_files.h"
 #include "client/cli/internal/progress.h"
 #include "client/cli/internal/store_client.h"
@@ -79,6 +80,17 @@ const char* GrpcCodeName(grpc::StatusCode c) {
   }
 }
 
+// What to check after UNAUTHENTICATED (no token, or one the server does
+// not know) or PERMISSION_DENIED (a token without the right to the call).
+std::string AuthHint(grpc::StatusCode c, const Connection& server) {
+  if (server.token.empty()) return " (no token was sent: check --token / TENSORCHECK_TOKEN)";
+  if (c == grpc::StatusCode::UNAUTHENTICATED) {
+    return absl::StrCat(" (the server refused the token of ", server.token_source,
+                        ": check --token / TENSORCHECK_TOKEN)");
+  }
+  return absl::StrCat(" (the token of ", server.token_source, " is not allowed this call)");
+}
+
 }  // namespace
 
 int ExitCodeForGrpc(grpc::StatusCode c) {
@@ -95,12 +107,14 @@ int ExitCodeForGrpc(grpc::StatusCode c) {
   }
 }
 
-int ReportError(grpc::StatusCode c, absl::string_view message, const std::string& server) {
+int ReportError(grpc::StatusCode c, absl::string_view message, const Connection& server) {
   const int code = ExitCodeForGrpc(c);
   if (code == kExitServer) {
     std::cerr << "tensorcheck: server error (" << GrpcCodeName(c) << "): " << message;
     if (c == grpc::StatusCode::UNAVAILABLE) {
-      std::cerr << " [server " << server << "]";
+      std::cerr << " [server " << server.Describe() << "]";
+    } else if (c == grpc::StatusCode::UNAUTHENTICATED || c == grpc::StatusCode::PERMISSION_DENIED) {
+      std::cerr << AuthHint(c, server);
     }
     std::cerr << "\n";
   } else {
@@ -109,21 +123,20 @@ int ReportError(grpc::StatusCode c, absl::string_view message, const std::string
   return code;
 }
 
-int ReportGrpcError(const grpc::Status& s, const std::string& server) {
+int ReportGrpcError(const grpc::Status& s, const Connection& server) {
   return ReportError(s.error_code(), s.error_message(), server);
 }
 
 // absl and gRPC number their codes alike.
-int ReportStatus(const absl::Status& s, const std::string& server) {
+int ReportStatus(const absl::Status& s, const Connection& server) {
   return ReportError(static_cast<grpc::StatusCode>(s.code()), s.message(), server);
 }
 
-std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const std::string& server) {
+std::unique_ptr<pb::TensorCheck::Stub> MakeStub(const Connection& server) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return pb::TensorCheck::NewStub(
-      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  return pb::TensorCheck::NewStub(MakeChannel(server, args));
 }
 
 std::chrono::system_clock::time_point DeadlineAfter(double seconds) {
@@ -156,7 +169,7 @@ grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string
 
 }  // namespace
 
-int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double timeout) {
+int RunVerifyOrDiagnose(const CommandLine& cl, const Connection& server, double timeout) {
   std::vector<HeldTensor> held;
   auto req = BuildRequest(cl, &held);
   if (!req.ok()) {
@@ -231,7 +244,7 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const std::string& server, double
   return code;
 }
 
-int RunCapabilities(const CommandLine& cl, const std::string& server, double timeout) {
+int RunCapabilities(const CommandLine& cl, const Connection& server, double timeout) {
   auto stub = MakeStub(server);
   grpc::ClientContext grpc_ctx;
   grpc_ctx.set_deadline(DeadlineAfter(timeout));
@@ -246,10 +259,9 @@ int RunCapabilities(const CommandLine& cl, const std::string& server, double tim
   return kExitPass;
 }
 
-int RunHealth(const CommandLine& cl, const std::string& server, double timeout) {
+int RunHealth(const CommandLine& cl, const Connection& server, double timeout) {
   namespace health = ::grpc::health::v1;
-  auto stub =
-      health::Health::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  auto stub = health::Health::NewStub(MakeChannel(server, grpc::ChannelArguments()));
   grpc::ClientContext grpc_ctx;
   grpc_ctx.set_deadline(DeadlineAfter(timeout));
   health::HealthCheckRequest req;
@@ -261,7 +273,7 @@ int RunHealth(const CommandLine& cl, const std::string& server, double timeout) 
   return resp.status() == health::HealthCheckResponse::SERVING ? kExitPass : kExitFail;
 }
 
-int RunUpload(const CommandLine& cl, const std::string& server, double timeout) {
+int RunUpload(const CommandLine& cl, const Connection& server, double timeout) {
   if (cl.args.empty()) {
     std::cerr << "tensorcheck: upload: FILE.npy or FILE.safetensors:TENSOR arguments expected\n"
               << "(see tensorcheck upload --help)\n";

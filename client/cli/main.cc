@@ -8,13 +8,17 @@
 //   tensorcheck upload w.npy m.safetensors:fc.weight
 //   tensorcheck sweep --weights model.safetensors --captures captures.safetensors
 //   tensorcheck health --service tensorcheck.v1.TensorCheck
+//   TENSORCHECK_TOKEN=... tensorcheck --server tc.example:443 --tls-ca ca.pem
+//       capabilities
 //
 // Talks to the server only through the generated API stubs. Flags are parsed
 // by hand (a subcommand plus its flags, `--config` repeatable) because the
 // flag set depends on the subcommand.
 //
 // main.cc holds the usage texts and dispatches to a command:
-// command_line.cc parses the flags, verify_request.cc builds the request,
+// command_line.cc parses the flags, internal/connection.h turns the
+// connection flags (--server, --tls-*, --token) and the environment into a
+// channel, verify_request.cc builds the request,
 // commands.cc makes the RPCs and prints the report, output_files.cc writes
 // --junit, --save-outputs and --html; tensors above 1 MiB go by digest
 // through the server's store (internal/tensor_transfer.h,
@@ -25,9 +29,11 @@
 
 #include "client/cli/internal/command_line.h"
 #include "client/cli/internal/commands.h"
+#include "client/cli/internal/connection.h"
 
 namespace tensorcheck::cli {
 
+using internal::ConnectionFromFlags;
 using internal::kExitPass;
 using internal::kExitUsage;
 using internal::ParseCommandLine;
@@ -45,7 +51,7 @@ constexpr double kDefaultTimeoutSeconds = 300;
 constexpr const char kVersion[] = "tensorcheck 0.1.0";
 
 constexpr const char kMainUsage[] =
-    R"(Usage: tensorcheck [--server HOST:PORT] COMMAND [FLAGS]
+    R"(Usage: tensorcheck [CONNECTION FLAGS] COMMAND [FLAGS]
 
 Commands:
   verify        run a linear layer under backend configurations and compare
@@ -56,9 +62,26 @@ Commands:
   health        the server's status from the gRPC health service
 
 Global flags:
-  --server HOST:PORT   the tensorcheck server (default localhost:50051)
   --help               this text; `tensorcheck COMMAND --help` for a command
   --version            print the version
+  --timeout SECONDS    deadline of the command (default 300)
+
+)";
+
+constexpr const char kConnectionFlags[] =
+    R"(Connection (every command; also before the command):
+  --server HOST:PORT     the server (default: $TENSORCHECK_SERVER, else
+                         localhost:50051)
+  --tls-ca FILE          connect over TLS; the server's certificate must chain
+                         to a PEM certificate in FILE
+  --tls-cert FILE        with --tls-key: the PEM client certificate (chain)
+  --tls-key FILE         and its private key, for a server that requires
+                         mutual TLS; TLS with the system's roots when there
+                         is no --tls-ca
+  --token TOKEN          sent as `authorization: Bearer TOKEN` on every call,
+                         over TLS or plaintext (default: $TENSORCHECK_TOKEN,
+                         which keeps it out of the process list; an empty
+                         --token sends none)
 
 )";
 
@@ -106,8 +129,7 @@ Output:
                          ULP histograms, heatmaps of the differences (asks
                          the server for every output)
 
-Connection:
-  --server HOST:PORT     (default localhost:50051)
+Deadline and progress:
   --timeout SECONDS      deadline of the command, uploads included
                          (default 300)
   --no-progress          no progress line on stderr (shown only when stderr
@@ -127,13 +149,15 @@ constexpr const char kExitCodes[] =
     R"(Exit codes:
   0  pass (diagnose: a candidate explains the observed output)
   1  parity failure (diagnose: no candidate explains it)
-  2  usage or input error: bad flags, unreadable or malformed tensor files,
-     and requests the server rejects as invalid: INVALID_ARGUMENT, NOT_FOUND,
-     FAILED_PRECONDITION, OUT_OF_RANGE, RESOURCE_EXHAUSTED (a size limit),
-     UNIMPLEMENTED (configuration not available on this server/device)
-  3  server unreachable or server-side error: UNAVAILABLE, DEADLINE_EXCEEDED,
-     INTERNAL, UNKNOWN, UNAUTHENTICATED, PERMISSION_DENIED, ABORTED,
-     CANCELLED, DATA_LOSS, or a response without a verdict
+  2  usage or input error: bad flags, unreadable or malformed tensor files or
+     --tls-* files, and requests the server rejects as invalid:
+     INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE,
+     RESOURCE_EXHAUSTED (a size limit), UNIMPLEMENTED (configuration not
+     available on this server/device)
+  3  server unreachable or server-side error: UNAVAILABLE (also a failed TLS
+     handshake), DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, UNAUTHENTICATED (no
+     token or an unknown one), PERMISSION_DENIED (the token lacks the right),
+     ABORTED, CANCELLED, DATA_LOSS, or a response without a verdict
 )";
 
 constexpr const char kVerifyUsage[] =
@@ -240,7 +264,8 @@ constexpr const char kSweepExitCodes[] =
   2  usage or input error (bad flags, malformed or inconsistent files: the
      message names the layer and file), or a request the server rejected
   3  server unreachable or server-side error, also when the server goes away
-     in the middle: the report shows what was checked, the rest not_checked
+     in the middle: the report shows what was checked, the rest not_checked;
+     UNAUTHENTICATED and PERMISSION_DENIED (--token) too
 )";
 
 constexpr const char kHealthUsage[] =
@@ -273,29 +298,30 @@ int Main(int argc, char** argv) {
   }
   if (cl->Has("help")) {
     if (cl->command == "verify") {
-      std::cout << kVerifyUsage << kTensorFlags << kExitCodes;
+      std::cout << kVerifyUsage << kTensorFlags << kConnectionFlags << kExitCodes;
     } else if (cl->command == "diagnose") {
-      std::cout << kDiagnoseUsage << kTensorFlags << kExitCodes;
+      std::cout << kDiagnoseUsage << kTensorFlags << kConnectionFlags << kExitCodes;
     } else if (cl->command == "capabilities") {
-      std::cout << kCapabilitiesUsage << kExitCodes;
+      std::cout << kCapabilitiesUsage << kConnectionFlags << kExitCodes;
     } else if (cl->command == "upload") {
-      std::cout << kUploadUsage << kExitCodes;
+      std::cout << kUploadUsage << kConnectionFlags << kExitCodes;
     } else if (cl->command == "sweep") {
-      std::cout << kSweepUsage << kSweepExitCodes;
+      std::cout << kSweepUsage << kConnectionFlags << kSweepExitCodes;
     } else if (cl->command == "health") {
-      std::cout << kHealthUsage << kExitCodes;
+      std::cout << kHealthUsage << kConnectionFlags << kExitCodes;
     } else {
-      std::cout << kMainUsage << kExitCodes;
+      std::cout << kMainUsage << kConnectionFlags << kExitCodes;
     }
     return kExitPass;
   }
   if (cl->command.empty()) {
-    std::cerr << kMainUsage << kExitCodes;
+    std::cerr << kMainUsage << kConnectionFlags << kExitCodes;
     return kExitUsage;
   }
-  const std::string server = cl->Get("server", "localhost:50051");
-  if (server.empty()) {
-    std::cerr << "tensorcheck: --server: HOST:PORT expected\n";
+  const auto server = ConnectionFromFlags(*cl);
+  if (!server.ok()) {
+    std::cerr << "tensorcheck: " << server.status().message() << "\n"
+              << "(see tensorcheck " << cl->command << " --help)\n";
     return kExitUsage;
   }
   double timeout = kDefaultTimeoutSeconds;
@@ -307,11 +333,11 @@ int Main(int argc, char** argv) {
     }
     timeout = *t;
   }
-  if (cl->command == "capabilities") return RunCapabilities(*cl, server, timeout);
-  if (cl->command == "upload") return RunUpload(*cl, server, timeout);
-  if (cl->command == "sweep") return RunSweep(*cl, server, timeout);
-  if (cl->command == "health") return RunHealth(*cl, server, timeout);
-  return RunVerifyOrDiagnose(*cl, server, timeout);
+  if (cl->command == "capabilities") return RunCapabilities(*cl, *server, timeout);
+  if (cl->command == "upload") return RunUpload(*cl, *server, timeout);
+  if (cl->command == "sweep") return RunSweep(*cl, *server, timeout);
+  if (cl->command == "health") return RunHealth(*cl, *server, timeout);
+  return RunVerifyOrDiagnose(*cl, *server, timeout);
 }
 
 }  // namespace

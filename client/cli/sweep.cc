@@ -459,7 +459,7 @@ void SweepRunner::AttributeWeights(std::vector<LayerResult>& layers) const {
 
 }  // namespace
 
-int RunSweep(const CommandLine& cl, const std::string& server, double timeout) {
+int RunSweep(const CommandLine& cl, const Connection& server, double timeout) {
   auto in = PrepareSweep(cl);
   if (!in.ok()) {
     std::cerr << "tensorcheck: sweep: " << in.status().message() << "\n";

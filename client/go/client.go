@@ -3,7 +3,9 @@ package tensorcheck
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"math/rand"
+	"os"
 	"sync"
 	"time"
 
@@ -19,6 +21,18 @@ import (
 // WithMaxMessageBytes says otherwise. It is larger than gRPC's 4 MiB
 // receive default so that returned outputs of mid-sized layers fit.
 const DefaultMaxMessageBytes = 64 << 20
+
+// DefaultTarget is where Dial connects when given the target "" and the
+// environment variable TENSORCHECK_SERVER is unset or empty.
+const DefaultTarget = "localhost:50051"
+
+// The environment variables Dial reads: the target when Dial is given "",
+// the bearer token when no WithToken option is given (empty counts as
+// unset). The CLI and the Python client read the same ones.
+const (
+	serverEnv = "TENSORCHECK_SERVER"
+	tokenEnv  = "TENSORCHECK_TOKEN"
+)
 
 // DefaultMaxRetries is how many times a call refused with a retry hint is
 // sent again unless WithMaxRetries says otherwise.
@@ -46,7 +60,9 @@ type Client struct {
 
 type options struct {
 	creds           credentials.TransportCredentials
+	err             error // from an option (WithTLSFiles), returned by Dial
 	token           string
+	tokenSet        bool
 	maxMessageBytes int
 	maxRetries      int
 	block           bool
@@ -71,11 +87,68 @@ func WithTLS(cfg *tls.Config) Option {
 	}
 }
 
-// WithToken sends "authorization: Bearer <token>" metadata on every call.
-// Over a plaintext connection the token travels in the clear; use WithTLS
-// outside a trusted network.
+// WithTLSFiles uses TLS with the PEM files given: caFile holds the root
+// certificates the server's certificate must chain to ("": the system's
+// roots); certFile and keyFile, both or neither, the client certificate
+// (chain) and its private key for a server that requires mutual TLS. The
+// files are read when the option is applied; Dial returns a
+// codes.InvalidArgument *Error naming the file it cannot use (see
+// TLSConfigFromFiles).
+func WithTLSFiles(caFile, certFile, keyFile string) Option {
+	return func(o *options) {
+		cfg, err := TLSConfigFromFiles(caFile, certFile, keyFile)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.creds = credentials.NewTLS(cfg)
+	}
+}
+
+// TLSConfigFromFiles is the TLS configuration of WithTLSFiles, for
+// WithTLS after changes (ServerName, MinVersion, ...). Its errors are
+// codes.InvalidArgument *Error values naming the argument: caFile,
+// certFile, keyFile.
+func TLSConfigFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if (certFile == "") != (keyFile == "") {
+		if certFile == "" {
+			return nil, invalidArgument("keyFile", "needs certFile (the client certificate)")
+		}
+		return nil, invalidArgument("certFile", "needs keyFile (the certificate's private key)")
+	}
+	cfg := &tls.Config{}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, invalidArgument("caFile", "%v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, invalidArgument("caFile", "%s holds no PEM certificate", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if certFile != "" {
+		for _, f := range [][2]string{{"certFile", certFile}, {"keyFile", keyFile}} {
+			if _, err := os.Stat(f[1]); err != nil {
+				return nil, invalidArgument(f[0], "%v", err)
+			}
+		}
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, invalidArgument("certFile", "with keyFile: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// WithToken sends "authorization: Bearer <token>" metadata on every call
+// (without it: the TENSORCHECK_TOKEN environment variable's value, when
+// set; WithToken("") sends none). Over a plaintext connection the token
+// travels in the clear; use WithTLS outside a trusted network.
 func WithToken(token string) Option {
-	return func(o *options) { o.token = token }
+	return func(o *options) { o.token, o.tokenSet = token, true }
 }
 
 // WithMaxMessageBytes bounds the size of each request and response message
@@ -122,13 +195,27 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (bearer) RequireTransportSecurity() bool { return false }
 
 // Dial connects to a tensorcheck server at target ("host:port", or any gRPC
-// target such as "dns:///tensorcheck.ns.svc:50051"). ctx bounds the dial
-// only when WithBlock is given; each call takes its deadline from its own
-// context.
+// target such as "dns:///tensorcheck.ns.svc:50051"; "": the
+// TENSORCHECK_SERVER environment variable's value, else DefaultTarget).
+// Without WithToken the token, if any, comes from TENSORCHECK_TOKEN. ctx
+// bounds the dial only when WithBlock is given; each call takes its deadline
+// from its own context.
 func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	o := options{maxMessageBytes: DefaultMaxMessageBytes, maxRetries: DefaultMaxRetries}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	if target == "" {
+		target = os.Getenv(serverEnv)
+		if target == "" {
+			target = DefaultTarget
+		}
+	}
+	if !o.tokenSet {
+		o.token = os.Getenv(tokenEnv)
 	}
 	if o.maxMessageBytes <= 0 {
 		return nil, invalidArgument("max_message_bytes", "is %d, expected > 0", o.maxMessageBytes)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-from ._client import DEFAULT_TARGET, MAX_MESSAGE_BYTES, Client, TlsArg
+from ._client import DEFAULT_TARGET, MAX_MESSAGE_BYTES, Client, TlsArg, tls_credentials
 from ._errors import (
     AbortedError,
     AlreadyExistsError,
@@ -74,6 +74,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "tls_credentials",
     "assert_linear_parity",
     "assert_model_parity",
     "compare_models",
@@ -125,7 +126,7 @@ def assert_linear_parity(
     bias: Any = None,
     *,
     observed: Any,
-    target: str = DEFAULT_TARGET,
+    target: Optional[str] = None,
     timeout: Optional[float] = None,
     tls: TlsArg = None,
     token: Optional[str] = None,
@@ -133,7 +134,9 @@ def assert_linear_parity(
     diagnose: bool = True,
     **verify_options: Any,
 ) -> Report:
-    """`Client(target, ...).assert_linear_parity(...)` on a one-off connection.
+    """`Client(target, ...).assert_linear_parity(...)` on a one-off connection
+    (target None: $TENSORCHECK_SERVER, else DEFAULT_TARGET; token None:
+    $TENSORCHECK_TOKEN, else none).
 
     Raises AssertionError ("Tensor-likes are not close!", the mismatch
     statistics, then the diagnosis) when `observed` is not within the

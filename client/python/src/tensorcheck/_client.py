@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import random
 import threading
 import time
@@ -57,9 +58,21 @@ from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Upload
 from ._tensors import as_array, numpy_dtype, parse_dtype
 from ._wire import encode_request
 
-__all__ = ["Client", "DEFAULT_TARGET", "MAX_MESSAGE_BYTES", "DEFAULT_MAX_RETRIES"]
+__all__ = [
+    "Client",
+    "DEFAULT_TARGET",
+    "MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_RETRIES",
+    "SERVER_ENV",
+    "TOKEN_ENV",
+    "tls_credentials",
+]
 
 DEFAULT_TARGET = "localhost:50051"
+# What Client reads when it is given no target / no token (an empty value
+# counts as unset); the CLI and the Go client read the same.
+SERVER_ENV = "TENSORCHECK_SERVER"
+TOKEN_ENV = "TENSORCHECK_TOKEN"
 # Far above gRPC's 4 MiB default: a 1921x4096 bf16 input is 15.7 MB and a
 # request carries several tensors. The server enforces its own limit.
 MAX_MESSAGE_BYTES = 1 << 30
@@ -98,6 +111,8 @@ _PRESETS: dict[str, pb.Tolerance.Preset] = {
 
 ArrayLike = Any  # numpy array, torch.Tensor, jax.Array, TensorRef
 TlsArg = Union[None, bool, grpc.ChannelCredentials]
+# A PEM file's path, or its contents.
+PemArg = Union[None, str, bytes, os.PathLike[str]]
 # A checked tensor argument: an array from as_array, or a stored tensor.
 Operand = Union[np.ndarray, TensorRef]
 
@@ -222,15 +237,74 @@ class _Transfer:
         return sum(n for d, n in self.referenced.items() if d not in self.uploaded)
 
 
+def _read_pem(value: PemArg, name: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        data = bytes(value)
+    elif isinstance(value, (str, os.PathLike)):
+        try:
+            with open(value, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ValueError(f"{name}: cannot read {os.fspath(value)!r}: {e.strerror}") from e
+    else:
+        raise TypeError(f"{name}: expected a path or PEM bytes, got {type(value).__name__}")
+    # Without this check a wrong file fails only at the handshake, as an
+    # unreachable server.
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{name}: no PEM data (expected '-----BEGIN ...')")
+    return data
+
+
+def tls_credentials(
+    ca: PemArg = None, cert: PemArg = None, key: PemArg = None
+) -> grpc.ChannelCredentials:
+    """TLS credentials for `Client(tls=...)` from PEM files (paths) or PEM
+    bytes.
+
+    Args:
+      ca: the root certificates the server's certificate must chain to
+        (None: the system's roots).
+      cert, key: the client certificate (chain) and its private key, for a
+        server that requires mutual TLS; both or neither.
+
+    Raises ValueError naming the argument when only one of cert and key is
+    given, a file cannot be read or holds no PEM data.
+
+        client = tensorcheck.Client("tc.example:443", tls=tensorcheck.tls_credentials(
+            ca="ca.pem", cert="client.pem", key="client.key"))
+    """
+    if (cert is None) != (key is None):
+        raise ValueError(
+            "cert: needs key (the certificate's private key)"
+            if key is None
+            else "key: needs cert (the client certificate)"
+        )
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read_pem(ca, "ca"),
+        private_key=_read_pem(key, "key"),
+        certificate_chain=_read_pem(cert, "cert"),
+    )
+
+
 class Client:
     """A connection to a tensorcheck server.
 
     Args:
-      target: "host:port" (any gRPC target, e.g. "dns:///tensorcheck:50051").
+      target: "host:port" (any gRPC target, e.g. "dns:///tensorcheck:50051");
+        None: the TENSORCHECK_SERVER environment variable when set, else
+        DEFAULT_TARGET ("localhost:50051").
       timeout: default deadline of each call, in seconds (None: no deadline).
       tls: None or False for a plaintext channel, True for TLS with the
-        system's root certificates, or a `grpc.ChannelCredentials`.
-      token: sent as `authorization: Bearer <token>` on every call.
+        system's root certificates, or a `grpc.ChannelCredentials`, e.g.
+        `tensorcheck.tls_credentials(ca="ca.pem")` (add cert= and key= for
+        a server that requires mutual TLS).
+      token: sent as `authorization: Bearer <token>` on every call, over TLS
+        or plaintext alike; None: the TENSORCHECK_TOKEN environment variable
+        when set, else no token. A server that requires one answers
+        UnauthenticatedError without it (or with one it does not know), and
+        PermissionDeniedError for a call the token has no right to.
       options: extra gRPC channel options, e.g. [("grpc.lb_policy_name",
         "round_robin")].
       max_retries: how many times a call is sent again after a refusal that
@@ -254,7 +328,7 @@ class Client:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: Optional[str] = None,
         *,
         timeout: Optional[float] = None,
         tls: TlsArg = None,
@@ -262,6 +336,12 @@ class Client:
         options: Optional[Sequence[tuple[str, Any]]] = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
+        if target is None:
+            target = os.environ.get(SERVER_ENV) or DEFAULT_TARGET
+        token_name = "token"
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
+            token_name = TOKEN_ENV
         if not isinstance(target, str) or not target:
             raise ValueError(f"target: expected 'host:port', got {target!r}")
         if timeout is not None:
@@ -271,7 +351,7 @@ class Client:
         if token is not None and (
             not isinstance(token, str) or not token or any(c in token for c in "\r\n")
         ):
-            raise ValueError("token: expected a non-empty single-line string")
+            raise ValueError(f"{token_name}: expected a non-empty single-line string")
         max_retries = _non_negative(max_retries, "max_retries", integer=True)
         channel_options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
