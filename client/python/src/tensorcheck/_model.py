@@ -28,7 +28,7 @@ from typing import Any, Optional, TextIO, Union
 
 import numpy as np
 
-from ._client import DEFAULT_TARGET, Client, _Transfer
+from ._client import Client, _Transfer
 from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
 from ._node import _json, _json_float, _json_ulp
 from ._report import Report
@@ -517,7 +517,7 @@ def check_captures(
     """Checks captured layer calls on a server; see the module docstring.
 
     `client` (a tensorcheck.Client) or `server` ("host:port", default
-    localhost:50051) says where. `configs`: the candidates (diagnose) or
+    $TENSORCHECK_SERVER, else localhost:50051) says where. `configs`: the candidates (diagnose) or
     configurations (verify) for every layer; None: all the server offers
     (diagnose) / the server's default (verify). `timeout` bounds each
     request. Other keywords go to diagnose_linear / verify_linear (e.g.
@@ -552,7 +552,7 @@ def check_captures(
     if not captures:
         return report
     own = client is None
-    cl = Client(server or DEFAULT_TARGET, timeout=timeout) if own else client
+    cl = Client(server, timeout=timeout) if own else client
     assert cl is not None
     started = time.monotonic()
     try:
