@@ -26,12 +26,9 @@ DOCKERFILE = {"gpu": "docker/Dockerfile.cuda", "cpu": "docker/Dockerfile"}
 LABEL = ("app.kubernetes.io/name", "tensorcheck")
 TLS_SECRET, TOKENS_SECRET = "tensorcheck-tls", "tensorcheck-tokens"
 GRPC_PORT, METRICS_PORT = 50051, 9090
-
-# Flags the manifests pass that the server gains in work under way (the
-# metrics endpoint, TLS, bearer tokens). Accepted while server/ does not
-# define them; test_server_defines_every_flag_passed skips, naming them,
-# until it does. Empty this set once they have landed.
-PENDING_FLAGS = {"metrics-port", "tls-cert", "tls-key", "tls-client-ca", "tokens-file"}
+# --health-port: plaintext, the gRPC health service alone, for the kubelet's
+# probes (which speak no TLS and send no token; GRPC_PORT wants both).
+HEALTH_PORT = 8081
 
 Obj = dict[str, Any]
 
@@ -208,28 +205,26 @@ def test_flags_come_from_the_config_map_and_roll_the_pods(overlay):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_args_are_flags_of_the_server(overlay):
-    known = server_flags() | PENDING_FLAGS
+    known = server_flags()
+    # The parse found the flags at all (a changed ABSL_FLAG layout would
+    # otherwise fail every arg below with a misleading message).
+    assert {"port", "health-port", "tokens-file"} <= known, sorted(known)
     for name in flags(overlay):
         assert name in known, f"--{name}: tensorcheck-server defines no such flag"
-
-
-def test_server_defines_every_flag_passed():
-    passed = set(flags("gpu")) | set(flags("cpu"))
-    missing = passed - server_flags()
-    assert missing <= PENDING_FLAGS, f"not server flags: {sorted(missing - PENDING_FLAGS)}"
-    if missing:
-        pytest.skip(f"flags the server does not define yet: {sorted(missing)}")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_ports_and_grpc_probes(overlay):
     c, values = container(overlay), flags(overlay)
     assert int(values["port"]) == GRPC_PORT and int(values["metrics-port"]) == METRICS_PORT
+    assert int(values["health-port"]) == HEALTH_PORT
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"grpc": GRPC_PORT, "metrics": METRICS_PORT}
+    assert ports == {"grpc": GRPC_PORT, "metrics": METRICS_PORT, "health": HEALTH_PORT}
+    # The kubelet's gRPC probe has no TLS and no token: on GRPC_PORT (TLS,
+    # tokens) every probe would fail. It asks the plaintext health port.
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert set(c[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe
-        assert c[probe]["grpc"]["port"] == GRPC_PORT, probe
+        assert c[probe]["grpc"]["port"] == ports["health"] == int(values["health-port"]), probe
     # Startup and liveness ask for the server as a whole (a full queue
     # leaves it SERVING); readiness for the API service, NOT_SERVING while
     # the queue is full or the server drains.
@@ -297,6 +292,9 @@ def test_tls_and_tokens_come_from_the_referenced_secrets(overlay):
         volume = next(n for n, m in mounts.items() if Path(m["mountPath"]) == path.parent)
         assert volume in secrets, f"--{flag}={path}: not on a Secret volume"
         assert mounts[volume].get("readOnly") is True, f"{volume} mounted writable"
+        # A subPath mount never sees a Secret's update, and the server
+        # re-reads these files instead of being restarted (docs/operations.md).
+        assert "subPath" not in mounts[volume], f"{volume}: subPath, never updated"
         secret = secrets[volume]
         if "items" in secret:  # a key list maps keys to other file names
             keys = {i["path"]: i["key"] for i in secret["items"]}
@@ -308,6 +306,27 @@ def test_tls_and_tokens_come_from_the_referenced_secrets(overlay):
     assert secret_file("tls-key") == (TLS_SECRET, "tls.key")
     assert secret_file("tls-client-ca") == (TLS_SECRET, "ca.crt")
     assert secret_file("tokens-file") == (TOKENS_SECRET, "tokens.json")
+    # 0 would turn the re-reading off (then only SIGHUP, which nothing sends).
+    assert float(values.get("credentials-reload-seconds", "5")) > 0
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_docs_patch_dropping_the_client_ca_names_its_arg(overlay):
+    # docs/operations.md shows an overlay patch that removes --tls-client-ca
+    # by its index, guarded by a `test` op: the index must be that arg's.
+    docs = (REPO / "docs/operations.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", docs, re.DOTALL)
+              if "--tls-client-ca" in b]
+    assert len(blocks) == 1, f"{len(blocks)} yaml blocks on --tls-client-ca in the docs"
+    (patch,) = blocks[0]["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "tensorcheck"}
+    test, remove = yaml.safe_load(patch["patch"])
+    assert test["op"] == "test" and remove["op"] == "remove"
+    assert test["path"] == remove["path"]
+    prefix = "/spec/template/spec/containers/0/args/"
+    assert test["path"].startswith(prefix), test["path"]
+    assert test["value"].startswith("--tls-client-ca="), test["value"]
+    assert container(overlay)["args"][int(test["path"][len(prefix):])] == test["value"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -320,6 +339,8 @@ def test_network_policy_admits_only_the_grpc_and_metrics_ports(overlay):
         # A rule without ports admits every port.
         assert rule.get("ports"), rule
         ports |= {(p.get("protocol", "TCP"), p["port"]) for p in rule["ports"]}
+    # Not HEALTH_PORT: only the kubelet asks it, from the pod's node, whose
+    # traffic NetworkPolicy always admits (networkpolicy.yaml).
     assert ports == {("TCP", GRPC_PORT), ("TCP", METRICS_PORT)}
 
 
