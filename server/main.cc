@@ -1,6 +1,7 @@
 // tensorcheck-server: the tensorcheck gRPC service.
 //
 //   tensorcheck-server --port 0       # prints "listening on HOST:PORT"
+//   tensorcheck-server --metrics-port 9464   # and "metrics on HOST:9464"
 //
 // SIGINT/SIGTERM: health goes NOT_SERVING, new requests are refused,
 // in-flight ones get --shutdown-grace-seconds to finish, those still
@@ -27,6 +28,9 @@
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus metrics endpoint (http://HOST:PORT/metrics, on --host; "
+          "docs/operations.md lists the metrics); 0: no endpoint.");
 ABSL_FLAG(int, max_message_mb, 256, "Largest request or response, in MiB.");
 ABSL_FLAG(int, max_tensor_mb, 0,
           "Largest single tensor, in MiB, at most --max-message-mb (a tensor travels inside one "
@@ -126,6 +130,12 @@ int Run() {
   tensorcheck::ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (options.metrics_port < 0 || options.metrics_port > 65535) {
+    std::cerr << "--metrics-port: 0 (no endpoint) or 1..65535 expected, got "
+              << options.metrics_port << "\n";
+    return 2;
+  }
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 2047) {
     std::cerr << "--max-message-mb: 1..2047 expected, got " << mb << "\n";
@@ -238,6 +248,10 @@ int Run() {
     return 1;
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
+  // Second: scripts and tests read the first line for the address.
+  if ((*server)->metrics_port() != 0) {
+    std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
+  }
   tensorcheck::LogEvent(
       spdlog::level::info, "serving",
       {{"version", tensorcheck::kServerVersion}, {"address", (*server)->address()}});

@@ -266,6 +266,15 @@ class ComputeDevice {
   virtual absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) = 0;
 
   virtual ResidentStats resident() const = 0;
+
+  // Device memory held now under the device's budget (requests' arrays,
+  // workspaces, resident tensors) and the budget; zeros when the device
+  // keeps no budget.
+  struct Memory {
+    int64_t used_bytes = 0;
+    int64_t budget_bytes = 0;
+  };
+  virtual Memory memory() const { return {}; }
 };
 
 }  // namespace tensorcheck

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/backends/device_session.h"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
 
@@ -31,6 +33,10 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     const ServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port: 0..65535 expected, got ", options.port));
+  }
+  if (options.metrics_port < 0 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_port: 0 (none) or 1..65535 expected, got ", options.metrics_port));
   }
   if (options.engine.stats_threads < 0) {
     return absl::InvalidArgumentError(
@@ -139,8 +145,19 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
              saturated ? "queue full, readiness NOT_SERVING" : "queue has room, readiness SERVING");
     raw->SetHealth(!saturated);
   };
+  if (options.metrics_port != 0) {
+    server->metrics_ = std::make_unique<ServiceMetrics>();
+    service_options.metrics = server->metrics_.get();
+  }
   server->service_ =
       std::make_unique<TensorCheckServiceImpl>(server->engine_.get(), std::move(service_options));
+  if (server->metrics_ != nullptr) {
+    server->metrics_->SetGaugeSource([raw] { return raw->ReadGauges(); });
+    const std::string host = options.metrics_host.empty() ? options.host : options.metrics_host;
+    TC_ASSIGN_OR_RETURN(server->metrics_endpoint_,
+                        MetricsEndpoint::Start(absl::StrCat(host, ":", options.metrics_port),
+                                               server->metrics_.get()));
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -188,6 +205,45 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
 TensorCheckServer::~TensorCheckServer() { Shutdown(absl::ZeroDuration()); }
 
 std::string TensorCheckServer::address() const { return absl::StrCat(options_.host, ":", port_); }
+
+int TensorCheckServer::metrics_port() const {
+  return metrics_endpoint_ != nullptr ? metrics_endpoint_->port() : 0;
+}
+
+std::string TensorCheckServer::metrics_address() const {
+  if (metrics_endpoint_ == nullptr) return "";
+  const std::string& host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
+  return absl::StrCat(host, ":", metrics_endpoint_->port());
+}
+
+ServiceGauges TensorCheckServer::ReadGauges() const {
+  ServiceGauges g;
+  g.requests_in_flight = service_->requests_in_flight();
+  g.requests_queued = static_cast<int64_t>(service_->requests_queued());
+  if (store_ != nullptr) {
+    const TensorStore::Stats st = store_->stats();
+    g.store_bytes = st.bytes_used;
+    g.store_tensors = st.tensors;
+    g.store_hits = st.hits;
+    g.store_misses = st.misses;
+    g.store_evictions = st.evictions;
+  }
+  // Backends on one device share it: each device counts once.
+  std::set<const ComputeDevice*> devices;
+  for (LinearBackend* backend : registry_->backends()) {
+    const ComputeDevice* device = backend->compute_device();
+    if (device == nullptr || !devices.insert(device).second) continue;
+    const ComputeDevice::Memory memory = device->memory();
+    const ResidentStats resident = device->resident();
+    g.gpu_memory_used_bytes += memory.used_bytes;
+    g.gpu_memory_budget_bytes += memory.budget_bytes;
+    g.gpu_resident_bytes += resident.bytes;
+    g.gpu_cache_hits += resident.hits;
+    g.gpu_cache_misses += resident.misses;
+    g.gpu_cache_evictions += resident.evictions;
+  }
+  return g;
+}
 
 void TensorCheckServer::SetNotServing() {
   std::lock_guard<std::mutex> lock(health_mu_);

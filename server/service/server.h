@@ -17,6 +17,7 @@
 #include "server/backends/linear_backend.h"
 #include "server/core/executor.h"
 #include "server/engine/engine.h"
+#include "server/service/metrics.h"
 #include "server/service/service.h"
 
 namespace tensorcheck {
@@ -65,6 +66,11 @@ struct ServerOptions {
   EngineOptions engine;
   // Called when a request hits an error that leaves the device unusable.
   std::function<void(const absl::Status&)> on_fatal;
+  // Prometheus metrics (docs/operations.md, "Metrics") at
+  // http://metrics_host:metrics_port/metrics; port 0: none. An empty host
+  // is `host`.
+  int metrics_port = 0;
+  std::string metrics_host;
 };
 
 class TensorCheckServer {
@@ -75,6 +81,11 @@ class TensorCheckServer {
   // "HOST:PORT" with the port actually bound.
   std::string address() const;
   int port() const { return port_; }
+  // The same for the metrics endpoint; 0 and "" when it is off.
+  int metrics_port() const;
+  std::string metrics_address() const;
+  // Null when metrics are off.
+  ServiceMetrics* metrics() const { return metrics_.get(); }
 
   // Health NOT_SERVING, new requests UNAVAILABLE, in-flight ones get until
   // `grace` to finish; those still running are then cancelled (they stop
@@ -107,6 +118,8 @@ class TensorCheckServer {
   std::unique_ptr<Engine> engine_;
   // Outlives the service and the gRPC server (uploads in flight hold it).
   std::unique_ptr<TensorStore> store_;
+  // Outlives the service, which records calls in it.
+  std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<TensorCheckServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::once_flag shutdown_once_;
@@ -115,6 +128,11 @@ class TensorCheckServer {
   std::mutex health_mu_;
   bool not_serving_latched_ = false;
   void SetHealth(bool serving);
+  // What the metrics' gauges read when scraped.
+  ServiceGauges ReadGauges() const;
+  // Declared last, so destroyed first: no scrape reads the service, the
+  // store or the backends while they go.
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
 };
 
 }  // namespace tensorcheck

@@ -117,7 +117,9 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   void OnCancel() override { stop_.Cancel(StopSignal::Reason::kClientCancelled); }
 
   void OnDone() override {
-    LogOutcome();
+    const absl::StatusCode delivered = Delivered();
+    LogOutcome(delivered);
+    RecordMetrics(delivered);
     delete this;
   }
 
@@ -126,6 +128,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   void FinishWith(const absl::Status& status, int64_t pushback_ms = 0) {
     status_ = status;
     elapsed_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start_);
+    if (status.ok()) response_bytes_ = static_cast<int64_t>(response_->Length());
     if (pushback_ms > 0) {
       context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(pushback_ms));
     }
@@ -137,16 +140,18 @@ class LinearCall final : public grpc::ServerUnaryReactor {
  private:
   friend class TensorCheckServiceImpl;
 
-  // One line per call, with the status the client got: ours when it was
-  // delivered; otherwise CANCELLED or DEADLINE_EXCEEDED (the client went
-  // away, its deadline passed, or the response could not be sent).
-  void LogOutcome() const {
-    absl::StatusCode delivered = status_.code();
+  // The status the client got: ours when it was delivered; otherwise
+  // CANCELLED or DEADLINE_EXCEEDED (the client went away, its deadline
+  // passed, or the response could not be sent).
+  absl::StatusCode Delivered() const {
+    if (!context_->IsCancelled()) return status_.code();
+    return absl::Now() >= context_deadline_ ? absl::StatusCode::kDeadlineExceeded
+                                            : absl::StatusCode::kCancelled;
+  }
+
+  // One line per call, with the status the client got (Delivered).
+  void LogOutcome(absl::StatusCode delivered) const {
     const bool lost = context_->IsCancelled();
-    if (lost) {
-      delivered = absl::Now() >= context_deadline_ ? absl::StatusCode::kDeadlineExceeded
-                                                   : absl::StatusCode::kCancelled;
-    }
     nlohmann::json fields = {{"method", std::string(method())},
                              {"request_id", request_id_},
                              {"configs", summary_.configs},
@@ -165,6 +170,23 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     LogEvent(ok ? spdlog::level::info : spdlog::level::warn, "request", fields);
   }
 
+  // Counts the call in the metrics, when on, as the log line tells it.
+  void RecordMetrics(absl::StatusCode delivered) const {
+    if (metrics_ == nullptr) return;
+    CallRecord call;
+    call.method = method();
+    call.tenant = "";  // tenant: set by authentication
+    call.code = delivered;
+    call.total_seconds = elapsed_ms_ / 1000;
+    if (worker_start_ != absl::InfiniteFuture()) {  // a worker ran it
+      call.queue_seconds = absl::ToDoubleSeconds(worker_start_ - start_);
+      call.compute_seconds = std::max(0.0, call.total_seconds - *call.queue_seconds);
+    }
+    call.received_bytes = request_bytes_;
+    call.sent_bytes = call.code == absl::StatusCode::kOk ? response_bytes_ : 0;
+    metrics_->Record(call);
+  }
+
   struct Summary {
     std::string configs, reference = "default", input = "?", weight = "?";
   };
@@ -179,7 +201,10 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   StopSignal stop_;
   std::string request_id_;  // AttachRequestId
   int64_t request_bytes_ = 0;
-  int64_t max_inline_output_bytes_ = 0;  // the request's; 0: the server's
+  int64_t response_bytes_ = 0;                        // serialised, when answered OK
+  int64_t max_inline_output_bytes_ = 0;               // the request's; 0: the server's
+  ServiceMetrics* metrics_ = nullptr;                 // null: metrics off
+  absl::Time worker_start_ = absl::InfiniteFuture();  // when a worker took it
   Summary summary_;
   absl::Status status_;
   double elapsed_ms_ = 0;
@@ -360,6 +385,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
   call->request_id_ = AttachRequestId(context);
   call->context_deadline_ = client;
   call->request_bytes_ = static_cast<int64_t>(request->Length());
+  call->metrics_ = options_.metrics;
   if (draining_) {
     call->FinishWith(absl::UnavailableError("server is shutting down; retry on another replica"),
                      RetryPushbackMs(/*requests_ahead=*/1));
@@ -390,6 +416,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
 }
 
 void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* reservation) {
+  call->worker_start_ = absl::Now();
   if (saturated_ && pool_.queued() < pool_.max_queue()) NoteSaturation(false);
   bool retry_later = false;
   absl::Status status = Execute(call, reservation, &retry_later);

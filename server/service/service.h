@@ -38,6 +38,7 @@
 #include "server/core/stop_signal.h"
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
+#include "server/service/metrics.h"
 #include "server/service/proto_convert.h"
 #include "server/service/upload_session.h"
 #include "server/store/tensor_store.h"
@@ -107,6 +108,9 @@ struct ServiceOptions {
   // it sent is kept for resuming), so a stalled client cannot hold the
   // store's budget.
   absl::Duration upload_idle = absl::Seconds(60);
+  // Where finished calls are counted (metrics.h); null: nowhere. Must
+  // outlive the service.
+  ServiceMetrics* metrics = nullptr;
 };
 
 class LinearCall;  // service.cc: one Verify or Diagnose call
@@ -176,6 +180,10 @@ class TensorCheckServiceImpl final
     std::lock_guard<std::mutex> lock(calls_mu_);
     return in_flight_;
   }
+  // Requests waiting for a worker.
+  size_t requests_queued() { return pool_.queued(); }
+  // Null when metrics are off.
+  ServiceMetrics* metrics() const { return options_.metrics; }
 
  private:
   friend class LinearCall;

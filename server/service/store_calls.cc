@@ -39,6 +39,45 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// One store call as the metrics count it (metrics.h): its method, when it
+// began and the bytes it received.
+struct StoreCallRecord {
+  StoreCallRecord(ServiceMetrics* metrics, absl::string_view method, absl::Time start,
+                  int64_t received_bytes = 0, std::string tenant = "")
+      : metrics(metrics),
+        method(method),
+        start(start),
+        received_bytes(received_bytes),
+        tenant(std::move(tenant)) {}
+
+  ServiceMetrics* metrics;  // null: metrics off
+  absl::string_view method;
+  absl::Time start;
+  int64_t received_bytes;
+  std::string tenant;  // empty: not authenticated
+
+  // Counts the call, ended with `code` after sending `sent_bytes`.
+  void Done(absl::StatusCode code, int64_t sent_bytes) const {
+    if (metrics == nullptr) return;
+    CallRecord call;
+    call.method = method;
+    call.tenant = tenant;
+    call.code = code;
+    call.total_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    call.received_bytes = received_bytes;
+    call.sent_bytes = sent_bytes;
+    metrics->Record(call);
+  }
+};
+
+// FinishUnary, counting the call and its response.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const absl::Status& status, const StoreCallRecord& record,
+                                      const google::protobuf::Message& response) {
+  record.Done(status.code(), status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+  return FinishUnary(context, status);
+}
+
 // One UploadTensor stream: messages go to an UploadSession as they
 // arrive (upload_session.h has the rules); the client's half-close ends it.
 // A stream that breaks leaves the upload to be resumed.
@@ -95,6 +134,8 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   void OnDone() override {
     service_->UnwatchUpload(this);
     Log();
+    StoreCallRecord(service_->metrics(), "UploadTensor", start_, received_)
+        .Done(status_.code(), static_cast<int64_t>(response_->ByteSizeLong()));
     delete this;
   }
 
@@ -216,20 +257,25 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 // One ReadTensor stream: the pinned blob's range, a chunk at a time.
 class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
  public:
-  ReadCall(TensorStore::Blob blob, int64_t begin, int64_t end)
-      : blob_(std::move(blob)), pos_(begin), end_(end) {
+  ReadCall(TensorStore::Blob blob, int64_t begin, int64_t end, StoreCallRecord record)
+      : blob_(std::move(blob)), pos_(begin), end_(end), record_(std::move(record)) {
     Next();
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
+      code_ = absl::StatusCode::kCancelled;
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
       return;
     }
+    sent_ += static_cast<int64_t>(message_.data().size());
     Next();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    record_.Done(code_, sent_);
+    delete this;
+  }
 
  private:
   void Next() {
@@ -247,6 +293,9 @@ class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
   TensorStore::Blob blob_;  // pinned until the stream ends
   int64_t pos_, end_;
   v1::ReadTensorResponse message_;
+  const StoreCallRecord record_;
+  absl::StatusCode code_ = absl::StatusCode::kOk;
+  int64_t sent_ = 0;  // tensor bytes whose write completed
 };
 
 }  // namespace
@@ -255,30 +304,36 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
     grpc::CallbackServerContext* context, const v1::FindMissingTensorsRequest* request,
     v1::FindMissingTensorsResponse* response) {
   AttachRequestId(context);
-  if (options_.store == nullptr) return FinishUnary(context, NoStore());
+  const StoreCallRecord record(options_.metrics, "FindMissingTensors", absl::Now(),
+                               static_cast<int64_t>(request->ByteSizeLong()));
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
   if (request->digests_size() > kMaxDigestsPerCall) {
-    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                                    "digests: at most ", kMaxDigestsPerCall,
-                                    " per call expected, got ", request->digests_size())));
+    return FinishUnary(context,
+                       absl::InvalidArgumentError(
+                           absl::StrCat("digests: at most ", kMaxDigestsPerCall,
+                                        " per call expected, got ", request->digests_size())),
+                       record, *response);
   }
   std::vector<Digest> digests;
   digests.reserve(static_cast<size_t>(request->digests_size()));
   for (int i = 0; i < request->digests_size(); ++i) {
     absl::StatusOr<Digest> d =
         DigestFromProto(request->digests(i), absl::StrCat("digests[", i, "]"));
-    if (!d.ok()) return FinishUnary(context, d.status());
+    if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
     digests.push_back(*std::move(d));
   }
   for (const Digest& d : options_.store->FindMissing(digests)) {
     DigestToProto(d, response->add_missing_digests());
   }
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), record, *response);
 }
 
 grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
     grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) {
   std::string request_id = AttachRequestId(context);
   if (options_.store == nullptr) {
+    StoreCallRecord(options_.metrics, "UploadTensor", absl::Now())
+        .Done(absl::StatusCode::kUnimplemented, 0);
     // A reactor that refuses at once, reading nothing.
     class Refuse final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
      public:
@@ -295,29 +350,37 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(
     grpc::CallbackServerContext* context, const v1::QueryUploadStatusRequest* request,
     v1::QueryUploadStatusResponse* response) {
   AttachRequestId(context);
-  if (options_.store == nullptr) return FinishUnary(context, NoStore());
+  const StoreCallRecord record(options_.metrics, "QueryUploadStatus", absl::Now(),
+                               static_cast<int64_t>(request->ByteSizeLong()));
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
-  if (!d.ok()) return FinishUnary(context, d.status());
+  if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
   const TensorStore::UploadStatus s = options_.store->QueryUpload(*d, request->upload_id());
   response->set_committed_size(s.committed);
   response->set_complete(s.complete);
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), record, *response);
 }
 
 grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTensor(
     grpc::CallbackServerContext* context, const v1::ReadTensorRequest* request) {
   class Refuse final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
    public:
-    explicit Refuse(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+    Refuse(const absl::Status& s, const StoreCallRecord& record) {
+      record.Done(s.code(), 0);
+      Finish(ToGrpcStatus(s));
+    }
     void OnDone() override { delete this; }
   };
   AttachRequestId(context);
-  if (options_.store == nullptr) return new Refuse(NoStore());
+  const StoreCallRecord record(options_.metrics, "ReadTensor", absl::Now(),
+                               static_cast<int64_t>(request->ByteSizeLong()));
+  if (options_.store == nullptr) return new Refuse(NoStore(), record);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
-  if (!d.ok()) return new Refuse(d.status());
+  if (!d.ok()) return new Refuse(d.status(), record);
   if (request->limit() < 0) {
     return new Refuse(
-        InvalidFieldError("limit", "0 (to the end) or more bytes", absl::StrCat(request->limit())));
+        InvalidFieldError("limit", "0 (to the end) or more bytes", absl::StrCat(request->limit())),
+        record);
   }
   const int64_t size = d->size;
   const int64_t begin = request->offset();
@@ -325,11 +388,12 @@ grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTe
   if (begin < 0 || begin > size || request->limit() > size || end > size) {
     return new Refuse(
         absl::OutOfRangeError(absl::StrCat("offset ", begin, ", limit ", request->limit(),
-                                           ": outside the ", size, " bytes of ", d->ToString())));
+                                           ": outside the ", size, " bytes of ", d->ToString())),
+        record);
   }
   absl::StatusOr<TensorStore::Blob> blob = options_.store->Get(*d);
-  if (!blob.ok()) return new Refuse(blob.status());
-  return new ReadCall(*std::move(blob), begin, end);
+  if (!blob.ok()) return new Refuse(blob.status(), record);
+  return new ReadCall(*std::move(blob), begin, end, record);
 }
 
 }  // namespace tensorcheck

@@ -161,9 +161,11 @@ absl::StatusOr<TensorStore::Blob> TensorStore::Get(const Digest& digest) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(digest);
   if (it == entries_.end()) {
+    ++misses_;
     return absl::NotFoundError(
         absl::StrCat(digest.ToString(), " (", digest.size, " bytes) is not in the store"));
   }
+  ++hits_;
   Touch(it);
   return it->second.blob;
 }
@@ -175,8 +177,10 @@ std::vector<Digest> TensorStore::FindMissing(const std::vector<Digest>& digests)
     if (IsEmptyBlob(d)) continue;
     auto it = entries_.find(d);
     if (it == entries_.end()) {
+      ++misses_;
       missing.push_back(d);
     } else {
+      ++hits_;
       Touch(it);
     }
   }
@@ -373,6 +377,8 @@ TensorStore::Stats TensorStore::stats() const {
   s.tensors = static_cast<int64_t>(entries_.size());
   for (const auto& [d, e] : entries_) s.largest = std::max(s.largest, d.size);
   s.evictions = evictions_;
+  s.hits = hits_;
+  s.misses = misses_;
   s.uploads = uploads_;
   s.uploaded_bytes = uploaded_bytes_;
   s.partial_uploads = static_cast<int64_t>(partials_.size());

@@ -66,6 +66,10 @@ class TensorStore {
     int64_t tensors = 0;
     int64_t largest = 0;
     int64_t evictions = 0;
+    // Lookups by digest (Get, and each digest FindMissing asks about)
+    // that found the tensor, and that did not.
+    int64_t hits = 0;
+    int64_t misses = 0;
     // Tensors stored by uploads (not those already present), and bytes.
     int64_t uploads = 0;
     int64_t uploaded_bytes = 0;
@@ -165,6 +169,8 @@ class TensorStore {
   std::map<PartialKey, std::shared_ptr<Partial>> partials_;  // guarded by mu_
   int64_t bytes_used_ = 0;                                   // guarded by mu_
   int64_t evictions_ = 0;                                    // guarded by mu_
+  int64_t hits_ = 0;                                         // guarded by mu_
+  int64_t misses_ = 0;                                       // guarded by mu_
   int64_t uploads_ = 0;                                      // guarded by mu_
   int64_t uploaded_bytes_ = 0;                               // guarded by mu_
 };

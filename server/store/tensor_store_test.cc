@@ -87,6 +87,21 @@ TEST(TensorStoreTest, LeastRecentlyUsedIsEvictedFirstAndFindMissingRefreshes) {
   EXPECT_EQ(store->stats().evictions, 1);
 }
 
+TEST(TensorStoreTest, LookupsByDigestCountHitsAndMisses) {
+  auto store = Store(3000);
+  const std::string a = Bytes(1000, 1), b = Bytes(1000, 2);
+  ASSERT_THAT(store->Put(DigestOf(a), a), IsOk());
+  EXPECT_EQ(store->stats().hits, 0);  // storing is no lookup
+  EXPECT_EQ(store->stats().misses, 0);
+  EXPECT_THAT(store->Get(DigestOf(a)), IsOk());                                 // hit
+  EXPECT_THAT(store->Get(DigestOf(b)), StatusIs(absl::StatusCode::kNotFound));  // miss
+  // One per digest asked about: a hit, a miss, a hit.
+  EXPECT_THAT(store->FindMissing({DigestOf(a), DigestOf(b), DigestOf(a)}),
+              ElementsAre(DigestOf(b)));
+  EXPECT_EQ(store->stats().hits, 3);
+  EXPECT_EQ(store->stats().misses, 2);
+}
+
 TEST(TensorStoreTest, PinnedTensorsAreNeverEvictedAndAFullPinnedStoreRefuses) {
   auto store = Store(2000);
   const std::string a = Bytes(1000, 1), b = Bytes(1000, 2), c = Bytes(1000, 3);

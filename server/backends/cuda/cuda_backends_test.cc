@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cuda/cuda_status.h"
+#include "server/backends/device_session.h"
 #include "server/core/float_formats.h"
 #include "server/core/tensor.h"
 #include "tests/testing/status_matchers.h"
@@ -724,6 +725,11 @@ TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsW
   options.cublaslt_workspace_bytes = 0;  // the lanes' workspaces count against the budget
   options.gpu_lanes = 1;
   ASSERT_THAT(RegisterCudaBackends(&registry, options), IsOk());
+  const ComputeDevice* device = (*registry.Find("cublaslt"))->compute_device();
+  ASSERT_NE(device, nullptr);
+  const ComputeDevice::Memory idle = device->memory();  // what the metrics report
+  EXPECT_EQ(idle.budget_bytes, 64 << 10);
+  EXPECT_LE(idle.used_bytes, idle.budget_bytes);
   for (const char* name : {"cublaslt", "cublas"}) {
     LinearBackend* b = *registry.Find(name);
     auto big = MakeLayer(256, 256, 256, DType::kFloat32, WeightLayout::kOutIn, false,
@@ -743,6 +749,8 @@ TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsW
     }
     EXPECT_THAT(b->Run(big->problem, c, {}), StatusIs(absl::StatusCode::kResourceExhausted));
     EXPECT_THAT(b->Available(), IsOk());
+    // Finished runs hold nothing: back to what the idle device held.
+    EXPECT_EQ(device->memory().used_bytes, idle.used_bytes) << name;
   }
 }
 

@@ -176,6 +176,11 @@ absl::Status CudaComputeDevice::Reserve(int64_t bytes) {
   return absl::OkStatus();
 }
 
+ComputeDevice::Memory CudaComputeDevice::memory() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return {in_use_ + cache_.stats().bytes, budget_};
+}
+
 void CudaComputeDevice::Release(int64_t bytes) {
   std::lock_guard<std::mutex> lock(memory_mu_);
   in_use_ -= bytes;

@@ -65,6 +65,7 @@ class CudaComputeDevice final : public ComputeDevice {
   absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) override;
 
   ResidentStats resident() const override { return cache_.stats(); }
+  Memory memory() const override;
 
   // OK, or the sticky error that poisoned the device.
   absl::Status health() const;
@@ -106,7 +107,7 @@ class CudaComputeDevice final : public ComputeDevice {
   std::condition_variable lane_free_;
   std::vector<std::unique_ptr<Lane>> lanes_;
 
-  std::mutex memory_mu_;
+  mutable std::mutex memory_mu_;
   int64_t in_use_ = 0;  // sessions' arrays and the lanes' workspaces
 
   mutable std::mutex health_mu_;
