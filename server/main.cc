@@ -7,7 +7,8 @@
 // in-flight ones get --shutdown-grace-seconds to finish, those still
 // running are then cancelled, and the process exits 0 within the grace
 // period plus a few seconds (3 if it had to be forced). A sticky device
-// error exits 1 so the orchestrator restarts the process.
+// error exits 1 so the orchestrator restarts the process. SIGHUP re-reads
+// the tokens file (--tokens-file).
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,22 @@ ABSL_FLAG(std::string, default_reference, "",
           "Reference configuration of requests that name none; empty: the fp64 "
           "configuration of the fastest available backend (cublaslt:fp64 on a GPU host, "
           "cpu:fp64 elsewhere).");
+
+ABSL_FLAG(std::string, tokens_file, "",
+          "JSON file of bearer tokens (as SHA-256) to tenants with rights and quotas "
+          "(docs/operations.md, \"Tenants and tokens\"); every call but health checks then "
+          "needs a token. Re-read on SIGHUP and when it changes. Empty: no authentication.");
+ABSL_FLAG(double, credentials_reload_seconds, 5,
+          "How often the tokens file (0: only on SIGHUP) and the TLS files (at least every "
+          "second) are checked for changes.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) the server presents: TLS on --port; with --tls-key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate: clients must present a certificate it issued (mutual TLS).");
+ABSL_FLAG(int, health_port, 0,
+          "A plaintext port serving only the gRPC health service, for probes that cannot "
+          "speak TLS; 0: none (health is also served on --port).");
 
 namespace {
 
@@ -221,6 +238,25 @@ int Run() {
   options.backends.cublaslt_workspace_bytes = absl::GetFlag(FLAGS_cublaslt_workspace_mb) << 20;
   options.backends.gpu_lanes = absl::GetFlag(FLAGS_gpu_lanes);
   options.engine.default_reference = absl::GetFlag(FLAGS_default_reference);
+  options.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  const double reload = absl::GetFlag(FLAGS_credentials_reload_seconds);
+  if (!(reload >= 0 && reload <= 86400)) {
+    std::cerr << "--credentials-reload-seconds: 0..86400 expected, got " << reload << "\n";
+    return 2;
+  }
+  options.credentials_reload = absl::Seconds(reload);
+  options.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                 absl::GetFlag(FLAGS_tls_client_ca)};
+  if (!options.tls.enabled() && !options.tls.client_ca.empty()) {
+    std::cerr << "--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS)\n";
+    return 2;
+  }
+  options.health_port = absl::GetFlag(FLAGS_health_port);
+  if (options.health_port < 0 || options.health_port > 65535) {
+    std::cerr << "--health-port: 0 (none) or 1..65535 expected, got " << options.health_port
+              << "\n";
+    return 2;
+  }
 
   // SIGINT/SIGTERM go through a self-pipe to one waiter thread. (Blocking
   // them and calling sigwait is not enough: OpenBLAS starts its threads
@@ -235,6 +271,7 @@ int Run() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);  // reload the credentials
   std::atomic<int> exit_code{0};
   options.on_fatal = [&exit_code](const absl::Status&) {
     exit_code = 1;
@@ -252,13 +289,24 @@ int Run() {
   if ((*server)->metrics_port() != 0) {
     std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
   }
+  if ((*server)->health_port() != 0) {
+    std::cout << "health on " << absl::GetFlag(FLAGS_host) << ":" << (*server)->health_port()
+              << std::endl;
+  }
   tensorcheck::LogEvent(
       spdlog::level::info, "serving",
       {{"version", tensorcheck::kServerVersion}, {"address", (*server)->address()}});
 
   std::thread waiter([&] {
     unsigned char sig = 0;
-    while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    for (;;) {
+      if (read(signal_pipe[0], &sig, 1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (sig != SIGHUP) break;
+      tensorcheck::LogEvent(spdlog::level::info, "SIGHUP: reloading credentials");
+      (*server)->ReloadCredentials();
     }
     const double grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
     tensorcheck::LogEvent(spdlog::level::info, "draining",

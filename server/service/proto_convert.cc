@@ -162,8 +162,8 @@ absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
   TC_ASSIGN_OR_RETURN(Digest digest,
                       ParseDigest(text, numel * item, absl::StrCat(field, ".digest")));
   absl::StatusOr<TensorStore::Blob> blob =
-      source.store != nullptr ? source.store->Get(digest)
-                              : absl::NotFoundError("this server has no tensor store");
+      source.store ? source.store.Get(digest)
+                   : absl::NotFoundError("this server has no tensor store");
   if (!blob.ok()) {
     if (source.missing != nullptr) {
       DigestToProto(digest, source.missing->add_digests());
@@ -174,8 +174,12 @@ absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
   const TensorStore::Blob& b = *blob;
   TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Borrow(dtype, shape, b->data(), b->size(), b));
   // The digest names the bytes across requests: a GPU backend keeps the
-  // tensor resident under it (docs/architecture.md, "Resident tensors").
-  t.set_content_id(digest.ToString());
+  // tensor resident under it (docs/architecture.md, "Resident tensors"),
+  // a copy per tenant, so that a fast first request never tells one
+  // tenant that another used the same tensor.
+  t.set_content_id(source.store.ns.whole_store()
+                       ? digest.ToString()
+                       : absl::StrCat(source.store.ns.tenant, "/", digest.ToString()));
   return t;
 }
 
@@ -233,7 +237,7 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
 }
 
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const RequestLimits& limits,
-                                        TensorStore* store) {
+                                        StoreView store) {
   LinearRequest req;
   if (!r.has_op()) return InvalidFieldError("op", "a LinearOp", "none");
   const v1::LinearOp& op = r.op();
@@ -293,8 +297,8 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
     }
     absl::Status status = absl::FailedPreconditionError(
         absl::StrCat("tensors not in the server's store: ", absl::StrJoin(named, ", "),
-                     store == nullptr ? "; this server has no store: send them as data"
-                                      : "; upload them (UploadTensor) and retry"));
+                     !store ? "; this server has no store: send them as data"
+                            : "; upload them (UploadTensor) and retry"));
     status.SetPayload(kMissingTensorsTypeUrl, absl::Cord(missing.SerializeAsString()));
     return status;
   }

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "proto/dtype_proto.h"
 #include "server/engine/engine.h"
+#include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
@@ -24,12 +25,12 @@ namespace tensorcheck {
 inline constexpr absl::string_view kMissingTensorsTypeUrl =
     "type.googleapis.com/tensorcheck.v1.MissingTensors";
 
-// Where tensors given by digest come from: the store (null: none; every
-// digest is then FAILED_PRECONDITION). Digests the store lacks are
-// collected in `missing` rather than failing at once, so that one error
-// names them all.
+// Where tensors given by digest come from: the caller's namespace of the
+// store (null: none; every digest is then FAILED_PRECONDITION). Digests
+// it lacks are collected in `missing` rather than failing at once, so that
+// one error names them all.
 struct TensorSource {
-  TensorStore* store = nullptr;
+  StoreView store;
   v1::MissingTensors* missing = nullptr;
 };
 
@@ -52,7 +53,7 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto);
 // FAILED_PRECONDITION with a kMissingTensorsTypeUrl payload when tensors
 // by digest are missing from `store`.
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
-                                        const RequestLimits& limits, TensorStore* store = nullptr);
+                                        const RequestLimits& limits, StoreView store = {});
 
 void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
 

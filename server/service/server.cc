@@ -8,12 +8,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/backends/device_session.h"
 #include "server/core/status_macros.h"
 #include "server/service/logging.h"
+#include "server/service/reflection.h"
 
 namespace tensorcheck {
 
@@ -119,8 +120,15 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
               {"loaded_tensors", st.tensors},
               {"loaded_bytes", st.bytes_used}});
   }
+  if (!options.tokens_file.empty()) {
+    TC_ASSIGN_OR_RETURN(server->tokens_, TokensFile::Open(options.tokens_file));
+    LogEvent(
+        spdlog::level::info, "tokens file",
+        {{"path", options.tokens_file}, {"tenants", server->tokens_->current()->all().size()}});
+  }
   ServiceOptions service_options;
   service_options.store = server->store_.get();
+  service_options.tokens = server->tokens_.get();
   service_options.inline_output_bytes = options.inline_output_bytes;
   if (options.upload_idle <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -160,10 +168,18 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.tls.enabled()) {
+    // Checked here: gRPC's watcher would only log a bad file, and every
+    // handshake would then fail.
+    TC_ASSIGN_OR_RETURN(const std::string about, CheckTlsFiles(options.tls));
+    LogEvent(spdlog::level::info, "TLS",
+             {{"files", about}, {"client_certificates", !options.tls.client_ca.empty()}});
+    credentials = TlsServerCredentials(options.tls, options.credentials_reload);
+  }
+  builder.AddListeningPort(address, credentials, &server->port_);
   const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -192,17 +208,100 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   }
   builder.RegisterService(server->service_.get());
+  server->reflection_ = std::make_unique<ReflectionService>(
+      std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
+                               "grpc.reflection.v1alpha.ServerReflection"},
+      [raw](const ReflectionService::Metadata& metadata) {
+        if (raw->tokens_ == nullptr) return absl::OkStatus();
+        return AuthenticateCall(*raw->tokens_, metadata, Right::kReflection, "ServerReflectionInfo")
+            .status();
+      });
+  builder.RegisterService(server->reflection_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " (address in use?)"));
   }
-  auto* health = server->server_->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus(kServiceName, true);
+  if (options.health_port != 0) {
+    if (options.health_port < 0 || options.health_port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("health_port: 0..65535 expected, got ", options.health_port));
+    }
+    // gRPC's default health service alone; every other method is
+    // UNIMPLEMENTED there (the generic service's default), which also gives
+    // the server the callback queue it needs to serve at all.
+    grpc::ServerBuilder health_builder;
+    server->health_unimplemented_ = std::make_unique<grpc::CallbackGenericService>();
+    health_builder.RegisterCallbackGenericService(server->health_unimplemented_.get());
+    const std::string health_address = absl::StrCat(options.host, ":", options.health_port);
+    health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
+                                    &server->health_port_);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr || server->health_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", health_address, " (address in use?)"));
+    }
+  }
+  for (grpc::Server* s : {server->server_.get(), server->health_server_.get()}) {
+    if (s == nullptr) continue;
+    s->GetHealthCheckService()->SetServingStatus("", true);
+    s->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  }
+  if (server->tokens_ != nullptr && options.credentials_reload > absl::ZeroDuration()) {
+    // A Kubernetes Secret update swaps the mounted file; a poll sees it
+    // whatever the way it was replaced.
+    server->reloader_ = std::thread([raw, every = options.credentials_reload] {
+      std::unique_lock<std::mutex> lock(raw->reload_mu_);
+      while (!raw->reload_cv_.wait_for(lock, absl::ToChronoMilliseconds(every),
+                                       [raw] { return raw->reload_stop_; })) {
+        lock.unlock();
+        raw->ReloadCredentials();
+        lock.lock();
+      }
+    });
+  }
   return server;
 }
 
-TensorCheckServer::~TensorCheckServer() { Shutdown(absl::ZeroDuration()); }
+TensorCheckServer::~TensorCheckServer() {
+  {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    reload_stop_ = true;
+  }
+  reload_cv_.notify_all();
+  if (reloader_.joinable()) reloader_.join();
+  Shutdown(absl::ZeroDuration());
+}
+
+void TensorCheckServer::ReloadCredentials() {
+  if (options_.tls.enabled()) {
+    absl::StatusOr<std::string> about = CheckTlsFiles(options_.tls);
+    if (about.ok()) {
+      LogEvent(spdlog::level::info, "TLS files checked, served within the reload interval",
+               {{"files", *about}});
+    } else {
+      LogEvent(spdlog::level::err, "TLS files unusable, the ones in force stay",
+               {{"error", std::string(about.status().message())}});
+    }
+  }
+  if (tokens_ == nullptr) return;
+  bool changed = false;
+  const absl::Status s = tokens_->Reload(&changed);
+  std::lock_guard<std::mutex> lock(reload_error_mu_);
+  if (!s.ok()) {
+    // Once per distinct error, not once per poll.
+    if (s.ToString() != last_reload_error_) {
+      LogEvent(spdlog::level::err, "tokens file not reloaded, the tokens in force stay",
+               {{"error", std::string(s.message())}});
+      last_reload_error_ = s.ToString();
+    }
+    return;
+  }
+  last_reload_error_.clear();
+  if (changed) {
+    LogEvent(spdlog::level::info, "tokens file reloaded",
+             {{"path", tokens_->path()}, {"tenants", tokens_->current()->all().size()}});
+  }
+}
 
 std::string TensorCheckServer::address() const { return absl::StrCat(options_.host, ":", port_); }
 
@@ -248,10 +347,11 @@ ServiceGauges TensorCheckServer::ReadGauges() const {
 void TensorCheckServer::SetNotServing() {
   std::lock_guard<std::mutex> lock(health_mu_);
   not_serving_latched_ = true;
-  if (server_ == nullptr) return;
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", false);
-  health->SetServingStatus(kServiceName, false);
+  for (grpc::Server* s : {server_.get(), health_server_.get()}) {
+    if (s == nullptr) continue;
+    s->GetHealthCheckService()->SetServingStatus("", false);
+    s->GetHealthCheckService()->SetServingStatus(kServiceName, false);
+  }
 }
 
 // Readiness only: the service's own name follows the queue, while the
@@ -259,8 +359,10 @@ void TensorCheckServer::SetNotServing() {
 // busy replica is taken out of rotation, not restarted.
 void TensorCheckServer::SetHealth(bool serving) {
   std::lock_guard<std::mutex> lock(health_mu_);
-  if (server_ == nullptr || not_serving_latched_) return;
-  server_->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
+  if (not_serving_latched_) return;
+  for (grpc::Server* s : {server_.get(), health_server_.get()}) {
+    if (s != nullptr) s->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
+  }
 }
 
 void TensorCheckServer::Shutdown(absl::Duration grace) {
@@ -281,6 +383,7 @@ void TensorCheckServer::Shutdown(absl::Duration grace) {
       }
     }
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   });
 }
 

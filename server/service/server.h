@@ -8,17 +8,23 @@
 //   server->Shutdown(absl::Seconds(30));        // NOT_SERVING, drain, stop
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/executor.h"
 #include "server/engine/engine.h"
 #include "server/service/metrics.h"
+#include "server/service/reflection.h"
 #include "server/service/service.h"
+#include "server/service/tls.h"
 
 namespace tensorcheck {
 
@@ -71,6 +77,18 @@ struct ServerOptions {
   // is `host`.
   int metrics_port = 0;
   std::string metrics_host;
+  // Bearer tokens to tenants (tenants.h, docs/operations.md "Tenants and
+  // tokens"); empty: no authentication, one shared store. Read again every
+  // credentials_reload when its content changed, and on
+  // ReloadCredentials() (SIGHUP).
+  std::string tokens_file;
+  absl::Duration credentials_reload = absl::Seconds(5);
+  // TLS on `port` (tls.h); off when tls.cert and tls.key are empty. The
+  // files are re-read every credentials_reload (at least a second).
+  TlsFiles tls;
+  // A second, plaintext port that serves only the health service, for
+  // probes that cannot speak TLS (Kubernetes' gRPC probes); 0: none.
+  int health_port = 0;
 };
 
 class TensorCheckServer {
@@ -86,6 +104,13 @@ class TensorCheckServer {
   std::string metrics_address() const;
   // Null when metrics are off.
   ServiceMetrics* metrics() const { return metrics_.get(); }
+
+  // Reads the tokens file again now (SIGHUP), and checks the TLS files
+  // (gRPC's watcher serves new ones within credentials_reload); a file
+  // that does not parse keeps what is in force, and the error is logged.
+  void ReloadCredentials();
+  // The health-only port actually bound; 0 when off.
+  int health_port() const { return health_port_; }
 
   // Health NOT_SERVING, new requests UNAVAILABLE, in-flight ones get until
   // `grace` to finish; those still running are then cancelled (they stop
@@ -118,10 +143,25 @@ class TensorCheckServer {
   std::unique_ptr<Engine> engine_;
   // Outlives the service and the gRPC server (uploads in flight hold it).
   std::unique_ptr<TensorStore> store_;
+  // Null without --tokens-file; outlives the service.
+  std::unique_ptr<TokensFile> tokens_;
+  // Polls the credential files for changes until Shutdown.
+  std::thread reloader_;
+  std::mutex reload_mu_;
+  std::condition_variable reload_cv_;
+  bool reload_stop_ = false;  // guarded by reload_mu_
+  std::mutex reload_error_mu_;
+  std::string last_reload_error_;  // guarded by reload_error_mu_
   // Outlives the service, which records calls in it.
   std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<TensorCheckServiceImpl> service_;
+  std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<grpc::Server> server_;
+  // Serves health alone on --health-port (null: none); its statuses
+  // follow server_'s.
+  std::unique_ptr<grpc::CallbackGenericService> health_unimplemented_;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
   std::once_flag shutdown_once_;
   // Readiness: NOT_SERVING for good once set; otherwise it follows the
   // queue (NOT_SERVING while full).

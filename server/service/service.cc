@@ -154,6 +154,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     const bool lost = context_->IsCancelled();
     nlohmann::json fields = {{"method", std::string(method())},
                              {"request_id", request_id_},
+                             {"tenant", tenant_},
                              {"configs", summary_.configs},
                              {"reference", summary_.reference},
                              {"input", summary_.input},
@@ -175,7 +176,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     if (metrics_ == nullptr) return;
     CallRecord call;
     call.method = method();
-    call.tenant = "";  // tenant: set by authentication
+    call.tenant = tenant_;
     call.code = delivered;
     call.total_seconds = elapsed_ms_ / 1000;
     if (worker_start_ != absl::InfiniteFuture()) {  // a worker ran it
@@ -208,6 +209,9 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   Summary summary_;
   absl::Status status_;
   double elapsed_ms_ = 0;
+  std::string tenant_;              // empty: the server has no tenants
+  StoreView store_;                 // the tenant's namespace of the store
+  RequestQuotas::Slot quota_slot_;  // the tenant's concurrent place, until done
 };
 
 namespace {
@@ -252,7 +256,10 @@ TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOpti
       options_(std::move(options)),
       budget_(options_.max_inflight_bytes),
       pool_(options_.workers, options_.max_queue) {
-  if (options_.store != nullptr) sweeper_ = std::thread([this] { SweepUploads(); });
+  if (options_.store != nullptr) {
+    tenant_store_ = std::make_unique<TenantStore>(options_.store);
+    sweeper_ = std::thread([this] { SweepUploads(); });
+  }
 }
 
 TensorCheckServiceImpl::~TensorCheckServiceImpl() {
@@ -386,6 +393,25 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
   call->context_deadline_ = client;
   call->request_bytes_ = static_cast<int64_t>(request->Length());
   call->metrics_ = options_.metrics;
+  absl::StatusOr<Caller> caller =
+      Authenticate(*context, diagnose ? Right::kDiagnose : Right::kVerify, call->method());
+  if (!caller.ok()) {
+    call->FinishWith(caller.status());
+    return call;
+  }
+  call->tenant_ = caller->name();
+  call->store_ = caller->store;
+  if (caller->tenant != nullptr) {
+    // Queued requests count: a tenant cannot fill the queue past its share.
+    int64_t retry_ms = 0;
+    absl::StatusOr<RequestQuotas::Slot> slot =
+        quotas_.Admit(*caller->tenant, absl::Now(), &retry_ms, RetryPushbackMs(1));
+    if (!slot.ok()) {
+      call->FinishWith(slot.status(), retry_ms);
+      return call;
+    }
+    call->quota_slot_ = *std::move(slot);
+  }
   if (draining_) {
     call->FinishWith(absl::UnavailableError("server is shutting down; retry on another replica"),
                      RetryPushbackMs(/*requests_ahead=*/1));
@@ -468,7 +494,7 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
                                absl::StrCat(proto.output().max_inline_output_bytes()));
     }
     call->max_inline_output_bytes_ = proto.output().max_inline_output_bytes();
-    TC_ASSIGN_OR_RETURN(req, FromProto(proto, engine_->options().limits, options_.store));
+    TC_ASSIGN_OR_RETURN(req, FromProto(proto, engine_->options().limits, call->store_));
   }
   // Now the shapes are known: the tensors and the engine's working memory.
   // Stored tensors are the store's bytes (its own budget), not copies.
@@ -490,7 +516,7 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
     req = LinearRequest();  // the tensors go before the response is built
     ToProto(outcome, &response);
   }
-  TC_RETURN_IF_ERROR(StoreLargeOutputs(call->max_inline_output_bytes_, &response));
+  TC_RETURN_IF_ERROR(StoreLargeOutputs(call->store_, call->max_inline_output_bytes_, &response));
   bool own_buffer = false;
   const grpc::Status serialized =
       grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::VerifyResponse>(response, call->response_,
@@ -509,9 +535,10 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   return absl::OkStatus();
 }
 
-absl::Status TensorCheckServiceImpl::StoreLargeOutputs(int64_t request_limit,
+absl::Status TensorCheckServiceImpl::StoreLargeOutputs(const StoreView& store,
+                                                       int64_t request_limit,
                                                        v1::VerifyResponse* response) {
-  if (options_.store == nullptr) return absl::OkStatus();
+  if (!store) return absl::OkStatus();
   const int64_t limit = request_limit > 0 ? std::min(request_limit, options_.inline_output_bytes)
                                           : options_.inline_output_bytes;
   auto store_one = [&](v1::ConfigResult* result) -> absl::Status {
@@ -526,7 +553,7 @@ absl::Status TensorCheckServiceImpl::StoreLargeOutputs(int64_t request_limit,
     // with no room leaves the output inline (the bytes are still there);
     // the response's size check then decides.
     absl::StatusOr<TensorStore::Blob> stored =
-        options_.store->Put(digest, std::move(*bytes), /*persist=*/false);
+        store.Put(digest, std::move(*bytes), /*persist=*/false);
     if (!stored.ok()) {
       if (stored.status().code() == absl::StatusCode::kResourceExhausted) return absl::OkStatus();
       return stored.status();
@@ -543,8 +570,13 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
     grpc::CallbackServerContext* context, const v1::GetCapabilitiesRequest*,
     v1::GetCapabilitiesResponse* response) {
   AttachRequestId(context);
-  FillCapabilities(response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<Caller> caller = Authenticate(*context, std::nullopt, "GetCapabilities");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  FillCapabilities(response);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -40,7 +41,9 @@
 #include "server/service/admission.h"
 #include "server/service/metrics.h"
 #include "server/service/proto_convert.h"
+#include "server/service/tenants.h"
 #include "server/service/upload_session.h"
+#include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
@@ -49,6 +52,14 @@ namespace tensorcheck {
 // Maps an absl::Status to a grpc::Status once, at the boundary, bounding
 // the message length.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The tenant whose bearer token the call's metadata carries, for a call of
+// `method` needing `right` (none: any tenant): UNAUTHENTICATED without a
+// token the tokens file knows, PERMISSION_DENIED without the right
+// (auth.cc).
+absl::StatusOr<std::shared_ptr<const Tenant>> AuthenticateCall(
+    const TokensFile& tokens, const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+    std::optional<Right> right, absl::string_view method);
 
 // The trailing-metadata key of the retry hint on UNAVAILABLE and
 // RESOURCE_EXHAUSTED refusals that a later retry can pass (milliseconds,
@@ -111,6 +122,11 @@ struct ServiceOptions {
   // Where finished calls are counted (metrics.h); null: nowhere. Must
   // outlive the service.
   ServiceMetrics* metrics = nullptr;
+  // Who may call (tenants.h): every call but the health service's needs a
+  // bearer token of a tenant with the right for it, and the tenant's
+  // quotas and store namespace apply. Null: no tokens, one shared store.
+  // Must outlive the service.
+  const TokensFile* tokens = nullptr;
 };
 
 class LinearCall;  // service.cc: one Verify or Diagnose call
@@ -202,9 +218,23 @@ class TensorCheckServiceImpl final
   void Track(LinearCall* call);
   void Untrack(LinearCall* call);
   void NoteSaturation(bool saturated);
-  // Returned outputs over the inline limit go to the store, answered by
-  // digest.
-  absl::Status StoreLargeOutputs(int64_t request_limit, v1::VerifyResponse* response);
+  // Returned outputs over the inline limit go to the caller's store
+  // namespace, answered by digest.
+  absl::Status StoreLargeOutputs(const StoreView& store, int64_t request_limit,
+                                 v1::VerifyResponse* response);
+
+  // Who called (auth.cc): the tenant (null when the server has no
+  // tenants) and its namespace of the store.
+  struct Caller {
+    std::shared_ptr<const Tenant> tenant;
+    StoreView store;
+    std::string name() const { return tenant != nullptr ? tenant->name : ""; }
+  };
+  // The caller of a call that needs `right` (none: any known tenant);
+  // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED
+  // without the right.
+  absl::StatusOr<Caller> Authenticate(const grpc::CallbackServerContext& context,
+                                      std::optional<Right> right, absl::string_view method) const;
   // Frees interrupted uploads past their time to live and cancels idle
   // upload streams, until destroyed.
   void SweepUploads();
@@ -219,6 +249,10 @@ class TensorCheckServiceImpl final
 
   const Engine* engine_;
   ServiceOptions options_;
+  // Each tenant's namespace over options_.store (null without a store).
+  std::unique_ptr<TenantStore> tenant_store_;
+  // The tenants' concurrent and per-minute request quotas.
+  RequestQuotas quotas_;
   std::atomic<bool> draining_{false};
   ByteBudget budget_;
   // Requests accepted and not yet finished, and their calls (to cancel on

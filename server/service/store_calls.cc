@@ -91,15 +91,16 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // outstanding and no task is running, as the last thing its caller does.
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
  public:
-  UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context,
-             TensorStore* store, bool draining, WorkerPool* pool,
-             v1::UploadTensorResponse* response, std::string request_id)
+  UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context, StoreView store,
+             bool draining, WorkerPool* pool, v1::UploadTensorResponse* response,
+             std::string request_id, std::string tenant)
       : service_(service),
         context_(context),
         request_id_(std::move(request_id)),
         response_(response),
         pool_(pool),
-        session_(store, draining),
+        session_(std::move(store), draining),
+        tenant_(std::move(tenant)),
         start_(absl::Now()) {
     last_activity_ns_ = absl::ToUnixNanos(start_);
     service_->WatchUpload(this, context_, &last_activity_ns_);
@@ -134,8 +135,8 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   void OnDone() override {
     service_->UnwatchUpload(this);
     Log();
-    StoreCallRecord(service_->metrics(), "UploadTensor", start_, received_)
-        .Done(status_.code(), static_cast<int64_t>(response_->ByteSizeLong()));
+    StoreCallRecord{service_->metrics(), "UploadTensor", start_, received_, tenant_}.Done(
+        status_.code(), static_cast<int64_t>(response_->ByteSizeLong()));
     delete this;
   }
 
@@ -219,6 +220,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     nlohmann::json fields = {
         {"method", "UploadTensor"},
         {"request_id", request_id_},
+        {"tenant", tenant_},
         {"digest", d.hash.empty() ? std::string("?") : d.ToString()},
         {"size", d.size},
         {"upload_id", session_.upload_id()},
@@ -238,6 +240,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   WorkerPool* const pool_;
   std::atomic<int64_t> last_activity_ns_{0};  // the last message's arrival
   UploadSession session_;                     // used by one thread at a time (the lock or the task)
+  const std::string tenant_;
   const absl::Time start_;
   v1::UploadTensorRequest request_;  // the outstanding read's
 
@@ -304,8 +307,11 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
     grpc::CallbackServerContext* context, const v1::FindMissingTensorsRequest* request,
     v1::FindMissingTensorsResponse* response) {
   AttachRequestId(context);
-  const StoreCallRecord record(options_.metrics, "FindMissingTensors", absl::Now(),
-                               static_cast<int64_t>(request->ByteSizeLong()));
+  StoreCallRecord record{options_.metrics, "FindMissingTensors", absl::Now(),
+                         static_cast<int64_t>(request->ByteSizeLong())};
+  absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response);
+  record.tenant = caller->name();
   if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
   if (request->digests_size() > kMaxDigestsPerCall) {
     return FinishUnary(context,
@@ -322,7 +328,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
     if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
     digests.push_back(*std::move(d));
   }
-  for (const Digest& d : options_.store->FindMissing(digests)) {
+  for (const Digest& d : caller->store.FindMissing(digests)) {
     DigestToProto(d, response->add_missing_digests());
   }
   return FinishUnary(context, absl::OkStatus(), record, *response);
@@ -331,31 +337,35 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
 grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
     grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) {
   std::string request_id = AttachRequestId(context);
-  if (options_.store == nullptr) {
-    StoreCallRecord(options_.metrics, "UploadTensor", absl::Now())
-        .Done(absl::StatusCode::kUnimplemented, 0);
+  absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, "UploadTensor");
+  if (caller.ok() && options_.store == nullptr) caller = NoStore();
+  if (!caller.ok()) {
+    StoreCallRecord{options_.metrics, "UploadTensor", absl::Now()}.Done(caller.status().code(), 0);
     // A reactor that refuses at once, reading nothing.
     class Refuse final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
      public:
-      Refuse() { Finish(ToGrpcStatus(NoStore())); }
+      explicit Refuse(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
       void OnDone() override { delete this; }
     };
-    return new Refuse();
+    return new Refuse(caller.status());
   }
-  return new UploadCall(this, context, options_.store, draining_.load(), &upload_pool_, response,
-                        std::move(request_id));
+  return new UploadCall(this, context, caller->store, draining_.load(), &upload_pool_, response,
+                        std::move(request_id), caller->name());
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(
     grpc::CallbackServerContext* context, const v1::QueryUploadStatusRequest* request,
     v1::QueryUploadStatusResponse* response) {
   AttachRequestId(context);
-  const StoreCallRecord record(options_.metrics, "QueryUploadStatus", absl::Now(),
-                               static_cast<int64_t>(request->ByteSizeLong()));
+  StoreCallRecord record{options_.metrics, "QueryUploadStatus", absl::Now(),
+                         static_cast<int64_t>(request->ByteSizeLong())};
+  absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response);
+  record.tenant = caller->name();
   if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
   if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
-  const TensorStore::UploadStatus s = options_.store->QueryUpload(*d, request->upload_id());
+  const TensorStore::UploadStatus s = caller->store.QueryUpload(*d, request->upload_id());
   response->set_committed_size(s.committed);
   response->set_complete(s.complete);
   return FinishUnary(context, absl::OkStatus(), record, *response);
@@ -372,8 +382,11 @@ grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTe
     void OnDone() override { delete this; }
   };
   AttachRequestId(context);
-  const StoreCallRecord record(options_.metrics, "ReadTensor", absl::Now(),
-                               static_cast<int64_t>(request->ByteSizeLong()));
+  StoreCallRecord record{options_.metrics, "ReadTensor", absl::Now(),
+                         static_cast<int64_t>(request->ByteSizeLong())};
+  absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
+  if (!caller.ok()) return new Refuse(caller.status(), record);
+  record.tenant = caller->name();
   if (options_.store == nullptr) return new Refuse(NoStore(), record);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
   if (!d.ok()) return new Refuse(d.status(), record);
@@ -391,7 +404,7 @@ grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTe
                                            ": outside the ", size, " bytes of ", d->ToString())),
         record);
   }
-  absl::StatusOr<TensorStore::Blob> blob = options_.store->Get(*d);
+  absl::StatusOr<TensorStore::Blob> blob = caller->store.Get(*d);
   if (!blob.ok()) return new Refuse(blob.status(), record);
   return new ReadCall(*std::move(blob), begin, end, record);
 }

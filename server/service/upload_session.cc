@@ -24,10 +24,10 @@ absl::Status UploadSession::Open(const v1::UploadTensorRequest& first) {
   }
   bool present = false;
   absl::StatusOr<std::unique_ptr<TensorStore::Upload>> upload =
-      store_->StartUpload(digest_, upload_id_, &present);
+      store_.StartUpload(digest_, upload_id_, &present);
   if (!upload.ok()) {
     retryable_ = upload.status().code() == absl::StatusCode::kResourceExhausted &&
-                 digest_.size <= store_->max_tensor_bytes();
+                 digest_.size <= store_.max_tensor_bytes();
     return upload.status();
   }
   if (present) {
@@ -73,6 +73,7 @@ absl::Status UploadSession::End(v1::UploadTensorResponse* response) {
       return absl::FailedPreconditionError("UploadTensor: the stream already failed");
     }
     TC_RETURN_IF_ERROR(upload_->Finish().status());
+    store_.Adopt(digest_);
     finished_ = true;
   }
   DigestToProto(digest_, response->mutable_digest());

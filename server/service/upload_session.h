@@ -3,7 +3,7 @@
 // rules are tested and fuzzed directly; the reactor in store_calls.cc only
 // moves messages in and the status out.
 //
-//   UploadSession session(store, /*draining=*/false);
+//   UploadSession session(StoreView{&tenants, ns}, /*draining=*/false);
 //   for (const auto& m : messages) {
 //     TC_RETURN_IF_ERROR(session.Take(m));
 //     if (session.finished()) break;          // the store already held it
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
@@ -37,7 +38,8 @@ inline constexpr size_t kMaxUploadIdLength = 128;
 
 class UploadSession {
  public:
-  UploadSession(TensorStore* store, bool draining) : store_(store), draining_(draining) {}
+  // Uploads into `store`'s namespace, which holds the tensor once stored.
+  UploadSession(StoreView store, bool draining) : store_(std::move(store)), draining_(draining) {}
 
   // One message: the first opens (or resumes) the upload; every one may
   // carry a chunk. An error ends the stream.
@@ -65,7 +67,7 @@ class UploadSession {
  private:
   absl::Status Open(const v1::UploadTensorRequest& first);
 
-  TensorStore* const store_;
+  const StoreView store_;
   const bool draining_;
   Digest digest_;
   std::string upload_id_;

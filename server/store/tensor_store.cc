@@ -170,6 +170,26 @@ absl::StatusOr<TensorStore::Blob> TensorStore::Get(const Digest& digest) {
   return it->second.blob;
 }
 
+bool TensorStore::Holds(const Digest& digest) const {
+  if (IsEmptyBlob(digest)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(digest) > 0;
+}
+
+bool TensorStore::Discard(const Digest& digest) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(digest);
+    if (it == entries_.end()) return true;
+    if (it->second.blob.use_count() > 1) return false;  // pinned
+    bytes_used_ -= digest.size;
+    lru_.erase(it->second.lru);
+    entries_.erase(it);
+  }
+  RemoveFiles({digest});
+  return true;
+}
+
 std::vector<Digest> TensorStore::FindMissing(const std::vector<Digest>& digests) {
   std::vector<Digest> missing;
   std::lock_guard<std::mutex> lock(mu_);
@@ -188,7 +208,7 @@ std::vector<Digest> TensorStore::FindMissing(const std::vector<Digest>& digests)
 }
 
 absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
-    const Digest& digest, const std::string& upload_id, bool* present) {
+    const Digest& digest, const std::string& upload_id, bool* present, IfPresent if_present) {
   *present = false;
   if (IsEmptyBlob(digest)) {
     *present = true;
@@ -203,7 +223,7 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
   std::shared_ptr<Partial> partial;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = entries_.find(digest); it != entries_.end()) {
+    if (auto it = entries_.find(digest); it != entries_.end() && if_present == IfPresent::kDone) {
       Touch(it);
       *present = true;
       return nullptr;
@@ -247,10 +267,11 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
 }
 
 TensorStore::UploadStatus TensorStore::QueryUpload(const Digest& digest,
-                                                   const std::string& upload_id) {
+                                                   const std::string& upload_id,
+                                                   IfPresent if_present) {
   if (IsEmptyBlob(digest)) return {0, true};
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = entries_.find(digest); it != entries_.end()) {
+  if (auto it = entries_.find(digest); it != entries_.end() && if_present == IfPresent::kDone) {
     Touch(it);
     return {digest.size, true};
   }

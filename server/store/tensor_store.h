@@ -109,19 +109,38 @@ class TensorStore {
   // ones it holds become the most recently used.
   std::vector<Digest> FindMissing(const std::vector<Digest>& digests);
 
+  // Whether an upload of a tensor the store already holds is answered at
+  // once or must send every byte. Tenants (tenant_store.h) prove that
+  // they have a tensor someone else stored by uploading it: a digest alone
+  // would let them read bytes they never had, and an instant answer would
+  // tell them that another tenant stored it.
+  enum class IfPresent { kDone, kUploadAnyway };
+
   // Starts the upload of `digest` named `upload_id`, or resumes the one
   // kept under that name. Sets `*present` (and returns null) when the
-  // store already holds the tensor. RESOURCE_EXHAUSTED when the size is
-  // over max_tensor_bytes or no room can be made (as Put); ABORTED when
-  // another Upload of that name is alive.
+  // store already holds the tensor, unless `if_present` asks for the bytes
+  // anyway (the finished upload then returns the stored blob).
+  // RESOURCE_EXHAUSTED when the size is over max_tensor_bytes or no room
+  // can be made (as Put); ABORTED when another Upload of that name is
+  // alive.
   absl::StatusOr<std::unique_ptr<Upload>> StartUpload(const Digest& digest,
-                                                      const std::string& upload_id, bool* present);
+                                                      const std::string& upload_id, bool* present,
+                                                      IfPresent if_present = IfPresent::kDone);
 
   struct UploadStatus {
     int64_t committed = 0;  // bytes held; the size once stored
     bool complete = false;  // the store holds the tensor
   };
-  UploadStatus QueryUpload(const Digest& digest, const std::string& upload_id);
+  // With IfPresent::kUploadAnyway a stored tensor does not count: the
+  // status is the upload's alone.
+  UploadStatus QueryUpload(const Digest& digest, const std::string& upload_id,
+                           IfPresent if_present = IfPresent::kDone);
+
+  // Whether the store holds the tensor (its recency unchanged).
+  bool Holds(const Digest& digest) const;
+  // Drops the tensor now unless a request or read holds it (it is then
+  // evicted in turn, as any other); its file too. False when it stays.
+  bool Discard(const Digest& digest);
 
   // Frees interrupted uploads whose last chunk is older than the TTL;
   // returns how many. The service calls it periodically.

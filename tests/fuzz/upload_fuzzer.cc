@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "server/service/upload_session.h"
 #include "server/store/digest.h"
+#include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -85,7 +86,8 @@ void RunStream(FuzzedDataProvider& in, TensorStore& store, const std::string& tr
   if (auto d = ParseDigest(named.hash(), named.size_bytes()); d.ok()) {
     next = store.QueryUpload(*d, id).committed;
   }
-  UploadSession session(&store, /*draining=*/false);
+  TenantStore whole(&store);
+  UploadSession session(StoreView{&whole, {}}, /*draining=*/false);
   const int messages = in.ConsumeIntegralInRange<int>(1, 12);
   absl::Status status;
   for (int i = 0; i < messages && status.ok() && !session.finished(); ++i) {
