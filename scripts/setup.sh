@@ -16,7 +16,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev
-  libopenblas-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  libopenblas-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev clang-format
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
   python3-venv chromium
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang, libFuzzer and its sanitizer runtimes
