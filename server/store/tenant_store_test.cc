@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/core/status_macros.h"
+#include "server/store/internal/store_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -17,17 +18,8 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-std::string Bytes(size_t n, int seed) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u + seed * 97u) >> 7);
-  return s;
-}
-
-std::unique_ptr<TensorStore> Store(int64_t budget) {
-  auto store = TensorStore::Create({budget, 0});
-  EXPECT_THAT(store, IsOk());
-  return std::move(store).value();
-}
+using ::tensorcheck::internal::Bytes;
+using ::tensorcheck::internal::Store;
 
 // Uploads `bytes` in one chunk; whether the namespace had it already.
 absl::StatusOr<bool> Upload(TenantStore* tenants, const StoreNamespace& ns,

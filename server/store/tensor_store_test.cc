@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/core/status_macros.h"
+#include "server/store/internal/store_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -23,17 +24,8 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string Bytes(size_t n, int seed) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u + seed * 97u) >> 7);
-  return s;
-}
-
-std::unique_ptr<TensorStore> Store(int64_t budget) {
-  auto store = TensorStore::Create({budget, 0});
-  EXPECT_THAT(store, IsOk());
-  return std::move(store).value();
-}
+using ::tensorcheck::internal::Bytes;
+using ::tensorcheck::internal::Store;
 
 TEST(TensorStoreTest, PutThenGetReturnsTheBytes) {
   auto store = Store(1 << 20);

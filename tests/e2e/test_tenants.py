@@ -164,6 +164,19 @@ def test_stored_bytes_over_the_quota_drop_the_tenants_oldest_or_are_refused(serv
     assert not missing_for(server, "token-l", r3.tensor_digest())
 
 
+def wait_until_accepted(process: ServerProcess, token: str) -> None:
+    """Calls until the token is accepted (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with client(process, token) as c:
+                c.capabilities()
+            return
+        except tensorcheck.UnauthenticatedError:
+            assert time.monotonic() < deadline, process.stderr[-5:]
+            time.sleep(0.05)
+
+
 def test_a_rewritten_tokens_file_takes_over_on_sighup_and_when_polled(tmp_path):
     path = tokens_file(tmp_path / "tokens.json", [TENANTS[0]])
     process = ServerProcess("--tokens-file", str(path), "--credentials-reload-seconds", "0.2")
@@ -173,15 +186,7 @@ def test_a_rewritten_tokens_file_takes_over_on_sighup_and_when_polled(tmp_path):
         # Rotation: a new token, the old one revoked. SIGHUP reloads at once.
         tokens_file(path, [{"name": "team-a", "token_sha256": [sha("token-a2")]}])
         process.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with client(process, "token-a2") as c:
-                    c.capabilities()
-                break
-            except tensorcheck.UnauthenticatedError:
-                assert time.monotonic() < deadline, process.stderr[-5:]
-                time.sleep(0.05)
+        wait_until_accepted(process, "token-a2")
         with client(process, "token-a") as c, pytest.raises(tensorcheck.UnauthenticatedError):
             c.capabilities()
         # A broken file keeps the tokens in force, and says why in the log.
@@ -195,15 +200,7 @@ def test_a_rewritten_tokens_file_takes_over_on_sighup_and_when_polled(tmp_path):
             c.capabilities()
         # Without a signal: the poll sees the change.
         tokens_file(path, [{"name": "team-a", "token_sha256": [sha("token-a3")]}])
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with client(process, "token-a3") as c:
-                    c.capabilities()
-                break
-            except tensorcheck.UnauthenticatedError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        wait_until_accepted(process, "token-a3")
         assert process.proc.poll() is None  # SIGHUP never stopped it
     finally:
         assert process.stop() == 0
