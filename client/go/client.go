@@ -53,6 +53,8 @@ type Client struct {
 	conn       *grpc.ClientConn
 	stub       pb.TensorCheckClient
 	maxRetries int
+	// WithMaxMessageBytes: the largest request this client sends.
+	maxMessageBytes int
 
 	storeMu sync.Mutex
 	chunk   int // upload chunk size once known; 0 before
@@ -245,7 +247,8 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fromRPC(err, nil)
 	}
-	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), maxRetries: o.maxRetries}, nil
+	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), maxRetries: o.maxRetries,
+		maxMessageBytes: o.maxMessageBytes}, nil
 }
 
 // invoke runs one RPC, sending it again while the server refuses it with a
@@ -319,6 +322,14 @@ func (c *Client) Conn() *grpc.ClientConn {
 // weight verified again is not sent again. When the server answers
 // codes.FailedPrecondition naming tensors its store lacks (evicted in the
 // meantime), the client uploads them again and resends the request, once.
+// Behind a load balancer (round_robin over replicas, each with its own
+// store) the upload and the resend can reach different replicas: a second
+// such answer is met by sending the request once more with every tensor the
+// call has the Data of inline (tensors the caller named by Digest stay so),
+// when that request fits in both the server's Limits.MaxMessageBytes
+// (asked with GetCapabilities) and WithMaxMessageBytes; otherwise, or when
+// a missing tensor is one the caller named by Digest, the
+// codes.FailedPrecondition is returned.
 // A server without a store (codes.Unimplemented) gets every tensor inline.
 // Report.UploadedBytes and Report.ReusedBytes say what the store saved.
 // Outputs the server returns by digest (ReturnOutputs, larger than

@@ -33,7 +33,10 @@
 // weight checked again is not sent again (Report.UploadedBytes and
 // Report.ReusedBytes say how much). Upload stores a tensor explicitly and
 // returns a TensorRef to use in place of it; ReadTensor reads one back.
-// Against a server without a store, every tensor goes inline.
+// Against a server without a store, every tensor goes inline. A request
+// the store misses twice (behind a load balancer, the re-upload and the
+// resend can reach different replicas) is sent once more with its tensors
+// inline when that fits the message limits (see VerifyLinear).
 //
 // The generated protocol code lives in the tensorcheckpb subpackage.
 package tensorcheck

@@ -85,6 +85,10 @@ type fakeStore struct {
 	// so the request names tensors the store lacks.
 	evictOnVerify int
 	verifies      int
+	// Every Verify and Diagnose request past the refusals, in order.
+	verifyReqs []*pb.VerifyRequest
+	// Limits.max_message_bytes in GetCapabilities; 0: 64 MiB.
+	maxMessageBytes int64
 }
 
 type fakeUpload struct {
@@ -126,6 +130,7 @@ func (f *fakeServer) storeSnapshot() fakeStore {
 	s.stored = append([]string(nil), s.stored...)
 	s.alreadyPresent = append([]string(nil), s.alreadyPresent...)
 	s.findHashes = append([][]string(nil), s.findHashes...)
+	s.verifyReqs = append([]*pb.VerifyRequest(nil), s.verifyReqs...)
 	return s
 }
 
@@ -356,6 +361,7 @@ func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.Ver
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.mu.Lock()
 	f.store.verifies++
+	f.store.verifyReqs = append(f.store.verifyReqs, req)
 	if f.store.evictOnVerify > 0 {
 		f.store.evictOnVerify--
 		f.store.blobs = nil
@@ -394,9 +400,18 @@ func (f *fakeServer) GetCapabilities(ctx context.Context, _ *pb.GetCapabilitiesR
 			StorageDtypes: []pb.DType{pb.DType_DTYPE_FLOAT32},
 			Device:        &pb.DeviceInfo{Name: "host"},
 		}},
-		Limits: &pb.Limits{MaxConfigs: 16},
+		Limits: &pb.Limits{MaxConfigs: 16, MaxMessageBytes: f.maxMessageBytes()},
 		Store:  f.storeInfo(),
 	}, nil
+}
+
+func (f *fakeServer) maxMessageBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.store.maxMessageBytes == 0 {
+		return 64 << 20
+	}
+	return f.store.maxMessageBytes
 }
 
 func (f *fakeServer) storeInfo() *pb.StoreInfo {

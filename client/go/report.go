@@ -34,7 +34,9 @@ type Report struct {
 	// the store already held them (a weight verified before, a tensor from
 	// Upload). A tensor used by several fields counts once. Both are 0 when
 	// every tensor went inline: all of them small, or a server without a
-	// store.
+	// store. A tensor sent inline after its store missed it twice (see
+	// VerifyLinear) is not in ReusedBytes, and in UploadedBytes if this call
+	// uploaded it.
 	UploadedBytes int64
 	ReusedBytes   int64
 }

@@ -476,19 +476,24 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 	if missing := missingTensors(err); missing != nil {
 		// Evicted (or never there) since FindMissingTensors: upload what
 		// the server names, once, and send the request again.
-		var again []*blob
-		for _, d := range missing.Digests {
-			hash, _ := normalizeDigest(d.GetHash())
-			b := blobs[hash]
-			if b == nil || b.data == nil || b.inline {
-				return nil, err // not ours to upload: a caller's reference
-			}
-			again = append(again, b)
+		again, ok := ownBlobs(blobs, missing)
+		if !ok {
+			return nil, err // not ours to upload: a caller's reference
 		}
 		if uerr := c.uploadBlobs(ctx, again); uerr != nil {
 			return nil, uerr
 		}
 		err = send()
+		if missing := missingTensors(err); missing != nil {
+			// Missed again: behind a load balancer (round_robin over
+			// replicas, each with its own store) the upload and the resend
+			// can reach different replicas. Any replica takes the tensors
+			// inline: send them so, once, when the request fits.
+			if _, ok := ownBlobs(blobs, missing); !ok || !c.inlineFits(ctx, msg, large, digests, blobs) {
+				return nil, err
+			}
+			err = send()
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -496,9 +501,10 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 	rep := reportFromProto(resp)
 	for _, b := range order {
 		switch {
-		case b.inline:
 		case b.uploaded:
+			// Counted even when sent inline at last (a second miss).
 			rep.UploadedBytes += b.digest.SizeBytes
+		case b.inline:
 		default:
 			rep.ReusedBytes += b.digest.SizeBytes
 		}
@@ -507,6 +513,50 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 		return nil, err
 	}
 	return rep, nil
+}
+
+// ownBlobs is the blobs of the digests missing names, or false when one of
+// them is not this call's to upload or inline (a reference the caller gave,
+// with no data here).
+func ownBlobs(blobs map[string]*blob, missing *pb.MissingTensors) ([]*blob, bool) {
+	var own []*blob
+	for _, d := range missing.Digests {
+		hash, _ := normalizeDigest(d.GetHash())
+		b := blobs[hash]
+		if b == nil || b.data == nil || b.inline {
+			return nil, false
+		}
+		own = append(own, b)
+	}
+	return own, true
+}
+
+// inlineFits puts the large tensors of msg (large, whose digests are
+// digests) back inline, as data, and marks their blobs inline; tensors the
+// caller named by digest stay so. It reports whether msg then fits in the
+// server's max_message_bytes (GetCapabilities; false when that fails) and
+// this client's own (WithMaxMessageBytes); when it does not, msg is not to
+// be sent.
+func (c *Client) inlineFits(ctx context.Context, msg *pb.VerifyRequest, large []*pb.Tensor,
+	digests []*pb.TensorDigest, blobs map[string]*blob) bool {
+	var caps *pb.GetCapabilitiesResponse
+	err := c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+		caps, err = c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{}, opts...)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	limit := caps.GetLimits().GetMaxMessageBytes()
+	if own := int64(c.maxMessageBytes); own < limit {
+		limit = own
+	}
+	for i, p := range large {
+		b := blobs[digests[i].Hash]
+		p.Source = &pb.Tensor_Data{Data: b.data}
+		b.inline = true
+	}
+	return int64(proto.Size(msg)) <= limit
 }
 
 // findMissing asks the store, once, which of the blobs with data it lacks.

@@ -156,29 +156,101 @@ func TestStoreRetryAfterFailedPreconditionWithDetail(t *testing.T) {
 	if size := int64(len(req.Input.Data) + len(req.Weight.Data)); rep.UploadedBytes != size || rep.ReusedBytes != 0 {
 		t.Errorf("uploaded %d reused %d, want %d and 0", rep.UploadedBytes, rep.ReusedBytes, size)
 	}
+}
 
-	// Retried once only: evicted again, the FAILED_PRECONDITION is the
-	// answer, its MissingTensors detail readable through status.
-	fake.mu.Lock()
-	fake.store.evictOnVerify = 2
-	fake.mu.Unlock()
-	_, err = c.VerifyLinear(storeCtx(t), req)
-	if Code(err) != codes.FailedPrecondition {
-		t.Fatalf("evicted twice: got %v, want FailedPrecondition", err)
+// Behind round_robin over replicas, each with its own store, the re-upload
+// and the resend can reach different replicas: the second miss sends the
+// request again with the tensors inline, which any replica takes.
+func TestStoreSecondMissResendsInline(t *testing.T) {
+	for _, diagnose := range []bool{false, true} {
+		fake, c := startFake(t)
+		fake.resp = &pb.VerifyResponse{Verdict: pb.Verdict_VERDICT_PASS}
+		req := largeRequest()
+		fake.store.evictOnVerify = 2 // both requests by digest miss
+		run := c.VerifyLinear
+		if diagnose {
+			run = c.DiagnoseLinear
+		}
+		rep, err := run(storeCtx(t), req)
+		if err != nil {
+			t.Fatalf("diagnose=%v: %v", diagnose, err)
+		}
+		s := fake.storeSnapshot()
+		if s.verifies != 3 || len(s.verifyReqs) != 3 {
+			t.Fatalf("diagnose=%v: %d requests, want 3 (by digest, again by digest, inline)", diagnose, s.verifies)
+		}
+		inputHash, weightHash := sha256Hex(req.Input.Data), sha256Hex(req.Weight.Data)
+		for _, r := range s.verifyReqs[:2] {
+			if r.Op.Input.GetDigest() != inputHash || r.Op.Weight.GetDigest() != weightHash {
+				t.Errorf("diagnose=%v: a request before the inline one sent input %q, weight %q; want by digest",
+					diagnose, r.Op.Input.GetDigest(), r.Op.Weight.GetDigest())
+			}
+		}
+		last := s.verifyReqs[2]
+		if last.Op.Input.GetDigest() != "" || !bytes.Equal(last.Op.Input.GetData(), req.Input.Data) ||
+			last.Op.Weight.GetDigest() != "" || !bytes.Equal(last.Op.Weight.GetData(), req.Weight.Data) ||
+			!bytes.Equal(last.Op.Bias.GetData(), req.Bias.Data) || !bytes.Equal(last.Observed.GetData(), req.Observed.Data) {
+			t.Errorf("diagnose=%v: the third request did not carry every tensor as data", diagnose)
+		}
+		if !rep.Passed {
+			t.Errorf("diagnose=%v: report %+v", diagnose, rep)
+		}
+		// Uploaded (twice, counted once), then inline: nothing reused.
+		if size := int64(len(req.Input.Data) + len(req.Weight.Data)); rep.UploadedBytes != size || rep.ReusedBytes != 0 {
+			t.Errorf("diagnose=%v: uploaded %d reused %d, want %d and 0", diagnose, rep.UploadedBytes, rep.ReusedBytes, size)
+		}
+		if len(s.stored) != 4 {
+			t.Errorf("diagnose=%v: stored %v, want input and weight, twice", diagnose, s.stored)
+		}
+		if req.Input.Digest != "" || len(req.Input.Data) == 0 {
+			t.Errorf("diagnose=%v: the caller's request must stay as it was", diagnose)
+		}
 	}
-	details := status.Convert(err).Details()
-	if len(details) != 1 {
-		t.Fatalf("details %v", details)
-	}
-	m, ok := details[0].(*pb.MissingTensors)
-	if !ok || len(m.Digests) != 2 || m.Fields[0] != "op.input" || m.Digests[1].Hash != sha256Hex(req.Weight.Data) {
-		t.Errorf("detail %#v, want *tensorcheckpb.MissingTensors naming op.input and op.weight", details[0])
-	}
-	if got := missingTensors(err); got == nil || len(got.Digests) != 2 {
-		t.Errorf("missingTensors(err) = %v", got)
-	}
-	if s := fake.storeSnapshot(); s.verifies != 4 {
-		t.Errorf("%d Verify calls, want 4 (two per request)", s.verifies)
+}
+
+// A second miss whose inline request exceeds the server's max_message_bytes
+// or the client's WithMaxMessageBytes is the FailedPrecondition, its
+// MissingTensors detail readable through status; nothing is sent inline.
+func TestStoreSecondMissOverTheMessageLimitIsFailedPrecondition(t *testing.T) {
+	// The inline request carries 1.5 + 2 MiB and the small tensors.
+	for _, tc := range []struct {
+		name      string
+		serverMax int64
+		opts      []Option
+	}{
+		{"server", 2 << 20, nil},
+		{"client", 0, []Option{WithMaxMessageBytes(3 << 20)}},
+	} {
+		fake, c := startFake(t, tc.opts...)
+		fake.resp = &pb.VerifyResponse{Verdict: pb.Verdict_VERDICT_PASS}
+		fake.store.maxMessageBytes = tc.serverMax
+		fake.store.chunkBytes = 1 << 20 // uploads fit the client's 3 MiB
+		fake.store.evictOnVerify = 2
+		req := largeRequest()
+		_, err := c.VerifyLinear(storeCtx(t), req)
+		if Code(err) != codes.FailedPrecondition {
+			t.Fatalf("%s limit: got %v, want FailedPrecondition", tc.name, err)
+		}
+		details := status.Convert(err).Details()
+		if len(details) != 1 {
+			t.Fatalf("%s limit: details %v", tc.name, details)
+		}
+		m, ok := details[0].(*pb.MissingTensors)
+		if !ok || len(m.Digests) != 2 || m.Fields[0] != "op.input" || m.Digests[1].Hash != sha256Hex(req.Weight.Data) {
+			t.Errorf("%s limit: detail %#v, want *tensorcheckpb.MissingTensors naming op.input and op.weight", tc.name, details[0])
+		}
+		if got := missingTensors(err); got == nil || len(got.Digests) != 2 {
+			t.Errorf("%s limit: missingTensors(err) = %v", tc.name, got)
+		}
+		s := fake.storeSnapshot()
+		if s.verifies != 2 {
+			t.Errorf("%s limit: %d Verify calls, want 2 (none inline)", tc.name, s.verifies)
+		}
+		for _, r := range s.verifyReqs {
+			if r.Op.Input.GetDigest() == "" || r.Op.Weight.GetDigest() == "" {
+				t.Errorf("%s limit: a request sent input or weight inline", tc.name)
+			}
+		}
 	}
 }
 
