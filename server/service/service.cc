@@ -576,12 +576,13 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
     reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
-  FillCapabilities(response);
+  FillCapabilities(response, caller->tenant != nullptr ? &caller->store : nullptr);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
-void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* response) const {
+void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* response,
+                                              const StoreView* tenant_store) const {
   response->set_server_version(options_.server_version);
   response->set_default_reference(engine_->options().default_reference);
   for (TolerancePreset p : kAllTolerancePresets) {
@@ -607,6 +608,21 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
     info->set_evictions(st.evictions);
     info->set_partial_uploads(st.partial_uploads);
     info->set_partial_bytes(st.partial_bytes);
+    if (tenant_store != nullptr) {
+      // A tenant sees its own share: the store's totals would tell it when
+      // others upload.
+      const TenantStore::Usage usage = tenant_store->tenants->usage(tenant_store->ns);
+      if (tenant_store->ns.quota_bytes > 0) info->set_budget_bytes(tenant_store->ns.quota_bytes);
+      info->set_bytes_used(usage.bytes);
+      info->set_tensor_count(usage.tensors);
+      info->set_largest_tensor_bytes(usage.largest);
+      info->set_max_tensor_bytes(tenant_store->max_tensor_bytes());
+      for (auto field : {&v1::StoreInfo::clear_uploads, &v1::StoreInfo::clear_uploaded_bytes,
+                         &v1::StoreInfo::clear_evictions, &v1::StoreInfo::clear_partial_uploads,
+                         &v1::StoreInfo::clear_partial_bytes}) {
+        (info->*field)();
+      }
+    }
   }
   const RequestLimits& l = engine_->options().limits;
   v1::Limits* limits = response->mutable_limits();

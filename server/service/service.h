@@ -187,7 +187,9 @@ class TensorCheckServiceImpl final
   bool WaitForIdle(absl::Time deadline);
 
   // The capabilities answer (also used by tests and the start-up log).
-  void FillCapabilities(v1::GetCapabilitiesResponse* response) const;
+  // With `tenant_store`, the store's figures are the tenant's own.
+  void FillCapabilities(v1::GetCapabilitiesResponse* response,
+                        const StoreView* tenant_store = nullptr) const;
 
   // Bytes reserved by requests in flight (admission.h).
   int64_t inflight_bytes() const { return budget_.in_use(); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -77,14 +78,10 @@ std::vector<Digest> TenantStore::FindMissing(const StoreNamespace& ns,
     missing.push_back(d);
   }
   // In the order asked.
+  const std::set<Digest> missing_set(missing.begin(), missing.end());
   std::vector<Digest> ordered;
   for (const Digest& d : digests) {
-    for (const Digest& m : missing) {
-      if (m == d) {
-        ordered.push_back(d);
-        break;
-      }
-    }
+    if (missing_set.count(d) > 0) ordered.push_back(d);
   }
   return ordered;
 }
@@ -170,12 +167,19 @@ void TenantStore::Adopt(const StoreNamespace& ns, const Digest& digest) {
   ++holders_[digest];
 }
 
-int64_t TenantStore::bytes_held(const StoreNamespace& ns) {
-  if (ns.whole_store()) return store_->stats().bytes_used;
+TenantStore::Usage TenantStore::usage(const StoreNamespace& ns) {
+  if (ns.whole_store()) {
+    const TensorStore::Stats st = store_->stats();
+    return {st.bytes_used, st.tensors, st.largest};
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Space& space = spaces_[ns.tenant];
   Prune(&space);
-  return space.bytes;
+  Usage u;
+  u.bytes = space.bytes;
+  u.tensors = static_cast<int64_t>(space.held.size());
+  for (const Digest& d : space.lru) u.largest = std::max(u.largest, d.size);
+  return u;
 }
 
 int64_t TenantStore::max_tensor_bytes(const StoreNamespace& ns) const {

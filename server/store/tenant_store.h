@@ -72,7 +72,14 @@ class TenantStore {
   void Adopt(const StoreNamespace& ns, const Digest& digest);
 
   // Bytes the namespace holds (what its quota is charged).
-  int64_t bytes_held(const StoreNamespace& ns);
+  int64_t bytes_held(const StoreNamespace& ns) { return usage(ns).bytes; }
+  struct Usage {
+    int64_t bytes = 0;
+    int64_t tensors = 0;
+    int64_t largest = 0;
+  };
+  // What the namespace holds (the whole store's for the whole store).
+  Usage usage(const StoreNamespace& ns);
   // The largest tensor the namespace takes.
   int64_t max_tensor_bytes(const StoreNamespace& ns) const;
 

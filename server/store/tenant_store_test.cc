@@ -124,6 +124,9 @@ TEST(TenantStoreTest, AQuotaDropsTheTenantsOwnOldestAndRefusesATensorOverIt) {
   EXPECT_THAT(tenants.FindMissing(a, {DigestOf(w1), DigestOf(w2), DigestOf(w3)}),
               ElementsAre(DigestOf(w2)));
   EXPECT_EQ(tenants.bytes_held(a), 2000);
+  EXPECT_EQ(tenants.usage(a).tensors, 2);
+  EXPECT_EQ(tenants.usage(a).largest, 1000);
+  EXPECT_EQ(tenants.usage(kB).tensors, 1);
   EXPECT_FALSE(store->Holds(DigestOf(w2)));
   EXPECT_THAT(tenants.FindMissing(kB, {DigestOf(w1)}), IsEmpty());
   // A tensor over the quota by itself.

@@ -162,6 +162,12 @@ def test_stored_bytes_over_the_quota_drop_the_tenants_oldest_or_are_refused(serv
     assert missing_for(server, "token-l", r1.tensor_digest())
     assert not missing_for(server, "token-l", r2.tensor_digest())
     assert not missing_for(server, "token-l", r3.tensor_digest())
+    # Its capabilities show its own share of the store, not everyone's.
+    with client(server, "token-l") as c:
+        store = c.capabilities().store
+    assert store is not None
+    assert (store.budget_bytes, store.bytes_used, store.tensor_count) == (
+        3 * MiB, t2.nbytes + t3.nbytes, 2)
 
 
 def wait_until_accepted(process: ServerProcess, token: str) -> None:
