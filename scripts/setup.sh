@@ -15,7 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev
+  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
   libopenblas-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev clang-format
   golang-go golang-google-grpc-dev golang-goprotobuf-dev
   python3-venv chromium

@@ -1,14 +1,18 @@
 #include "server/service/metrics.h"
 
+#include <sys/socket.h>
+
 #include <exception>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "httplib.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
@@ -174,25 +178,46 @@ std::string ServiceMetrics::Text() const {
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& address,
                                                                         ServiceMetrics* metrics) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address: HOST:PORT expected, got '", address, "'"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]
+  }
   auto endpoint = std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint());
-  // The Exposer (civetweb) throws when it cannot listen; nothing else here
-  // does.
-  try {
-    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-  } catch (const std::exception& e) {
+  endpoint->http_ = std::make_unique<httplib::Server>();
+  // SO_REUSEADDR alone: cpp-httplib's default adds SO_REUSEPORT, with which
+  // a second server would share a port in use instead of failing.
+  endpoint->http_->set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  endpoint->http_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->Text(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  endpoint->port_ = port == 0 ? endpoint->http_->bind_to_any_port(host)
+                              : (endpoint->http_->bind_to_port(host, port) ? port : -1);
+  if (endpoint->port_ <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, " (address in use?): ", e.what()));
+        absl::StrCat("cannot serve metrics on ", address, " (address in use?)"));
   }
-  endpoint->exposer_->RegisterCollectable(metrics->registry_);
-  endpoint->exposer_->RegisterCollectable(metrics->gauges_);
-  const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
-  }
-  endpoint->port_ = ports.front();
+  httplib::Server* http = endpoint->http_.get();
+  endpoint->thread_ = std::thread([http] { http->listen_after_bind(); });
+  // Until the loop runs, stop() would not end it (and the destructor's
+  // join would wait for ever).
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!http->is_running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
   return endpoint;
 }
 
-MetricsEndpoint::~MetricsEndpoint() = default;
+MetricsEndpoint::~MetricsEndpoint() {
+  if (http_ != nullptr) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
 
 }  // namespace tensorcheck

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,13 +36,15 @@
 namespace prometheus {
 class Collectable;
 class Counter;
-class Exposer;
 class Histogram;
 class Registry;
 struct MetricFamily;
 template <typename T>
 class Family;
 }  // namespace prometheus
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace tensorcheck {
 
@@ -122,7 +125,11 @@ class ServiceMetrics {
 };
 
 // The HTTP endpoint: GET /metrics answers `metrics` in Prometheus' text
-// format while this lives (on its own threads).
+// format (prometheus-cpp's TextSerializer) while this lives, on its own
+// threads. Served by cpp-httplib rather than prometheus-cpp's Exposer: the
+// Exposer's civetweb starts its threads with a fixed 40 KiB stack, too
+// small for the static TLS of a process linked with cuBLASLt (92 KiB), so
+// on a CUDA build it could not start at all.
 class MetricsEndpoint {
  public:
   // `address` is "HOST:PORT" (port 0: a free one); UNAVAILABLE when it
@@ -136,7 +143,8 @@ class MetricsEndpoint {
 
  private:
   MetricsEndpoint() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;  // runs http_'s accept loop
   int port_ = 0;
 };
 
