@@ -23,6 +23,16 @@ absl::Status NotStored(const Digest& digest) {
   return absl::NotFoundError(
       absl::StrCat(digest.ToString(), " (", digest.size, " bytes) is not in the store"));
 }
+// RESOURCE_EXHAUSTED (permanent) when the tensor alone is over the
+// namespace's quota.
+absl::Status WithinQuota(const StoreNamespace& ns, const Digest& digest) {
+  if (ns.whole_store() || ns.quota_bytes <= 0 || digest.size <= ns.quota_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(digest.ToString(), ": ", digest.size, " bytes exceed tenant '", ns.tenant,
+                   "''s quota of ", ns.quota_bytes, " stored bytes"));
+}
 }  // namespace
 
 bool TenantStore::Holds(Space* space, const Digest& digest) {
@@ -102,11 +112,7 @@ absl::StatusOr<TensorStore::Blob> TenantStore::Get(const StoreNamespace& ns, con
 
 absl::StatusOr<TensorStore::Blob> TenantStore::Put(const StoreNamespace& ns, const Digest& digest,
                                                    std::string&& bytes, bool persist) {
-  if (!ns.whole_store() && ns.quota_bytes > 0 && digest.size > ns.quota_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(digest.ToString(), ": ", digest.size, " bytes exceed tenant '", ns.tenant,
-                     "''s quota of ", ns.quota_bytes, " stored bytes"));
-  }
+  if (absl::Status s = WithinQuota(ns, digest); !s.ok()) return s;
   absl::StatusOr<TensorStore::Blob> blob = store_->Put(digest, std::move(bytes), persist);
   if (blob.ok()) Adopt(ns, digest);
   return blob;
@@ -117,11 +123,7 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TenantStore::StartUpload(
   if (ns.whole_store()) return store_->StartUpload(digest, upload_id, present);
   *present = false;
   if (digest.size == 0) return store_->StartUpload(digest, upload_id, present);
-  if (ns.quota_bytes > 0 && digest.size > ns.quota_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(digest.ToString(), ": ", digest.size, " bytes exceed tenant '", ns.tenant,
-                     "''s quota of ", ns.quota_bytes, " stored bytes"));
-  }
+  if (absl::Status s = WithinQuota(ns, digest); !s.ok()) return s;
   bool held = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
