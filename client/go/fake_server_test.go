@@ -142,7 +142,8 @@ func (f *fakeServer) missingIn(req *pb.VerifyRequest) *pb.MissingTensors {
 		field string
 		t     *pb.Tensor
 	}{{"op.input", req.GetOp().GetInput()}, {"op.weight", req.GetOp().GetWeight()},
-		{"op.bias", req.GetOp().GetBias()}, {"observed", req.GetObserved()}} {
+		{"op.bias", req.GetOp().GetBias()}, {"op.input_scale", req.GetOp().GetInputScale()},
+		{"op.weight_scale", req.GetOp().GetWeightScale()}, {"observed", req.GetObserved()}} {
 		d := t.t.GetDigest()
 		if d == "" {
 			continue

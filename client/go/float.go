@@ -80,3 +80,108 @@ func Float32FromFloat16(bits uint16) float32 {
 	}
 	return math.Float32frombits(sign | (exp-15+127)<<23 | mant<<13)
 }
+
+// fp8Format describes an OCP FP8 format for the conversions below.
+type fp8Format struct {
+	mantBits uint // 3 (E4M3FN) or 2 (E5M2)
+	bias     int  // 7 or 15
+	// The largest finite value's bits (0x7e, 0x7b) and the positive NaN a
+	// conversion produces (0x7f, 0x7e: ml_dtypes' and the server's).
+	maxBits, nanBits uint8
+	// What a positive value beyond maxBits becomes without saturation:
+	// 0x7c (infinity) for E5M2, the NaN for E4M3FN, which has no infinity.
+	overflowBits uint8
+}
+
+var (
+	e4m3fn = fp8Format{mantBits: 3, bias: 7, maxBits: 0x7e, nanBits: 0x7f, overflowBits: 0x7f}
+	e5m2   = fp8Format{mantBits: 2, bias: 15, maxBits: 0x7b, nanBits: 0x7e, overflowBits: 0x7c}
+)
+
+// fromFloat32 rounds f to the format once, to nearest with ties to even
+// (never through float16, whose rounding first could turn a value just
+// above a midpoint into a tie). saturate clamps overflow and infinities to
+// the largest finite value of their sign.
+func (ff fp8Format) fromFloat32(f float32, saturate bool) uint8 {
+	b := math.Float32bits(f)
+	sign := uint8(b>>24) & 0x80
+	exp := int(b>>23) & 0xff
+	mant := b & 0x7fffff
+	if exp == 0xff && mant != 0 {
+		return sign | ff.nanBits
+	}
+	tooLarge := ff.overflowBits
+	if saturate {
+		tooLarge = ff.maxBits
+	}
+	if exp == 0xff {
+		return sign | tooLarge
+	}
+	var r uint32
+	// e is the target's biased exponent; at most 254-127+15, so e<<23
+	// below cannot overflow.
+	if e := exp - 127 + ff.bias; e <= 0 {
+		// Subnormal (or zero) result: count units of 2^(1-bias-mantBits).
+		// shift > 24 means f < half the smallest subnormal: zero. float32
+		// subnormals (exp == 0) land there too.
+		shift := uint(24 - int(ff.mantBits) - e)
+		if shift > 24 {
+			return sign
+		}
+		r = roundShiftEven(mant|0x800000, shift)
+	} else {
+		// A carry out of the mantissa bumps the exponent, possibly past
+		// the largest finite value (checked next).
+		r = roundShiftEven(uint32(e)<<23|mant, 23-ff.mantBits)
+	}
+	if r > uint32(ff.maxBits) {
+		return sign | tooLarge
+	}
+	return sign | uint8(r)
+}
+
+// Float8E4M3FNFromFloat32 rounds f to the nearest float8_e4m3fn (ties to
+// even) and returns its bits, as ml_dtypes' cast does: E4M3FN has no
+// infinity, so a value that rounds beyond 448 (anything above 464, the tie
+// between 448 and the next step) and ±Inf become NaN (0x7f, 0xff). NaN
+// stays NaN. torch 2.15's cast to torch.float8_e4m3fn saturates instead:
+// it is Float8E4M3FNFromFloat32Sat.
+func Float8E4M3FNFromFloat32(f float32) uint8 { return e4m3fn.fromFloat32(f, false) }
+
+// Float8E4M3FNFromFloat32Sat is Float8E4M3FNFromFloat32 with saturation:
+// values beyond ±448 and ±Inf become ±448 (0x7e, 0xfe), as a quantisation
+// recipe's clamp-then-cast does. NaN stays NaN.
+func Float8E4M3FNFromFloat32Sat(f float32) uint8 { return e4m3fn.fromFloat32(f, true) }
+
+// Float8E5M2FromFloat32 rounds f to the nearest float8_e5m2 (ties to even)
+// and returns its bits, as torch's and ml_dtypes' casts do: a value that
+// rounds beyond 57344 (61440, the tie with the next step, and above) becomes
+// ±Inf (0x7c, 0xfc). NaN stays NaN (0x7e with f's sign).
+func Float8E5M2FromFloat32(f float32) uint8 { return e5m2.fromFloat32(f, false) }
+
+// Float8E5M2FromFloat32Sat is Float8E5M2FromFloat32 with saturation:
+// values beyond ±57344 and ±Inf become ±57344 (0x7b, 0xfb). NaN stays NaN.
+func Float8E5M2FromFloat32Sat(f float32) uint8 { return e5m2.fromFloat32(f, true) }
+
+// Float32FromFloat8E4M3FN widens float8_e4m3fn bits to float32 (exact);
+// 0x7f and 0xff are NaN, every other pattern finite.
+func Float32FromFloat8E4M3FN(bits uint8) float32 {
+	sign := uint32(bits&0x80) << 24
+	exp := uint32(bits>>3) & 0xf
+	mant := uint32(bits & 0x7)
+	switch {
+	case bits&0x7f == 0x7f:
+		return math.Float32frombits(sign | 0x7fc00000)
+	case exp == 0:
+		// mant units of 2^-9; float32 holds them exactly.
+		v := float32(mant) / 512
+		return math.Float32frombits(sign | math.Float32bits(v))
+	}
+	return math.Float32frombits(sign | (exp-7+127)<<23 | mant<<20)
+}
+
+// Float32FromFloat8E5M2 widens float8_e5m2 bits to float32 (exact). E5M2
+// is the upper byte of an IEEE binary16, infinities and NaNs included.
+func Float32FromFloat8E5M2(bits uint8) float32 {
+	return Float32FromFloat16(uint16(bits) << 8)
+}

@@ -82,8 +82,18 @@ type LinearRequest struct {
 	// Optional, [N].
 	Bias       *Tensor
 	Activation Activation
-	// Dtype every configuration rounds its output to; 0: Input's dtype.
+	// Dtype every configuration rounds its output to; 0: Input's dtype
+	// (BFloat16 for FP8 inputs). FP8 dtypes are for inputs and weights
+	// only.
 	OutputDType DType
+	// Dequantisation scales of FP8 inputs and weights, float32, as
+	// torch._scaled_mm's scale_a and scale_b: the layer computes
+	// act((Input * InputScale) (Weight * WeightScale)ᵀ + Bias). Per-tensor:
+	// one value each, shape [] (Float32Scalar) or [1]. Row-wise: InputScale
+	// [M] (or [M, 1]) and WeightScale [N] (or [N, 1] for OutIn, [1, N] for
+	// InOut). Required when Input and Weight are FP8 (Float8E4M3FNTensor,
+	// Float8E5M2Tensor); the server refuses them when they are not.
+	InputScale, WeightScale *Tensor
 	// The output the caller's framework produced, [..., N]; optional for
 	// VerifyLinear.
 	Observed *Tensor
@@ -128,6 +138,8 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 		{"input", r.Input, true},
 		{"weight", r.Weight, true},
 		{"bias", r.Bias, false},
+		{"input_scale", r.InputScale, false},
+		{"weight_scale", r.WeightScale, false},
 		{"observed", r.Observed, needObserved},
 	}
 	for _, f := range required {
@@ -141,7 +153,19 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 			return nil, err
 		}
 	}
-	if r.OutputDType != 0 && r.OutputDType.ItemSize() == 0 {
+	// The scales' dtype is fixed by the protocol (as torch._scaled_mm's);
+	// whether they are required, and their shapes, are the server's checks.
+	for _, f := range []struct {
+		name string
+		t    *Tensor
+	}{{"input_scale", r.InputScale}, {"weight_scale", r.WeightScale}} {
+		if f.t != nil && f.t.DType != Float32 {
+			return nil, invalidArgument(f.name, "dtype %v, expected float32", f.t.DType)
+		}
+	}
+	switch r.OutputDType {
+	case 0, Float64, Float32, Float16, BFloat16:
+	default:
 		return nil, invalidArgument("output_dtype", "%v is not one of float64, float32, float16, bfloat16", r.OutputDType)
 	}
 	switch r.WeightLayout {
@@ -174,6 +198,8 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 			Bias:         r.Bias.toProto(),
 			Activation:   pb.Activation(r.Activation),
 			OutputDtype:  pb.DType(r.OutputDType),
+			InputScale:   r.InputScale.toProto(),
+			WeightScale:  r.WeightScale.toProto(),
 		},
 		Observed:  r.Observed.toProto(),
 		Configs:   r.Configs,

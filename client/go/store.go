@@ -413,7 +413,8 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 	fields := []struct {
 		t *Tensor
 		p *pb.Tensor
-	}{{req.Input, msg.Op.Input}, {req.Weight, msg.Op.Weight}, {req.Bias, msg.Op.Bias}, {req.Observed, msg.Observed}}
+	}{{req.Input, msg.Op.Input}, {req.Weight, msg.Op.Weight}, {req.Bias, msg.Op.Bias},
+		{req.InputScale, msg.Op.InputScale}, {req.WeightScale, msg.Op.WeightScale}, {req.Observed, msg.Observed}}
 
 	// The tensors that go by digest, one blob per distinct digest: those
 	// the caller named, and those over the threshold (hashed here).

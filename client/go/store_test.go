@@ -578,3 +578,44 @@ func TestFakeCapabilitiesStore(t *testing.T) {
 		t.Errorf("store = %+v", caps.Store)
 	}
 }
+
+func TestStoreFloat8WeightAndScaleReferenceGoByDigest(t *testing.T) {
+	fake, c := startFake(t)
+	fake.resp = &pb.VerifyResponse{}
+	// 1536 x 1024 float8_e4m3fn is 1.5 MiB at one byte per element: over
+	// StoreThreshold, so hashed and uploaded. As float32 it would be 6 MiB.
+	const n, k = 1536, 1024
+	bits := make([]uint8, n*k)
+	g := lcg(17)
+	for i, v := range g.float32s(n*k, -448, 448) {
+		bits[i] = Float8E4M3FNFromFloat32(v)
+	}
+	w := Float8E4M3FNTensor(bits, n, k)
+	scale := Float32Tensor(g.float32s(n, 0.5, 2)) // row-wise weight scale, [N]
+	ref, err := c.Upload(storeCtx(t), scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.SizeBytes != 4*n || ref.DType != Float32 {
+		t.Errorf("scale ref %+v", ref)
+	}
+	rep, err := c.VerifyLinear(storeCtx(t), &LinearRequest{
+		Input:       Float8E4M3FNTensor(bits[:2*k], 2, k),
+		Weight:      w,
+		InputScale:  Float32Scalar(1),
+		WeightScale: ref.Tensor(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := fake.lastReq.Op
+	if op.Weight.GetDigest() != sha256Hex(bits) || op.Weight.Dtype != pb.DType_DTYPE_FLOAT8_E4M3FN {
+		t.Errorf("weight sent as dtype %v digest %q", op.Weight.Dtype, op.Weight.GetDigest())
+	}
+	if op.WeightScale.GetDigest() != ref.Digest || len(op.InputScale.GetData()) != 4 || len(op.Input.GetData()) != 2*k {
+		t.Errorf("scales sent as %v / %v", op.InputScale, op.WeightScale)
+	}
+	if rep.UploadedBytes != n*k || rep.ReusedBytes != 4*n {
+		t.Errorf("uploaded %d reused %d, want %d and %d", rep.UploadedBytes, rep.ReusedBytes, n*k, 4*n)
+	}
+}

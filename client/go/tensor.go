@@ -17,10 +17,17 @@ const (
 	Float32  DType = DType(pb.DType_DTYPE_FLOAT32)
 	Float16  DType = DType(pb.DType_DTYPE_FLOAT16)
 	BFloat16 DType = DType(pb.DType_DTYPE_BFLOAT16)
+	// OCP FP8 E4M3 (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn): 1 sign, 4
+	// exponent (bias 7) and 3 mantissa bits, no infinities, NaN 0x7f/0xff,
+	// largest finite 448. For the inputs and weights of fp8 precisions.
+	Float8E4M3FN DType = DType(pb.DType_DTYPE_FLOAT8_E4M3FN)
+	// OCP FP8 E5M2 (torch.float8_e5m2): 1 sign, 5 exponent (bias 15) and 2
+	// mantissa bits, IEEE infinities and NaNs, largest finite 57344.
+	Float8E5M2 DType = DType(pb.DType_DTYPE_FLOAT8_E5M2)
 )
 
 // String returns the name used in the JSON report: "float64", "float32",
-// "float16", "bfloat16".
+// "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2".
 func (d DType) String() string {
 	switch d {
 	case Float64:
@@ -31,6 +38,10 @@ func (d DType) String() string {
 		return "float16"
 	case BFloat16:
 		return "bfloat16"
+	case Float8E4M3FN:
+		return "float8_e4m3fn"
+	case Float8E5M2:
+		return "float8_e5m2"
 	case 0:
 		return "unspecified"
 	}
@@ -46,6 +57,8 @@ func (d DType) ItemSize() int {
 		return 4
 	case Float16, BFloat16:
 		return 2
+	case Float8E4M3FN, Float8E5M2:
+		return 1
 	}
 	return 0
 }
@@ -108,6 +121,28 @@ func Float16Tensor(bits []uint16, shape ...int64) *Tensor {
 	return &Tensor{DType: Float16, Shape: shapeOr(shape, len(bits)), Data: encode16(bits)}
 }
 
+// Float8E4M3FNTensor holds float8_e4m3fn bit patterns (as torch's
+// .view(torch.uint8), or Float8E4M3FNFromFloat32) with the given shape. An
+// FP8 input or weight needs its dequantisation scale in the request
+// (LinearRequest.InputScale, WeightScale).
+func Float8E4M3FNTensor(bits []uint8, shape ...int64) *Tensor {
+	return &Tensor{DType: Float8E4M3FN, Shape: shapeOr(shape, len(bits)), Data: append([]byte(nil), bits...)}
+}
+
+// Float8E5M2Tensor holds float8_e5m2 bit patterns (as Float8E5M2FromFloat32)
+// with the given shape; see Float8E4M3FNTensor.
+func Float8E5M2Tensor(bits []uint8, shape ...int64) *Tensor {
+	return &Tensor{DType: Float8E5M2, Shape: shapeOr(shape, len(bits)), Data: append([]byte(nil), bits...)}
+}
+
+// Float32Scalar is a 0-d (shape []) float32 tensor holding v: a per-tensor
+// scale (LinearRequest.InputScale, WeightScale), as torch.tensor(v).
+func Float32Scalar(v float32) *Tensor {
+	b := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b, math.Float32bits(v))
+	return &Tensor{DType: Float32, Shape: []int64{}, Data: b}
+}
+
 func encode16(bits []uint16) []byte {
 	b := make([]byte, 2*len(bits))
 	for i, v := range bits {
@@ -142,7 +177,7 @@ func (t *Tensor) Numel() (int64, error) {
 func (t *Tensor) validate(field string) error {
 	size := t.DType.ItemSize()
 	if size == 0 {
-		return invalidArgument(field, "dtype %v is not one of float64, float32, float16, bfloat16", t.DType)
+		return invalidArgument(field, "dtype %v is not one of float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2", t.DType)
 	}
 	n, err := t.Numel()
 	if err != nil {
@@ -197,7 +232,7 @@ func tensorFromProto(p *pb.Tensor) *Tensor {
 	return &Tensor{DType: DType(p.Dtype), Shape: p.Shape, Data: p.GetData(), Digest: p.GetDigest()}
 }
 
-// Float64s decodes the elements, widening 32- and 16-bit types exactly.
+// Float64s decodes the elements, widening 32-, 16- and 8-bit types exactly.
 func (t *Tensor) Float64s() ([]float64, error) {
 	if t.Digest != "" {
 		return nil, invalidArgument("tensor", "has no data: it names %s in the server's store (read it with Client.ReadTensor)", t.Digest)
@@ -224,6 +259,14 @@ func (t *Tensor) Float64s() ([]float64, error) {
 	case Float16:
 		for i := range out {
 			out[i] = float64(Float32FromFloat16(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	case Float8E4M3FN:
+		for i := range out {
+			out[i] = float64(Float32FromFloat8E4M3FN(b[i]))
+		}
+	case Float8E5M2:
+		for i := range out {
+			out[i] = float64(Float32FromFloat8E5M2(b[i]))
 		}
 	}
 	return out, nil

@@ -165,3 +165,120 @@ func TestRequestCarriesEveryField(t *testing.T) {
 		t.Errorf("defaults: %v", m)
 	}
 }
+
+func TestFloat8TensorsCarryOneBytePerElement(t *testing.T) {
+	bits := []uint8{0x38, 0xfe, 0x7f, 0x01, 0x00, 0x80}
+	x := Float8E4M3FNTensor(bits, 2, 3)
+	if x.DType != Float8E4M3FN || x.DType.ItemSize() != 1 || !bytes.Equal(x.Data, bits) ||
+		len(x.Shape) != 2 || x.Shape[0] != 2 || x.Shape[1] != 3 {
+		t.Errorf("Float8E4M3FNTensor = %v %v % x", x.DType, x.Shape, x.Data)
+	}
+	bits[0] = 0 // the tensor holds its own copy
+	if x.Data[0] != 0x38 {
+		t.Errorf("Float8E4M3FNTensor shares the caller's slice")
+	}
+	y := Float8E5M2Tensor([]uint8{0x3c, 0xc0, 0x7c})
+	if y.DType != Float8E5M2 || y.DType.ItemSize() != 1 || len(y.Shape) != 1 || y.Shape[0] != 3 ||
+		!bytes.Equal(y.Data, []byte{0x3c, 0xc0, 0x7c}) {
+		t.Errorf("Float8E5M2Tensor = %v %v % x", y.DType, y.Shape, y.Data)
+	}
+	if Float8E4M3FN.String() != "float8_e4m3fn" || Float8E5M2.String() != "float8_e5m2" {
+		t.Errorf("names %q %q", Float8E4M3FN, Float8E5M2)
+	}
+	if n, err := y.Numel(); err != nil || n != 3 || y.sizeBytes() != 3 {
+		t.Errorf("numel %d, %v, size %d bytes", n, err, y.sizeBytes())
+	}
+	if p := x.toProto(); p.Dtype.String() != "DTYPE_FLOAT8_E4M3FN" || len(p.GetData()) != 6 {
+		t.Errorf("proto %v", p)
+	}
+	if p := y.toProto(); p.Dtype.String() != "DTYPE_FLOAT8_E5M2" {
+		t.Errorf("proto %v", p)
+	}
+}
+
+func TestFloat64sDecodesFloat8(t *testing.T) {
+	// E4M3FN: 0x38 = 1, 0xc4 = -(1+4/8)*2^1 = -3, 0x01 = 2^-9.
+	// E5M2: 0x3e = 1.5, 0xc2 = -(1+2/4)*2^1 = -3, 0x7c = +Inf.
+	got, err := Float8E4M3FNTensor([]uint8{0x38, 0xc4, 0x01}).Float64s()
+	if err != nil || len(got) != 3 || got[0] != 1 || got[1] != -3 || got[2] != 1.0/512 {
+		t.Errorf("e4m3fn Float64s() = %v, %v", got, err)
+	}
+	got, err = Float8E5M2Tensor([]uint8{0x3e, 0xc2, 0x7c}).Float64s()
+	if err != nil || len(got) != 3 || got[0] != 1.5 || got[1] != -3 || got[2] <= 1e308 {
+		t.Errorf("e5m2 Float64s() = %v, %v", got, err)
+	}
+}
+
+func TestFloat8DataLengthMismatchCountsBytes(t *testing.T) {
+	r := validRequest()
+	r.Input = &Tensor{DType: Float8E4M3FN, Shape: []int64{2, 3}, Data: make([]byte, 5)}
+	_, err := r.toProto(false)
+	wantInvalid(t, err, "input", "6 float8_e4m3fn elements (6 bytes)", "5 elements (5 bytes)")
+}
+
+func TestFloat32ScalarIsZeroDimensional(t *testing.T) {
+	s := Float32Scalar(0.5)
+	// 0.5f = 0x3f000000.
+	if s.DType != Float32 || s.Shape == nil || len(s.Shape) != 0 || !bytes.Equal(s.Data, []byte{0, 0, 0, 0x3f}) {
+		t.Errorf("Float32Scalar(0.5) = %v %v % x", s.DType, s.Shape, s.Data)
+	}
+	if err := s.validate("input_scale"); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+}
+
+func fp8Request() *LinearRequest {
+	return &LinearRequest{
+		Input:       Float8E4M3FNTensor([]uint8{0x38, 0x40, 0x44, 0x48, 0x4a, 0x4c}, 2, 3),
+		Weight:      Float8E5M2Tensor([]uint8{0x3c, 0, 0, 0, 0x3c, 0}, 2, 3),
+		InputScale:  Float32Scalar(0.25),
+		WeightScale: Float32Tensor([]float32{2, 4}), // row-wise, [N]
+		Configs:     []string{"cpu:fp8e4m3e5m2"},
+	}
+}
+
+func TestRequestCarriesFloat8InputsAndTheirScales(t *testing.T) {
+	r := fp8Request()
+	m, err := r.toProto(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := m.Op
+	if op.Input.Dtype.String() != "DTYPE_FLOAT8_E4M3FN" || op.Weight.Dtype.String() != "DTYPE_FLOAT8_E5M2" ||
+		!bytes.Equal(op.Input.GetData(), r.Input.Data) || !bytes.Equal(op.Weight.GetData(), r.Weight.Data) {
+		t.Errorf("op = %v", op)
+	}
+	// 0.25f = 0x3e800000; 2.0f = 0x40000000, 4.0f = 0x40800000.
+	if s := op.InputScale; s == nil || s.Dtype.String() != "DTYPE_FLOAT32" || len(s.Shape) != 0 ||
+		!bytes.Equal(s.GetData(), []byte{0, 0, 0x80, 0x3e}) {
+		t.Errorf("input_scale = %v", s)
+	}
+	if s := op.WeightScale; s == nil || s.Dtype.String() != "DTYPE_FLOAT32" || len(s.Shape) != 1 || s.Shape[0] != 2 ||
+		!bytes.Equal(s.GetData(), []byte{0, 0, 0, 0x40, 0, 0, 0x80, 0x40}) {
+		t.Errorf("weight_scale = %v", s)
+	}
+	// Without scales the fields stay unset.
+	m, _ = validRequest().toProto(false)
+	if m.Op.InputScale != nil || m.Op.WeightScale != nil {
+		t.Errorf("scales set without being asked: %v", m.Op)
+	}
+}
+
+func TestScaleThatIsNotFloat32IsInvalidArgument(t *testing.T) {
+	r := fp8Request()
+	r.WeightScale = Float64Tensor([]float64{2, 4})
+	_, err := r.toProto(false)
+	wantInvalid(t, err, "weight_scale", "float64", "expected float32")
+
+	r = fp8Request()
+	r.InputScale = &Tensor{DType: Float32, Shape: []int64{2}, Data: make([]byte, 4)}
+	_, err = r.toProto(false)
+	wantInvalid(t, err, "input_scale", "8 bytes", "4 bytes")
+}
+
+func TestFloat8OutputDTypeIsInvalidArgument(t *testing.T) {
+	r := fp8Request()
+	r.OutputDType = Float8E4M3FN
+	_, err := r.toProto(false)
+	wantInvalid(t, err, "output_dtype", "float8_e4m3fn", "bfloat16")
+}
