@@ -13,11 +13,14 @@
         report.passed, report.to_dict()
 
 Tensors may be numpy arrays (float64, float32, float16,
-ml_dtypes.bfloat16), torch tensors (any device, including torch.bfloat16)
-or JAX arrays. Those above 1 MiB go through the server's tensor store by
-themselves (uploaded once, then named by digest); `client.upload(w)`
-returns a `TensorRef` to reuse explicitly, `client.read_tensor(ref)` reads
-one back.
+ml_dtypes.bfloat16, and for a layer's input and weight
+ml_dtypes.float8_e4m3fn and float8_e5m2), torch tensors (any device,
+including torch.bfloat16 and the torch.float8 formats) or JAX arrays. FP8
+layers take their dequantisation scales as `x_scale=` and `w_scale=`
+(those of torch._scaled_mm). Tensors above 1 MiB go through the server's
+tensor store by themselves (uploaded once, then named by digest);
+`client.upload(w)` returns a `TensorRef` to reuse explicitly,
+`client.read_tensor(ref)` reads one back.
 
 Whole models: `tensorcheck.torch.check_linears(model, *args)` and
 `tensorcheck.flax.check_denses(module, variables, *args)` check every
@@ -141,6 +144,8 @@ def assert_linear_parity(
     Raises AssertionError ("Tensor-likes are not close!", the mismatch
     statistics, then the diagnosis) when `observed` is not within the
     tolerance of the reference; returns the Report otherwise.
+    `verify_options` are Client.verify_linear's, e.g. x_scale= and
+    w_scale= (the dequantisation scales of an FP8 layer).
     """
     with Client(target, timeout=timeout, tls=tls, token=token) as client:
         return client.assert_linear_parity(

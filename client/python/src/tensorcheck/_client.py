@@ -55,7 +55,7 @@ from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
 from ._report import Report
 from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
-from ._tensors import as_array, numpy_dtype, parse_dtype
+from ._tensors import FP8_DTYPES, as_array, as_scale, fill_proto, numpy_dtype, parse_dtype
 from ._wire import encode_request
 
 __all__ = [
@@ -193,6 +193,13 @@ def _same_dtype(a: Operand, b: Operand) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return a.dtype == b.dtype  # no str(dtype): numpy builds it in Python
     return _dtype(a) == _dtype(b)
+
+
+def _weight_dtype_fits(w: Operand, x: Operand) -> bool:
+    """The weight's storage dtype is the input's, or both are FP8: the
+    mixed fp8 precisions take one format for each (which pairs a
+    configuration accepts is the server's to say)."""
+    return _same_dtype(w, x) or (_dtype(w) in FP8_DTYPES and _dtype(x) in FP8_DTYPES)
 
 
 def _operand(value: Any, name: str) -> Operand:
@@ -454,9 +461,11 @@ class Client:
 
     def read_tensor(self, ref: TensorRef, *, timeout: Optional[float] = None) -> np.ndarray:
         """A stored tensor as a writable numpy array of the ref's dtype and
-        shape (bfloat16 as `ml_dtypes.bfloat16`). The bytes are checked
-        against the digest (DataLossError otherwise); NotFoundError when
-        the store does not hold it (never uploaded, or evicted)."""
+        shape (bfloat16 as `ml_dtypes.bfloat16`, the FP8 formats as
+        `ml_dtypes.float8_e4m3fn` / `ml_dtypes.float8_e5m2`). The bytes
+        are checked against the digest (DataLossError otherwise);
+        NotFoundError when the store does not hold it (never uploaded, or
+        evicted)."""
         if not isinstance(ref, TensorRef):
             raise TypeError(f"ref: expected a tensorcheck.TensorRef, got {type(ref).__name__}")
         return self._read(ref, self._deadline(timeout))
@@ -486,14 +495,21 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        x_scale: Any = None,
+        w_scale: Any = None,
         timeout: Optional[float] = None,
     ) -> Report:
         """Runs y = act(x W^T + b) under each configuration and compares.
 
         Args:
-          x: input [..., K] (float64/32/16 or bfloat16; numpy, torch or JAX).
+          x: input [..., K] (float64/32/16, bfloat16, float8_e4m3fn or
+            float8_e5m2; numpy with ml_dtypes, torch or JAX).
           weight: [N, K] with weight_layout="out_in" (torch, candle) or
-            [K, N] with "in_out" (a flax kernel); same dtype as x.
+            [K, N] with "in_out" (a flax kernel); same dtype as x, or the
+            other FP8 format (the mixed fp8 precisions). FP8 is for x and
+            weight only: bias, observed and output_dtype stay
+            float64/32/16 or bfloat16 (the server answers
+            InvalidArgumentError naming the field otherwise).
           bias: optional [N].
           observed: the output your framework produced, [..., N]. With it
             the verdict is "observed is within tolerance of the reference";
@@ -516,13 +532,24 @@ class Client:
             back by digest and are read from the server's store (0: the
             server's default, 4 MiB); the arrays are the same either way.
           output_dtype: dtype every configuration rounds its output to
-            (default: the input's).
+            (default: the input's; bfloat16 for FP8 inputs).
           max_ulp, bound_factor, bound_precision, nan_equal: tolerance details.
           top_k, top_groups: how many worst elements / columns / rows to list
             (0: the server's default).
           repeat: run each configuration this many times and report whether
             the bits were identical (`results[i].deterministic`).
           disallow_reduced_precision_reduction: cuBLAS flag for GPU backends.
+          x_scale, w_scale: the dequantisation scales of FP8 x and weight,
+            as torch._scaled_mm(x, weight.T, scale_a=x_scale,
+            scale_b=w_scale) takes them: the layer computes
+            act((x * x_scale) (weight * w_scale)^T + bias). Real numbers
+            (a Python float, shape []) or array-likes of them (numpy,
+            torch on any device, JAX, lists), sent as float32 in the shape
+            given: [] or [1] per tensor; row-wise x_scale [M] or [M, 1]
+            and w_scale [N] or [N, 1] (out_in) / [1, N] (in_out). Required
+            when x and weight are FP8, refused otherwise; the server
+            checks the shapes. TypeError naming the argument for what is
+            not real numbers, ValueError for values not finite in float32.
           timeout: this call's deadline in seconds (default: the client's),
             for hashing, uploads, the request and reading outputs together.
 
@@ -555,6 +582,8 @@ class Client:
             top_groups=top_groups,
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+            x_scale=x_scale,
+            w_scale=w_scale,
         )
         return self._run("Verify", req, timeout)
 
@@ -584,6 +613,8 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        x_scale: Any = None,
+        w_scale: Any = None,
         timeout: Optional[float] = None,
     ) -> Report:
         """Which configuration produced `observed`? (the Diagnose RPC)
@@ -625,6 +656,8 @@ class Client:
             top_groups=top_groups,
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+            x_scale=x_scale,
+            w_scale=w_scale,
         )
         return self._run("Diagnose", req, timeout)
 
@@ -645,7 +678,8 @@ class Client:
         ("Tensor-likes are not close! ... Mismatched elements: N / M ...")
         followed by the server's diagnosis of which configuration `observed`
         matches (the Diagnose RPC over `candidates`, default: all). Keyword
-        arguments are those of verify_linear. Returns the Report on success.
+        arguments are those of verify_linear (FP8 layers: x_scale= and
+        w_scale=, sent with both RPCs). Returns the Report on success.
         """
         if observed is None:
             raise ValueError("observed: assert_linear_parity needs the observed output")
@@ -1009,6 +1043,8 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        x_scale: Any = None,
+        w_scale: Any = None,
     ) -> _Call:
         # Options first: they are cheap to check and a typo should not cost
         # a device-to-host copy of the tensors.
@@ -1026,6 +1062,9 @@ class Client:
         top_groups = _non_negative(top_groups, "top_groups", integer=True)
         repeat = _non_negative(repeat, "repeat", integer=True)
         max_inline = _non_negative(max_inline_output_bytes, "max_inline_output_bytes", integer=True)
+        # A few numbers each: checked before the tensors too.
+        xs = None if x_scale is None else as_scale(x_scale, "x_scale")
+        ws = None if w_scale is None else as_scale(w_scale, "w_scale")
 
         xa = _operand(x, "x")
         wa = _operand(weight, "weight")
@@ -1039,10 +1078,10 @@ class Client:
         if wa.ndim != 2:
             dims = "[N, K]" if layout == pb.WEIGHT_LAYOUT_OUT_IN else "[K, N]"
             raise ValueError(f"weight: expected a 2-D {dims} matrix, got shape {_shape(wa)}")
-        if not _same_dtype(wa, xa):
+        if not _weight_dtype_fits(wa, xa):
             raise TypeError(
                 f"weight: dtype {_dtype(wa)} differs from x's {_dtype(xa)}; "
-                "the layer takes both in one storage dtype"
+                "the layer takes both in one storage dtype (or both in FP8 formats)"
             )
         k = xa.shape[-1]
         if layout == pb.WEIGHT_LAYOUT_OUT_IN:
@@ -1072,6 +1111,12 @@ class Client:
         op = pb.LinearOp(weight_layout=layout, activation=act)
         if out_dtype is not None:
             op.output_dtype = out_dtype
+        # Inline in the options part of the request (`_Call.request`), so
+        # that the Diagnose of assert_linear_parity, a copy of it, has them.
+        if xs is not None:
+            fill_proto(op.input_scale, xs)
+        if ws is not None:
+            fill_proto(op.weight_scale, ws)
         req = pb.VerifyRequest(
             op=op,
             configs=configs,
@@ -1143,5 +1188,7 @@ _VERIFY_OPTIONS = {
     "top_groups",
     "repeat",
     "disallow_reduced_precision_reduction",
+    "x_scale",
+    "w_scale",
     "timeout",
 }

@@ -426,6 +426,8 @@ _SAFETENSORS_DTYPES = {
     "float32": "F32",
     "float16": "F16",
     "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
 }
 
 
@@ -436,7 +438,8 @@ def write_safetensors(
 ) -> None:
     """A .safetensors file: 8-byte little-endian header length, the JSON
     header, then each tensor's little-endian row-major bytes in the given
-    order. (The `safetensors` package's numpy writer has no bfloat16.)"""
+    order, with the format's dtype names (BF16, F8_E4M3, F8_E5M2, ...).
+    (The `safetensors` package's numpy writer has no bfloat16 or FP8.)"""
     header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)

@@ -89,7 +89,8 @@ class TensorRef:
       digest: "sha256:" and the 64 lowercase hex digits of the SHA-256 of
         the tensor's raw bytes (little-endian, row-major).
       size_bytes: their number, numel(shape) * itemsize(dtype).
-      dtype: "float64", "float32", "float16" or "bfloat16".
+      dtype: "float64", "float32", "float16", "bfloat16", "float8_e4m3fn"
+        or "float8_e5m2" (`tensorcheck._tensors.DTYPES`).
       shape: the tensor's shape.
 
     The store is a cache: a tensor it evicted is named in vain (the server

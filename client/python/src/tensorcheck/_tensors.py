@@ -2,14 +2,24 @@
 
 Every conversion is whole-buffer: torch tensors are detached, moved to the
 CPU and made contiguous by torch itself; bfloat16 travels as its 16-bit
-patterns (torch int16 view -> numpy uint16 -> ml_dtypes.bfloat16 view);
-bytes are little-endian and row-major. torch and jax are never imported
-here: an object is treated as a torch tensor or JAX array only when its type
-comes from those modules, which are then already loaded.
+patterns (torch int16 view -> numpy uint16 -> ml_dtypes.bfloat16 view), the
+FP8 formats as their bytes (torch uint8 view -> numpy uint8 ->
+ml_dtypes.float8_e4m3fn / float8_e5m2 view), so that NaN payloads and
+negative zeros arrive as they were; bytes are little-endian and row-major.
+torch and jax are never imported here: an object is treated as a torch
+tensor or JAX array only when its type comes from those modules, which are
+then already loaded.
+
+The storage dtypes, by JSON name (the names the server and the other
+clients use): float64, float32, float16, bfloat16, float8_e4m3fn,
+float8_e5m2. The FP8 formats are for a layer's input and weight only; the
+server answers INVALID_ARGUMENT, naming the field, for an FP8 bias,
+observed output or output_dtype.
 """
 
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Any, Callable, Optional
 
@@ -26,7 +36,10 @@ __all__ = [
     "dtype_name",
     "dtype_enum",
     "numpy_dtype",
+    "parse_dtype",
+    "as_scale",
     "DTYPES",
+    "FP8_DTYPES",
     "ReadTensor",
 ]
 
@@ -36,17 +49,24 @@ _NP_TO_PB: dict[type[np.generic], tuple[pb.DType, str]] = {
     np.float32: (pb.DTYPE_FLOAT32, "float32"),
     np.float16: (pb.DTYPE_FLOAT16, "float16"),
     ml_dtypes.bfloat16: (pb.DTYPE_BFLOAT16, "bfloat16"),
+    ml_dtypes.float8_e4m3fn: (pb.DTYPE_FLOAT8_E4M3FN, "float8_e4m3fn"),
+    ml_dtypes.float8_e5m2: (pb.DTYPE_FLOAT8_E5M2, "float8_e5m2"),
 }
 _PB_TO_NP: dict[int, np.dtype[Any]] = {
     pb.DTYPE_FLOAT64: np.dtype("<f8"),
     pb.DTYPE_FLOAT32: np.dtype("<f4"),
     pb.DTYPE_FLOAT16: np.dtype("<f2"),
     pb.DTYPE_BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    pb.DTYPE_FLOAT8_E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
+    pb.DTYPE_FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
 }
 _PB_NAMES: dict[int, str] = {enum: name for enum, name in _NP_TO_PB.values()}
-DTYPES = ("float64", "float32", "float16", "bfloat16")
+DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+# The one-byte formats: a weight may be in the other one than the input
+# (the mixed fp8 precisions, fp8e4m3e5m2 and fp8e5m2e4m3).
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
-_SUPPORTED = "float64, float32, float16 or bfloat16"
+_SUPPORTED = "float64, float32, float16, bfloat16, float8_e4m3fn or float8_e5m2"
 
 # Names users write for an output dtype.
 _DTYPE_ALIASES = {
@@ -64,6 +84,12 @@ _DTYPE_ALIASES = {
     "half": pb.DTYPE_FLOAT16,
     "bfloat16": pb.DTYPE_BFLOAT16,
     "bf16": pb.DTYPE_BFLOAT16,
+    "float8_e4m3fn": pb.DTYPE_FLOAT8_E4M3FN,
+    "fp8e4m3": pb.DTYPE_FLOAT8_E4M3FN,
+    "e4m3": pb.DTYPE_FLOAT8_E4M3FN,
+    "float8_e5m2": pb.DTYPE_FLOAT8_E5M2,
+    "fp8e5m2": pb.DTYPE_FLOAT8_E5M2,
+    "e5m2": pb.DTYPE_FLOAT8_E5M2,
 }
 
 
@@ -86,7 +112,8 @@ def numpy_dtype(dtype: Any) -> np.dtype[Any]:
 
 
 def parse_dtype(value: Any, name: str) -> pb.DType:
-    """A wire dtype from "bf16"/"bfloat16"/np.float32/torch.float16/..."""
+    """A wire dtype from "bf16"/"bfloat16"/"e4m3"/np.float32/torch.float16/
+    ml_dtypes.float8_e5m2/... (names in any case, "torch." prefix allowed)."""
     if isinstance(value, str):
         key = value.lower()
         if key.startswith("torch."):
@@ -115,6 +142,15 @@ def _is_from(module: str, *roots: str) -> bool:
     return any(module == r or module.startswith(r + ".") for r in roots)
 
 
+def _torch_fp8(torch: Any) -> dict[Any, type[np.generic]]:
+    """torch's FP8 dtypes -> their ml_dtypes types (none before torch 2.1)."""
+    pairs = (
+        ("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
+        ("float8_e5m2", ml_dtypes.float8_e5m2),
+    )
+    return {getattr(torch, n): t for n, t in pairs if hasattr(torch, n)}
+
+
 def _from_torch(t: Any, name: str) -> np.ndarray:
     torch = sys.modules["torch"]  # loaded: the object came from it
     if not isinstance(t, torch.Tensor):
@@ -123,18 +159,26 @@ def _from_torch(t: Any, name: str) -> np.ndarray:
         raise TypeError(
             f"{name}: {t.layout} tensors are not supported; pass a dense tensor (.to_dense())"
         )
-    supported = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+    fp8 = _torch_fp8(torch)
+    supported = (torch.float64, torch.float32, torch.float16, torch.bfloat16, *fp8)
     if t.dtype not in supported:  # checked before any copy to the host
         raise TypeError(
             f"{name}: dtype {t.dtype} is not supported; expected "
-            "torch.float64, torch.float32, torch.float16 or torch.bfloat16"
+            "torch.float64, torch.float32, torch.float16, torch.bfloat16, "
+            "torch.float8_e4m3fn or torch.float8_e5m2"
         )
     t = t.detach()
     if t.is_neg():
         t = t.resolve_neg()
-    t = t.cpu().contiguous()
     # torch comes from sys.modules, so mypy sees its API as Any: the
     # annotations below state what Tensor.numpy() returns.
+    if t.dtype in fp8:
+        # numpy has no FP8: move the bytes. A same-size view works on any
+        # device and any strides, so the copies (to the host, into row-major
+        # order) are of uint8, which every torch build can copy.
+        raw: np.ndarray = t.view(torch.uint8).cpu().contiguous().numpy()
+        return raw.view(fp8[t.dtype])
+    t = t.cpu().contiguous()
     if t.dtype == torch.bfloat16:
         # numpy has no bfloat16: move the bit patterns.
         bits: np.ndarray = t.view(torch.int16).numpy()
@@ -147,7 +191,7 @@ def as_array(value: Any, name: str) -> np.ndarray:
     """A C-contiguous, little-endian numpy array of a supported dtype.
 
     Raises TypeError (naming `name`) for anything that is not a float64,
-    float32, float16 or bfloat16 array-like.
+    float32, float16, bfloat16, float8_e4m3fn or float8_e5m2 array-like.
     """
     if value is None:
         raise TypeError(f"{name}: expected an array, got None")
@@ -157,7 +201,7 @@ def as_array(value: Any, name: str) -> np.ndarray:
     elif _is_from(module, "torch"):
         arr = _from_torch(value, name)
     elif _is_from(module, "jax", "jaxlib"):
-        arr = np.asarray(value)  # device -> host; keeps bfloat16 as ml_dtypes
+        arr = np.asarray(value)  # device -> host; bfloat16, FP8 as ml_dtypes
     elif isinstance(value, (str, bytes, dict, set)) or not (
         isinstance(value, (list, tuple, np.generic))
         or hasattr(value, "__array__")
@@ -182,6 +226,86 @@ def as_array(value: Any, name: str) -> np.ndarray:
     # (np.ascontiguousarray would turn a 0-d array into 1-d.) The caller's
     # array itself when it is already C-contiguous: no copy.
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def as_scale(value: Any, name: str) -> np.ndarray:
+    """A dequantisation scale (`x_scale`, `w_scale`) as the float32 array
+    the request carries, in the shape it was given.
+
+    `value` is a real number (Python or numpy; shape []) or an array-like
+    of them: numpy (any real dtype, bfloat16 and FP8 included), a torch
+    tensor on any device, a JAX array, a (nested) list. Shapes are not
+    checked here: which ones fit the layer ([] or [1] per tensor, [M] /
+    [M, 1] and [N] / [N, 1] / [1, N] row-wise) is the server's rule.
+
+    Raises TypeError naming `name` for what is not real numbers (None, a
+    string, a complex or boolean value, Python objects) and ValueError for
+    values that are not finite in float32 (NaN, infinities, magnitudes
+    beyond float32's largest, 3.4028235e38).
+    """
+    if (
+        value is None
+        or isinstance(value, (bool, np.bool_, str, bytes, bytearray, dict, set))
+        or (isinstance(value, numbers.Number) and not isinstance(value, numbers.Real))
+    ):
+        raise TypeError(
+            f"{name}: expected real numbers (a number or an array of them), "
+            f"got {type(value).__name__}"
+        )
+    if _is_from(_module_of(value), "torch"):
+        arr = _torch_scale(value, name)
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name}: cannot be converted to an array: {e}") from None
+    dt = arr.dtype
+    if not (dt.kind in "fiu" or dt.type in _NP_TO_PB):
+        what = {"c": "complex", "b": "boolean", "O": "Python object", "U": "string"}
+        raise TypeError(
+            f"{name}: expected real numbers, got {what.get(dt.kind, 'dtype ' + str(dt))} values"
+        )
+    # Through float64, which holds every value of these dtypes but the
+    # largest 64-bit integers exactly: one rounding, to float32.
+    wide = arr.astype(np.float64)
+    finite = np.isfinite(wide)
+    if not finite.all():
+        bad = wide[~finite].flat[0]
+        raise ValueError(f"{name}: expected finite numbers, got {bad}")
+    big = np.abs(wide) > _FLOAT32_MAX
+    if big.any():  # refused, not rounded: float32 would make most infinite
+        raise ValueError(
+            f"{name}: {wide[big].flat[0]} is beyond float32's range "
+            f"(largest finite {_FLOAT32_MAX:.8g})"
+        )
+    return wide.astype("<f4", order="C")
+
+
+def _torch_scale(t: Any, name: str) -> np.ndarray:
+    """A torch tensor of real numbers, on the host as float64."""
+    torch = sys.modules["torch"]  # loaded: the object came from it
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(
+            f"{name}: expected real numbers (a number or an array of them), "
+            f"got {type(t).__qualname__}"
+        )
+    if t.is_complex() or t.dtype == torch.bool:
+        kind = "complex" if t.is_complex() else "boolean"
+        raise TypeError(f"{name}: expected real numbers, got {kind} values ({t.dtype})")
+    if t.layout != torch.strided:
+        raise TypeError(
+            f"{name}: {t.layout} tensors are not supported; pass a dense tensor (.to_dense())"
+        )
+    t = t.detach()
+    if t.is_neg():
+        t = t.resolve_neg()
+    # To the host first (not every device has float64), then widened:
+    # exact for every real dtype torch has, FP8 included.
+    wide: np.ndarray = t.cpu().to(dtype=torch.float64).contiguous().numpy()
+    return wide
 
 
 def fill_proto(t: pb.Tensor, arr: np.ndarray) -> None:

@@ -35,7 +35,7 @@ from ._model import (
     ModelReport,
     check_captures,
 )
-from ._tensors import as_array
+from ._tensors import as_array, numpy_dtype, parse_dtype
 
 __all__ = ["check_linears", "capture_linears"]
 
@@ -142,14 +142,12 @@ def capture_linears(
 
 
 def _np_dtype(dtype: torch.dtype) -> Any:
-    import ml_dtypes
-
-    return {
-        torch.float64: np.dtype("float64"),
-        torch.float32: np.dtype("float32"),
-        torch.float16: np.dtype("float16"),
-        torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
-    }.get(dtype)
+    """The numpy dtype of a torch dtype the wire carries (bfloat16 and
+    FP8 as ml_dtypes), None for others: the mapping `_tensors` keeps."""
+    try:
+        return numpy_dtype(parse_dtype(dtype, "dtype"))
+    except (TypeError, ValueError):
+        return None
 
 
 def check_linears(
