@@ -46,6 +46,9 @@ constexpr FlagSpec kFlags[] = {
     {"weight", true, kRun},
     {"bias", true, kRun},
     {"observed", true, kRun},
+    // FP8 dequantisation scales: a number or a tensor argument.
+    {"input-scale", true, kRun},
+    {"weight-scale", true, kRun},
     // verify, diagnose: NAME=DTYPE; upload: DTYPE, for every tensor.
     {"dtype", true, kRun | kUpload},
     {"no-progress", false, kCheck | kUpload},

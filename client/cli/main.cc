@@ -87,19 +87,30 @@ constexpr const char kConnectionFlags[] =
 
 constexpr const char kTensorFlags[] =
     R"(Tensors (FILE.npy v1-v3 with dtype <f8 <f4 <f2, or FILE.safetensors:TENSOR
-with dtype F64 F32 F16 BF16; a bfloat16 .npy holds <u2 bit patterns and needs
---dtype NAME=bf16; or sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the
-server's store, as `tensorcheck upload` prints it):
+with dtype F64 F32 F16 BF16 F8_E4M3 F8_E5M2; a bfloat16 .npy holds <u2 bit
+patterns and needs --dtype NAME=bf16, an FP8 .npy holds <u1 (|u1) bit patterns
+and needs --dtype NAME=fp8e4m3 or --dtype NAME=fp8e5m2; or
+sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
+`tensorcheck upload` prints it):
   --input X              [..., K]
   --weight W             [N, K] (out_in) or [K, N] (in_out)
+  --input-scale S        with FP8 input and weight (both required then): the
+                         input's float32 dequantisation scale, scale_a of
+                         torch._scaled_mm; S is a number (one per-tensor scale,
+                         sent as float32 []) or a float32 tensor as above:
+                         [] or [1] per tensor, [M] or [M, 1] row-wise
+  --weight-scale S       the weight's, scale_b: a number, [] or [1] per tensor;
+                         [N], [N, 1] or [1, N] row-wise (both scales per
+                         tensor, or both row-wise)
   --bias B               [N], optional
   --observed Y           [..., N], the output your framework produced
   --dtype NAME=DTYPE     require argument NAME (input, weight, bias, observed)
-                         to hold DTYPE; bf16 reads a <u2 .npy as bf16 bits
+                         to hold DTYPE; bf16 reads a <u2 .npy as bf16 bits,
+                         fp8e4m3 and fp8e5m2 a <u1 .npy as FP8 bits
   --weight-layout out_in|in_out   (default out_in: torch/candle; in_out: flax)
   --activation none|relu|gelu     (default none; gelu is the tanh form)
   --output-dtype DTYPE   round every configuration's output to DTYPE
-                         (default: the input's dtype)
+                         (default: the input's dtype; bf16 for FP8 inputs)
 
 Comparison:
   --reference SPEC       the configuration everything is compared with
@@ -139,9 +150,12 @@ Tensors above 1 MiB are hashed (SHA-256) and sent by digest: those the
 server's store lacks are uploaded first, the others not at all. A server
 without a store gets them inline.
 
-SPEC is backend:precision[:bias], e.g. cpu:fp32, cpu:tf32:fused,
-cublaslt:bf16:unfused; precisions fp64 fp32 tf32 tf32rna tf32trunc bf16 fp16
-fp16acc; bias modes fused unfused none.
+SPEC is backend:precision[:bias][@options], e.g. cpu:fp32, cpu:tf32:fused,
+cublaslt:bf16:unfused, cpu:fp8e4m3:fused@scaling=row,fast_accum; precisions
+fp64 fp32 tf32 tf32rna tf32trunc bf16 fp16 fp16acc, and fp8e4m3 fp8e5m2
+fp8e4m3e5m2 fp8e5m2e4m3 (FP8 operands with their scales, or wide ones the
+server quantises; options scaling=tensor|row, fast_accum); bias modes fused
+unfused none (docs/numerics.md, "FP8").
 
 )";
 
@@ -200,7 +214,8 @@ argument that names it in verify and diagnose:
   sha256:<64 hex digits of the SHA-256 of its bytes>:<dtype>:<d0>x<d1>...
 
   --dtype DTYPE          require every tensor to hold DTYPE; bf16 reads a <u2
-                         .npy as bf16 bits
+                         .npy as bf16 bits, fp8e4m3 and fp8e5m2 a <u1 .npy as
+                         FP8 bits
   --timeout SECONDS      deadline of the whole upload (default 300)
   --no-progress          no progress line on stderr (shown only when stderr
                          is a terminal)

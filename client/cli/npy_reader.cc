@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -213,10 +214,25 @@ class NpyHeaderParser {
   absl::string_view file_;
 };
 
+// How to say, in a message, what the file holds for a bit-pattern descr.
+std::string BitsFound(const std::string& descr, absl::string_view holds) {
+  return absl::StrCat(Quote(descr), " (", holds, ")");
+}
+
 absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_view file,
                                       const TensorReadOptions& options) {
-  const bool want_bf16 =
-      options.expected_dtype.has_value() && *options.expected_dtype == DType::kBFloat16;
+  const std::optional<DType> want = options.expected_dtype;
+  const bool want_bf16 = want.has_value() && *want == DType::kBFloat16;
+  const bool want_fp8 = want.has_value() && IsFp8(*want);
+  // A tensor of another dtype than the one expected; `found` says what the
+  // file holds.
+  auto mismatch = [&](absl::string_view found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": dtype ", DTypeName(*want), " expected (", options.expected_by, "), found ", found,
+        want_bf16  ? "; bfloat16 .npy files hold '<u2' bit patterns"
+        : want_fp8 ? "; FP8 .npy files hold '|u1' bit patterns"
+                   : ""));
+  };
   DType d;
   if (descr == "<f8") {
     d = DType::kFloat64;
@@ -225,14 +241,22 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
   } else if (descr == "<f2") {
     d = DType::kFloat16;
   } else if (descr == "<u2") {
-    if (!want_bf16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file,
-                       ": dtype '<u2' (uint16) is read only as bfloat16 bit patterns; "
-                       "say so with --dtype NAME=bf16, or save float data as '<f8', "
-                       "'<f4' or '<f2'"));
-    }
-    return DType::kBFloat16;
+    if (want_bf16) return DType::kBFloat16;
+    if (want.has_value()) return mismatch(BitsFound(descr, "uint16, bfloat16 bit patterns"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file,
+                     ": dtype '<u2' (uint16) is read only as bfloat16 bit patterns; "
+                     "say so with --dtype NAME=bf16, or save float data as '<f8', "
+                     "'<f4' or '<f2'"));
+  } else if (descr == "|u1" || descr == "<u1") {
+    // One byte has no byte order: numpy writes '|u1'.
+    if (want_fp8) return *want;
+    if (want.has_value()) return mismatch(BitsFound(descr, "uint8, FP8 bit patterns"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": dtype ", Quote(descr),
+        " (uint8) is read only as FP8 bit patterns, and the bits do not say which format; "
+        "say so with --dtype NAME=fp8e4m3 (float8_e4m3fn) or --dtype NAME=fp8e5m2 "
+        "(float8_e5m2), or save float data as '<f8', '<f4' or '<f2'"));
   } else if (!descr.empty() && descr[0] == '>') {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": big-endian dtype ", Quote(descr),
@@ -246,14 +270,11 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": unsupported dtype ", Quote(descr),
-                     "; '<f8', '<f4', '<f2' (or '<u2' with --dtype NAME=bf16) "
-                     "expected"));
+                     "; '<f8', '<f4', '<f2' (or '<u2' with --dtype NAME=bf16, '|u1' with "
+                     "--dtype NAME=fp8e4m3 or fp8e5m2) expected"));
   }
-  if (options.expected_dtype.has_value() && *options.expected_dtype != d) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": dtype ", DTypeName(*options.expected_dtype),
-                     " expected (--dtype), found ", Quote(descr), " (", DTypeName(d), ")",
-                     want_bf16 ? "; bfloat16 .npy files hold '<u2' bit patterns" : ""));
+  if (want.has_value() && *want != d) {
+    return mismatch(absl::StrCat(Quote(descr), " (", DTypeName(d), ")"));
   }
   return d;
 }

@@ -1,5 +1,6 @@
 // Writing .npy files (declared in tensor_io.h): format v1.0, C order, the
-// header padded to 64 bytes; bfloat16 widened to float32 or kept as bits.
+// header padded to 64 bytes; bfloat16 widened to float32 or kept as bits,
+// FP8 kept as bits.
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,11 @@ std::string EncodeNpy(const Tensor& t, Bf16NpyEncoding bf16) {
       break;
     case DType::kBFloat16:
       descr = widen_bf16 ? "<f4" : "<u2";
+      break;
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      // Bit patterns, as numpy writes uint8 (tensor_io.h says why).
+      descr = "|u1";
       break;
   }
   std::string shape = "(";

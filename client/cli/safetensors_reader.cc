@@ -57,6 +57,9 @@ std::optional<DType> SafetensorsDType(absl::string_view d) {
   if (d == "F32") return DType::kFloat32;
   if (d == "F16") return DType::kFloat16;
   if (d == "BF16") return DType::kBFloat16;
+  // safetensors' F8_E4M3 is torch's float8_e4m3fn (no infinities).
+  if (d == "F8_E4M3") return DType::kFloat8E4M3Fn;
+  if (d == "F8_E5M2") return DType::kFloat8E5M2;
   return std::nullopt;
 }
 
@@ -282,14 +285,14 @@ absl::StatusOr<const StEntry*> SelectEntry(const std::vector<StEntry>& entries,
   if (!d.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         file, ": tensor '", tensor_name,
-        "': dtype F64, F32, F16 or BF16 "
+        "': dtype F64, F32, F16, BF16, F8_E4M3 or F8_E5M2 "
         "expected, found ",
         Quote(found->dtype), SafetensorsItemSize(found->dtype) == 0 ? " (unknown dtype)" : ""));
   }
   if (options.expected_dtype.has_value() && *options.expected_dtype != *d) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": tensor '", tensor_name, "': dtype ",
-                                                   DTypeName(*options.expected_dtype),
-                                                   " expected (--dtype), found ", found->dtype));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": tensor '", tensor_name, "': dtype ", DTypeName(*options.expected_dtype),
+        " expected (", options.expected_by, "), found ", found->dtype));
   }
   *dtype = *d;
   return found;

@@ -67,7 +67,8 @@ struct SweepInput {
 };
 
 // The number of non-finite values in `t` and the flat index of the first
-// (-1 when all are finite), read from the bits: an all-ones exponent.
+// (-1 when all are finite), read from the bits: an all-ones exponent (for
+// float8_e4m3fn, which has no infinities, all-ones exponent and mantissa).
 std::pair<int64_t, int64_t> CountNonFinite(const Tensor& t) {
   int64_t count = 0, first = -1;
   auto scan = [&](auto bits_of, auto exp_mask) {
@@ -90,6 +91,13 @@ std::pair<int64_t, int64_t> CountNonFinite(const Tensor& t) {
       break;
     case DType::kBFloat16:
       scan([&](int64_t i) { return t.data<uint16_t>()[i]; }, uint16_t{0x7f80});
+      break;
+    case DType::kFloat8E4M3Fn:
+      // No infinities: only S.1111.111 is NaN, the rest of that exponent is finite.
+      scan([&](int64_t i) { return t.data<uint8_t>()[i]; }, uint8_t{0x7f});
+      break;
+    case DType::kFloat8E5M2:
+      scan([&](int64_t i) { return t.data<uint8_t>()[i]; }, uint8_t{0x7c});
       break;
   }
   return {count, first};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -264,11 +265,22 @@ absl::StatusOr<LayerPlan> ResolveLayer(const CapturedCall& call, const std::stri
         {captures_file + ":" + y.name, &y},
         {p.weight.Label(), &wt},
         {p.bias ? p.bias->Label() : "", p.bias ? &p.bias->info : nullptr}}) {
-    if (info != nullptr && !SafetensorsDTypeOf(info->dtype).has_value()) {
+    if (info == nullptr) continue;
+    const std::optional<DType> d = SafetensorsDTypeOf(info->dtype);
+    if (!d.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(layer, ": ", label,
                                                      ": dtype F64, F32, F16 or BF16 expected, "
                                                      "found ",
                                                      info->dtype));
+    }
+    // An FP8 layer needs its dequantisation scales, which a captures file
+    // does not carry by any convention the sweep knows.
+    if (IsFp8(*d)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          layer, ": ", label, ": dtype F64, F32, F16 or BF16 expected, found ", info->dtype, " (",
+          DTypeName(*d),
+          "); sweep does not check FP8 layers (it has no dequantisation scales for them): check "
+          "one with `tensorcheck verify` or `diagnose` and --input-scale/--weight-scale"));
     }
   }
   if (x.dtype != wt.dtype || x.dtype != y.dtype) {

@@ -194,6 +194,15 @@ TEST(ResolveLayerTest, DtypeMismatchIsAnError) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("F32 (m.safetensors:fc.weight)"));
 }
 
+TEST(ResolveLayerTest, Fp8WeightIsRefusedPointingAtVerifyWithScales) {
+  const WeightIndex w = Weights({Info("fc.weight", {8, 4}, 0, "F8_E4M3")});
+  const absl::Status s = ResolveLayer(Call("fc", {2, 4}, {2, 8}), "c.st", w, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("m.safetensors:fc.weight"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("found F8_E4M3 (float8_e4m3fn)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--input-scale/--weight-scale"));
+}
+
 TEST(WeightIndexTest, NameInTwoFilesNamesBoth) {
   SafetensorsIndex a, b;
   a.tensors = {Info("fc.weight", {8, 4})};

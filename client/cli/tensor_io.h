@@ -12,10 +12,13 @@
 //   TC_ASSIGN_OR_RETURN(Tensor w, ReadTensorArg("m.safetensors:fc.weight"));
 //   TC_RETURN_IF_ERROR(WriteNpyFile("out/cpu_fp32_none.npy", y));
 //
-// Accepted `.npy` dtypes: `<f8`, `<f4`, `<f2`, and `<u2` as bfloat16 bit
-// patterns only when the caller expects bfloat16 (numpy has no bfloat16, so
-// bf16 arrays are commonly saved as `x.view(np.uint16)`). Accepted
-// safetensors dtypes: F64, F32, F16, BF16.
+// Accepted `.npy` dtypes: `<f8`, `<f4`, `<f2`; `<u2` as bfloat16 bit
+// patterns only when the caller expects bfloat16, and `|u1` (or `<u1`) as
+// FP8 bit patterns only when the caller expects float8_e4m3fn or
+// float8_e5m2 (numpy has neither, so such arrays are commonly saved as
+// `x.view(np.uint16)` / `x.view(np.uint8)`; the bits alone do not say which
+// FP8 format they are). Accepted safetensors dtypes: F64, F32, F16, BF16,
+// F8_E4M3 (float8_e4m3fn), F8_E5M2.
 //
 // This library has no gRPC dependency.
 #pragma once
@@ -45,8 +48,12 @@ struct TensorReadOptions {
   int64_t max_file_bytes = kDefaultMaxFileBytes;
   // The dtype the caller requires (`--dtype NAME=DTYPE`). When set, a
   // tensor of another dtype is an error. bfloat16 additionally allows a
-  // `.npy` of dtype `<u2`, read as bf16 bit patterns.
+  // `.npy` of dtype `<u2`, read as bf16 bit patterns; float8_e4m3fn and
+  // float8_e5m2 one of dtype `|u1`, read as bit patterns of that format.
   std::optional<DType> expected_dtype;
+  // What requires expected_dtype, for messages: "dtype float32 expected
+  // (<expected_by>), found ...".
+  std::string expected_by = "--dtype";
 };
 
 // Reads a CLI tensor argument: `path.npy` or `path.safetensors:TENSOR`.
@@ -98,8 +105,8 @@ struct SafetensorsIndex {
 absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path,
                                                       const TensorReadOptions& options = {});
 
-// The dtype of a safetensors dtype name, for the four the CLI reads (F64,
-// F32, F16, BF16); nullopt for any other.
+// The dtype of a safetensors dtype name, for the six the CLI reads (F64,
+// F32, F16, BF16, F8_E4M3, F8_E5M2); nullopt for any other.
 std::optional<DType> SafetensorsDTypeOf(absl::string_view name);
 
 // How a bfloat16 tensor is written to `.npy`, which has no bfloat16 dtype.
@@ -113,7 +120,12 @@ enum class Bf16NpyEncoding {
 };
 
 // Serialises `t` as a `.npy` format v1.0 file (little-endian, C order,
-// header padded to 64 bytes).
+// header padded to 64 bytes). FP8 tensors are written as their bit
+// patterns, `|u1` (numpy's uint8), whatever `bf16` says: read them back
+// with `--dtype NAME=fp8e4m3` or `fp8e5m2` (numpy:
+// `np.load(f).view(ml_dtypes.float8_e4m3fn)`). Unlike bf16, which outputs
+// have, FP8 tensors are only ever inputs and weights (the server returns no
+// FP8 output), so a file of them exists to be fed back as such an operand.
 std::string EncodeNpy(const Tensor& t, Bf16NpyEncoding bf16 = Bf16NpyEncoding::kFloat32);
 
 // Writes EncodeNpy(t) to `path` (replacing it).

@@ -64,13 +64,20 @@ std::string St(const std::string& json, const std::string& data) {
 // 0.5 = 0x3800 / 0x3f00.
 const std::vector<uint16_t> kF16Bits = {0x3c00, 0xc100, 0x3800};
 const std::vector<uint16_t> kBf16Bits = {0x3f80, 0xc020, 0x3f00};
+// The same values in FP8, sign.exponent.mantissa: e4m3fn (bias 7) 1.0 =
+// 0.0111.000, -2.5 = 1.25 * 2^1 = 1.1000.010, 0.5 = 0.0110.000; e5m2 (bias
+// 15) 1.0 = 0.01111.00, -2.5 = 1.10000.01, 0.5 = 0.01110.00.
+const std::vector<uint8_t> kE4m3Bits = {0x38, 0xc2, 0x30};
+const std::vector<uint8_t> kE5m2Bits = {0x3c, 0xc1, 0x38};
 const std::vector<double> kValues = {1.0, -2.5, 0.5};
 
-TensorReadOptions ExpectBf16() {
+TensorReadOptions Expect(DType d) {
   TensorReadOptions o;
-  o.expected_dtype = DType::kBFloat16;
+  o.expected_dtype = d;
   return o;
 }
+
+TensorReadOptions ExpectBf16() { return Expect(DType::kBFloat16); }
 
 // ---- .npy round trips
 
@@ -89,6 +96,9 @@ TEST_P(NpyVersionTest, EveryDTypeReadsBackItsValues) {
       {"<f4", Raw(std::vector<float>{1.0f, -2.5f, 0.5f}), DType::kFloat32, {}},
       {"<f2", Raw(kF16Bits), DType::kFloat16, {}},
       {"<u2", Raw(kBf16Bits), DType::kBFloat16, ExpectBf16()},
+      {"|u1", Raw(kE4m3Bits), DType::kFloat8E4M3Fn, Expect(DType::kFloat8E4M3Fn)},
+      {"<u1", Raw(kE4m3Bits), DType::kFloat8E4M3Fn, Expect(DType::kFloat8E4M3Fn)},
+      {"|u1", Raw(kE5m2Bits), DType::kFloat8E5M2, Expect(DType::kFloat8E5M2)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.descr);
@@ -127,10 +137,10 @@ TEST(TensorIo, NpyWriterRoundTripsEveryDType) {
     SCOPED_TRACE(DTypeName(d));
     auto src = FromDoubles(d, {2, 3}, {1.0, -2.5, 0.5, 3.0, -0.0, 65504.0 / 4});
     ASSERT_THAT(src, IsOk());
-    const bool bf16 = d == DType::kBFloat16;
-    // bf16 as raw bits, read back with the bf16 option.
+    // bf16 and FP8 as raw bits, read back with --dtype's option.
+    const bool bits = d == DType::kBFloat16 || IsFp8(d);
     auto back = ParseNpy(EncodeNpy(*src, Bf16NpyEncoding::kUint16Bits), "w.npy",
-                         bf16 ? ExpectBf16() : TensorReadOptions{});
+                         bits ? Expect(d) : TensorReadOptions{});
     ASSERT_THAT(back, IsOk());
     EXPECT_EQ(back->dtype(), d);
     EXPECT_THAT(back->shape(), ElementsAre(2, 3));
@@ -152,6 +162,50 @@ TEST(TensorIo, NpyWriterWidensBf16ToFloat32ByDefault) {
   ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->dtype(), DType::kFloat32);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(back->GetDouble(i), kValues[static_cast<size_t>(i)]);
+}
+
+TEST(TensorIo, NpyFp8BitPatternsReadAsTheFormatDTypeNamesWithTheirBytes) {
+  // e4m3fn: 1.5 = 0.0111.100, 448 (its largest) = 0.1111.110, -1.5, 0, and
+  // the smallest subnormal 2^-9 = 0.0000.001.
+  const std::string e4m3 = Raw(std::vector<uint8_t>{0x3c, 0x7e, 0xbc, 0x00, 0x01, 0x3c});
+  auto x = ParseNpy(Npy(1, Dict("|u1", "(2, 3)"), e4m3), "x.npy", Expect(DType::kFloat8E4M3Fn));
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ(x->dtype(), DType::kFloat8E4M3Fn);
+  EXPECT_THAT(x->shape(), ElementsAre(2, 3));
+  EXPECT_EQ(x->bytes(), e4m3);
+  EXPECT_EQ(x->GetDouble(0), 1.5);
+  EXPECT_EQ(x->GetDouble(1), 448.0);
+  EXPECT_EQ(x->GetDouble(2), -1.5);
+  EXPECT_EQ(x->GetDouble(4), 1.0 / 512);
+  // The same bytes under e5m2 are other values: 1.5 = 0.01111.10, 57344
+  // (its largest) = 0.11110.11.
+  const std::string e5m2 = Raw(std::vector<uint8_t>{0x3e, 0x7b});
+  auto w = ParseNpy(Npy(1, Dict("<u1", "(2,)"), e5m2), "w.npy", Expect(DType::kFloat8E5M2));
+  ASSERT_THAT(w, IsOk());
+  EXPECT_EQ(w->dtype(), DType::kFloat8E5M2);
+  EXPECT_EQ(w->bytes(), e5m2);
+  EXPECT_EQ(w->GetDouble(0), 1.5);
+  EXPECT_EQ(w->GetDouble(1), 57344.0);
+}
+
+TEST(TensorIo, NpyWriterWritesFp8AsUint8BitsWhateverTheBf16Encoding) {
+  const std::string bits = Raw(std::vector<uint8_t>{0x3c, 0x7e, 0xbc, 0x00});
+  for (DType d : kFp8DTypes) {
+    auto src = Tensor::FromBytes(d, {2, 2}, bits);
+    ASSERT_THAT(src, IsOk());
+    for (Bf16NpyEncoding e : {Bf16NpyEncoding::kFloat32, Bf16NpyEncoding::kUint16Bits}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(d), " ", static_cast<int>(e)));
+      const std::string npy = EncodeNpy(*src, e);
+      EXPECT_THAT(npy, HasSubstr("'descr': '|u1'"));
+      EXPECT_THAT(npy, HasSubstr("'shape': (2, 2)"));
+      ASSERT_GE(npy.size(), bits.size());
+      EXPECT_EQ(npy.substr(npy.size() - bits.size()), bits);
+      auto back = ParseNpy(npy, "w.npy", Expect(d));
+      ASSERT_THAT(back, IsOk());
+      EXPECT_EQ(back->dtype(), d);
+      EXPECT_EQ(back->bytes(), bits);
+    }
+  }
 }
 
 // ---- hostile .npy files
@@ -245,6 +299,44 @@ TEST(TensorIo, NpyUint16WithoutBf16OptionIsRejected) {
               StatusIs(kInvalid, HasSubstr("--dtype NAME=bf16")));
 }
 
+TEST(TensorIo, NpyUint8WithoutFp8DTypeIsRejectedNamingTheFlag) {
+  for (const char* descr : {"|u1", "<u1"}) {
+    EXPECT_THAT(ParseNpy(Npy(1, Dict(descr, "(3,)"), Raw(kE4m3Bits)), "q.npy"),
+                StatusIs(kInvalid, AllOf(HasSubstr("q.npy"), HasSubstr("FP8 bit patterns"),
+                                         HasSubstr("--dtype NAME=fp8e4m3"),
+                                         HasSubstr("--dtype NAME=fp8e5m2"))))
+        << descr;
+  }
+}
+
+TEST(TensorIo, NpyFloatWhereFp8ExpectedSaysFp8FilesHoldUint8Bits) {
+  EXPECT_THAT(
+      ParseNpy(Npy(1, Dict("<f4", "(3,)"), std::string(12, '\0')), "q.npy",
+               Expect(DType::kFloat8E4M3Fn)),
+      StatusIs(kInvalid, AllOf(HasSubstr("float8_e4m3fn expected (--dtype)"),
+                               HasSubstr("'<f4' (float32)"), HasSubstr("'|u1' bit patterns"))));
+}
+
+TEST(TensorIo, NpyBitPatternsOfAnotherFormatThanExpectedAreRejected) {
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("|u1", "(3,)"), Raw(kE4m3Bits)), "q.npy", ExpectBf16()),
+              StatusIs(kInvalid, AllOf(HasSubstr("bfloat16 expected"),
+                                       HasSubstr("'|u1' (uint8, FP8 bit patterns)"))));
+  EXPECT_THAT(
+      ParseNpy(Npy(1, Dict("<u2", "(3,)"), Raw(kBf16Bits)), "b.npy", Expect(DType::kFloat8E5M2)),
+      StatusIs(kInvalid, AllOf(HasSubstr("float8_e5m2 expected"),
+                               HasSubstr("'<u2' (uint16, bfloat16 bit patterns)"))));
+}
+
+TEST(TensorIo, ExpectedDTypeMessageSaysWhoExpectsIt) {
+  TensorReadOptions o = Expect(DType::kFloat32);
+  o.expected_by = "scales are float32";
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<u2", "(3,)"), Raw(kBf16Bits)), "s.npy", o),
+              StatusIs(kInvalid, HasSubstr("float32 expected (scales are float32), found '<u2'")));
+  const std::string json = R"({"s": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, Raw(kBf16Bits)), "s", "m.safetensors", o),
+              StatusIs(kInvalid, HasSubstr("float32 expected (scales are float32), found BF16")));
+}
+
 TEST(TensorIo, NpyDTypeOtherThanExpectedIsRejected) {
   EXPECT_THAT(ParseNpy(Npy(1, Dict("<f4", "(3,)"), std::string(12, '\0')), "b.npy", ExpectBf16()),
               StatusIs(kInvalid, AllOf(HasSubstr("bfloat16 expected"), HasSubstr("'<f4'"))));
@@ -313,6 +405,8 @@ TEST(TensorIo, SafetensorsEveryDTypeReadsBackItsValues) {
       {"F32", Raw(std::vector<float>{1.0f, -2.5f, 0.5f}), DType::kFloat32},
       {"F16", Raw(kF16Bits), DType::kFloat16},
       {"BF16", Raw(kBf16Bits), DType::kBFloat16},
+      {"F8_E4M3", Raw(kE4m3Bits), DType::kFloat8E4M3Fn},
+      {"F8_E5M2", Raw(kE5m2Bits), DType::kFloat8E5M2},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.dtype);
@@ -323,8 +417,21 @@ TEST(TensorIo, SafetensorsEveryDTypeReadsBackItsValues) {
     ASSERT_THAT(t, IsOk());
     EXPECT_EQ(t->dtype(), c.want);
     EXPECT_THAT(t->shape(), ElementsAre(3, 1));
+    EXPECT_EQ(t->bytes(), c.data);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(t->GetDouble(i), kValues[static_cast<size_t>(i)]);
   }
+}
+
+TEST(TensorIo, SafetensorsFp8OfTheOtherFormatThanExpectedIsRejected) {
+  const std::string json = R"({"w": {"dtype": "F8_E5M2", "shape": [3], "data_offsets": [0, 3]}})";
+  EXPECT_THAT(ParseSafetensors(St(json, Raw(kE5m2Bits)), "w", "m.safetensors",
+                               Expect(DType::kFloat8E4M3Fn)),
+              StatusIs(kInvalid,
+                       AllOf(HasSubstr("float8_e4m3fn expected (--dtype)"), HasSubstr("F8_E5M2"))));
+  auto ok =
+      ParseSafetensors(St(json, Raw(kE5m2Bits)), "w", "m.safetensors", Expect(DType::kFloat8E5M2));
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ(ok->dtype(), DType::kFloat8E5M2);
 }
 
 TEST(TensorIo, SafetensorsSecondTensorReadsAtItsOffset) {
@@ -372,7 +479,7 @@ TEST(TensorIo, SafetensorsUnknownDTypeIsRejected) {
               StatusIs(kInvalid, AllOf(HasSubstr("'F7'"), HasSubstr("unknown dtype"))));
   const std::string i64 = R"({"w": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})";
   EXPECT_THAT(ParseSafetensors(St(i64, std::string(8, '\0')), "w", "m.safetensors"),
-              StatusIs(kInvalid, HasSubstr("F64, F32, F16 or BF16 expected")));
+              StatusIs(kInvalid, HasSubstr("F64, F32, F16, BF16, F8_E4M3 or F8_E5M2 expected")));
 }
 
 TEST(TensorIo, SafetensorsDataOffsetsOutOfRangeAreRejected) {
@@ -515,6 +622,23 @@ std::string PatternBytes(size_t n) {
   std::string b(n, '\0');
   for (size_t i = 0; i < n; ++i) b[i] = static_cast<char>((i * 131 + i / 251) & 0xff);
   return b;
+}
+
+TEST_F(TensorFileTest, Fp8NpyAndSafetensorsArgumentsReadFromDisk) {
+  const std::string bits = Raw(std::vector<uint8_t>{0x3c, 0x7e});  // e4m3fn 1.5, 448
+  const std::string npy = Write("q.npy", Npy(1, Dict("|u1", "(1, 2)"), bits));
+  EXPECT_THAT(ReadTensorArg(npy), StatusIs(kInvalid, HasSubstr("--dtype NAME=fp8e4m3")));
+  auto x = ReadTensorArg(npy, Expect(DType::kFloat8E4M3Fn));
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ(x->dtype(), DType::kFloat8E4M3Fn);
+  EXPECT_EQ(x->bytes(), bits);
+  const std::string st =
+      Write("q.safetensors",
+            St(R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", bits));
+  auto w = ReadTensorArg(st + ":w");  // safetensors names its format: no --dtype
+  ASSERT_THAT(w, IsOk());
+  EXPECT_EQ(w->dtype(), DType::kFloat8E4M3Fn);
+  EXPECT_EQ(w->GetDouble(1), 448.0);
 }
 
 TEST_F(TensorFileTest, LargeNpyIsAViewOfTheFileWithItsBytes) {

@@ -7,8 +7,9 @@
 //   sha256:f3ae939bfe8dd5d00cb5acc191fd33b1a8c456d6af1341923d47b08db0719406:bf16:2x2
 //
 // which is exactly what `tensorcheck upload` prints. The dtype is any
-// name ParseDType accepts (bf16, fp32, float16, f8, ...; printed as the
-// short name); a rank-0 tensor has an empty shape (`...:fp32:`).
+// name ParseDType accepts (bf16, fp32, float16, f8 (numpy's float64),
+// fp8e4m3, float8_e5m2, F8_E4M3, ...; printed as the short name); a rank-0
+// tensor has an empty shape (`...:fp32:`).
 //
 //   TC_ASSIGN_OR_RETURN(TensorRef r, ParseTensorRef(arg));
 //   std::cout << FormatTensorRef(r) << "\n";

@@ -81,6 +81,28 @@ TEST(TensorRefTest, DtypeTakesEverySpellingAndPrintsTheShortName) {
   EXPECT_EQ(h->dtype, DType::kFloat64);
 }
 
+TEST(TensorRefTest, Fp8DtypesParseUnderEveryNameAndPrintTheShortName) {
+  struct Case {
+    const char* name;
+    DType want;
+    const char* printed;
+  };
+  for (const Case& c : {Case{"fp8e4m3", DType::kFloat8E4M3Fn, "fp8e4m3"},
+                        Case{"float8_e4m3fn", DType::kFloat8E4M3Fn, "fp8e4m3"},
+                        Case{"F8_E4M3", DType::kFloat8E4M3Fn, "fp8e4m3"},
+                        Case{"e4m3", DType::kFloat8E4M3Fn, "fp8e4m3"},
+                        Case{"fp8e5m2", DType::kFloat8E5M2, "fp8e5m2"},
+                        Case{"float8_e5m2", DType::kFloat8E5M2, "fp8e5m2"},
+                        Case{"F8_E5M2", DType::kFloat8E5M2, "fp8e5m2"}}) {
+    SCOPED_TRACE(c.name);
+    auto r = ParseTensorRef(Arg(std::string(":") + c.name + ":16x32"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->dtype, c.want);
+    EXPECT_EQ(r->size_bytes(), 16 * 32);  // one byte each
+    EXPECT_EQ(FormatTensorRef(*r), Arg(std::string(":") + c.printed + ":16x32"));
+  }
+}
+
 TEST(TensorRefTest, EmptyShapeIsRankZeroAndZeroDimensionsAreEmpty) {
   auto scalar = ParseTensorRef(Arg(":fp32:"));
   ASSERT_TRUE(scalar.ok()) << scalar.status();

@@ -1,11 +1,15 @@
 // The request of verify and diagnose from their flags (internal/verify_request.h).
 #include "client/cli/internal/verify_request.h"
 
+#include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -21,13 +25,12 @@ namespace tensorcheck::cli::internal {
 namespace {
 
 // Reads a tensor argument into `out`: a file's bytes, or a `sha256:`
-// argument's digest (client/cli/tensor_ref.h).
+// argument's digest (client/cli/tensor_ref.h). `opts.expected_dtype`, when
+// set, is required; `requirement` says who requires it, for a digest whose
+// dtype is another.
 absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
-                        const std::map<std::string, DType>& dtypes, const std::string& field,
-                        pb::Tensor* out, std::vector<HeldTensor>* held) {
-  TensorReadOptions opts;
-  auto it = dtypes.find(flag);
-  if (it != dtypes.end()) opts.expected_dtype = it->second;
+                        const TensorReadOptions& opts, absl::string_view requirement,
+                        const std::string& field, pb::Tensor* out, std::vector<HeldTensor>* held) {
   const std::string arg = cl.Get(flag);
   if (IsDigestArg(arg)) {
     // Already in the server's store: dtype and shape come from the argument.
@@ -35,8 +38,7 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
     if (!ref.ok()) return Usage(absl::StrCat("--", flag, ": ", ref.status().message()));
     if (opts.expected_dtype.has_value() && *opts.expected_dtype != ref->dtype) {
       return Usage(absl::StrCat("--", flag, ": the digest argument says ",
-                                DTypeShortName(ref->dtype), " but --dtype ", flag, "=",
-                                DTypeShortName(*opts.expected_dtype)));
+                                DTypeShortName(ref->dtype), " but ", requirement));
     }
     out->set_dtype(DTypeToProto(ref->dtype));
     for (int64_t d : ref->shape) out->add_shape(d);
@@ -55,6 +57,69 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
     out->set_data(t->bytes().data(), t->bytes().size());
   }
   return absl::OkStatus();
+}
+
+// An operand (--input, --weight, --bias, --observed), of the dtype --dtype
+// names for it if it names one.
+absl::Status LoadOperand(const CommandLine& cl, const std::string& flag,
+                         const std::map<std::string, DType>& dtypes, const std::string& field,
+                         pb::Tensor* out, std::vector<HeldTensor>* held) {
+  TensorReadOptions opts;
+  std::string requirement;
+  if (auto it = dtypes.find(flag); it != dtypes.end()) {
+    opts.expected_dtype = it->second;
+    requirement = absl::StrCat("--dtype ", flag, "=", DTypeShortName(it->second));
+  }
+  return LoadTensor(cl, flag, opts, requirement, field, out, held);
+}
+
+// A dequantisation scale (--input-scale, --weight-scale): a number is one
+// per-tensor scale, rounded to float32, of shape [] (torch._scaled_mm's
+// scalar scale); anything else is a tensor argument holding float32.
+absl::Status LoadScale(const CommandLine& cl, const std::string& flag, const std::string& field,
+                       pb::Tensor* out, std::vector<HeldTensor>* held) {
+  const std::string arg = cl.Get(flag);
+  float v;
+  // SimpleAtof rounds the decimal once, to the nearest float32.
+  if (absl::SimpleAtof(arg, &v)) {
+    if (!std::isfinite(v) || !(v > 0)) {
+      double d = 0;
+      const bool underflow = v == 0 && absl::SimpleAtod(arg, &d) && d > 0;
+      return Usage(absl::StrCat("--", flag, ": a positive finite float32 scale expected, got '",
+                                arg, "'", underflow ? " (0 in float32)" : ""));
+    }
+    out->set_dtype(pb::DTYPE_FLOAT32);
+    out->clear_shape();
+    out->set_data(&v, sizeof(v));
+    return absl::OkStatus();
+  }
+  if (!IsDigestArg(arg) && !absl::EndsWith(arg, ".npy") &&
+      !absl::StrContains(arg, ".safetensors")) {
+    return Usage(absl::StrCat("--", flag,
+                              ": a number (one per-tensor scale) or a float32 tensor "
+                              "(FILE.npy, FILE.safetensors:TENSOR, sha256:...) expected, got '",
+                              arg, "'"));
+  }
+  TensorReadOptions opts;
+  opts.expected_dtype = DType::kFloat32;
+  opts.expected_by = "scales are float32, as torch._scaled_mm takes them";
+  return LoadTensor(cl, flag, opts, opts.expected_by, field, out, held);
+}
+
+// Splits a --config or --candidates value at its commas into specs. An fp8
+// spec's options are comma-separated too
+// (`cpu:fp8e4m3:fused@scaling=row,fast_accum`): a piece without ':' after a
+// spec with options continues those options.
+std::vector<std::string> SplitSpecs(absl::string_view value) {
+  std::vector<std::string> specs;
+  for (absl::string_view s : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+    if (!specs.empty() && absl::StrContains(specs.back(), '@') && !absl::StrContains(s, ':')) {
+      absl::StrAppend(&specs.back(), ",", s);
+    } else {
+      specs.emplace_back(s);
+    }
+  }
+  return specs;
 }
 
 }  // namespace
@@ -92,14 +157,9 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
   }
 
   std::vector<std::string> specs;
-  for (const std::string& v : cl.All("config")) {
-    for (absl::string_view s : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
-      specs.emplace_back(s);
-    }
-  }
-  for (const std::string& v : cl.All("candidates")) {
-    for (absl::string_view s : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
-      specs.emplace_back(s);
+  for (const char* flag : {"config", "candidates"}) {
+    for (const std::string& v : cl.All(flag)) {
+      for (std::string& s : SplitSpecs(v)) specs.push_back(std::move(s));
     }
   }
   for (const std::string& s : specs) {
@@ -223,14 +283,38 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
     dtypes[name] = *d;
   }
 
-  TC_RETURN_IF_ERROR(LoadTensor(cl, "input", dtypes, "op.input", op->mutable_input(), held));
-  TC_RETURN_IF_ERROR(LoadTensor(cl, "weight", dtypes, "op.weight", op->mutable_weight(), held));
+  // The scales first: small, and a mistyped number fails before large
+  // files are read.
+  if (cl.Has("input-scale")) {
+    TC_RETURN_IF_ERROR(
+        LoadScale(cl, "input-scale", "op.input_scale", op->mutable_input_scale(), held));
+  }
+  if (cl.Has("weight-scale")) {
+    TC_RETURN_IF_ERROR(
+        LoadScale(cl, "weight-scale", "op.weight_scale", op->mutable_weight_scale(), held));
+  }
+  TC_RETURN_IF_ERROR(LoadOperand(cl, "input", dtypes, "op.input", op->mutable_input(), held));
+  TC_RETURN_IF_ERROR(LoadOperand(cl, "weight", dtypes, "op.weight", op->mutable_weight(), held));
+  // FP8 operands mean nothing without their scales; say so in flags rather
+  // than in the request's field names.
+  const std::optional<DType> x = DTypeFromProto(op->input().dtype());
+  const std::optional<DType> w = DTypeFromProto(op->weight().dtype());
+  if (x.has_value() && w.has_value() && IsFp8(*x) && IsFp8(*w)) {
+    for (const char* flag : {"input-scale", "weight-scale"}) {
+      if (!cl.Has(flag)) {
+        return Usage(absl::StrCat(
+            "--", flag, " is required: --input is ", DTypeName(*x), " and --weight ", DTypeName(*w),
+            ", and FP8 operands need their dequantisation scales (a number per "
+            "tensor, or float32 [M] and [N] row-wise, as torch._scaled_mm's scale_a/scale_b)"));
+      }
+    }
+  }
   if (cl.Has("bias")) {
-    TC_RETURN_IF_ERROR(LoadTensor(cl, "bias", dtypes, "op.bias", op->mutable_bias(), held));
+    TC_RETURN_IF_ERROR(LoadOperand(cl, "bias", dtypes, "op.bias", op->mutable_bias(), held));
   }
   if (cl.Has("observed")) {
     TC_RETURN_IF_ERROR(
-        LoadTensor(cl, "observed", dtypes, "observed", req.mutable_observed(), held));
+        LoadOperand(cl, "observed", dtypes, "observed", req.mutable_observed(), held));
   }
   return req;
 }

@@ -118,7 +118,8 @@ struct LayerPlan {
 // Finds the weight (and bias) of `call` and checks dtypes and shapes:
 // input [..., K], output [..., N] with the same leading dims, weight [N, K]
 // or [K, N], bias [N]; input, output and weight of one dtype (F64, F32, F16
-// or BF16), the bias of any of those four.
+// or BF16), the bias of any of those four. FP8 tensors (F8_E4M3, F8_E5M2)
+// are refused: a sweep has no dequantisation scales to send with them.
 absl::StatusOr<LayerPlan> ResolveLayer(const CapturedCall& call, const std::string& captures_file,
                                        const WeightIndex& weights,
                                        const std::map<std::string, std::string>& layer_map);

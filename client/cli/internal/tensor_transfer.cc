@@ -47,6 +47,12 @@ std::vector<Field> TensorFields(pb::VerifyRequest* req) {
   if (op->has_input()) f.push_back({"op.input", "--input", op->mutable_input()});
   if (op->has_weight()) f.push_back({"op.weight", "--weight", op->mutable_weight()});
   if (op->has_bias()) f.push_back({"op.bias", "--bias", op->mutable_bias()});
+  if (op->has_input_scale()) {
+    f.push_back({"op.input_scale", "--input-scale", op->mutable_input_scale()});
+  }
+  if (op->has_weight_scale()) {
+    f.push_back({"op.weight_scale", "--weight-scale", op->mutable_weight_scale()});
+  }
   if (req->has_observed()) f.push_back({"observed", "--observed", req->mutable_observed()});
   return f;
 }

@@ -30,7 +30,8 @@ inline constexpr int64_t kInlineMaxBytes = int64_t{1} << 20;
 // A tensor argument above kInlineMaxBytes that BuildRequest kept out of the
 // request: the field has its dtype and shape but no data yet.
 struct HeldTensor {
-  // The request field: "op.input", "op.weight", "op.bias" or "observed".
+  // The request field: "op.input", "op.weight", "op.bias", "op.input_scale",
+  // "op.weight_scale" or "observed".
   std::string field;
   Tensor tensor;
 };

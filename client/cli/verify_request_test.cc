@@ -1,0 +1,269 @@
+// Tests of the request verify and diagnose build from their flags
+// (internal/verify_request.h): FP8 operands, their dequantisation scales
+// (--input-scale, --weight-scale) and fp8 configurations, on files written
+// here byte by byte.
+#include "client/cli/internal/verify_request.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "client/cli/internal/command_line.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tensorcheck::cli::internal {
+namespace {
+
+using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+std::string Le(uint64_t v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+// A .npy v1 file with `descr`, `shape` (a Python tuple) and `data`.
+std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
+  const std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }\n";
+  return std::string("\x93NUMPY\x01\x00", 8) + Le(header.size(), 2) + header + data;
+}
+
+// A safetensors file of one tensor `name`.
+std::string St(const std::string& name, const std::string& dtype, const std::string& shape,
+               const std::string& data) {
+  const std::string json = "{\"" + name + "\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape +
+                           ", \"data_offsets\": [0, " + std::to_string(data.size()) + "]}}";
+  return Le(json.size(), 8) + json + data;
+}
+
+std::string Bytes(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+// Little-endian float32 bit patterns, written out by hand:
+// 0.0125 = 1.6 * 2^-7 -> exponent 120 = 0x78, mantissa round(0.6 * 2^23) =
+// 0x4ccccd: 0x3c4ccccd. 2.0 = 0x40000000, 0.5 = 0x3f000000, 0.25 = 0x3e800000.
+std::string F32Bits(const std::vector<uint32_t>& bits) {
+  std::string s;
+  for (uint32_t b : bits) s += Le(b, 4);
+  return s;
+}
+
+// e4m3fn: 1.5 = 0.0111.100, 448 = 0.1111.110, -1.5 = 1.0111.100, 0.
+// e5m2: 1.5 = 0.01111.10, 57344 = 0.11110.11.
+const std::string kInputE4m3 = Bytes({0x3c, 0x7e, 0xbc, 0x00, 0x3c, 0x3c});  // [2, 3]
+const std::string kWeightE4m3 = Bytes({0x3c, 0x00, 0x00, 0x00, 0x3c, 0x00,   // [4, 3]
+                                       0x00, 0x00, 0x3c, 0x7e, 0x7e, 0x7e});
+const std::string kWeightE5m2 = Bytes({0x3e, 0x00, 0x00, 0x00, 0x3e, 0x00,  // [4, 3]
+                                       0x00, 0x00, 0x3e, 0x7b, 0x7b, 0x7b});
+
+class VerifyRequestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/verify_request_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    x_ = Write("x.npy", Npy("|u1", "(2, 3)", kInputE4m3));
+    w_ = Write("w.npy", Npy("|u1", "(4, 3)", kWeightE4m3));
+  }
+  void TearDown() override {
+    for (const std::string& f : files_) std::remove(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_ + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    EXPECT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    files_.push_back(path);
+    return path;
+  }
+  // Parses `args` as the command line `tensorcheck ARGS...`.
+  static absl::StatusOr<CommandLine> Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "tensorcheck");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+  }
+  // `verify` of the FP8 input and weight with `extra` flags.
+  static absl::StatusOr<pb::VerifyRequest> Build(const std::vector<std::string>& flags,
+                                                 std::vector<HeldTensor>* held = nullptr) {
+    auto cl = Parse(flags);
+    if (!cl.ok()) return cl.status();
+    return BuildRequest(*cl, held);
+  }
+  std::vector<std::string> Fp8Flags() const {
+    return {"verify",  "--input",       x_,        "--weight",      w_,
+            "--dtype", "input=fp8e4m3", "--dtype", "weight=fp8e4m3"};
+  }
+  static std::vector<std::string> Plus(std::vector<std::string> a,
+                                       const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  std::string dir_, x_, w_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(VerifyRequestTest, Fp8NpyOperandsAndNumberScalesLandAsTheirBytesAndFloat32Scalars) {
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", "0.0125", "--weight-scale=2"}));
+  ASSERT_THAT(req, IsOk());
+  const pb::LinearOp& op = req->op();
+  EXPECT_EQ(op.input().dtype(), pb::DTYPE_FLOAT8_E4M3FN);
+  EXPECT_THAT(op.input().shape(), ElementsAre(2, 3));
+  EXPECT_EQ(op.input().data(), kInputE4m3);
+  EXPECT_EQ(op.weight().dtype(), pb::DTYPE_FLOAT8_E4M3FN);
+  EXPECT_THAT(op.weight().shape(), ElementsAre(4, 3));
+  EXPECT_EQ(op.weight().data(), kWeightE4m3);
+  // A number is one per-tensor scale: float32, shape [].
+  EXPECT_EQ(op.input_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.input_scale().shape(), IsEmpty());
+  EXPECT_EQ(op.input_scale().data(), F32Bits({0x3c4ccccd}));
+  EXPECT_EQ(op.weight_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.weight_scale().shape(), IsEmpty());
+  EXPECT_EQ(op.weight_scale().data(), F32Bits({0x40000000}));
+}
+
+TEST_F(VerifyRequestTest, Fp8NpyWithoutDTypeIsAnErrorNamingTheFlagToPass) {
+  EXPECT_THAT(
+      Build({"verify", "--input", x_, "--weight", w_, "--input-scale", "1", "--weight-scale", "1"}),
+      StatusIs(kInvalid, AllOf(HasSubstr("--input: "), HasSubstr("FP8 bit patterns"),
+                               HasSubstr("--dtype NAME=fp8e4m3"))));
+}
+
+TEST_F(VerifyRequestTest, MixedFp8FormatsReadEachByItsDType) {
+  const std::string w = Write("w5.npy", Npy("|u1", "(4, 3)", kWeightE5m2));
+  auto req = Build({"verify", "--input", x_, "--weight", w, "--dtype", "input=fp8e4m3", "--dtype",
+                    "weight=float8_e5m2", "--input-scale", "1", "--weight-scale", "1"});
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->op().input().dtype(), pb::DTYPE_FLOAT8_E4M3FN);
+  EXPECT_EQ(req->op().weight().dtype(), pb::DTYPE_FLOAT8_E5M2);
+  EXPECT_EQ(req->op().weight().data(), kWeightE5m2);
+}
+
+TEST_F(VerifyRequestTest, Fp8SafetensorsOperandsNeedNoDType) {
+  const std::string st = Write("m.safetensors", St("fc.weight", "F8_E5M2", "[4, 3]", kWeightE5m2));
+  auto req = Build({"verify", "--input", x_, "--dtype", "input=e4m3", "--weight", st + ":fc.weight",
+                    "--input-scale", "1", "--weight-scale", "1"});
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->op().weight().dtype(), pb::DTYPE_FLOAT8_E5M2);
+  EXPECT_EQ(req->op().weight().data(), kWeightE5m2);
+}
+
+TEST_F(VerifyRequestTest, RowWiseScaleFilesLandAsFloat32WithTheirShapes) {
+  // Input rows: 0.5, 0.25; weight rows [N, 1]: 2, 0.5, 0.25, 0.0125.
+  const std::string xs_bits = F32Bits({0x3f000000, 0x3e800000});
+  const std::string ws_bits = F32Bits({0x40000000, 0x3f000000, 0x3e800000, 0x3c4ccccd});
+  const std::string xs = Write("xs.npy", Npy("<f4", "(2,)", xs_bits));
+  const std::string ws = Write("s.safetensors", St("fc.weight_scale", "F32", "[4, 1]", ws_bits));
+  auto req =
+      Build(Plus(Fp8Flags(), {"--input-scale", xs, "--weight-scale", ws + ":fc.weight_scale"}));
+  ASSERT_THAT(req, IsOk());
+  const pb::LinearOp& op = req->op();
+  EXPECT_EQ(op.input_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.input_scale().shape(), ElementsAre(2));
+  EXPECT_EQ(op.input_scale().data(), xs_bits);
+  EXPECT_EQ(op.weight_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.weight_scale().shape(), ElementsAre(4, 1));
+  EXPECT_EQ(op.weight_scale().data(), ws_bits);
+}
+
+TEST_F(VerifyRequestTest, ScaleDigestArgumentGoesByDigest) {
+  const std::string hex(64, 'a');
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", "sha256:" + hex + ":fp32:2", "--weight-scale",
+                                     "sha256:" + hex + ":float32:"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->op().input_scale().digest(), "sha256:" + hex);
+  EXPECT_EQ(req->op().input_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(req->op().input_scale().shape(), ElementsAre(2));
+  EXPECT_THAT(req->op().weight_scale().shape(), IsEmpty());
+  EXPECT_THAT(Build(Plus(Fp8Flags(),
+                         {"--input-scale", "1", "--weight-scale", "sha256:" + hex + ":bf16:4"})),
+              StatusIs(kInvalid, AllOf(HasSubstr("--weight-scale: the digest argument says bf16"),
+                                       HasSubstr("float32"))));
+}
+
+TEST_F(VerifyRequestTest, LargeScaleIsHeldForTheStoreUnderItsField) {
+  const int64_t m = 300'000;  // 1.2 MB of float32, above kInlineMaxBytes
+  const std::string bits(static_cast<size_t>(m) * 4, '\x3f');
+  const std::string xs = Write("big.npy", Npy("<f4", "(300000,)", bits));
+  std::vector<HeldTensor> held;
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", xs, "--weight-scale", "1"}), &held);
+  ASSERT_THAT(req, IsOk());
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].field, "op.input_scale");
+  EXPECT_EQ(held[0].tensor.bytes(), bits);
+  EXPECT_THAT(req->op().input_scale().shape(), ElementsAre(m));
+  EXPECT_EQ(req->op().input_scale().source_case(), pb::Tensor::SOURCE_NOT_SET);
+}
+
+TEST_F(VerifyRequestTest, ScaleThatIsNeitherANumberNorATensorIsAnErrorNamingTheFlag) {
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "abc", "--weight-scale", "1"})),
+              StatusIs(kInvalid, AllOf(HasSubstr("--input-scale: a number"), HasSubstr("FILE.npy"),
+                                       HasSubstr("'abc'"))));
+  for (const char* bad : {"0", "-0.5", "nan", "inf", "1e39"}) {
+    EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", bad})),
+                StatusIs(kInvalid, HasSubstr("--weight-scale: a positive finite float32 scale")))
+        << bad;
+  }
+  // Non-zero, but below float32's smallest subnormal (2^-149 ~ 1.4e-45).
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1e-60", "--weight-scale", "1"})),
+              StatusIs(kInvalid, HasSubstr("(0 in float32)")));
+}
+
+TEST_F(VerifyRequestTest, ScaleFileOfAnotherDTypeIsAnErrorNamingTheFlag) {
+  // bf16 1.0 = 0x3f80 as '<u2' bits; fp16 1.0 = 0x3c00 as '<f2'.
+  const std::string bf16 = Write("s16.npy", Npy("<u2", "(1,)", Le(0x3f80, 2)));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", bf16})),
+              StatusIs(kInvalid, AllOf(HasSubstr("--weight-scale: "), HasSubstr("s16.npy"),
+                                       HasSubstr("float32 expected (scales are float32"),
+                                       HasSubstr("'<u2'"))));
+  const std::string f16 = Write("h.npy", Npy("<f2", "(1,)", Le(0x3c00, 2)));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", f16, "--weight-scale", "1"})),
+              StatusIs(kInvalid, AllOf(HasSubstr("--input-scale: "), HasSubstr("float32 expected"),
+                                       HasSubstr("'<f2'"))));
+  const std::string st = Write("b.safetensors", St("s", "BF16", "[1]", Le(0x3f80, 2)));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", st + ":s", "--weight-scale", "1"})),
+              StatusIs(kInvalid, AllOf(HasSubstr("--input-scale: "), HasSubstr("float32 expected"),
+                                       HasSubstr("BF16"))));
+}
+
+TEST_F(VerifyRequestTest, Fp8OperandsWithoutAScaleNameTheMissingFlag) {
+  EXPECT_THAT(Build(Fp8Flags()), StatusIs(kInvalid, HasSubstr("--input-scale is required")));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "0.5"})),
+              StatusIs(kInvalid,
+                       AllOf(HasSubstr("--weight-scale is required"), HasSubstr("float8_e4m3fn"))));
+}
+
+TEST_F(VerifyRequestTest, Fp8ConfigOptionsKeepTheirCommas) {
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1", "--config",
+                                     "cpu:fp8e4m3:fused@scaling=tensor,fast_accum,cpu:fp64",
+                                     "--config", "cpu:fp8e4m3:none@scaling=tensor"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_THAT(req->configs(), ElementsAre("cpu:fp8e4m3:fused@scaling=tensor,fast_accum", "cpu:fp64",
+                                          "cpu:fp8e4m3:none@scaling=tensor"));
+}
+
+TEST_F(VerifyRequestTest, ScaleFlagsBelongToVerifyAndDiagnoseOnly) {
+  EXPECT_THAT(Parse({"sweep", "--input-scale", "1"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --input-scale for 'sweep'")));
+  EXPECT_THAT(Parse({"upload", "--weight-scale", "1"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --weight-scale for 'upload'")));
+  EXPECT_THAT(Parse({"diagnose", "--input-scale", "1", "--weight-scale", "2"}), IsOk());
+}
+
+}  // namespace
+}  // namespace tensorcheck::cli::internal

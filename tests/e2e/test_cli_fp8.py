@@ -1,0 +1,157 @@
+"""End-to-end tests of the CLI with FP8 operands (docs/numerics.md, "FP8"):
+`<u1` .npy bit patterns read under --dtype NAME=fp8e4m3/fp8e5m2, safetensors
+F8_E4M3/F8_E5M2, the dequantisation scales --input-scale/--weight-scale (a
+number or a float32 tensor), `upload --dtype fp8e4m3` and its digest.
+
+Expected outputs are computed here in float64 from values decoded by hand
+from the OCP definitions, and chosen exact in bfloat16 (the default output
+dtype of an FP8 layer), so they compare bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from e2e_support import run_cli
+
+
+def e4m3fn_value(bits: int) -> float:
+    """float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exp, man = (bits >> 3) & 0xF, bits & 0x7
+    if exp == 0xF and man == 0x7:
+        return float("nan")
+    if exp == 0:
+        return sign * man / 8 * 2.0 ** -6
+    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
+
+
+def e5m2_value(bits: int) -> float:
+    """float8_e5m2: 1 sign, 5 exponent (bias 15), 2 mantissa; IEEE specials."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exp, man = (bits >> 2) & 0x1F, bits & 0x3
+    if exp == 0x1F:
+        return sign * float("inf") if man == 0 else float("nan")
+    if exp == 0:
+        return sign * man / 4 * 2.0 ** -14
+    return sign * (1 + man / 4) * 2.0 ** (exp - 15)
+
+
+def test_decoders_agree_with_the_documented_patterns() -> None:
+    # docs/numerics.md's table, and the values the tests below rely on.
+    assert e4m3fn_value(0x7E) == 448.0 and e5m2_value(0x7B) == 57344.0
+    assert e4m3fn_value(0x3C) == 1.5 and e5m2_value(0x3E) == 1.5
+    assert e4m3fn_value(0x01) == 2.0 ** -9 and e5m2_value(0x01) == 2.0 ** -16
+
+
+# x [2, 3] in e4m3fn: [[1, 2, 0.5], [-1, 3, 1.5]].
+X_BITS = np.array([[0x38, 0x40, 0x30], [0xB8, 0x44, 0x3C]], dtype=np.uint8)
+# w [4, 3] (out_in): the unit rows and a row of ones (e4m3fn 1.0 = 0x38,
+# e5m2 1.0 = 0x3c).
+W_E4M3_BITS = np.array([[0x38, 0, 0], [0, 0x38, 0], [0, 0, 0x38], [0x38, 0x38, 0x38]],
+                       dtype=np.uint8)
+W_E5M2_BITS = np.array([[0x3C, 0, 0], [0, 0x3C, 0], [0, 0, 0x3C], [0x3C, 0x3C, 0x3C]],
+                       dtype=np.uint8)
+
+
+def decode(bits: np.ndarray, value) -> np.ndarray:
+    return np.vectorize(lambda b: value(int(b)))(bits).astype(np.float64)
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
+    header: dict[str, object] = {}
+    blobs, offset = [], 0
+    for name, (dtype, arr) in tensors.items():
+        data = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> Path:
+    np.save(tmp_path / "x.npy", X_BITS)  # numpy writes '|u1'
+    np.save(tmp_path / "w.npy", W_E4M3_BITS)
+    return tmp_path
+
+
+def fp8_verify(server: str, d: Path, *extra: str) -> list[str]:
+    return ["--server", server, "verify", "--input", str(d / "x.npy"), "--dtype",
+            "input=fp8e4m3", "--weight", str(d / "w.npy"), "--dtype", "weight=fp8e4m3",
+            *extra]
+
+
+def test_per_tensor_number_scales_reproduce_the_dequantised_layer(server: str,
+                                                                   files: Path) -> None:
+    out = files / "out"
+    r = run_cli(*fp8_verify(server, files, "--input-scale", "0.5", "--weight-scale", "0.25",
+                            "--config", "cpu:fp8e4m3:fused@scaling=tensor,fast_accum",
+                            "--json", "--save-outputs", str(out)))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["verdict"] == "pass"
+    expected = (decode(X_BITS, e4m3fn_value) @ decode(W_E4M3_BITS, e4m3fn_value).T) * 0.125
+    saved = sorted(p.name for p in out.iterdir())
+    assert len(saved) == 2, saved
+    for name in saved:
+        y = np.load(out / name)
+        assert y.dtype == np.float32  # bf16 outputs widened exactly
+        np.testing.assert_array_equal(y.astype(np.float64), expected)
+
+
+def test_row_wise_scale_files_reproduce_the_dequantised_layer(server: str, files: Path) -> None:
+    xs = np.array([0.5, 0.25], dtype=np.float32)
+    ws = np.array([[1.0], [2.0], [4.0], [0.5]], dtype=np.float32)  # [N, 1]
+    np.save(files / "xs.npy", xs)
+    write_safetensors(files / "s.safetensors", {"w_scale": ("F32", ws)})
+    write_safetensors(files / "w5.safetensors", {"w": ("F8_E5M2", W_E5M2_BITS)})
+    out = files / "out"
+    r = run_cli("--server", server, "verify", "--input", str(files / "x.npy"), "--dtype",
+                "input=fp8e4m3", "--weight", f"{files / 'w5.safetensors'}:w",
+                "--input-scale", str(files / "xs.npy"),
+                "--weight-scale", f"{files / 's.safetensors'}:w_scale",
+                "--config", "cpu:fp8e4m3e5m2:fused@scaling=row", "--save-outputs", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    acc = decode(X_BITS, e4m3fn_value) @ decode(W_E5M2_BITS, e5m2_value).T
+    expected = acc * xs.astype(np.float64)[:, None] * ws.astype(np.float64)[:, 0][None, :]
+    # Without a bias the canonical name says none: cpu:fp8e4m3e5m2:none@scaling=row.
+    y = np.load(out / "cpu_fp8e4m3e5m2_none_scaling_row.npy")
+    np.testing.assert_array_equal(y.astype(np.float64), expected)
+
+
+def test_fp8_npy_without_dtype_names_the_flag(server: str, files: Path) -> None:
+    r = run_cli("--server", server, "verify", "--input", str(files / "x.npy"), "--weight",
+                str(files / "w.npy"), "--input-scale", "1", "--weight-scale", "1")
+    assert r.returncode == 2
+    assert "--input:" in r.stderr and "--dtype NAME=fp8e4m3" in r.stderr
+
+
+def test_bad_scales_are_usage_errors_naming_the_flag(server: str, files: Path) -> None:
+    r = run_cli(*fp8_verify(server, files, "--input-scale", "abc", "--weight-scale", "1"))
+    assert r.returncode == 2 and "--input-scale" in r.stderr, r.stderr
+    np.save(files / "s16.npy", np.array([1.0], dtype=np.float16))
+    r = run_cli(*fp8_verify(server, files, "--input-scale", "1",
+                            "--weight-scale", str(files / "s16.npy")))
+    assert r.returncode == 2 and "--weight-scale" in r.stderr and "float32" in r.stderr
+    r = run_cli(*fp8_verify(server, files, "--input-scale", "1"))
+    assert r.returncode == 2 and "--weight-scale is required" in r.stderr
+
+
+def test_uploaded_fp8_tensor_is_named_by_its_digest(server: str, files: Path) -> None:
+    r = run_cli("--server", server, "upload", "--dtype", "fp8e4m3", str(files / "x.npy"))
+    assert r.returncode == 0, r.stderr
+    ref = r.stdout.strip()
+    assert ref.startswith("sha256:") and ref.endswith(":fp8e4m3:2x3"), ref
+    r = run_cli("--server", server, "verify", "--input", ref, "--weight", str(files / "w.npy"),
+                "--dtype", "weight=fp8e4m3", "--input-scale", "1", "--weight-scale", "1",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verdict"] == "pass"
