@@ -12,6 +12,10 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::DTYPE_FLOAT16;
     case DType::kBFloat16:
       return v1::DTYPE_BFLOAT16;
+    case DType::kFloat8E4M3Fn:
+      return v1::DTYPE_FLOAT8_E4M3FN;
+    case DType::kFloat8E5M2:
+      return v1::DTYPE_FLOAT8_E5M2;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -26,6 +30,10 @@ std::optional<DType> DTypeFromProto(int dtype) {
       return DType::kFloat16;
     case v1::DTYPE_BFLOAT16:
       return DType::kBFloat16;
+    case v1::DTYPE_FLOAT8_E4M3FN:
+      return DType::kFloat8E4M3Fn;
+    case v1::DTYPE_FLOAT8_E5M2:
+      return DType::kFloat8E5M2;
     default:
       return std::nullopt;
   }

@@ -14,8 +14,17 @@ size_t ItemSize(DType dtype) {
     case DType::kFloat16:
     case DType::kBFloat16:
       return 2;
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      return 1;
   }
   return 0;
+}
+
+std::optional<Fp8Format> Fp8FormatOf(DType dtype) {
+  if (dtype == DType::kFloat8E4M3Fn) return Fp8Format::kE4M3Fn;
+  if (dtype == DType::kFloat8E5M2) return Fp8Format::kE5M2;
+  return std::nullopt;
 }
 
 absl::string_view DTypeName(DType dtype) {
@@ -28,6 +37,10 @@ absl::string_view DTypeName(DType dtype) {
       return "float16";
     case DType::kBFloat16:
       return "bfloat16";
+    case DType::kFloat8E4M3Fn:
+      return "float8_e4m3fn";
+    case DType::kFloat8E5M2:
+      return "float8_e5m2";
   }
   return "unknown";
 }
@@ -42,6 +55,10 @@ absl::string_view DTypeShortName(DType dtype) {
       return "fp16";
     case DType::kBFloat16:
       return "bf16";
+    case DType::kFloat8E4M3Fn:
+      return "fp8e4m3";
+    case DType::kFloat8E5M2:
+      return "fp8e5m2";
   }
   return "unknown";
 }
@@ -58,8 +75,18 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
     return DType::kFloat16;
   }
   if (n == "bfloat16" || n == "bf16") return DType::kBFloat16;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", name, "': expected one of float64, float32, float16, bfloat16"));
+  // safetensors writes F8_E4M3 for torch's float8_e4m3fn.
+  if (n == "float8_e4m3fn" || n == "fp8e4m3" || n == "f8e4m3fn" || n == "f8_e4m3" || n == "e4m3" ||
+      n == "e4m3fn") {
+    return DType::kFloat8E4M3Fn;
+  }
+  if (n == "float8_e5m2" || n == "fp8e5m2" || n == "f8e5m2" || n == "f8_e5m2" || n == "e5m2") {
+    return DType::kFloat8E5M2;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name,
+                   "': expected one of float64, float32, float16, bfloat16, float8_e4m3fn, "
+                   "float8_e5m2"));
 }
 
 }  // namespace tensorcheck

@@ -1,5 +1,6 @@
 #include "server/core/float_formats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -72,6 +73,86 @@ uint16_t DoubleToBf16Bits(double d) {
   }
   uint32_t u = FloatBits(toward_zero) | 1u;  // sticky: d is not exact here
   return FloatToBf16Bits(BitsToFloat(u));
+}
+
+namespace {
+
+struct Fp8Spec {
+  int mantissa_bits;
+  int bias;
+  double max_finite;
+  uint8_t max_bits;  // the largest finite value's pattern, sign clear
+  uint8_t nan_bits;
+  bool has_infinity;  // 0x7c (E5M2)
+};
+
+constexpr Fp8Spec kE4M3Fn{3, 7, 448.0, 0x7e, 0x7f, false};
+constexpr Fp8Spec kE5M2{2, 15, 57344.0, 0x7b, 0x7e, true};
+
+const Fp8Spec& SpecOf(Fp8Format format) { return format == Fp8Format::kE4M3Fn ? kE4M3Fn : kE5M2; }
+
+float DecodeFp8(uint8_t bits, const Fp8Spec& spec) {
+  const int m_bits = spec.mantissa_bits;
+  const int e_bits = 7 - m_bits;
+  const bool negative = (bits & 0x80u) != 0;
+  const int exponent = (bits >> m_bits) & ((1 << e_bits) - 1);
+  const int mantissa = bits & ((1 << m_bits) - 1);
+  const int e_max_field = (1 << e_bits) - 1;
+  float magnitude;
+  if (spec.has_infinity && exponent == e_max_field) {
+    magnitude = mantissa == 0 ? INFINITY : NAN;
+  } else if (!spec.has_infinity && (bits & 0x7fu) == 0x7fu) {
+    magnitude = NAN;
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), 1 - spec.bias - m_bits);
+  } else {
+    magnitude =
+        std::ldexp(static_cast<float>(mantissa + (1 << m_bits)), exponent - spec.bias - m_bits);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+struct Fp8Table {
+  float values[256];
+  explicit Fp8Table(const Fp8Spec& spec) {
+    for (int b = 0; b < 256; ++b) values[b] = DecodeFp8(static_cast<uint8_t>(b), spec);
+  }
+};
+
+}  // namespace
+
+float Fp8BitsToFloat(uint8_t bits, Fp8Format format) {
+  static const Fp8Table e4m3(kE4M3Fn);
+  static const Fp8Table e5m2(kE5M2);
+  return (format == Fp8Format::kE4M3Fn ? e4m3 : e5m2).values[bits];
+}
+
+double Fp8MaxFinite(Fp8Format format) { return SpecOf(format).max_finite; }
+
+uint8_t DoubleToFp8Bits(double d, Fp8Format format, Fp8Overflow overflow) {
+  const Fp8Spec& spec = SpecOf(format);
+  const uint8_t sign = std::signbit(d) ? 0x80u : 0u;
+  if (std::isnan(d)) return sign | spec.nan_bits;
+  const uint8_t too_large = overflow == Fp8Overflow::kSaturate ? spec.max_bits
+                            : spec.has_infinity                ? uint8_t{0x7c}
+                                                               : spec.nan_bits;
+  const double a = std::fabs(d);
+  if (std::isinf(a)) return sign | too_large;
+  if (a == 0) return sign;
+  // The quantum at a's exponent (no smaller than the subnormals'), and a
+  // rounded to a multiple of it: an exact division by a power of two,
+  // then one rounding to nearest even.
+  const int e_min = 1 - spec.bias;
+  const int m_bits = spec.mantissa_bits;
+  const int e = std::max(std::ilogb(a), e_min);
+  const double quantum = std::ldexp(1.0, e - m_bits);
+  const double q = std::nearbyint(a / quantum);
+  const double r = q * quantum;
+  if (r > spec.max_finite) return sign | too_large;
+  if (r < std::ldexp(1.0, e_min)) return sign | static_cast<uint8_t>(q);  // subnormal
+  const int r_exp = std::ilogb(r);  // e, or e + 1 when q carried to 2^(m+1)
+  const int mantissa = static_cast<int>(std::ldexp(r, m_bits - r_exp)) - (1 << m_bits);
+  return sign | static_cast<uint8_t>(((r_exp + spec.bias) << m_bits) | mantissa);
 }
 
 }  // namespace tensorcheck

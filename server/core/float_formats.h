@@ -1,4 +1,4 @@
-// Reduced-precision float formats: bf16, fp16 and TF32 conversion and
+// Reduced-precision float formats: bf16, fp16, FP8 and TF32 conversion and
 // rounding.
 //
 // bf16 and fp16 values travel as their 16-bit patterns (uint16_t). Every
@@ -75,6 +75,41 @@ uint16_t DoubleToFp16Bits(double d);
 uint16_t DoubleToBf16Bits(double d);
 
 inline float RoundToFp16(float f) { return Fp16BitsToFloat(FloatToFp16Bits(f)); }
+
+// ---- FP8 (OCP 8-bit floating point; torch.float8_e4m3fn, float8_e5m2).
+// E4M3FN: 1 sign, 4 exponent (bias 7), 3 mantissa bits, no infinities,
+// 0x7f/0xff NaN, largest finite 448. E5M2: 1 sign, 5 exponent (bias 15), 2
+// mantissa bits, IEEE infinities and NaNs, largest finite 57344. Both have
+// subnormals. docs/numerics.md, "FP8".
+//
+//   Fp8BitsToFloat(0x7e, Fp8Format::kE4M3Fn) == 448.0f;
+//   DoubleToFp8Bits(464.0, Fp8Format::kE4M3Fn) == 0x7e;   // tie: to even, 448
+//   DoubleToFp8Bits(500.0, Fp8Format::kE4M3Fn) == 0x7f;   // NaN: no infinity
+//   DoubleToFp8Bits(500.0, Fp8Format::kE4M3Fn, Fp8Overflow::kSaturate) == 0x7e;
+
+enum class Fp8Format { kE4M3Fn, kE5M2 };
+
+// What a value beyond the largest finite one (after rounding) becomes.
+enum class Fp8Overflow {
+  // As ml_dtypes' casts: infinity for E5M2, NaN for E4M3FN (which has
+  // none); infinities likewise. torch's E5M2 cast does the same.
+  kNonSaturating,
+  // The largest finite value of that sign, infinities included: the cast
+  // of a quantisation recipe (torchao's to_fp8_saturated), and torch's own
+  // E4M3FN cast (torch 2.15 measured: 500 and inf give 448). NaN stays NaN.
+  kSaturate,
+};
+
+// Exact.
+float Fp8BitsToFloat(uint8_t bits, Fp8Format format);
+
+// Rounds to nearest, ties to even, once (no double rounding through fp32).
+// NaN becomes NaN with its sign.
+uint8_t DoubleToFp8Bits(double d, Fp8Format format,
+                        Fp8Overflow overflow = Fp8Overflow::kNonSaturating);
+
+// 448 or 57344.
+double Fp8MaxFinite(Fp8Format format);
 
 // ---- TF32: fp32's exponent range with a 10-bit mantissa. Tf32Rounding and
 // RoundToTf32(float, Tf32Rounding) are in tf32_rounding.h, written once for

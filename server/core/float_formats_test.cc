@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "tests/testing/ref_round.h"
 
@@ -330,6 +332,145 @@ TEST(FloatFormatsTest, RoundToFp32IsNearestEven) {
   EXPECT_EQ(RoundToFp32(1.0 + 3 * std::ldexp(1.0, -24)), 1.0f + std::ldexp(1.0f, -22));
   EXPECT_EQ(RoundToFp32(1e300), std::numeric_limits<float>::infinity());
 }
+
+// ---- FP8: exhaustive over both formats' 256 patterns, against the
+// formats' definitions and a brute-force nearest-value search.
+
+// The format definitions and a brute-force nearest search
+// (tests/testing/ref_round.h).
+double Fp8Formula(uint8_t bits, Fp8Format format) {
+  return ::tensorcheck::testing::RefFp8Value(bits, format == Fp8Format::kE4M3Fn);
+}
+
+bool Fp8IsNan(uint8_t bits, Fp8Format format) { return std::isnan(Fp8Formula(bits, format)); }
+
+std::optional<uint8_t> NearestFp8(double v, Fp8Format format) {
+  const std::optional<int> b =
+      ::tensorcheck::testing::RefFp8Nearest(v, format == Fp8Format::kE4M3Fn);
+  if (!b) return std::nullopt;
+  return static_cast<uint8_t>(*b);
+}
+
+class Fp8CodecTest : public ::testing::TestWithParam<Fp8Format> {};
+
+TEST_P(Fp8CodecTest, EveryPatternDecodesToTheFormula) {
+  for (int b = 0; b < 256; ++b) {
+    SCOPED_TRACE(b);
+    ExpectSameValue(Fp8BitsToFloat(static_cast<uint8_t>(b), GetParam()),
+                    Fp8Formula(static_cast<uint8_t>(b), GetParam()));
+  }
+}
+
+TEST_P(Fp8CodecTest, NanCountLargestValueAndSmallestSubnormal) {
+  const Fp8Format f = GetParam();
+  int nans = 0;
+  for (int b = 0; b < 256; ++b) nans += Fp8IsNan(static_cast<uint8_t>(b), f) ? 1 : 0;
+  if (f == Fp8Format::kE4M3Fn) {
+    EXPECT_EQ(nans, 2);  // 0x7f, 0xff
+    EXPECT_EQ(Fp8BitsToFloat(0x7e, f), 448.0f);
+    EXPECT_EQ(Fp8BitsToFloat(0x01, f), std::ldexp(1.0f, -9));
+  } else {
+    EXPECT_EQ(nans, 6);  // 0x7d-0x7f and their negatives
+    EXPECT_EQ(Fp8BitsToFloat(0x7b, f), 57344.0f);
+    EXPECT_EQ(Fp8BitsToFloat(0x7c, f), std::numeric_limits<float>::infinity());
+    EXPECT_EQ(Fp8BitsToFloat(0x01, f), std::ldexp(1.0f, -16));
+  }
+  EXPECT_EQ(Fp8MaxFinite(f), f == Fp8Format::kE4M3Fn ? 448.0 : 57344.0);
+}
+
+TEST_P(Fp8CodecTest, EveryNonNanPatternRoundTrips) {
+  const Fp8Format f = GetParam();
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t bits = static_cast<uint8_t>(b);
+    const double v = Fp8BitsToFloat(bits, f);
+    if (Fp8IsNan(bits, f)) {
+      EXPECT_TRUE(Fp8IsNan(DoubleToFp8Bits(v, f), f)) << b;
+      EXPECT_EQ(DoubleToFp8Bits(v, f) & 0x80, bits & 0x80) << b;  // sign kept
+      continue;
+    }
+    EXPECT_EQ(DoubleToFp8Bits(v, f), bits) << b;
+    // Saturation keeps every finite pattern; e5m2's infinities become ±max.
+    const uint8_t saturated = std::isinf(v) ? static_cast<uint8_t>((bits & 0x80) | 0x7b) : bits;
+    EXPECT_EQ(DoubleToFp8Bits(v, f, Fp8Overflow::kSaturate), saturated) << b;
+  }
+}
+
+// Every midpoint between neighbouring finite values, each side of it, and
+// values a third and two thirds of the way: against the brute-force search.
+TEST_P(Fp8CodecTest, RoundsToTheNearestValueTiesToEven) {
+  const Fp8Format f = GetParam();
+  std::vector<double> finite;
+  for (int b = 0; b < 128; ++b) {
+    const double v = Fp8Formula(static_cast<uint8_t>(b), f);
+    if (std::isfinite(v)) finite.push_back(v);
+  }
+  std::sort(finite.begin(), finite.end());
+  const double max = finite.back();
+  const double top_step = max - finite[finite.size() - 2];
+  finite.push_back(max + top_step);  // one step past: probes the overflow rule
+  int checked = 0;
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    const double a = finite[i], b = finite[i + 1];
+    for (double v :
+         {(a + b) / 2, std::nextafter((a + b) / 2, 0.0), std::nextafter((a + b) / 2, kInf),
+          a + (b - a) / 3, a + 2 * (b - a) / 3, std::ldexp(a, -40)}) {
+      for (double s : {1.0, -1.0}) {
+        const double x = s * v;
+        SCOPED_TRACE(::testing::Message() << "x=" << x);
+        const std::optional<uint8_t> want = NearestFp8(x, f);
+        const uint8_t got = DoubleToFp8Bits(x, f);
+        const uint8_t sat = DoubleToFp8Bits(x, f, Fp8Overflow::kSaturate);
+        const uint8_t sign = s < 0 ? 0x80 : 0;
+        if (want) {
+          EXPECT_EQ(got, *want);
+          EXPECT_EQ(sat, *want);
+        } else {
+          // Beyond the largest value: NaN (e4m3fn) or infinity (e5m2);
+          // saturated to the largest.
+          EXPECT_EQ(got, sign | (f == Fp8Format::kE4M3Fn ? 0x7f : 0x7c));
+          EXPECT_EQ(sat, sign | (f == Fp8Format::kE4M3Fn ? 0x7e : 0x7b));
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(Fp8Test, OverflowInfinitiesNanAndZeros) {
+  using F = Fp8Format;
+  // e4m3fn: (448, 464) rounds to 448; 464 is a tie, to even 448; beyond: NaN.
+  EXPECT_EQ(DoubleToFp8Bits(463.99, F::kE4M3Fn), 0x7e);
+  EXPECT_EQ(DoubleToFp8Bits(464.0, F::kE4M3Fn), 0x7e);
+  EXPECT_EQ(DoubleToFp8Bits(464.01, F::kE4M3Fn), 0x7f);
+  EXPECT_EQ(DoubleToFp8Bits(-1e30, F::kE4M3Fn), 0xff);
+  EXPECT_EQ(DoubleToFp8Bits(kInf, F::kE4M3Fn), 0x7f);
+  EXPECT_EQ(DoubleToFp8Bits(-kInf, F::kE4M3Fn, Fp8Overflow::kSaturate), 0xfe);
+  // e5m2: the tie at 61440 goes to even, which is 2^16: infinity.
+  EXPECT_EQ(DoubleToFp8Bits(61439.0, F::kE5M2), 0x7b);
+  EXPECT_EQ(DoubleToFp8Bits(61440.0, F::kE5M2), 0x7c);
+  EXPECT_EQ(DoubleToFp8Bits(-kInf, F::kE5M2), 0xfc);
+  EXPECT_EQ(DoubleToFp8Bits(kInf, F::kE5M2, Fp8Overflow::kSaturate), 0x7b);
+  for (F f : {F::kE4M3Fn, F::kE5M2}) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_TRUE(Fp8IsNan(DoubleToFp8Bits(nan, f), f));
+    EXPECT_TRUE(Fp8IsNan(DoubleToFp8Bits(nan, f, Fp8Overflow::kSaturate), f));
+    EXPECT_EQ(DoubleToFp8Bits(-nan, f) & 0x80, 0x80);
+    EXPECT_EQ(DoubleToFp8Bits(0.0, f), 0x00);
+    EXPECT_EQ(DoubleToFp8Bits(-0.0, f), 0x80);
+    // Half the smallest subnormal is a tie with zero: to even, zero.
+    const double tiny = f == F::kE4M3Fn ? std::ldexp(1.0, -9) : std::ldexp(1.0, -16);
+    EXPECT_EQ(DoubleToFp8Bits(tiny / 2, f), 0x00);
+    EXPECT_EQ(DoubleToFp8Bits(std::nextafter(tiny / 2, 1.0), f), 0x01);
+    EXPECT_EQ(DoubleToFp8Bits(-1.5 * tiny, f), 0x82);  // tie between 1 and 2: even
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Fp8CodecTest,
+                         ::testing::Values(Fp8Format::kE4M3Fn, Fp8Format::kE5M2),
+                         [](const ::testing::TestParamInfo<Fp8Format>& info) {
+                           return std::string(info.param == Fp8Format::kE4M3Fn ? "e4m3fn" : "e5m2");
+                         });
 
 }  // namespace
 }  // namespace tensorcheck

@@ -23,10 +23,23 @@ absl::StatusOr<Enum> ParseNamed(absl::string_view name,
 }
 
 constexpr std::pair<absl::string_view, Precision> kPrecisionNames[] = {
-    {"fp64", Precision::kFp64},           {"fp32", Precision::kFp32},
-    {"tf32", Precision::kTf32},           {"tf32rna", Precision::kTf32Rna},
-    {"tf32trunc", Precision::kTf32Trunc}, {"bf16", Precision::kBf16},
-    {"fp16", Precision::kFp16},           {"fp16acc", Precision::kFp16Acc},
+    {"fp64", Precision::kFp64},
+    {"fp32", Precision::kFp32},
+    {"tf32", Precision::kTf32},
+    {"tf32rna", Precision::kTf32Rna},
+    {"tf32trunc", Precision::kTf32Trunc},
+    {"bf16", Precision::kBf16},
+    {"fp16", Precision::kFp16},
+    {"fp16acc", Precision::kFp16Acc},
+    {"fp8e4m3", Precision::kFp8E4M3},
+    {"fp8e5m2", Precision::kFp8E5M2},
+    {"fp8e4m3e5m2", Precision::kFp8E4M3E5M2},
+    {"fp8e5m2e4m3", Precision::kFp8E5M2E4M3},
+};
+
+constexpr std::pair<absl::string_view, Fp8Scaling> kScalingNames[] = {
+    {"tensor", Fp8Scaling::kTensor},
+    {"row", Fp8Scaling::kRow},
 };
 
 constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
@@ -61,6 +74,21 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   return ParseNamed(name, kPrecisionNames, "precision");
 }
 
+absl::string_view Fp8ScalingName(Fp8Scaling s) { return NameOf(s, kScalingNames); }
+
+Fp8Operands Fp8OperandsOf(Precision p) {
+  switch (p) {
+    case Precision::kFp8E5M2:
+      return {DType::kFloat8E5M2, DType::kFloat8E5M2};
+    case Precision::kFp8E4M3E5M2:
+      return {DType::kFloat8E4M3Fn, DType::kFloat8E5M2};
+    case Precision::kFp8E5M2E4M3:
+      return {DType::kFloat8E5M2, DType::kFloat8E4M3Fn};
+    default:
+      return {DType::kFloat8E4M3Fn, DType::kFloat8E4M3Fn};
+  }
+}
+
 absl::string_view BiasModeName(BiasMode b) { return NameOf(b, kBiasNames); }
 absl::StatusOr<BiasMode> ParseBiasMode(absl::string_view name) {
   return ParseNamed(name, kBiasNames, "bias mode");
@@ -81,6 +109,10 @@ PrecisionInfo GetPrecisionInfo(Precision p) {
   constexpr double kFp64U = 0x1p-53;
   constexpr double kHalfU = 0x1p-11;  // tf32 and fp16 (10-bit mantissa)
   constexpr double kBf16U = 0x1p-8;
+  // Quantising to FP8 (normal range, where the recipes' scales put the
+  // values): 3 or 2 fraction bits.
+  constexpr double kE4M3U = 0x1p-4;
+  constexpr double kE5M2U = 0x1p-3;
   switch (p) {
     case Precision::kFp64:
       return {0.0, kFp64U, false, std::nullopt};
@@ -99,6 +131,12 @@ PrecisionInfo GetPrecisionInfo(Precision p) {
       return {kHalfU, kFp32U, false, std::nullopt};
     case Precision::kFp16Acc:
       return {kHalfU, kHalfU, true, std::nullopt};
+    case Precision::kFp8E4M3:
+      return {kE4M3U, kFp32U, false, std::nullopt};
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      return {kE5M2U, kFp32U, false, std::nullopt};
   }
   return {0.0, kFp32U, false, std::nullopt};
 }
@@ -119,6 +157,12 @@ float RoundInput(Precision p, float v) {
     case Precision::kFp16:
     case Precision::kFp16Acc:
       return RoundToFp16(v);
+    case Precision::kFp8E4M3:
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      // Unscaled: the input's format as is (the recipes scale first).
+      return RoundToDType(v, Fp8OperandsOf(p).input);
   }
   return v;
 }
@@ -139,6 +183,13 @@ bool StorageExactIn(Precision p, DType storage) {
     case Precision::kFp16:
     case Precision::kFp16Acc:
       return storage == DType::kFloat16;
+    case Precision::kFp8E4M3:
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      // FP8 storage is multiplied as it is (the engine checks the formats
+      // match the precision's); wide inputs are quantised.
+      return IsFp8(storage);
   }
   return false;
 }
@@ -153,13 +204,51 @@ bool ValuesExactIn(Precision p, const Tensor& t) {
   return true;
 }
 
+namespace {
+
+// Applies the `@` options of `spec` (already split off) to `out`.
+absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spec,
+                                absl::string_view field, ConfigSpec* out) {
+  auto error = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " '", spec, "': ", what));
+  };
+  if (!IsFp8(out->precision)) {
+    return error(absl::StrCat("options after '@' apply to the fp8 precisions only, not ",
+                              PrecisionName(out->precision)));
+  }
+  bool seen_scaling = false, seen_fast = false;
+  for (absl::string_view option : absl::StrSplit(options, ',')) {
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(option, absl::MaxSplits('=', 1));
+    if (kv.first == "scaling" && !seen_scaling) {
+      auto scaling = ParseNamed(kv.second, kScalingNames, "scaling");
+      if (!scaling.ok()) return error(scaling.status().message());
+      out->scaling = *scaling;
+      seen_scaling = true;
+    } else if (kv.first == "fast_accum" && !seen_fast && option == "fast_accum") {
+      out->fast_accum = true;
+      seen_fast = true;
+    } else {
+      return error(absl::StrCat("unknown or repeated option '", option,
+                                "': expected scaling=tensor, scaling=row or fast_accum"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_view field) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
-  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
+  const std::pair<absl::string_view, absl::string_view> at =
+      absl::StrSplit(spec, absl::MaxSplits('@', 1));
+  const std::vector<absl::string_view> parts = absl::StrSplit(at.first, ':');
+  const bool has_options = at.first.size() < spec.size();
+  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty() ||
+      (has_options && at.second.empty())) {
     return absl::InvalidArgumentError(
         absl::StrCat(field,
-                     ": 'backend:precision[:bias]' expected (e.g. cpu:fp32, "
-                     "cublaslt:bf16:fused), got '",
+                     ": 'backend:precision[:bias][@option,...]' expected (e.g. cpu:fp32, "
+                     "cublaslt:bf16:fused, cublaslt:fp8e4m3:fused@scaling=row), got '",
                      spec, "'"));
   }
   ConfigSpec out;
@@ -178,18 +267,30 @@ absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_
     }
     out.bias = *bias;
   }
+  if (has_options) {
+    absl::Status options = ParseConfigOptions(at.second, spec, field, &out);
+    if (!options.ok()) return options;
+  }
   return out;
 }
 
 std::string Config::ToString() const {
-  return absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
+  std::string s = absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
+  if (IsFp8(precision)) {
+    absl::StrAppend(&s, "@scaling=", Fp8ScalingName(scaling), fast_accum ? ",fast_accum" : "");
+  }
+  return s;
 }
 
 Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
-                     BiasMode backend_default) {
+                     BiasMode backend_default, Fp8Scaling request_scaling) {
   Config c;
   c.backend = spec.backend;
   c.precision = spec.precision;
+  if (IsFp8(spec.precision)) {
+    c.scaling = spec.scaling.value_or(request_scaling);
+    c.fast_accum = spec.fast_accum;
+  }
   // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric
   // at zero), so without a bias only GELU can tell the placements apart.
   const bool placement_matters = has_bias || activation == Activation::kGeluTanh;

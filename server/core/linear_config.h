@@ -33,11 +33,46 @@ enum class Precision {
   kBf16,
   kFp16,
   kFp16Acc,
+  // FP8 scaled GEMMs (torch._scaled_mm): the input's format, then the
+  // weight's; docs/numerics.md, "FP8".
+  kFp8E4M3,
+  kFp8E5M2,
+  kFp8E4M3E5M2,
+  kFp8E5M2E4M3,
 };
 
-inline constexpr Precision kAllPrecisions[] = {
+// The precisions that multiply wide (fp64/32/16, bf16) inputs, rounding
+// them to their input format.
+inline constexpr Precision kWidePrecisions[] = {
     Precision::kFp64,      Precision::kFp32, Precision::kTf32, Precision::kTf32Rna,
     Precision::kTf32Trunc, Precision::kBf16, Precision::kFp16, Precision::kFp16Acc};
+// The scaled FP8 precisions: FP8 inputs with their scales, or wide inputs
+// the configuration's scaling recipe quantises.
+inline constexpr Precision kFp8Precisions[] = {Precision::kFp8E4M3, Precision::kFp8E5M2,
+                                               Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3};
+inline constexpr Precision kAllPrecisions[] = {
+    Precision::kFp64,      Precision::kFp32,    Precision::kTf32,        Precision::kTf32Rna,
+    Precision::kTf32Trunc, Precision::kBf16,    Precision::kFp16,        Precision::kFp16Acc,
+    Precision::kFp8E4M3,   Precision::kFp8E5M2, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3};
+
+inline bool IsFp8(Precision p) {
+  return p == Precision::kFp8E4M3 || p == Precision::kFp8E5M2 || p == Precision::kFp8E4M3E5M2 ||
+         p == Precision::kFp8E5M2E4M3;
+}
+
+// The FP8 dtypes an fp8 precision multiplies: {input, weight}.
+struct Fp8Operands {
+  DType input;
+  DType weight;
+};
+Fp8Operands Fp8OperandsOf(Precision p);  // p must be an fp8 precision
+
+// How an fp8 configuration scales (torch._scaled_mm's two recipes): one
+// fp32 scale per tensor, or one per row of x and per output feature of W.
+enum class Fp8Scaling { kTensor, kRow };
+
+// "tensor", "row".
+absl::string_view Fp8ScalingName(Fp8Scaling s);
 
 enum class BiasMode { kNone, kFused, kUnfused };
 
@@ -48,7 +83,8 @@ enum class WeightLayout {
   kInOut,  // [K, N]: flax nn.Dense kernel
 };
 
-// "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16", "fp16acc".
+// "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16", "fp16acc",
+// "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3".
 absl::string_view PrecisionName(Precision p);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
 
@@ -75,6 +111,9 @@ struct PrecisionInfo {
   // TF32 input rounding, when the precision is a TF32 one.
   std::optional<Tf32Rounding> tf32_rounding;
 };
+// For an fp8 precision: u_input is the quantisation's (the coarser
+// format's, for wide inputs the recipe rounds) and u_accumulate fp32's;
+// FastAccumInfo below gives fast accumulation's.
 PrecisionInfo GetPrecisionInfo(Precision p);
 
 // Rounds one input value as the precision's multiply sees it (identity for
@@ -92,11 +131,19 @@ bool StorageExactIn(Precision p, DType storage);
 // rounds).
 bool ValuesExactIn(Precision p, const Tensor& t);
 
-// A parsed `backend:precision[:bias]` before the request is known.
+// A parsed `backend:precision[:bias][@option,...]` before the request is
+// known. Options (fp8 precisions only): `scaling=tensor|row`, `fast_accum`.
+//
+//   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
 struct ConfigSpec {
   std::string backend;
   Precision precision = Precision::kFp32;
   std::optional<BiasMode> bias;
+  // Unset: the request's scales say (FP8 inputs), else per tensor.
+  std::optional<Fp8Scaling> scaling;
+  // CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the partial
+  // sums to fp32 (docs/numerics.md, "Fast accumulation").
+  bool fast_accum = false;
 };
 
 // INVALID_ARGUMENT (naming `field` and the accepted forms) on a malformed
@@ -109,19 +156,25 @@ struct Config {
   std::string backend;
   Precision precision = Precision::kFp32;
   BiasMode bias = BiasMode::kNone;
+  // fp8 precisions only (kTensor and false otherwise).
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  bool fast_accum = false;
 
-  // Canonical `backend:precision:bias`.
+  // Canonical `backend:precision:bias`, with `@scaling=...[,fast_accum]`
+  // for an fp8 precision.
   std::string ToString() const;
   bool operator==(const Config& o) const {
-    return backend == o.backend && precision == o.precision && bias == o.bias;
+    return backend == o.backend && precision == o.precision && bias == o.bias &&
+           scaling == o.scaling && fast_accum == o.fast_accum;
   }
 };
 
 // Resolves the bias mode. Without a bias and without an activation whose
 // placement can change the result (GELU), the mode is `none`: fused and
 // unfused compute the same function. Otherwise an unspecified mode takes
-// the backend's default.
+// the backend's default. An fp8 precision's unspecified scaling takes
+// `request_scaling` (the request's scales' recipe, or kTensor).
 Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
-                     BiasMode backend_default);
+                     BiasMode backend_default, Fp8Scaling request_scaling = Fp8Scaling::kTensor);
 
 }  // namespace tensorcheck

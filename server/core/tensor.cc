@@ -149,6 +149,10 @@ double Tensor::GetDouble(int64_t i) const {
       return Fp16BitsToFloat(data<uint16_t>()[i]);
     case DType::kBFloat16:
       return Bf16BitsToFloat(data<uint16_t>()[i]);
+    case DType::kFloat8E4M3Fn:
+      return Fp8BitsToFloat(data<uint8_t>()[i], Fp8Format::kE4M3Fn);
+    case DType::kFloat8E5M2:
+      return Fp8BitsToFloat(data<uint8_t>()[i], Fp8Format::kE5M2);
   }
   return 0.0;
 }
@@ -185,6 +189,13 @@ void ToDouble(const Tensor& t, double* out) {
       for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
       return;
     }
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(t.dtype());
+      const uint8_t* p = t.data<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp8BitsToFloat(p[i], format);
+      return;
+    }
   }
 }
 
@@ -207,6 +218,13 @@ void ToFloat(const Tensor& t, float* out) {
     case DType::kBFloat16: {
       const uint16_t* p = t.data<uint16_t>();
       for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
+      return;
+    }
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(t.dtype());
+      const uint8_t* p = t.data<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = Fp8BitsToFloat(p[i], format);
       return;
     }
   }
@@ -249,6 +267,13 @@ absl::StatusOr<Tensor> StoreValues(DType dtype, std::vector<int64_t> shape,
       }
       break;
     }
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(dtype);
+      uint8_t* p = t->template data<uint8_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = DoubleToFp8Bits(values[i], format);
+      break;
+    }
   }
   return t;
 }
@@ -275,6 +300,11 @@ double RoundToDType(double v, DType dtype) {
       return Fp16BitsToFloat(DoubleToFp16Bits(v));
     case DType::kBFloat16:
       return Bf16BitsToFloat(DoubleToBf16Bits(v));
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(dtype);
+      return Fp8BitsToFloat(DoubleToFp8Bits(v, format), format);
+    }
   }
   return v;
 }
@@ -288,6 +318,9 @@ float RoundToDType(float v, DType dtype) {
       return RoundToFp16(v);
     case DType::kBFloat16:
       return RoundToBf16(v);
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      return static_cast<float>(RoundToDType(static_cast<double>(v), dtype));
   }
   return v;
 }

@@ -117,7 +117,7 @@ class Tensor {
 
 // Widens every element exactly into `out` (numel doubles).
 void ToDouble(const Tensor& t, double* out);
-// Widens into float: exact for fp32/fp16/bf16; fp64 is rounded to nearest.
+// Widens into float: exact for fp32/fp16/bf16/fp8; fp64 is rounded to nearest.
 void ToFloat(const Tensor& t, float* out);
 
 // Stores `values` into a new tensor of `dtype`, rounding each once to

@@ -172,7 +172,7 @@ TEST(TensorTest, ToDoubleFromDoublesRoundTripsRepresentableValues) {
   // fp16 (2^-24), negative zero.
   const std::vector<double> values = {0.0,   -0.0, 1.0, -2.5, 0.125, 1024.0, std::ldexp(1.0, -24),
                                       -384.0};
-  for (DType d : kAllDTypes) {
+  for (DType d : kWideDTypes) {
     SCOPED_TRACE(DTypeName(d));
     auto t = FromDoubles(d, {2, 4}, values);
     ASSERT_THAT(t, IsOk());
@@ -191,6 +191,31 @@ TEST(TensorTest, ToDoubleFromDoublesRoundTripsRepresentableValues) {
     ASSERT_THAT(from_floats, IsOk());
     EXPECT_EQ(from_floats->bytes(), t->bytes());
   }
+}
+
+TEST(TensorTest, Fp8TensorsHoldOneByteBitPatterns) {
+  // 1.5 = 0 0111 100 (e4m3fn, bias 7) = 0 01111 10 (e5m2, bias 15);
+  // -448 and -57344 are the largest magnitudes; 2^-9 and 2^-16 the
+  // smallest subnormals; 300 rounds to 288 (e4m3fn: spacing 32 above 256)
+  // (0 1111 001) and to 320 (e5m2: spacing 64 above 256; 300 is nearer 320 than 256).
+  auto e4 = FromDoubles(DType::kFloat8E4M3Fn, {4},
+                        std::vector<double>{1.5, -448.0, std::ldexp(1.0, -9), 300.0});
+  ASSERT_THAT(e4, IsOk());
+  EXPECT_EQ(e4->nbytes(), 4u);
+  EXPECT_EQ(e4->bytes(), absl::string_view("\x3c\xfe\x01\x79", 4));
+  EXPECT_EQ(e4->GetDouble(3), 288.0);
+  auto e5 = FromDoubles(DType::kFloat8E5M2, {4},
+                        std::vector<double>{1.5, -57344.0, std::ldexp(1.0, -16), 300.0});
+  ASSERT_THAT(e5, IsOk());
+  EXPECT_EQ(e5->bytes(), absl::string_view("\x3e\xfb\x01\x5d", 4));
+  std::vector<double> back(4);
+  ToDouble(*e5, back.data());
+  EXPECT_EQ(back, (std::vector<double>{1.5, -57344.0, std::ldexp(1.0, -16), 320.0}));
+  std::vector<float> as_float(4);
+  ToFloat(*e4, as_float.data());
+  EXPECT_EQ(as_float, (std::vector<float>{1.5f, -448.0f, std::ldexp(1.0f, -9), 288.0f}));
+  EXPECT_EQ(RoundToDType(300.0, DType::kFloat8E4M3Fn), 288.0);
+  EXPECT_EQ(RoundToDType(300.0f, DType::kFloat8E5M2), 320.0f);
 }
 
 TEST(TensorTest, FromDoublesStoresBitPatterns) {

@@ -10,12 +10,28 @@
 #include "server/core/parallel.h"
 #include "server/core/status_macros.h"
 #include "server/engine/diagnosis.h"
+#include "server/engine/internal/fp8_operands.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
 
 namespace {
+
+// The reference of last resort: the CPU emulation takes every operand.
+constexpr absl::string_view kHostReference = "cpu:fp64";
+
+// The scaling a request's FP8 scales say (CheckFp8Operands checks them):
+// row-wise when either holds more than one value.
+Fp8Scaling ScalesScaling(const LinearRequest& req) {
+  const bool row = (req.input_scale && req.input_scale->numel() > 1) ||
+                   (req.weight_scale && req.weight_scale->numel() > 1);
+  return row ? Fp8Scaling::kRow : Fp8Scaling::kTensor;
+}
+
+// The output dtype of a request that names none: the input's, bf16 for
+// FP8 inputs (torch._scaled_mm's usual out_dtype).
+DType DefaultOutputDType(DType input) { return IsFp8(input) ? DType::kBFloat16 : input; }
 
 // The precision a tensor of `dtype` naturally carries: the bound an output
 // stored in it is held to when no configuration says otherwise.
@@ -28,6 +44,8 @@ Precision NaturalPrecision(DType dtype) {
     case DType::kFloat16:
       return Precision::kFp16;
     case DType::kBFloat16:
+    case DType::kFloat8E4M3Fn:  // never an output dtype (CheckFp8Operands)
+    case DType::kFloat8E5M2:
       return Precision::kBf16;
   }
   return Precision::kFp32;
@@ -145,11 +163,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
   if (plan.n == 0) {
     return InvalidFieldError("op.weight.shape", "N >= 1", ShapeString(w.shape()));
   }
-  if (w.dtype() != x.dtype()) {
-    return InvalidFieldError("op.weight.dtype",
-                             absl::StrCat(DTypeName(x.dtype()), " (the input's dtype)"),
-                             DTypeName(w.dtype()));
-  }
+  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.m, plan.n));
   if (req.bias) {
     if (req.bias->rank() != 1 || req.bias->dim(0) != plan.n) {
       return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.n, "] (N)"),
@@ -167,7 +181,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
                                                      plan.k, " exceeds the limit of ",
                                                      options_.limits.max_macs, " multiply-adds"));
   }
-  plan.output_dtype = req.output_dtype.value_or(x.dtype());
+  plan.output_dtype = req.output_dtype.value_or(DefaultOutputDType(x.dtype()));
   plan.output_shape.assign(x.shape().begin(), x.shape().end() - 1);
   plan.output_shape.push_back(plan.n);
   if (req.observed && req.observed->shape() != plan.output_shape) {
@@ -232,7 +246,9 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
                        "': bias mode 'none' given but the request has a bias; expected "
                        "'fused' or 'unfused'"));
     }
-    *config = ResolveConfig(spec, has_bias, req.activation, (*backend)->default_bias_mode());
+    *config =
+        ResolveConfig(spec, has_bias, req.activation, (*backend)->default_bias_mode(), fp8.scaling);
+    TC_RETURN_IF_ERROR(CheckFp8Config(*config, fp8, req, field, spec_text));
     absl::Status available = (*backend)->Available();
     if (!available.ok()) {
       return absl::FailedPreconditionError(
@@ -247,8 +263,15 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
   };
   const std::string& reference_spec =
       req.reference.empty() ? options_.default_reference : req.reference;
-  TC_RETURN_IF_ERROR(
-      resolve(reference_spec, "reference", &plan.reference, &plan.reference_backend));
+  absl::Status reference =
+      resolve(reference_spec, "reference", &plan.reference, &plan.reference_backend);
+  if (!reference.ok() && req.reference.empty() && absl::IsFailedPrecondition(reference) &&
+      reference_spec != kHostReference) {
+    // The default reference's backend does not take these operands (the
+    // GPU backends and FP8 ones, until they do): the host's fp64.
+    reference = resolve(kHostReference, "reference", &plan.reference, &plan.reference_backend);
+  }
+  TC_RETURN_IF_ERROR(reference);
   for (size_t i = 0; i < config_specs.size(); ++i) {
     Config c;
     LinearBackend* b = nullptr;
@@ -321,7 +344,8 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   std::vector<std::string> candidates = request.configs;
   if (candidates.empty()) {
     candidates =
-        DefaultCandidates(request.input.dtype(), request.bias.has_value(), request.activation);
+        DefaultCandidates(request.input.dtype(), request.weight.dtype(), request.bias.has_value(),
+                          request.activation, ScalesScaling(request));
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, candidates, /*diagnose=*/true, stop));
   Artifacts artifacts;
@@ -386,10 +410,12 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
   const int64_t mn = m * n;
   int64_t configs = static_cast<int64_t>(req.configs.size());
   if (diagnose && configs == 0) {
-    configs = static_cast<int64_t>(
-        DefaultCandidates(x.dtype(), req.bias.has_value(), req.activation).size());
+    configs = static_cast<int64_t>(DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(),
+                                                     req.activation, ScalesScaling(req))
+                                       .size());
   }
-  const int64_t out_item = static_cast<int64_t>(ItemSize(req.output_dtype.value_or(x.dtype())));
+  const int64_t out_item =
+      static_cast<int64_t>(ItemSize(req.output_dtype.value_or(DefaultOutputDType(x.dtype()))));
   // fp32 or fp64 copies of the operands. The input whole: the reference's
   // fp64 copy, or the magnitude sums' three fp32 ones (x, |x|, x^2). The
   // weight never whole (stats/blas_gemm.h, "blocks along N"): one converted
@@ -411,19 +437,40 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
   return operands + mn * per_element + mn * out_item * (kept + 2 * returned) + (int64_t{1} << 20);
 }
 
-std::vector<std::string> Engine::DefaultCandidates(DType storage, bool has_bias,
-                                                   Activation activation) const {
+std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
+                                                   bool has_bias, Activation activation,
+                                                   Fp8Scaling scaling) const {
   std::vector<std::string> out;
-  for (Precision p : kAllPrecisions) {
+  // Wide operands: the wide precisions (an fp8 recipe is asked for by
+  // name). FP8 operands: the fp8 precision of their formats, with and
+  // without fast accumulation; their scales fix the scaling.
+  std::vector<ConfigSpec> specs;
+  if (!IsFp8(storage)) {
+    for (Precision p : kWidePrecisions) {
+      ConfigSpec spec;
+      spec.precision = p;
+      specs.push_back(spec);
+    }
+  } else if (const std::optional<Precision> p = Fp8PrecisionOf(storage, weight_storage)) {
+    for (bool fast : {false, true}) {
+      ConfigSpec spec;
+      spec.precision = *p;
+      spec.scaling = scaling;
+      spec.fast_accum = fast;
+      specs.push_back(spec);
+    }
+  }
+  for (ConfigSpec spec : specs) {
     for (BiasMode b : {BiasMode::kFused, BiasMode::kUnfused}) {
+      spec.bias = b;
       // The best backend for this pair: the first available one that runs
       // it, GPU backends before the CPU emulation.
       LinearBackend* chosen = FastestBackend(*registry_, [&](LinearBackend* backend) {
-        ConfigSpec spec{std::string(backend->name()), p, b};
+        spec.backend = std::string(backend->name());
         return backend->Supports(ResolveConfig(spec, has_bias, activation, b), storage).ok();
       });
       if (chosen == nullptr) continue;
-      ConfigSpec spec{std::string(chosen->name()), p, b};
+      spec.backend = std::string(chosen->name());
       const std::string c = ResolveConfig(spec, has_bias, activation, b).ToString();
       if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     }

@@ -104,6 +104,12 @@ struct LinearRequest {
   std::optional<Tensor> bias;
   Activation activation = Activation::kNone;
   std::optional<DType> output_dtype;
+  // Dequantisation scales of FP8 input and weight (float32), as
+  // torch._scaled_mm's scale_a and scale_b: per tensor ([] or [1]) or
+  // row-wise ([M] and [N]); required with FP8 operands, refused without
+  // (docs/numerics.md, "FP8").
+  std::optional<Tensor> input_scale;
+  std::optional<Tensor> weight_scale;
   std::optional<Tensor> observed;
   std::vector<std::string> configs;
   std::string reference;  // empty: options.default_reference
@@ -213,9 +219,13 @@ class Engine {
   int64_t EstimateWorkingBytes(const LinearRequest& request, bool diagnose) const;
 
   // Every precision x bias mode this host runs, on the best backend for
-  // each (GPU before CPU emulation), for inputs stored as `storage`.
-  std::vector<std::string> DefaultCandidates(DType storage, bool has_bias,
-                                             Activation activation) const;
+  // each (GPU before CPU emulation), for input and weight stored as
+  // `storage` and `weight_storage`. For FP8 operands: the fp8 precision of
+  // their formats, with and without fast accumulation, at `scaling` (what
+  // the request's scales say).
+  std::vector<std::string> DefaultCandidates(DType storage, DType weight_storage, bool has_bias,
+                                             Activation activation,
+                                             Fp8Scaling scaling = Fp8Scaling::kTensor) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }

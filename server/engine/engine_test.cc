@@ -258,13 +258,15 @@ TEST_F(EngineTest, DiagnoseWithoutObservedIsInvalidArgument) {
 }
 
 TEST_F(EngineTest, DefaultCandidatesCoverEveryPrecisionAndBiasMode) {
-  const auto with_bias = engine_->DefaultCandidates(DType::kFloat32, true, Activation::kNone);
+  const auto with_bias =
+      engine_->DefaultCandidates(DType::kFloat32, DType::kFloat32, true, Activation::kNone);
   // 8 precisions x {fused, unfused} on the cpu backend (no device here).
   EXPECT_THAT(with_bias, ::testing::Contains("cpu:tf32:unfused"));
   EXPECT_THAT(with_bias, ::testing::Contains("cpu:tf32rna:fused"));
   EXPECT_THAT(with_bias, ::testing::Contains("cpu:fp16acc:unfused"));
   EXPECT_EQ(with_bias.size(), 16u);
-  const auto no_bias = engine_->DefaultCandidates(DType::kFloat32, false, Activation::kNone);
+  const auto no_bias =
+      engine_->DefaultCandidates(DType::kFloat32, DType::kFloat32, false, Activation::kNone);
   EXPECT_EQ(no_bias.size(), 8u);
   EXPECT_THAT(no_bias, ::testing::Contains("cpu:fp32:none"));
 }

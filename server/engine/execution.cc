@@ -83,6 +83,8 @@ class Engine::Execution {
     problem_.weight = &req.weight;
     problem_.layout = req.layout;
     problem_.bias = req.bias ? &*req.bias : nullptr;
+    problem_.input_scale = req.input_scale ? &*req.input_scale : nullptr;
+    problem_.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
     problem_.activation = req.activation;
     problem_.output_dtype = plan.output_dtype;
     problem_.m = plan.m;
@@ -326,8 +328,10 @@ class Engine::Execution {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
-    const MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout, problem_.m,
-                                     problem_.n,     problem_.k,      plan_.run.stop};
+    MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout, problem_.m,
+                               problem_.n,     problem_.k,      plan_.run.stop};
+    operands.input_scale = problem_.input_scale;
+    operands.weight_scale = problem_.weight_scale;
     TC_RETURN_IF_ERROR(ComputeMagnitudeSums(
         operands, MagnitudeSums{bound_used_ ? abs_dot_.data() : nullptr, sq_dot_.data(),
                                 need_dot ? dot_.data() : nullptr}));

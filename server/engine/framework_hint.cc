@@ -62,6 +62,17 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
       return "fp16 accumulation (CUBLAS_COMPUTE_16F), as in TensorRT fp16 kernels or "
              "torch with reduced-precision reductions" +
              bias;
+    case Precision::kFp8E4M3:
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3: {
+      const Fp8Operands o = Fp8OperandsOf(c.precision);
+      return absl::StrCat(
+          "torch._scaled_mm", c.fast_accum ? " with use_fast_accum=True" : "", " on ",
+          DTypeName(o.input), " x ", DTypeName(o.weight), ", ",
+          c.scaling == Fp8Scaling::kRow ? "row-wise" : "per-tensor", " scales",
+          IsFp8(storage) ? "" : " from current (amax) scaling, as torchao's Float8Linear", bias);
+    }
   }
   return "";
 }

@@ -145,7 +145,9 @@ absl::StatusOr<TolerancePreset> PresetFromProto(int p) {
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
   if (std::optional<DType> d = DTypeFromProto(dtype)) return *d;
   return InvalidFieldError(
-      field, "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16",
+      field,
+      "DTYPE_FLOAT64, DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16, DTYPE_FLOAT8_E4M3FN or "
+      "DTYPE_FLOAT8_E5M2",
       dtype == v1::DTYPE_UNSPECIFIED ? std::string("DTYPE_UNSPECIFIED") : absl::StrCat(dtype));
 }
 
@@ -285,6 +287,14 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   TC_ASSIGN_OR_RETURN(req.weight, TensorFromProto(op.weight(), "op.weight", limits, source));
   if (op.has_bias()) {
     TC_ASSIGN_OR_RETURN(req.bias, TensorFromProto(op.bias(), "op.bias", limits, source));
+  }
+  if (op.has_input_scale()) {
+    TC_ASSIGN_OR_RETURN(req.input_scale,
+                        TensorFromProto(op.input_scale(), "op.input_scale", limits, source));
+  }
+  if (op.has_weight_scale()) {
+    TC_ASSIGN_OR_RETURN(req.weight_scale,
+                        TensorFromProto(op.weight_scale(), "op.weight_scale", limits, source));
   }
   if (r.has_observed()) {
     TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits, source));

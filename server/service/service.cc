@@ -499,8 +499,10 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   // Now the shapes are known: the tensors and the engine's working memory.
   // Stored tensors are the store's bytes (its own budget), not copies.
   auto held = [](const Tensor& t) { return t.borrowed() ? 0 : static_cast<int64_t>(t.nbytes()); };
-  const int64_t tensors = held(req.input) + held(req.weight) + (req.bias ? held(*req.bias) : 0) +
-                          (req.observed ? held(*req.observed) : 0);
+  auto held_if = [&](const std::optional<Tensor>& t) { return t ? held(*t) : int64_t{0}; };
+  const int64_t tensors = held(req.input) + held(req.weight) + held_if(req.bias) +
+                          held_if(req.observed) + held_if(req.input_scale) +
+                          held_if(req.weight_scale);
   const int64_t need = tensors + engine_->EstimateWorkingBytes(req, call->diagnose_);
   const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
   if (admitted != ByteBudget::Outcome::kAdmitted) {
@@ -648,7 +650,20 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
     if (available.ok()) {
       for (Precision p : backend->precisions()) {
         for (BiasMode b : backend->bias_modes()) {
-          info->add_configs(Config{std::string(backend->name()), p, b}.ToString());
+          Config c{std::string(backend->name()), p, b};
+          if (!IsFp8(p)) {
+            info->add_configs(c.ToString());
+            continue;
+          }
+          // The fp8 options too: both scalings, with and without fast
+          // accumulation.
+          for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+            for (bool fast : {false, true}) {
+              c.scaling = scaling;
+              c.fast_accum = fast;
+              info->add_configs(c.ToString());
+            }
+          }
         }
       }
     }

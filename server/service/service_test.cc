@@ -415,9 +415,9 @@ TEST_F(ServiceTest, CapabilitiesListTheCpuBackendAndLimits) {
   const v1::BackendInfo& cpu = response.backends(0);
   EXPECT_EQ(cpu.name(), "cpu");
   EXPECT_TRUE(cpu.available());
-  EXPECT_THAT(cpu.precisions(),
-              ::testing::UnorderedElementsAre("fp64", "fp32", "tf32", "tf32rna", "tf32trunc",
-                                              "bf16", "fp16", "fp16acc"));
+  EXPECT_THAT(cpu.precisions(), ::testing::UnorderedElementsAre(
+                                    "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16",
+                                    "fp16acc", "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3"));
   EXPECT_THAT(cpu.configs(), ::testing::Contains("cpu:tf32:unfused"));
   EXPECT_EQ(response.limits().max_tensor_bytes(), 8 << 20);
   for (const v1::BackendInfo& b : response.backends()) {

@@ -86,6 +86,13 @@ void WidenRange(const Tensor& t, int64_t begin, int64_t count, T* out) {
       for (int64_t i = 0; i < count; ++i) out[i] = Bf16BitsToFloat(p[i]);
       return;
     }
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(t.dtype());
+      const uint8_t* p = t.data<uint8_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Fp8BitsToFloat(p[i], format);
+      return;
+    }
   }
 }
 

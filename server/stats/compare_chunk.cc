@@ -33,6 +33,13 @@ void Decode(const Tensor& t, int64_t start, int64_t n, double* out) {
       for (int64_t j = 0; j < n; ++j) out[j] = Bf16BitsToFloat(p[j]);
       return;
     }
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const Fp8Format format = *Fp8FormatOf(t.dtype());
+      const uint8_t* p = t.data<uint8_t>() + start;
+      for (int64_t j = 0; j < n; ++j) out[j] = Fp8BitsToFloat(p[j], format);
+      return;
+    }
   }
 }
 
@@ -52,6 +59,12 @@ void ToBits(const Tensor& t, int64_t start, int64_t n, const double* v, DType cm
       case DType::kFloat16:
       case DType::kBFloat16: {
         const uint16_t* p = t.data<uint16_t>() + start;
+        for (int64_t j = 0; j < n; ++j) out[j] = p[j];
+        return;
+      }
+      case DType::kFloat8E4M3Fn:
+      case DType::kFloat8E5M2: {
+        const uint8_t* p = t.data<uint8_t>() + start;
         for (int64_t j = 0; j < n; ++j) out[j] = p[j];
         return;
       }
@@ -80,6 +93,10 @@ void ToBits(const Tensor& t, int64_t start, int64_t n, const double* v, DType cm
       return;
     case DType::kFloat16:
       for (int64_t j = 0; j < n; ++j) out[j] = DoubleToFp16Bits(v[j]);
+      return;
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      for (int64_t j = 0; j < n; ++j) out[j] = DoubleToFp8Bits(v[j], *Fp8FormatOf(cmp));
       return;
   }
 }

@@ -19,7 +19,10 @@ double SmallestNormal(DType d) {
     case DType::kBFloat16:
       return 0x1p-126;
     case DType::kFloat16:
+    case DType::kFloat8E5M2:
       return 0x1p-14;
+    case DType::kFloat8E4M3Fn:
+      return 0x1p-6;
   }
   return 0x1p-126;
 }
@@ -42,6 +45,10 @@ double OutputUnitRoundoff(DType d) {
       return 0x1p-11;
     case DType::kBFloat16:
       return 0x1p-8;
+    case DType::kFloat8E4M3Fn:
+      return 0x1p-4;
+    case DType::kFloat8E5M2:
+      return 0x1p-3;
   }
   return 0x1p-24;
 }

@@ -210,7 +210,7 @@ TEST(ErrorModelTest, PoissonUpperTailMatchesHandAndNaiveSums) {
 TEST(ErrorModelTest, SigmaIsNeverZero) {
   const float zeros_f[] = {0.0f};
   const double zeros_d[] = {0.0};
-  for (DType d : kAllDTypes) {
+  for (DType d : kWideDTypes) {
     ErrorModelInput in{Precision::kFp64, 8, d, false, zeros_f, zeros_f, zeros_d, 1};
     float sigma = 0;
     PredictSigma(in, &sigma);

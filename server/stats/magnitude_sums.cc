@@ -108,6 +108,19 @@ absl::Status ComputeMagnitudeSums(const MagnitudeOperands& op, const MagnitudeSu
     const int64_t mn = op.m * op.n;
     for (int64_t i = 0; i < mn; ++i) out.sq_dot[i] = std::sqrt(out.sq_dot[i]);
   }
+  if (op.input_scale != nullptr && op.weight_scale != nullptr) {
+    auto at = [](const Tensor& s, int64_t i) { return s.GetDouble(s.numel() == 1 ? 0 : i); };
+    for (int64_t i = 0; i < op.m; ++i) {
+      for (int64_t j = 0; j < op.n; ++j) {
+        const double f = at(*op.input_scale, i) * at(*op.weight_scale, j);
+        const int64_t e = i * op.n + j;
+        if (out.dot != nullptr) out.dot[e] = static_cast<float>(out.dot[e] * f);
+        if (out.abs_dot != nullptr)
+          out.abs_dot[e] = static_cast<float>(out.abs_dot[e] * std::fabs(f));
+        if (out.sq_dot != nullptr) out.sq_dot[e] = static_cast<float>(out.sq_dot[e] * std::fabs(f));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

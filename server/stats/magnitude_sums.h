@@ -39,6 +39,11 @@ struct MagnitudeOperands {
   // Weight blocks of about this many output columns (tests); 0: sized by
   // kWeightBlockBytes. The sums are the same bit for bit either way.
   int64_t block_columns = 0;
+  // FP8 operands' dequantisation scales (float32, 1 or m and n values):
+  // the sums are of the dequantised values, each element's sums scaled by
+  // |s_x[i] s_w[j]| (x.w by s_x[i] s_w[j]). Null: none.
+  const Tensor* input_scale = nullptr;
+  const Tensor* weight_scale = nullptr;
 };
 
 // Outputs of m*n floats each, allocated by the caller; null: not computed.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "server/stats/blas_gemm.h"
@@ -64,6 +65,44 @@ TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
         EXPECT_NEAR(sq_dot[i * n + j], std::sqrt(s), 1e-5 * std::sqrt(s));
         EXPECT_NEAR(dot[i * n + j], d, 1e-5 * a);
       }
+    }
+  }
+}
+
+// FP8 operands: the sums of the dequantised values x_q s_x[i] and
+// w_q s_w[j], from fp64 loops over the decoded FP8 values.
+TEST(ComputeMagnitudeSumsTest, Fp8OperandsAreSummedDequantised) {
+  const int64_t m = 3, n = 2, k = 40;
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> pattern(0, 0xfe);
+  auto fp8 = [&](int64_t count) {
+    std::string bytes(static_cast<size_t>(count), '\0');
+    for (char& b : bytes) b = static_cast<char>(pattern(rng) & 0xf7);  // no NaN (0x7f, 0xff)
+    return *Tensor::FromBytes(DType::kFloat8E4M3Fn, {count / k, k}, bytes);
+  };
+  const Tensor x = fp8(m * k), w = fp8(n * k);
+  const Tensor sx = *FromDoubles(DType::kFloat32, {m}, std::vector<double>{0.5, -0.25, 2.0});
+  const Tensor sw = *FromDoubles(DType::kFloat32, {1}, std::vector<double>{0.125});
+  MagnitudeOperands op{&x, &w, WeightLayout::kOutIn, m, n, k};
+  op.input_scale = &sx;
+  op.weight_scale = &sw;
+  std::vector<float> abs_dot(static_cast<size_t>(m * n)), sq_dot(abs_dot.size()),
+      dot(abs_dot.size());
+  ASSERT_THAT(ComputeMagnitudeSums(op, abs_dot.data(), sq_dot.data(), dot.data()), IsOk());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double a = 0.0, s = 0.0, d = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p =
+            x.GetDouble(i * k + kk) * sx.GetDouble(i) * w.GetDouble(j * k + kk) * 0.125;
+        a += std::fabs(p);
+        s += p * p;
+        d += p;
+      }
+      const size_t e = static_cast<size_t>(i * n + j);
+      EXPECT_NEAR(abs_dot[e], a, a * 1e-5);
+      EXPECT_NEAR(sq_dot[e], std::sqrt(s), std::sqrt(s) * 1e-5);
+      EXPECT_NEAR(dot[e], d, a * 1e-5);
     }
   }
 }

@@ -15,6 +15,9 @@ uint64_t BitsIn(double v, DType dtype) {
       return DoubleToFp16Bits(v);
     case DType::kBFloat16:
       return DoubleToBf16Bits(v);
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      return DoubleToFp8Bits(v, *Fp8FormatOf(dtype));
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace tensorcheck::testing {
 
@@ -50,6 +51,54 @@ inline double RefRound(double v, Format f, Tie tie = Tie::kEven) {
   const double max_finite = std::ldexp(2.0 - std::ldexp(1.0, -f.mant), f.emax);
   if (r > max_finite) r = std::numeric_limits<double>::infinity();
   return std::copysign(r, v);
+}
+
+// FP8 by brute force: the pattern whose value (from the format's
+// definition) is nearest to v, ties to the even pattern; nullopt when v is
+// beyond the largest finite value by half a step or more (a tie there goes
+// to the even neighbour: 448 for e4m3fn, whose 0x7e is even; for e5m2 the
+// even neighbour of 57344 (0x7b) is 2^16, an overflow).
+//
+//   RefFp8Value(0x7e, /*e4m3=*/true) == 448
+//   RefFp8Nearest(300.0, /*e4m3=*/true) == 0x79   // 288
+inline double RefFp8Value(int bits, bool e4m3) {
+  const int m_bits = e4m3 ? 3 : 2;
+  const int bias = e4m3 ? 7 : 15;
+  const int e = (bits & 0x7f) >> m_bits;
+  const int m = bits & ((1 << m_bits) - 1);
+  double v;
+  if (e4m3 && (bits & 0x7f) == 0x7f) {
+    v = std::numeric_limits<double>::quiet_NaN();
+  } else if (!e4m3 && e == 31) {
+    v = m == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  } else if (e == 0) {
+    v = m * std::pow(2.0, 1 - bias - m_bits);
+  } else {
+    v = std::pow(2.0, e - bias) * (1.0 + m / std::pow(2.0, m_bits));
+  }
+  return (bits & 0x80) ? -v : v;
+}
+
+inline std::optional<int> RefFp8Nearest(double v, bool e4m3) {
+  const double max = e4m3 ? 448.0 : 57344.0;
+  const double top_step = e4m3 ? 32.0 : 8192.0;
+  if (std::isnan(v)) return std::nullopt;
+  if (std::fabs(v) >= max + top_step / 2) {
+    if (e4m3 && std::fabs(v) == max + top_step / 2) return v < 0 ? 0xfe : 0x7e;
+    return std::nullopt;
+  }
+  int best = -1;
+  double best_d = std::numeric_limits<double>::infinity();
+  for (int b = 0; b < 256; ++b) {
+    const double c = RefFp8Value(b, e4m3);
+    if (!std::isfinite(c) || std::signbit(c) != std::signbit(v)) continue;
+    const double d = std::fabs(c - v);
+    if (d < best_d || (d == best_d && (b & 1) == 0)) {
+      best = b;
+      best_d = d;
+    }
+  }
+  return best;
 }
 
 }  // namespace tensorcheck::testing

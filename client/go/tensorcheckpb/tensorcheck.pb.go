@@ -592,8 +592,10 @@ type VerifyRequest struct {
 	Op *LinearOp `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
 	// The output the client's framework produced, shaped [..., N].
 	Observed *Tensor `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
-	// Configurations `backend:precision[:bias]`. Empty in Verify: the
-	// reference alone. Empty in Diagnose: the default candidate set.
+	// Configurations `backend:precision[:bias]`, and for the fp8 precisions
+	// `backend:precision[:bias]@option,...` (docs/numerics.md, "FP8"). Empty
+	// in Verify: the reference alone. Empty in Diagnose: the default
+	// candidate set.
 	Configs []string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty"`
 	// The configuration everything is compared with. Empty: the server's
 	// default reference, the fp64 configuration of its fastest backend

@@ -10,15 +10,19 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <optional>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/fp16_accumulate.h"
+#include "server/backends/cpu/internal/fp8_accumulate.h"
 #include "server/core/float_formats.h"
+#include "server/core/fp8_scaling.h"
 #include "server/core/status_macros.h"
 #include "server/stats/blas_gemm.h"
 
@@ -65,6 +69,21 @@ absl::Status CheckProblem(const LinearProblem& p) {
     return absl::InvalidArgumentError(absl::StrCat("bias: ", p.n, " elements expected, got shape ",
                                                    ShapeString(p.bias->shape())));
   }
+  if (IsFp8(p.output_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_dtype: a wide dtype expected, got ", DTypeName(p.output_dtype)));
+  }
+  if (IsFp8(p.input->dtype())) {
+    for (const auto& [scale, name, rows] :
+         {std::tuple<const Tensor*, const char*, int64_t>{p.input_scale, "input_scale", p.m},
+          {p.weight_scale, "weight_scale", p.n}}) {
+      if (scale == nullptr || scale->dtype() != DType::kFloat32 ||
+          (scale->numel() != 1 && scale->numel() != rows)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": float32 with 1 or ", rows, " elements expected"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -90,6 +109,13 @@ void RoundInputs(Precision p, float* v, int64_t count) {
     case Precision::kFp16:
     case Precision::kFp16Acc:
       return RoundAll(v, count, [](float f) { return RoundToFp16(f); });
+    case Precision::kFp8E4M3:
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      // Never asked: FP8 arithmetic multiplies FP8 values (stored, or
+      // quantised with their scales by the recipe), which round nothing.
+      return;
   }
 }
 
@@ -242,6 +268,9 @@ void Epilogue(const T* acc, const T* bias, bool unfused, Activation act, int64_t
       return EpilogueForAct<T, DType::kFloat16>(acc, bias, unfused, act, m, n, out);
     case DType::kBFloat16:
       return EpilogueForAct<T, DType::kBFloat16>(acc, bias, unfused, act, m, n, out);
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2:
+      return;  // not an output dtype: CheckProblem refuses it
   }
 }
 
@@ -288,16 +317,30 @@ namespace {
 // equal Arithmetic compute the same accumulator x.W^T bit for bit, and
 // differ at most in their epilogues.
 struct Arithmetic {
-  enum Kind { kFp64, kFp32, kFp16Acc };
+  enum Kind { kFp64, kFp32, kFp16Acc, kFp8 };
   Kind kind = kFp32;
   // kFp32: the input rounding the multiply applies; kFp32 when it leaves
   // both stored operands unchanged (bf16 tensors under fp32, tf32 or
-  // bf16: one GEMM).
+  // bf16: one GEMM). kFp8: the fp8 precision.
   Precision rounding = Precision::kFp32;
-  bool operator==(const Arithmetic& o) const { return kind == o.kind && rounding == o.rounding; }
+  // kFp8: the recipe that quantises wide operands (FP8 ones come with
+  // their scales), and fast accumulation.
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  bool fast_accum = false;
+  bool operator==(const Arithmetic& o) const {
+    return kind == o.kind && rounding == o.rounding && scaling == o.scaling &&
+           fast_accum == o.fast_accum;
+  }
 };
 
-Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
+Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
+  const Precision precision = config.precision;
+  if (IsFp8(precision)) {
+    Arithmetic a{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
+    // FP8 operands' scales are the request's whatever the scaling says.
+    if (IsFp8(p.input->dtype())) a.scaling = Fp8Scaling::kTensor;
+    return a;
+  }
   switch (precision) {
     case Precision::kFp64:
       return {Arithmetic::kFp64, Precision::kFp64};
@@ -316,6 +359,22 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
   return {Arithmetic::kFp32, precision};
 }
 
+// Dequantisation scales of an accumulator: one per row of x and per
+// output feature of W, or one each (per tensor). Empty: none (wide
+// operands).
+struct Scales {
+  std::vector<float> input, weight;
+  bool empty() const { return input.empty(); }
+};
+
+std::vector<float> ScaleValues(const Tensor* scale) {
+  std::vector<float> v;
+  if (scale == nullptr) return v;
+  v.resize(static_cast<size_t>(scale->numel()));
+  ToFloat(*scale, v.data());
+  return v;
+}
+
 // x.W^T of one Arithmetic before any epilogue: [m, n] in fp32, or fp64
 // for kFp64. A weight stored as the GEMM's type and not rounded (fp32 at
 // fp32, fp64 at fp64) is read in place; any other is widened, and rounded,
@@ -326,9 +385,63 @@ Arithmetic ArithmeticOf(const LinearProblem& p, Precision precision) {
 // with a single block (BlasGemmBlock says when). `stop` is checked before
 // each block.
 absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
+                                  int64_t block_columns, const StopSignal* stop);
+
+// kFp8: x.W^T of the FP8 values, unscaled, and the scales to apply: the
+// request's FP8 operands, or the wide ones quantised by `a`'s recipe. The
+// split accumulator is an fp32 GEMM of the exact products (OpenBLAS's
+// order); fast accumulation runs the model.
+absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int threads,
+                                     int64_t block_columns, const StopSignal* stop,
+                                     Scales* scales) {
+  const Fp8Operands formats = Fp8OperandsOf(a.rounding);
+  LinearProblem q = p;
+  std::optional<Fp8Quantized> qx, qw;
+  if (IsFp8(p.input->dtype())) {
+    scales->input = ScaleValues(p.input_scale);
+    scales->weight = ScaleValues(p.weight_scale);
+  } else {
+    const bool out_in = p.layout == WeightLayout::kOutIn;
+    TC_ASSIGN_OR_RETURN(qx,
+                        QuantizeFp8(*p.input, p.m, p.k, *Fp8FormatOf(formats.input), a.scaling));
+    TC_ASSIGN_OR_RETURN(qw, QuantizeFp8(*p.weight, out_in ? p.n : p.k, out_in ? p.k : p.n,
+                                        *Fp8FormatOf(formats.weight), a.scaling,
+                                        /*per_column=*/!out_in));
+    q.input = &qx->values;
+    q.weight = &qw->values;
+    scales->input = std::move(qx->scales);
+    scales->weight = std::move(qw->scales);
+  }
+  if (!a.fast_accum) {
+    // FP8 values read as fp32 are exact and so are their products.
+    return Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32}, threads, block_columns,
+                      stop);
+  }
+  std::unique_ptr<float[]> x_owned;
+  TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*q.input, Precision::kFp32, &x_owned));
+  TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
+  float* c = acc.data<float>();
+  const WeightBlocks blocks =
+      PlanWeightBlocks(p.m, p.n, p.k, sizeof(float), block_columns, /*blas=*/false);
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wb,
+                      internal::Allocate<float>(blocks.padded_columns * p.k));
+  for (int64_t b = 0; b < blocks.count; ++b) {
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+    const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
+    WidenWeightBlock(*q.weight, p.layout, j0, nb, nb, wb.get());
+    TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(x, wb.get(), p.layout, p.m, nb, p.k,
+                                                   /*ldw=*/nb, FastAccumModel{}, threads, c + j0,
+                                                   /*ldc=*/p.n, stop));
+  }
+  return acc;
+}
+
+absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
                                   int64_t block_columns, const StopSignal* stop) {
   const Tensor& weight = *p.weight;
   switch (a.kind) {
+    case Arithmetic::kFp8:
+      return absl::InternalError("FP8 arithmetic goes through AccumulateFp8");
     case Arithmetic::kFp64: {
       std::unique_ptr<double[]> x_owned;
       TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
@@ -395,6 +508,54 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
   return absl::InternalError("unknown arithmetic");
 }
 
+// The dequantisation of an FP8 accumulator, in place, before the
+// epilogue: per tensor acc * fl32(sx * sw) (cuBLASLt folds the two scales
+// into alpha), row-wise (acc * sx[i]) * sw[j]; each product rounded to the
+// accumulator's type (docs/numerics.md, "FP8").
+template <typename T>
+void ApplyScales(const Scales& s, int64_t m, int64_t n, T* acc) {
+  const bool per_tensor = s.input.size() == 1 && s.weight.size() == 1;
+  if (per_tensor) {
+    const T alpha = static_cast<T>(s.input[0]) * static_cast<T>(s.weight[0]);
+    for (int64_t i = 0; i < m * n; ++i) acc[i] *= alpha;
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const T sx = static_cast<T>(s.input.size() == 1 ? s.input[0] : s.input[static_cast<size_t>(i)]);
+    for (int64_t j = 0; j < n; ++j) {
+      const T sw =
+          static_cast<T>(s.weight.size() == 1 ? s.weight[0] : s.weight[static_cast<size_t>(j)]);
+      acc[i * n + j] = (acc[i * n + j] * sx) * sw;
+    }
+  }
+}
+
+void ApplyScales(const Scales& s, const LinearProblem& p, Tensor* acc) {
+  if (s.empty()) return;
+  if (acc->dtype() == DType::kFloat64) {
+    ApplyScales(s, p.m, p.n, acc->data<double>());
+  } else {
+    ApplyScales(s, p.m, p.n, acc->data<float>());
+  }
+}
+
+// x.W^T of `a`, dequantised: what the epilogue starts from.
+absl::StatusOr<Tensor> ScaledAccumulate(const LinearProblem& p, Arithmetic a, int threads,
+                                        int64_t block_columns, const StopSignal* stop) {
+  Scales scales;
+  absl::StatusOr<Tensor> acc = a.kind == Arithmetic::kFp8
+                                   ? AccumulateFp8(p, a, threads, block_columns, stop, &scales)
+                                   : Accumulate(p, a, threads, block_columns, stop);
+  if (!acc.ok()) return acc.status();
+  // The fp64 reference of FP8 operands: the dequantised layer.
+  if (a.kind == Arithmetic::kFp64 && IsFp8(p.input->dtype())) {
+    scales.input = ScaleValues(p.input_scale);
+    scales.weight = ScaleValues(p.weight_scale);
+  }
+  ApplyScales(scales, p, &*acc);
+  return acc;
+}
+
 // The bias, activation and output rounding of `config` applied to `acc`.
 // With `in_place` and an output stored like the accumulator, the
 // epilogue overwrites `acc` and returns it (no second buffer).
@@ -438,6 +599,17 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
   if (info.tf32_rounding.has_value()) {
     details["tf32_rounding"] = std::string(Tf32RoundingName(*info.tf32_rounding));
   }
+  if (IsFp8(config.precision)) {
+    details["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
+    if (config.fast_accum) {
+      const FastAccumModel model;
+      details["accumulation"] =
+          absl::StrCat("fast (model: ", model.accumulator_bits, " fraction bits, groups of ",
+                       model.group, ", truncating)");
+    } else {
+      details["accumulation"] = "fp32 (split accumulator)";
+    }
+  }
   return details;
 }
 
@@ -451,10 +623,10 @@ int CpuBackend::threads() const {
 absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem, const Config& config,
                                           const RunOptions& options) {
   TC_RETURN_IF_ERROR(CheckProblem(problem));
-  const Arithmetic arithmetic = ArithmeticOf(problem, config.precision);
+  const Arithmetic arithmetic = ArithmeticOf(problem, config);
   auto run_once = [&]() -> absl::StatusOr<Tensor> {
-    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(problem, arithmetic, threads(),
-                                               options_.weight_block_columns, options.stop));
+    TC_ASSIGN_OR_RETURN(Tensor acc, ScaledAccumulate(problem, arithmetic, threads(),
+                                                     options_.weight_block_columns, options.stop));
     return Finish(problem, config, acc, /*in_place=*/true);
   };
   RunResult result;
@@ -484,14 +656,16 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
     std::vector<size_t> members;
   };
   std::vector<Group> groups;
-  // ArithmeticOf may scan the operands (ValuesExactIn): once per precision,
-  // not once per configuration (fused, unfused and the reference share one).
-  std::map<Precision, Arithmetic> arithmetic_of;
+  // ArithmeticOf may scan the operands (ValuesExactIn): once per precision
+  // and FP8 options, not once per configuration (fused, unfused and the
+  // reference share one).
+  std::map<std::tuple<Precision, Fp8Scaling, bool>, Arithmetic> arithmetic_of;
   for (size_t i = 0; i < configs.size(); ++i) {
-    const Precision p = configs[i].precision;
-    auto known = arithmetic_of.find(p);
+    const Config& c = configs[i];
+    const auto key = std::make_tuple(c.precision, c.scaling, c.fast_accum);
+    auto known = arithmetic_of.find(key);
     if (known == arithmetic_of.end())
-      known = arithmetic_of.emplace(p, ArithmeticOf(problem, p)).first;
+      known = arithmetic_of.emplace(key, ArithmeticOf(problem, c)).first;
     const Arithmetic a = known->second;
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const Group& g) { return g.arithmetic == a; });
@@ -504,8 +678,8 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vecto
   for (const Group& group : groups) {
     const std::vector<size_t>& members = group.members;
     const Config& first = configs[members.front()];
-    absl::StatusOr<Tensor> accumulated = Accumulate(problem, group.arithmetic, threads(),
-                                                    options_.weight_block_columns, options.stop);
+    absl::StatusOr<Tensor> accumulated = ScaledAccumulate(
+        problem, group.arithmetic, threads(), options_.weight_block_columns, options.stop);
     if (!accumulated.ok()) {
       return WithConfigContext(accumulated.status(), first);
     }

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -52,6 +53,13 @@ double RefRoundTo(DType d, double v) {
       return RefRound(v, kFp16Format);
     case DType::kBFloat16:
       return RefRound(v, kBf16Format);
+    case DType::kFloat8E4M3Fn:
+    case DType::kFloat8E5M2: {
+      const bool e4m3 = d == DType::kFloat8E4M3Fn;
+      const std::optional<int> b = ::tensorcheck::testing::RefFp8Nearest(v, e4m3);
+      return b ? ::tensorcheck::testing::RefFp8Value(*b, e4m3)
+               : std::numeric_limits<double>::quiet_NaN();
+    }
   }
   return v;
 }
@@ -313,6 +321,10 @@ int MantBits(DType d) {
       return 10;
     case DType::kBFloat16:
       return 7;
+    case DType::kFloat8E4M3Fn:
+      return 3;
+    case DType::kFloat8E5M2:
+      return 2;
   }
   return 52;
 }
@@ -373,12 +385,12 @@ std::string MatrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, CpuBackendMatrixTest,
-                         ::testing::Combine(::testing::ValuesIn(kAllPrecisions),
+                         ::testing::Combine(::testing::ValuesIn(kWidePrecisions),
                                             ::testing::Values(BiasMode::kNone, BiasMode::kFused,
                                                               BiasMode::kUnfused),
                                             ::testing::Values(Activation::kNone, Activation::kRelu,
                                                               Activation::kGeluTanh),
-                                            ::testing::ValuesIn(kAllDTypes)),
+                                            ::testing::ValuesIn(kWideDTypes)),
                          MatrixName);
 
 // ---- RunBatch: one GEMM per arithmetic, every output as Run's.
@@ -413,7 +425,7 @@ TEST(CpuBackendBatchTest, EveryOutputMatchesTheIndependentReference) {
       SCOPED_TRACE(absl::StrCat(DTypeName(out), " ", ActivationName(act)));
       auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, act, out);
       std::vector<Config> configs;
-      for (Precision p : kAllPrecisions) {
+      for (Precision p : kWidePrecisions) {
         for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
           configs.push_back(Cfg(p, mode));
         }
@@ -525,7 +537,7 @@ TEST(CpuBackendTest, EveryStorageDtypeIsReadExactly) {
   const Layer l = MakeLayer(/*m=*/3, /*n=*/4, /*k=*/8, /*with_bias=*/true,
                             /*nudge=*/false, /*seed=*/13);
   auto cpu = NewBackend();
-  for (DType storage : kAllDTypes) {
+  for (DType storage : kWideDTypes) {
     for (DType bias_storage : {DType::kFloat64, DType::kFloat32}) {
       for (Precision p : {Precision::kFp64, Precision::kFp32, Precision::kBf16}) {
         SCOPED_TRACE(absl::StrCat(DTypeName(storage), " bias ", DTypeName(bias_storage), " ",
@@ -900,7 +912,7 @@ TEST(CpuBackendTest, RepeatThreeIsDeterministic) {
   auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kGeluTanh, DType::kBFloat16);
   RunOptions opts;
   opts.repeat = 3;
-  for (Precision p : kAllPrecisions) {
+  for (Precision p : kWidePrecisions) {
     SCOPED_TRACE(PrecisionName(p));
     RunResult once = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused));
     RunResult thrice = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kFused), opts);
@@ -1058,6 +1070,8 @@ Layer StoredNormalLayer(DType storage, int64_t m, int64_t n, int64_t k, double s
     case DType::kFloat16:
       return NormalLayer(m, n, k, stddev, kFp16Format, seed, bias);
     case DType::kFloat64:
+    case DType::kFloat8E4M3Fn:  // not a storage these layers are drawn in
+    case DType::kFloat8E5M2:
       break;
   }
   std::mt19937 rng(seed);
@@ -1112,7 +1126,7 @@ TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
     EXPECT_EQ(PlanWeightBlocks(shape.m, shape.n, shape.k, sizeof(float), kUnblocked).count, 1);
     for (const bool bias : {false, true}) {
       std::vector<Config> configs;
-      for (Precision p : kAllPrecisions) {
+      for (Precision p : kWidePrecisions) {
         if (bias) {
           configs.push_back(Cfg(p, BiasMode::kFused));
           configs.push_back(Cfg(p, BiasMode::kUnfused));
@@ -1120,7 +1134,7 @@ TEST(CpuBackendBlocksTest, TinyBlocksGiveTheUnblockedOutputBitForBit) {
           configs.push_back(Cfg(p, BiasMode::kNone));
         }
       }
-      for (DType storage : kAllDTypes) {
+      for (DType storage : kWideDTypes) {
         const Layer l = StoredNormalLayer(storage, shape.m, shape.n, shape.k, 0.5,
                                           static_cast<uint32_t>(shape.n + bias), bias);
         for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {

@@ -571,7 +571,7 @@ absl::StatusOr<Tensor> CudaSession::Download(ArrayRef array) {
 namespace {
 
 bool KnownDType(DType d) {
-  return std::find(std::begin(kAllDTypes), std::end(kAllDTypes), d) != std::end(kAllDTypes);
+  return std::find(std::begin(kWideDTypes), std::end(kWideDTypes), d) != std::end(kWideDTypes);
 }
 
 absl::Status CheckCompared(DType compared, absl::string_view what) {

@@ -30,6 +30,9 @@ int Preference(const DiagnosisCandidate& candidate, DType storage) {
         return p == Precision::kFp16;
       case DType::kBFloat16:
         return p == Precision::kBf16;
+      case DType::kFloat8E4M3Fn:
+      case DType::kFloat8E5M2:
+        return IsFp8(p);
     }
     return false;
   };

@@ -16,11 +16,15 @@
 #include <vector>
 
 #include "server/backends/cpu/internal/allocate.h"
+#include "server/backends/cpu/internal/split_rows.h"
 #include "server/core/float_formats.h"
 #include "server/core/status_macros.h"
 
 namespace tensorcheck::internal {
 namespace {
+
+// fp16acc's slices: about 30 ms of the AVX2 kernel on one core.
+constexpr int64_t kFp16AccSliceMacs = int64_t{1} << 27;
 
 // ---- fp16acc
 
@@ -394,51 +398,6 @@ bool UseFp16AccAvx2() {
 #undef TC_AVX2_TARGET
 #endif  // x86-64 GCC/Clang
 
-// Runs rows(begin, end) over [0, m), split across up to `threads` threads
-// by rows.
-template <typename Rows>
-void SplitRows(int64_t m, int64_t n, int64_t k, int threads, Rows rows) {
-  const int64_t work = m * n * std::max<int64_t>(k, 1);
-  int64_t parts = std::min<int64_t>(threads, m);
-  if (work < (int64_t{1} << 20)) parts = 1;
-  if (parts <= 1) {
-    rows(int64_t{0}, m);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(parts));
-  int64_t next = 0;
-  for (int64_t t = 0; t < parts; ++t) {
-    const int64_t begin = m * t / parts;
-    const int64_t end = m * (t + 1) / parts;
-    try {
-      pool.emplace_back(rows, begin, end);
-    } catch (const std::system_error&) {
-      break;  // No thread to be had: the rest runs on this one.
-    }
-    next = end;
-  }
-  rows(next, m);
-  for (auto& th : pool) th.join();
-}
-
-// Rows [begin, end) in slices of about kFp16AccSliceMacs multiply-adds
-// (rows are independent: slicing changes no bit), checking `stop` before
-// each. False when it fired.
-template <typename Rows>
-bool RowsInSlices(int64_t begin, int64_t end, int64_t n, int64_t k, const StopSignal* stop,
-                  Rows rows) {
-  // About 30 ms of the AVX2 kernel on one core.
-  constexpr int64_t kFp16AccSliceMacs = int64_t{1} << 27;
-  const int64_t per_row = std::max<int64_t>(1, n * std::max<int64_t>(k, 1));
-  const int64_t slice = std::max<int64_t>(1, kFp16AccSliceMacs / per_row);
-  for (int64_t r = begin; r < end; r += slice) {
-    if (stop != nullptr && stop->stop_requested()) return false;
-    rows(r, std::min(end, r + slice));
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
@@ -460,7 +419,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
     const float* wp = wpack.get();
     const double* wm = wmax.get();
     SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
-      RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
+      RowsInSlices(begin, end, n, k, kFp16AccSliceMacs, stop, [=](int64_t b, int64_t e) {
         Fp16AccumulateRowsAvx2(x, wp, wm, b, e, n, k, acc, ldc, stop);
       });
     });
@@ -468,7 +427,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
   }
 #endif
   SplitRows(m, n, k, threads, [=](int64_t begin, int64_t end) {
-    RowsInSlices(begin, end, n, k, stop, [=](int64_t b, int64_t e) {
+    RowsInSlices(begin, end, n, k, kFp16AccSliceMacs, stop, [=](int64_t b, int64_t e) {
       Fp16AccumulateRowsScalar(x, w, layout, b, e, n, k, acc, ldc);
     });
   });

@@ -1,0 +1,29 @@
+// FP8 fast accumulation on the CPU: every output element's dot product
+// under FastAccumModel (server/core/fp8_scaling.h), k ascending.
+//
+//   TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(x, w, WeightLayout::kOutIn, m, nb, k,
+//                                                  FastAccumModel{}, threads, c + j0,
+//                                                  /*ldc=*/n, stop));
+//
+// x [m, k] and w ([nb, k] or [k, ldw]) hold FP8 values (unscaled) as
+// floats; acc[i * ldc + j] gets the model's sums. Rows are split over
+// `threads` threads and worked through in slices, checking `stop` before
+// each; a stop returns its status.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/core/fp8_scaling.h"
+#include "server/core/linear_config.h"
+#include "server/core/stop_signal.h"
+
+namespace tensorcheck::internal {
+
+// `ldw`: the distance between w's rows for kInOut ([k, ldw], columns
+// 0..nb-1 used); ignored for kOutIn ([nb, k]).
+absl::Status Fp8FastAccumulate(const float* x, const float* w, WeightLayout layout, int64_t m,
+                               int64_t nb, int64_t k, int64_t ldw, const FastAccumModel& model,
+                               int threads, float* acc, int64_t ldc, const StopSignal* stop);
+
+}  // namespace tensorcheck::internal

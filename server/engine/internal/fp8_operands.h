@@ -1,0 +1,47 @@
+// The FP8 rules of a request (docs/numerics.md, "FP8"), checked before
+// anything runs: which operands are FP8, what their scales say, and which
+// configurations can multiply them.
+//
+//   TC_ASSIGN_OR_RETURN(Fp8Request fp8, CheckFp8Operands(req, m, n));
+//   ... ResolveConfig(spec, ..., fp8.scaling) ...
+//   TC_RETURN_IF_ERROR(CheckFp8Config(config, fp8, req, "configs[0]", spec_text));
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/linear_config.h"
+#include "server/engine/engine.h"
+
+namespace tensorcheck {
+
+struct Fp8Request {
+  // Input and weight are FP8 (with scales); otherwise both are wide.
+  bool fp8_operands = false;
+  // What the scales' shapes say; kTensor without scales.
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  // One row and one output feature: single scales fit either recipe, and
+  // a configuration's `scaling` option decides.
+  bool either_scaling = false;
+};
+
+// INVALID_ARGUMENT naming the field: one operand FP8 and the other not;
+// wide operands of different dtypes; scales missing with FP8 operands or
+// present without them, not float32, or shaped for neither recipe (both
+// per tensor, [] or [1]; or both row-wise, input [M] or [M, 1] and weight
+// [N], [N, 1] or [1, N]); an FP8 bias, observed or output dtype.
+absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, int64_t m, int64_t n);
+
+// INVALID_ARGUMENT naming `field`: with FP8 operands, a configuration
+// other than fp64 or the fp8 precision of their formats, or one whose
+// scaling the scales do not have.
+absl::Status CheckFp8Config(const Config& config, const Fp8Request& fp8, const LinearRequest& req,
+                            absl::string_view field, absl::string_view spec_text);
+
+// The fp8 precision that multiplies these FP8 dtypes (none for a pair no
+// precision has).
+std::optional<Precision> Fp8PrecisionOf(DType input, DType weight);
+
+}  // namespace tensorcheck
