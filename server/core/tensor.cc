@@ -168,67 +168,60 @@ absl::Status Tensor::Reshape(std::vector<int64_t> shape) {
   return absl::OkStatus();
 }
 
-void ToDouble(const Tensor& t, double* out) {
-  const int64_t n = t.numel();
+namespace {
+
+// Elements [begin, begin + count) of `t`, widened into T: every dtype's
+// decoding, written once.
+template <typename T>
+void Widen(const Tensor& t, int64_t begin, int64_t count, T* out) {
   switch (t.dtype()) {
-    case DType::kFloat64:
-      std::memcpy(out, t.raw(), t.nbytes());
+    case DType::kFloat64: {
+      const double* p = t.data<double>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(p[i]);
       return;
+    }
     case DType::kFloat32: {
-      const float* p = t.data<float>();
-      for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+      const float* p = t.data<float>() + begin;
+      if constexpr (std::is_same_v<T, float>) {
+        if (count > 0) std::memcpy(out, p, static_cast<size_t>(count) * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < count; ++i) out[i] = p[i];
+      }
       return;
     }
     case DType::kFloat16: {
-      const uint16_t* p = t.data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp16BitsToFloat(p[i]);
+      const uint16_t* p = t.data<uint16_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Fp16BitsToFloat(p[i]);
       return;
     }
     case DType::kBFloat16: {
-      const uint16_t* p = t.data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
+      const uint16_t* p = t.data<uint16_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Bf16BitsToFloat(p[i]);
       return;
     }
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2: {
       const Fp8Format format = *Fp8FormatOf(t.dtype());
-      const uint8_t* p = t.data<uint8_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp8BitsToFloat(p[i], format);
+      const uint8_t* p = t.data<uint8_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = Fp8BitsToFloat(p[i], format);
       return;
     }
   }
 }
 
-void ToFloat(const Tensor& t, float* out) {
-  const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case DType::kFloat64: {
-      const double* p = t.data<double>();
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
-      return;
-    }
-    case DType::kFloat32:
-      std::memcpy(out, t.raw(), t.nbytes());
-      return;
-    case DType::kFloat16: {
-      const uint16_t* p = t.data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp16BitsToFloat(p[i]);
-      return;
-    }
-    case DType::kBFloat16: {
-      const uint16_t* p = t.data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(p[i]);
-      return;
-    }
-    case DType::kFloat8E4M3Fn:
-    case DType::kFloat8E5M2: {
-      const Fp8Format format = *Fp8FormatOf(t.dtype());
-      const uint8_t* p = t.data<uint8_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = Fp8BitsToFloat(p[i], format);
-      return;
-    }
-  }
+}  // namespace
+
+void WidenRange(const Tensor& t, int64_t begin, int64_t count, double* out) {
+  Widen(t, begin, count, out);
 }
+
+void WidenRange(const Tensor& t, int64_t begin, int64_t count, float* out) {
+  Widen(t, begin, count, out);
+}
+
+void ToDouble(const Tensor& t, double* out) { Widen(t, 0, t.numel(), out); }
+
+void ToFloat(const Tensor& t, float* out) { Widen(t, 0, t.numel(), out); }
 
 namespace {
 

@@ -119,6 +119,10 @@ class Tensor {
 void ToDouble(const Tensor& t, double* out);
 // Widens into float: exact for fp32/fp16/bf16/fp8; fp64 is rounded to nearest.
 void ToFloat(const Tensor& t, float* out);
+// The same for elements [begin, begin + count) only (a block of a weight,
+// a chunk of a comparison).
+void WidenRange(const Tensor& t, int64_t begin, int64_t count, double* out);
+void WidenRange(const Tensor& t, int64_t begin, int64_t count, float* out);
 
 // Stores `values` into a new tensor of `dtype`, rounding each once to
 // nearest even.

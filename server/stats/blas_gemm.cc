@@ -57,45 +57,6 @@ absl::Status GemmBlock(const T* x, const T* w_block, WeightLayout layout, int64_
   return absl::OkStatus();
 }
 
-// `count` elements of t from element `begin` on, widened as ToFloat /
-// ToDouble widen them.
-template <typename T>
-void WidenRange(const Tensor& t, int64_t begin, int64_t count, T* out) {
-  switch (t.dtype()) {
-    case DType::kFloat64: {
-      const double* p = t.data<double>() + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(p[i]);
-      return;
-    }
-    case DType::kFloat32: {
-      const float* p = t.data<float>() + begin;
-      if constexpr (std::is_same_v<T, float>) {
-        std::memcpy(out, p, static_cast<size_t>(count) * sizeof(float));
-      } else {
-        for (int64_t i = 0; i < count; ++i) out[i] = p[i];
-      }
-      return;
-    }
-    case DType::kFloat16: {
-      const uint16_t* p = t.data<uint16_t>() + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] = Fp16BitsToFloat(p[i]);
-      return;
-    }
-    case DType::kBFloat16: {
-      const uint16_t* p = t.data<uint16_t>() + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] = Bf16BitsToFloat(p[i]);
-      return;
-    }
-    case DType::kFloat8E4M3Fn:
-    case DType::kFloat8E5M2: {
-      const Fp8Format format = *Fp8FormatOf(t.dtype());
-      const uint8_t* p = t.data<uint8_t>() + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] = Fp8BitsToFloat(p[i], format);
-      return;
-    }
-  }
-}
-
 template <typename T>
 void WidenBlock(const Tensor& weight, WeightLayout layout, int64_t j0, int64_t nb, int64_t padded,
                 T* out) {

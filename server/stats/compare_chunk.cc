@@ -12,37 +12,6 @@
 namespace tensorcheck::internal {
 namespace {
 
-// Widens elements [start, start + n) of `t` to double.
-void Decode(const Tensor& t, int64_t start, int64_t n, double* out) {
-  switch (t.dtype()) {
-    case DType::kFloat64:
-      std::memcpy(out, t.data<double>() + start, n * sizeof(double));
-      return;
-    case DType::kFloat32: {
-      const float* p = t.data<float>() + start;
-      for (int64_t j = 0; j < n; ++j) out[j] = p[j];
-      return;
-    }
-    case DType::kFloat16: {
-      const uint16_t* p = t.data<uint16_t>() + start;
-      for (int64_t j = 0; j < n; ++j) out[j] = Fp16BitsToFloat(p[j]);
-      return;
-    }
-    case DType::kBFloat16: {
-      const uint16_t* p = t.data<uint16_t>() + start;
-      for (int64_t j = 0; j < n; ++j) out[j] = Bf16BitsToFloat(p[j]);
-      return;
-    }
-    case DType::kFloat8E4M3Fn:
-    case DType::kFloat8E5M2: {
-      const Fp8Format format = *Fp8FormatOf(t.dtype());
-      const uint8_t* p = t.data<uint8_t>() + start;
-      for (int64_t j = 0; j < n; ++j) out[j] = Fp8BitsToFloat(p[j], format);
-      return;
-    }
-  }
-}
-
 // Bit patterns in `cmp` of elements [start, start + n) of `t`, whose
 // widened values are `v`. Storage in `cmp` itself is read as is.
 void ToBits(const Tensor& t, int64_t start, int64_t n, const double* v, DType cmp, uint64_t* out) {
@@ -132,8 +101,8 @@ void RunChunk(const CompareContext& sh, int64_t first_block, int64_t last_block,
         continue;
       }
     }
-    Decode(*sh.actual, start, n, va.data());
-    Decode(*sh.expected, start, n, ve.data());
+    WidenRange(*sh.actual, start, n, va.data());
+    WidenRange(*sh.expected, start, n, ve.data());
     ToBits(*sh.actual, start, n, va.data(), opt.compared_dtype, ba.data());
     ToBits(*sh.expected, start, n, ve.data(), opt.compared_dtype, be.data());
     if (!fp32_in_place && !slow_only) {
