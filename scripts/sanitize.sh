@@ -59,7 +59,10 @@ run_asan() {
 
   # abort_on_error: a report fails the test. allocator_may_return_null: the
   # test of an impossible allocation sees the null it checks for.
+  # tests/lsan.supp: leaks inside Debian's libraries (c-ares), each with
+  # its reason.
   export ASAN_OPTIONS=abort_on_error=1:allocator_may_return_null=1:detect_leaks=1
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp"
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   echo "== ASan + UBSan: ctest (excluded: DiagnosisOrdersTest, full size)"
   ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j "$(nproc)" \
@@ -74,7 +77,7 @@ run_asan() {
     TENSORCHECK_CLI_BIN="$ROOT/$ASAN_BUILD_DIR/client/cli/tensorcheck" \
     .venv/bin/python -m pytest -q -rs tests/e2e client/python/tests || failed+=("asan pytest")
   lap "ASan pytest"
-  unset ASAN_OPTIONS UBSAN_OPTIONS
+  unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 }
 
 # The concurrency tests, by ctest name (gtest Suite.Test): the live
