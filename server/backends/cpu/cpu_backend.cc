@@ -336,10 +336,9 @@ struct Arithmetic {
 Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
   const Precision precision = config.precision;
   if (IsFp8(precision)) {
-    Arithmetic a{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
-    // FP8 operands' scales are the request's whatever the scaling says.
-    if (IsFp8(p.input->dtype())) a.scaling = Fp8Scaling::kTensor;
-    return a;
+    // FP8 operands bring their scales; the scaling still says how they are
+    // applied (single scales of a 1 x 1 layer fit either recipe).
+    return Arithmetic{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
   }
   switch (precision) {
     case Precision::kFp64:
@@ -364,6 +363,7 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
 // operands).
 struct Scales {
   std::vector<float> input, weight;
+  bool row_wise = false;
   bool empty() const { return input.empty(); }
 };
 
@@ -397,6 +397,7 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
   const Fp8Operands formats = Fp8OperandsOf(a.rounding);
   LinearProblem q = p;
   std::optional<Fp8Quantized> qx, qw;
+  scales->row_wise = a.scaling == Fp8Scaling::kRow;
   if (IsFp8(p.input->dtype())) {
     scales->input = ScaleValues(p.input_scale);
     scales->weight = ScaleValues(p.weight_scale);
@@ -514,8 +515,7 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
 // accumulator's type (docs/numerics.md, "FP8").
 template <typename T>
 void ApplyScales(const Scales& s, int64_t m, int64_t n, T* acc) {
-  const bool per_tensor = s.input.size() == 1 && s.weight.size() == 1;
-  if (per_tensor) {
+  if (!s.row_wise) {
     const T alpha = static_cast<T>(s.input[0]) * static_cast<T>(s.weight[0]);
     for (int64_t i = 0; i < m * n; ++i) acc[i] *= alpha;
     return;
@@ -551,6 +551,7 @@ absl::StatusOr<Tensor> ScaledAccumulate(const LinearProblem& p, Arithmetic a, in
   if (a.kind == Arithmetic::kFp64 && IsFp8(p.input->dtype())) {
     scales.input = ScaleValues(p.input_scale);
     scales.weight = ScaleValues(p.weight_scale);
+    scales.row_wise = scales.input.size() > 1 || scales.weight.size() > 1;
   }
   ApplyScales(scales, p, &*acc);
   return acc;

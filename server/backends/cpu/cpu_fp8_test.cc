@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -134,6 +135,32 @@ TEST(CpuFp8Test, SplitAccumulatorIsExactAndScalesFollowTheRecipeOrder) {
       }
     }
     EXPECT_EQ(r->details.at("accumulation"), "fp32 (split accumulator)");
+  }
+}
+
+// A 1 x 1 layer's single scales fit either recipe, and the configuration's
+// scaling decides the order. Hand-derived with acc = 1.5 * 2 = 3 and
+// s = 1 + 2^-23 for both: per tensor fl32(s * s) = 1 + 2^-22 and
+// 3 (1 + 2^-22) = 3 + 3 * 2^-22 exactly; row-wise 3 s = 3 + 1.5 * 2^-22
+// ties to 3 + 2^-21, times s is 3 + 3.5 * 2^-22 + 2^-44, rounded to
+// 3 + 2^-20.
+TEST(CpuFp8Test, TheScalingOfTheConfigurationOrdersTheScaleProducts) {
+  auto cpu = NewBackend();
+  const float s = 1.0f + 0x1p-23f;
+  Fp8Layer l{1,
+             1,
+             1,
+             Bytes(DType::kFloat8E4M3Fn, {1, 1}, {0x3c}),
+             Bytes(DType::kFloat8E4M3Fn, {1, 1}, {0x40}),
+             Scale({s}),
+             Scale({s}),
+             {}};
+  for (const auto& [scaling, want] : {std::pair{Fp8Scaling::kTensor, 3.0 + 3 * 0x1p-22},
+                                      std::pair{Fp8Scaling::kRow, 3.0 + 0x1p-20}}) {
+    auto r = cpu->Run(l.problem(DType::kFloat32),
+                      Fp8Cfg(Precision::kFp8E4M3, BiasMode::kNone, scaling, false), {});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->output.GetDouble(0), want) << Fp8ScalingName(scaling);
   }
 }
 
