@@ -33,15 +33,16 @@ struct LinearProblem {
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
   WeightLayout layout = WeightLayout::kOutIn;
   const Tensor* bias = nullptr;  // nullptr or [n]
-  // FP8 operands' dequantisation scales, float32: 1 element (per tensor)
-  // or m and n (row-wise); null with wide operands.
-  const Tensor* input_scale = nullptr;
-  const Tensor* weight_scale = nullptr;
   Activation activation = Activation::kNone;
   DType output_dtype = DType::kFloat32;
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;
+  // FP8 operands' dequantisation scales, float32: 1 element (per tensor)
+  // or m and n (row-wise); null with wide operands. Last, so that the
+  // positional initialisations of the fields above stay valid.
+  const Tensor* input_scale = nullptr;
+  const Tensor* weight_scale = nullptr;
 };
 
 struct RunOptions {

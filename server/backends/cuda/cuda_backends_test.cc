@@ -163,6 +163,10 @@ double UnitRoundoff(DType d) {
       return 0x1p-11;
     case DType::kBFloat16:
       return 0x1p-8;
+    case DType::kFloat8E4M3Fn:  // not an output dtype
+      return 0x1p-4;
+    case DType::kFloat8E5M2:
+      return 0x1p-3;
   }
   return 0;
 }
@@ -191,6 +195,12 @@ double Bound(Precision p, DType storage, DType out, int64_t k, Activation act, c
     case Precision::kFp16:
     case Precision::kFp16Acc:
       u_in = 0x1p-11;
+      break;
+    case Precision::kFp8E4M3:  // the CUDA backends run no fp8 configuration
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      u_in = 0x1p-3;
       break;
   }
   const double u_acc = p == Precision::kFp64      ? 0x1p-53
