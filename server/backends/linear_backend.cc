@@ -27,7 +27,19 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
                                                       ": backend '", name(), "' does not accept ",
                                                       DTypeName(storage), " inputs"));
   }
+  if (config.algo.value_or(0) != 0 && !selects_algorithms()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' runs one algorithm per configuration; algo=0 is the only one"));
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AlgorithmInfo>> LinearBackend::Algorithms(
+    const LinearProblem& /*problem*/, const Config& /*config*/, const RunOptions& /*options*/,
+    int limit) {
+  if (limit < 1) return std::vector<AlgorithmInfo>{};
+  return std::vector<AlgorithmInfo>{AlgorithmInfo{0, {{"algo", std::string(name())}}}};
 }
 
 absl::Status WithConfigContext(const absl::Status& status, const Config& config) {

@@ -67,6 +67,15 @@ struct RunResult {
   std::string shared_computation;
 };
 
+// One algorithm (kernel) a backend can run a problem with.
+struct AlgorithmInfo {
+  int index = 0;  // what a configuration's `algo=N` names
+  // What the library tells of it, in RunResult::details' keys: "algo" (the
+  // library's algorithm id), "algo_tile", "algo_splitk",
+  // "algo_reduction_scheme", "algo_workspace_bytes", ...
+  std::map<std::string, std::string> details;
+};
+
 // `status` with "configuration <config>: " before its message (code and
 // payloads kept): how a failure names the configuration it came from.
 absl::Status WithConfigContext(const absl::Status& status, const Config& config);
@@ -130,8 +139,26 @@ class LinearBackend {
   virtual ComputeDevice* compute_device() { return nullptr; }
 
   // OK when `config` with inputs stored as `storage` can run; otherwise
-  // FAILED_PRECONDITION (unsupported here) naming the configuration.
+  // FAILED_PRECONDITION (unsupported here) naming the configuration. The
+  // default refuses an `algo` other than 0 unless selects_algorithms().
   virtual absl::Status Supports(const Config& config, DType storage) const;
+
+  // Whether configurations may pick among several algorithms (`algo=N`).
+  // A backend that says no runs one algorithm per configuration (the CPU
+  // emulation: one summation order per precision).
+  virtual bool selects_algorithms() const { return false; }
+
+  // The algorithms `config` (its own `algo` ignored) can run `problem`
+  // with, at most `limit`, in the backend's order of preference for this
+  // problem: what `algo=N` runs is entry N, and entry 0 is what the
+  // backend runs when the configuration names no algorithm (so it may
+  // change with the problem's shape, as a library's heuristic does). The
+  // default is the one algorithm of a backend that does not select.
+  // Errors as Run's; FAILED_PRECONDITION when no algorithm runs `problem`.
+  virtual absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
+                                                                const Config& config,
+                                                                const RunOptions& options,
+                                                                int limit);
 
   // Runs the layer. `problem` has been validated (shapes consistent, dtypes
   // supported). Errors: RESOURCE_EXHAUSTED (memory), INTERNAL (device).

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -206,21 +207,32 @@ bool ValuesExactIn(Precision p, const Tensor& t) {
 
 namespace {
 
-// Applies the `@` options of `spec` (already split off) to `out`.
+// Applies the `@` options of `spec` (already split off) to `out`:
+// `algo=N` for any precision, `scaling=...` and `fast_accum` for the fp8
+// ones.
 absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spec,
                                 absl::string_view field, ConfigSpec* out) {
   auto error = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(field, " '", spec, "': ", what));
   };
-  if (!IsFp8(out->precision)) {
-    return error(absl::StrCat("options after '@' apply to the fp8 precisions only, not ",
-                              PrecisionName(out->precision)));
-  }
   bool seen_scaling = false, seen_fast = false;
   for (absl::string_view option : absl::StrSplit(options, ',')) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(option, absl::MaxSplits('=', 1));
-    if (kv.first == "scaling" && !seen_scaling) {
+    const bool fp8_option = kv.first == "scaling" || kv.first == "fast_accum";
+    if (fp8_option && !IsFp8(out->precision)) {
+      return error(absl::StrCat("option '", kv.first, "' applies to the fp8 precisions only, not ",
+                                PrecisionName(out->precision)));
+    }
+    if (kv.first == "algo" && !out->algo.has_value()) {
+      int algo = -1;
+      if (!absl::SimpleAtoi(kv.second, &algo) || algo < 0 || algo > kMaxAlgorithmIndex ||
+          absl::StrCat(algo) != kv.second) {
+        return error(absl::StrCat("option '", option, "': algo=N expects an integer N from 0 to ",
+                                  kMaxAlgorithmIndex));
+      }
+      out->algo = algo;
+    } else if (kv.first == "scaling" && !seen_scaling) {
       auto scaling = ParseNamed(kv.second, kScalingNames, "scaling");
       if (!scaling.ok()) return error(scaling.status().message());
       out->scaling = *scaling;
@@ -230,7 +242,8 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
       seen_fast = true;
     } else {
       return error(absl::StrCat("unknown or repeated option '", option,
-                                "': expected scaling=tensor, scaling=row or fast_accum"));
+                                "': expected algo=N, or for the fp8 precisions scaling=tensor, "
+                                "scaling=row or fast_accum"));
     }
   }
   return absl::OkStatus();
@@ -248,7 +261,8 @@ absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_
     return absl::InvalidArgumentError(
         absl::StrCat(field,
                      ": 'backend:precision[:bias][@option,...]' expected (e.g. cpu:fp32, "
-                     "cublaslt:bf16:fused, cublaslt:fp8e4m3:fused@scaling=row), got '",
+                     "cublaslt:bf16:fused, cublaslt:fp8e4m3:fused@scaling=row, "
+                     "cublaslt:fp32:fused@algo=2), got '",
                      spec, "'"));
   }
   ConfigSpec out;
@@ -279,6 +293,7 @@ std::string Config::ToString() const {
   if (IsFp8(precision)) {
     absl::StrAppend(&s, "@scaling=", Fp8ScalingName(scaling), fast_accum ? ",fast_accum" : "");
   }
+  if (algo.has_value()) absl::StrAppend(&s, IsFp8(precision) ? "," : "@", "algo=", *algo);
   return s;
 }
 
@@ -291,6 +306,7 @@ Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activatio
     c.scaling = spec.scaling.value_or(request_scaling);
     c.fast_accum = spec.fast_accum;
   }
+  c.algo = spec.algo;
   // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric
   // at zero), so without a bias only GELU can tell the placements apart.
   const bool placement_matters = has_bias || activation == Activation::kGeluTanh;

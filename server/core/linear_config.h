@@ -131,10 +131,16 @@ bool StorageExactIn(Precision p, DType storage);
 // rounds).
 bool ValuesExactIn(Precision p, const Tensor& t);
 
+// The largest `algo=N` a configuration may name (backends offer fewer).
+inline constexpr int kMaxAlgorithmIndex = 1023;
+
 // A parsed `backend:precision[:bias][@option,...]` before the request is
-// known. Options (fp8 precisions only): `scaling=tensor|row`, `fast_accum`.
+// known. Options: `algo=N` (any precision: the backend's algorithm N,
+// LinearBackend::Algorithms), and for the fp8 precisions
+// `scaling=tensor|row` and `fast_accum`.
 //
 //   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
+//   ParseConfigSpec("cublaslt:fp32:fused@algo=3")
 struct ConfigSpec {
   std::string backend;
   Precision precision = Precision::kFp32;
@@ -144,6 +150,8 @@ struct ConfigSpec {
   // CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the partial
   // sums to fp32 (docs/numerics.md, "Fast accumulation").
   bool fast_accum = false;
+  // Unset: the backend's own choice (its algorithm 0).
+  std::optional<int> algo = std::nullopt;
 };
 
 // INVALID_ARGUMENT (naming `field` and the accepted forms) on a malformed
@@ -159,13 +167,17 @@ struct Config {
   // fp8 precisions only (kTensor and false otherwise).
   Fp8Scaling scaling = Fp8Scaling::kTensor;
   bool fast_accum = false;
+  // The backend's algorithm N (docs/numerics.md, "Algorithms"); unset: the
+  // backend's own choice for the problem, which may depend on its shape.
+  std::optional<int> algo = std::nullopt;
 
-  // Canonical `backend:precision:bias`, with `@scaling=...[,fast_accum]`
-  // for an fp8 precision.
+  // Canonical `backend:precision:bias`, then the options after one `@`:
+  // `scaling=...[,fast_accum]` for an fp8 precision and `algo=N` when set
+  // (`cublaslt:fp32:fused@algo=3`, `cpu:fp8e4m3:none@scaling=row,algo=0`).
   std::string ToString() const;
   bool operator==(const Config& o) const {
     return backend == o.backend && precision == o.precision && bias == o.bias &&
-           scaling == o.scaling && fast_accum == o.fast_accum;
+           scaling == o.scaling && fast_accum == o.fast_accum && algo == o.algo;
   }
 };
 

@@ -169,6 +169,42 @@ TEST(NamesTest, SpecRoundTripsThroughCanonicalForm) {
   }
 }
 
+TEST(ConfigAlgoTest, AlgoOptionParsesForAnyPrecisionAndRoundTrips) {
+  auto spec = ParseConfigSpec("cublaslt:fp32:fused@algo=3");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->algo, 3);
+  const Config c = ResolveConfig(*spec, /*has_bias=*/true, Activation::kNone, BiasMode::kUnfused);
+  EXPECT_EQ(c.ToString(), "cublaslt:fp32:fused@algo=3");
+  // With the fp8 options, algo comes last after the one '@'.
+  auto fp8 = ParseConfigSpec("cublaslt:fp8e4m3@algo=0,scaling=row");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  const Config c8 = ResolveConfig(*fp8, false, Activation::kNone, BiasMode::kFused);
+  EXPECT_EQ(c8.ToString(), "cublaslt:fp8e4m3:none@scaling=row,algo=0");
+  EXPECT_EQ(Resolve(c.ToString(), true, Activation::kNone), c);
+  EXPECT_EQ(Resolve(c8.ToString(), false, Activation::kNone), c8);
+  // Unset and algo=0 are different configurations: the backend's choice
+  // may depend on the shape; algo=0 names its first algorithm.
+  Config unset = c;
+  unset.algo.reset();
+  EXPECT_FALSE(unset == c);
+  EXPECT_EQ(unset.ToString(), "cublaslt:fp32:fused");
+}
+
+TEST(ConfigAlgoTest, BadAlgoValuesAreInvalidArgumentNamingTheFieldAndTheForm) {
+  for (const char* bad : {"cpu:fp32@algo=", "cpu:fp32@algo=-1", "cpu:fp32@algo=x",
+                          "cpu:fp32@algo=1024", "cpu:fp32@algo=01", "cpu:fp32@algo=1,algo=2",
+                          "cpu:fp32@algo=+1"}) {
+    auto spec = ParseConfigSpec(bad, "configs[2]");
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("configs[2]")) << bad;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("algo")) << bad;
+  }
+  auto fp8_only = ParseConfigSpec("cpu:fp32@scaling=row");
+  ASSERT_FALSE(fp8_only.ok());
+  EXPECT_THAT(std::string(fp8_only.status().message()), HasSubstr("fp8 precisions only"));
+}
+
 // ---- Precision facts
 
 TEST(PrecisionInfoTest, UnitRoundoffsFollowTheDesignTable) {
