@@ -32,6 +32,13 @@ using internal::TopGroups;
 // runner-up instead (the handful of elements left say little).
 constexpr double kLocalizeAgainstRunnerUp = 0.99;
 
+// The same arithmetic up to the kernel: precision, bias mode and FP8
+// options equal; backend and algorithm free.
+bool SameArithmetic(const Config& a, const Config& b) {
+  return a.precision == b.precision && a.bias == b.bias && a.scaling == b.scaling &&
+         a.fast_accum == b.fast_accum;
+}
+
 // One diagnosis, step by step (RankCandidates below reads as the list of
 // steps). Shared state between the steps is the struct's data; what is
 // read element by element comes from `evidence`.
@@ -65,6 +72,10 @@ struct Ranking {
   // the preferred class and separating it from the others ask for the
   // same pairs when the top class stays on top.
   std::map<std::pair<size_t, size_t>, double> paired_z;
+
+  // Bitwise equal to the observed output in every element: an exact
+  // reproduction (an algorithm sweep looks for the kernel that made it).
+  bool exact(const ClassScore& c) const { return c.counted == total && c.bitwise == total; }
 
   int preference_of(const ClassScore& c) const {
     return Preference(in.candidates[c.members[0]], in.storage_dtype);
@@ -178,6 +189,16 @@ struct Ranking {
         // Never a class plausible only by the floor over one plausible on
         // the evidence (see plausible_by_floor_only).
         if (classes[j].plausible_by_floor_only() && !classes[0].plausible_by_floor_only()) break;
+        // Never another kernel of the same arithmetic (another algorithm
+        // or backend) that only resembles the output over one that
+        // reproduces it. Across precisions the evidence decides: a coarse
+        // output (fp16) often matches a wider accumulation exactly by
+        // chance.
+        if (exact(classes[0]) && !exact(classes[j]) &&
+            SameArithmetic(in.candidates[classes[0].members[0]].config,
+                           in.candidates[classes[j].members[0]].config)) {
+          continue;
+        }
         TC_ASSIGN_OR_RETURN(const double z, ZAgainst(classes[0], classes[j]));
         if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
           chosen = j;
@@ -459,8 +480,6 @@ struct Ranking {
   // Every candidate, class by class in rank order, with the evidence on
   // it. `z[j]`: class j's paired sign test against best (NaN when not run).
   void EmitRanking(const std::string& best_name, const std::vector<double>& z) {
-    // Every candidate, class by class in rank order, with the evidence on it.
-    // `z[j]`: class j's paired sign test against best (NaN when not run).
     for (size_t j = 0; j < classes.size(); ++j) {
       const ClassScore& cls = classes[j];
       const std::string name = in.candidates[cls.members[0]].config.ToString();
@@ -486,6 +505,7 @@ struct Ranking {
         r.compared_elements = cls.counted;
         r.ruled_out = why;
         r.shared_computation = c.shared_computation;
+        r.exact = exact(cls);
         out.ranking.push_back(std::move(r));
       }
     }

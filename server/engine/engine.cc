@@ -29,6 +29,29 @@ Fp8Scaling ScalesScaling(const LinearRequest& req) {
   return row ? Fp8Scaling::kRow : Fp8Scaling::kTensor;
 }
 
+// The sub-batch sizes of a batch-invariance check: single rows and the
+// listed sizes (each 1..m), ascending, each once.
+absl::StatusOr<std::vector<int64_t>> BatchSizes(const std::vector<int64_t>& listed, int64_t m,
+                                                const RequestLimits& limits) {
+  if (static_cast<int>(listed.size()) > limits.max_batch_sizes) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_invariance.batch_sizes: at most ",
+                                                   limits.max_batch_sizes, " sizes expected, got ",
+                                                   listed.size()));
+  }
+  std::vector<int64_t> sizes = {1};
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (listed[i] < 1 || listed[i] > m) {
+      return InvalidFieldError(absl::StrCat("batch_invariance.batch_sizes[", i, "]"),
+                               absl::StrCat("1..", m, " (M, the rows of the input)"),
+                               absl::StrCat(listed[i]));
+    }
+    sizes.push_back(listed[i]);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
 // The output dtype of a request that names none: the input's, bf16 for
 // FP8 inputs (torch._scaled_mm's usual out_dtype).
 DType DefaultOutputDType(DType input) { return IsFp8(input) ? DType::kBFloat16 : input; }
@@ -284,6 +307,22 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
     plan.backends.push_back(b);
   }
 
+  plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
+  plan.run.disallow_reduced_precision_reduction = req.disallow_reduced_precision_reduction;
+  plan.run.stop = stop;
+  const RequestLimits& limits = options_.limits;
+  if (req.algorithm_sweep < 0 || req.algorithm_sweep > limits.max_algorithm_sweep) {
+    return InvalidFieldError("algorithm_sweep", absl::StrCat("0..", limits.max_algorithm_sweep),
+                             absl::StrCat(req.algorithm_sweep));
+  }
+  if (req.algorithm_sweep > 0) TC_RETURN_IF_ERROR(SweepAlgorithms(req, req.algorithm_sweep, &plan));
+  if (req.batch_invariance) {
+    TC_ASSIGN_OR_RETURN(plan.batch_sizes, BatchSizes(req.batch_sizes, plan.m, limits));
+  } else if (!req.batch_sizes.empty()) {
+    return absl::InvalidArgumentError(
+        "batch_invariance.batch_sizes: given without batch_invariance.enabled");
+  }
+
   plan.compare.tolerance = plan.tolerance;
   plan.compare.compared_dtype = plan.output_dtype;
   plan.compare.cols = plan.n;
@@ -291,25 +330,37 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
   plan.compare.top_groups = req.top_groups == 0 ? 5 : req.top_groups;
   plan.compare.executor = options_.executor;
   plan.compare.stop = stop;
-  plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
-  plan.run.disallow_reduced_precision_reduction = req.disallow_reduced_precision_reduction;
-  plan.run.stop = stop;
   TC_RETURN_IF_ERROR(CheckCost(plan, req, diagnose));
   return plan;
 }
 
 absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool diagnose) const {
   const RequestLimits& limits = options_.limits;
-  // Work: every run of every configuration, the reference's included.
-  const int64_t runs = static_cast<int64_t>(plan.configs.size() + 1) * plan.run.repeat;
+  // Work: every run of every configuration, the reference's included; a
+  // batch-invariance check runs each once more whole and once per
+  // sub-batch size (M rows in all).
+  const int64_t configs = static_cast<int64_t>(plan.configs.size() + 1);
+  const int64_t batch_runs = static_cast<int64_t>(plan.batch_sizes.size()) + 1;
+  const int64_t runs = configs * (plan.run.repeat + (plan.batch_sizes.empty() ? 0 : batch_runs));
   const int64_t macs = plan.m * plan.n * plan.k;  // <= max_macs, checked above
   if (macs > limits.max_work_macs / runs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "work: M*N*K = ", macs, " multiply-adds x ", plan.configs.size(),
+        " configurations (+ the reference) x ", plan.run.repeat, " repeats",
+        plan.batch_sizes.empty() ? "" : absl::StrCat(" (+ ", batch_runs, " batch-invariance runs)"),
+        " exceeds the limit of ", limits.max_work_macs,
+        " multiply-adds per request; ask for fewer configurations, repeats or batch sizes, "
+        "or split the layer"));
+  }
+  int64_t sub_batch_runs = 0;
+  for (const int64_t size : plan.batch_sizes) sub_batch_runs += (plan.m + size - 1) / size;
+  if (sub_batch_runs > limits.max_sub_batch_runs / configs) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("work: M*N*K = ", macs, " multiply-adds x ", plan.configs.size(),
-                     " configurations (+ the reference) x ", plan.run.repeat,
-                     " repeats exceeds the limit of ", limits.max_work_macs,
-                     " multiply-adds per request; ask for fewer configurations or "
-                     "repeats, or split the layer"));
+        absl::StrCat("batch_invariance: ", sub_batch_runs, " sub-batch runs per configuration x ",
+                     configs, " configurations (the reference's included) exceeds the limit of ",
+                     limits.max_sub_batch_runs,
+                     " runs per request; list larger batch sizes or fewer "
+                     "configurations, or send fewer rows"));
   }
   // The response: statistics, and the outputs when asked for (a diagnosis
   // returns the reference's and one candidate's).
@@ -330,10 +381,89 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
   return absl::OkStatus();
 }
 
+LinearProblem Engine::ProblemOf(const LinearRequest& req, const Plan& plan) {
+  LinearProblem p;
+  p.input = &req.input;
+  p.weight = &req.weight;
+  p.layout = req.layout;
+  p.bias = req.bias ? &*req.bias : nullptr;
+  p.input_scale = req.input_scale ? &*req.input_scale : nullptr;
+  p.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
+  p.activation = req.activation;
+  p.output_dtype = plan.output_dtype;
+  p.m = plan.m;
+  p.n = plan.n;
+  p.k = plan.k;
+  return p;
+}
+
+absl::Status Engine::SweepAlgorithms(const LinearRequest& req, int sweep, Plan* plan) const {
+  const LinearProblem problem = ProblemOf(req, *plan);
+  std::vector<Config> configs;
+  std::vector<LinearBackend*> backends;
+  for (size_t i = 0; i < plan->configs.size(); ++i) {
+    const Config& config = plan->configs[i];
+    LinearBackend* backend = plan->backends[i];
+    std::vector<Config> expanded = {config};
+    if (!config.algo.has_value() && backend->selects_algorithms()) {
+      absl::StatusOr<std::vector<AlgorithmInfo>> algorithms =
+          backend->Algorithms(problem, config, plan->run, sweep);
+      if (!algorithms.ok()) {
+        return WithContext(algorithms.status(),
+                           absl::StrCat("algorithm_sweep: configs[", i, "] ", config.ToString()));
+      }
+      expanded.clear();
+      for (const AlgorithmInfo& algorithm : *algorithms) {
+        Config c = config;
+        c.algo = algorithm.index;
+        expanded.push_back(c);
+      }
+    }
+    for (Config& c : expanded) {
+      if (std::find(configs.begin(), configs.end(), c) != configs.end()) continue;
+      configs.push_back(std::move(c));
+      backends.push_back(backend);
+    }
+  }
+  if (static_cast<int>(configs.size()) > options_.limits.max_swept_configs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "algorithm_sweep: ", sweep, " algorithms per configuration make ", configs.size(),
+        " configurations, over the limit of ", options_.limits.max_swept_configs,
+        "; sweep fewer algorithms or name fewer configurations"));
+  }
+  plan->configs = std::move(configs);
+  plan->backends = std::move(backends);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
+                                  VerifyOutcome* outcome) const {
+  if (plan.batch_sizes.empty()) return absl::OkStatus();
+  const LinearProblem problem = ProblemOf(req, plan);
+  auto check = [&](LinearBackend* backend, const Config& config,
+                   ConfigOutcome* out) -> absl::Status {
+    absl::StatusOr<BatchInvarianceOutcome> batches =
+        CheckBatchInvariance(*backend, config, problem, plan.batch_sizes, plan.run);
+    if (!batches.ok()) {
+      return WithContext(batches.status(),
+                         absl::StrCat("batch_invariance: configuration ", config.ToString()));
+    }
+    out->batch_invariance = *std::move(batches);
+    return absl::OkStatus();
+  };
+  TC_RETURN_IF_ERROR(check(plan.reference_backend, plan.reference, &outcome->reference));
+  for (size_t i = 0; i < plan.configs.size(); ++i) {
+    TC_RETURN_IF_ERROR(check(plan.backends[i], plan.configs[i], &outcome->results[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
                                              const StopSignal* stop) const {
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, request.configs, /*diagnose=*/false, stop));
-  return Run(request, plan, /*artifacts=*/nullptr);
+  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, /*artifacts=*/nullptr));
+  TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
+  return outcome;
 }
 
 absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
@@ -385,6 +515,12 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   if (artifacts.evidence == nullptr) artifacts.evidence = HostEvidence(in);
   TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
   artifacts.evidence->Describe(&outcome.reference.details);
+  for (RankedCandidate& ranked : outcome.diagnosis->ranking) {
+    for (const ConfigOutcome& r : outcome.results) {
+      if (r.config == ranked.config) ranked.details = KernelDetails(r.details);
+    }
+  }
+  TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
   if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
     // A diagnosis returns the outputs that explain it, not every
     // candidate's: the reference's and the best (or closest) candidate's.
@@ -414,6 +550,11 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
                                                      req.activation, ScalesScaling(req))
                                        .size());
   }
+  if (req.algorithm_sweep > 0) {
+    configs = std::min<int64_t>(
+        configs * std::min(req.algorithm_sweep, options_.limits.max_algorithm_sweep),
+        options_.limits.max_swept_configs);
+  }
   const int64_t out_item =
       static_cast<int64_t>(ItemSize(req.output_dtype.value_or(DefaultOutputDType(x.dtype()))));
   // fp32 or fp64 copies of the operands. The input whole: the reference's
@@ -434,7 +575,11 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
   // serialised bytes).
   const int64_t kept = diagnose ? configs + 1 : (req.return_outputs ? configs + 1 : 0) + 2;
   const int64_t returned = req.return_outputs ? (diagnose ? 2 : configs + 1) : 0;
-  return operands + mn * per_element + mn * out_item * (kept + 2 * returned) + (int64_t{1} << 20);
+  // A batch-invariance check holds the whole batch's output again and one
+  // sub-batch's.
+  const int64_t batches = req.batch_invariance ? 2 : 0;
+  return operands + mn * per_element + mn * out_item * (kept + 2 * returned + batches) +
+         (int64_t{1} << 20);
 }
 
 std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,

@@ -27,6 +27,7 @@
 #include "server/core/linear_config.h"
 #include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
+#include "server/engine/batch_invariance.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 
@@ -54,6 +55,14 @@ struct RequestLimits {
   int max_top_k = 1000;
   int max_top_groups = 100;
   int max_repeat = 100;
+  // Algorithms tried per configuration by a sweep, and configurations run
+  // once the sweep has expanded them.
+  int max_algorithm_sweep = 16;
+  int max_swept_configs = 256;
+  // Batch invariance: sub-batch sizes a request may list, and runs of
+  // sub-batches over all its configurations.
+  int max_batch_sizes = 8;
+  int64_t max_sub_batch_runs = int64_t{1} << 16;
 };
 
 struct EngineOptions {
@@ -119,6 +128,17 @@ struct LinearRequest {
   int top_groups = 0;  // 0: 5
   int repeat = 0;      // 0: 1
   bool disallow_reduced_precision_reduction = false;
+  // Run each configuration that names no algorithm with each of the first
+  // `algorithm_sweep` algorithms its backend offers for this problem
+  // (LinearBackend::Algorithms), as `...@algo=N` configurations; backends
+  // with one algorithm run theirs. 0: no sweep (docs/numerics.md,
+  // "Algorithms").
+  int algorithm_sweep = 0;
+  // Run every configuration (the reference's included) on the whole batch
+  // and on sub-batches of single rows and of each listed size (1..M), and
+  // report whether each row keeps its bits (batch_invariance.h).
+  bool batch_invariance = false;
+  std::vector<int64_t> batch_sizes;
 };
 
 struct ConfigOutcome {
@@ -132,6 +152,8 @@ struct ConfigOutcome {
   int runs = 1;
   // The configuration whose GEMM this one reused (RunResult's).
   std::string shared_computation;
+  // When the request asked for batch invariance.
+  std::optional<BatchInvarianceOutcome> batch_invariance;
 };
 
 struct RankedCandidate {
@@ -153,6 +175,12 @@ struct RankedCandidate {
   // Why it cannot be best, in one sentence; empty when it could.
   std::string ruled_out;
   std::string shared_computation;
+  // Every element bitwise equal to the observed output: ranked before
+  // any candidate that is only consistent with it.
+  bool exact = false;
+  // The kernel, as its backend reports it (ConfigOutcome::details without
+  // timings): the algorithm a sweep ran.
+  std::map<std::string, std::string> details;
 };
 
 struct DiagnosisOutcome {
@@ -252,6 +280,14 @@ class Engine {
   ComputeDevice* DeviceOf(const Plan& plan) const;
   absl::StatusOr<VerifyOutcome> RunOnDevice(const LinearRequest& request, const Plan& plan,
                                             Artifacts* artifacts, ComputeDevice* device) const;
+  // The layer of `request` as backends take it, sized by `plan`.
+  static LinearProblem ProblemOf(const LinearRequest& request, const Plan& plan);
+  // Replaces each configuration of `plan` that names no algorithm, on a
+  // backend that selects algorithms, by its first `sweep` algorithms.
+  absl::Status SweepAlgorithms(const LinearRequest& request, int sweep, Plan* plan) const;
+  // Fills each outcome's batch_invariance.
+  absl::Status CheckBatches(const LinearRequest& request, const Plan& plan,
+                            VerifyOutcome* outcome) const;
   // Side facts worth knowing for this request (VerifyOutcome::notes).
   static std::vector<std::string> Notes(const LinearRequest& request, const Plan& plan);
 

@@ -79,17 +79,7 @@ class Engine::Execution {
         req_(req),
         plan_(plan),
         artifacts_(artifacts) {
-    problem_.input = &req.input;
-    problem_.weight = &req.weight;
-    problem_.layout = req.layout;
-    problem_.bias = req.bias ? &*req.bias : nullptr;
-    problem_.input_scale = req.input_scale ? &*req.input_scale : nullptr;
-    problem_.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
-    problem_.activation = req.activation;
-    problem_.output_dtype = plan.output_dtype;
-    problem_.m = plan.m;
-    problem_.n = plan.n;
-    problem_.k = plan.k;
+    problem_ = ProblemOf(req, plan);
     count_ = plan.m * plan.n;
   }
 

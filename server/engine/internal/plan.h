@@ -28,6 +28,8 @@ struct Engine::Plan {
   Precision observed_bound_precision = Precision::kFp32;
   CompareOptions compare;
   RunOptions run;
+  // Batch invariance: the sub-batch sizes to run (empty: not asked).
+  std::vector<int64_t> batch_sizes;
 };
 
 // Per-element arrays a diagnosis reads; several candidates may hold the
