@@ -87,6 +87,25 @@ Precision PrecisionOf(const std::string& config) {
   return spec.ok() ? spec->precision : Precision::kFp32;
 }
 
+void BatchInvarianceToProto(const BatchInvarianceOutcome& b, v1::BatchInvariance* p) {
+  p->set_invariant(b.invariant);
+  p->set_rows(b.rows);
+  p->set_rows_differing(b.rows_differing);
+  p->set_max_ulp(b.max_ulp);
+  p->mutable_full_batch_details()->insert(b.full_batch_details.begin(),
+                                          b.full_batch_details.end());
+  for (const SubBatchOutcome& s : b.sub_batches) {
+    v1::SubBatch* ps = p->add_sub_batches();
+    ps->set_batch_size(s.batch_size);
+    ps->set_runs(s.runs);
+    ps->set_rows_differing(s.rows_differing);
+    ps->set_max_ulp(s.max_ulp);
+    ps->mutable_details()->insert(s.details.begin(), s.details.end());
+    ps->set_tail_rows(s.tail_rows);
+    ps->mutable_tail_details()->insert(s.tail_details.begin(), s.tail_details.end());
+  }
+}
+
 void ConfigOutcomeToProto(const ConfigOutcome& o, const std::vector<int64_t>& shape,
                           v1::ConfigResult* p) {
   p->set_config(o.config);
@@ -101,6 +120,7 @@ void ConfigOutcomeToProto(const ConfigOutcome& o, const std::vector<int64_t>& sh
   p->set_deterministic(o.deterministic);
   p->set_runs(o.runs);
   p->set_shared_computation(o.shared_computation);
+  if (o.batch_invariance) BatchInvarianceToProto(*o.batch_invariance, p->mutable_batch_invariance());
 }
 
 v1::Tolerance::Preset PresetToProto(TolerancePreset p) {
@@ -331,6 +351,10 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   }
   req.repeat = r.repeat();
   req.disallow_reduced_precision_reduction = r.disallow_reduced_precision_reduction();
+  req.algorithm_sweep = r.algorithm_sweep();
+  req.batch_invariance = r.batch_invariance().enabled();
+  req.batch_sizes.assign(r.batch_invariance().batch_sizes().begin(),
+                         r.batch_invariance().batch_sizes().end());
   return req;
 }
 
@@ -377,6 +401,8 @@ void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
       pc->set_compared_elements(c.compared_elements);
       pc->set_ruled_out(c.ruled_out);
       pc->set_shared_computation(c.shared_computation);
+      pc->set_exact(c.exact);
+      pc->mutable_details()->insert(c.details.begin(), c.details.end());
     }
     pd->set_framework_hint(d.framework_hint);
     GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());

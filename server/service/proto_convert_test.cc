@@ -152,5 +152,66 @@ TEST(ProtoConvertTest, RankingEvidenceAndSharedComputationReachTheResponse) {
   EXPECT_EQ(response.diagnosis().best(), "cpu:bf16:unfused");
 }
 
+TEST(ProtoConvertTest, SweepAndBatchInvarianceTravelBothWays) {
+  v1::VerifyRequest r;
+  *r.mutable_op()->mutable_input() = Fp32({1, 1}, {1});
+  *r.mutable_op()->mutable_weight() = Fp32({1, 1}, {1});
+  r.set_algorithm_sweep(5);
+  r.mutable_batch_invariance()->set_enabled(true);
+  r.mutable_batch_invariance()->add_batch_sizes(4);
+  r.mutable_batch_invariance()->add_batch_sizes(2);
+  auto req = FromProto(r, RequestLimits{});
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->algorithm_sweep, 5);
+  EXPECT_TRUE(req->batch_invariance);
+  EXPECT_THAT(req->batch_sizes, ElementsAre(4, 2));
+
+  VerifyOutcome outcome;
+  outcome.output_shape = {7, 3};
+  ConfigOutcome c;
+  c.config = "cublaslt:fp32:fused@algo=2";
+  BatchInvarianceOutcome b;
+  b.invariant = false;
+  b.rows = 7;
+  b.rows_differing = 3;
+  b.max_ulp = 12;
+  b.full_batch_details = {{"algo", "21"}};
+  SubBatchOutcome sub;
+  sub.batch_size = 5;
+  sub.runs = 2;
+  sub.rows_differing = 3;
+  sub.max_ulp = 12;
+  sub.details = {{"algo", "21"}};
+  sub.tail_rows = 2;
+  sub.tail_details = {{"algo", "6"}};
+  b.sub_batches.push_back(sub);
+  c.batch_invariance = b;
+  outcome.results.push_back(std::move(c));
+  DiagnosisOutcome d;
+  RankedCandidate ranked;
+  ranked.config = "cublaslt:fp32:fused@algo=2";
+  ranked.exact = true;
+  ranked.details = {{"algo_splitk", "4"}};
+  d.ranking.push_back(ranked);
+  outcome.diagnosis = d;
+  v1::VerifyResponse response;
+  ToProto(outcome, &response);
+  const v1::BatchInvariance& pb = response.results(0).batch_invariance();
+  EXPECT_FALSE(pb.invariant());
+  EXPECT_EQ(pb.rows(), 7);
+  EXPECT_EQ(pb.rows_differing(), 3);
+  EXPECT_EQ(pb.max_ulp(), 12u);
+  EXPECT_EQ(pb.full_batch_details().at("algo"), "21");
+  ASSERT_EQ(pb.sub_batches_size(), 1);
+  EXPECT_EQ(pb.sub_batches(0).batch_size(), 5);
+  EXPECT_EQ(pb.sub_batches(0).runs(), 2);
+  EXPECT_EQ(pb.sub_batches(0).tail_rows(), 2);
+  EXPECT_EQ(pb.sub_batches(0).tail_details().at("algo"), "6");
+  EXPECT_TRUE(response.diagnosis().ranking(0).exact());
+  EXPECT_EQ(response.diagnosis().ranking(0).details().at("algo_splitk"), "4");
+  // Without the option, no batch report.
+  EXPECT_FALSE(response.reference().has_batch_invariance());
+}
+
 }  // namespace
 }  // namespace tensorcheck
