@@ -4,7 +4,7 @@
 # shared libraries they load, the Python client and the runner scripts.
 #
 #   cmake -S . -B build-cuda -G Ninja
-#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench
+#   cmake --build build-cuda --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench sweep_bench
 #   tests/gpu/pack.sh [BUILD_DIR] [PACK_DIR]      # defaults: build-cuda, BUILD_DIR/gpu-pack
 #   # copy PACK_DIR to the GPU host, then there:  PACK_DIR/run.sh OUTDIR
 #
@@ -23,10 +23,11 @@ cli="$build/client/cli/tensorcheck"
 gputest="$build/server/backends/cuda/cuda_backends_test"
 gpuengine="$build/server/engine/gpu_engine_test"
 gpubench="$build/bench/gpu_bench"
-for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
+sweepbench="$build/bench/sweep_bench"
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench" "$sweepbench"; do
   if [[ ! -x "$f" ]]; then
     echo "pack.sh: missing $f" >&2
-    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench" >&2
+    echo "  build it: cmake --build $build --target tensorcheck-server tensorcheck cuda_backends_test gpu_engine_test gpu_bench sweep_bench" >&2
     exit 1
   fi
 done
@@ -45,7 +46,7 @@ rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/python"
 libdir="$pack/lib"
 
-for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench" "$sweepbench"; do
   cp "$f" "$pack/bin/"
   strip --strip-debug "$pack/bin/$(basename "$f")"
 done
@@ -55,7 +56,7 @@ done
 # run.sh unpacks them into a temporary folder.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libnsl\.so|libanl\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnvidia-)'
 declare -A seen=()
-for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench"; do
+for f in "$server" "$cli" "$gputest" "$gpuengine" "$gpubench" "$sweepbench"; do
   while read -r name path; do
     [[ -z "$path" || "$path" == "not" ]] && { echo "pack.sh: $f needs $name, not found" >&2; exit 1; }
     [[ "$name" =~ $skip ]] && continue

@@ -12,6 +12,7 @@
 #   3. README.md's two cases replayed with real PyTorch and
 #      JAX/Flax through the Python client, when installed  -> replay.log
 #   4. the GPU benchmark (bench/gpu_bench)                  -> bench.log
+#   5. the algorithm sweep's cost (bench/sweep_bench)       -> sweep.log
 # and prints a short summary table last. Exit status 0 when nothing failed.
 set -uo pipefail
 
@@ -153,6 +154,15 @@ case $bench_rc in
   *) bench_state="FAILED (rc $bench_rc, see bench.log)"; failed=1 ;;
 esac
 
+# ---- 5. The algorithm sweep's cost per candidate (hard limit 90 s).
+timeout 90 "$here/bin/sweep_bench" --sweep=8 --m=1024 --k=4096 --n=4096 > "$out/sweep.log" 2>&1
+sweep_rc=$?
+case $sweep_rc in
+  0) sweep_state="ok (sweep.log)" ;;
+  124) sweep_state="timed out"; failed=1 ;;
+  *) sweep_state="FAILED (rc $sweep_rc, see sweep.log)"; failed=1 ;;
+esac
+
 elapsed=$(( $(date +%s) - start ))
 
 # ---- Summary (last).
@@ -176,6 +186,7 @@ elapsed=$(( $(date +%s) - start ))
   echo "| concurrency | $concurrency_state |"
   grep -E '^\| [0-9]+ ' "$out/concurrency.log" 2>/dev/null | cut -c1-200
   echo "| benchmark | $bench_state |"
+  echo "| algorithm sweep | $sweep_state |"
   grep -E '\*\*[0-9.]+\*\*' "$out/bench.log" 2>/dev/null | cut -c1-220
   echo
   echo "logs: $out"
