@@ -210,8 +210,10 @@ def test_to_dict_is_the_documented_json_object():
         "deterministic",
         "runs",
         "shared_computation",
+        "batch_invariance",
     ]
     assert res["shared_computation"] == ""
+    assert res["batch_invariance"] is None
     assert d["results"][1]["shared_computation"] == "cpu:tf32:none"
     assert d["reference"]["shared_computation"] == ""
     assert res["vs_reference"]["bound_ratio"] == 1.1
@@ -298,6 +300,8 @@ def test_diagnosis_to_dict():
                 "compared_elements": 4,
                 "ruled_out": "",
                 "shared_computation": "",
+                "exact": False,
+                "details": {},
             },
             {
                 "config": "cpu:fp32:fused",
@@ -314,6 +318,8 @@ def test_diagnosis_to_dict():
                 "compared_elements": 4,
                 "ruled_out": "4 of 4 elements differ where 0.5 are expected.",
                 "shared_computation": "cpu:fp32:unfused",
+                "exact": False,
+                "details": {},
             },
         ],
         "framework_hint": "JAX/Flax default on Ampere+",
@@ -340,6 +346,8 @@ def test_diagnosis_to_dict():
         "compared_elements",
         "ruled_out",
         "shared_computation",
+        "exact",
+        "details",
     ]
     r.diagnosis.best = ""
     r.diagnosis.ClearField("localization")

@@ -56,6 +56,7 @@ from ._errors import (
 from ._model import LayerCheck, ModelComparison, ModelReport, assert_model_parity, compare_models
 from ._report import (
     BackendInfo,
+    BatchInvariance,
     Capabilities,
     ConfigResult,
     DeviceInfo,
@@ -68,6 +69,7 @@ from ._report import (
     Report,
     Stats,
     StoreInfo,
+    SubBatch,
     Tolerance,
     UlpBucket,
 )
@@ -89,6 +91,8 @@ __all__ = [
     "Report",
     "Stats",
     "ConfigResult",
+    "BatchInvariance",
+    "SubBatch",
     "Tolerance",
     "Diagnosis",
     "RankedCandidate",

@@ -180,6 +180,22 @@ def _non_negative(value: object, name: str, *, integer: bool = False) -> Union[i
     return float(value)
 
 
+def _batch_sizes(value: object, enabled: bool) -> list[int]:
+    """`batch_sizes` as a list of positive ints; refused without
+    batch_invariance=True, where the server would ignore it. The server
+    checks the upper bounds (each at most M, at most 8 sizes)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"batch_sizes: expected a sequence of positive integers, got {type(value).__name__}"
+        )
+    sizes = [_non_negative(v, "batch_sizes", integer=True) for v in value]
+    if 0 in sizes:
+        raise ValueError(f"batch_sizes: expected positive sizes, got {sizes}")
+    if sizes and not enabled:
+        raise ValueError("batch_sizes: only with batch_invariance=True")
+    return sizes
+
+
 def _shape(a: Operand) -> list[int]:
     return list(a.shape)
 
@@ -495,6 +511,9 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        algorithm_sweep: int = 0,
+        batch_invariance: bool = False,
+        batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
         timeout: Optional[float] = None,
@@ -539,6 +558,17 @@ class Client:
           repeat: run each configuration this many times and report whether
             the bits were identical (`results[i].deterministic`).
           disallow_reduced_precision_reduction: cuBLAS flag for GPU backends.
+          algorithm_sweep: run each configuration that names no algorithm
+            with each of the first N algorithms its backend offers (0..16;
+            0: no sweep), as "...@algo=i" configurations; a backend with
+            one algorithm (cpu) runs it once. The diagnosis then names the
+            kernel that reproduced `observed` (`ranking[i].exact`,
+            `ranking[i].details`).
+          batch_invariance: also run every configuration on sub-batches of
+            x's rows (single rows, and `batch_sizes`) and report whether
+            each row keeps its bits (`results[i].batch_invariance`).
+          batch_sizes: sub-batch sizes besides 1, each 1..M (at most 8);
+            only with batch_invariance=True.
           x_scale, w_scale: the dequantisation scales of FP8 x and weight,
             as torch._scaled_mm(x, weight.T, scale_a=x_scale,
             scale_b=w_scale) takes them: the layer computes
@@ -582,6 +612,9 @@ class Client:
             top_groups=top_groups,
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+            algorithm_sweep=algorithm_sweep,
+            batch_invariance=batch_invariance,
+            batch_sizes=batch_sizes,
             x_scale=x_scale,
             w_scale=w_scale,
         )
@@ -613,6 +646,9 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        algorithm_sweep: int = 0,
+        batch_invariance: bool = False,
+        batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
         timeout: Optional[float] = None,
@@ -656,6 +692,9 @@ class Client:
             top_groups=top_groups,
             repeat=repeat,
             disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
+            algorithm_sweep=algorithm_sweep,
+            batch_invariance=batch_invariance,
+            batch_sizes=batch_sizes,
             x_scale=x_scale,
             w_scale=w_scale,
         )
@@ -1043,6 +1082,9 @@ class Client:
         top_groups: int = 0,
         repeat: int = 0,
         disallow_reduced_precision_reduction: bool = False,
+        algorithm_sweep: int = 0,
+        batch_invariance: bool = False,
+        batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
     ) -> _Call:
@@ -1061,6 +1103,8 @@ class Client:
         top_k = _non_negative(top_k, "top_k", integer=True)
         top_groups = _non_negative(top_groups, "top_groups", integer=True)
         repeat = _non_negative(repeat, "repeat", integer=True)
+        sweep = _non_negative(algorithm_sweep, "algorithm_sweep", integer=True)
+        sizes = _batch_sizes(batch_sizes, bool(batch_invariance))
         max_inline = _non_negative(max_inline_output_bytes, "max_inline_output_bytes", integer=True)
         # A few numbers each: checked before the tensors too.
         xs = None if x_scale is None else as_scale(x_scale, "x_scale")
@@ -1123,7 +1167,11 @@ class Client:
             tolerance=tol,
             repeat=repeat,
             disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
+            algorithm_sweep=sweep,
         )
+        if batch_invariance:
+            req.batch_invariance.enabled = True
+            req.batch_invariance.batch_sizes.extend(sizes)
         if reference is not None:
             # Unset otherwise: the server then applies its own default.
             req.reference = reference
@@ -1188,6 +1236,9 @@ _VERIFY_OPTIONS = {
     "top_groups",
     "repeat",
     "disallow_reduced_precision_reduction",
+    "algorithm_sweep",
+    "batch_invariance",
+    "batch_sizes",
     "x_scale",
     "w_scale",
     "timeout",

@@ -26,6 +26,8 @@ __all__ = [
     "Report",
     "Stats",
     "ConfigResult",
+    "BatchInvariance",
+    "SubBatch",
     "Tolerance",
     "Diagnosis",
     "RankedCandidate",
@@ -236,6 +238,64 @@ class Tolerance(_Node):
 
 
 @dataclass(frozen=True)
+class SubBatch(_Node):
+    """One sub-batch size of a batch-invariance check: the rows ran in
+    `runs` runs of `batch_size` rows (the last of `tail_rows` when M is not
+    a multiple); `rows_differing` rows changed bits against the whole
+    batch, by at most `max_ulp`. `details` / `tail_details` name the kernel
+    the backend chose for each run length ("algo", ...)."""
+
+    batch_size: int
+    runs: int
+    rows_differing: int
+    max_ulp: Ulp
+    details: dict[str, str]
+    tail_rows: int = 0
+    tail_details: dict[str, str] = field(default_factory=dict)
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: pb.SubBatch) -> SubBatch:
+        return cls(
+            batch_size=m.batch_size,
+            runs=m.runs,
+            rows_differing=m.rows_differing,
+            max_ulp=_ulp(m.max_ulp),
+            details=dict(sorted(m.details.items())),
+            tail_rows=m.tail_rows,
+            tail_details=dict(sorted(m.tail_details.items())),
+        )
+
+
+@dataclass(frozen=True)
+class BatchInvariance(_Node):
+    """Whether a configuration gives every row the same bits when it runs
+    on sub-batches of the rows (`batch_invariance=True`): `invariant` when
+    all `rows` keep their bits in every size of `sub_batches`;
+    otherwise `rows_differing` rows differ somewhere, by at most `max_ulp`.
+    `full_batch_details` names the kernel chosen for the whole batch."""
+
+    invariant: bool
+    rows: int
+    rows_differing: int
+    max_ulp: Ulp
+    full_batch_details: dict[str, str]
+    sub_batches: list[SubBatch]
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: pb.BatchInvariance) -> BatchInvariance:
+        return cls(
+            invariant=m.invariant,
+            rows=m.rows,
+            rows_differing=m.rows_differing,
+            max_ulp=_ulp(m.max_ulp),
+            full_batch_details=dict(sorted(m.full_batch_details.items())),
+            sub_batches=[SubBatch.from_proto(s) for s in m.sub_batches],
+        )
+
+
+@dataclass(frozen=True)
 class ConfigResult(_Node):
     """One configuration's run. `output` is a numpy array when the call
     asked for `return_outputs=True` (it is not part of to_dict()); an
@@ -255,6 +315,9 @@ class ConfigResult(_Node):
     # epilogue (bias, activation, output rounding) ran here and `elapsed_ms`
     # is the epilogue's time.
     shared_computation: str = ""
+    # With batch_invariance=True: whether the rows keep their bits on
+    # sub-batches (None when not asked).
+    batch_invariance: Optional[BatchInvariance] = None
     _not_json = ("output",)
 
     @classmethod
@@ -271,6 +334,11 @@ class ConfigResult(_Node):
             runs=m.runs,
             output=(from_proto(m.output, f"{name}.output", read) if m.HasField("output") else None),
             shared_computation=m.shared_computation,
+            batch_invariance=(
+                BatchInvariance.from_proto(m.batch_invariance)
+                if m.HasField("batch_invariance")
+                else None
+            ),
         )
 
 
@@ -288,7 +356,9 @@ class RankedCandidate(_Node):
     `ruled_out` says in one sentence why it cannot be best ("" when the
     evidence allows it); `shared_computation` names the configuration whose
     GEMM it reused ("" when none). A server that predates the test leaves
-    them all zero, with `compared_elements` 0."""
+    them all zero, with `compared_elements` 0. `exact` is True when every
+    element equals the observed output bit for bit; `details` names the
+    kernel (the algorithm an `algorithm_sweep` ran, "algo": ...)."""
 
     config: str
     bitwise_equal_fraction: float
@@ -304,6 +374,8 @@ class RankedCandidate(_Node):
     compared_elements: int = 0
     ruled_out: str = ""
     shared_computation: str = ""
+    exact: bool = False
+    details: dict[str, str] = field(default_factory=dict)
     _ulp_fields = ("max_ulp",)
 
     @classmethod
@@ -323,6 +395,8 @@ class RankedCandidate(_Node):
             compared_elements=m.compared_elements,
             ruled_out=m.ruled_out,
             shared_computation=m.shared_computation,
+            exact=m.exact,
+            details=dict(sorted(m.details.items())),
         )
 
     @property
