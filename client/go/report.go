@@ -80,6 +80,39 @@ type ConfigResult struct {
 	// epilogue (bias, activation, output rounding) ran for it. ElapsedMS is
 	// then the epilogue's time.
 	SharedComputation string
+	// With LinearRequest.BatchInvariance: whether the rows keep their bits
+	// on sub-batches; nil otherwise.
+	BatchInvariance *BatchInvariance
+}
+
+// BatchInvariance says whether a configuration gives every row the same
+// bits when it runs on sub-batches of the rows.
+type BatchInvariance struct {
+	// Every row bitwise identical in every sub-batch size.
+	Invariant bool
+	Rows      int64
+	// Rows that differ in some sub-batch size, and the largest ULP distance.
+	RowsDiffering int64
+	MaxULP        uint64
+	// The kernel the backend chose for the whole batch.
+	FullBatchDetails map[string]string
+	SubBatches       []SubBatch
+}
+
+// SubBatch is one sub-batch size: Runs runs of BatchSize rows, the last of
+// TailRows when the row count is not a multiple.
+type SubBatch struct {
+	BatchSize int64
+	Runs      int64
+	// Rows not bitwise identical to the whole batch's, and the largest ULP
+	// distance of their elements.
+	RowsDiffering int64
+	MaxULP        uint64
+	// The kernel the backend chose for BatchSize rows ("algo", ...), and
+	// for the shorter last run.
+	Details     map[string]string
+	TailRows    int64
+	TailDetails map[string]string
 }
 
 // Stats are the differences between an actual and an expected tensor.
@@ -225,6 +258,11 @@ type RankedCandidate struct {
 	RuledOut string
 	// As in ConfigResult.
 	SharedComputation string
+	// Every element bitwise equal to the observed output; among kernels of
+	// one arithmetic an exact reproduction is named first.
+	Exact bool
+	// The kernel, as its backend reports it: the algorithm a sweep ran.
+	Details map[string]string
 }
 
 // Localization is where the remaining differences sit.
@@ -269,7 +307,36 @@ func configResultFromProto(p *pb.ConfigResult) *ConfigResult {
 		Deterministic:     p.Deterministic,
 		Runs:              p.Runs,
 		SharedComputation: p.SharedComputation,
+		BatchInvariance:   batchInvarianceFromProto(p.BatchInvariance),
 	}
+}
+
+func batchInvarianceFromProto(p *pb.BatchInvariance) *BatchInvariance {
+	if p == nil {
+		return nil
+	}
+	b := &BatchInvariance{
+		Invariant:        p.Invariant,
+		Rows:             p.Rows,
+		RowsDiffering:    p.RowsDiffering,
+		MaxULP:           p.MaxUlp,
+		FullBatchDetails: p.FullBatchDetails,
+	}
+	for _, s := range p.SubBatches {
+		if s == nil {
+			continue
+		}
+		b.SubBatches = append(b.SubBatches, SubBatch{
+			BatchSize:     s.BatchSize,
+			Runs:          s.Runs,
+			RowsDiffering: s.RowsDiffering,
+			MaxULP:        s.MaxUlp,
+			Details:       s.Details,
+			TailRows:      s.TailRows,
+			TailDetails:   s.TailDetails,
+		})
+	}
+	return b
 }
 
 func optFloat(v *wrappers.DoubleValue) *float64 {
@@ -371,6 +438,8 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 			ComparedElements:      c.ComparedElements,
 			RuledOut:              c.RuledOut,
 			SharedComputation:     c.SharedComputation,
+			Exact:                 c.Exact,
+			Details:               c.Details,
 		})
 	}
 	if l := p.Localization; l != nil {

@@ -123,6 +123,17 @@ type LinearRequest struct {
 	Repeat int32
 	// Forbid reduced-precision reductions on GPU backends.
 	DisallowReducedPrecisionReduction bool
+	// Run each configuration that names no algorithm with each of the first
+	// AlgorithmSweep algorithms its backend offers (0..16; 0: no sweep), as
+	// "...@algo=i" configurations; a backend with one algorithm (cpu) runs
+	// it once. RankedCandidate.Exact and Details then name the kernel.
+	AlgorithmSweep int32
+	// Also run every configuration on sub-batches of the rows (single rows,
+	// and BatchSizes, each 1..M, at most 8) and report whether each row keeps
+	// its bits (ConfigResult.BatchInvariance). BatchSizes only with
+	// BatchInvariance.
+	BatchInvariance bool
+	BatchSizes      []int64
 }
 
 // toProto validates what the client can check alone and builds the message.
@@ -186,6 +197,21 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 	if r.MaxInlineOutputBytes < 0 {
 		return nil, invalidArgument("output.max_inline_output_bytes", "is %d, expected >= 0", r.MaxInlineOutputBytes)
 	}
+	if r.AlgorithmSweep < 0 {
+		return nil, invalidArgument("algorithm_sweep", "is %d, expected >= 0", r.AlgorithmSweep)
+	}
+	if len(r.BatchSizes) > 0 && !r.BatchInvariance {
+		return nil, invalidArgument("batch_invariance.batch_sizes", "set without BatchInvariance")
+	}
+	var bi *pb.BatchInvarianceOptions
+	if r.BatchInvariance {
+		for i, n := range r.BatchSizes {
+			if n < 1 {
+				return nil, invalidArgument("batch_invariance.batch_sizes", "entry %d is %d, expected >= 1", i, n)
+			}
+		}
+		bi = &pb.BatchInvarianceOptions{Enabled: true, BatchSizes: r.BatchSizes}
+	}
 	tol, err := r.Tolerance.toProto()
 	if err != nil {
 		return nil, err
@@ -214,6 +240,8 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 		},
 		Repeat:                            r.Repeat,
 		DisallowReducedPrecisionReduction: r.DisallowReducedPrecisionReduction,
+		AlgorithmSweep:                    r.AlgorithmSweep,
+		BatchInvariance:                   bi,
 	}, nil
 }
 
