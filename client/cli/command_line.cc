@@ -68,6 +68,10 @@ constexpr FlagSpec kFlags[] = {
     {"top-k", true, kCheck},
     {"repeat", true, kVerify},
     {"disallow-reduced-precision-reduction", false, kVerify},
+    // VerifyRequest.algorithm_sweep and batch_invariance.
+    {"algorithm-sweep", true, kRun},
+    {"batch-invariance", false, kRun},
+    {"batch-sizes", true, kRun},
     {"junit", true, kCheck},
     {"github", false, kCheck},
     {"save-outputs", true, kRun},

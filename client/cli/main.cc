@@ -188,6 +188,13 @@ without, "every configuration within tolerance of the reference".
   --config SPEC          a configuration to run (repeatable; also SPEC,SPEC)
   --repeat N             run each configuration N times, report determinism
   --disallow-reduced-precision-reduction   (cuBLAS) forbid it on GPU backends
+  --algorithm-sweep N    run each configuration that names no algorithm with
+                         its backend's first N algorithms (0..16), as
+                         SPEC@algo=i (a SPEC may name one: cublaslt:fp32@algo=3)
+  --batch-invariance     also run every configuration on sub-batches of the
+                         rows (single rows always) and report rows whose bits
+                         change
+  --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
 
 )";
 
@@ -201,6 +208,13 @@ explains the best match in framework terms.
 
   --candidates SPEC,...  candidates to rank (default: every precision and
                          bias mode the server supports); --config SPEC adds one
+  --algorithm-sweep N    run each configuration that names no algorithm with
+                         its backend's first N algorithms (0..16), as
+                         SPEC@algo=i (a SPEC may name one: cublaslt:fp32@algo=3)
+  --batch-invariance     also run every configuration on sub-batches of the
+                         rows (single rows always) and report rows whose bits
+                         change
+  --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
 
 )";
 

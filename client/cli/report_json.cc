@@ -125,21 +125,51 @@ Json StatsJson(const pb::Stats& s) {
   return j;
 }
 
+// A proto map as a JSON object, keys sorted: proto maps have no order.
+Json DetailsJson(const google::protobuf::Map<std::string, std::string>& m) {
+  std::vector<std::pair<std::string, std::string>> details(m.begin(), m.end());
+  std::sort(details.begin(), details.end());
+  Json d = Json::object();
+  for (const auto& [k, v] : details) d[k] = v;
+  return d;
+}
+
+Json BatchInvarianceJson(const pb::BatchInvariance& b) {
+  Json j;
+  j["invariant"] = b.invariant();
+  j["rows"] = b.rows();
+  j["rows_differing"] = b.rows_differing();
+  j["max_ulp"] = JsonUlp(b.max_ulp());
+  j["full_batch_details"] = DetailsJson(b.full_batch_details());
+  Json subs = Json::array();
+  for (const pb::SubBatch& s : b.sub_batches()) {
+    Json sj;
+    sj["batch_size"] = s.batch_size();
+    sj["runs"] = s.runs();
+    sj["rows_differing"] = s.rows_differing();
+    sj["max_ulp"] = JsonUlp(s.max_ulp());
+    sj["details"] = DetailsJson(s.details());
+    sj["tail_rows"] = s.tail_rows();
+    sj["tail_details"] = DetailsJson(s.tail_details());
+    subs.push_back(std::move(sj));
+  }
+  j["sub_batches"] = std::move(subs);
+  return j;
+}
+
 Json ConfigResultJson(const pb::ConfigResult& c) {
   Json j;
   j["config"] = c.config();
   j["vs_reference"] = c.has_vs_reference() ? StatsJson(c.vs_reference()) : Json();
   j["vs_observed"] = c.has_vs_observed() ? StatsJson(c.vs_observed()) : Json();
   j["elapsed_ms"] = JsonNumber(c.elapsed_ms());
-  // Sorted keys: proto maps have no order.
-  std::vector<std::pair<std::string, std::string>> details(c.details().begin(), c.details().end());
-  std::sort(details.begin(), details.end());
-  Json d = Json::object();
-  for (const auto& [k, v] : details) d[k] = v;
-  j["details"] = std::move(d);
+  j["details"] = DetailsJson(c.details());
   j["deterministic"] = c.deterministic();
   j["runs"] = c.runs();
   j["shared_computation"] = c.shared_computation();
+  // null when the request did not ask (unset messages are null).
+  j["batch_invariance"] =
+      c.has_batch_invariance() ? BatchInvarianceJson(c.batch_invariance()) : Json();
   return j;
 }
 
@@ -178,6 +208,8 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
     r["compared_elements"] = c.compared_elements();
     r["ruled_out"] = c.ruled_out();
     r["shared_computation"] = c.shared_computation();
+    r["exact"] = c.exact();
+    r["details"] = DetailsJson(c.details());
     ranking.push_back(std::move(r));
   }
   j["ranking"] = std::move(ranking);

@@ -99,7 +99,7 @@ TEST(VerifyResponseToJsonTest, RankingCarriesThePlausibilityTestAndSharedComputa
               ElementsAre("config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio",
                           "equivalent", "disagreements", "expected_disagreements", "plausibility_p",
                           "plausible", "consistent_fraction", "compared_elements", "ruled_out",
-                          "shared_computation"));
+                          "shared_computation", "exact", "details"));
   EXPECT_EQ(c1["disagreements"], 3);
   EXPECT_EQ(c1["expected_disagreements"], 2.5);
   EXPECT_EQ(c1["plausibility_p"], 0.46);
@@ -121,10 +121,88 @@ TEST(VerifyResponseToJsonTest, ResultsAndReferenceCarrySharedComputationLast) {
   std::vector<std::string> keys;
   for (const auto& item : j["results"][1].items()) keys.push_back(item.key());
   EXPECT_THAT(keys, ElementsAre("config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                                "deterministic", "runs", "shared_computation"));
+                                "deterministic", "runs", "shared_computation", "batch_invariance"));
+  EXPECT_TRUE(j["results"][1]["batch_invariance"].is_null());
   EXPECT_EQ(j["results"][0]["shared_computation"], "");
   EXPECT_EQ(j["results"][1]["shared_computation"], "cpu:tf32:unfused");
   EXPECT_EQ(j["reference"]["shared_computation"], "");
+}
+
+// A verify answer whose cublaslt result changed 3 of 10 rows when run one
+// row at a time (another algorithm), and whose reference kept its bits.
+pb::VerifyResponse BatchInvarianceResponse() {
+  pb::VerifyResponse r;
+  pb::ConfigResult* ref = r.mutable_reference();
+  ref->set_config("cpu:fp64:none");
+  pb::BatchInvariance* rb = ref->mutable_batch_invariance();
+  rb->set_invariant(true);
+  rb->set_rows(10);
+  rb->add_sub_batches()->set_batch_size(1);
+  pb::ConfigResult* c = r.add_results();
+  c->set_config("cublaslt:fp32:fused@algo=1");
+  pb::BatchInvariance* b = c->mutable_batch_invariance();
+  b->set_rows(10);
+  b->set_rows_differing(3);
+  b->set_max_ulp(2);
+  (*b->mutable_full_batch_details())["algo"] = "1";
+  pb::SubBatch* one = b->add_sub_batches();
+  one->set_batch_size(1);
+  one->set_runs(10);
+  one->set_rows_differing(3);
+  one->set_max_ulp(2);
+  (*one->mutable_details())["algo"] = "4";
+  pb::SubBatch* four = b->add_sub_batches();
+  four->set_batch_size(4);
+  four->set_runs(3);
+  four->set_tail_rows(2);
+  (*four->mutable_details())["algo"] = "1";
+  (*four->mutable_tail_details())["algo"] = "2";
+  return r;
+}
+
+TEST(VerifyResponseToJsonTest, BatchInvarianceCarriesSubBatchesAndTheirKernels) {
+  const nlohmann::ordered_json j = VerifyResponseToJson(BatchInvarianceResponse());
+  const nlohmann::ordered_json& b = j["results"][0]["batch_invariance"];
+  std::vector<std::string> keys;
+  for (const auto& item : b.items()) keys.push_back(item.key());
+  EXPECT_THAT(keys, ElementsAre("invariant", "rows", "rows_differing", "max_ulp",
+                                "full_batch_details", "sub_batches"));
+  EXPECT_EQ(b["invariant"], false);
+  EXPECT_EQ(b["rows_differing"], 3);
+  EXPECT_EQ(b["max_ulp"], 2);
+  EXPECT_EQ(b["full_batch_details"]["algo"], "1");
+  const nlohmann::ordered_json& four = b["sub_batches"][1];
+  keys.clear();
+  for (const auto& item : four.items()) keys.push_back(item.key());
+  EXPECT_THAT(keys, ElementsAre("batch_size", "runs", "rows_differing", "max_ulp", "details",
+                                "tail_rows", "tail_details"));
+  EXPECT_EQ(four["runs"], 3);
+  EXPECT_EQ(four["tail_rows"], 2);
+  EXPECT_EQ(four["tail_details"]["algo"], "2");
+  EXPECT_EQ(j["reference"]["batch_invariance"]["invariant"], true);
+}
+
+TEST(FormatHumanTest, BatchInvarianceNamesDifferingRowsAndEachSubBatchKernel) {
+  const std::string out = FormatHuman(BatchInvarianceResponse(), ReportContext{"verify"});
+  EXPECT_THAT(out, HasSubstr("  cpu:fp64:none (reference): batch invariance: invariant\n"));
+  EXPECT_THAT(out, HasSubstr("  cublaslt:fp32:fused@algo=1: batch invariance: 3 of 10 rows "
+                             "differ (max 2 ULP)\n"
+                             "    whole batch (10 rows): algo=1\n"
+                             "    batches of 1: 10 runs, 3 of 10 rows differ (max 2 ULP); "
+                             "algo=4\n"
+                             "    batches of 4: 3 runs (last of 2), invariant; algo=1; last run "
+                             "algo=2\n"));
+}
+
+TEST(FormatHumanTest, ExactColumnOnlyWhenACandidateIsExact) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  EXPECT_THAT(FormatHuman(r, ReportContext{"diagnose"}), Not(HasSubstr("exact")));
+  r.mutable_diagnosis()->mutable_ranking(0)->set_exact(true);
+  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("bound_ratio  exact"));
+  for (const std::string& line : Lines(out)) {
+    EXPECT_LE(line.size(), 100u) << line;
+  }
 }
 
 TEST(FormatHumanTest, RankingShowsPlausibilitySharesAndRuledOutReasons) {

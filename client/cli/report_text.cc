@@ -170,6 +170,42 @@ std::string RowNames(const internal::RankingRow& row) {
   return absl::StrJoin(names, " = ");
 }
 
+// "k=v, k=v", keys sorted: proto maps have no order.
+std::string DetailsText(const google::protobuf::Map<std::string, std::string>& m) {
+  std::vector<std::pair<std::string, std::string>> kv(m.begin(), m.end());
+  std::sort(kv.begin(), kv.end());
+  return absl::StrJoin(kv, ", ", absl::PairFormatter("="));
+}
+
+// "invariant" or "N of M rows differ (max U ULP)".
+std::string InvarianceText(int64_t differing, int64_t rows, uint64_t max_ulp) {
+  if (differing == 0) return "invariant";
+  return absl::StrCat(differing, " of ", rows, " rows differ (max ", UlpText(max_ulp), " ULP)");
+}
+
+// One configuration's batch-invariance block: the verdict, then a line per
+// sub-batch size with the kernel the backend chose for it.
+std::string BatchInvarianceBlock(const std::string& name, const pb::BatchInvariance& b) {
+  std::string out = absl::StrCat(
+      "  ", name, ": batch invariance: ",
+      b.invariant() ? "invariant" : InvarianceText(b.rows_differing(), b.rows(), b.max_ulp()),
+      "\n");
+  const std::string full = DetailsText(b.full_batch_details());
+  if (!full.empty()) absl::StrAppend(&out, "    whole batch (", b.rows(), " rows): ", full, "\n");
+  for (const pb::SubBatch& s : b.sub_batches()) {
+    absl::StrAppend(&out, "    batches of ", s.batch_size(), ": ", s.runs(),
+                    s.runs() == 1 ? " run" : " runs");
+    if (s.tail_rows() > 0) absl::StrAppend(&out, " (last of ", s.tail_rows(), ")");
+    absl::StrAppend(&out, ", ", InvarianceText(s.rows_differing(), b.rows(), s.max_ulp()));
+    const std::string details = DetailsText(s.details());
+    if (!details.empty()) absl::StrAppend(&out, "; ", details);
+    const std::string tail = DetailsText(s.tail_details());
+    if (s.tail_rows() > 0 && !tail.empty()) absl::StrAppend(&out, "; last run ", tail);
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
@@ -197,14 +233,25 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
       // statistics are identical); shared GEMMs and ruled-out reasons go
       // under the table: as columns they would push it past 100 characters.
       const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
-      Table t(
-          {"rank", "config", "plausible", "bitwise-equal", "max_ulp", "mean_ulp", "bound_ratio"},
-          /*left=*/3);
+      // The exact column only when some candidate reproduced the output
+      // bit for bit (a server that predates the flag sets none).
+      const bool any_exact = std::any_of(d.ranking().begin(), d.ranking().end(),
+                                         [](const pb::RankedCandidate& c) { return c.exact(); });
+      std::vector<std::string> header = {"rank",    "config",   "plausible",  "bitwise-equal",
+                                         "max_ulp", "mean_ulp", "bound_ratio"};
+      if (any_exact) header.push_back("exact");
+      Table t(header, /*left=*/3);
       for (size_t i = 0; i < rows.size(); ++i) {
         const pb::RankedCandidate& c = *rows[i].candidates[0];
-        t.Add({absl::StrCat(i + 1), ConfigCell(rows[i]), PlausibleText(c),
-               FormatShare(c.bitwise_equal_fraction()), UlpText(c.max_ulp()), G(c.mean_ulp()),
-               c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"});
+        std::vector<std::string> row = {absl::StrCat(i + 1),
+                                        ConfigCell(rows[i]),
+                                        PlausibleText(c),
+                                        FormatShare(c.bitwise_equal_fraction()),
+                                        UlpText(c.max_ulp()),
+                                        G(c.mean_ulp()),
+                                        c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"};
+        if (any_exact) row.push_back(c.exact() ? "yes" : "no");
+        t.Add(std::move(row));
       }
       out += "\nRanking:\n" + t.Render("  ");
       out += SharedFootnotes(d.ranking(), ".");
@@ -281,6 +328,18 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
     absl::StrAppend(&out, "\nConfigurations compared with ", observed ? "the observed output" : ref,
                     ":\n", t.Render("  "));
     out += SharedFootnotes(r.results(), " (elapsed: epilogue only).");
+  }
+  std::string invariance;
+  if (r.reference().has_batch_invariance()) {
+    invariance += BatchInvarianceBlock(absl::StrCat(r.reference().config(), " (reference)"),
+                                       r.reference().batch_invariance());
+  }
+  for (const pb::ConfigResult& c : r.results()) {
+    if (c.has_batch_invariance())
+      invariance += BatchInvarianceBlock(c.config(), c.batch_invariance());
+  }
+  if (!invariance.empty()) {
+    out += "\nRows rerun in sub-batches (bits compared with the whole batch's):\n" + invariance;
   }
   if (r.notes_size() > 0) {
     out += "\nNotes:\n";

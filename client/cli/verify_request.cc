@@ -245,6 +245,29 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
     req.set_repeat(static_cast<int32_t>(n));
   }
   req.set_disallow_reduced_precision_reduction(cl.Has("disallow-reduced-precision-reduction"));
+  if (cl.Has("algorithm-sweep")) {
+    // The server's bound (VerifyRequest.algorithm_sweep: at most 16).
+    TC_ASSIGN_OR_RETURN(int64_t n, ParseIntFlag(cl, "algorithm-sweep", 0, 16));
+    req.set_algorithm_sweep(static_cast<int32_t>(n));
+  }
+  if (cl.Has("batch-sizes") && !cl.Has("batch-invariance")) {
+    return Usage("--batch-sizes applies only with --batch-invariance");
+  }
+  if (cl.Has("batch-invariance")) {
+    pb::BatchInvarianceOptions* bi = req.mutable_batch_invariance();
+    bi->set_enabled(true);
+    // The server checks each size against M and their count.
+    for (const std::string& list : cl.All("batch-sizes")) {
+      for (absl::string_view s : absl::StrSplit(list, ',')) {
+        int64_t v;
+        if (!absl::SimpleAtoi(s, &v) || v < 1) {
+          return Usage(
+              absl::StrCat("--batch-sizes: positive integers N,N,... expected, got '", list, "'"));
+        }
+        bi->add_batch_sizes(v);
+      }
+    }
+  }
   if (cl.Has("save-outputs")) req.mutable_output()->set_return_outputs(true);
   // The heatmaps of --html need every output.
   if (cl.Has("html")) req.mutable_output()->set_return_outputs(true);

@@ -257,6 +257,36 @@ TEST_F(VerifyRequestTest, Fp8ConfigOptionsKeepTheirCommas) {
                                           "cpu:fp8e4m3:none@scaling=tensor"));
 }
 
+TEST_F(VerifyRequestTest, AlgorithmSweepAndBatchInvarianceLandInTheRequest) {
+  auto req = Build(
+      Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1", "--algorithm-sweep", "3",
+                        "--batch-invariance", "--batch-sizes", "4,16", "--batch-sizes", "2"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->algorithm_sweep(), 3);
+  EXPECT_TRUE(req->batch_invariance().enabled());
+  EXPECT_THAT(req->batch_invariance().batch_sizes(), ElementsAre(4, 16, 2));
+}
+
+TEST_F(VerifyRequestTest, NoBatchInvarianceFlagLeavesItUnset) {
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->algorithm_sweep(), 0);
+  EXPECT_FALSE(req->has_batch_invariance());
+}
+
+TEST_F(VerifyRequestTest, BatchSizesWithoutBatchInvarianceIsAnErrorNamingTheFlag) {
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--batch-sizes", "4"})),
+              StatusIs(kInvalid, HasSubstr("--batch-sizes applies only with --batch-invariance")));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--batch-invariance", "--batch-sizes", "4,x"})),
+              StatusIs(kInvalid, HasSubstr("--batch-sizes")));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--batch-invariance", "--batch-sizes", "0"})),
+              StatusIs(kInvalid, HasSubstr("--batch-sizes")));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--algorithm-sweep", "17"})),
+              StatusIs(kInvalid, HasSubstr("--algorithm-sweep")));
+  EXPECT_THAT(Parse({"sweep", "--batch-invariance"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --batch-invariance for 'sweep'")));
+}
+
 TEST_F(VerifyRequestTest, ScaleFlagsBelongToVerifyAndDiagnoseOnly) {
   EXPECT_THAT(Parse({"sweep", "--input-scale", "1"}),
               StatusIs(kInvalid, HasSubstr("unknown flag --input-scale for 'sweep'")));
