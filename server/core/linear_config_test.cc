@@ -191,9 +191,9 @@ TEST(ConfigAlgoTest, AlgoOptionParsesForAnyPrecisionAndRoundTrips) {
 }
 
 TEST(ConfigAlgoTest, BadAlgoValuesAreInvalidArgumentNamingTheFieldAndTheForm) {
-  for (const char* bad : {"cpu:fp32@algo=", "cpu:fp32@algo=-1", "cpu:fp32@algo=x",
-                          "cpu:fp32@algo=1024", "cpu:fp32@algo=01", "cpu:fp32@algo=1,algo=2",
-                          "cpu:fp32@algo=+1"}) {
+  for (const char* bad :
+       {"cpu:fp32@algo=", "cpu:fp32@algo=-1", "cpu:fp32@algo=x", "cpu:fp32@algo=1024",
+        "cpu:fp32@algo=01", "cpu:fp32@algo=1,algo=2", "cpu:fp32@algo=+1"}) {
     auto spec = ParseConfigSpec(bad, "configs[2]");
     ASSERT_FALSE(spec.ok()) << bad;
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

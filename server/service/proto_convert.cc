@@ -92,8 +92,7 @@ void BatchInvarianceToProto(const BatchInvarianceOutcome& b, v1::BatchInvariance
   p->set_rows(b.rows);
   p->set_rows_differing(b.rows_differing);
   p->set_max_ulp(b.max_ulp);
-  p->mutable_full_batch_details()->insert(b.full_batch_details.begin(),
-                                          b.full_batch_details.end());
+  p->mutable_full_batch_details()->insert(b.full_batch_details.begin(), b.full_batch_details.end());
   for (const SubBatchOutcome& s : b.sub_batches) {
     v1::SubBatch* ps = p->add_sub_batches();
     ps->set_batch_size(s.batch_size);
@@ -120,7 +119,8 @@ void ConfigOutcomeToProto(const ConfigOutcome& o, const std::vector<int64_t>& sh
   p->set_deterministic(o.deterministic);
   p->set_runs(o.runs);
   p->set_shared_computation(o.shared_computation);
-  if (o.batch_invariance) BatchInvarianceToProto(*o.batch_invariance, p->mutable_batch_invariance());
+  if (o.batch_invariance)
+    BatchInvarianceToProto(*o.batch_invariance, p->mutable_batch_invariance());
 }
 
 v1::Tolerance::Preset PresetToProto(TolerancePreset p) {
