@@ -6,12 +6,15 @@
 // one for the configuration alone.
 #include "server/backends/cuda/cuda_backends.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +25,8 @@
 #include "absl/strings/str_format.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_device.h"
+#include "server/backends/cuda/internal/cuda_session.h"
+#include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/core/status_macros.h"
 
 namespace tensorcheck {
@@ -37,6 +42,35 @@ struct CudaDevice {
   std::unique_ptr<CudaComputeDevice> compute;
   bool tf32_disabled = false;  // NVIDIA_TF32_OVERRIDE=0 in the environment
 };
+
+// The fp8 precisions cuBLASLt multiplies (not fp8e5m2: no E5M2 x E5M2
+// GEMM; internal/fp8_rules.h).
+constexpr Precision kLtFp8Precisions[] = {Precision::kFp8E4M3, Precision::kFp8E4M3E5M2,
+                                          Precision::kFp8E5M2E4M3};
+
+// An FP8 operand's dequantisation scales as the run takes them: float32,
+// 1 element per tensor, `rows` row-wise (one element is then spread over
+// the rows, into `spread`, as the CPU backend applies it).
+// INVALID_ARGUMENT naming the field otherwise.
+absl::StatusOr<const Tensor*> ScalesFor(const Tensor* scale, const char* name, int64_t rows,
+                                        Fp8Scaling scaling, std::optional<Tensor>* spread) {
+  if (scale == nullptr || scale->dtype() != DType::kFloat32 ||
+      (scale->numel() != 1 && scale->numel() != rows)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": float32 with 1 or ", rows, " elements expected"));
+  }
+  if (scaling == Fp8Scaling::kTensor && scale->numel() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": scaling=tensor takes 1 element, got ", scale->numel()));
+  }
+  if (scaling == Fp8Scaling::kRow && scale->numel() != rows) {
+    TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {rows}));
+    std::fill(t.data<float>(), t.data<float>() + rows, scale->data<float>()[0]);
+    *spread = std::move(t);
+    return &**spread;
+  }
+  return scale;
+}
 
 // A host array of `count` floats (an error-model array of the caller's)
 // on the device; none for null.
@@ -74,6 +108,7 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     // rounded by a kernel, then a strict-fp32 GEMM.
     out.insert(out.end(), {Precision::kTf32Rna, Precision::kTf32Trunc, Precision::kBf16,
                            Precision::kFp16, Precision::kFp16Acc});
+    if (RunsFp8()) out.insert(out.end(), std::begin(kLtFp8Precisions), std::end(kLtFp8Precisions));
     return out;
   }
 
@@ -86,8 +121,33 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
   }
 
   std::vector<DType> storage_dtypes() const override {
-    return {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+    std::vector<DType> out(std::begin(kWideDTypes), std::end(kWideDTypes));
+    if (RunsFp8()) out.insert(out.end(), std::begin(kFp8DTypes), std::end(kFp8DTypes));
+    return out;
   }
+
+  // The FP8 rules (internal/fp8_rules.h) first, for their reasons: the
+  // cublas backend and E5M2 x E5M2 are refused naming the rule, not as a
+  // precision missing from the list.
+  absl::Status Supports(const Config& config, DType storage) const override {
+    if (IsFp8(config.precision) || IsFp8(storage)) {
+      internal::Fp8Query q;
+      q.config = config;
+      q.input = storage;
+      q.device = Capability();
+      TC_RETURN_IF_ERROR(internal::CheckFp8Gemm(q).status());
+    }
+    return LinearBackend::Supports(config, storage);
+  }
+
+  // cuBLASLt: its heuristic's list; cuBLAS: cublasGemmAlgo_t's values
+  // (internal/gemm_call.h).
+  bool selects_algorithms() const override { return true; }
+
+  absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
+                                                        const Config& config,
+                                                        const RunOptions& options,
+                                                        int limit) override;
 
   DeviceDescription device() const override { return device_->probe.description; }
 
@@ -110,31 +170,95 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
                                             bool return_output) override;
 
  private:
+  // cuBLASLt's FP8 GEMM, on this device (or, without one, on one that
+  // would have it).
+  bool RunsFp8() const {
+    if (flavor_ != Flavor::kLt) return false;
+    const std::optional<internal::ComputeCapability> cc = Capability();
+    return !cc.has_value() || cc->major > 8 || (cc->major == 8 && cc->minor >= 9);
+  }
+
+  // The device's compute capability; nullopt without a device.
+  std::optional<internal::ComputeCapability> Capability() const {
+    if (!device_->init.ok()) return std::nullopt;
+    return internal::ComputeCapability{device_->probe.cc_major, device_->probe.cc_minor};
+  }
+
+  // What Run and Algorithms check before the device: the operands, the
+  // configuration's backend and whether this backend runs it.
+  absl::Status CheckRequest(const LinearProblem& problem, const Config& config) const {
+    if (problem.input == nullptr || problem.weight == nullptr) {
+      return absl::InvalidArgumentError("linear problem without input or weight");
+    }
+    if (config.backend != name()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("configuration ", config.ToString(), " given to the ", name(), " backend"));
+    }
+    TC_RETURN_IF_ERROR(Supports(config, problem.input->dtype()));
+    TC_RETURN_IF_ERROR(Supports(config, problem.weight->dtype()));
+    return absl::OkStatus();
+  }
+
   Flavor flavor_;
   std::shared_ptr<CudaDevice> device_;
 };
 
+absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
+    const LinearProblem& problem, const Config& config, const RunOptions& options, int limit) {
+  TC_RETURN_IF_ERROR(CheckRequest(problem, config));
+  if (problem.input->numel() != problem.m * problem.k ||
+      problem.weight->numel() != problem.n * problem.k ||
+      (problem.bias != nullptr && problem.bias->numel() != problem.n)) {
+    return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
+                                                   ": tensor sizes do not match m=", problem.m,
+                                                   " n=", problem.n, " k=", problem.k));
+  }
+  if (!device_->init.ok()) return absl::FailedPreconditionError(device_->init.message());
+  internal::LayerTypes layer;
+  layer.input = problem.input->dtype();
+  layer.weight = problem.weight->dtype();
+  if (problem.bias != nullptr) layer.bias = problem.bias->dtype();
+  layer.layout = problem.layout;
+  layer.activation = problem.activation;
+  layer.output = problem.output_dtype;
+  layer.m = problem.m;
+  layer.n = problem.n;
+  layer.k = problem.k;
+  // A session for its lane's cuBLASLt handle and workspace; nothing is
+  // uploaded.
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<CudaSession> session,
+                      device_->compute->OpenCudaSession(options.stop));
+  auto algorithms = internal::AlgorithmsOnSession(*session, layer, config, options, limit);
+  if (!algorithms.ok()) return session->Checked(algorithms.status());
+  return algorithms;
+}
+
 absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
     const LinearProblem& problem, const Config& config, const RunOptions& options,
     const std::vector<OutputComparison>& comparisons, bool return_output) {
-  if (problem.input == nullptr || problem.weight == nullptr) {
-    return absl::InvalidArgumentError("linear problem without input or weight");
-  }
-  if (config.backend != name()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("configuration ", config.ToString(), " given to the ", name(), " backend"));
-  }
-  TC_RETURN_IF_ERROR(Supports(config, problem.input->dtype()));
-  TC_RETURN_IF_ERROR(Supports(config, problem.weight->dtype()));
+  TC_RETURN_IF_ERROR(CheckRequest(problem, config));
   int64_t mn = 0;
   if (problem.m < 0 || problem.n < 0 || __builtin_mul_overflow(problem.m, problem.n, &mn)) {
     return absl::InvalidArgumentError(
         absl::StrCat("configuration ", config.ToString(), ": m*n overflows or is negative"));
   }
-  // Bad comparisons are the caller's error, answered before the device.
+  // Bad comparisons and scales are the caller's error, answered before the
+  // device.
   for (const OutputComparison& c : comparisons) {
     if (c.other == nullptr) return absl::InvalidArgumentError("comparison without a tensor");
     TC_RETURN_IF_ERROR(ValidateCompare(mn, c.other->numel(), c.options));
+  }
+  // FP8 operands' scales (wide operands under an fp8 configuration are
+  // quantised on the session, with their own).
+  const bool fp8_operands = IsFp8(problem.input->dtype()) || IsFp8(problem.weight->dtype());
+  std::optional<Tensor> x_spread, w_spread;
+  const Tensor* x_scale = nullptr;
+  const Tensor* w_scale = nullptr;
+  if (fp8_operands) {
+    TC_ASSIGN_OR_RETURN(x_scale, ScalesFor(problem.input_scale, "input_scale", problem.m,
+                                           config.scaling, &x_spread));
+    TC_ASSIGN_OR_RETURN(w_scale, ScalesFor(problem.weight_scale, "weight_scale", problem.n,
+                                           config.scaling, &w_spread));
   }
   if (!device_->init.ok()) return absl::FailedPreconditionError(device_->init.message());
 
@@ -146,8 +270,8 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
     return absl::StrFormat("%.3f", std::chrono::duration<double, std::milli>(b - a).count());
   };
   const auto t_prepare = Clock::now();
-  TC_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSession> session,
-                      device_->compute->OpenSession(options.stop));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<CudaSession> session,
+                      device_->compute->OpenCudaSession(options.stop));
   const auto t_device = Clock::now();
   SessionOperands op;
   TC_ASSIGN_OR_RETURN(op.input, session->Upload(*problem.input));
@@ -155,13 +279,18 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   if (problem.bias != nullptr) {
     TC_ASSIGN_OR_RETURN(op.bias, session->Upload(*problem.bias));
   }
+  SessionScales scales;
+  if (fp8_operands) {
+    TC_ASSIGN_OR_RETURN(scales.input, session->Upload(*x_scale));
+    TC_ASSIGN_OR_RETURN(scales.weight, session->Upload(*w_scale));
+  }
   op.layout = problem.layout;
   op.activation = problem.activation;
   op.output_dtype = problem.output_dtype;
   op.m = problem.m;
   op.n = problem.n;
   op.k = problem.k;
-  TC_ASSIGN_OR_RETURN(SessionRun run, session->Run(op, config, options));
+  TC_ASSIGN_OR_RETURN(SessionRun run, session->RunWithScales(op, scales, config, options));
   ComparedRun compared;
   for (size_t c = 0; c < comparisons.size(); ++c) {
     TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*comparisons[c].other));

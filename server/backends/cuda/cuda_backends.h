@@ -14,13 +14,25 @@
 // cuBLASLt workspace, and a device-memory pool with a byte budget. Requests
 // are serialised on the device by a mutex in that context.
 //
+// `cublaslt` also runs the fp8 precisions on compute capability 8.9 and
+// newer (not fp8e5m2: cuBLASLt has no E5M2 x E5M2 GEMM): FP8 operands with
+// their scales, or wide ones quantised by the configuration's recipe as
+// the CPU backend does; `cublas` refuses them (cublasGemmEx has no scale
+// pointers). internal/fp8_rules.h holds every rule and where it is
+// written. Both select algorithms (`algo=N`, LinearBackend::Algorithms):
+// cuBLASLt's heuristic list for the problem, and cublasGemmEx's
+// cublasGemmAlgo_t values, which the cuBLAS documentation says have no
+// effect on compute capability 8.0 and newer (internal/gemm_call.h).
+//
 // Without a device both backends are still registered: Available() and
 // Run() answer FAILED_PRECONDITION "no CUDA device: <reason>", while
 // precisions()/bias_modes() list what they would run.
 //
 // Errors from Run: FAILED_PRECONDITION (configuration this backend or device
-// does not run, no cuBLASLt algorithm), RESOURCE_EXHAUSTED (over the memory
-// budget, device out of memory; the backend keeps working), INTERNAL. An
+// does not run, no cuBLASLt algorithm, `algo=N` past the list),
+// INVALID_ARGUMENT (FP8 operands without their scales), RESOURCE_EXHAUSTED
+// (over the memory budget, device out of memory; the backend keeps
+// working), INTERNAL. An
 // INTERNAL status marked as a fatal device error (IsFatalDeviceError in
 // core/status_macros.h; its message starts with kStickyCudaErrorPrefix for
 // the reader) means the CUDA context is corrupted (illegal address and its

@@ -36,6 +36,7 @@ namespace {
 
 using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -287,6 +288,90 @@ bool NoHeuristic(const absl::Status& s) {
          s.message().find("no heuristic result") != absl::string_view::npos;
 }
 
+Config Fp8Config(absl::string_view backend, Precision p, bool bias, Fp8Scaling scaling,
+                 bool fast_accum = false) {
+  Config c;
+  c.backend = std::string(backend);
+  c.precision = p;
+  c.bias = !bias ? BiasMode::kNone : backend == "cublas" ? BiasMode::kUnfused : BiasMode::kFused;
+  c.scaling = scaling;
+  c.fast_accum = fast_accum;
+  return c;
+}
+
+// An FP8 layer whose split-accumulator sums are exact in fp32 in any
+// order: every row of x and every output feature of W holds one 448 (so
+// the recipe's scales are powers of two and quantising changes no value),
+// the rest are integers in [-8, 8]; the products are then multiples of the
+// smallest one and every partial sum stays below 2^24 of them. The bias
+// holds multiples of 1/8. `fp8`: x and W stored as FP8 (`p`'s formats)
+// with power-of-two scales; else stored as `storage`, quantised by the
+// configuration's recipe.
+struct Fp8Layer {
+  Tensor x, w, b, x_scale, w_scale;
+  bool has_bias = false;
+  LinearProblem problem;
+};
+
+std::unique_ptr<Fp8Layer> MakeExactFp8Layer(int64_t m, int64_t n, int64_t k, Precision p, bool fp8,
+                                            DType storage, WeightLayout layout, bool bias,
+                                            Activation act, DType out, Fp8Scaling scaling,
+                                            uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-8, 8);
+  auto l = std::make_unique<Fp8Layer>();
+  const Fp8Operands formats = Fp8OperandsOf(p);
+  std::vector<double> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+  for (double& v : x) v = small(rng);
+  for (double& v : w) v = small(rng);
+  for (int64_t i = 0; i < m; ++i) x[static_cast<size_t>(i * k + i % k)] = 448;
+  const bool out_in = layout == WeightLayout::kOutIn;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t kk = (7 * j) % k;
+    w[static_cast<size_t>(out_in ? j * k + kk : kk * n + j)] = 448;
+  }
+  l->x = *FromDoubles(fp8 ? formats.input : storage, {m, k}, x);
+  l->w = *FromDoubles(fp8 ? formats.weight : storage,
+                      out_in ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, w);
+  LinearProblem& pr = l->problem;
+  if (bias) {
+    std::vector<double> b(static_cast<size_t>(n));
+    for (double& v : b) v = small(rng) / 8.0;
+    l->b = *FromDoubles(DType::kBFloat16, {n}, b);
+    l->has_bias = true;
+    pr.bias = &l->b;
+  }
+  if (fp8) {
+    const bool row = scaling == Fp8Scaling::kRow;
+    std::vector<double> sx(static_cast<size_t>(row ? m : 1)), sw(static_cast<size_t>(row ? n : 1));
+    for (size_t i = 0; i < sx.size(); ++i) sx[i] = std::ldexp(1.0, -static_cast<int>(i % 3) - 1);
+    for (size_t j = 0; j < sw.size(); ++j) sw[j] = std::ldexp(1.0, -static_cast<int>(j % 4) - 2);
+    l->x_scale = *FromDoubles(DType::kFloat32, {static_cast<int64_t>(sx.size())}, sx);
+    l->w_scale = *FromDoubles(DType::kFloat32, {static_cast<int64_t>(sw.size())}, sw);
+    pr.input_scale = &l->x_scale;
+    pr.weight_scale = &l->w_scale;
+  }
+  pr.input = &l->x;
+  pr.weight = &l->w;
+  pr.layout = layout;
+  pr.activation = act;
+  pr.output_dtype = out;
+  pr.m = m;
+  pr.n = n;
+  pr.k = k;
+  return l;
+}
+
+// Whether the device runs `c` at all (compute capability, scaling mode):
+// prints why not and returns false.
+bool DeviceRunsFp8(const Config& c, DType storage) {
+  const absl::Status s = Backend("cublaslt")->Supports(c, storage);
+  if (!s.ok())
+    std::printf("| %s | not on this device: %s |\n", c.ToString().c_str(),
+                std::string(s.message()).c_str());
+  return s.ok();
+}
+
 // ------------------------------------------------------ tests without GPU
 
 TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
@@ -302,9 +387,24 @@ TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
     // on the device (inputs rounded by a kernel, then strict fp32).
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kTf32Rna), p.end());
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kTf32Trunc), p.end());
-    EXPECT_EQ(b->storage_dtypes().size(), 4u);
+    // FP8 storage with the fp8 precisions: cuBLASLt's, where the device
+    // has FP8 (or, without a device, would).
+    const bool fp8 = std::find(p.begin(), p.end(), Precision::kFp8E4M3) != p.end();
+    EXPECT_EQ(b->storage_dtypes().size(), fp8 ? 6u : 4u) << b->name();
     EXPECT_FALSE(b->device().runtime_version.empty());
     EXPECT_THAT(b->device().cublas_version, HasSubstr("cuBLAS"));
+  }
+  const std::vector<Precision> blas_p = blas->precisions();
+  for (Precision p : kFp8Precisions) {
+    EXPECT_EQ(std::find(blas_p.begin(), blas_p.end(), p), blas_p.end()) << PrecisionName(p);
+  }
+  const std::vector<Precision> lt_p = lt->precisions();
+  EXPECT_EQ(std::find(lt_p.begin(), lt_p.end(), Precision::kFp8E5M2), lt_p.end());
+  const DeviceDescription d = lt->device();
+  const bool ada_or_newer = !lt->Available().ok() || std::stod(d.compute_capability) > 8.85;
+  for (Precision p : {Precision::kFp8E4M3, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3}) {
+    EXPECT_EQ(std::find(lt_p.begin(), lt_p.end(), p) != lt_p.end(), ada_or_newer)
+        << PrecisionName(p);
   }
   EXPECT_EQ(lt->default_bias_mode(), BiasMode::kFused);
   EXPECT_EQ(blas->default_bias_mode(), BiasMode::kUnfused);
@@ -339,6 +439,58 @@ TEST(CudaBackends, WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) 
     auto r = b->Run(l->problem, c, {});
     EXPECT_THAT(r, StatusIs(absl::StatusCode::kFailedPrecondition));
     EXPECT_EQ(r.status().message(), available.message());
+  }
+}
+
+TEST(CudaBackends, CublasFp8IsFailedPreconditionNamingTheMissingScalePointers) {
+  LinearBackend* blas = Backend("cublas");
+  ASSERT_NE(blas, nullptr);
+  const Config c = Fp8Config("cublas", Precision::kFp8E4M3, false, Fp8Scaling::kTensor);
+  EXPECT_THAT(blas->Supports(c, DType::kBFloat16),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("cublas:fp8e4m3:none@scaling=tensor"),
+                             HasSubstr("cublasGemmEx takes no scale pointers"))));
+  auto l = MakeExactFp8Layer(16, 16, 32, Precision::kFp8E4M3, false, DType::kBFloat16,
+                             WeightLayout::kOutIn, false, Activation::kNone, DType::kBFloat16,
+                             Fp8Scaling::kTensor, 1);
+  EXPECT_THAT(blas->Run(l->problem, c, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cublasGemmEx takes no scale pointers")));
+}
+
+TEST(CudaBackends, CublasltRefusesWhatItsFp8GemmLacksNamingTheRule) {
+  LinearBackend* lt = Backend("cublaslt");
+  ASSERT_NE(lt, nullptr);
+  EXPECT_THAT(lt->Supports(Fp8Config("cublaslt", Precision::kFp8E5M2, false, Fp8Scaling::kTensor),
+                           DType::kFloat32),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("cuBLASLt has no FP8 GEMM with both operands float8_e5m2")));
+  // The dequantised reference of FP8 operands is the CPU's.
+  Config fp64{"cublaslt", Precision::kFp64, BiasMode::kNone};
+  EXPECT_THAT(
+      lt->Supports(fp64, DType::kFloat8E4M3Fn),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("only under an fp8 precision")));
+}
+
+TEST(CudaBackends, Fp8OperandsWithoutScalesAreInvalidArgumentBeforeTheDevice) {
+  auto l = MakeExactFp8Layer(16, 16, 32, Precision::kFp8E4M3, true, DType::kBFloat16,
+                             WeightLayout::kOutIn, false, Activation::kNone, DType::kBFloat16,
+                             Fp8Scaling::kTensor, 2);
+  l->problem.input_scale = nullptr;
+  EXPECT_THAT(Backend("cublaslt")
+                  ->Run(l->problem,
+                        Fp8Config("cublaslt", Precision::kFp8E4M3, false, Fp8Scaling::kTensor), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input_scale")));
+}
+
+TEST(CudaBackends, BothBackendsSelectAlgorithms) {
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* b = Backend(name);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(b->selects_algorithms()) << name;
+    Config c{name, Precision::kFp32, b->default_bias_mode()};
+    c.algo = 5;
+    EXPECT_THAT(b->Supports(c, DType::kFloat32), IsOk()) << name;
   }
 }
 
@@ -395,6 +547,7 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
   for (const char* name : {"cublaslt", "cublas"}) {
     LinearBackend* backend = Backend(name);
     for (Precision p : backend->precisions()) {
+      if (IsFp8(p)) continue;  // GpuFp8*: their layers must fit cuBLASLt's FP8 rules
       for (DType storage : storages) {
         for (DType out : {storage, DType::kFloat32}) {
           if (out == DType::kFloat32 && storage == DType::kFloat32) continue;
@@ -726,6 +879,198 @@ TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- FP8
+
+// cuBLASLt's FP8 GEMM against the CPU backend, the specification of its
+// numbers. docs/numerics.md ("What an fp8 configuration computes") claims
+// the split accumulator's emulation is exact "but for the summation
+// order": so bitwise agreement is asserted only on layers whose sums are
+// exact in fp32 in any order (MakeExactFp8Layer), with power-of-two scales
+// (exact in either order of the scale products) and the bias and ReLU in
+// the epilogue, which round once either way.
+TEST_F(CudaGpuTest, GpuFp8SplitAccumulatorMatchesTheCpuBitwiseWhereSumsAreExact) {
+  std::printf("| configuration | operands | layout | bias | out | bitwise equal | max ulp |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  uint32_t seed = 1200;
+  for (Precision p : {Precision::kFp8E4M3, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3}) {
+    for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+      for (bool fp8 : {false, true}) {
+        if (fp8 && p != Precision::kFp8E4M3) continue;
+        for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+          for (bool bias : {false, true}) {
+            for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+              const Activation act = bias ? Activation::kRelu : Activation::kNone;
+              const Config c = Fp8Config("cublaslt", p, bias, scaling);
+              auto l = MakeExactFp8Layer(48, 64, 96, p, fp8, DType::kBFloat16, layout, bias, act,
+                                         out, scaling, ++seed);
+              if (!DeviceRunsFp8(c, l->x.dtype())) continue;
+              Config cpu_c = c;
+              cpu_c.backend = "cpu";
+              SCOPED_TRACE(absl::StrCat(c.ToString(), fp8 ? " fp8 operands" : " bf16 operands", " ",
+                                        WeightLayoutName(layout), " out ", DTypeShortName(out)));
+              auto g = Backend("cublaslt")->Run(l->problem, c, {});
+              ASSERT_THAT(g, IsOk());
+              auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+              ASSERT_THAT(cpu, IsOk());
+              ASSERT_EQ(g->output.dtype(), out);
+              const Agreement a = Compare(g->output, cpu->output);
+              std::printf("| %s | %s | %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
+                          fp8 ? "fp8 + scales" : "bf16, quantised",
+                          std::string(WeightLayoutName(layout)).c_str(), bias ? "bf16" : "-",
+                          std::string(DTypeShortName(out)).c_str(), 100 * a.bitwise_share,
+                          static_cast<unsigned long long>(a.max_ulp));
+              EXPECT_EQ(a.max_ulp, 0u);
+              EXPECT_EQ(g->details["fp8_scaling"], Fp8ScalingName(scaling));
+              EXPECT_EQ(g->details["fast_accum"], "false");
+              EXPECT_EQ(g->details["a_scale_mode"],
+                        scaling == Fp8Scaling::kRow ? "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F"
+                                                    : "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Random layers, where the sums round: the split accumulator within the
+// bound of an fp32 sum of k exact products, and fast accumulation
+// (CUBLASLT_MATMUL_DESC_FAST_ACCUM) against the CPU's parametrised model
+// (FastAccumModel), within a loose tolerance; the tables are what the GPU
+// validation fits the model with (docs/gpu-validation.md).
+TEST_F(CudaGpuTest, GpuFp8RandomLayersAgainstTheCpuWithinTolerance) {
+  std::printf(
+      "| configuration | bias | bitwise equal | max ulp | mean ulp | max |gpu-cpu| / "
+      "sum|x w| |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  uint32_t seed = 1300;
+  const int64_t m = 64, n = 128, k = 1024;
+  for (bool fast : {false, true}) {
+    for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+      for (bool bias : {false, true}) {
+        const Config c = Fp8Config("cublaslt", Precision::kFp8E4M3, bias, scaling, fast);
+        if (!DeviceRunsFp8(c, DType::kBFloat16)) continue;
+        auto l = MakeLayer(m, n, k, DType::kBFloat16, WeightLayout::kOutIn, bias, Activation::kNone,
+                           DType::kBFloat16, ++seed);
+        Config cpu_c = c;
+        cpu_c.backend = "cpu";
+        SCOPED_TRACE(c.ToString());
+        auto g = Backend("cublaslt")->Run(l->problem, c, {});
+        ASSERT_THAT(g, IsOk());
+        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        ASSERT_THAT(cpu, IsOk());
+        const Reference ref = ComputeReference(*l);
+        const Agreement a = Compare(g->output, cpu->output);
+        double worst = 0;
+        for (size_t e = 0; e < ref.y.size(); ++e) {
+          const double d = std::fabs(At(g->output, e) - At(cpu->output, e));
+          // Quantisation moves sum|x w| by at most 2 * 2^-4 of it.
+          const double mags = 1.25 * ref.abs_dot[e];
+          worst = std::max(worst, d / mags);
+          // Split: k fp32 roundings; fast: the model's 13 fraction bits
+          // against the hardware's, whichever it keeps, with room. Both
+          // plus one bf16 rounding of the output each.
+          const double tol = (fast ? 0x1p-9 : static_cast<double>(k) * 0x1p-24) * mags +
+                             2 * 0x1p-8 * std::fabs(At(cpu->output, e));
+          EXPECT_LE(d, tol) << "element " << e;
+        }
+        std::printf("| %s | %s | %.2f%% | %llu | %.3g | %.3g |\n", c.ToString().c_str(),
+                    bias ? "bf16" : "-", 100 * a.bitwise_share,
+                    static_cast<unsigned long long>(a.max_ulp), a.mean_ulp, worst);
+        EXPECT_EQ(g->details["fast_accum"], fast ? "true" : "false");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- algo=N
+
+TEST_F(CudaGpuTest, GpuAlgorithmsListWhatAlgoNRunsAndAlgo0IsTheDefault) {
+  const std::vector<std::string> lt_keys = {"algo",
+                                            "algo_tile",
+                                            "algo_stages",
+                                            "algo_splitk",
+                                            "algo_reduction_scheme",
+                                            "algo_custom_option",
+                                            "algo_workspace_bytes",
+                                            "workspace_limit_bytes",
+                                            "waves_count"};
+  const std::vector<std::string> blas_keys = {"algo", "algo_name"};
+  for (const char* name : {"cublaslt", "cublas"}) {
+    LinearBackend* b = Backend(name);
+    auto l = MakeLayer(96, 128, 256, DType::kBFloat16, WeightLayout::kOutIn, true,
+                       Activation::kNone, DType::kBFloat16, 77);
+    const Config c = MakeConfig(b, Precision::kBf16, *l);
+    SCOPED_TRACE(c.ToString());
+    auto algos = b->Algorithms(l->problem, c, {}, 8);
+    ASSERT_THAT(algos, IsOk());
+    ASSERT_GE(algos->size(), 1u);
+    ASSERT_LE(algos->size(), 8u);
+    for (size_t i = 0; i < algos->size(); ++i) {
+      const AlgorithmInfo& a = (*algos)[i];
+      EXPECT_EQ(a.index, static_cast<int>(i));
+      for (const std::string& key : name == std::string("cublaslt") ? lt_keys : blas_keys) {
+        EXPECT_EQ(a.details.count(key), 1u) << "algorithm " << i << " lacks " << key;
+      }
+      std::printf(
+          "| %s | algo=%zu | algo %s | tile %s | splitk %s | workspace %s |\n",
+          c.ToString().c_str(), i, a.details.count("algo") ? a.details.at("algo").c_str() : "?",
+          a.details.count("algo_tile") ? a.details.at("algo_tile").c_str() : "-",
+          a.details.count("algo_splitk") ? a.details.at("algo_splitk").c_str() : "-",
+          a.details.count("algo_workspace_bytes") ? a.details.at("algo_workspace_bytes").c_str()
+                                                  : "-");
+    }
+    // No algo and algo=0: the same algorithm, the same bits.
+    auto plain = b->Run(l->problem, c, {});
+    ASSERT_THAT(plain, IsOk());
+    Config zero = c;
+    zero.algo = 0;
+    auto first = b->Run(l->problem, zero, {});
+    ASSERT_THAT(first, IsOk());
+    EXPECT_EQ(plain->output.bytes(), first->output.bytes());
+    EXPECT_EQ(plain->details["algo_index"], "0");
+    EXPECT_EQ(first->details["algo"], (*algos)[0].details.at("algo"));
+    // Entry N is what algo=N runs.
+    const Reference ref = ComputeReference(*l);
+    for (size_t i = 1; i < std::min<size_t>(algos->size(), 4); ++i) {
+      Config ci = c;
+      ci.algo = static_cast<int>(i);
+      auto r = b->Run(l->problem, ci, {});
+      ASSERT_THAT(r, IsOk()) << "algo=" << i;
+      EXPECT_EQ(r->details["algo_index"], absl::StrCat(i));
+      EXPECT_EQ(r->details["algo"], (*algos)[i].details.at("algo"));
+      for (size_t e = 0; e < ref.y.size(); ++e) {
+        ASSERT_LE(std::fabs(At(r->output, e) - ref.y[e]),
+                  Bound(Precision::kBf16, DType::kBFloat16, DType::kBFloat16, 256,
+                        Activation::kNone, ref, e))
+            << "algo=" << i << " element " << e;
+      }
+    }
+    // Past the list: FAILED_PRECONDITION naming how many there are.
+    Config past = c;
+    past.algo = name == std::string("cublaslt") ? kMaxAlgorithmIndex : 25;
+    EXPECT_THAT(b->Run(l->problem, past, {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("offers only"), HasSubstr("is out of range"))));
+  }
+}
+
+TEST_F(CudaGpuTest, GpuFp8AlgorithmsAreListedForTheFp8Descriptors) {
+  const Config c = Fp8Config("cublaslt", Precision::kFp8E4M3, true, Fp8Scaling::kTensor);
+  if (!DeviceRunsFp8(c, DType::kBFloat16)) GTEST_SKIP() << "no FP8 GEMM on this device";
+  auto l = MakeExactFp8Layer(32, 64, 128, Precision::kFp8E4M3, false, DType::kBFloat16,
+                             WeightLayout::kOutIn, true, Activation::kNone, DType::kBFloat16,
+                             Fp8Scaling::kTensor, 5);
+  auto algos = Backend("cublaslt")->Algorithms(l->problem, c, {}, 4);
+  ASSERT_THAT(algos, IsOk());
+  ASSERT_GE(algos->size(), 1u);
+  Config zero = c;
+  zero.algo = 0;
+  auto r = Backend("cublaslt")->Run(l->problem, zero, {});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->details["algo"], (*algos)[0].details.at("algo"));
 }
 
 TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {

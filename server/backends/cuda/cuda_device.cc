@@ -220,7 +220,7 @@ absl::StatusOr<const CudaSession::Array*> CudaSession::Get(ArrayRef a,
   return &arrays_[static_cast<size_t>(a.id)];
 }
 
-absl::StatusOr<std::unique_ptr<DeviceSession>> CudaComputeDevice::OpenSession(
+absl::StatusOr<std::unique_ptr<CudaSession>> CudaComputeDevice::OpenCudaSession(
     const StopSignal* stop) {
   TC_RETURN_IF_ERROR(health());
   TC_ASSIGN_OR_RETURN(Lane * lane, AcquireLane(stop));
@@ -229,7 +229,13 @@ absl::StatusOr<std::unique_ptr<DeviceSession>> CudaComputeDevice::OpenSession(
     ReleaseLane(lane);
     return Note(set);
   }
-  return std::unique_ptr<DeviceSession>(new CudaSession(this, lane, stop));
+  return std::unique_ptr<CudaSession>(new CudaSession(this, lane, stop));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceSession>> CudaComputeDevice::OpenSession(
+    const StopSignal* stop) {
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<CudaSession> session, OpenCudaSession(stop));
+  return std::unique_ptr<DeviceSession>(std::move(session));
 }
 
 absl::StatusOr<ArrayRef> CudaSession::Allocate(DType dtype, int64_t count) {
@@ -407,8 +413,9 @@ absl::StatusOr<ArrayRef> CudaSession::Upload(const Tensor& t) {
 }
 
 absl::StatusOr<ArrayRef> CudaSession::Form(ArrayRef source, absl::string_view form, DType dtype,
-                                           const MakeForm& make) {
+                                           const MakeForm& make, int64_t count) {
   TC_ASSIGN_OR_RETURN(const Array* src, Get(source, "form"));
+  const int64_t n = count < 0 ? src->count : count;
   const std::string local = absl::StrCat(source.id, "|", form);
   auto it = forms_.find(local);
   if (it != forms_.end()) return it->second;
@@ -416,20 +423,30 @@ absl::StatusOr<ArrayRef> CudaSession::Form(ArrayRef source, absl::string_view fo
   if (!src->content_id.empty()) {
     bool hit = false;
     const std::string key = absl::StrCat(src->content_id, "|", DTypeName(src->dtype), "|", form);
-    TC_ASSIGN_OR_RETURN(out,
-                        Resident(key, dtype, src->count, src->host, std::string(), make, &hit));
+    TC_ASSIGN_OR_RETURN(out, Resident(key, dtype, n, src->host, std::string(), make, &hit));
   } else {
-    TC_ASSIGN_OR_RETURN(out, Allocate(dtype, src->count));
+    TC_ASSIGN_OR_RETURN(out, Allocate(dtype, n));
     TC_RETURN_IF_ERROR(make(data(out)));
   }
   forms_.emplace(local, out);
   return out;
 }
 
+absl::Status CudaSession::CopyToDevice(const void* src, void* dst, int64_t bytes) {
+  return Checked(StagedUpload(src, dst, bytes));
+}
+
 absl::StatusOr<SessionRun> CudaSession::Run(const SessionOperands& op, const Config& config,
                                             const RunOptions& options) {
+  return RunWithScales(op, SessionScales{}, config, options);
+}
+
+absl::StatusOr<SessionRun> CudaSession::RunWithScales(const SessionOperands& op,
+                                                      const SessionScales& scales,
+                                                      const Config& config,
+                                                      const RunOptions& options) {
   TC_RETURN_IF_ERROR(CheckStop(stop_));
-  auto run = internal::RunOnSession(*this, op, config, options);
+  auto run = internal::RunOnSession(*this, op, scales, config, options);
   if (!run.ok()) return Checked(run.status());
   ++counters_.runs;
   return run;

@@ -63,6 +63,9 @@ class CudaComputeDevice final : public ComputeDevice {
   ~CudaComputeDevice() override;
 
   absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) override;
+  // OpenSession, as the session's own type (for the backends' runs, which
+  // pass FP8 scales: internal/cuda_session.h).
+  absl::StatusOr<std::unique_ptr<CudaSession>> OpenCudaSession(const StopSignal* stop);
 
   ResidentStats resident() const override { return cache_.stats(); }
   Memory memory() const override;

@@ -186,6 +186,31 @@ __global__ void CompareBitsKernel(const uint16_t* a, const uint16_t* b, int64_t 
   if (differ) *flag = 1;  // every writer stores the same value
 }
 
+// dst[c, r] = src[r, c] through a 32 x 33 tile (the extra column keeps the
+// transposed reads off one shared-memory bank); blocks walk the tiles.
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+__global__ void TransposeBytesKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
+                                     int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t tiles_c = (cols + kTile - 1) / kTile;
+  const int64_t tiles = (rows + kTile - 1) / kTile * tiles_c;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;
+      if (c < cols && r < rows) dst[c * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchConvert(const void* src, ElemType src_type, void* dst, ElemType dst_type,
@@ -257,6 +282,16 @@ cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act, int64_t coun
       ActivationKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(y), act, count);
       break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTransposeBytes(const void* src, void* dst, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const int64_t tiles = (rows + kTile - 1) / kTile * ((cols + kTile - 1) / kTile);
+  const int blocks = static_cast<int>(std::min(tiles, kMaxBlocks));
+  TransposeBytesKernel<<<blocks, dim3(kTile, kTileRows), 0, stream>>>(
+      static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), rows, cols);
   return cudaGetLastError();
 }
 

@@ -33,6 +33,11 @@ cudaError_t LaunchBiasAdd(void* y, ElemType y_type, const void* bias, ElemType b
 cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act, int64_t count,
                              cudaStream_t stream);
 
+// dst = src^T for one-byte elements (FP8): src is [rows, cols] row-major,
+// dst [cols, rows] row-major. Moves bytes only; no rounding.
+cudaError_t LaunchTransposeBytes(const void* src, void* dst, int64_t rows, int64_t cols,
+                                 cudaStream_t stream);
+
 // Sets *flag to 1 when the first `nbytes` bytes of a and b differ (nbytes
 // even, both 2-byte aligned). *flag is not cleared.
 cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes, int* flag,

@@ -8,7 +8,14 @@
 // the session or by Free) or resident (pinned in the device's cache for
 // the session's life). A tensor with a content id is resident under
 // "<id>|<dtype>", and so is every form made of it (Form): "<id>|<dtype>|
-// bfloat16", "...|tf32rna", "...|mag_abs".
+// bfloat16", "...|tf32rna", "...|mag_abs", and an FP8 configuration's
+// quantised operand and its scales, "...|float8_e4m3fn|row" and
+// "...|float8_e4m3fn|row|scales".
+//
+// FP8 operands come with their dequantisation scales, which
+// SessionOperands does not carry: RunWithScales takes them (the backends'
+// own Run does); Run, the engine's call, has none, and refuses FP8
+// operands (an fp8 configuration of wide operands quantises them itself).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +34,13 @@
 #include "server/backends/device_session.h"
 
 namespace tensorcheck::cuda {
+
+// FP8 operands' dequantisation scales on a session: float32 arrays of 1
+// element each (per tensor) or m and n (row-wise). Invalid: none.
+struct SessionScales {
+  ArrayRef input;
+  ArrayRef weight;
+};
 
 class CudaSession final : public DeviceSession {
  public:
@@ -58,6 +72,10 @@ class CudaSession final : public DeviceSession {
   absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) override;
   SessionCounters counters() const override { return counters_; }
 
+  // Run, with FP8 operands' scales (uploaded to this session).
+  absl::StatusOr<SessionRun> RunWithScales(const SessionOperands& op, const SessionScales& scales,
+                                           const Config& config, const RunOptions& options);
+
   // ---- for session_run.cc
 
   struct Array {
@@ -86,11 +104,16 @@ class CudaSession final : public DeviceSession {
   // Gives an owned array's memory back before the session ends.
   void Free(ArrayRef a);
 
-  // `source` in another form, made once per session (or once per resident
-  // tensor, and kept with it): make(dst) enqueues what fills it.
+  // `source` in another form of `count` elements (-1: as many as
+  // `source`), made once per session (or once per resident tensor, and
+  // kept with it): make(dst) enqueues what fills it.
   using MakeForm = std::function<absl::Status(void* dst)>;
   absl::StatusOr<ArrayRef> Form(ArrayRef source, absl::string_view form, DType dtype,
-                                const MakeForm& make);
+                                const MakeForm& make, int64_t count = -1);
+
+  // `bytes` host bytes to the device array at `dst`, through the lane's
+  // staging (the host bytes may go once this returns).
+  absl::Status CopyToDevice(const void* src, void* dst, int64_t bytes);
 
   CudaContext& ctx() { return *lane_->ctx; }
   cudaStream_t stream() const { return stream_; }
@@ -129,9 +152,32 @@ class CudaSession final : public DeviceSession {
 namespace internal {
 
 // CudaSession::Run: the configuration's GEMM (and epilogue) over the
-// session's operands, `options.repeat` times compared bit for bit.
+// session's operands, `options.repeat` times compared bit for bit. FP8
+// operands need `scales`.
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& session, const SessionOperands& op,
-                                        const Config& config, const RunOptions& options);
+                                        const SessionScales& scales, const Config& config,
+                                        const RunOptions& options);
+
+// A layer by its dtypes and shape: what a configuration's algorithms
+// depend on.
+struct LayerTypes {
+  DType input = DType::kFloat32;
+  DType weight = DType::kFloat32;
+  std::optional<DType> bias;
+  WeightLayout layout = WeightLayout::kOutIn;
+  Activation activation = Activation::kNone;
+  DType output = DType::kFloat32;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// LinearBackend::Algorithms of config.backend (its `algo` ignored): the
+// GEMM RunOnSession would prepare, asked for its algorithms only, on the
+// session's lane; no operand needs to be on the device.
+absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& session,
+                                                               const LayerTypes& layer,
+                                                               const Config& config,
+                                                               const RunOptions& options,
+                                                               int limit);
 
 // CudaSession::MagnitudeSums: fp32 GEMMs (CUBLAS_COMPUTE_32F_PEDANTIC) of
 // x, |x| and x^2 with W, |W| and W^2.

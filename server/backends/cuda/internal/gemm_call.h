@@ -17,10 +17,19 @@
 // D = y^T (n x m column-major, ld n). The bias is then a vector over D's
 // rows, which is what the cuBLASLt BIAS epilogue adds.
 //
+// Algorithms (`algo=N`, LinearBackend::Algorithms): entry N of the list is
+// what `algo=N` runs, entry 0 what runs when no algorithm is named.
+// cuBLASLt's list is its heuristic's answer for the very descriptors the
+// run builds (cublasLtMatmulAlgoGetHeuristic, in its order of estimated
+// time); cuBLAS's is CUBLAS_GEMM_DEFAULT, then CUBLAS_GEMM_ALGO0..ALGO23.
+//
+//   TC_ASSIGN_OR_RETURN(std::vector<AlgorithmInfo> algos,
+//                       LtAlgorithms(operands, ctx, options, /*limit=*/8, cfg, device_name));
+//
 // Errors: a cuBLAS(Lt) or launch error as its Status (cuda_status.h);
-// FAILED_PRECONDITION when cuBLASLt has no algorithm for the problem. Call
-// with the context's mutex held, as the rest of a request; a GemmCall must
-// not outlive the request's device memory.
+// FAILED_PRECONDITION when cuBLASLt has no algorithm for the problem or
+// `algo` is past the list. Call on the request's lane, as the rest of a
+// request; a GemmCall must not outlive the request's device memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,7 +37,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -44,13 +55,16 @@ namespace tensorcheck::cuda::internal {
 // RunResult::details: what the call reports (algorithm, math mode, ...).
 using Details = std::map<std::string, std::string>;
 
-// What one request's GEMM reads and writes, on the device.
+// What one request's GEMM reads and writes, on the device. For a query of
+// the algorithms only, the pointers may be placeholders: the heuristic
+// reads their alignment, never what they point at (cublasLt.h,
+// CUBLASLT_MATMUL_DESC_BIAS_POINTER).
 struct GemmOperands {
   Plan plan;
   int64_t m = 0, n = 0, k = 0;
   bool a_transposed = false;  // W stored OUT_IN, [n, k] row-major
-  const void* w = nullptr;    // A: the weight in plan.ab
-  const void* x = nullptr;    // B: the input in plan.ab
+  const void* w = nullptr;    // A: the weight in plan.a()
+  const void* x = nullptr;    // B: the input in plan.b()
   // D's own array when D's type is not the output dtype (a kernel then
   // rounds it to the output); nullptr: the GEMM writes the output.
   void* d = nullptr;
@@ -59,6 +73,14 @@ struct GemmOperands {
   DType bias_type = DType::kFloat32;
   Activation activation = Activation::kNone;
   cudaStream_t stream = nullptr;
+  // FP8 (plan.fp8): the dequantisation scales, fp32 on the device: the
+  // weight's (cuBLASLt's A scale; 1 or n values) and the input's (B; 1 or
+  // m), and CUBLASLT_MATMUL_DESC_FAST_ACCUM.
+  const float* w_scale = nullptr;
+  const float* x_scale = nullptr;
+  bool fast_accum = false;
+  // The configuration's `algo=N`; unset: the library's first choice.
+  std::optional<int> algo;
 };
 
 // alpha = 1, beta = 0 in the scale type.
@@ -88,17 +110,33 @@ class GemmCall {
   virtual absl::Status Run(char* dst) = 0;
 };
 
-// cuBLASLt (`cublaslt`): the bias and activation in the matmul epilogue.
-// `cfg` and `device_name` go into the "no algorithm" message.
+// cuBLASLt (`cublaslt`): the bias and activation in the matmul epilogue,
+// with the heuristic's algorithm operands.algo (0 when unset). `cfg` and
+// `device_name` go into the "no algorithm" and out-of-range messages.
 absl::StatusOr<std::unique_ptr<GemmCall>> PrepareLtMatmul(
     const GemmOperands& operands, CudaContext& ctx, const RunOptions& options,
     absl::string_view cfg, absl::string_view device_name, Details* details);
 
-// cuBLAS (`cublas`): cublasGemmEx, then the bias and the activation by a
-// kernel each, each rounding to the output dtype.
+// The heuristic's algorithms for `operands` (at most `limit`, and at most
+// kMaxLtAlgorithms), without running any: index and details as
+// PrepareLtMatmul reports the one it runs.
+inline constexpr int kMaxLtAlgorithms = 64;
+absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& operands,
+                                                        CudaContext& ctx, const RunOptions& options,
+                                                        int limit, absl::string_view cfg,
+                                                        absl::string_view device_name);
+
+// cuBLAS (`cublas`): cublasGemmEx with the algorithm operands.algo of
+// CublasAlgorithms' list, then the bias and the activation by a kernel
+// each, each rounding to the output dtype.
 absl::StatusOr<std::unique_ptr<GemmCall>> PrepareCublasGemm(const GemmOperands& operands,
                                                             CudaContext& ctx,
                                                             const RunOptions& options,
+                                                            absl::string_view cfg,
                                                             Details* details);
+
+// cublasGemmEx's algorithms (at most `limit`): CUBLAS_GEMM_DEFAULT, then
+// CUBLAS_GEMM_ALGO0..ALGO23; the same for every problem.
+std::vector<AlgorithmInfo> CublasAlgorithms(int limit);
 
 }  // namespace tensorcheck::cuda::internal

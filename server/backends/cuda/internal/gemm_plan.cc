@@ -5,6 +5,16 @@ namespace {
 
 bool Is16Bit(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
+// A plan without FP8.
+Plan Wide(DType ab, cublasComputeType_t compute, cudaDataType_t scale, DType d) {
+  Plan plan;
+  plan.ab = ab;
+  plan.compute = compute;
+  plan.scale = scale;
+  plan.d = d;
+  return plan;
+}
+
 }  // namespace
 
 cudaDataType_t ToCudaType(DType d) {
@@ -53,47 +63,55 @@ const char* ComputeName(cublasComputeType_t c) {
   }
 }
 
-Plan MakePlan(Precision p, DType x, DType w, DType out, const Tensor* epilogue_bias) {
+Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epilogue_bias) {
   Plan plan;
   // D may be the 16-bit A/B type when the output is that type and the
   // epilogue's bias (which then has D's type) converts exactly.
   auto d_for_16bit = [&](DType ab) {
-    const bool bias_ok = epilogue_bias == nullptr || ConvertsExactly(epilogue_bias->dtype(), ab);
+    const bool bias_ok = !epilogue_bias.has_value() || ConvertsExactly(*epilogue_bias, ab);
     return (out == ab && bias_ok) ? ab : DType::kFloat32;
   };
   switch (p) {
     case Precision::kFp64:
-      plan = {DType::kFloat64, CUBLAS_COMPUTE_64F, CUDA_R_64F, DType::kFloat64};
+      plan = Wide(DType::kFloat64, CUBLAS_COMPUTE_64F, CUDA_R_64F, DType::kFloat64);
       break;
     case Precision::kFp32:
       if (x == w && Is16Bit(x)) {
-        plan = {x, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(x)};
+        plan = Wide(x, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(x));
       } else {
-        plan = {DType::kFloat32, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, DType::kFloat32};
+        plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, DType::kFloat32);
       }
       break;
     case Precision::kTf32:
     case Precision::kTf32Rna:
     case Precision::kTf32Trunc:
-      plan = {DType::kFloat32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, DType::kFloat32};
+      plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, DType::kFloat32);
       break;
     case Precision::kBf16:
-      plan = {DType::kBFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kBFloat16)};
+      plan = Wide(DType::kBFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kBFloat16));
       break;
     case Precision::kFp16:
-      plan = {DType::kFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kFloat16)};
+      plan = Wide(DType::kFloat16, CUBLAS_COMPUTE_32F, CUDA_R_32F, d_for_16bit(DType::kFloat16));
       break;
     case Precision::kFp16Acc:
-      plan = {DType::kFloat16, CUBLAS_COMPUTE_16F, CUDA_R_16F, DType::kFloat16};
+      plan = Wide(DType::kFloat16, CUBLAS_COMPUTE_16F, CUDA_R_16F, DType::kFloat16);
       break;
     case Precision::kFp8E4M3:
     case Precision::kFp8E5M2:
     case Precision::kFp8E4M3E5M2:
     case Precision::kFp8E5M2E4M3:
-      // Not among the CUDA backends' precisions(): Supports refuses them
-      // before a plan is asked for (docs/numerics.md, "FP8").
+      // MakeFp8Plan, from the FP8 rules' answer.
+      plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F, CUDA_R_32F, DType::kFloat32);
       break;
   }
+  return plan;
+}
+
+Plan MakeFp8Plan(const Fp8Gemm& gemm) {
+  // "The compute type must be CUBLAS_COMPUTE_32F. The scale type must be
+  // CUDA_R_32F." (cublasLtMatmul, FP8)
+  Plan plan = Wide(gemm.b, CUBLAS_COMPUTE_32F, CUDA_R_32F, gemm.d);
+  plan.fp8 = gemm;
   return plan;
 }
 

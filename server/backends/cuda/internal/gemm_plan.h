@@ -4,7 +4,7 @@
 // folder; docs/numerics.md).
 //
 //   const Plan plan = MakePlan(Precision::kBf16, /*x=*/DType::kFloat32, /*w=*/DType::kFloat32,
-//                              /*out=*/DType::kBFloat16, /*epilogue_bias=*/nullptr);
+//                              /*out=*/DType::kBFloat16, /*epilogue_bias=*/std::nullopt);
 //   // plan.ab == kBFloat16: x and W rounded on the device; CUBLAS_COMPUTE_32F,
 //   // fp32 scale; plan.d == kBFloat16: the GEMM writes the output dtype.
 //
@@ -23,6 +23,30 @@
 //   fp16       fp16                 32F                 fp32   fp16 if out is
 //                                                              fp16, else fp32
 //   fp16acc    fp16                 16F                 fp16   fp16
+//   fp8e4m3    A (W) E4M3, B (x)    32F                 fp32   out dtype if it
+//              E4M3                                            is bf16/fp16/fp32
+//                                                              and takes the
+//                                                              bias, else fp32
+//   fp8e4m3e5m2  A E5M2, B E4M3     32F                 fp32   as fp8e4m3
+//   fp8e5m2e4m3  A E4M3, B E5M2     32F                 fp32   as fp8e4m3
+//   fp8e5m2    (none: cuBLASLt has no E5M2 x E5M2 GEMM; the cpu backend runs it)
+//
+// FP8 (cuBLASLt only; internal/fp8_rules.h has every rule and where it is
+// written): A is the weight, B the input, each in its precision's format:
+// FP8 operands as they come, wide ones quantised on the host by the
+// configuration's recipe (QuantizeFp8, as the CPU backend does). A is
+// always transposed (TN): an IN_OUT weight is transposed to [n, k] first
+// (by the host as it uploads a quantised one, by a device kernel when it
+// is stored as FP8). The dequantisation scales go in
+// CUBLASLT_MATMUL_DESC_A_SCALE_POINTER (the weight's: 1 or n floats) and
+// B_SCALE_POINTER (the input's: 1 or m), per tensor
+// (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) or row-wise
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, A and B's scale modes);
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM follows the configuration's fast_accum.
+// The epilogue's bias type is bf16 with a bf16 or fp32 D and fp16 with an
+// fp16 D (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): D is the output dtype when
+// the layer's bias has that type and D's columns are 16-byte aligned, else
+// fp32 with a bf16 bias, then rounded to the output by a kernel.
 //
 // Inputs whose storage differs from the A/B type are converted on the
 // device by one kernel each, rounding once to nearest even (fp64 -> fp32,
@@ -41,15 +65,18 @@
 // have rounded, so the result is identical; writing the 16-bit type
 // directly is still preferred because it keeps cuBLAS's own choices
 // (e.g. split-K reduction in the output type) visible, as in PyTorch.
-// For the Lt epilogue the bias has D's type (cublasLt.h); D is widened to
-// fp32 when the bias would not convert to D's type exactly. With fp16acc
-// the epilogue runs in fp16 and the bias is rounded to fp16.
+// For the Lt epilogue the bias has D's type (cublasLt.h; FP8: above); D
+// is widened to fp32 when the bias would not convert to D's type exactly.
+// With fp16acc the epilogue runs in fp16 and the bias is rounded to fp16.
 #pragma once
 
 #include <cublas_v2.h>
 #include <library_types.h>
 
+#include <optional>
+
 #include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/core/dtype.h"
 #include "server/core/linear_config.h"
 #include "server/core/tensor.h"
@@ -58,15 +85,24 @@ namespace tensorcheck::cuda::internal {
 
 // How one configuration runs on the device.
 struct Plan {
-  DType ab = DType::kFloat32;  // A and B on the device
+  DType ab = DType::kFloat32;  // A and B on the device (FP8: `fp8` has each)
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t scale = CUDA_R_32F;
   DType d = DType::kFloat32;  // what the GEMM (and Lt epilogue) writes
+  // FP8 (cuBLASLt): A's and B's formats, the bias type, the scale mode.
+  std::optional<Fp8Gemm> fp8;
+
+  DType a() const { return fp8 ? fp8->a : ab; }  // the weight on the device
+  DType b() const { return fp8 ? fp8->b : ab; }  // the input on the device
 };
 
-// The plan for precision `p`, inputs stored as `x` and `w`, output `out`.
-// `epilogue_bias`: the bias (or nullptr) the Lt epilogue will add.
-Plan MakePlan(Precision p, DType x, DType w, DType out, const Tensor* epilogue_bias);
+// The plan for a wide precision `p`, inputs stored as `x` and `w`, output
+// `out`. `epilogue_bias`: the dtype of the bias the Lt epilogue will add
+// (nullopt without one).
+Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epilogue_bias);
+
+// The plan of an FP8 configuration whose rules (CheckFp8Gemm) gave `gemm`.
+Plan MakeFp8Plan(const Fp8Gemm& gemm);
 
 // Whether every value of `from` is a value of `to`.
 bool ConvertsExactly(DType from, DType to);

@@ -1,15 +1,23 @@
 // The cuBLASLt call, in the order of NVIDIA's samples: matmul descriptor
-// (compute and scale types, transposes, epilogue, bias), layouts,
-// preference (workspace, reduction schemes), heuristic, matmul.
+// (compute and scale types, transposes, epilogue, bias, FP8 scales),
+// layouts, preference (workspace, reduction schemes), heuristic, matmul.
+// LtSetup builds everything before the heuristic, once for both users:
+// the run (PrepareLtMatmul, which picks the heuristic's entry `algo`) and
+// the list of algorithms (LtAlgorithms), so that entry N of the list is
+// what `algo=N` runs.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/compare_args.h"
@@ -67,41 +75,108 @@ cublasLtEpilogue_t EpilogueOf(bool bias, ActKind act) {
                                      : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-class LtMatmul final : public GemmCall {
- public:
-  LtMatmul(const GemmOperands& operands, CudaContext& ctx) : ops_(operands), ctx_(ctx) {}
+// One heuristic result as RunResult::details / AlgorithmInfo::details: the
+// algorithm's configuration as far as cuBLASLt tells it, the workspace it
+// needs and the most it was allowed, and the heuristic's waves count.
+void DescribeAlgorithm(const cublasLtMatmulHeuristicResult_t& h, uint64_t workspace_limit,
+                       Details* details) {
+  Details& d = *details;
+  size_t written = 0;
+  int32_t id = 0, splitk = 0;
+  uint32_t tile = 0, stages = 0, scheme = 0, custom = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
+                                           &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo"] = absl::StrCat(id);
+  }
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof(tile), &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo_tile"] = absl::StrCat(tile);
+  }
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                           sizeof(stages), &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo_stages"] = absl::StrCat(stages);
+  }
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                           sizeof(splitk), &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo_splitk"] = absl::StrCat(splitk);
+  }
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                           sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo_reduction_scheme"] = absl::StrCat(scheme);
+  }
+  if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
+                                           sizeof(custom), &written) == CUBLAS_STATUS_SUCCESS) {
+    d["algo_custom_option"] = absl::StrCat(custom);
+  }
+  d["algo_workspace_bytes"] = absl::StrCat(h.workspaceSize);
+  d["workspace_limit_bytes"] = absl::StrCat(workspace_limit);
+  d["waves_count"] = absl::StrFormat("%.4g", h.wavesCount);
+}
 
-  // Every step before the first matmul, in the samples' order.
-  absl::Status Prepare(const RunOptions& options, absl::string_view cfg,
-                       absl::string_view device_name, Details* details) {
+// Everything before the heuristic: the operation's descriptor, the
+// layouts of A, B and C = D, and the preference. The heuristic reads the
+// descriptors' pointers (bias, FP8 scales) for their alignment only.
+class LtSetup {
+ public:
+  LtSetup(const GemmOperands& operands, CudaContext& ctx) : ops_(operands), ctx_(ctx) {}
+
+  // Builds the descriptors; `details` gets the epilogue, the reduction
+  // scheme mask and, for FP8, the scale modes and fast accumulation.
+  absl::Status Build(const RunOptions& options, Details* details) {
     epilogue_ = EpilogueOf(ops_.bias != nullptr, ToActKind(ops_.activation));
     (*details)["epilogue"] = EpilogueName(epilogue_);
-    TC_RETURN_IF_ERROR(CreateMatmulDesc());
+    TC_RETURN_IF_ERROR(CreateMatmulDesc(details));
     TC_RETURN_IF_ERROR(CreateLayouts());
     TC_RETURN_IF_ERROR(CreatePreference(options, details));
-    TC_RETURN_IF_ERROR(ChooseAlgorithm(cfg, device_name));
-    DescribeAlgorithm(details);
     return absl::OkStatus();
   }
 
-  absl::Status Run(char* dst) override {
-    void* d_ptr = ops_.d != nullptr ? ops_.d : dst;
-    TC_CUDA_RETURN_IF_ERROR(
-        cublasLtMatmul(ctx_.lt(), op_desc_.get(), scalars_.one(ops_.plan.scale), ops_.w,
-                       a_desc_.get(), ops_.x, b_desc_.get(), scalars_.zero(ops_.plan.scale), d_ptr,
-                       d_desc_.get(), d_ptr, d_desc_.get(), &heuristic_.algo, ctx_.workspace(),
-                       static_cast<size_t>(ctx_.workspace_bytes()), ops_.stream));
-    if (ops_.d != nullptr) {
-      TC_CUDA_RETURN_IF_ERROR(LaunchConvert(ops_.d, ToElem(ops_.plan.d), dst, ToElem(ops_.out),
-                                            ops_.m * ops_.n, ops_.stream));
+  // The heuristic's first `count` results (in its order of estimated time),
+  // up to the first whose state is not CUBLAS_STATUS_SUCCESS. None is
+  // FAILED_PRECONDITION naming the problem and the device.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Heuristic(
+      int count, absl::string_view cfg, absl::string_view device_name) const {
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(count, 1)));
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+        ctx_.lt(), op_desc_.get(), a_desc_.get(), b_desc_.get(), d_desc_.get(), d_desc_.get(),
+        pref_.get(), static_cast<int>(results.size()), results.data(), &found);
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
+      TC_CUDA_RETURN_IF_ERROR(hs);
     }
-    return absl::OkStatus();
+    if (hs == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+    size_t usable = 0;
+    while (usable < static_cast<size_t>(found) && results[usable].state == CUBLAS_STATUS_SUCCESS) {
+      ++usable;
+    }
+    results.resize(usable);
+    if (results.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "configuration ", cfg, ": cuBLASLt has no algorithm (no heuristic result) for A/B ",
+          AbTypes(), ", D ", DTypeName(ops_.plan.d), ", ", ComputeName(ops_.plan.compute),
+          ", epilogue ", EpilogueName(epilogue_), ", m=", ops_.m, " n=", ops_.n, " k=", ops_.k,
+          ", workspace ", workspace_limit(), " bytes on ", device_name));
+    }
+    return results;
   }
+
+  uint64_t workspace_limit() const { return static_cast<uint64_t>(ctx_.workspace_bytes()); }
+
+  cublasLtMatmulDesc_t op_desc() const { return op_desc_.get(); }
+  cublasLtMatrixLayout_t a_desc() const { return a_desc_.get(); }
+  cublasLtMatrixLayout_t b_desc() const { return b_desc_.get(); }
+  cublasLtMatrixLayout_t d_desc() const { return d_desc_.get(); }
 
  private:
+  // "bfloat16", or "float8_e4m3fn x float8_e5m2" (A, the weight, first).
+  std::string AbTypes() const {
+    if (!ops_.plan.fp8) return std::string(DTypeName(ops_.plan.ab));
+    return absl::StrCat(DTypeName(ops_.plan.a()), " x ", DTypeName(ops_.plan.b()));
+  }
+
   // The operation: compute and scale types, transposes, epilogue and the
-  // bias it adds.
-  absl::Status CreateMatmulDesc() {
+  // bias it adds; for FP8 the scales, their mode and fast accumulation.
+  absl::Status CreateMatmulDesc(Details* details) {
     cublasLtMatmulDesc_t od = nullptr;
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&od, ops_.plan.compute, ops_.plan.scale));
     op_desc_.reset(od);
@@ -118,6 +193,42 @@ class LtMatmul final : public GemmCall {
       TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                              &bias_ptr, sizeof(bias_ptr)));
     }
+    if (ops_.plan.fp8) TC_RETURN_IF_ERROR(SetFp8Attributes(od, *ops_.plan.fp8, details));
+    return absl::OkStatus();
+  }
+
+  // The FP8 GEMM: D = alpha * scale_A * scale_B * op(A) op(B) + bias per
+  // tensor, D_ij = alpha * scale_A[i] * scale_B[j] * sum_l a_il b_lj row-wise
+  // (cuBLAS documentation, "Narrow Precision Data Types Usage"), alpha 1.
+  // A is the weight (scale_A: n values row-wise), B the input (m values).
+  absl::Status SetFp8Attributes(cublasLtMatmulDesc_t od, const Fp8Gemm& fp8, Details* details) {
+    const void* a_scale = ops_.w_scale;
+    const void* b_scale = ops_.x_scale;
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                           &a_scale, sizeof(a_scale)));
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                           &b_scale, sizeof(b_scale)));
+    if (fp8.scale_mode == Fp8ScaleMode::kOuterVector) {
+      // "int32_t, default: 0" (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F).
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                             &mode, sizeof(mode)));
+      TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                             &mode, sizeof(mode)));
+    }
+    // "int8_t, default: 0 - fast accumulation mode is disabled."
+    const int8_t fast = ops_.fast_accum ? 1 : 0;
+    TC_CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    if (ops_.bias != nullptr && fp8.bias) {
+      // bf16 with an fp32 D, not D's type: "int32_t based on cudaDataType".
+      const int32_t bias_type = ToCudaType(*fp8.bias);
+      TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          od, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    (*details)["a_scale_mode"] = Fp8ScaleModeName(fp8.scale_mode);
+    (*details)["b_scale_mode"] = Fp8ScaleModeName(fp8.scale_mode);
+    (*details)["fast_accum"] = ops_.fast_accum ? "true" : "false";
     return absl::OkStatus();
   }
 
@@ -125,16 +236,15 @@ class LtMatmul final : public GemmCall {
   absl::Status CreateLayouts() {
     const int64_t m = ops_.m, n = ops_.n, k = ops_.k;
     const int64_t lda = ops_.a_transposed ? k : n;
-    const cudaDataType_t ab_type = ToCudaType(ops_.plan.ab);
     const cudaDataType_t d_type = ToCudaType(ops_.plan.d);
     cublasLtMatrixLayout_t l = nullptr;
     // A as stored: k x n (OUT_IN, transposed) or n x k (IN_OUT).
-    TC_CUDA_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&l, ab_type, static_cast<uint64_t>(ops_.a_transposed ? k : n),
-                                   static_cast<uint64_t>(ops_.a_transposed ? n : k), lda));
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
+        &l, ToCudaType(ops_.plan.a()), static_cast<uint64_t>(ops_.a_transposed ? k : n),
+        static_cast<uint64_t>(ops_.a_transposed ? n : k), lda));
     a_desc_.reset(l);
-    TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l, ab_type, static_cast<uint64_t>(k),
-                                                       static_cast<uint64_t>(m), k));
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
+        &l, ToCudaType(ops_.plan.b()), static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
     b_desc_.reset(l);
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l, d_type, static_cast<uint64_t>(n),
                                                        static_cast<uint64_t>(m), n));
@@ -148,7 +258,7 @@ class LtMatmul final : public GemmCall {
     cublasLtMatmulPreference_t p = nullptr;
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&p));
     pref_.reset(p);
-    const uint64_t ws = static_cast<uint64_t>(ctx_.workspace_bytes());
+    const uint64_t ws = workspace_limit();
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
         p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     if (options.disallow_reduced_precision_reduction) {
@@ -165,63 +275,65 @@ class LtMatmul final : public GemmCall {
     return absl::OkStatus();
   }
 
-  // The heuristic's first choice; none is FAILED_PRECONDITION, naming the
-  // problem and the device.
-  absl::Status ChooseAlgorithm(absl::string_view cfg, absl::string_view device_name) {
-    int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        ctx_.lt(), op_desc_.get(), a_desc_.get(), b_desc_.get(), d_desc_.get(), d_desc_.get(),
-        pref_.get(), 1, &heuristic_, &found);
-    if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      const uint64_t ws = static_cast<uint64_t>(ctx_.workspace_bytes());
-      return absl::FailedPreconditionError(absl::StrCat(
-          "configuration ", cfg,
-          ": cuBLASLt has no algorithm (no heuristic "
-          "result) for A/B ",
-          DTypeName(ops_.plan.ab), ", D ", DTypeName(ops_.plan.d), ", ",
-          ComputeName(ops_.plan.compute), ", epilogue ", EpilogueName(epilogue_), ", m=", ops_.m,
-          " n=", ops_.n, " k=", ops_.k, ", workspace ", ws, " bytes on ", device_name));
-    }
-    TC_CUDA_RETURN_IF_ERROR(hs);
-    return absl::OkStatus();
-  }
-
-  // The chosen algorithm's configuration, as far as cuBLASLt tells it.
-  void DescribeAlgorithm(Details* details) const {
-    int32_t id = 0;
-    uint32_t tile = 0, scheme = 0;
-    int32_t splitk = 0;
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, CUBLASLT_ALGO_CONFIG_ID, &id,
-                                             sizeof(id), &written) == CUBLAS_STATUS_SUCCESS) {
-      (*details)["algo"] = absl::StrCat(id);
-    }
-    if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                             sizeof(tile), &written) == CUBLAS_STATUS_SUCCESS) {
-      (*details)["algo_tile"] = absl::StrCat(tile);
-    }
-    if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &splitk, sizeof(splitk),
-                                             &written) == CUBLAS_STATUS_SUCCESS) {
-      (*details)["algo_splitk"] = absl::StrCat(splitk);
-    }
-    if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo,
-                                             CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                             sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS) {
-      (*details)["algo_reduction_scheme"] = absl::StrCat(scheme);
-    }
-    (*details)["algo_index"] = "0";  // the heuristic's first choice
-    (*details)["algo_workspace_bytes"] = absl::StrCat(heuristic_.workspaceSize);
-  }
-
   const GemmOperands ops_;
   CudaContext& ctx_;
-  const Scalars scalars_;
   cublasLtEpilogue_t epilogue_ = CUBLASLT_EPILOGUE_DEFAULT;
-  // The descriptors live as long as the call.
+  // The descriptors live as long as the setup.
   MatmulDescPtr op_desc_;
   LayoutPtr a_desc_, b_desc_, d_desc_;
   PreferencePtr pref_;
+};
+
+class LtMatmul final : public GemmCall {
+ public:
+  LtMatmul(const GemmOperands& operands, CudaContext& ctx)
+      : ops_(operands), ctx_(ctx), setup_(operands, ctx) {}
+
+  // Every step before the first matmul, in the samples' order; the
+  // heuristic's entry `algo` (0 unless the configuration names one).
+  absl::Status Prepare(const RunOptions& options, absl::string_view cfg,
+                       absl::string_view device_name, Details* details) {
+    TC_RETURN_IF_ERROR(setup_.Build(options, details));
+    const int algo = ops_.algo.value_or(0);
+    if (algo < 0 || algo > kMaxAlgorithmIndex) {
+      return absl::FailedPreconditionError(absl::StrCat("configuration ", cfg, ": algo=", algo,
+                                                        " is outside 0..", kMaxAlgorithmIndex));
+    }
+    TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
+                        setup_.Heuristic(algo + 1, cfg, device_name));
+    if (static_cast<size_t>(algo) >= results.size()) {
+      const size_t k = results.size();
+      return absl::FailedPreconditionError(
+          absl::StrCat("configuration ", cfg, ": cuBLASLt offers only ", k,
+                       k == 1 ? " algorithm" : " algorithms", " for this problem (m=", ops_.m,
+                       ", n=", ops_.n, ", k=", ops_.k, ", workspace ", setup_.workspace_limit(),
+                       " bytes); algo=", algo, " is out of range"));
+    }
+    heuristic_ = results[static_cast<size_t>(algo)];
+    DescribeAlgorithm(heuristic_, setup_.workspace_limit(), details);
+    (*details)["algo_index"] = absl::StrCat(algo);
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(char* dst) override {
+    void* d_ptr = ops_.d != nullptr ? ops_.d : dst;
+    TC_CUDA_RETURN_IF_ERROR(
+        cublasLtMatmul(ctx_.lt(), setup_.op_desc(), scalars_.one(ops_.plan.scale), ops_.w,
+                       setup_.a_desc(), ops_.x, setup_.b_desc(), scalars_.zero(ops_.plan.scale),
+                       d_ptr, setup_.d_desc(), d_ptr, setup_.d_desc(), &heuristic_.algo,
+                       ctx_.workspace(), static_cast<size_t>(ctx_.workspace_bytes()), ops_.stream));
+    if (ops_.d != nullptr) {
+      TC_CUDA_RETURN_IF_ERROR(LaunchConvert(ops_.d, ToElem(ops_.plan.d), dst, ToElem(ops_.out),
+                                            ops_.m * ops_.n, ops_.stream));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const GemmOperands ops_;
+  CudaContext& ctx_;
+  const Scalars scalars_;
+  LtSetup setup_;
   cublasLtMatmulHeuristicResult_t heuristic_{};
 };
 
@@ -233,6 +345,27 @@ absl::StatusOr<std::unique_ptr<GemmCall>> PrepareLtMatmul(
   auto call = std::make_unique<LtMatmul>(operands, ctx);
   TC_RETURN_IF_ERROR(call->Prepare(options, cfg, device_name, details));
   return std::unique_ptr<GemmCall>(std::move(call));
+}
+
+absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& operands,
+                                                        CudaContext& ctx, const RunOptions& options,
+                                                        int limit, absl::string_view cfg,
+                                                        absl::string_view device_name) {
+  std::vector<AlgorithmInfo> out;
+  const int count = std::min(limit, kMaxLtAlgorithms);
+  if (count < 1) return out;
+  LtSetup setup(operands, ctx);
+  Details ignored;
+  TC_RETURN_IF_ERROR(setup.Build(options, &ignored));
+  TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
+                      setup.Heuristic(count, cfg, device_name));
+  for (size_t i = 0; i < results.size(); ++i) {
+    AlgorithmInfo info;
+    info.index = static_cast<int>(i);
+    DescribeAlgorithm(results[i], setup.workspace_limit(), &info.details);
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 }  // namespace tensorcheck::cuda::internal

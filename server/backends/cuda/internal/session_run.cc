@@ -1,28 +1,42 @@
-// A configuration's run and the magnitude sums on a CudaSession
-// (internal/cuda_session.h). How a configuration runs (compute types, the
-// rounding of inputs and outputs): gemm_plan.h; the calls: gemm_call.h.
+// A configuration's run, its algorithms and the magnitude sums on a
+// CudaSession (internal/cuda_session.h). How a configuration runs (compute
+// types, the rounding of inputs and outputs): gemm_plan.h; the calls:
+// gemm_call.h; the FP8 rules: fp8_rules.h.
 //
 // tf32rna and tf32trunc, which no cuBLAS compute type offers, run as an
 // emulation with the CPU backend's semantics: the inputs rounded to TF32
 // on the device (ties away, or truncated), then a strict-fp32 GEMM
 // (CUBLAS_COMPUTE_32F_PEDANTIC): products of TF32 values are exact in
 // fp32, so only the summation order differs from the CPU emulation.
+//
+// The fp8 precisions run cuBLASLt's FP8 GEMM. Wide operands are quantised
+// on the host by the configuration's recipe (QuantizeFp8, exactly what the
+// CPU backend multiplies) and uploaded with their scales, as forms of the
+// operand (resident with a stored weight); FP8 operands come with theirs.
+// An IN_OUT FP8 weight is transposed to [n, k] (the host transposes a
+// quantised one as it uploads it; a device kernel an FP8 one), so that A
+// is always transposed and B not (TN).
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/error_model_kernels.h"
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/cuda_session.h"
+#include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/core/float_formats.h"
+#include "server/core/fp8_scaling.h"
 #include "server/core/status_macros.h"
 
 namespace tensorcheck::cuda::internal {
@@ -69,6 +83,61 @@ absl::Status CheckConfig(const Config& config, bool lt, bool has_bias, const Run
   return absl::OkStatus();
 }
 
+// How a configuration runs a layer, from the layer's dtypes and shape
+// alone: what both the run and the list of algorithms start from.
+struct RunSetup {
+  bool lt = true;
+  Plan plan;
+  // tf32rna/tf32trunc: the TF32 rounding of fp32 operands on the device.
+  std::optional<Tf32Rounding> round;
+  // The bias on the device: Lt, the epilogue's type; cublas, as stored.
+  DType bias_type = DType::kFloat32;
+  bool a_transposed = false;
+};
+
+absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const RunOptions& options,
+                               const CudaComputeDevice& device) {
+  RunSetup r;
+  r.lt = config.backend == "cublaslt";
+  if (!r.lt && config.backend != "cublas") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", config.backend,
+                     "' does not run on the CUDA device (cublaslt and cublas do)"));
+  }
+  TC_RETURN_IF_ERROR(
+      CheckConfig(config, r.lt, l.bias.has_value(), options, device.tf32_disabled()));
+  const int64_t m = l.m, n = l.n, k = l.k;
+  if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "configuration ", config.ToString(), ": the GPU backends need 1 <= m, n, k <= ", INT_MAX,
+        ", got m=", m, " n=", n, " k=", k));
+  }
+  if (IsFp8(config.precision) || IsFp8(l.input) || IsFp8(l.weight)) {
+    Fp8Query q;
+    q.config = config;
+    q.input = l.input;
+    q.weight = l.weight;
+    q.layer = Fp8Layer{l.layout, l.output, l.bias, m, n, k};
+    q.device = ComputeCapability{device.probe().cc_major, device.probe().cc_minor};
+    TC_ASSIGN_OR_RETURN(const Fp8Gemm gemm, CheckFp8Gemm(q));
+    r.plan = MakeFp8Plan(gemm);
+    r.bias_type = gemm.bias.value_or(gemm.d);
+    // OUT_IN as stored, IN_OUT once transposed: TN.
+    r.a_transposed = true;
+    return r;
+  }
+  // tf32rna/tf32trunc: fp32's plan (strict fp32 when the inputs are wider
+  // than 16 bits), with the inputs rounded to TF32 first. 16-bit inputs
+  // are exact in TF32, and fp32's plan then rounds nothing either.
+  const std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision);
+  const Precision planned = tf32 ? Precision::kFp32 : config.precision;
+  r.plan = MakePlan(planned, l.input, l.weight, l.output, r.lt ? l.bias : std::optional<DType>());
+  r.round = tf32 && r.plan.ab == DType::kFloat32 ? tf32 : std::nullopt;
+  r.bias_type = !l.bias.has_value() ? r.plan.d : (r.lt ? r.plan.d : *l.bias);
+  r.a_transposed = l.layout == WeightLayout::kOutIn;
+  return r;
+}
+
 // `source` (of `from`) as `to`, rounded to TF32 by `tf32` when given: the
 // session's form of it, or `source` itself when nothing changes.
 absl::StatusOr<ArrayRef> Operand(CudaSession& s, ArrayRef source, DType to,
@@ -96,30 +165,186 @@ absl::StatusOr<ArrayRef> Operand(CudaSession& s, ArrayRef source, DType to,
   });
 }
 
+// An FP8 operand on the device with its dequantisation scales.
+struct Fp8Operand {
+  ArrayRef values;
+  ArrayRef scales;
+};
+
+// A wide operand viewed as [outer, inner], quantised to `fp8` by the
+// recipe (QuantizeFp8 on the host, from the tensor it was uploaded from:
+// the CPU backend's very values and scales), its values transposed to
+// [inner, outer] when `transpose`. Both are forms of `source`: made once
+// per session, resident with a stored weight.
+absl::StatusOr<Fp8Operand> Quantised(CudaSession& s, ArrayRef source, DType fp8, Fp8Scaling scaling,
+                                     int64_t outer, int64_t inner, bool per_column,
+                                     bool transpose) {
+  TC_ASSIGN_OR_RETURN(const CudaSession::Array* src, s.Get(source, "operand"));
+  if (src->host == nullptr) {
+    return absl::InternalError(
+        "an FP8 configuration's wide operand has no host tensor to quantise");
+  }
+  const Tensor* host = src->host;
+  const int64_t scale_count = scaling == Fp8Scaling::kTensor ? 1 : (per_column ? inner : outer);
+  const std::string form =
+      absl::StrCat(DTypeName(fp8), "|", Fp8ScalingName(scaling), per_column ? "|columns" : "",
+                   transpose ? "|transposed" : "");
+  // Quantised once, when the first of the two forms is made.
+  auto quantised = std::make_shared<std::optional<Fp8Quantized>>();
+  auto quantise = [=]() -> absl::StatusOr<const Fp8Quantized*> {
+    if (!quantised->has_value()) {
+      TC_ASSIGN_OR_RETURN(Fp8Quantized q,
+                          QuantizeFp8(*host, outer, inner, *Fp8FormatOf(fp8), scaling, per_column));
+      if (transpose) {
+        TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(fp8, {inner, outer}));
+        const uint8_t* from = q.values.data<uint8_t>();
+        uint8_t* to = t.data<uint8_t>();
+        for (int64_t r = 0; r < outer; ++r) {
+          for (int64_t c = 0; c < inner; ++c) to[c * outer + r] = from[r * inner + c];
+        }
+        q.values = std::move(t);
+      }
+      *quantised = std::move(q);
+    }
+    return &**quantised;
+  };
+  CudaSession* session = &s;
+  Fp8Operand out;
+  TC_ASSIGN_OR_RETURN(out.values, s.Form(source, form, fp8, [=](void* dst) -> absl::Status {
+    TC_ASSIGN_OR_RETURN(const Fp8Quantized* q, quantise());
+    return session->CopyToDevice(q->values.raw(), dst, static_cast<int64_t>(q->values.nbytes()));
+  }));
+  TC_ASSIGN_OR_RETURN(out.scales, s.Form(
+                                      source, absl::StrCat(form, "|scales"), DType::kFloat32,
+                                      [=](void* dst) -> absl::Status {
+                                        TC_ASSIGN_OR_RETURN(const Fp8Quantized* q, quantise());
+                                        return session->CopyToDevice(
+                                            q->scales.data(), dst,
+                                            static_cast<int64_t>(q->scales.size() * sizeof(float)));
+                                      },
+                                      scale_count));
+  return out;
+}
+
+// An FP8 operand's scales as the session holds them: float32, `count`
+// elements (1 per tensor; m or n row-wise).
+absl::StatusOr<ArrayRef> GivenScales(CudaSession& s, ArrayRef scales, const char* name,
+                                     int64_t count, const Config& config) {
+  if (!scales.valid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "configuration ", config.ToString(), ": FP8 operands reached the device without ", name,
+        " (a device session's operands carry no scales; the backends' own runs pass them)"));
+  }
+  TC_ASSIGN_OR_RETURN(const CudaSession::Array* a, s.Get(scales, name));
+  if (a->dtype != DType::kFloat32 || a->count != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("configuration ", config.ToString(), ": ", name, ": float32 with ", count,
+                     " elements expected (scaling=", Fp8ScalingName(config.scaling), "), got ",
+                     a->count, " ", DTypeName(a->dtype)));
+  }
+  return scales;
+}
+
+// The FP8 GEMM's A (the weight, [n, k]) and B (the input), each with its
+// scales.
+struct Fp8Arrays {
+  Fp8Operand x, w;
+};
+
+absl::StatusOr<Fp8Arrays> Fp8Operands(CudaSession& s, const SessionOperands& op,
+                                      const SessionScales& scales, const Config& config,
+                                      const Fp8Gemm& gemm) {
+  const int64_t m = op.m, n = op.n, k = op.k;
+  const bool row = config.scaling == Fp8Scaling::kRow;
+  Fp8Arrays f;
+  if (gemm.quantise_input) {
+    TC_ASSIGN_OR_RETURN(f.x, Quantised(s, op.input, gemm.b, config.scaling, m, k,
+                                       /*per_column=*/false, /*transpose=*/false));
+  } else {
+    f.x.values = op.input;
+    TC_ASSIGN_OR_RETURN(f.x.scales,
+                        GivenScales(s, scales.input, "input_scale", row ? m : 1, config));
+  }
+  const bool out_in = op.layout == WeightLayout::kOutIn;
+  if (gemm.quantise_weight) {
+    // W's output features are its rows (OUT_IN) or its columns (IN_OUT).
+    TC_ASSIGN_OR_RETURN(f.w, Quantised(s, op.weight, gemm.a, config.scaling, out_in ? n : k,
+                                       out_in ? k : n, /*per_column=*/!out_in,
+                                       /*transpose=*/gemm.transpose_weight));
+  } else {
+    f.w.values = op.weight;
+    TC_ASSIGN_OR_RETURN(f.w.scales,
+                        GivenScales(s, scales.weight, "weight_scale", row ? n : 1, config));
+    if (gemm.transpose_weight) {
+      TC_ASSIGN_OR_RETURN(const CudaSession::Array* w, s.Get(op.weight, "op.weight"));
+      const void* data = w->data;
+      cudaStream_t stream = s.stream();
+      TC_ASSIGN_OR_RETURN(f.w.values,
+                          s.Form(op.weight, "transposed", w->dtype, [=](void* dst) -> absl::Status {
+                            TC_CUDA_RETURN_IF_ERROR(
+                                LaunchTransposeBytes(data, dst, /*rows=*/k, /*cols=*/n, stream));
+                            return absl::OkStatus();
+                          }));
+    }
+  }
+  return f;
+}
+
 // The plan in the run's details: the device, the types, where values are
-// rounded, the workspace.
+// rounded (or quantised), the workspace.
 void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
                   const CudaSession::Array* bias, DType bias_to, DType out, CudaSession& s,
                   Details* details) {
   Details& d = *details;
   d["device"] = s.device().probe().description.name;
   d["compute_type"] = ComputeName(plan.compute);
-  d["ab_type"] = std::string(DTypeName(plan.ab));
   d["d_type"] = std::string(DTypeName(plan.d));
   d["scale_type"] = plan.scale == CUDA_R_64F   ? "float64"
                     : plan.scale == CUDA_R_16F ? "float16"
                                                : "float32";
-  std::string rounding;
-  if (x != plan.ab)
-    absl::StrAppend(&rounding, "input ", DTypeName(x), "->", DTypeName(plan.ab), "; ");
-  if (w != plan.ab) {
-    absl::StrAppend(&rounding, "weight ", DTypeName(w), "->", DTypeName(plan.ab), "; ");
+  // Conversions by a device kernel, and the recipe's quantisation on the host.
+  std::string rounding, quantised;
+  if (plan.fp8) {
+    const Fp8Gemm& f = *plan.fp8;
+    d["ab_type"] = absl::StrCat(DTypeName(f.b), " (input) x ", DTypeName(f.a), " (weight)");
+    d["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
+    d["accumulation"] =
+        config.fast_accum ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32 (split accumulator)";
+    d["dequantisation"] = f.scale_mode == Fp8ScaleMode::kOuterVector
+                              ? "cuBLASLt outer vector: y[i, j] from acc * scale_A[j] (weight) "
+                                "* scale_B[i] (input)"
+                              : "cuBLASLt per tensor: acc * alpha * scale_A * scale_B";
+    if (f.bias) d["bias_type"] = std::string(DTypeName(*f.bias));
+    if (f.transpose_weight) {
+      d["weight_transpose"] =
+          f.quantise_weight ? "IN_OUT weight transposed to [n, k] on the host (TN)"
+                            : "IN_OUT FP8 weight transposed to [n, k] by a device kernel (TN)";
+    }
+    if (f.quantise_input) {
+      absl::StrAppend(&quantised, "input ", DTypeName(x), "->", DTypeName(f.b), "; ");
+    }
+    if (f.quantise_weight) {
+      absl::StrAppend(&quantised, "weight ", DTypeName(w), "->", DTypeName(f.a), "; ");
+    }
+  } else {
+    d["ab_type"] = std::string(DTypeName(plan.ab));
+    if (x != plan.ab) {
+      absl::StrAppend(&rounding, "input ", DTypeName(x), "->", DTypeName(plan.ab), "; ");
+    }
+    if (w != plan.ab) {
+      absl::StrAppend(&rounding, "weight ", DTypeName(w), "->", DTypeName(plan.ab), "; ");
+    }
   }
   if (bias != nullptr && bias->dtype != bias_to) {
     absl::StrAppend(&rounding, "bias ", DTypeName(bias->dtype), "->", DTypeName(bias_to), "; ");
   }
-  d["input_rounding"] =
-      rounding.empty() ? "none" : absl::StrCat(rounding, "device kernel, nearest-even");
+  std::vector<std::string> parts;
+  if (!rounding.empty()) parts.push_back(absl::StrCat(rounding, "device kernel, nearest-even"));
+  if (!quantised.empty()) {
+    parts.push_back(absl::StrCat(quantised, "host, current scaling (scaling=",
+                                 Fp8ScalingName(config.scaling), ", server/core/fp8_scaling.h)"));
+  }
+  d["input_rounding"] = parts.empty() ? "none" : absl::StrJoin(parts, "; ");
   if (std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision)) {
     if (plan.ab == DType::kFloat32) {
       d["input_rounding"] = absl::StrCat(
@@ -139,50 +364,50 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
 }  // namespace
 
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& op,
-                                        const Config& config, const RunOptions& options) {
-  const bool lt = config.backend == "cublaslt";
-  if (!lt && config.backend != "cublas") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("configuration ", config.ToString(), ": backend '", config.backend,
-                     "' does not run on the CUDA device (cublaslt and cublas do)"));
-  }
+                                        const SessionScales& scales, const Config& config,
+                                        const RunOptions& options) {
   TC_ASSIGN_OR_RETURN(const CudaSession::Array* x, s.Get(op.input, "op.input"));
   TC_ASSIGN_OR_RETURN(const CudaSession::Array* w, s.Get(op.weight, "op.weight"));
   const CudaSession::Array* bias = nullptr;
   if (op.bias.valid()) {
     TC_ASSIGN_OR_RETURN(bias, s.Get(op.bias, "op.bias"));
   }
-  TC_RETURN_IF_ERROR(CheckConfig(config, lt, bias != nullptr, options, s.device().tf32_disabled()));
   const int64_t m = op.m, n = op.n, k = op.k;
-  if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "configuration ", config.ToString(), ": the GPU backends need 1 <= m, n, k <= ", INT_MAX,
-        ", got m=", m, " n=", n, " k=", k));
-  }
+  LayerTypes layer;
+  layer.input = x->dtype;
+  layer.weight = w->dtype;
+  if (bias != nullptr) layer.bias = bias->dtype;
+  layer.layout = op.layout;
+  layer.activation = op.activation;
+  layer.output = op.output_dtype;
+  layer.m = m;
+  layer.n = n;
+  layer.k = k;
+  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(config, layer, options, s.device()));
   if (x->count != m * k || w->count != n * k || (bias != nullptr && bias->count != n)) {
     return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
                                                    ": tensor sizes do not match m=", m, " n=", n,
                                                    " k=", k));
   }
   const DType x_type = x->dtype, w_type = w->dtype, out = op.output_dtype;
+  const Plan& plan = setup.plan;
 
-  // tf32rna/tf32trunc: fp32's plan (strict fp32 when the inputs are wider
-  // than 16 bits), with the inputs rounded to TF32 first. 16-bit inputs
-  // are exact in TF32, and fp32's plan then rounds nothing either.
-  const std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision);
-  const Precision planned = tf32 ? Precision::kFp32 : config.precision;
-  const Plan plan =
-      MakePlan(planned, x_type, w_type, out, lt && bias != nullptr ? bias->host : nullptr);
-  const std::optional<Tf32Rounding> round =
-      tf32 && plan.ab == DType::kFloat32 ? tf32 : std::nullopt;
-
-  TC_ASSIGN_OR_RETURN(ArrayRef x_ab, Operand(s, op.input, plan.ab, round));
-  TC_ASSIGN_OR_RETURN(ArrayRef w_ab, Operand(s, op.weight, plan.ab, round));
-  // The bias on the device: Lt, in D's type; cublas, as stored.
-  const DType bias_dev_type = bias == nullptr ? plan.d : (lt ? plan.d : bias->dtype);
+  GemmOperands ops;
+  ArrayRef x_ab, w_ab;
+  if (plan.fp8) {
+    TC_ASSIGN_OR_RETURN(const Fp8Arrays f, Fp8Operands(s, op, scales, config, *plan.fp8));
+    x_ab = f.x.values;
+    w_ab = f.w.values;
+    ops.x_scale = static_cast<const float*>(s.data(f.x.scales));
+    ops.w_scale = static_cast<const float*>(s.data(f.w.scales));
+    ops.fast_accum = config.fast_accum;
+  } else {
+    TC_ASSIGN_OR_RETURN(x_ab, Operand(s, op.input, plan.ab, setup.round));
+    TC_ASSIGN_OR_RETURN(w_ab, Operand(s, op.weight, plan.ab, setup.round));
+  }
   ArrayRef bias_dev;
   if (bias != nullptr) {
-    TC_ASSIGN_OR_RETURN(bias_dev, Operand(s, op.bias, bias_dev_type, std::nullopt));
+    TC_ASSIGN_OR_RETURN(bias_dev, Operand(s, op.bias, setup.bias_type, std::nullopt));
   }
   const bool d_is_out = plan.d == out;
   ArrayRef d_buf, out1, flag;
@@ -197,29 +422,29 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.data(flag), 0, sizeof(int), s.stream()));
 
   SessionRun result;
-  DescribePlan(plan, config, x_type, w_type, bias, bias_dev_type, out, s, &result.run.details);
-  GemmOperands ops;
+  DescribePlan(plan, config, x_type, w_type, bias, setup.bias_type, out, s, &result.run.details);
   ops.plan = plan;
   ops.m = m;
   ops.n = n;
   ops.k = k;
-  ops.a_transposed = op.layout == WeightLayout::kOutIn;
+  ops.a_transposed = setup.a_transposed;
   ops.w = s.data(w_ab);
   ops.x = s.data(x_ab);
   ops.d = d_is_out ? nullptr : s.data(d_buf);
   ops.out = out;
   ops.bias = bias == nullptr ? nullptr : s.data(bias_dev);
-  ops.bias_type = bias_dev_type;
+  ops.bias_type = setup.bias_type;
   ops.activation = op.activation;
   ops.stream = s.stream();
+  ops.algo = config.algo;
   const std::string cfg = config.ToString();
   const std::string& device_name = s.device().probe().description.name;
   std::unique_ptr<GemmCall> gemm;
-  if (lt) {
+  if (setup.lt) {
     TC_ASSIGN_OR_RETURN(
         gemm, PrepareLtMatmul(ops, s.ctx(), options, cfg, device_name, &result.run.details));
   } else {
-    TC_ASSIGN_OR_RETURN(gemm, PrepareCublasGemm(ops, s.ctx(), options, &result.run.details));
+    TC_ASSIGN_OR_RETURN(gemm, PrepareCublasGemm(ops, s.ctx(), options, cfg, &result.run.details));
   }
   // `repeat` runs; every run after the first writes a second output,
   // compared bit for bit with the first. With a stop signal, each run
@@ -252,6 +477,41 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   return result;
 }
 
+absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& s,
+                                                               const LayerTypes& layer,
+                                                               const Config& config,
+                                                               const RunOptions& options,
+                                                               int limit) {
+  Config c = config;
+  c.algo.reset();  // the list is the same whichever entry the configuration names
+  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, s.device()));
+  if (!setup.lt) return CublasAlgorithms(limit);
+  // The heuristic reads the descriptors' pointers (bias, FP8 scales) for
+  // their alignment only (cublasLt.h); the run's arrays come from
+  // allocations aligned to at least 256 bytes, and so is this placeholder.
+  const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 12);
+  GemmOperands ops;
+  ops.plan = setup.plan;
+  ops.m = layer.m;
+  ops.n = layer.n;
+  ops.k = layer.k;
+  ops.a_transposed = setup.a_transposed;
+  ops.w = placeholder;
+  ops.x = placeholder;
+  ops.out = layer.output;
+  ops.bias = layer.bias.has_value() ? placeholder : nullptr;
+  ops.bias_type = setup.bias_type;
+  ops.activation = layer.activation;
+  ops.stream = s.stream();
+  if (setup.plan.fp8) {
+    ops.w_scale = static_cast<const float*>(placeholder);
+    ops.x_scale = static_cast<const float*>(placeholder);
+    ops.fast_accum = c.fast_accum;
+  }
+  return LtAlgorithms(ops, s.ctx(), options, limit, c.ToString(),
+                      s.device().probe().description.name);
+}
+
 absl::StatusOr<SessionMagnitudes> MagnitudeSumsOnSession(CudaSession& s, const SessionOperands& op,
                                                          bool abs_dot, bool sq_dot, bool dot) {
   const int64_t m = op.m, n = op.n, k = op.k;
@@ -264,6 +524,13 @@ absl::StatusOr<SessionMagnitudes> MagnitudeSumsOnSession(CudaSession& s, const S
   if (x->count != m * k || w->count != n * k) {
     return absl::InvalidArgumentError(
         absl::StrCat("magnitude sums: operands do not match m=", m, ", n=", n, ", k=", k));
+  }
+  if (IsFp8(x->dtype) || IsFp8(w->dtype)) {
+    // Their magnitudes are those of the dequantised values, and the
+    // session's operands carry no scales.
+    return absl::FailedPreconditionError(
+        "magnitude sums: FP8 operands need their scales, which a device session's operands do "
+        "not carry");
   }
   cudaStream_t stream = s.stream();
   // One fp32 form of an operand: the value, its magnitude or its square

@@ -1,0 +1,107 @@
+// The rules an FP8 configuration of the CUDA backends must satisfy, in one
+// pure host function (internal to this folder; no CUDA here, so the host
+// test checks every rule in a build without CUDA too). What it answers is
+// also how the FP8 GEMM runs: the cuBLASLt types, the scale mode, whether
+// the weight is transposed first and whether the operands are quantised.
+//
+//   Fp8Query q;
+//   q.config = config;                       // cublaslt:fp8e4m3:fused@scaling=row
+//   q.input = DType::kBFloat16;              // wide: quantised by the recipe
+//   q.layer = Fp8Layer{WeightLayout::kOutIn, DType::kBFloat16, DType::kBFloat16, m, n, k};
+//   q.device = ComputeCapability{9, 0};
+//   TC_ASSIGN_OR_RETURN(Fp8Gemm gemm, CheckFp8Gemm(q));
+//   // gemm.d == kBFloat16, gemm.scale_mode == Fp8ScaleMode::kOuterVector, ...
+//
+// Where the rules come from (cuBLAS 13 documentation, "cublasLtMatmul()",
+// the FP8 requirements and type table, and "Narrow Precision Data Types
+// Usage", the scaling-mode table; docs/numerics.md, "FP8"):
+//   - "To use tensor- or block-scaled FP8 kernels ...: all matrix
+//     dimensions must meet the optimal requirements listed in Tensor Core
+//     Usage (i.e. pointers and matrix dimension must support 16-byte
+//     alignment)"; "A must be transposed and B non-transposed (The 'TN'
+//     format) on Ada (8.9), Hopper (9.0), and Blackwell GeForce (12.x)";
+//     "The compute type must be CUBLAS_COMPUTE_32F"; "The scale type must
+//     be CUDA_R_32F".
+//   - The type table: A x B in {E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3} (no
+//     E5M2 x E5M2); C = D in {bf16, fp16, fp32} (FP8 D too, which this
+//     service never asks for, and not with outer-vector scaling); the bias
+//     is bf16 with a bf16 D, fp16 with an fp16 D and bf16 with an fp32 D.
+//   - Scaling modes: tensorwide (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+//     on compute capability 8.9+; outer vector
+//     (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one fp32 scale per row of
+//     A and per column of B) on 9.0 only.
+//   - cublasGemmEx (the `cublas` backend) takes no scale pointers
+//     (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER is a cuBLASLt attribute), so it
+//     has no FP8 GEMM.
+//
+// Thread-safe (pure). Errors: FAILED_PRECONDITION naming the configuration
+// and the rule it breaks; INVALID_ARGUMENT when asked about a configuration
+// that involves no FP8 at all.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "server/core/dtype.h"
+#include "server/core/linear_config.h"
+
+namespace tensorcheck::cuda::internal {
+
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+};
+
+// How the FP8 GEMM's two scales reach cuBLASLt
+// (CUBLASLT_MATMUL_DESC_A_SCALE_MODE / B_SCALE_MODE).
+enum class Fp8ScaleMode {
+  kTensor,       // CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: one fp32 each
+  kOuterVector,  // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: n for W, m for x
+};
+
+// "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F", "..._OUTER_VEC_32F".
+const char* Fp8ScaleModeName(Fp8ScaleMode mode);
+
+// The layer, where it is known (Run knows it; Supports does not).
+struct Fp8Layer {
+  WeightLayout layout = WeightLayout::kOutIn;
+  DType output = DType::kBFloat16;
+  std::optional<DType> bias;  // nullopt: no bias
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// What the rules are asked about. Unknown parts (nullopt) are not checked.
+struct Fp8Query {
+  Config config;                  // backend, precision, scaling, fast_accum; its name in messages
+  DType input = DType::kFloat32;  // x as stored (wide: quantised by the recipe)
+  std::optional<DType> weight;    // W as stored
+  std::optional<Fp8Layer> layer;
+  std::optional<ComputeCapability> device;
+};
+
+// How an FP8 configuration runs, when the rules allow it.
+struct Fp8Gemm {
+  DType a = DType::kFloat8E4M3Fn;  // cuBLASLt's A: the weight's FP8 format
+  DType b = DType::kFloat8E4M3Fn;  // cuBLASLt's B: the input's FP8 format
+  DType d = DType::kBFloat16;      // C and D: what the matmul writes
+  // The epilogue's bias type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); nullopt
+  // without a bias.
+  std::optional<DType> bias;
+  Fp8ScaleMode scale_mode = Fp8ScaleMode::kTensor;
+  // Wide operands are quantised on the host by the configuration's recipe
+  // (server/core/fp8_scaling.h), as the CPU backend does.
+  bool quantise_input = false;
+  bool quantise_weight = false;
+  // An IN_OUT weight is transposed to OUT_IN ([n, k]) before the GEMM, so
+  // that A is transposed and B not (TN), which every FP8 device takes.
+  bool transpose_weight = false;
+};
+
+// The rules for a configuration of the `cublaslt` or `cublas` backend that
+// involves FP8 (an fp8 precision, or an FP8 input or weight). OK: how it
+// runs (with `layer` unknown, d and bias are what an OUT_IN layer with a
+// bf16 output and no bias would use).
+absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& query);
+
+}  // namespace tensorcheck::cuda::internal
