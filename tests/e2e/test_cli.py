@@ -35,7 +35,7 @@ STATS_KEYS = {
 }
 CONFIG_RESULT_KEYS = {
     "config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-    "deterministic", "runs", "shared_computation",
+    "deterministic", "runs", "shared_computation", "batch_invariance",
 }
 
 
@@ -379,5 +379,6 @@ def test_diagnose_ranks_fp32_first_for_an_fp32_output(server, tmp_path):
     assert set(d["ranking"][0]) == {
         "config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio", "equivalent",
         "disagreements", "expected_disagreements", "plausibility_p", "plausible",
-        "consistent_fraction", "compared_elements", "ruled_out", "shared_computation"}
+        "consistent_fraction", "compared_elements", "ruled_out", "shared_computation",
+        "exact", "details"}
     assert r.returncode == (0 if d["best"] is not None else 1)
