@@ -143,6 +143,18 @@ class LinearBackend {
   // default refuses an `algo` other than 0 unless selects_algorithms().
   virtual absl::Status Supports(const Config& config, DType storage) const;
 
+  // OK when `config` (which Supports accepts) can run this layer: the
+  // rules on shapes, alignment and operand types that Supports cannot see
+  // without the layer (cuBLASLt's FP8 rules: k a multiple of 16, the bias
+  // type for the output). Otherwise FAILED_PRECONDITION naming the
+  // configuration and the rule. The engine asks before running anything,
+  // so a refusal costs no device work and a default candidate set picks
+  // another backend instead. The default accepts every layer.
+  virtual absl::Status SupportsProblem(const LinearProblem& /*problem*/,
+                                       const Config& /*config*/) const {
+    return absl::OkStatus();
+  }
+
   // Whether configurations may pick among several algorithms (`algo=N`).
   // A backend that says no runs one algorithm per configuration (the CPU
   // emulation: one summation order per precision).

@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -70,8 +72,21 @@ std::vector<float> Linear(const std::vector<float>& x, const std::vector<float>&
 // choice depends on M (reverse for four rows or more, forward below).
 class StandInBackend final : public LinearBackend {
  public:
-  absl::string_view name() const override { return "standin"; }
-  BackendKind kind() const override { return BackendKind::kHostEmulation; }
+  // `k_multiple`: a layer rule as cuBLASLt's FP8 ones (k a multiple of 16),
+  // answered by SupportsProblem.
+  explicit StandInBackend(std::string name = "standin",
+                          BackendKind kind = BackendKind::kHostEmulation, int64_t k_multiple = 1)
+      : name_(std::move(name)), kind_(kind), k_multiple_(k_multiple) {}
+
+  absl::string_view name() const override { return name_; }
+  BackendKind kind() const override { return kind_; }
+  absl::Status SupportsProblem(const LinearProblem& problem, const Config& config) const override {
+    if (problem.k % k_multiple_ != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("configuration ", config.ToString(),
+                                                        ": k must be a multiple of ", k_multiple_));
+    }
+    return absl::OkStatus();
+  }
   absl::Status Available() const override { return absl::OkStatus(); }
   std::vector<Precision> precisions() const override { return {Precision::kFp32}; }
   std::vector<BiasMode> bias_modes() const override { return {BiasMode::kNone}; }
@@ -116,6 +131,11 @@ class StandInBackend final : public LinearBackend {
   }
 
   int runs = 0;
+
+ private:
+  const std::string name_;
+  const BackendKind kind_;
+  const int64_t k_multiple_;
 };
 
 class AlgorithmsTest : public ::testing::Test {
@@ -127,6 +147,9 @@ class AlgorithmsTest : public ::testing::Test {
     ASSERT_THAT(cpu, IsOk());
     ASSERT_THAT(registry_.Register(*std::move(cpu)), IsOk());
     ASSERT_THAT(registry_.Register(std::move(standin)), IsOk());
+    auto device = std::make_unique<StandInBackend>("device", BackendKind::kDevice, 16);
+    device_ = device.get();
+    ASSERT_THAT(registry_.Register(std::move(device)), IsOk());
     auto engine = Engine::Create(EngineOptions{}, &registry_);
     ASSERT_THAT(engine, IsOk());
     engine_ = std::move(engine).value();
@@ -168,6 +191,7 @@ class AlgorithmsTest : public ::testing::Test {
 
   BackendRegistry registry_;
   StandInBackend* standin_ = nullptr;
+  StandInBackend* device_ = nullptr;  // refuses k not a multiple of 16
   std::unique_ptr<Engine> engine_;
   std::vector<float> x_, w_;
 };
@@ -360,6 +384,35 @@ TEST_F(AlgorithmsTest, CpuEmulationReportsWhatOpenBlasDoesAndFp16AccIsInvariant)
   }
   const BatchInvarianceOutcome& fp16acc = *out->results[1].batch_invariance;
   EXPECT_TRUE(fp16acc.invariant) << fp16acc.rows_differing << " rows differ";
+}
+
+TEST_F(AlgorithmsTest, LayerRulesAreCheckedBeforeRunningAndDefaultCandidatesAvoidThem) {
+  // k = 300: the device stand-in refuses the layer. Named, it is an error
+  // before anything runs; in a default candidate set, fp32 goes to the CPU.
+  LinearRequest r = Request(4, 8, 300);
+  r.configs = {"device:fp32"};
+  EXPECT_THAT(engine_->Verify(r),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("configs[0]"), HasSubstr("multiple of 16"))));
+  EXPECT_EQ(device_->runs, 0);
+  r.configs.clear();
+  r.observed = *FromFloats(DType::kFloat32, {4, 8}, Linear(x_, w_, 4, 8, 300, Order::kForward));
+  auto refused = engine_->Diagnose(r);
+  ASSERT_THAT(refused, IsOk());
+  std::vector<std::string> ran;
+  for (const ConfigOutcome& c : refused->results) ran.push_back(c.config);
+  EXPECT_THAT(ran, ::testing::Contains("cpu:fp32:none"));
+  EXPECT_THAT(ran, ::testing::Not(::testing::Contains("device:fp32:none")));
+  EXPECT_EQ(device_->runs, 0);
+  // k = 304: the device runs fp32 (a device backend before the CPU).
+  LinearRequest ok = Request(4, 8, 304);
+  ok.observed = *FromFloats(DType::kFloat32, {4, 8}, Linear(x_, w_, 4, 8, 304, Order::kForward));
+  auto accepted = engine_->Diagnose(ok);
+  ASSERT_THAT(accepted, IsOk());
+  ran.clear();
+  for (const ConfigOutcome& c : accepted->results) ran.push_back(c.config);
+  EXPECT_THAT(ran, ::testing::Contains("device:fp32:none"));
+  EXPECT_THAT(ran, ::testing::Not(::testing::Contains("cpu:fp32:none")));
 }
 
 }  // namespace

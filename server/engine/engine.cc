@@ -21,14 +21,6 @@ namespace {
 // The reference of last resort: the CPU emulation takes every operand.
 constexpr absl::string_view kHostReference = "cpu:fp64";
 
-// The scaling a request's FP8 scales say (CheckFp8Operands checks them):
-// row-wise when either holds more than one value.
-Fp8Scaling ScalesScaling(const LinearRequest& req) {
-  const bool row = (req.input_scale && req.input_scale->numel() > 1) ||
-                   (req.weight_scale && req.weight_scale->numel() > 1);
-  return row ? Fp8Scaling::kRow : Fp8Scaling::kTensor;
-}
-
 // The sub-batch sizes of a batch-invariance check: single rows and the
 // listed sizes (each 1..m), ascending, each once.
 absl::StatusOr<std::vector<int64_t>> BatchSizes(const std::vector<int64_t>& listed, int64_t m,
@@ -145,9 +137,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return engine;
 }
 
-absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
-                                              const std::vector<std::string>& config_specs,
-                                              bool diagnose, const StopSignal* stop) const {
+absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool diagnose,
+                                              const StopSignal* stop) const {
   Plan plan;
   const Tensor& x = req.input;
   const Tensor& w = req.weight;
@@ -228,6 +219,13 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
     return InvalidFieldError("repeat", absl::StrCat("0..", options_.limits.max_repeat),
                              absl::StrCat(req.repeat));
   }
+  // Configurations: a diagnosis that names none takes the default set for
+  // these operands, on backends that can run this layer.
+  const std::vector<std::string> config_specs =
+      diagnose && req.configs.empty()
+          ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
+                              fp8.scaling, ProblemOf(req, plan))
+          : req.configs;
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
                                                    " configurations expected, got ",
@@ -279,6 +277,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req,
                        "' is not available on this host: ", available.message()));
     }
     absl::Status supported = (*backend)->Supports(*config, x.dtype());
+    if (supported.ok()) supported = (*backend)->SupportsProblem(ProblemOf(req, plan), *config);
     if (!supported.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(field, ": ", supported.message()));
     }
@@ -460,7 +459,7 @@ absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
 
 absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
                                              const StopSignal* stop) const {
-  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, request.configs, /*diagnose=*/false, stop));
+  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/false, stop));
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, /*artifacts=*/nullptr));
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
   return outcome;
@@ -471,13 +470,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   if (!request.observed) {
     return absl::InvalidArgumentError("observed: the output to diagnose is required, got none");
   }
-  std::vector<std::string> candidates = request.configs;
-  if (candidates.empty()) {
-    candidates =
-        DefaultCandidates(request.input.dtype(), request.weight.dtype(), request.bias.has_value(),
-                          request.activation, ScalesScaling(request));
-  }
-  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, candidates, /*diagnose=*/true, stop));
+  TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/true, stop));
   Artifacts artifacts;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, &artifacts));
   TC_RETURN_IF_ERROR(CheckStop(stop));
@@ -546,9 +539,9 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
   const int64_t mn = m * n;
   int64_t configs = static_cast<int64_t>(req.configs.size());
   if (diagnose && configs == 0) {
-    configs = static_cast<int64_t>(DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(),
-                                                     req.activation, ScalesScaling(req))
-                                       .size());
+    // As many for either FP8 scaling.
+    configs = static_cast<int64_t>(
+        DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation).size());
   }
   if (req.algorithm_sweep > 0) {
     configs = std::min<int64_t>(
@@ -582,9 +575,9 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
          (int64_t{1} << 20);
 }
 
-std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
-                                                   bool has_bias, Activation activation,
-                                                   Fp8Scaling scaling) const {
+std::vector<std::string> Engine::DefaultCandidates(
+    DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
+    const std::optional<LinearProblem>& layer) const {
   std::vector<std::string> out;
   // Wide operands: the wide precisions (an fp8 recipe is asked for by
   // name). FP8 operands: the fp8 precision of their formats, with and
@@ -612,7 +605,9 @@ std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_s
       // it, GPU backends before the CPU emulation.
       LinearBackend* chosen = FastestBackend(*registry_, [&](LinearBackend* backend) {
         spec.backend = std::string(backend->name());
-        return backend->Supports(ResolveConfig(spec, has_bias, activation, b), storage).ok();
+        const Config config = ResolveConfig(spec, has_bias, activation, b);
+        return backend->Supports(config, storage).ok() &&
+               (!layer.has_value() || backend->SupportsProblem(*layer, config).ok());
       });
       if (chosen == nullptr) continue;
       spec.backend = std::string(chosen->name());

@@ -250,10 +250,12 @@ class Engine {
   // each (GPU before CPU emulation), for input and weight stored as
   // `storage` and `weight_storage`. For FP8 operands: the fp8 precision of
   // their formats, with and without fast accumulation, at `scaling` (what
-  // the request's scales say).
-  std::vector<std::string> DefaultCandidates(DType storage, DType weight_storage, bool has_bias,
-                                             Activation activation,
-                                             Fp8Scaling scaling = Fp8Scaling::kTensor) const;
+  // the request's scales say). With `layer`, only backends whose
+  // SupportsProblem accepts it (cuBLASLt's FP8 shape rules).
+  std::vector<std::string> DefaultCandidates(
+      DType storage, DType weight_storage, bool has_bias, Activation activation,
+      Fp8Scaling scaling = Fp8Scaling::kTensor,
+      const std::optional<LinearProblem>& layer = std::nullopt) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }
@@ -266,8 +268,9 @@ class Engine {
   struct Artifacts;       // internal/plan.h
   class Execution;        // execution.cc: on the host, or a device per configuration
   class DeviceExecution;  // device_execution.cc: the whole request on one device
-  absl::StatusOr<Plan> MakePlan(const LinearRequest& request,
-                                const std::vector<std::string>& configs, bool diagnose,
+  // Validates `request` and decides what runs: request.configs, or for a
+  // diagnosis that names none the default candidates for this layer.
+  absl::StatusOr<Plan> MakePlan(const LinearRequest& request, bool diagnose,
                                 const StopSignal* stop) const;
   // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
   absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;

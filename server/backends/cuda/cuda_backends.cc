@@ -140,6 +140,26 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return LinearBackend::Supports(config, storage);
   }
 
+  // The FP8 rules that need the layer: alignment of k and n, the bias
+  // type for the output, row-wise scales' device support.
+  absl::Status SupportsProblem(const LinearProblem& problem, const Config& config) const override {
+    const DType x = problem.input->dtype(), w = problem.weight->dtype();
+    if (!IsFp8(config.precision) && !IsFp8(x) && !IsFp8(w)) return absl::OkStatus();
+    internal::Fp8Query q;
+    q.config = config;
+    q.input = x;
+    q.weight = w;
+    q.layer = internal::Fp8Layer{
+        problem.layout,
+        problem.output_dtype,
+        problem.bias != nullptr ? std::optional<DType>(problem.bias->dtype()) : std::nullopt,
+        problem.m,
+        problem.n,
+        problem.k};
+    q.device = Capability();
+    return internal::CheckFp8Gemm(q).status();
+  }
+
   // cuBLASLt: its heuristic's list; cuBLAS: cublasGemmAlgo_t's values
   // (internal/gemm_call.h).
   bool selects_algorithms() const override { return true; }
