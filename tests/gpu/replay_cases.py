@@ -7,6 +7,12 @@ tensorcheck server which configuration each framework's output matches.
 2. `torch.nn.Linear` bf16 vs a candle-style matmul-then-add, 1921x4096 -> 3072:
    PyTorch (bias in the cuBLASLt epilogue) must be named `bf16:fused`, the
    matmul-then-add `bf16:unfused`.
+3. `torch._scaled_mm` E4M3 per tensor and row-wise, with and without
+   use_fast_accum and a bias: the diagnosis must name fp8e4m3, the scaling,
+   the accumulation mode and the bias placement.
+4. fp32 `nn.Linear` with an algorithm sweep (which kernels reproduce it
+   exactly, recorded) and bf16 `nn.Linear`'s batch invariance, from torch and
+   from the server's report (recorded).
 
     python3 replay_cases.py --target HOST:PORT [--out DIR]
 
@@ -160,6 +166,128 @@ def case_candle_vs_torch(client: Any) -> List[Dict[str, Any]]:
     return rows
 
 
+def options_of(config: str) -> List[str]:
+    return config.split("@", 1)[1].split(",") if "@" in config else []
+
+
+def case_scaled_mm(client: Any) -> List[Dict[str, Any]]:
+    """torch._scaled_mm, E4M3 x E4M3 -> bf16: per tensor and row-wise, with
+    and without use_fast_accum and a bias. The diagnosis must name fp8e4m3,
+    the scaling, the accumulation mode and the bias placement (fused: the
+    bias is in cuBLASLt's epilogue)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("SKIP: torch sees no CUDA device")
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        raise RuntimeError("SKIP: this torch has no _scaled_mm / float8_e4m3fn")
+    if torch.cuda.get_device_capability() < (8, 9):
+        raise RuntimeError("SKIP: FP8 GEMMs need compute capability 8.9+")
+    m, k, n = 256, 1024, 512
+    torch.manual_seed(3)
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda") * 0.05
+    b = (torch.randn(n, device="cuda") * 0.5).to(torch.bfloat16)
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+
+    def quantise(t: "torch.Tensor", row_wise: bool):
+        # torchao's current scaling: s = max / amax, q = saturate(t * s).
+        amax = t.abs().amax(dim=1, keepdim=True) if row_wise else t.abs().amax()
+        s = (fp8_max / amax.double().clamp(min=1e-12)).float()
+        q = (t * s).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+        return q, (1.0 / s).float()
+
+    rows = []
+    for row_wise in (False, True):
+        xq, sx = quantise(x, row_wise)
+        wq, sw = quantise(w, row_wise)
+        scale_a = sx.reshape(m, 1) if row_wise else sx
+        scale_b = sw.reshape(1, n) if row_wise else sw
+        for fast in (False, True):
+            for bias in (None, b):
+                who = (f"_scaled_mm {'row-wise' if row_wise else 'per tensor'}"
+                       f"{', fast_accum' if fast else ''}{', bias' if bias is not None else ''}")
+                expect = ("fp8e4m3", "fused" if bias is not None else "none",
+                          "row" if row_wise else "tensor", fast)
+                try:
+                    y = torch._scaled_mm(xq, wq.t(), scale_a=scale_a, scale_b=scale_b,
+                                         bias=bias, out_dtype=torch.bfloat16,
+                                         use_fast_accum=fast)
+                except Exception as e:  # this torch/device lacks the variant
+                    rows.append({"case": 3, "output": who, "ok": None,
+                                 "skip": f"torch refused it: {e}"[:200]})
+                    continue
+                report = client.diagnose_linear(
+                    xq.cpu(), wq.cpu(), None if bias is None else bias.cpu(),
+                    observed=y.cpu(), x_scale=scale_a.cpu(), w_scale=scale_b.cpu())
+                info = describe(report)
+                best = info["best"] or ""
+                options = options_of(best)
+                ok = (precision_of(best) == expect[0] and bias_of(best).split("@")[0] == expect[1]
+                      and f"scaling={expect[2]}" in options and ("fast_accum" in options) == fast)
+                rows.append({"case": 3, "output": who,
+                             "expected": f"fp8e4m3:{expect[1]}@scaling={expect[2]}"
+                                         f"{',fast_accum' if fast else ''}",
+                             "best": best, "ok": ok, "diagnosis": info})
+    return rows
+
+
+def case_kernels_and_batches(client: Any) -> List[Dict[str, Any]]:
+    """PyTorch's fp32 nn.Linear with an algorithm sweep (did some cuBLASLt
+    kernel make its bits?) and bf16 nn.Linear's batch invariance, as torch
+    sees it (`linear(x)[:1]` vs `linear(x[:1])`) and as the server reports it
+    for cublaslt:bf16:fused. Recorded, not judged: ok means the diagnosis
+    still names fp32."""
+    import ml_dtypes
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("SKIP: torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m, k, n = 64, 4096, 1024
+    torch.manual_seed(4)
+    linear = torch.nn.Linear(k, n, device="cuda")
+    x = torch.randn(m, k, device="cuda")
+    with torch.no_grad():
+        y = linear(x)
+    x_np = x.cpu().numpy()
+    w_np = linear.weight.detach().cpu().numpy()
+    b_np = linear.bias.detach().cpu().numpy()
+    report = client.diagnose_linear(
+        x_np, w_np, b_np, observed=y.cpu().numpy(),
+        configs=["cublaslt:fp32:fused", "cublas:fp32:unfused", "cpu:fp32:fused"],
+        algorithm_sweep=16)
+    info = describe(report)
+    info["exact"] = [r.config for r in report.diagnosis.ranking if r.exact]
+    best = info["best"] or ""
+    rows = [{"case": 4, "output": "torch.nn.Linear fp32, swept", "expected": "fp32",
+             "best": best, "ok": precision_of(best) == "fp32", "diagnosis": info}]
+
+    lin16 = linear.to(torch.bfloat16)
+    x16 = x.to(torch.bfloat16)
+    with torch.no_grad():
+        whole = lin16(x16)
+        rows_alone = torch.cat([lin16(x16[i:i + 1]) for i in range(m)])
+    torch_differ = int((whole.view(torch.int16) != rows_alone.view(torch.int16)).any(dim=1).sum())
+    bf16 = ml_dtypes.bfloat16
+    batches = client.verify_linear(
+        x16.float().cpu().numpy().astype(bf16), lin16.weight.float().detach().cpu().numpy()
+        .astype(bf16), lin16.bias.float().detach().cpu().numpy().astype(bf16),
+        configs=["cublaslt:bf16:fused"], batch_invariance=True, batch_sizes=[8])
+    bi = batches.results[0].batch_invariance
+    info16 = {"torch_rows_differing_single_rows": torch_differ,
+              "server_invariant": bi.invariant, "server_rows_differing": bi.rows_differing,
+              "server_max_ulp": str(bi.max_ulp),
+              "kernels": {str(s.batch_size): dict(s.details) for s in bi.sub_batches},
+              "whole": dict(bi.full_batch_details),
+              "best": "", "confidence": 0.0}
+    print(f"case 4: bf16 nn.Linear rows changed alone: torch {torch_differ} of {m}; "
+          f"server cublaslt:bf16:fused {bi.rows_differing} of {bi.rows} (max {bi.max_ulp} ULP)")
+    rows.append({"case": 4, "output": "bf16 batch invariance (recorded)", "expected": "-",
+                 "best": "-", "ok": True, "diagnosis": info16})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True)
@@ -175,6 +303,9 @@ def main() -> int:
     cases = [
         ("flax nn.Dense vs torch.nn.Linear fp32", ("torch", "jax", "flax"), case_flax_vs_torch),
         ("candle-style vs torch.nn.Linear bf16", ("torch", "ml_dtypes"), case_candle_vs_torch),
+        ("torch._scaled_mm FP8", ("torch", "ml_dtypes"), case_scaled_mm),
+        ("algorithm sweep and batch invariance", ("torch", "ml_dtypes"),
+         case_kernels_and_batches),
     ]
     rows: List[Dict[str, Any]] = []
     failed = False
