@@ -251,7 +251,8 @@ def test_json_follows_the_report_format(fake, files, tmp_path):
     assert j["reference"]["vs_observed"] is None
     res = j["results"][0]
     assert list(res) == ["config", "vs_reference", "vs_observed", "elapsed_ms", "details",
-                         "deterministic", "runs", "shared_computation"]
+                         "deterministic", "runs", "shared_computation", "batch_invariance"]
+    assert res["batch_invariance"] is None  # not asked for
     assert res["details"] == {"algo": "7"}
     assert res["shared_computation"] == ""
     assert j["results"][1]["shared_computation"] == "cpu:fp32"
@@ -408,7 +409,7 @@ def test_diagnose_reports_best_match(fake, files, tmp_path):
     first, second = d["ranking"]
     assert list(first)[6:] == ["disagreements", "expected_disagreements", "plausibility_p",
                                "plausible", "consistent_fraction", "compared_elements",
-                               "ruled_out", "shared_computation"]
+                               "ruled_out", "shared_computation", "exact", "details"]
     assert (first["disagreements"], first["expected_disagreements"], first["plausibility_p"],
             first["plausible"], first["consistent_fraction"], first["compared_elements"],
             first["ruled_out"], first["shared_computation"]) == (

@@ -38,6 +38,7 @@ CONFIG_RESULT_KEYS = {
     "deterministic",
     "runs",
     "shared_computation",
+    "batch_invariance",
 }
 STATS_KEYS = {
     "total",
