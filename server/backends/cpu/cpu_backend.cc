@@ -594,8 +594,19 @@ absl::StatusOr<Tensor> Finish(const LinearProblem& p, const Config& config, Tens
   return FinishAs<float>(p, config, acc, in_place);
 }
 
+// The kernel: OpenBLAS's GEMM, or this project's loops where the
+// accumulation is its own (fp16acc, FP8 fast accumulation), which keep one
+// summation order per element whatever the batch (docs/numerics.md,
+// "Batch invariance").
 std::map<std::string, std::string> DetailsOf(const Config& config) {
-  std::map<std::string, std::string> details{{"blas", "openblas"}};
+  const bool own_loops =
+      config.precision == Precision::kFp16Acc || (IsFp8(config.precision) && config.fast_accum);
+  std::map<std::string, std::string> details;
+  if (own_loops) {
+    details["kernel"] = "tensorcheck loops (one dot product per element)";
+  } else {
+    details["blas"] = "openblas";
+  }
   const PrecisionInfo info = GetPrecisionInfo(config.precision);
   if (info.tf32_rounding.has_value()) {
     details["tf32_rounding"] = std::string(Tf32RoundingName(*info.tf32_rounding));

@@ -670,6 +670,10 @@ TEST(CpuBackendTest, Tf32DetailsNameTheInputRounding) {
   RunResult fp32 = MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone));
   EXPECT_EQ(fp32.details["blas"], "openblas");
   EXPECT_EQ(fp32.details.count("tf32_rounding"), 0u);
+  // fp16acc accumulates in this project's own loops, not OpenBLAS.
+  RunResult fp16acc = MustRun(*cpu, b->problem, Cfg(Precision::kFp16Acc, BiasMode::kNone));
+  EXPECT_EQ(fp16acc.details.count("blas"), 0u);
+  EXPECT_THAT(fp16acc.details["kernel"], ::testing::HasSubstr("tensorcheck loops"));
 }
 
 // ---- fp16acc against a naive fp16-accumulating loop, bit for bit.
