@@ -174,6 +174,19 @@ constexpr const char kExitCodes[] =
      ABORTED, CANCELLED, DATA_LOSS, or a response without a verdict
 )";
 
+// Kernels and batches, for verify and diagnose (docs/numerics.md,
+// "Algorithms", "Batch invariance").
+constexpr const char kKernelFlags[] =
+    R"(  --algorithm-sweep N    run each configuration that names no algorithm with
+                         its backend's first N algorithms (0..16), as
+                         SPEC@algo=i (a SPEC may name one: cublaslt:fp32@algo=3)
+  --batch-invariance     also run every configuration on sub-batches of the
+                         rows (single rows always) and report rows whose bits
+                         change
+  --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
+
+)";
+
 constexpr const char kVerifyUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] verify --input X --weight W [--bias B]
     [--observed Y] [--config SPEC]... [--reference SPEC] [--tolerance PRESET]
@@ -188,14 +201,6 @@ without, "every configuration within tolerance of the reference".
   --config SPEC          a configuration to run (repeatable; also SPEC,SPEC)
   --repeat N             run each configuration N times, report determinism
   --disallow-reduced-precision-reduction   (cuBLAS) forbid it on GPU backends
-  --algorithm-sweep N    run each configuration that names no algorithm with
-                         its backend's first N algorithms (0..16), as
-                         SPEC@algo=i (a SPEC may name one: cublaslt:fp32@algo=3)
-  --batch-invariance     also run every configuration on sub-batches of the
-                         rows (single rows always) and report rows whose bits
-                         change
-  --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
-
 )";
 
 constexpr const char kDiagnoseUsage[] =
@@ -208,14 +213,6 @@ explains the best match in framework terms.
 
   --candidates SPEC,...  candidates to rank (default: every precision and
                          bias mode the server supports); --config SPEC adds one
-  --algorithm-sweep N    run each configuration that names no algorithm with
-                         its backend's first N algorithms (0..16), as
-                         SPEC@algo=i (a SPEC may name one: cublaslt:fp32@algo=3)
-  --batch-invariance     also run every configuration on sub-batches of the
-                         rows (single rows always) and report rows whose bits
-                         change
-  --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
-
 )";
 
 constexpr const char kUploadUsage[] =
@@ -327,9 +324,9 @@ int Main(int argc, char** argv) {
   }
   if (cl->Has("help")) {
     if (cl->command == "verify") {
-      std::cout << kVerifyUsage << kTensorFlags << kConnectionFlags << kExitCodes;
+      std::cout << kVerifyUsage << kKernelFlags << kTensorFlags << kConnectionFlags << kExitCodes;
     } else if (cl->command == "diagnose") {
-      std::cout << kDiagnoseUsage << kTensorFlags << kConnectionFlags << kExitCodes;
+      std::cout << kDiagnoseUsage << kKernelFlags << kTensorFlags << kConnectionFlags << kExitCodes;
     } else if (cl->command == "capabilities") {
       std::cout << kCapabilitiesUsage << kConnectionFlags << kExitCodes;
     } else if (cl->command == "upload") {
