@@ -361,6 +361,24 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
   d["statistics"] = "device";
 }
 
+// What the GEMM call takes from the layer and its set-up (types, shape,
+// layout, epilogue), without the arrays. The run and the algorithm list
+// both start from it, so the heuristic is asked about the descriptors the
+// run builds.
+GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream) {
+  GemmOperands ops;
+  ops.plan = setup.plan;
+  ops.m = l.m;
+  ops.n = l.n;
+  ops.k = l.k;
+  ops.a_transposed = setup.a_transposed;
+  ops.out = l.output;
+  ops.bias_type = setup.bias_type;
+  ops.activation = l.activation;
+  ops.stream = stream;
+  return ops;
+}
+
 }  // namespace
 
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& op,
@@ -392,7 +410,7 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   const DType x_type = x->dtype, w_type = w->dtype, out = op.output_dtype;
   const Plan& plan = setup.plan;
 
-  GemmOperands ops;
+  GemmOperands ops = GemmShapeOf(setup, layer, s.stream());
   ArrayRef x_ab, w_ab;
   if (plan.fp8) {
     TC_ASSIGN_OR_RETURN(const Fp8Arrays f, Fp8Operands(s, op, scales, config, *plan.fp8));
@@ -423,19 +441,10 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
 
   SessionRun result;
   DescribePlan(plan, config, x_type, w_type, bias, setup.bias_type, out, s, &result.run.details);
-  ops.plan = plan;
-  ops.m = m;
-  ops.n = n;
-  ops.k = k;
-  ops.a_transposed = setup.a_transposed;
   ops.w = s.data(w_ab);
   ops.x = s.data(x_ab);
   ops.d = d_is_out ? nullptr : s.data(d_buf);
-  ops.out = out;
   ops.bias = bias == nullptr ? nullptr : s.data(bias_dev);
-  ops.bias_type = setup.bias_type;
-  ops.activation = op.activation;
-  ops.stream = s.stream();
   ops.algo = config.algo;
   const std::string cfg = config.ToString();
   const std::string& device_name = s.device().probe().description.name;
@@ -490,19 +499,10 @@ absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& s,
   // their alignment only (cublasLt.h); the run's arrays come from
   // allocations aligned to at least 256 bytes, and so is this placeholder.
   const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 12);
-  GemmOperands ops;
-  ops.plan = setup.plan;
-  ops.m = layer.m;
-  ops.n = layer.n;
-  ops.k = layer.k;
-  ops.a_transposed = setup.a_transposed;
+  GemmOperands ops = GemmShapeOf(setup, layer, s.stream());
   ops.w = placeholder;
   ops.x = placeholder;
-  ops.out = layer.output;
   ops.bias = layer.bias.has_value() ? placeholder : nullptr;
-  ops.bias_type = setup.bias_type;
-  ops.activation = layer.activation;
-  ops.stream = s.stream();
   if (setup.plan.fp8) {
     ops.w_scale = static_cast<const float*>(placeholder);
     ops.x_scale = static_cast<const float*>(placeholder);
