@@ -221,10 +221,11 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   }
   // Configurations: a diagnosis that names none takes the default set for
   // these operands, on backends that can run this layer.
+  const LinearProblem layer = ProblemOf(req, plan);
   const std::vector<std::string> config_specs =
       diagnose && req.configs.empty()
           ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                              fp8.scaling, ProblemOf(req, plan))
+                              fp8.scaling, layer)
           : req.configs;
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
@@ -277,7 +278,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
                        "' is not available on this host: ", available.message()));
     }
     absl::Status supported = (*backend)->Supports(*config, x.dtype());
-    if (supported.ok()) supported = (*backend)->SupportsProblem(ProblemOf(req, plan), *config);
+    if (supported.ok()) supported = (*backend)->SupportsProblem(layer, *config);
     if (!supported.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(field, ": ", supported.message()));
     }
@@ -409,7 +410,7 @@ absl::Status Engine::SweepAlgorithms(const LinearRequest& req, int sweep, Plan* 
           backend->Algorithms(problem, config, plan->run, sweep);
       if (!algorithms.ok()) {
         return WithContext(algorithms.status(),
-                           absl::StrCat("algorithm_sweep: configs[", i, "] ", config.ToString()));
+                           absl::StrCat("algorithm_sweep: configuration ", config.ToString()));
       }
       expanded.clear();
       for (const AlgorithmInfo& algorithm : *algorithms) {
