@@ -143,21 +143,11 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
   // The FP8 rules that need the layer: alignment of k and n, the bias
   // type for the output, row-wise scales' device support.
   absl::Status SupportsProblem(const LinearProblem& problem, const Config& config) const override {
-    const DType x = problem.input->dtype(), w = problem.weight->dtype();
-    if (!IsFp8(config.precision) && !IsFp8(x) && !IsFp8(w)) return absl::OkStatus();
-    internal::Fp8Query q;
-    q.config = config;
-    q.input = x;
-    q.weight = w;
-    q.layer = internal::Fp8Layer{
-        problem.layout,
-        problem.output_dtype,
-        problem.bias != nullptr ? std::optional<DType>(problem.bias->dtype()) : std::nullopt,
-        problem.m,
-        problem.n,
-        problem.k};
-    q.device = Capability();
-    return internal::CheckFp8Gemm(q).status();
+    const internal::LayerTypes layer = internal::LayerOf(problem);
+    if (!IsFp8(config.precision) && !IsFp8(layer.input) && !IsFp8(layer.weight)) {
+      return absl::OkStatus();
+    }
+    return internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())).status();
   }
 
   // cuBLASLt: its heuristic's list; cuBLAS: cublasGemmAlgo_t's values
@@ -234,16 +224,7 @@ absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
                                                    " n=", problem.n, " k=", problem.k));
   }
   if (!device_->init.ok()) return absl::FailedPreconditionError(device_->init.message());
-  internal::LayerTypes layer;
-  layer.input = problem.input->dtype();
-  layer.weight = problem.weight->dtype();
-  if (problem.bias != nullptr) layer.bias = problem.bias->dtype();
-  layer.layout = problem.layout;
-  layer.activation = problem.activation;
-  layer.output = problem.output_dtype;
-  layer.m = problem.m;
-  layer.n = problem.n;
-  layer.k = problem.k;
+  const internal::LayerTypes layer = internal::LayerOf(problem);
   // A session for its lane's cuBLASLt handle and workspace; nothing is
   // uploaded.
   TC_ASSIGN_OR_RETURN(std::unique_ptr<CudaSession> session,

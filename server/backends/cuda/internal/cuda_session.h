@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/backends/cuda/cuda_device.h"
+#include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/device_session.h"
 
 namespace tensorcheck::cuda {
@@ -169,6 +170,13 @@ struct LayerTypes {
   DType output = DType::kFloat32;
   int64_t m = 0, n = 0, k = 0;
 };
+
+// `problem`'s layer.
+LayerTypes LayerOf(const LinearProblem& problem);
+
+// What the FP8 rules (fp8_rules.h) are asked about `config` on `layer`.
+Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
+                    std::optional<ComputeCapability> device);
 
 // LinearBackend::Algorithms of config.backend (its `algo` ignored): the
 // GEMM RunOnSession would prepare, asked for its algorithms only, on the

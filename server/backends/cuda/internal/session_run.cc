@@ -113,13 +113,10 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
         ", got m=", m, " n=", n, " k=", k));
   }
   if (IsFp8(config.precision) || IsFp8(l.input) || IsFp8(l.weight)) {
-    Fp8Query q;
-    q.config = config;
-    q.input = l.input;
-    q.weight = l.weight;
-    q.layer = Fp8Layer{l.layout, l.output, l.bias, m, n, k};
-    q.device = ComputeCapability{device.probe().cc_major, device.probe().cc_minor};
-    TC_ASSIGN_OR_RETURN(const Fp8Gemm gemm, CheckFp8Gemm(q));
+    TC_ASSIGN_OR_RETURN(
+        const Fp8Gemm gemm,
+        CheckFp8Gemm(Fp8QueryOf(
+            config, l, ComputeCapability{device.probe().cc_major, device.probe().cc_minor})));
     r.plan = MakeFp8Plan(gemm);
     r.bias_type = gemm.bias.value_or(gemm.d);
     // OUT_IN as stored, IN_OUT once transposed: TN.
@@ -380,6 +377,31 @@ GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_
 }
 
 }  // namespace
+
+LayerTypes LayerOf(const LinearProblem& problem) {
+  LayerTypes layer;
+  layer.input = problem.input->dtype();
+  layer.weight = problem.weight->dtype();
+  if (problem.bias != nullptr) layer.bias = problem.bias->dtype();
+  layer.layout = problem.layout;
+  layer.activation = problem.activation;
+  layer.output = problem.output_dtype;
+  layer.m = problem.m;
+  layer.n = problem.n;
+  layer.k = problem.k;
+  return layer;
+}
+
+Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
+                    std::optional<ComputeCapability> device) {
+  Fp8Query q;
+  q.config = config;
+  q.input = layer.input;
+  q.weight = layer.weight;
+  q.layer = Fp8Layer{layer.layout, layer.output, layer.bias, layer.m, layer.n, layer.k};
+  q.device = device;
+  return q;
+}
 
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& op,
                                         const SessionScales& scales, const Config& config,
