@@ -32,10 +32,10 @@ class DeviceExecutionTest : public ::testing::Test {
  protected:
   void SetUp() override { MakeEngine(kBudget); }
 
-  void MakeEngine(int64_t budget, bool device_sessions = true) {
+  void MakeEngine(int64_t budget, bool device_sessions = true, int lanes = 0) {
     registry_ = std::make_unique<BackendRegistry>();
     ASSERT_THAT(RegisterBuiltinBackends(registry_.get()), IsOk());
-    device_ = std::make_shared<StandInDevice>(budget);
+    device_ = std::make_shared<StandInDevice>(budget, lanes);
     ASSERT_THAT(registry_->Register(std::make_unique<StandInBackend>(device_)), IsOk());
     EngineOptions options;
     options.device_sessions = device_sessions;
@@ -334,6 +334,27 @@ TEST_F(DeviceExecutionTest, AStoppedRequestStopsOnTheDevice) {
   EXPECT_THAT(engine_->Verify(Request(), &stop), StatusIs(absl::StatusCode::kCancelled));
   EXPECT_EQ(device_->last_counters().runs, 0);
   EXPECT_EQ(device_->in_use_bytes(), 0);
+}
+
+// A diagnosis keeps its session (and lane) while it ranks; the batch
+// runs after it each need a lane. On a one-lane device they get it only
+// if the diagnosis has let its own go. The deadline turns a wait for
+// itself into a failure instead of a hung test.
+TEST_F(DeviceExecutionTest, DiagnoseWithBatchInvarianceOnOneLaneDoesNotWaitForItself) {
+  MakeEngine(kBudget, /*device_sessions=*/true, /*lanes=*/1);
+  LinearRequest r = RequestObservingBf16();
+  r.batch_invariance = true;
+  r.batch_sizes = {8};
+  StopSignal stop(absl::Now() + absl::Seconds(120));
+  auto out = engine_->Diagnose(r, &stop);
+  ASSERT_THAT(out, IsOk());
+  ASSERT_TRUE(out->diagnosis.has_value());
+  EXPECT_EQ(out->reference.details.at("session"), "device");
+  for (const ConfigOutcome& c : out->results) {
+    SCOPED_TRACE(c.config);
+    ASSERT_TRUE(c.batch_invariance.has_value());
+    EXPECT_FALSE(c.batch_invariance->sub_batches.empty());
+  }
 }
 
 TEST_F(DeviceExecutionTest, AHostConfigurationKeepsTheRequestOnTheHost) {

@@ -514,6 +514,10 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
       if (r.config == ranked.config) ranked.details = KernelDetails(r.details);
     }
   }
+  // Device evidence holds the request's session, and with it a lane; the
+  // batch-invariance runs below each open a session of their own, so with
+  // every lane held they would wait for this one forever.
+  artifacts.evidence.reset();
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
   if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
     // A diagnosis returns the outputs that explain it, not every

@@ -14,7 +14,7 @@ tensorcheck server which configuration each framework's output matches.
    exactly, recorded) and bf16 `nn.Linear`'s batch invariance, from torch and
    from the server's report (recorded).
 
-    python3 replay_cases.py --target HOST:PORT [--out DIR]
+    python3 replay_cases.py --target HOST:PORT [--out DIR] [--cases 1,2]
 
 A case whose frameworks are not installed (or see no GPU) is skipped, not
 failed. Prints one `| case ... |` line per framework output, writes
@@ -292,7 +292,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True)
     parser.add_argument("--out", default=".")
+    parser.add_argument("--cases", default="1,2,3,4",
+                        help="comma-separated case numbers to run (run.sh --smoke: 1,2)")
     args = parser.parse_args()
+    selected = {int(c) for c in args.cases.split(",") if c.strip()}
 
     try:
         import tensorcheck
@@ -311,6 +314,8 @@ def main() -> int:
     failed = False
     with tensorcheck.Client(args.target, timeout=180) as client:
         for number, (title, needs, run) in enumerate(cases, start=1):
+            if number not in selected:
+                continue
             missing = [m for m in needs if not have(m)]
             if missing:
                 rows.append({"case": number, "output": title, "ok": None,

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -38,8 +40,14 @@ namespace tensorcheck::testing {
 class StandInDevice : public ComputeDevice {
  public:
   // `budget_bytes`: what sessions and resident tensors may hold together.
-  explicit StandInDevice(int64_t budget_bytes)
-      : budget_(budget_bytes), cache_(budget_bytes), cpu_(*CpuBackend::Create({})) {}
+  // `lanes` > 0: at most that many sessions open at once, as a GPU's lanes
+  // (CudaComputeDevice): OpenSession waits for one to close, checking the
+  // stop signal, and each StandInBackend::Run holds a session of its own.
+  explicit StandInDevice(int64_t budget_bytes, int lanes = 0)
+      : budget_(budget_bytes),
+        lanes_(lanes),
+        cache_(budget_bytes),
+        cpu_(*CpuBackend::Create({})) {}
 
   absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) override;
 
@@ -65,6 +73,7 @@ class StandInDevice : public ComputeDevice {
   }
 
   CpuBackend* cpu() { return cpu_.get(); }
+  int lanes() const { return lanes_; }
 
  private:
   friend class StandInSession;
@@ -85,13 +94,20 @@ class StandInDevice : public ComputeDevice {
     return absl::OkStatus();
   }
   void Release(int64_t bytes, const SessionCounters& counters) {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_use_ -= bytes;
-    cache_.SetCapacity(budget_ - in_use_);
-    last_ = counters;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_use_ -= bytes;
+      cache_.SetCapacity(budget_ - in_use_);
+      last_ = counters;
+      --open_;
+    }
+    lane_free_.notify_one();
   }
 
   const int64_t budget_;
+  const int lanes_;
+  std::condition_variable lane_free_;
+  int open_ = 0;  // sessions open now
   ResidentCache cache_;
   std::unique_ptr<CpuBackend> cpu_;
   mutable std::mutex mu_;
@@ -352,7 +368,14 @@ class StandInSession : public DeviceSession {
 inline absl::StatusOr<std::unique_ptr<DeviceSession>> StandInDevice::OpenSession(
     const StopSignal* stop) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // Waits in slices, as CudaComputeDevice::AcquireLane does, so that a
+    // stopped request stops waiting.
+    while (lanes_ > 0 && open_ >= lanes_) {
+      lane_free_.wait_for(lock, std::chrono::milliseconds(20));
+      TC_RETURN_IF_ERROR(CheckStop(stop));
+    }
+    ++open_;
     ++sessions_;
   }
   return std::unique_ptr<DeviceSession>(new StandInSession(this, stop));
@@ -374,6 +397,12 @@ class StandInBackend : public LinearBackend {
   ComputeDevice* compute_device() override { return device_.get(); }
   absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                 const RunOptions& options) override {
+    // A run outside a request's session holds a lane of its own, as the
+    // CUDA backends' runs do.
+    std::unique_ptr<DeviceSession> lane;
+    if (device_->lanes() > 0) {
+      TC_ASSIGN_OR_RETURN(lane, device_->OpenSession(options.stop));
+    }
     return device_->cpu()->Run(problem, config, options);
   }
 

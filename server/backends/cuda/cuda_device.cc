@@ -35,6 +35,17 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 
+// The default budgets (90% of the free memory) of this process's live
+// devices, so that a second device budgets what the first left.
+std::mutex& DefaultBudgetsMu() {
+  static std::mutex mu;
+  return mu;
+}
+int64_t& DefaultBudgetsHeld() {
+  static int64_t held = 0;
+  return held;
+}
+
 int64_t Padded(int64_t bytes) {
   return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
 }
@@ -46,8 +57,17 @@ int64_t Padded(int64_t bytes) {
 struct ResidentArray {
   void* data = nullptr;
   cudaEvent_t ready = nullptr;  // recorded after the copy or conversion that filled it
+  // The free is enqueued on the legacy stream, which is not ordered after
+  // the lane stream that filled the block: a copy that lost the insert race
+  // (CudaSession::Resident) may still be filling it. Waiting for `ready`
+  // first keeps the block out of the pool until that fill is done; for a
+  // block the cache evicts, the fill finished long ago and this returns at
+  // once.
   ~ResidentArray() {
-    if (ready != nullptr) cudaEventDestroy(ready);
+    if (ready != nullptr) {
+      (void)cudaEventSynchronize(ready);
+      cudaEventDestroy(ready);
+    }
     if (data != nullptr) cudaFreeAsync(data, nullptr);
   }
 };
@@ -67,6 +87,13 @@ CudaComputeDevice::~CudaComputeDevice() {
     }
     if (lane->staging != nullptr) cudaFreeHost(lane->staging);
   }
+  // With resident arrays still out (the cache goes after this body), the
+  // pool is released once they are freed.
+  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
+  if (default_budget_ > 0) {
+    std::lock_guard<std::mutex> lock(DefaultBudgetsMu());
+    DefaultBudgetsHeld() -= default_budget_;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
@@ -84,9 +111,16 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
   if (options.memory_budget_bytes > 0) {
     device->budget_ = options.memory_budget_bytes;
   } else {
+    // 90% of the free memory, less what other devices of this process
+    // budgeted the same way and may not have allocated yet: two devices
+    // share that 90% instead of each claiming it.
     size_t free_bytes = 0, total_bytes = 0;
     TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    device->budget_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
+    std::lock_guard<std::mutex> lock(DefaultBudgetsMu());
+    device->budget_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9) -
+                      DefaultBudgetsHeld();
+    DefaultBudgetsHeld() += std::max<int64_t>(device->budget_, 0);
+    device->default_budget_ = std::max<int64_t>(device->budget_, 0);
   }
   const int64_t workspaces = options.workspace_bytes * options.lanes;
   if (workspaces >= device->budget_) {
@@ -96,14 +130,19 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
   }
   device->in_use_ = workspaces;
   device->cache_.SetCapacity(device->budget_ - workspaces);
-  // Arrays come from the device's stream-ordered pool; it keeps what is
-  // freed (up to the budget, which our accounting holds) for the next
+  // Arrays come from this device's own stream-ordered pool (the process's
+  // default pool, and its settings, stay the other code's); it keeps what
+  // is freed (up to the budget, which our accounting holds) for the next
   // request instead of returning it to the driver at every synchronisation.
-  cudaMemPool_t pool = nullptr;
-  TC_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, 0));
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&device->pool_, &props));
   uint64_t threshold = static_cast<uint64_t>(device->budget_);
   TC_CUDA_RETURN_IF_ERROR(
-      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+      cudaMemPoolSetAttribute(device->pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
   CudaContext::Options ctx_options;
   ctx_options.workspace_bytes = options.workspace_bytes;
   for (int i = 0; i < options.lanes; ++i) {
@@ -248,7 +287,7 @@ absl::StatusOr<ArrayRef> CudaSession::Allocate(DType dtype, int64_t count) {
   // Stream-ordered: no device-wide synchronisation, so other lanes keep
   // running; the pool keeps freed memory for the next request.
   void* p = nullptr;
-  cudaError_t e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
+  cudaError_t e = cudaMallocFromPoolAsync(&p, static_cast<size_t>(padded), device_->pool_, stream_);
   if (e == cudaErrorMemoryAllocation) {
     // The budget allowed it but the device is full (other processes, or
     // fragmentation): resident tensors no request uses give way, once.
@@ -257,12 +296,12 @@ absl::StatusOr<ArrayRef> CudaSession::Allocate(DType dtype, int64_t count) {
     // Their frees are ordered on the null stream: done once it is, and
     // then the pool may hand the memory to this stream.
     (void)cudaStreamSynchronize(nullptr);
-    e = cudaMallocAsync(&p, static_cast<size_t>(padded), stream_);
+    e = cudaMallocFromPoolAsync(&p, static_cast<size_t>(padded), device_->pool_, stream_);
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     device_->Release(padded);
-    return Checked(ToStatus(e, "cudaMallocAsync"));
+    return Checked(ToStatus(e, "cudaMallocFromPoolAsync"));
   }
   reserved_ += padded;
   Array a;
@@ -351,7 +390,8 @@ absl::StatusOr<ArrayRef> CudaSession::Resident(const std::string& key, DType dty
   const int64_t padded = Padded(bytes);
   if (device_->cache_.MakeRoom(padded)) {
     auto r = std::make_shared<ResidentArray>();
-    if (cudaMallocAsync(&r->data, static_cast<size_t>(padded), stream_) == cudaSuccess &&
+    if (cudaMallocFromPoolAsync(&r->data, static_cast<size_t>(padded), device_->pool_,
+                                stream_) == cudaSuccess &&
         cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming) == cudaSuccess) {
       absl::Status made = make(r->data);
       if (made.ok()) made = ToStatus(cudaEventRecord(r->ready, stream_), "cudaEventRecord");
@@ -423,10 +463,12 @@ absl::StatusOr<ArrayRef> CudaSession::Form(ArrayRef source, absl::string_view fo
   if (!src->content_id.empty()) {
     bool hit = false;
     const std::string key = absl::StrCat(src->content_id, "|", DTypeName(src->dtype), "|", form);
-    TC_ASSIGN_OR_RETURN(out, Resident(key, dtype, n, src->host, std::string(), make, &hit));
+    absl::StatusOr<ArrayRef> kept = Resident(key, dtype, n, src->host, std::string(), make, &hit);
+    if (!kept.ok()) return Checked(kept.status());
+    out = *kept;
   } else {
     TC_ASSIGN_OR_RETURN(out, Allocate(dtype, n));
-    TC_RETURN_IF_ERROR(make(data(out)));
+    TC_RETURN_IF_ERROR(Checked(make(data(out))));
   }
   forms_.emplace(local, out);
   return out;
@@ -506,8 +548,9 @@ absl::StatusOr<SessionModel> CudaSession::ErrorModel(const SessionModelSpec& spe
     TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchPredictSigma(a, stream_), "LaunchPredictSigma")));
     if (a.sum_sq != nullptr) {
       double host_sum = 0;
-      TC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+      TC_RETURN_IF_ERROR(Checked(ToStatus(
+          cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync")));
       TC_RETURN_IF_ERROR(
           Checked(ToStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")));
       model.sum_sq = host_sum;

@@ -45,7 +45,8 @@ class CudaSession;
 class CudaComputeDevice final : public ComputeDevice {
  public:
   struct Options {
-    // Everything on the device together; 0: 90% of the free memory.
+    // Everything on the device together; 0: 90% of the free memory, less
+    // the default budgets of this process's other live devices.
     int64_t memory_budget_bytes = 0;
     int64_t workspace_bytes = int64_t{32} << 20;
     // Concurrent sessions (streams); at least 1.
@@ -104,6 +105,8 @@ class CudaComputeDevice final : public ComputeDevice {
   Options options_;
   DeviceProbe probe_;
   int64_t budget_ = 0;
+  int64_t default_budget_ = 0;  // budget_ when it was 90% of the free memory
+  cudaMemPool_t pool_ = nullptr;  // the sessions' and resident arrays
   ResidentCache cache_;
 
   std::mutex lanes_mu_;

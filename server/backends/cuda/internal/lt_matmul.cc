@@ -299,8 +299,11 @@ class LtMatmul final : public GemmCall {
       return absl::FailedPreconditionError(absl::StrCat("configuration ", cfg, ": algo=", algo,
                                                         " is outside 0..", kMaxAlgorithmIndex));
     }
+    // The same fixed-size question as LtAlgorithms, so that entry N here is
+    // entry N of the list: cublasLt.h does not promise that the first N+1
+    // results of a shorter request are a prefix of a longer one.
     TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
-                        setup_.Heuristic(algo + 1, cfg, device_name));
+                        setup_.Heuristic(kMaxLtAlgorithms, cfg, device_name));
     if (static_cast<size_t>(algo) >= results.size()) {
       const size_t k = results.size();
       return absl::FailedPreconditionError(
@@ -352,14 +355,15 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
                                                         int limit, absl::string_view cfg,
                                                         absl::string_view device_name) {
   std::vector<AlgorithmInfo> out;
-  const int count = std::min(limit, kMaxLtAlgorithms);
-  if (count < 1) return out;
+  if (limit < 1) return out;
   LtSetup setup(operands, ctx);
   Details ignored;
   TC_RETURN_IF_ERROR(setup.Build(options, &ignored));
+  // Always kMaxLtAlgorithms asked, as LtMatmul::Prepare asks, then cut.
   TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
-                      setup.Heuristic(count, cfg, device_name));
-  for (size_t i = 0; i < results.size(); ++i) {
+                      setup.Heuristic(kMaxLtAlgorithms, cfg, device_name));
+  const size_t count = std::min(results.size(), static_cast<size_t>(limit));
+  for (size_t i = 0; i < count; ++i) {
     AlgorithmInfo info;
     info.index = static_cast<int>(i);
     DescribeAlgorithm(results[i], setup.workspace_limit(), &info.details);
