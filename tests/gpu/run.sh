@@ -156,7 +156,7 @@ export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
   for b in "$here"/bin/*; do ldd "$b" | sed -n "s|^\s*\(.*not found\)|$(basename "$b"): \1|p"; done
   echo "== end"
 } >"$out/preflight.log" 2>&1
-missing_libs=$(sed -n '/^== libraries not found/,/^== end/p' "$out/preflight.log" | grep -c 'not found')
+missing_libs=$(grep -c ': .*not found' "$out/preflight.log")
 gpus=$(grep -c '^GPU [0-9]' "$out/preflight.log")
 if [[ $gpus -eq 0 ]]; then
   note preflight "FAIL: nvidia-smi lists no GPU (preflight.log)"
@@ -179,7 +179,7 @@ if [[ $failed -eq 0 ]]; then
   fi
 
   # ---- 5. The server, then the replays.
-  "$here/bin/tensorcheck-server" --host 127.0.0.1 --port 0 --gpu_memory_budget_mb 16384 \
+  "$here/bin/tensorcheck-server" --host 127.0.0.1 --port 0 --gpu_memory_budget_mb 16384 --max_inflight_bytes 17179869184 \
     --shutdown_grace_seconds 5 >"$out/server.log" 2>&1 &
   server_pid=$!
   server_addr=""

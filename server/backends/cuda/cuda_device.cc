@@ -35,19 +35,43 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 
-// The default budgets (90% of the free memory) of this process's live
-// devices, so that a second device budgets what the first left.
-std::mutex& DefaultBudgetsMu() {
+int64_t Padded(int64_t bytes) {
+  return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+// A memory budget and what is drawn on it: the session arrays and lane
+// workspaces of its devices (in_use) and their resident tensors (each
+// device's cache). A device with its own budget has its own account;
+// devices that take the default share one, so that two of them in one
+// process (two registries, as tests make) budget one GPU's memory once.
+struct MemoryAccount {
+  int64_t budget = 0;
+  std::mutex mu;
+  int64_t in_use = 0;
+  std::vector<const ResidentCache*> caches;
+
+  // Resident bytes of the devices other than the one whose cache is `self`.
+  int64_t OthersCached(const ResidentCache* self) const {
+    int64_t bytes = 0;
+    for (const ResidentCache* c : caches) {
+      if (c != self) bytes += c->stats().bytes;
+    }
+    return bytes;
+  }
+};
+
+namespace {
+
+std::mutex& DefaultAccountMu() {
   static std::mutex mu;
   return mu;
 }
-int64_t& DefaultBudgetsHeld() {
-  static int64_t held = 0;
-  return held;
-}
-
-int64_t Padded(int64_t bytes) {
-  return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+// The default-budget devices' account while one of them lives.
+std::weak_ptr<MemoryAccount>& DefaultAccount() {
+  static std::weak_ptr<MemoryAccount> account;
+  return account;
 }
 
 // A resident array, the cache's payload: from the same stream-ordered pool
@@ -90,9 +114,11 @@ CudaComputeDevice::~CudaComputeDevice() {
   // With resident arrays still out (the cache goes after this body), the
   // pool is released once they are freed.
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
-  if (default_budget_ > 0) {
-    std::lock_guard<std::mutex> lock(DefaultBudgetsMu());
-    DefaultBudgetsHeld() -= default_budget_;
+  if (account_ != nullptr) {
+    std::lock_guard<std::mutex> lock(account_->mu);
+    account_->in_use -= workspaces_;
+    auto& caches = account_->caches;
+    caches.erase(std::remove(caches.begin(), caches.end(), &cache_), caches.end());
   }
 }
 
@@ -109,27 +135,35 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
   std::unique_ptr<CudaComputeDevice> device(new CudaComputeDevice(options, probe));
   TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   if (options.memory_budget_bytes > 0) {
-    device->budget_ = options.memory_budget_bytes;
+    device->account_ = std::make_shared<MemoryAccount>();
+    device->account_->budget = options.memory_budget_bytes;
   } else {
-    // 90% of the free memory, less what other devices of this process
-    // budgeted the same way and may not have allocated yet: two devices
-    // share that 90% instead of each claiming it.
-    size_t free_bytes = 0, total_bytes = 0;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    std::lock_guard<std::mutex> lock(DefaultBudgetsMu());
-    device->budget_ = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9) -
-                      DefaultBudgetsHeld();
-    DefaultBudgetsHeld() += std::max<int64_t>(device->budget_, 0);
-    device->default_budget_ = std::max<int64_t>(device->budget_, 0);
+    std::lock_guard<std::mutex> lock(DefaultAccountMu());
+    device->account_ = DefaultAccount().lock();
+    if (device->account_ == nullptr) {
+      size_t free_bytes = 0, total_bytes = 0;
+      TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+      device->account_ = std::make_shared<MemoryAccount>();
+      device->account_->budget = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
+      DefaultAccount() = device->account_;
+    }
   }
+  MemoryAccount& account = *device->account_;
   const int64_t workspaces = options.workspace_bytes * options.lanes;
-  if (workspaces >= device->budget_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(options.lanes, " lanes' cuBLAS workspaces (", workspaces,
-                     " bytes) do not fit the GPU memory budget of ", device->budget_, " bytes"));
+  {
+    std::lock_guard<std::mutex> lock(account.mu);
+    if (account.in_use + workspaces >= account.budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          options.lanes, " lanes' cuBLAS workspaces (", workspaces,
+          " bytes) do not fit the GPU memory budget of ", account.budget, " bytes (",
+          account.in_use, " already drawn by this process's devices)"));
+    }
+    account.in_use += workspaces;
+    device->workspaces_ = workspaces;
+    account.caches.push_back(&device->cache_);
+    device->cache_.SetCapacity(account.budget - account.in_use -
+                               account.OthersCached(&device->cache_));
   }
-  device->in_use_ = workspaces;
-  device->cache_.SetCapacity(device->budget_ - workspaces);
   // Arrays come from this device's own stream-ordered pool (the process's
   // default pool, and its settings, stay the other code's); it keeps what
   // is freed (up to the budget, which our accounting holds) for the next
@@ -140,7 +174,7 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = 0;
   TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&device->pool_, &props));
-  uint64_t threshold = static_cast<uint64_t>(device->budget_);
+  uint64_t threshold = static_cast<uint64_t>(account.budget);
   TC_CUDA_RETURN_IF_ERROR(
       cudaMemPoolSetAttribute(device->pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
   CudaContext::Options ctx_options;
@@ -195,35 +229,40 @@ void CudaComputeDevice::ReleaseLane(Lane* lane) {
 }
 
 absl::Status CudaComputeDevice::Reserve(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(memory_mu_);
-  if (bytes < 0 || in_use_ + bytes > budget_) {
-    return absl::ResourceExhaustedError(absl::StrCat("GPU memory: ", bytes,
-                                                     " bytes more would pass the budget "
-                                                     "(--gpu-memory-budget-mb) of ",
-                                                     budget_, " bytes (", in_use_,
-                                                     " in use by running requests)"));
+  MemoryAccount& a = *account_;
+  std::lock_guard<std::mutex> lock(a.mu);
+  const int64_t others = a.OthersCached(&cache_);
+  if (bytes < 0 || a.in_use + others + bytes > a.budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GPU memory: ", bytes,
+        " bytes more would pass the budget (--gpu-memory-budget-mb) of ", a.budget, " bytes (",
+        a.in_use, " in use by running requests)"));
   }
   // Resident tensors no request is using give way first.
-  cache_.SetCapacity(budget_ - in_use_ - bytes);
-  if (in_use_ + bytes + cache_.stats().bytes > budget_) {
-    cache_.SetCapacity(budget_ - in_use_);
+  cache_.SetCapacity(a.budget - a.in_use - others - bytes);
+  if (a.in_use + others + bytes + cache_.stats().bytes > a.budget) {
+    cache_.SetCapacity(a.budget - a.in_use - others);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "GPU memory: ", bytes, " bytes more would pass the budget of ", budget_,
+        "GPU memory: ", bytes, " bytes more would pass the budget of ", a.budget,
         " bytes; resident tensors in use by running requests hold ", cache_.stats().bytes));
   }
-  in_use_ += bytes;
+  a.in_use += bytes;
   return absl::OkStatus();
 }
 
 ComputeDevice::Memory CudaComputeDevice::memory() const {
-  std::lock_guard<std::mutex> lock(memory_mu_);
-  return {in_use_ + cache_.stats().bytes, budget_};
+  std::lock_guard<std::mutex> lock(account_->mu);
+  return {account_->in_use + account_->OthersCached(&cache_) + cache_.stats().bytes,
+          account_->budget};
 }
 
+int64_t CudaComputeDevice::budget_bytes() const { return account_->budget; }
+
 void CudaComputeDevice::Release(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(memory_mu_);
-  in_use_ -= bytes;
-  cache_.SetCapacity(budget_ - in_use_);
+  MemoryAccount& a = *account_;
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.in_use -= bytes;
+  cache_.SetCapacity(a.budget - a.in_use - a.OthersCached(&cache_));
 }
 
 // ---- a session

@@ -41,12 +41,14 @@
 namespace tensorcheck::cuda {
 
 class CudaSession;
+struct MemoryAccount;
 
 class CudaComputeDevice final : public ComputeDevice {
  public:
   struct Options {
-    // Everything on the device together; 0: 90% of the free memory, less
-    // the default budgets of this process's other live devices.
+    // Everything on the device together; 0: 90% of the free memory when
+    // the first such device of this process was made, one budget shared by
+    // every device of the process that takes it (two do not each claim 90%).
     int64_t memory_budget_bytes = 0;
     int64_t workspace_bytes = int64_t{32} << 20;
     // Concurrent sessions (streams); at least 1.
@@ -78,7 +80,7 @@ class CudaComputeDevice final : public ComputeDevice {
 
   const DeviceProbe& probe() const { return probe_; }
   bool tf32_disabled() const { return options_.tf32_disabled; }
-  int64_t budget_bytes() const { return budget_; }
+  int64_t budget_bytes() const;
 
  private:
   friend class CudaSession;
@@ -104,17 +106,17 @@ class CudaComputeDevice final : public ComputeDevice {
 
   Options options_;
   DeviceProbe probe_;
-  int64_t budget_ = 0;
-  int64_t default_budget_ = 0;  // budget_ when it was 90% of the free memory
+  // The budget this device draws on (MemoryAccount, cuda_device.cc): its
+  // own when Options gave one, else the one every default-budget device
+  // of this process shares.
+  std::shared_ptr<MemoryAccount> account_;
+  int64_t workspaces_ = 0;        // the lanes' share of account_
   cudaMemPool_t pool_ = nullptr;  // the sessions' and resident arrays
   ResidentCache cache_;
 
   std::mutex lanes_mu_;
   std::condition_variable lane_free_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-
-  mutable std::mutex memory_mu_;
-  int64_t in_use_ = 0;  // sessions' arrays and the lanes' workspaces
 
   mutable std::mutex health_mu_;
   absl::Status sticky_;
