@@ -74,6 +74,37 @@ std::weak_ptr<MemoryAccount>& DefaultAccount() {
   return account;
 }
 
+// The stream-ordered pool every device of this process allocates its
+// arrays from: its own, so that the process's default pool and its settings
+// stay the other code's. It keeps what is freed for the next request
+// instead of returning it to the driver at every synchronisation (the
+// devices' budgets bound what is allocated). Made once and never destroyed:
+// a device's resident arrays are freed after its destructor has run, and a
+// pool destroyed with allocations still out crashed the next device's first
+// allocation on an H200 (docs/gpu-validation.md, 2026-12-04).
+absl::StatusOr<cudaMemPool_t> ProcessPool() {
+  static std::mutex mu;
+  static cudaMemPool_t pool = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (pool != nullptr) return pool;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t made = nullptr;
+  TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&made, &props));
+  uint64_t keep_all = std::numeric_limits<uint64_t>::max();
+  const cudaError_t set =
+      cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep_all);
+  if (set != cudaSuccess) {
+    cudaMemPoolDestroy(made);
+    return ToStatus(set, "cudaMemPoolSetAttribute");
+  }
+  pool = made;
+  return pool;
+}
+
 // A resident array, the cache's payload: from the same stream-ordered pool
 // as the sessions' arrays (so that one budget covers both), freed when the
 // cache lets it go, which is only when no session pins it, i.e. after the
@@ -111,9 +142,6 @@ CudaComputeDevice::~CudaComputeDevice() {
     }
     if (lane->staging != nullptr) cudaFreeHost(lane->staging);
   }
-  // With resident arrays still out (the cache goes after this body), the
-  // pool is released once they are freed.
-  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   if (account_ != nullptr) {
     std::lock_guard<std::mutex> lock(account_->mu);
     account_->in_use -= workspaces_;
@@ -164,19 +192,7 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
     device->cache_.SetCapacity(account.budget - account.in_use -
                                account.OthersCached(&device->cache_));
   }
-  // Arrays come from this device's own stream-ordered pool (the process's
-  // default pool, and its settings, stay the other code's); it keeps what
-  // is freed (up to the budget, which our accounting holds) for the next
-  // request instead of returning it to the driver at every synchronisation.
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.handleTypes = cudaMemHandleTypeNone;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&device->pool_, &props));
-  uint64_t threshold = static_cast<uint64_t>(account.budget);
-  TC_CUDA_RETURN_IF_ERROR(
-      cudaMemPoolSetAttribute(device->pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+  TC_ASSIGN_OR_RETURN(device->pool_, ProcessPool());
   CudaContext::Options ctx_options;
   ctx_options.workspace_bytes = options.workspace_bytes;
   for (int i = 0; i < options.lanes; ++i) {

@@ -111,7 +111,7 @@ class CudaComputeDevice final : public ComputeDevice {
   // of this process shares.
   std::shared_ptr<MemoryAccount> account_;
   int64_t workspaces_ = 0;        // the lanes' share of account_
-  cudaMemPool_t pool_ = nullptr;  // the sessions' and resident arrays
+  cudaMemPool_t pool_ = nullptr;  // the process's (cuda_device.cc), never destroyed
   ResidentCache cache_;
 
   std::mutex lanes_mu_;
