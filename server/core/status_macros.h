@@ -52,6 +52,21 @@ inline bool IsFatalDeviceError(const absl::Status& status) {
   return status.GetPayload(kFatalDeviceErrorPayload).has_value();
 }
 
+// Payload type URL of "the library has no kernel for this configuration
+// on this layer" (cuBLASLt's heuristic returned nothing): a property of the
+// layer and the device, not of the request's data, so a default candidate
+// can go to another backend instead of failing the request.
+inline constexpr absl::string_view kNoKernelPayload = "type.googleapis.com/tensorcheck.NoKernel";
+
+inline absl::Status MarkNoKernel(absl::Status status) {
+  status.SetPayload(kNoKernelPayload, absl::Cord("no kernel"));
+  return status;
+}
+
+inline bool IsNoKernel(const absl::Status& status) {
+  return status.GetPayload(kNoKernelPayload).has_value();
+}
+
 // `status` with "context: " before its message; code and payloads kept.
 inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;

@@ -404,6 +404,18 @@ TEST_F(AlgorithmsTest, LayerRulesAreCheckedBeforeRunningAndDefaultCandidatesAvoi
   EXPECT_THAT(ran, ::testing::Contains("cpu:fp32:none"));
   EXPECT_THAT(ran, ::testing::Not(::testing::Contains("device:fp32:none")));
   EXPECT_EQ(device_->runs, 0);
+  // The ranking says which device configuration the CPU one stands in for,
+  // and why: the device's own refusal.
+  ASSERT_TRUE(refused->diagnosis.has_value());
+  bool noted = false;
+  for (const RankedCandidate& c : refused->diagnosis->ranking) {
+    if (c.config != "cpu:fp32:none") continue;
+    ASSERT_EQ(c.details.count("passed_over"), 1u);
+    EXPECT_THAT(c.details.at("passed_over"),
+                AllOf(::testing::StartsWith("device:fp32:none: "), HasSubstr("multiple of 16")));
+    noted = true;
+  }
+  EXPECT_TRUE(noted) << "cpu:fp32:none is not in the ranking";
   // k = 304: the device runs fp32 (a device backend before the CPU).
   LinearRequest ok = Request(4, 8, 304);
   ok.observed = *FromFloats(DType::kFloat32, {4, 8}, Linear(x_, w_, 4, 8, 304, Order::kForward));
@@ -413,6 +425,9 @@ TEST_F(AlgorithmsTest, LayerRulesAreCheckedBeforeRunningAndDefaultCandidatesAvoi
   for (const ConfigOutcome& c : accepted->results) ran.push_back(c.config);
   EXPECT_THAT(ran, ::testing::Contains("device:fp32:none"));
   EXPECT_THAT(ran, ::testing::Not(::testing::Contains("cpu:fp32:none")));
+  for (const RankedCandidate& c : accepted->diagnosis->ranking) {
+    EXPECT_EQ(c.details.count("passed_over"), 0u) << c.config;
+  }
 }
 
 }  // namespace

@@ -225,7 +225,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   const std::vector<std::string> config_specs =
       diagnose && req.configs.empty()
           ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                              fp8.scaling, layer)
+                              fp8.scaling, layer, &plan.passed_over)
           : req.configs;
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
@@ -513,6 +513,11 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
     for (const ConfigOutcome& r : outcome.results) {
       if (r.config == ranked.config) ranked.details = KernelDetails(r.details);
     }
+    // A default candidate the device could not run on this layer ran on
+    // another backend: the ranking says which and why.
+    if (auto it = plan.passed_over.find(ranked.config); it != plan.passed_over.end()) {
+      ranked.details["passed_over"] = it->second;
+    }
   }
   // Device evidence holds the request's session, and with it a lane; the
   // batch-invariance runs below each open a session of their own, so with
@@ -582,7 +587,8 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
 
 std::vector<std::string> Engine::DefaultCandidates(
     DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
-    const std::optional<LinearProblem>& layer) const {
+    const std::optional<LinearProblem>& layer,
+    std::map<std::string, std::string>* passed_over) const {
   std::vector<std::string> out;
   // Wide operands: the wide precisions (an fp8 recipe is asked for by
   // name). FP8 operands: the fp8 precision of their formats, with and
@@ -607,17 +613,28 @@ std::vector<std::string> Engine::DefaultCandidates(
     for (BiasMode b : {BiasMode::kFused, BiasMode::kUnfused}) {
       spec.bias = b;
       // The best backend for this pair: the first available one that runs
-      // it, GPU backends before the CPU emulation.
+      // it, GPU backends before the CPU emulation. A device backend that
+      // runs the configuration but not this layer is passed over, and why
+      // is kept for the ranking.
+      std::string refused;
       LinearBackend* chosen = FastestBackend(*registry_, [&](LinearBackend* backend) {
         spec.backend = std::string(backend->name());
         const Config config = ResolveConfig(spec, has_bias, activation, b);
-        return backend->Supports(config, storage).ok() &&
-               (!layer.has_value() || backend->SupportsProblem(*layer, config).ok());
+        if (!backend->Supports(config, storage).ok()) return false;
+        if (!layer.has_value()) return true;
+        const absl::Status on_layer = backend->SupportsProblem(*layer, config);
+        if (!on_layer.ok() && backend->kind() == BackendKind::kDevice && refused.empty()) {
+          refused = absl::StrCat(config.ToString(), ": ", on_layer.message());
+        }
+        return on_layer.ok();
       });
       if (chosen == nullptr) continue;
       spec.backend = std::string(chosen->name());
       const std::string c = ResolveConfig(spec, has_bias, activation, b).ToString();
       if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      if (passed_over != nullptr && !refused.empty() && chosen->kind() != BackendKind::kDevice) {
+        passed_over->emplace(c, refused);
+      }
     }
   }
   return out;

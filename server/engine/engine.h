@@ -251,11 +251,15 @@ class Engine {
   // `storage` and `weight_storage`. For FP8 operands: the fp8 precision of
   // their formats, with and without fast accumulation, at `scaling` (what
   // the request's scales say). With `layer`, only backends whose
-  // SupportsProblem accepts it (cuBLASLt's FP8 shape rules).
+  // SupportsProblem accepts it (cuBLASLt's FP8 shape rules, and whether
+  // its heuristic has a kernel for the layer). `passed_over`, when given,
+  // receives for each candidate that went to another backend that way the
+  // device configuration it replaces and the device's reason.
   std::vector<std::string> DefaultCandidates(
       DType storage, DType weight_storage, bool has_bias, Activation activation,
       Fp8Scaling scaling = Fp8Scaling::kTensor,
-      const std::optional<LinearProblem>& layer = std::nullopt) const;
+      const std::optional<LinearProblem>& layer = std::nullopt,
+      std::map<std::string, std::string>* passed_over = nullptr) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }

@@ -44,10 +44,7 @@ class StandInDevice : public ComputeDevice {
   // (CudaComputeDevice): OpenSession waits for one to close, checking the
   // stop signal, and each StandInBackend::Run holds a session of its own.
   explicit StandInDevice(int64_t budget_bytes, int lanes = 0)
-      : budget_(budget_bytes),
-        lanes_(lanes),
-        cache_(budget_bytes),
-        cpu_(*CpuBackend::Create({})) {}
+      : budget_(budget_bytes), lanes_(lanes), cache_(budget_bytes), cpu_(*CpuBackend::Create({})) {}
 
   absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) override;
 

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_device.h"
 #include "server/backends/cuda/internal/cuda_session.h"
@@ -140,14 +142,17 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return LinearBackend::Supports(config, storage);
   }
 
-  // The FP8 rules that need the layer: alignment of k and n, the bias
-  // type for the output, row-wise scales' device support.
+  // The FP8 rules that need the layer (alignment of k and n, the bias
+  // type for the output, row-wise scales' device support), then, for
+  // cuBLASLt on a device, whether its heuristic has a kernel for this
+  // layer at all: the library's own answer, not a prediction.
   absl::Status SupportsProblem(const LinearProblem& problem, const Config& config) const override {
     const internal::LayerTypes layer = internal::LayerOf(problem);
-    if (!IsFp8(config.precision) && !IsFp8(layer.input) && !IsFp8(layer.weight)) {
-      return absl::OkStatus();
+    if (IsFp8(config.precision) || IsFp8(layer.input) || IsFp8(layer.weight)) {
+      TC_RETURN_IF_ERROR(
+          internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())).status());
     }
-    return internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())).status();
+    return HasKernel(layer, config);
   }
 
   // cuBLASLt: its heuristic's list; cuBLAS: cublasGemmAlgo_t's values
@@ -209,8 +214,46 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return absl::OkStatus();
   }
 
+  // OK unless cuBLASLt's heuristic answers "no algorithm" for `config` on
+  // `layer` (FAILED_PRECONDITION with its message). Asked on a lane that
+  // is free now; with every lane busy, or on any other error, the run
+  // decides instead. Answers are kept per configuration and layer shape.
+  absl::Status HasKernel(const internal::LayerTypes& layer, const Config& config) const {
+    if (flavor_ != Flavor::kLt || !device_->init.ok()) return absl::OkStatus();
+    Config any = config;
+    any.algo.reset();
+    const std::string key = absl::StrCat(
+        any.ToString(), "|", layer.m, "x", layer.k, "x", layer.n, "|", DTypeName(layer.input), "|",
+        DTypeName(layer.weight), "|", layer.bias.has_value() ? DTypeName(*layer.bias) : "-", "|",
+        DTypeName(layer.output), "|", static_cast<int>(layer.layout), "|",
+        static_cast<int>(layer.activation));
+    {
+      std::lock_guard<std::mutex> lock(kernels_mu_);
+      if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    }
+    const StopSignal now(absl::Now());  // a lane free now, or none
+    absl::StatusOr<std::unique_ptr<CudaSession>> session = device_->compute->OpenCudaSession(&now);
+    if (!session.ok()) return absl::OkStatus();
+    absl::StatusOr<std::vector<AlgorithmInfo>> listed =
+        internal::AlgorithmsOnSession(**session, layer, any, RunOptions{}, 1);
+    absl::Status answer = absl::OkStatus();
+    if (!listed.ok()) {
+      (void)(*session)->Checked(listed.status());
+      if (!IsNoKernel(listed.status())) return absl::OkStatus();
+      answer = absl::FailedPreconditionError(listed.status().message());
+    }
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    if (kernels_.size() >= kMaxKernelAnswers) kernels_.clear();
+    kernels_.emplace(key, answer);
+    return answer;
+  }
+
+  static constexpr size_t kMaxKernelAnswers = 4096;
+
   Flavor flavor_;
   std::shared_ptr<CudaDevice> device_;
+  mutable std::mutex kernels_mu_;
+  mutable std::map<std::string, absl::Status> kernels_;
 };
 
 absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(

@@ -9,6 +9,7 @@
 // the validation record in docs/gpu-validation.md.
 #include "server/backends/cuda/cuda_backends.h"
 
+#include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cuda/cuda_status.h"
+#include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/device_session.h"
 #include "server/core/float_formats.h"
 #include "server/core/tensor.h"
@@ -380,6 +382,85 @@ bool DeviceRunsFp8(const Config& c, DType storage) {
 
 // ------------------------------------------------------ tests without GPU
 
+// Every cuBLASLt descriptor attribute the backend sets, with the backend's
+// own code and types (internal::BuildDescriptors), accepted by the
+// installed libcublasLt: descriptors need no device, so this runs on every
+// host with the CUDA build. A configuration its set-up refuses (the FP8
+// rules, a bias mode cuBLASLt does not run) is a rule, not a descriptor,
+// and is counted apart; an attribute call the library refuses fails.
+TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt) {
+  int built = 0, refused_by_rules = 0;
+  std::set<std::string> epilogues;
+  for (const cuda::internal::ComputeCapability cc :
+       {cuda::internal::ComputeCapability{9, 0}, cuda::internal::ComputeCapability{8, 0}}) {
+    for (Precision p : kAllPrecisions) {
+      std::vector<DType> storages = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+      if (IsFp8(p)) storages.push_back(Fp8OperandsOf(p).input);
+      for (DType storage : storages) {
+        for (bool bias : {false, true}) {
+          for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
+            for (DType out :
+                 {DType::kBFloat16, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
+              for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+                for (bool fast : {false, true}) {
+                  if (!IsFp8(p) && (scaling != Fp8Scaling::kTensor || fast)) continue;
+                  for (bool strict_reduction : {false, true}) {
+                    Config c;
+                    c.backend = "cublaslt";
+                    c.precision = p;
+                    c.bias = bias ? BiasMode::kFused : BiasMode::kNone;
+                    c.scaling = scaling;
+                    c.fast_accum = fast;
+                    cuda::internal::LayerTypes layer;
+                    layer.input = storage;
+                    layer.weight = IsFp8(storage) ? Fp8OperandsOf(p).weight : storage;
+                    if (bias) layer.bias = IsFp8(storage) ? DType::kBFloat16 : storage;
+                    layer.activation = act;
+                    layer.output = out;
+                    layer.layout = (built + refused_by_rules) % 2 == 0 ? WeightLayout::kOutIn
+                                                                       : WeightLayout::kInOut;
+                    layer.m = 64;
+                    layer.n = 128;
+                    layer.k = 256;
+                    RunOptions options;
+                    options.disallow_reduced_precision_reduction = strict_reduction;
+                    std::map<std::string, std::string> details;
+                    const absl::Status s = cuda::internal::BuildDescriptors(
+                        c, layer, options, cc, /*workspace_bytes=*/int64_t{32} << 20, &details);
+                    const std::string what =
+                        absl::StrCat(c.ToString(), " storage ", DTypeShortName(storage), " out ",
+                                     DTypeShortName(out), " sm_", cc.major, cc.minor);
+                    if (s.ok()) {
+                      ++built;
+                      epilogues.insert(details["epilogue"]);
+                      continue;
+                    }
+                    // The rules answer FAILED_PRECONDITION naming the
+                    // configuration; a refused call starts with its own text
+                    // (cuda_status.h), `cublasLtMatmulDescSetAttribute(...)`.
+                    EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                            StartsWith("configuration cublaslt:")))
+                        << what;
+                    ++refused_by_rules;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("descriptors built: %d configurations; refused by the rules: %d; epilogues:", built,
+              refused_by_rules);
+  for (const std::string& e : epilogues) std::printf(" %s", e.c_str());
+  std::printf("\n");
+  EXPECT_GT(built, 1000);
+  // The six epilogues the backend uses: none, bias, relu, gelu, each with
+  // and without the bias.
+  EXPECT_EQ(epilogues.size(), 6u);
+}
+
 TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
   LinearBackend* lt = Backend("cublaslt");
   LinearBackend* blas = Backend("cublas");
@@ -577,9 +658,9 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
                 // same pedantic fp32 path.
                 const bool pedantic_fp32 =
                     p == Precision::kFp32 || p == Precision::kTf32Rna || p == Precision::kTf32Trunc;
-                const bool may_lack = p == Precision::kFp64 || p == Precision::kFp16Acc ||
-                                      (pedantic_fp32 && !(storage == DType::kBFloat16 ||
-                                                          storage == DType::kFloat16));
+                const bool may_lack =
+                    p == Precision::kFp64 || p == Precision::kFp16Acc ||
+                    (pedantic_fp32 && !(storage == DType::kBFloat16 || storage == DType::kFloat16));
                 EXPECT_TRUE(may_lack) << r.status();
                 continue;
               }
@@ -1112,6 +1193,39 @@ TEST_F(CudaGpuTest, GpuFp8AlgorithmsAreListedForTheFp8Descriptors) {
                           "algo_reduction_scheme", "algo_custom_option", "algo_workspace_bytes"}) {
     EXPECT_EQ(r->details[key], (*algos)[0].details.at(key)) << key;
   }
+}
+
+// Two registries in one process (as tests make), both with the default
+// budget: one budget, not 90% of the free memory each; and the process's
+// default memory pool keeps its settings (the devices allocate from a pool
+// of their own).
+TEST_F(CudaGpuTest, GpuDefaultBudgetDevicesShareOneBudgetAndLeaveTheDefaultPoolAlone) {
+  cudaMemPool_t default_pool = nullptr;
+  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&default_pool, 0), cudaSuccess);
+  uint64_t threshold_before = 0, threshold_after = 0;
+  ASSERT_EQ(
+      cudaMemPoolGetAttribute(default_pool, cudaMemPoolAttrReleaseThreshold, &threshold_before),
+      cudaSuccess);
+  BackendRegistry first, second;
+  ASSERT_THAT(RegisterCudaBackends(&first, BuiltinBackendOptions{}), IsOk());
+  ASSERT_THAT(RegisterCudaBackends(&second, BuiltinBackendOptions{}), IsOk());
+  const ComputeDevice* a = (*first.Find("cublaslt"))->compute_device();
+  const ComputeDevice* b = (*second.Find("cublaslt"))->compute_device();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  EXPECT_GT(a->memory().budget_bytes, 0);
+  EXPECT_EQ(a->memory().budget_bytes, b->memory().budget_bytes);
+  EXPECT_LE(a->memory().budget_bytes, static_cast<int64_t>(total_bytes));
+  // What either draws counts against both: the lanes' workspaces of the
+  // two (and of this fixture's) devices at least.
+  EXPECT_EQ(a->memory().used_bytes, b->memory().used_bytes);
+  EXPECT_GE(a->memory().used_bytes, 2 * 4 * BuiltinBackendOptions{}.cublaslt_workspace_bytes);
+  ASSERT_EQ(
+      cudaMemPoolGetAttribute(default_pool, cudaMemPoolAttrReleaseThreshold, &threshold_after),
+      cudaSuccess);
+  EXPECT_EQ(threshold_after, threshold_before);
 }
 
 TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {

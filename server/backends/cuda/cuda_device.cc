@@ -95,8 +95,7 @@ absl::StatusOr<cudaMemPool_t> ProcessPool() {
   cudaMemPool_t made = nullptr;
   TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&made, &props));
   uint64_t keep_all = std::numeric_limits<uint64_t>::max();
-  const cudaError_t set =
-      cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep_all);
+  const cudaError_t set = cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep_all);
   if (set != cudaSuccess) {
     cudaMemPoolDestroy(made);
     return ToStatus(set, "cudaMemPoolSetAttribute");
@@ -181,10 +180,10 @@ absl::StatusOr<std::unique_ptr<CudaComputeDevice>> CudaComputeDevice::Create(
   {
     std::lock_guard<std::mutex> lock(account.mu);
     if (account.in_use + workspaces >= account.budget) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          options.lanes, " lanes' cuBLAS workspaces (", workspaces,
-          " bytes) do not fit the GPU memory budget of ", account.budget, " bytes (",
-          account.in_use, " already drawn by this process's devices)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(options.lanes, " lanes' cuBLAS workspaces (", workspaces,
+                       " bytes) do not fit the GPU memory budget of ", account.budget, " bytes (",
+                       account.in_use, " already drawn by this process's devices)"));
     }
     account.in_use += workspaces;
     device->workspaces_ = workspaces;
@@ -250,9 +249,8 @@ absl::Status CudaComputeDevice::Reserve(int64_t bytes) {
   const int64_t others = a.OthersCached(&cache_);
   if (bytes < 0 || a.in_use + others + bytes > a.budget) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "GPU memory: ", bytes,
-        " bytes more would pass the budget (--gpu-memory-budget-mb) of ", a.budget, " bytes (",
-        a.in_use, " in use by running requests)"));
+        "GPU memory: ", bytes, " bytes more would pass the budget (--gpu-memory-budget-mb) of ",
+        a.budget, " bytes (", a.in_use, " in use by running requests)"));
   }
   // Resident tensors no request is using give way first.
   cache_.SetCapacity(a.budget - a.in_use - others - bytes);
@@ -445,8 +443,8 @@ absl::StatusOr<ArrayRef> CudaSession::Resident(const std::string& key, DType dty
   const int64_t padded = Padded(bytes);
   if (device_->cache_.MakeRoom(padded)) {
     auto r = std::make_shared<ResidentArray>();
-    if (cudaMallocFromPoolAsync(&r->data, static_cast<size_t>(padded), device_->pool_,
-                                stream_) == cudaSuccess &&
+    if (cudaMallocFromPoolAsync(&r->data, static_cast<size_t>(padded), device_->pool_, stream_) ==
+            cudaSuccess &&
         cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming) == cudaSuccess) {
       absl::Status made = make(r->data);
       if (made.ok()) made = ToStatus(cudaEventRecord(r->ready, stream_), "cudaEventRecord");
@@ -603,9 +601,9 @@ absl::StatusOr<SessionModel> CudaSession::ErrorModel(const SessionModelSpec& spe
     TC_RETURN_IF_ERROR(Checked(ToStatus(LaunchPredictSigma(a, stream_), "LaunchPredictSigma")));
     if (a.sum_sq != nullptr) {
       double host_sum = 0;
-      TC_RETURN_IF_ERROR(Checked(ToStatus(
-          cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync")));
+      TC_RETURN_IF_ERROR(Checked(
+          ToStatus(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpyAsync")));
       TC_RETURN_IF_ERROR(
           Checked(ToStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize")));
       model.sum_sq = host_sum;

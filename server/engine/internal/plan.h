@@ -3,6 +3,7 @@
 // which makes the plan, and execution.cc, which carries it out.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct Engine::Plan {
   RunOptions run;
   // Batch invariance: the sub-batch sizes to run (empty: not asked).
   std::vector<int64_t> batch_sizes;
+  // Default candidates that a device backend could not run on this layer,
+  // by the configuration that ran instead: "the device's configuration:
+  // why" (ranked candidates' details, "passed_over").
+  std::map<std::string, std::string> passed_over;
 };
 
 // Per-element arrays a diagnosis reads; several candidates may hold the

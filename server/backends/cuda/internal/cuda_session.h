@@ -178,6 +178,15 @@ LayerTypes LayerOf(const LinearProblem& problem);
 Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
                     std::optional<ComputeCapability> device);
 
+// Every cuBLASLt descriptor a run of `config` on `layer` builds, on a
+// device of capability `cc` with a `workspace_bytes` workspace, built and
+// destroyed without a device: OK, or the first attribute the installed
+// libcublasLt refused (or the configuration's own set-up error). A `cublas`
+// configuration builds none.
+absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
+                              const RunOptions& options, ComputeCapability cc,
+                              int64_t workspace_bytes, std::map<std::string, std::string>* details);
+
 // LinearBackend::Algorithms of config.backend (its `algo` ignored): the
 // GEMM RunOnSession would prepare, asked for its algorithms only, on the
 // session's lane; no operand needs to be on the device.

@@ -117,6 +117,14 @@ absl::StatusOr<std::unique_ptr<GemmCall>> PrepareLtMatmul(
     const GemmOperands& operands, CudaContext& ctx, const RunOptions& options,
     absl::string_view cfg, absl::string_view device_name, Details* details);
 
+// Every descriptor PrepareLtMatmul builds for `operands` (the operation
+// with its epilogue, bias and FP8 attributes, the three layouts, the
+// preference), built and destroyed without a handle or a device: each
+// attribute call's status, so that a host can check that the installed
+// libcublasLt accepts what the backend sets (cuda_backends_test).
+absl::Status BuildLtDescriptors(const GemmOperands& operands, uint64_t workspace_limit,
+                                const RunOptions& options, Details* details);
+
 // The heuristic's algorithms for `operands` (at most `limit`, and at most
 // kMaxLtAlgorithms), without running any: index and details as
 // PrepareLtMatmul reports the one it runs.

@@ -118,7 +118,10 @@ void DescribeAlgorithm(const cublasLtMatmulHeuristicResult_t& h, uint64_t worksp
 // descriptors' pointers (bias, FP8 scales) for their alignment only.
 class LtSetup {
  public:
-  LtSetup(const GemmOperands& operands, CudaContext& ctx) : ops_(operands), ctx_(ctx) {}
+  // `lt` is only asked by Heuristic: descriptors need no handle (and no
+  // device).
+  LtSetup(const GemmOperands& operands, cublasLtHandle_t lt, uint64_t workspace_limit)
+      : ops_(operands), lt_(lt), workspace_limit_(workspace_limit) {}
 
   // Builds the descriptors; `details` gets the epilogue, the reduction
   // scheme mask and, for FP8, the scale modes and fast accumulation.
@@ -139,7 +142,7 @@ class LtSetup {
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(count, 1)));
     int found = 0;
     const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        ctx_.lt(), op_desc_.get(), a_desc_.get(), b_desc_.get(), d_desc_.get(), d_desc_.get(),
+        lt_, op_desc_.get(), a_desc_.get(), b_desc_.get(), d_desc_.get(), d_desc_.get(),
         pref_.get(), static_cast<int>(results.size()), results.data(), &found);
     if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
       TC_CUDA_RETURN_IF_ERROR(hs);
@@ -151,16 +154,16 @@ class LtSetup {
     }
     results.resize(usable);
     if (results.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      return MarkNoKernel(absl::FailedPreconditionError(absl::StrCat(
           "configuration ", cfg, ": cuBLASLt has no algorithm (no heuristic result) for A/B ",
           AbTypes(), ", D ", DTypeName(ops_.plan.d), ", ", ComputeName(ops_.plan.compute),
           ", epilogue ", EpilogueName(epilogue_), ", m=", ops_.m, " n=", ops_.n, " k=", ops_.k,
-          ", workspace ", workspace_limit(), " bytes on ", device_name));
+          ", workspace ", workspace_limit(), " bytes on ", device_name)));
     }
     return results;
   }
 
-  uint64_t workspace_limit() const { return static_cast<uint64_t>(ctx_.workspace_bytes()); }
+  uint64_t workspace_limit() const { return workspace_limit_; }
 
   cublasLtMatmulDesc_t op_desc() const { return op_desc_.get(); }
   cublasLtMatrixLayout_t a_desc() const { return a_desc_.get(); }
@@ -276,7 +279,8 @@ class LtSetup {
   }
 
   const GemmOperands ops_;
-  CudaContext& ctx_;
+  const cublasLtHandle_t lt_;
+  const uint64_t workspace_limit_;
   cublasLtEpilogue_t epilogue_ = CUBLASLT_EPILOGUE_DEFAULT;
   // The descriptors live as long as the setup.
   MatmulDescPtr op_desc_;
@@ -287,7 +291,9 @@ class LtSetup {
 class LtMatmul final : public GemmCall {
  public:
   LtMatmul(const GemmOperands& operands, CudaContext& ctx)
-      : ops_(operands), ctx_(ctx), setup_(operands, ctx) {}
+      : ops_(operands),
+        ctx_(ctx),
+        setup_(operands, ctx.lt(), static_cast<uint64_t>(ctx.workspace_bytes())) {}
 
   // Every step before the first matmul, in the samples' order; the
   // heuristic's entry `algo` (0 unless the configuration names one).
@@ -356,7 +362,7 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
                                                         absl::string_view device_name) {
   std::vector<AlgorithmInfo> out;
   if (limit < 1) return out;
-  LtSetup setup(operands, ctx);
+  LtSetup setup(operands, ctx.lt(), static_cast<uint64_t>(ctx.workspace_bytes()));
   Details ignored;
   TC_RETURN_IF_ERROR(setup.Build(options, &ignored));
   // Always kMaxLtAlgorithms asked, as LtMatmul::Prepare asks, then cut.
@@ -370,6 +376,12 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
     out.push_back(std::move(info));
   }
   return out;
+}
+
+absl::Status BuildLtDescriptors(const GemmOperands& operands, uint64_t workspace_limit,
+                                const RunOptions& options, Details* details) {
+  LtSetup setup(operands, /*lt=*/nullptr, workspace_limit);
+  return setup.Build(options, details);
 }
 
 }  // namespace tensorcheck::cuda::internal

@@ -95,8 +95,20 @@ struct RunSetup {
   bool a_transposed = false;
 };
 
+// The device's side of a set-up: whether TF32 is turned off for cuBLAS
+// (NVIDIA_TF32_OVERRIDE=0) and the compute capability the FP8 rules ask.
+struct DeviceTraits {
+  bool tf32_disabled = false;
+  ComputeCapability cc;
+};
+
+DeviceTraits TraitsOf(const CudaComputeDevice& device) {
+  return {device.tf32_disabled(),
+          ComputeCapability{device.probe().cc_major, device.probe().cc_minor}};
+}
+
 absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const RunOptions& options,
-                               const CudaComputeDevice& device) {
+                               const DeviceTraits& device) {
   RunSetup r;
   r.lt = config.backend == "cublaslt";
   if (!r.lt && config.backend != "cublas") {
@@ -104,8 +116,7 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
         absl::StrCat("configuration ", config.ToString(), ": backend '", config.backend,
                      "' does not run on the CUDA device (cublaslt and cublas do)"));
   }
-  TC_RETURN_IF_ERROR(
-      CheckConfig(config, r.lt, l.bias.has_value(), options, device.tf32_disabled()));
+  TC_RETURN_IF_ERROR(CheckConfig(config, r.lt, l.bias.has_value(), options, device.tf32_disabled));
   const int64_t m = l.m, n = l.n, k = l.k;
   if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -113,10 +124,7 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
         ", got m=", m, " n=", n, " k=", k));
   }
   if (IsFp8(config.precision) || IsFp8(l.input) || IsFp8(l.weight)) {
-    TC_ASSIGN_OR_RETURN(
-        const Fp8Gemm gemm,
-        CheckFp8Gemm(Fp8QueryOf(
-            config, l, ComputeCapability{device.probe().cc_major, device.probe().cc_minor})));
+    TC_ASSIGN_OR_RETURN(const Fp8Gemm gemm, CheckFp8Gemm(Fp8QueryOf(config, l, device.cc)));
     r.plan = MakeFp8Plan(gemm);
     r.bias_type = gemm.bias.value_or(gemm.d);
     // OUT_IN as stored, IN_OUT once transposed: TN.
@@ -362,6 +370,27 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
 // layout, epilogue), without the arrays. The run and the algorithm list
 // both start from it, so the heuristic is asked about the descriptors the
 // run builds.
+GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream);
+
+// The GEMM's shape, with a placeholder for every pointer: the heuristic
+// reads the descriptors' pointers (bias, FP8 scales) for their alignment
+// only (cublasLt.h); the run's arrays come from allocations aligned to at
+// least 256 bytes, and so is this placeholder.
+GemmOperands PlaceholderOperands(const RunSetup& setup, const LayerTypes& layer, const Config& c,
+                                 cudaStream_t stream) {
+  const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 12);
+  GemmOperands ops = GemmShapeOf(setup, layer, stream);
+  ops.w = placeholder;
+  ops.x = placeholder;
+  ops.bias = layer.bias.has_value() ? placeholder : nullptr;
+  if (setup.plan.fp8) {
+    ops.w_scale = static_cast<const float*>(placeholder);
+    ops.x_scale = static_cast<const float*>(placeholder);
+    ops.fast_accum = c.fast_accum;
+  }
+  return ops;
+}
+
 GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream) {
   GemmOperands ops;
   ops.plan = setup.plan;
@@ -423,7 +452,7 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   layer.m = m;
   layer.n = n;
   layer.k = k;
-  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(config, layer, options, s.device()));
+  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(config, layer, options, TraitsOf(s.device())));
   if (x->count != m * k || w->count != n * k || (bias != nullptr && bias->count != n)) {
     return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
                                                    ": tensor sizes do not match m=", m, " n=", n,
@@ -515,23 +544,23 @@ absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& s,
                                                                int limit) {
   Config c = config;
   c.algo.reset();  // the list is the same whichever entry the configuration names
-  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, s.device()));
+  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, TraitsOf(s.device())));
   if (!setup.lt) return CublasAlgorithms(limit);
-  // The heuristic reads the descriptors' pointers (bias, FP8 scales) for
-  // their alignment only (cublasLt.h); the run's arrays come from
-  // allocations aligned to at least 256 bytes, and so is this placeholder.
-  const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 12);
-  GemmOperands ops = GemmShapeOf(setup, layer, s.stream());
-  ops.w = placeholder;
-  ops.x = placeholder;
-  ops.bias = layer.bias.has_value() ? placeholder : nullptr;
-  if (setup.plan.fp8) {
-    ops.w_scale = static_cast<const float*>(placeholder);
-    ops.x_scale = static_cast<const float*>(placeholder);
-    ops.fast_accum = c.fast_accum;
-  }
-  return LtAlgorithms(ops, s.ctx(), options, limit, c.ToString(),
-                      s.device().probe().description.name);
+  return LtAlgorithms(PlaceholderOperands(setup, layer, c, s.stream()), s.ctx(), options, limit,
+                      c.ToString(), s.device().probe().description.name);
+}
+
+absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
+                              const RunOptions& options, ComputeCapability cc,
+                              int64_t workspace_bytes,
+                              std::map<std::string, std::string>* details) {
+  Config c = config;
+  c.algo.reset();
+  TC_ASSIGN_OR_RETURN(const RunSetup setup,
+                      SetUp(c, layer, options, DeviceTraits{/*tf32_disabled=*/false, cc}));
+  if (!setup.lt) return absl::OkStatus();  // cublasGemmEx takes no descriptors
+  return BuildLtDescriptors(PlaceholderOperands(setup, layer, c, /*stream=*/nullptr),
+                            static_cast<uint64_t>(workspace_bytes), options, details);
 }
 
 absl::StatusOr<SessionMagnitudes> MagnitudeSumsOnSession(CudaSession& s, const SessionOperands& op,
