@@ -260,8 +260,8 @@ int Main(int iterations, bool stats_only) {
   std::printf("## 3. Statistics kernels vs device-to-device copy\n\n");
   std::printf(
       "| pairs | dtype | copy of one array ms | totals pass ms | ratio (totals) | "
-      "full comparison (with worst elements) ms | ratio (full) | host pass over "
-      "the sigma ms |\n"
+      "full comparison (with worst elements) ms | ratio (full) | host set-up "
+      "ms |\n"
       "|---|---|---|---|---|---|---|---|\n");
   struct Size {
     DType dtype;

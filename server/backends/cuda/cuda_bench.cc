@@ -232,15 +232,26 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, cons
                                                       int iterations) {
   TC_RETURN_IF_ERROR(NeedDevice());
   const int64_t total = actual.numel();
+  // The error model's sigma where a session keeps it: on the device.
+  DeviceBuffer sigma;
+  CompareOptions on_device = options;
+  if (options.predicted_sigma != nullptr) {
+    const size_t bytes = sizeof(float) * static_cast<size_t>(total);
+    TC_RETURN_IF_ERROR(sigma.Allocate(bytes));
+    TC_RETURN_IF_ERROR(
+        ToStatus(cudaMemcpy(sigma.get(), options.predicted_sigma, bytes, cudaMemcpyHostToDevice),
+                 "cudaMemcpy"));
+    on_device.predicted_sigma = reinterpret_cast<const float*>(sigma.get());
+  }
   std::vector<double> host;
   for (int i = 0; i < kWarmup + iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    cuda::DeviceCompare prepared(total, options);
+    cuda::DeviceCompare prepared(total, on_device);
     host.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
   }
-  cuda::DeviceCompare compare(total, options);
+  cuda::DeviceCompare compare(total, on_device);
   TC_RETURN_IF_ERROR(compare.Validate());
   DeviceBuffer a, e, scratch, result_buffer, memory;
   TC_RETURN_IF_ERROR(a.Allocate(actual.nbytes()));
@@ -261,7 +272,7 @@ absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, cons
     const cuda::DeviceArray da{a.get(), actual.dtype(), total};
     const cuda::DeviceArray de{e.get(), expected.dtype(), total};
     // The totals pass alone: no sigma, bound or group counts.
-    const cuda::CompareArgs args = cuda::MakeCompareArgs(da, de, options);
+    const cuda::CompareArgs args = cuda::MakeCompareArgs(da, de, on_device);
     auto* result = reinterpret_cast<cuda::CompareResult*>(result_buffer.get());
     TC_ASSIGN_OR_RETURN(out.totals_ms, TimeOnStream(stream, iterations, [&]() -> absl::Status {
                           TC_CUDA_RETURN_IF_ERROR(cuda::LaunchCompareTotals(

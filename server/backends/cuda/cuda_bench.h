@@ -42,11 +42,13 @@ absl::StatusOr<double> TimeDeviceCopyMs(int64_t bytes, int iterations);
 struct DeviceStatsTimes {
   double totals_ms = 0;  // the one-pass totals (counts, sums, maxima, histogram, groups)
   double full_ms = 0;    // everything a comparison enqueues, worst elements included
-  double host_ms = 0;    // host work of a comparison: the pass over the sigma (wall clock)
+  double host_ms = 0;    // host work of a comparison: preparing it (wall clock)
 };
 
 // The statistics kernels on `actual` and `expected` once both are on the
-// device (CUDA events; uploads excluded).
+// device (CUDA events; uploads excluded). options.predicted_sigma, if set,
+// is a host array of `actual`'s size: it is uploaded first, as a session's
+// error model lives on the device.
 absl::StatusOr<DeviceStatsTimes> TimeDeviceStatistics(const Tensor& actual, const Tensor& expected,
                                                       const CompareOptions& options,
                                                       int iterations);

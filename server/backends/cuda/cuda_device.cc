@@ -656,7 +656,7 @@ absl::StatusOr<DiffStats> CudaSession::Compare(ArrayRef actual, ArrayRef expecte
   options.error_bound =
       compare.bound.valid() ? static_cast<const float*>(data(compare.bound)) : nullptr;
   TC_RETURN_IF_ERROR(ValidateCompare(a->count, e->count, options));
-  DeviceCompare cmp(a->count, options, /*arrays_on_device=*/true);
+  DeviceCompare cmp(a->count, options);
   TC_ASSIGN_OR_RETURN(ArrayRef scratch, Allocate(DType::kFloat32, (cmp.bytes() + 3) / 4));
   char* memory = static_cast<char*>(data(scratch));
   TC_RETURN_IF_ERROR(Checked(

@@ -28,36 +28,8 @@ absl::StatusOr<std::vector<T>> CopyBack(const char* device, int64_t count, cudaS
 
 }  // namespace
 
-DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options, bool arrays_on_device)
-    : total_(total),
-      options_(options),
-      cols_(options.cols == 0 ? total : options.cols),
-      arrays_on_device_(arrays_on_device) {
-  // The sum of sigma^2 over every element: the caller's (PredictSigma
-  // returns it), else one pass here (four independent sums, added in a
-  // fixed order). Not finite: some sigma is not, and the sigma goes to the
-  // device instead.
-  const float* sigma = arrays_on_device ? nullptr : options.predicted_sigma;
-  const double given = options.predicted_sigma_sum_sq;
-  if (sigma != nullptr) {
-    double sum = given;
-    if (given < 0) {  // not given (NaN and +inf are given)
-      double s[4] = {0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 4 <= total; i += 4) {
-        for (int j = 0; j < 4; ++j) {
-          const double v = sigma[i + j];
-          s[j] += v * v;
-        }
-      }
-      for (; i < total; ++i) s[0] += double(sigma[i]) * sigma[i];
-      sum = (s[0] + s[1]) + (s[2] + s[3]);
-    }
-    upload_sigma_ = !std::isfinite(sum);
-    sigma2_all_ = sum;
-  }
-  upload_bound_ = !arrays_on_device && options.tolerance.preset == TolerancePreset::kBound &&
-                  options.error_bound != nullptr;
+DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options)
+    : total_(total), options_(options), cols_(options.cols == 0 ? total : options.cols) {
   count_groups_ = options.top_groups > 0 && total > 0;
 
   int64_t offset = 0;
@@ -74,8 +46,6 @@ DeviceCompare::DeviceCompare(int64_t total, const CompareOptions& options, bool 
     layout_.cols = add(sizeof(unsigned long long) * cols_);
     layout_.rows = add(sizeof(unsigned long long) * (total / cols_));
   }
-  if (upload_sigma_) layout_.sigma = add(sizeof(float) * total);
-  if (upload_bound_) layout_.bound = add(sizeof(float) * total);
   layout_.total = offset;
 }
 
@@ -97,22 +67,10 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray
   CompareArgs args = MakeCompareArgs(actual, expected, options_);
   args.nonfinite_indices = reinterpret_cast<long long*>(memory + layout_.nonfinite);
   args.nonfinite_capacity = kNonFiniteCapacity;
-  if (arrays_on_device_) {
-    args.sigma = options_.predicted_sigma;
-    if (options_.tolerance.preset == TolerancePreset::kBound) args.bound = options_.error_bound;
-  }
-  if (upload_sigma_) {
-    float* d = reinterpret_cast<float*>(memory + layout_.sigma);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.predicted_sigma, sizeof(float) * total_,
-                                            cudaMemcpyHostToDevice, stream));
-    args.sigma = d;
-  }
-  if (upload_bound_) {
-    float* d = reinterpret_cast<float*>(memory + layout_.bound);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, options_.error_bound, sizeof(float) * total_,
-                                            cudaMemcpyHostToDevice, stream));
-    args.bound = d;
-  }
+  // The error model's arrays, where the session keeps them; the bound is
+  // read under the bound preset only.
+  args.sigma = options_.predicted_sigma;
+  if (options_.tolerance.preset == TolerancePreset::kBound) args.bound = options_.error_bound;
   auto* result = reinterpret_cast<CompareResult*>(memory + layout_.result);
   auto* cols =
       count_groups_ ? reinterpret_cast<unsigned long long*>(memory + layout_.cols) : nullptr;
@@ -130,38 +88,9 @@ absl::Status DeviceCompare::Enqueue(const DeviceArray& actual, const DeviceArray
   return absl::OkStatus();
 }
 
-bool DeviceCompare::NeedsTensorsOnHost() const {
-  return options_.predicted_sigma != nullptr && !upload_sigma_ && !arrays_on_device_ &&
-         result_.nonfinite_count > kNonFiniteCapacity;
-}
-
-absl::StatusOr<DiffStats> DeviceCompare::Finish(const Tensor* actual_on_host,
-                                                const Tensor* expected_on_host) {
-  if (NeedsTensorsOnHost()) {
-    if (actual_on_host == nullptr || expected_on_host == nullptr) {
-      return absl::InternalError(
-          "device compare: too many NaN/Inf pairs for the device path; the "
-          "tensors are needed on the host");
-    }
-    return Compare(*actual_on_host, *expected_on_host, options_);
-  }
+absl::StatusOr<DiffStats> DeviceCompare::Finish() {
   if (total_ == 0) return Compare(Tensor(), Tensor(), options_);
-
-  const CompareTotals& r = result_.totals;
-  DiffTotals t = ToDiffTotals(result_);
-
-  const float* sigma = options_.predicted_sigma;
-  if (sigma != nullptr && !upload_sigma_ && !arrays_on_device_) {
-    // Every sigma is finite: the sums run over the finite pairs, which are
-    // all pairs but the NaN/Inf ones whose indices came back.
-    TC_ASSIGN_OR_RETURN(
-        std::vector<long long> nonfinite,
-        CopyBack<long long>(memory_ + layout_.nonfinite, result_.nonfinite_count, stream_));
-    double sigma2 = sigma2_all_;
-    for (long long i : nonfinite) sigma2 -= double(sigma[i]) * sigma[i];
-    t.sum_sigma2 = std::max(sigma2, 0.0);
-    t.sum_sq_sigma = r.sum_sq;
-  }
+  const DiffTotals t = ToDiffTotals(result_);
 
   std::vector<ElementDiff> worst;
   if (options_.top_k > 0) {

@@ -11,13 +11,9 @@
 // indices, the ULP histogram, `worst` and the group lists exactly; the sums
 // (mean_abs, rms, rel_l2, cosine, mean_ulp, bound_ratio) up to the rounding
 // of adding in another order. Options' predicted_sigma and error_bound are
-// host arrays: the bound goes to the device for the bound preset only; the
-// sigma only when some of it is not finite, since otherwise bound_ratio's
-// sums follow from the device's sum of squares and the sigma's sum of
-// squares (the caller's predicted_sigma_sum_sq, or one pass here), less
-// the pairs with a NaN or infinity, whose indices come back. When more
-// such pairs exist than come back, Finish needs both tensors on the host
-// (NeedsTensorsOnHost) and compares there.
+// device arrays (a session's error model, where it stays): the kernels
+// read them there, the bound under the bound preset only, and the host
+// never does.
 //
 // Internal to this folder.
 #pragma once
@@ -41,11 +37,8 @@ class DeviceCompare {
   // How many NaN/Inf pair indices come back for bound_ratio's correction.
   static constexpr unsigned int kNonFiniteCapacity = 4096;
 
-  // `options` (and the host arrays it points to) must outlive Finish.
-  // With `arrays_on_device`, options.predicted_sigma and error_bound are
-  // device arrays (a session's error model): the kernels read them where
-  // they are, and the host never does.
-  DeviceCompare(int64_t total, const CompareOptions& options, bool arrays_on_device = false);
+  // `options` (and the device arrays it points to) must outlive Finish.
+  DeviceCompare(int64_t total, const CompareOptions& options);
 
   // INVALID_ARGUMENT as Compare would answer.
   absl::Status Validate() const;
@@ -59,29 +52,18 @@ class DeviceCompare {
   absl::Status Enqueue(const DeviceArray& actual, const DeviceArray& expected, char* memory,
                        cudaStream_t stream);
 
-  // After the stream has synchronised: true when Finish needs both tensors
-  // on the host (more NaN/Inf pairs than came back, for bound_ratio).
-  bool NeedsTensorsOnHost() const;
-
-  // The statistics; copies back what they need of the device memory (the
-  // worst elements, the group counts). With NeedsTensorsOnHost, pass the
-  // actual and expected values: they are then compared on the host.
-  absl::StatusOr<DiffStats> Finish(const Tensor* actual_on_host = nullptr,
-                                   const Tensor* expected_on_host = nullptr);
+  // The statistics, after the stream has synchronised; copies back what
+  // they need of the device memory (the worst elements, the group counts).
+  absl::StatusOr<DiffStats> Finish();
 
  private:
   struct Layout {
-    int64_t scratch = 0, result = 0, worst = 0, cols = 0, rows = 0, nonfinite = 0, sigma = -1,
-            bound = -1, total = 0;
+    int64_t scratch = 0, result = 0, worst = 0, cols = 0, rows = 0, nonfinite = 0, total = 0;
   };
 
   int64_t total_;
   const CompareOptions& options_;
   int64_t cols_;
-  bool arrays_on_device_ = false;
-  bool upload_sigma_ = false;
-  double sigma2_all_ = 0;  // sum of sigma^2 over every element (all finite)
-  bool upload_bound_ = false;
   bool count_groups_ = false;
   Layout layout_;
   char* memory_ = nullptr;
