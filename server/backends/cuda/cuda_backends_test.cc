@@ -31,6 +31,7 @@
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/device_session.h"
 #include "server/core/float_formats.h"
+#include "server/core/status_macros.h"
 #include "server/core/tensor.h"
 #include "tests/testing/status_matchers.h"
 
@@ -1226,6 +1227,37 @@ TEST_F(CudaGpuTest, GpuDefaultBudgetDevicesShareOneBudgetAndLeaveTheDefaultPoolA
       cudaMemPoolGetAttribute(default_pool, cudaMemPoolAttrReleaseThreshold, &threshold_after),
       cudaSuccess);
   EXPECT_EQ(threshold_after, threshold_before);
+}
+
+// A sticky error first seen while making a converted form (a resident
+// tensor's, or a session's own) poisons the device at once: every later
+// session is refused with it. The error is made up (the make callback
+// returns it), so the real CUDA context stays usable; the device is this
+// test's own.
+TEST_F(CudaGpuTest, GpuAStickyErrorSeenByAFormPoisonsTheDevice) {
+  for (bool resident : {false, true}) {
+    SCOPED_TRACE(resident ? "a resident tensor's form" : "a session's own form");
+    BackendRegistry registry;  // a device of this round's own
+    ASSERT_THAT(RegisterCudaBackends(&registry, BuiltinBackendOptions{}), IsOk());
+    auto* device =
+        dynamic_cast<cuda::CudaComputeDevice*>((*registry.Find("cublaslt"))->compute_device());
+    ASSERT_NE(device, nullptr);
+    {
+      auto session = device->OpenCudaSession(nullptr);
+      ASSERT_THAT(session, IsOk());
+      Tensor w = *FromDoubles(DType::kFloat32, {4, 4}, std::vector<double>(16, 1.0));
+      if (resident) w.set_content_id("sha256:sticky-form-test");
+      auto ref = (*session)->Upload(w);
+      ASSERT_THAT(ref, IsOk());
+      auto form = (*session)->Form(*ref, "sticky", DType::kFloat32, [](void*) {
+        return cuda::ToStatus(cudaErrorIllegalAddress, "a kernel that faulted");
+      });
+      EXPECT_FALSE(form.ok());
+      EXPECT_TRUE(IsFatalDeviceError(form.status())) << form.status();
+      EXPECT_FALSE(device->health().ok());
+    }
+    EXPECT_FALSE(device->OpenCudaSession(nullptr).ok());
+  }
 }
 
 TEST_F(CudaGpuTest, GpuOverTheMemoryBudgetIsResourceExhaustedAndTheBackendKeepsWorking) {
