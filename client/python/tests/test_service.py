@@ -328,6 +328,20 @@ def test_expired_deadline_is_deadline_exceeded(target):
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+def test_an_expired_deadline_raises_before_any_call():
+    # grpcio lets some calls with a zero timeout through; the client must not
+    # send one (the test above failed now and then when it did).
+    import time
+
+    from tensorcheck._errors import time_left
+
+    with pytest.raises(tensorcheck.DeadlineExceededError) as info:
+        time_left(time.monotonic() - 1e-9, "Verify")
+    assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time_left(None) is None
+    assert 0 < time_left(time.monotonic() + 60) <= 60
+
+
 def test_every_status_code_has_its_error_class():
     from tensorcheck._errors import error_for
 

@@ -50,7 +50,14 @@ import numpy as np
 from google.protobuf.message import Message
 
 from ._capabilities import Capabilities
-from ._errors import Error, FailedPreconditionError, UnimplementedError, error_for, from_rpc_error
+from ._errors import (
+    Error,
+    FailedPreconditionError,
+    UnimplementedError,
+    error_for,
+    from_rpc_error,
+    time_left,
+)
 from ._format import format_diagnosis, format_mismatch
 from ._pb import pb, pb_grpc
 from ._report import Report
@@ -795,7 +802,7 @@ class Client:
             stub_method = getattr(self._stub, method)
         retries = 0
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = time_left(deadline, method)
             try:
                 response: _M = stub_method(request, timeout=left, metadata=self._metadata)
                 return response

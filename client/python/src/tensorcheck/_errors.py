@@ -23,6 +23,7 @@ response over a server limit): sending it again cannot help.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Optional
 
@@ -373,3 +374,18 @@ def from_rpc_error(e: grpc.RpcError, method: str = "") -> Error:
             missing_tensors(trailing) if code == grpc.StatusCode.FAILED_PRECONDITION else None
         ),
     )
+
+
+def time_left(deadline: Optional[float], method: str = "") -> Optional[float]:
+    """Seconds left before `deadline` (a time.monotonic() value; None: no
+    deadline) for the next call. An expired deadline raises
+    DeadlineExceededError here, before any call: grpcio does not always
+    enforce a timeout of zero, and would let such a call through."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error_for(
+            grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the call", method
+        )
+    return left

@@ -33,7 +33,13 @@ from typing import Any, Optional
 import grpc
 import numpy as np
 
-from ._errors import MissingTensor, error_for, missing_tensors, retry_after_from_metadata
+from ._errors import (
+    MissingTensor,
+    error_for,
+    missing_tensors,
+    retry_after_from_metadata,
+    time_left,
+)
 from ._pb import pb
 from ._tensors import DTYPES, dtype_enum, dtype_name, numpy_dtype
 
@@ -250,10 +256,6 @@ class DigestMemo:
 # --- uploads and reads -----------------------------------------------------------
 
 
-def _left(deadline: Optional[float]) -> Optional[float]:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
 def _resumable(e: grpc.RpcError) -> bool:
     """A broken stream worth resuming: the connection dropped or the server
     refused with a retry hint (draining, no room right now)."""
@@ -342,7 +344,7 @@ class Uploader:
                 try:
                     status = self._stub.QueryUploadStatus(
                         pb.QueryUploadStatusRequest(digest=digest, upload_id=upload_id),
-                        timeout=_left(deadline),
+                        timeout=time_left(deadline),
                         metadata=self._metadata,
                     )
                 except grpc.RpcError as e:
@@ -391,7 +393,7 @@ class Uploader:
                 pos = end
 
         future = self._stub.UploadTensor.future(
-            requests(), timeout=_left(deadline), metadata=self._metadata
+            requests(), timeout=time_left(deadline), metadata=self._metadata
         )
         future.add_done_callback(lambda _f: done.set())
         try:
@@ -419,7 +421,7 @@ class Uploader:
             try:
                 stream = self._stub.ReadTensor(
                     pb.ReadTensorRequest(digest=ref.tensor_digest(), offset=got),
-                    timeout=_left(deadline),
+                    timeout=time_left(deadline),
                     metadata=self._metadata,
                 )
                 for msg in stream:
