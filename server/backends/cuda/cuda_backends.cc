@@ -240,7 +240,7 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     if (!listed.ok()) {
       (void)(*session)->Checked(listed.status());
       if (!IsNoKernel(listed.status())) return absl::OkStatus();
-      answer = absl::FailedPreconditionError(listed.status().message());
+      answer = listed.status();  // FAILED_PRECONDITION, with the NoKernel mark
     }
     std::lock_guard<std::mutex> lock(kernels_mu_);
     if (kernels_.size() >= kMaxKernelAnswers) kernels_.clear();

@@ -287,11 +287,6 @@ class CudaGpuTest : public ::testing::Test {
   }
 };
 
-bool NoHeuristic(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kFailedPrecondition &&
-         s.message().find("no heuristic result") != absl::string_view::npos;
-}
-
 Config Fp8Config(absl::string_view backend, Precision p, bool bias, Fp8Scaling scaling,
                  bool fast_accum = false) {
   Config c;
@@ -651,7 +646,7 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
                   " act=", ActivationName(act), " layout=", WeightLayoutName(layout));
               SCOPED_TRACE(what);
               auto r = backend->Run(l->problem, c, {});
-              if (NoHeuristic(r.status())) {
+              if (IsNoKernel(r.status())) {
                 unsupported.push_back(what);
                 // PyTorch relies on these epilogues; only fp64, fp16acc and
                 // the pedantic fp32 path may lack them.
@@ -773,7 +768,7 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
         cpu_c.backend = "cpu";
         SCOPED_TRACE(c.ToString());
         auto g = backend->Run(l->problem, c, {});
-        if (NoHeuristic(g.status())) {
+        if (IsNoKernel(g.status())) {
           std::printf("| %s | %s | - | no cuBLASLt algorithm | | |\n", c.ToString().c_str(),
                       std::string(DTypeShortName(row.storage)).c_str());
           continue;
@@ -949,7 +944,7 @@ TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
         o.repeat = 5;
         o.disallow_reduced_precision_reduction = disallow;
         auto many = Backend(name)->Run(l->problem, c, o);
-        if (NoHeuristic(many.status())) {
+        if (IsNoKernel(many.status())) {
           std::printf("no cuBLASLt algorithm: %s\n", c.ToString().c_str());
           continue;
         }
@@ -1007,7 +1002,7 @@ TEST_F(CudaGpuTest, GpuFp8SplitAccumulatorMatchesTheCpuBitwiseWhereSumsAreExact)
               // Whether sm_90 has a kernel for each of these (row-wise with a
               // bias epilogue, RELU_BIAS with an fp32 output) is what the run
               // finds out: listed, not failed, and the loop goes on.
-              if (NoHeuristic(g.status())) {
+              if (IsNoKernel(g.status())) {
                 no_kernel.push_back(absl::StrCat(c.ToString(), " ", WeightLayoutName(layout),
                                                  " out ", DTypeShortName(out)));
                 continue;

@@ -1,6 +1,5 @@
 #include "server/backends/cuda/device_compare.h"
 
-#include <cmath>
 #include <cstring>
 #include <utility>
 

@@ -34,7 +34,9 @@ namespace tensorcheck::cuda {
 
 class DeviceCompare {
  public:
-  // How many NaN/Inf pair indices come back for bound_ratio's correction.
+  // How many NaN/Inf pair indices the totals pass records (it counts them
+  // all). Nothing reads the indices since the sigma stays on the device:
+  // the kernel's sums skip those pairs themselves.
   static constexpr unsigned int kNonFiniteCapacity = 4096;
 
   // `options` (and the device arrays it points to) must outlive Finish.

@@ -370,7 +370,19 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
 // layout, epilogue), without the arrays. The run and the algorithm list
 // both start from it, so the heuristic is asked about the descriptors the
 // run builds.
-GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream);
+GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream) {
+  GemmOperands ops;
+  ops.plan = setup.plan;
+  ops.m = l.m;
+  ops.n = l.n;
+  ops.k = l.k;
+  ops.a_transposed = setup.a_transposed;
+  ops.out = l.output;
+  ops.bias_type = setup.bias_type;
+  ops.activation = l.activation;
+  ops.stream = stream;
+  return ops;
+}
 
 // The GEMM's shape, with a placeholder for every pointer: the heuristic
 // reads the descriptors' pointers (bias, FP8 scales) for their alignment
@@ -388,20 +400,6 @@ GemmOperands PlaceholderOperands(const RunSetup& setup, const LayerTypes& layer,
     ops.x_scale = static_cast<const float*>(placeholder);
     ops.fast_accum = c.fast_accum;
   }
-  return ops;
-}
-
-GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_t stream) {
-  GemmOperands ops;
-  ops.plan = setup.plan;
-  ops.m = l.m;
-  ops.n = l.n;
-  ops.k = l.k;
-  ops.a_transposed = setup.a_transposed;
-  ops.out = l.output;
-  ops.bias_type = setup.bias_type;
-  ops.activation = l.activation;
-  ops.stream = stream;
   return ops;
 }
 
