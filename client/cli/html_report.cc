@@ -91,6 +91,12 @@ figcaption { font-weight: 600; margin-bottom: 6px; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #1f2328; }
 rect.bar { fill: #4f7cc9; }
 span.shared { color: #57606a; font-size: 0.88em; }
+p.verdict { font-size: 1.1em; padding: 10px 14px; border-left: 6px solid #8c959f;
+            background: #f6f8fa; }
+p.verdict-rounding { border-color: #1a7f37; background: #e6f4ea; }
+p.verdict-defect { border-color: #cf222e; background: #ffebe9; }
+p.verdict-unexplained { border-color: #9a6700; background: #fff8c5; }
+p.where { font-weight: 600; }
 )";
 
 // "yes" / "no", or a dash from a server that ran no plausibility test (it
@@ -168,6 +174,92 @@ std::string RankingSection(const pb::Diagnosis& d) {
   return out;
 }
 
+// The server's verdict and its sentence, as a banner over the summary;
+// nothing from a server that predates the verdict.
+std::string VerdictBanner(const pb::Diagnosis& d) {
+  const std::string name = internal::VerdictName(d.verdict());
+  if (name.empty()) return "";
+  return absl::StrCat(
+      "<p class=\"verdict verdict-", name, "\"><strong>Verdict: ", name, "</strong>",
+      d.verdict_reason().empty() ? "" : absl::StrCat(" &mdash; ", HtmlEscape(d.verdict_reason())),
+      "</p>\n");
+}
+
+// The page lists this many of a defect's columns, rows and elements each
+// (a defect along a row can flag many columns); the JSON report has them
+// all.
+constexpr int kDefectRowsShown = 50;
+
+// The defect: where to look, the columns and rows that rounding of best
+// does not explain, and the elements beyond the threshold, largest first.
+std::string DefectSection(const pb::Diagnosis& d) {
+  if (!d.has_defect()) return "";
+  const pb::Defect& f = d.defect();
+  std::string out;
+  if (!f.where_to_look().empty()) {
+    absl::StrAppend(&out, "<p class=\"where\">Where to look: ", HtmlEscape(f.where_to_look()),
+                    "</p>\n");
+  }
+  int more = 0;
+  if (f.columns_size() + f.rows_size() > 0) {
+    out +=
+        "<p class=\"note\">Columns and rows holding more disagreements with the best "
+        "candidate than its rounding allows (p: the chance of at least that many under "
+        "rounding, times the groups tested).</p>\n<table class=\"defect\">\n<tr><th>group</th>"
+        "<th>disagreements</th><th>expected</th><th>p</th><th>beyond threshold</th>"
+        "<th>max_ulp</th><th>max_sigma</th></tr>\n";
+    auto add = [&](const char* kind,
+                   const google::protobuf::RepeatedPtrField<pb::DefectGroup>& gs) {
+      for (int i = 0; i < gs.size(); ++i) {
+        if (i == kDefectRowsShown) {
+          more += gs.size() - kDefectRowsShown;
+          break;
+        }
+        const pb::DefectGroup& g = gs[i];
+        absl::StrAppend(&out, "<tr><td>", kind, " ", g.index(), "</td><td class=\"num\">",
+                        g.disagreements(), "</td><td class=\"num\">",
+                        G3(g.expected_disagreements()), "</td><td class=\"num\">", G3(g.p_value()),
+                        "</td><td class=\"num\">", g.beyond_threshold(), "</td><td class=\"num\">",
+                        UlpText(g.max_ulp()), "</td><td class=\"num\">", G(g.max_sigma()),
+                        "</td></tr>\n");
+      }
+    };
+    add("column", f.columns());
+    add("row", f.rows());
+    out += "</table>\n";
+  }
+  if (f.element_count() > 0 || f.elements_size() > 0) {
+    absl::StrAppend(&out, "<p class=\"note\">Elements beyond ", G(f.element_threshold_sigma()),
+                    " predicted standard errors of another summation order (false-alarm rate ",
+                    G(f.false_alarm_rate()), "): ", f.element_count(), "; the farthest is ",
+                    UlpText(f.max_ulp()), " ULP, ", G(f.max_sigma()),
+                    " sigma from the best candidate.</p>\n");
+  }
+  if (f.elements_size() > 0) {
+    out +=
+        "<table class=\"defect-elements\">\n<tr><th>index</th><th>observed</th><th>best</th>"
+        "<th>abs_diff</th><th>ulp</th><th>sigma</th></tr>\n";
+    for (int i = 0; i < f.elements_size(); ++i) {
+      if (i == kDefectRowsShown) {
+        more += f.elements_size() - kDefectRowsShown;
+        break;
+      }
+      const pb::DefectElement& de = f.elements(i);
+      const pb::Element& e = de.element();
+      absl::StrAppend(&out, "<tr><td>", IndexText(e.index()), "</td><td class=\"num\">",
+                      G(e.actual()), "</td><td class=\"num\">", G(e.expected()),
+                      "</td><td class=\"num\">", G(e.abs_diff()), "</td><td class=\"num\">",
+                      UlpText(e.ulp()), "</td><td class=\"num\">", G(de.sigma()), "</td></tr>\n");
+    }
+    out += "</table>\n";
+  }
+  if (out.empty()) return "";
+  if (more > 0) {
+    absl::StrAppend(&out, "<p class=\"note\">", more, " more rows in the JSON report.</p>\n");
+  }
+  return "<h2>Defect</h2>\n" + out;
+}
+
 // One histogram and heatmap pair: `actual` against `expected`.
 struct Comparison {
   std::string title;
@@ -208,8 +300,10 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
                                    : "the reference";
   std::string out;
 
-  // ---- summary
-  out += "<h2>Summary</h2>\n<dl class=\"summary\">\n";
+  // ---- summary, the server's verdict first
+  out += "<h2>Summary</h2>\n";
+  if (diagnose) out += VerdictBanner(r.diagnosis());
+  out += "<dl class=\"summary\">\n";
   std::string heat_config;  // the candidate the first heatmap compares with
   bool heat_is_best = false;
   if (diagnose) {
@@ -268,6 +362,7 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
   // ---- tables
   if (diagnose) {
     const pb::Diagnosis& d = r.diagnosis();
+    out += DefectSection(d);
     out += RankingSection(d);
     const pb::Localization& loc = d.localization();
     if (loc.outliers_size() > 0) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -511,6 +512,94 @@ TEST(FormatHtmlTest, CandidatesWithTheSameBitsShareOneRankingRow) {
   // 24,575 of 24,576 elements equal: never all.
   EXPECT_THAT(page, Not(HasSubstr("100.0%")));
   EXPECT_THAT(page, Not(HasSubstr("100%")));
+}
+
+// The server's verdict on DiagnoseFixture: cpu:fp32:none explains the
+// output but for element (2, 1), 0.5 away (column 1 <-> weight row 1).
+void AddDefect(pb::VerifyResponse* r) {
+  pb::Diagnosis* d = r->mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_DEFECT);
+  d->set_verdict_reason("Element (2, 1) is 2.1e5 sigma from cpu:fp32:none <beyond 5.4>.");
+  pb::Defect* f = d->mutable_defect();
+  f->set_element_threshold_sigma(5.4375);
+  f->set_false_alarm_rate(1e-3);
+  f->set_element_count(1);
+  f->set_max_ulp(4194304);
+  f->set_max_sigma(210000);
+  f->set_where_to_look("output column 1 <-> weight row 1 (out_in layout) & bias element 1");
+  pb::DefectGroup* col = f->add_columns();
+  col->set_index(1);
+  col->set_disagreements(1);
+  col->set_expected_disagreements(0.0125);
+  col->set_p_value(0.0375);
+  col->set_beyond_threshold(1);
+  col->set_max_ulp(4194304);
+  col->set_max_sigma(210000);
+  pb::DefectElement* e = f->add_elements();
+  e->set_sigma(210000);
+  pb::Element* el = e->mutable_element();
+  el->add_index(2);
+  el->add_index(1);
+  el->set_actual(7.000001);
+  el->set_expected(7.500001);
+  el->set_abs_diff(0.5);
+  el->set_ulp(4194304);
+}
+
+TEST(FormatHtmlTest, DefectVerdictIsABannerOverTheSummaryWithWhereToLookAndTheDefectTables) {
+  Fixture f = DiagnoseFixture();
+  AddDefect(&f.response);
+  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  ExpectSelfContained(page);
+  // The banner opens the summary, the server's sentence escaped.
+  EXPECT_THAT(page, HasSubstr("<h2>Summary</h2>\n<p class=\"verdict verdict-defect\"><strong>"
+                              "Verdict: defect</strong> &mdash; Element (2, 1) is 2.1e5 sigma "
+                              "from cpu:fp32:none &lt;beyond 5.4&gt;.</p>\n"
+                              "<dl class=\"summary\">"));
+  EXPECT_THAT(page, HasSubstr("p.verdict-defect {"));
+  // The defect section comes before the ranking.
+  const size_t defect = page.find("<h2>Defect</h2>");
+  ASSERT_NE(defect, std::string::npos);
+  EXPECT_LT(defect, page.find("<h2>Ranking</h2>"));
+  EXPECT_THAT(page, HasSubstr("<h2>Defect</h2>\n<p class=\"where\">Where to look: output column "
+                              "1 &lt;-&gt; weight row 1 (out_in layout) &amp; bias element 1"
+                              "</p>\n"));
+  EXPECT_THAT(page, HasSubstr("<tr><th>group</th><th>disagreements</th><th>expected</th>"
+                              "<th>p</th><th>beyond threshold</th><th>max_ulp</th>"
+                              "<th>max_sigma</th></tr>\n<tr><td>column 1</td>"
+                              "<td class=\"num\">1</td><td class=\"num\">0.0125</td>"
+                              "<td class=\"num\">0.0375</td><td class=\"num\">1</td>"
+                              "<td class=\"num\">4194304</td><td class=\"num\">210000</td>"
+                              "</tr>\n</table>\n"));
+  EXPECT_THAT(page, HasSubstr("<p class=\"note\">Elements beyond 5.4375 predicted standard "
+                              "errors of another summation order (false-alarm rate 0.001): 1; "
+                              "the farthest is 4194304 ULP, 210000 sigma from the best "
+                              "candidate.</p>\n"));
+  EXPECT_THAT(page, HasSubstr("<tr><td>(2, 1)</td><td class=\"num\">7</td><td class=\"num\">7.5"
+                              "</td><td class=\"num\">0.5</td><td class=\"num\">4194304</td>"
+                              "<td class=\"num\">210000</td></tr>"));
+}
+
+TEST(FormatHtmlTest, EachVerdictHasItsBannerAndAnOlderServersPageHasNone) {
+  Fixture f = DiagnoseFixture();
+  std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  EXPECT_THAT(page, Not(HasSubstr("<p class=\"verdict")));
+  EXPECT_THAT(page, Not(HasSubstr("<h2>Defect</h2>")));
+  const std::vector<std::pair<pb::Diagnosis::Verdict, std::string>> cases = {
+      {pb::Diagnosis::VERDICT_ROUNDING, "rounding"},
+      {pb::Diagnosis::VERDICT_UNEXPLAINED, "unexplained"},
+  };
+  for (const auto& [verdict, word] : cases) {
+    f.response.mutable_diagnosis()->set_verdict(verdict);
+    f.response.mutable_diagnosis()->set_verdict_reason("A sentence of the server, as sent.");
+    f.response.mutable_diagnosis()->mutable_defect();  // empty: no section
+    page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+    EXPECT_THAT(page, HasSubstr(absl::StrCat(
+                          "<p class=\"verdict verdict-", word, "\"><strong>Verdict: ", word,
+                          "</strong> &mdash; A sentence of the server, as sent.</p>")))
+        << word;
+    EXPECT_THAT(page, Not(HasSubstr("<h2>Defect</h2>"))) << word;
+  }
 }
 
 }  // namespace

@@ -101,7 +101,8 @@ sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
                          [] or [1] per tensor, [M] or [M, 1] row-wise
   --weight-scale S       the weight's, scale_b: a number, [] or [1] per tensor;
                          [N], [N, 1] or [1, N] row-wise (both scales per
-                         tensor, or both row-wise)
+                         tensor, or both row-wise); every value of either
+                         scale finite and positive
   --bias B               [N], optional
   --observed Y           [..., N], the output your framework produced
   --dtype NAME=DTYPE     require argument NAME (input, weight, bias, observed)
@@ -251,7 +252,8 @@ Checks every linear-layer call a captures file holds, one Diagnose each
                          else in the order of the inputs' data offsets
   --weights FILE         safetensors with '{w}.weight' [N, K] (out_in) or
                          '{w}.kernel' [K, N] (in_out) and optional '{w}.bias'
-                         [N]; repeatable (shards); '{w}' is the layer's name
+                         [N]; repeatable (shards); '{w}' is the layer's name;
+                         a file no layer call takes a tensor from is an error
   --map FILE             JSON {"capture layer name": "checkpoint prefix"} for
                          layers whose weights go by another name
   --config SPEC          a candidate (repeatable; default: all the server has)
@@ -269,11 +271,12 @@ Checks every linear-layer call a captures file holds, one Diagnose each
   --reference, --atol, --rtol, --max-ulp, --bound-factor, --bound-precision,
   --nan-equal, --top-k   as for verify
 
-A layer call fails when no candidate explains its output, when the
-configurations explaining it exclude the one that explains more than half of
-the layer calls, when its bound_ratio (its error against the reference in
-units of its precision's error model) exceeds --bound-threshold, or when its
-verdict is fail. Weights go into the server's store once each and are named
+A layer call fails when the server's verdict on its diagnosis is defect or
+unexplained (the reason is the server's sentence), when no candidate explains
+its output, when the configurations explaining it exclude the one that
+explains more than half of the layer calls, when its bound_ratio (its error
+against the reference in units of its precision's error model) exceeds
+--bound-threshold, or when its verdict is fail. Weights go into the server's store once each and are named
 by digest; a captured output holding NaN or infinity is an input error.
 
 Output: a table (--json: the report of docs/model-checks.md; --junit FILE:

@@ -21,6 +21,8 @@ using internal::OneLine;
 using internal::ReferenceName;
 using internal::StatsSummaryLine;
 using internal::UlpText;
+using internal::VerdictLine;
+using internal::VerdictWarns;
 
 std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
   std::string out = s.passed() ? "Tensor-likes are close.\n\n" : "Tensor-likes are not close!\n\n";
@@ -67,7 +69,14 @@ std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& 
     o.summary =
         o.failed ? "No candidate configuration explains the observed output."
                  : absl::StrCat("Best match: ", d.best(), " (confidence ", G(d.confidence()), ")");
-    o.details = o.summary;
+    // The server's verdict first, as the text report shows it.
+    const std::string verdict = VerdictLine(d);
+    o.details = verdict.empty() ? "" : verdict + "\n";
+    if (!d.defect().where_to_look().empty()) {
+      absl::StrAppend(&o.details, "Where to look: ", d.defect().where_to_look(), "\n");
+    }
+    o.details += o.summary;
+    o.warning = !o.failed && VerdictWarns(d);
     if (!d.explanation().empty()) absl::StrAppend(&o.details, "\n\n", d.explanation());
     out.push_back(std::move(o));
   } else if (r.has_observed_vs_reference()) {

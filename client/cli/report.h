@@ -49,6 +49,10 @@ struct Outcome {
   // Informational outcomes (each configuration when an observed output
   // decides the verdict) never fail; they carry their statistics.
   bool informational = false;
+  // Not a failure (the exit code stays 0) but worth a warning: the
+  // diagnosis when the server's verdict is "defect" or "unexplained" while
+  // it names a best match (internal::VerdictWarns).
+  bool warning = false;
   // One line, e.g. "Tensor-likes are not close! Mismatched elements: ...".
   std::string summary;
   // The full numpy-style message.
@@ -63,7 +67,8 @@ struct Outcome {
 // - verify without one: each configuration, failing when it is not within
 //   tolerance of the reference;
 // - diagnose: "diagnosis" (fails when no candidate explains the observed
-//   output), then each candidate, informational.
+//   output; its details open with the server's verdict and reason, and
+//   where to look), then each candidate, informational.
 std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& ctx);
 
 // Exit status of a successful RPC: 0 pass, 1 parity failure (verify: the
@@ -87,8 +92,10 @@ std::string FormatCapabilities(const pb::GetCapabilitiesResponse& r);
 // numpy-style message.
 std::string FormatJUnit(const pb::VerifyResponse& r, const ReportContext& ctx);
 
-// GitHub Actions workflow commands: `::error` for each failed Outcome and
-// one `::notice` (or `::error`) with the overall result.
+// GitHub Actions workflow commands: `::error` for each failed Outcome,
+// `::warning` for each warning one (a "defect" or "unexplained" verdict
+// with a best match: the verdict's reason and where to look), and one
+// `::notice` with the overall result.
 std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportContext& ctx);
 // Markdown for $GITHUB_STEP_SUMMARY.
 std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx);

@@ -15,6 +15,7 @@
 namespace tensorcheck::cli {
 
 using internal::G;
+using internal::kDefectListed;
 using internal::kRuledOutListed;
 using internal::PlausibleText;
 using internal::RankingRow;
@@ -23,6 +24,7 @@ using internal::ReferenceName;
 using internal::StatsSummaryLine;
 using internal::ToleranceText;
 using internal::UlpText;
+using internal::VerdictLine;
 
 std::string MarkupEscape(absl::string_view s, bool escape_whitespace) {
   std::string out;
@@ -139,8 +141,9 @@ std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportCon
   std::string out;
   const std::string title = absl::StrCat("tensorcheck ", ctx.command);
   for (const Outcome& o : Outcomes(r, ctx)) {
-    if (!o.failed) continue;
-    absl::StrAppend(&out, "::error title=", GithubEscapeProperty(title + ": " + o.name),
+    if (!o.failed && !o.warning) continue;
+    absl::StrAppend(&out, o.failed ? "::error" : "::warning",
+                    " title=", GithubEscapeProperty(title + ": " + o.name),
                     "::", GithubEscapeData(o.details), "\n");
   }
   const int code = ExitCodeFor(r, ctx);
@@ -152,6 +155,8 @@ std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportCon
     if (!r.diagnosis().explanation().empty()) {
       absl::StrAppend(&overall, "\n", r.diagnosis().explanation());
     }
+    const std::string verdict = VerdictLine(r.diagnosis());
+    if (!verdict.empty()) overall = absl::StrCat(verdict, "\n", overall);
   } else {
     overall = absl::StrCat(code == 0 ? "pass" : "fail", " (reference ", ReferenceName(r),
                            ", tolerance ", ToleranceText(r.tolerance()), ")");
@@ -205,6 +210,33 @@ std::string RowNamesMd(const RankingRow& row, bool with_shared) {
   for (const std::string& e : row.unranked) names.push_back(absl::StrCat("`", Md(e), "`"));
   return absl::StrJoin(names, " = ");
 }
+
+// The defect's evidence: where to look, then the columns and rows rounding
+// does not explain (the first kDefectListed of each).
+std::string DefectMd(const pb::Defect& f) {
+  std::string out;
+  if (!f.where_to_look().empty())
+    absl::StrAppend(&out, "Where to look: ", Md(f.where_to_look()), "\n\n");
+  if (f.columns_size() + f.rows_size() == 0) return out;
+  out +=
+      "| not rounding | disagreements | expected | p | beyond threshold | max_ulp | max_sigma |\n";
+  out += "|---|---:|---:|---:|---:|---:|---:|\n";
+  int more = 0;
+  auto rows = [&](const char* kind, const google::protobuf::RepeatedPtrField<pb::DefectGroup>& gs) {
+    more += std::max(gs.size() - kDefectListed, 0);
+    for (int i = 0; i < std::min(gs.size(), kDefectListed); ++i) {
+      const pb::DefectGroup& g = gs[i];
+      absl::StrAppend(&out, "| ", kind, " ", g.index(), " | ", g.disagreements(), " | ",
+                      G(g.expected_disagreements()), " | ", G(g.p_value()), " | ",
+                      g.beyond_threshold(), " | ", UlpText(g.max_ulp()), " | ", G(g.max_sigma()),
+                      " |\n");
+    }
+  };
+  rows("column", f.columns());
+  rows("row", f.rows());
+  if (more > 0) absl::StrAppend(&out, "\n_", more, " more in the JSON report._\n");
+  return out + "\n";
+}
 }  // namespace
 
 std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx) {
@@ -216,6 +248,15 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
         &out, "## tensorcheck diagnose: ",
         d.best().empty() ? "no matching configuration" : absl::StrCat("`", Md(d.best()), "`"),
         "\n\n");
+    const std::string verdict = internal::VerdictName(d.verdict());
+    if (!verdict.empty()) {
+      // The word in bold, then the server's sentence (U+2014, em dash).
+      absl::StrAppend(
+          &out, "Verdict: **", verdict, "**",
+          d.verdict_reason().empty() ? "" : absl::StrCat(" \xe2\x80\x94 ", Md(d.verdict_reason())),
+          "\n\n");
+    }
+    if (d.has_defect()) out += DefectMd(d.defect());
     if (!d.best().empty()) {
       absl::StrAppend(&out, "Confidence: ", absl::StrFormat("%.2f", d.confidence()), "\n\n");
     }

@@ -20,6 +20,7 @@ using internal::JsonStrings;
 using internal::JsonUlp;
 using internal::kUlpInfinite;
 using internal::PresetName;
+using internal::VerdictName;
 
 namespace internal {
 
@@ -185,6 +186,43 @@ Json ToleranceJson(const pb::Tolerance& t) {
   return j;
 }
 
+Json DefectGroupsJson(const google::protobuf::RepeatedPtrField<pb::DefectGroup>& groups) {
+  Json a = Json::array();
+  for (const pb::DefectGroup& g : groups) {
+    Json j;
+    j["index"] = g.index();
+    j["disagreements"] = g.disagreements();
+    j["expected_disagreements"] = JsonNumber(g.expected_disagreements());
+    j["p_value"] = JsonNumber(g.p_value());
+    j["beyond_threshold"] = g.beyond_threshold();
+    j["max_ulp"] = JsonUlp(g.max_ulp());
+    j["max_sigma"] = JsonNumber(g.max_sigma());
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+Json DefectJson(const pb::Defect& f) {
+  Json j;
+  j["element_threshold_sigma"] = JsonNumber(f.element_threshold_sigma());
+  j["false_alarm_rate"] = JsonNumber(f.false_alarm_rate());
+  j["element_count"] = f.element_count();
+  Json elements = Json::array();
+  for (const pb::DefectElement& e : f.elements()) {
+    Json x;
+    x["element"] = e.has_element() ? ElementJson(e.element()) : Json();
+    x["sigma"] = JsonNumber(e.sigma());
+    elements.push_back(std::move(x));
+  }
+  j["elements"] = std::move(elements);
+  j["columns"] = DefectGroupsJson(f.columns());
+  j["rows"] = DefectGroupsJson(f.rows());
+  j["max_ulp"] = JsonUlp(f.max_ulp());
+  j["max_sigma"] = JsonNumber(f.max_sigma());
+  j["where_to_look"] = f.where_to_look();
+  return j;
+}
+
 Json DiagnosisJson(const pb::Diagnosis& d) {
   Json j;
   j["best"] = d.best().empty() ? Json() : Json(d.best());
@@ -224,6 +262,11 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
   loc["outliers"] = std::move(outliers);
   j["localization"] = std::move(loc);
   j["explanation"] = d.explanation();
+  // The server's verdict, after the older keys ("" and null from a server
+  // that predates it).
+  j["verdict"] = VerdictName(d.verdict());
+  j["verdict_reason"] = d.verdict_reason();
+  j["defect"] = d.has_defect() ? DefectJson(d.defect()) : Json();
   return j;
 }
 

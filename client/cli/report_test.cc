@@ -4,13 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/internal/report_format.h"
 
 namespace tensorcheck::cli {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -396,6 +402,248 @@ TEST(FormatGithubSummaryTest, CandidatesWithTheSameBitsShareOneRankingRow) {
                             "- `cpu:fp16:fused`: fp16 rounding everywhere.\n"));
   EXPECT_THAT(md, Not(HasSubstr("100.0%")));
   EXPECT_THAT(md, Not(HasSubstr("100%")));
+}
+
+// ---- The verdict (docs/numerics.md, "Verdict"): the server decides and
+// words it; every report shows it as sent.
+
+constexpr char kDefectReason[] =
+    "Column 2 holds 64 of the 72 disagreements with cpu:fp32:fused where rounding predicts 0.8 "
+    "(p < 1e-30): not rounding.";
+constexpr char kWhereToLook[] =
+    "output column 2 <-> weight row 2 (out_in layout) and bias element 2";
+
+// cpu:fp32:fused explains a [32, 4] output but for column 2 (a wrong weight
+// row): seven elements beyond the threshold, one of them NaN against a
+// number.
+pb::VerifyResponse DefectResponse() {
+  pb::VerifyResponse r;
+  r.mutable_reference()->set_config("cpu:fp64:none");
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:fp32:fused");
+  d->set_confidence(0.9);
+  d->set_verdict(pb::Diagnosis::VERDICT_DEFECT);
+  d->set_verdict_reason(kDefectReason);
+  pb::RankedCandidate* c = d->add_ranking();
+  c->set_config("cpu:fp32:fused");
+  c->set_max_ulp(4096);
+  c->set_plausible(true);
+  c->set_compared_elements(128);
+  pb::Defect* f = d->mutable_defect();
+  f->set_element_threshold_sigma(6.1875);
+  f->set_false_alarm_rate(1e-3);
+  f->set_element_count(7);
+  f->set_max_ulp(internal::kUlpInfinite);
+  f->set_max_sigma(std::numeric_limits<double>::infinity());
+  f->set_where_to_look(kWhereToLook);
+  pb::DefectGroup* col = f->add_columns();
+  col->set_index(2);
+  col->set_disagreements(64);
+  col->set_expected_disagreements(0.8);
+  col->set_p_value(1e-30);
+  col->set_beyond_threshold(7);
+  col->set_max_ulp(internal::kUlpInfinite);
+  col->set_max_sigma(std::numeric_limits<double>::infinity());
+  pb::DefectGroup* row = f->add_rows();
+  row->set_index(5);
+  row->set_disagreements(3);
+  row->set_expected_disagreements(0.025);
+  row->set_p_value(2.5e-6);
+  row->set_beyond_threshold(1);
+  row->set_max_ulp(4096);
+  row->set_max_sigma(812.25);
+  pb::DefectElement* nan = f->add_elements();
+  nan->set_sigma(std::numeric_limits<double>::infinity());
+  nan->mutable_element()->add_index(9);
+  nan->mutable_element()->add_index(2);
+  nan->mutable_element()->set_actual(std::numeric_limits<double>::quiet_NaN());
+  nan->mutable_element()->set_expected(0.5);
+  nan->mutable_element()->set_ulp(internal::kUlpInfinite);
+  pb::DefectElement* e = f->add_elements();
+  e->set_sigma(812.25);
+  e->mutable_element()->add_index(0);
+  e->mutable_element()->add_index(2);
+  e->mutable_element()->set_actual(1.5);
+  e->mutable_element()->set_expected(0.5);
+  e->mutable_element()->set_ulp(4096);
+  return r;
+}
+
+std::vector<std::string> Keys(const nlohmann::ordered_json& j) {
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  return keys;
+}
+
+TEST(VerifyResponseToJsonTest, DiagnosisCarriesTheVerdictItsReasonAndTheDefect) {
+  const nlohmann::ordered_json j = VerifyResponseToJson(DefectResponse());
+  const nlohmann::ordered_json& d = j["diagnosis"];
+  // Added after the older keys, which keep their order.
+  EXPECT_THAT(Keys(d),
+              ElementsAre("best", "equivalent", "tied", "confidence", "ranking", "framework_hint",
+                          "localization", "explanation", "verdict", "verdict_reason", "defect"));
+  EXPECT_EQ(d["verdict"], "defect");
+  EXPECT_EQ(d["verdict_reason"], kDefectReason);
+  const nlohmann::ordered_json& f = d["defect"];
+  EXPECT_THAT(Keys(f),
+              ElementsAre("element_threshold_sigma", "false_alarm_rate", "element_count",
+                          "elements", "columns", "rows", "max_ulp", "max_sigma", "where_to_look"));
+  EXPECT_EQ(f["element_threshold_sigma"], 6.1875);
+  EXPECT_EQ(f["false_alarm_rate"], 1e-3);
+  EXPECT_EQ(f["element_count"], 7);
+  EXPECT_EQ(f["max_ulp"], "inf");
+  EXPECT_EQ(f["max_sigma"], "inf");
+  EXPECT_EQ(f["where_to_look"], kWhereToLook);
+  EXPECT_EQ(f["columns"], nlohmann::ordered_json::parse(
+                              R"([{"index": 2, "disagreements": 64, "expected_disagreements": 0.8,
+                     "p_value": 1e-30, "beyond_threshold": 7, "max_ulp": "inf",
+                     "max_sigma": "inf"}])"));
+  EXPECT_EQ(f["rows"][0]["max_ulp"], 4096);
+  EXPECT_EQ(f["rows"][0]["max_sigma"], 812.25);
+  EXPECT_THAT(Keys(f["elements"][0]), ElementsAre("element", "sigma"));
+  EXPECT_EQ(f["elements"][0]["sigma"], "inf");
+  EXPECT_EQ(f["elements"][0]["element"]["index"], nlohmann::ordered_json::parse("[9, 2]"));
+  EXPECT_EQ(f["elements"][0]["element"]["actual"], "nan");
+  EXPECT_EQ(f["elements"][0]["element"]["ulp"], "inf");
+  EXPECT_EQ(f["elements"][1]["sigma"], 812.25);
+  EXPECT_EQ(f["elements"][1]["element"]["actual"], 1.5);
+}
+
+TEST(VerifyResponseToJsonTest, EachVerdictIsItsWordAndAnOlderServersIsEmpty) {
+  const std::vector<std::pair<pb::Diagnosis::Verdict, std::string>> cases = {
+      {pb::Diagnosis::VERDICT_ROUNDING, "rounding"},
+      {pb::Diagnosis::VERDICT_DEFECT, "defect"},
+      {pb::Diagnosis::VERDICT_UNEXPLAINED, "unexplained"},
+      {pb::Diagnosis::VERDICT_UNSPECIFIED, ""},
+  };
+  for (const auto& [verdict, word] : cases) {
+    pb::VerifyResponse r = DiagnoseResponse();
+    r.mutable_diagnosis()->set_verdict(verdict);
+    r.mutable_diagnosis()->set_verdict_reason("Because.");
+    const nlohmann::ordered_json j = VerifyResponseToJson(r);
+    EXPECT_EQ(j["diagnosis"]["verdict"], word) << word;
+    EXPECT_EQ(j["diagnosis"]["verdict_reason"], "Because.") << word;
+    EXPECT_TRUE(j["diagnosis"]["defect"].is_null()) << word;  // not sent
+  }
+}
+
+TEST(FormatHumanTest, VerdictComesFirstThenWhereToLookAndWhatIsNotRounding) {
+  const std::vector<std::string> lines =
+      Lines(FormatHuman(DefectResponse(), ReportContext{"diagnose"}));
+  ASSERT_GE(lines.size(), 13u);
+  // The server's sentence, wrapped at 100 columns.
+  const std::vector<std::string> head(lines.begin(), lines.begin() + 13);
+  EXPECT_THAT(
+      head,
+      ElementsAre(
+          "Verdict: defect \xe2\x80\x94 Column 2 holds 64 of the 72 disagreements with "
+          "cpu:fp32:fused where rounding",
+          "  predicts 0.8 (p < 1e-30): not rounding.",
+          "Where to look: output column 2 <-> weight row 2 (out_in layout) and bias element 2", "",
+          "Columns and rows not explained by rounding:",
+          "  not rounding  disagreements  expected        p  beyond threshold  max_ulp  max_sigma",
+          "  column 2                 64       0.8    1e-30                 7      inf        inf",
+          "  row 5                     3     0.025  2.5e-06                 1     4096     812.25",
+          "Elements beyond 6.1875 sigma: 7 (farthest: inf ulp, inf sigma)",
+          "  at (9, 2): observed nan, best 0.5 (inf ulp, inf sigma)",
+          "  at (0, 2): observed 1.5, best 0.5 (4096 ulp, 812.25 sigma)",
+          "  ... 5 more",  // 7 beyond the threshold, 2 listed
+          ""));
+  EXPECT_EQ(lines[13], "Best match: cpu:fp32:fused (confidence 0.90)");
+  for (const std::string& line : lines) EXPECT_LE(line.size(), 100u) << line;
+}
+
+TEST(FormatHumanTest, EachVerdictIsTheFirstLineWithTheServersReason) {
+  for (const pb::Diagnosis::Verdict verdict :
+       {pb::Diagnosis::VERDICT_ROUNDING, pb::Diagnosis::VERDICT_UNEXPLAINED}) {
+    pb::VerifyResponse r = DiagnoseResponse();
+    r.mutable_diagnosis()->set_verdict(verdict);
+    r.mutable_diagnosis()->set_verdict_reason("Every element within 4 sigma of cpu:tf32:unfused.");
+    r.mutable_diagnosis()->mutable_defect();  // empty: no lines
+    const std::vector<std::string> lines = Lines(FormatHuman(r, ReportContext{"diagnose"}));
+    const std::string word =
+        verdict == pb::Diagnosis::VERDICT_ROUNDING ? "rounding" : "unexplained";
+    ASSERT_GE(lines.size(), 3u);
+    EXPECT_EQ(lines[0], "Verdict: " + word +
+                            " \xe2\x80\x94 Every element within 4 sigma of cpu:tf32:unfused.");
+    EXPECT_EQ(lines[1], "");
+    EXPECT_EQ(lines[2], "Best match: cpu:tf32:unfused (confidence 0.97)");
+  }
+}
+
+TEST(FormatHumanTest, WithoutAVerdictTheDiagnosisOpensWithTheBestMatch) {
+  const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
+  EXPECT_EQ(Lines(out)[0], "Best match: cpu:tf32:unfused (confidence 0.97)");
+  EXPECT_THAT(out, Not(HasSubstr("Verdict")));
+}
+
+TEST(OutcomesTest, DiagnosisDetailsOpenWithTheVerdictAndWhereToLook) {
+  const std::vector<Outcome> outcomes = Outcomes(DefectResponse(), ReportContext{"diagnose"});
+  ASSERT_FALSE(outcomes.empty());
+  EXPECT_EQ(outcomes[0].name, "diagnosis");
+  EXPECT_FALSE(outcomes[0].failed);
+  EXPECT_TRUE(outcomes[0].warning);
+  EXPECT_EQ(outcomes[0].details, absl::StrCat("Verdict: defect \xe2\x80\x94 ", kDefectReason,
+                                              "\nWhere to look: ", kWhereToLook,
+                                              "\nBest match: cpu:fp32:fused (confidence 0.9)"));
+}
+
+TEST(FormatGithubAnnotationsTest, DefectWithABestMatchIsAWarningCarryingTheReason) {
+  const pb::VerifyResponse r = DefectResponse();
+  const std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                       "::warning title=tensorcheck diagnose%3A diagnosis::Verdict: defect "
+                       "\xe2\x80\x94 ",
+                       kDefectReason, "%0AWhere to look: ", kWhereToLook, "%0ABest match: ")));
+  EXPECT_THAT(out, Not(HasSubstr("::error")));
+  // The overall notice opens with the verdict too.
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("::notice title=tensorcheck diagnose::Verdict: defect "
+                                          "\xe2\x80\x94 ",
+                                          kDefectReason, "%0Abest match cpu:fp32:fused")));
+  // The exit code keeps its meaning: a configuration explains the output.
+  EXPECT_EQ(ExitCodeFor(r, ReportContext{"diagnose"}), 0);
+}
+
+TEST(FormatGithubAnnotationsTest, UnexplainedIsAnErrorWithoutABestMatchAndAWarningWithOne) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_UNEXPLAINED);
+  d->set_verdict_reason("No candidate is within 1.5x of its error model.");
+  std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("::warning title=tensorcheck diagnose%3A diagnosis::Verdict: "
+                             "unexplained \xe2\x80\x94 No candidate is within 1.5x of its error "
+                             "model.%0ABest match: cpu:tf32:unfused"));
+  d->clear_best();
+  out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, HasSubstr("::error title=tensorcheck diagnose%3A diagnosis::Verdict: "
+                             "unexplained \xe2\x80\x94 No candidate is within 1.5x of its error "
+                             "model.%0ANo candidate configuration explains the observed output."));
+  EXPECT_THAT(out, Not(HasSubstr("::warning")));
+  EXPECT_EQ(ExitCodeFor(r, ReportContext{"diagnose"}), 1);
+}
+
+TEST(FormatGithubAnnotationsTest, RoundingAndAnOlderServersDiagnosisAnnotateNothing) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  EXPECT_THAT(FormatGithubAnnotations(r, ReportContext{"diagnose"}),
+              Not(AnyOf(HasSubstr("::warning"), HasSubstr("::error"))));
+  r.mutable_diagnosis()->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+  r.mutable_diagnosis()->set_verdict_reason("Rounding of cpu:tf32:unfused.");
+  const std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
+  EXPECT_THAT(out, Not(AnyOf(HasSubstr("::warning"), HasSubstr("::error"))));
+  EXPECT_THAT(out, HasSubstr("::notice title=tensorcheck diagnose::Verdict: rounding "
+                             "\xe2\x80\x94 Rounding of cpu:tf32:unfused.%0Abest match "));
+}
+
+TEST(FormatGithubSummaryTest, VerdictWhereToLookAndDefectTableComeFirst) {
+  const std::string md = FormatGithubSummary(DefectResponse(), ReportContext{"diagnose"});
+  EXPECT_THAT(md, HasSubstr(absl::StrCat("## tensorcheck diagnose: `cpu:fp32:fused`\n\n"
+                                         "Verdict: **defect** \xe2\x80\x94 Column 2 holds 64 of "
+                                         "the 72 disagreements with cpu:fp32:fused where "
+                                         "rounding predicts 0.8 (p &lt; 1e-30): not rounding.\n\n"
+                                         "Where to look: output column 2 &lt;-&gt; weight row 2 "
+                                         "(out_in layout) and bias element 2\n\n")));
+  EXPECT_THAT(md, HasSubstr("| column 2 | 64 | 0.8 | 1e-30 | 7 | inf | inf |\n"
+                            "| row 5 | 3 | 0.025 | 2.5e-06 | 1 | 4096 | 812.25 |\n"));
 }
 
 }  // namespace

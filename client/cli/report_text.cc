@@ -1,6 +1,7 @@
 // The reports for people (declared in report.h): the verify and diagnose
 // text with its tables, and the server's capabilities.
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -18,12 +19,14 @@ namespace tensorcheck::cli {
 
 using internal::G;
 using internal::IndexText;
+using internal::kDefectListed;
 using internal::kRuledOutListed;
 using internal::OneLine;
 using internal::PlausibleText;
 using internal::ReferenceName;
 using internal::ToleranceText;
 using internal::UlpText;
+using internal::VerdictLine;
 
 namespace {
 
@@ -206,6 +209,52 @@ std::string BatchInvarianceBlock(const std::string& name, const pb::BatchInvaria
   return out;
 }
 
+// The verdict's evidence (a defect): where to look, the columns and rows
+// rounding of best does not explain, the elements beyond the threshold;
+// the first kDefectListed of each, the JSON report has all the server sent.
+std::string DefectBlock(const pb::Defect& f) {
+  std::string out;
+  if (!f.where_to_look().empty()) out += Wrap(f.where_to_look(), "Where to look: ", "  ");
+  if (f.columns_size() + f.rows_size() > 0) {
+    Table t({"not rounding", "disagreements", "expected", "p", "beyond threshold", "max_ulp",
+             "max_sigma"});
+    int more = 0;
+    auto add = [&](const char* kind,
+                   const google::protobuf::RepeatedPtrField<pb::DefectGroup>& gs) {
+      for (int i = 0; i < gs.size(); ++i) {
+        if (i == kDefectListed) {
+          more += gs.size() - kDefectListed;
+          break;
+        }
+        const pb::DefectGroup& g = gs[i];
+        t.Add({absl::StrCat(kind, " ", g.index()), absl::StrCat(g.disagreements()),
+               G(g.expected_disagreements()), G(g.p_value()), absl::StrCat(g.beyond_threshold()),
+               UlpText(g.max_ulp()), G(g.max_sigma())});
+      }
+    };
+    add("column", f.columns());
+    add("row", f.rows());
+    out += "\nColumns and rows not explained by rounding:\n" + t.Render("  ");
+    if (more > 0) absl::StrAppend(&out, "  (", more, " more in the JSON report)\n");
+  }
+  if (f.element_count() > 0 || f.elements_size() > 0) {
+    absl::StrAppend(&out, "Elements beyond ", G(f.element_threshold_sigma()),
+                    " sigma: ", f.element_count(), " (farthest: ", UlpText(f.max_ulp()), " ulp, ",
+                    G(f.max_sigma()), " sigma)\n");
+    const int shown = std::min(f.elements_size(), kDefectListed);
+    for (int i = 0; i < shown; ++i) {
+      const pb::DefectElement& de = f.elements(i);
+      const pb::Element& e = de.element();
+      absl::StrAppend(&out, "  at ", IndexText(e.index()), ": observed ", G(e.actual()), ", best ",
+                      G(e.expected()), " (", UlpText(e.ulp()), " ulp, ", G(de.sigma()),
+                      " sigma)\n");
+    }
+    const int64_t more = std::max<int64_t>(f.element_count(), f.elements_size()) - shown;
+    if (more > 0) absl::StrAppend(&out, "  ... ", more, " more\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
@@ -214,6 +263,12 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
   const bool observed = r.has_observed_vs_reference();
   if (ctx.command == "diagnose") {
     const pb::Diagnosis& d = r.diagnosis();
+    // The server's verdict first, its sentence wrapped, then what is not
+    // rounding; nothing from a server that predates the verdict.
+    const std::string verdict = VerdictLine(d);
+    if (!verdict.empty()) out += Wrap(verdict, "", "  ");
+    if (d.has_defect()) out += DefectBlock(d.defect());
+    if (!out.empty()) out += "\n";
     if (d.best().empty()) {
       out += "No candidate configuration explains the observed output.\n";
     } else {

@@ -154,6 +154,7 @@ absl::StatusOr<SweepInput> PrepareSweep(const CommandLine& cl) {
     files.emplace_back(w, std::move(index));
   }
   TC_ASSIGN_OR_RETURN(WeightIndex weights, WeightIndex::Build(files));
+  TC_RETURN_IF_ERROR(CheckWeightsFilesUsed(files, calls, layer_map));
   for (const CapturedCall& c : calls) {
     TC_ASSIGN_OR_RETURN(LayerPlan p, ResolveLayer(c, in.captures, weights, layer_map));
     in.plans.push_back(std::move(p));

@@ -26,13 +26,47 @@ constexpr absl::string_view kOutputSuffix = ".output";
 
 // Names listed in a message at most.
 constexpr size_t kListed = 8;
+// Unused tensors of a --weights file listed at most.
+constexpr size_t kListedWeights = 10;
+// What a layer's tensors are called after its checkpoint prefix.
+constexpr absl::string_view kWeightRoles[] = {".weight", ".kernel", ".bias"};
 
-std::string ListOf(const std::vector<std::string>& names) {
+std::string ListOf(const std::vector<std::string>& names, size_t limit = kListed) {
   std::vector<std::string> shown;
-  for (size_t i = 0; i < names.size() && i < kListed; ++i) shown.push_back("'" + names[i] + "'");
+  for (size_t i = 0; i < names.size() && i < limit; ++i) shown.push_back("'" + names[i] + "'");
   std::string out = absl::StrJoin(shown, ", ");
-  if (names.size() > kListed) absl::StrAppend(&out, ", ... (", names.size() - kListed, " more)");
+  if (names.size() > limit) absl::StrAppend(&out, ", ... (", names.size() - limit, " more)");
   return out;
+}
+
+bool IsCaptureTensor(absl::string_view name) {
+  return absl::EndsWith(name, kInputSuffix) || absl::EndsWith(name, kOutputSuffix);
+}
+
+// The checkpoint prefix of a layer's weights: what the map gives it, else
+// its own name.
+const std::string& PrefixOf(const std::string& layer,
+                            const std::map<std::string, std::string>& layer_map) {
+  auto it = layer_map.find(layer);
+  return it == layer_map.end() ? layer : it->second;
+}
+
+// The shortest dotted prefix ("model.", "module.") that every name (sorted,
+// non-empty) starts with and whose removal makes one of them a name in
+// `wanted`; empty when there is none.
+std::string StrippablePrefix(const std::vector<std::string>& names,
+                             const std::set<std::string>& wanted) {
+  for (size_t dot = names[0].find('.'); dot != std::string::npos;
+       dot = names[0].find('.', dot + 1)) {
+    const absl::string_view prefix = absl::string_view(names[0]).substr(0, dot + 1);
+    bool found = false;
+    for (const std::string& n : names) {
+      if (!absl::StartsWith(n, prefix)) return "";
+      found = found || wanted.count(n.substr(prefix.size())) > 0;
+    }
+    if (found) return std::string(prefix);
+  }
+  return "";
 }
 
 std::string Shape(const std::vector<int64_t>& s) { return ShapeString(s); }
@@ -202,6 +236,56 @@ absl::StatusOr<WeightIndex> WeightIndex::Build(
 const WeightSource* WeightIndex::Find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &it->second;
+}
+
+absl::Status CheckWeightsFilesUsed(
+    const std::vector<std::pair<std::string, SafetensorsIndex>>& files,
+    const std::vector<CapturedCall>& calls, const std::map<std::string, std::string>& layer_map) {
+  // Every name a layer call may take a tensor under.
+  std::set<std::string> wanted;
+  for (const CapturedCall& c : calls) {
+    const std::string& prefix = PrefixOf(c.name.layer, layer_map);
+    for (absl::string_view role : kWeightRoles) wanted.insert(absl::StrCat(prefix, role));
+  }
+  for (const auto& [file, index] : files) {
+    std::vector<std::string> unused;
+    bool used = false;
+    for (const SafetensorsTensorInfo& t : index.tensors) {
+      if (IsCaptureTensor(t.name)) continue;
+      used = used || wanted.count(t.name) > 0;
+      unused.push_back(t.name);
+    }
+    if (used || unused.empty()) continue;
+    std::sort(unused.begin(), unused.end());
+    std::string message = absl::StrCat(
+        "--weights ", file, ": no captured layer call takes a weight or bias from it; its ",
+        unused.size(),
+        unused.size() == 1 ? " tensor: " : " tensors: ", ListOf(unused, kListedWeights));
+    const std::string strip = StrippablePrefix(unused, wanted);
+    if (!strip.empty()) {
+      // A map entry for the first layer call found under that prefix, as
+      // the example.
+      const std::set<std::string> names(unused.begin(), unused.end());
+      std::string example;
+      for (const CapturedCall& c : calls) {
+        const std::string& prefix = PrefixOf(c.name.layer, layer_map);
+        for (absl::string_view role : kWeightRoles) {
+          if (example.empty() && names.count(absl::StrCat(strip, prefix, role)) > 0) {
+            example = absl::StrCat("{\"", c.name.layer, "\": \"", strip, prefix, "\", ...}");
+          }
+        }
+      }
+      absl::StrAppend(&message, "; they all start with \"", strip,
+                      "\": map each layer to its name under that prefix with --map FILE (", example,
+                      ")");
+    } else {
+      absl::StrAppend(&message,
+                      " (a layer's weights are '{w}.weight' or '{w}.kernel' and '{w}.bias', "
+                      "'{w}' its name or what --map gives it; leave out a file that holds none)");
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ParseLayerMap(absl::string_view json,

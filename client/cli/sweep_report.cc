@@ -128,6 +128,20 @@ std::string WhereText(const LayerResult& l) {
   return absl::StrJoin(parts, ", ");
 }
 
+// Why a layer call diverges by its diagnosis' verdict alone: "defect" or
+// "unexplained" (docs/numerics.md, "Verdict") says something other than
+// rounding of the configuration it names, and the reason is the server's
+// sentence as it wrote it; "" for "rounding" and from a server that
+// predates the verdict.
+std::string VerdictDivergence(const pb::Diagnosis& d) {
+  if (d.verdict() != pb::Diagnosis::VERDICT_DEFECT &&
+      d.verdict() != pb::Diagnosis::VERDICT_UNEXPLAINED) {
+    return "";
+  }
+  if (!d.verdict_reason().empty()) return d.verdict_reason();
+  return absl::StrCat("the server's verdict is ", VerdictName(d.verdict()));
+}
+
 std::string NotCheckedReason() { return "not checked: the server went away before it"; }
 
 // The overall line of every report.
@@ -262,7 +276,10 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
     std::string reason;
     if (options.diagnose) {
       const std::vector<std::string> agrees = ExpandAll(v.explaining);
-      if (!v.explained) {
+      if (std::string verdict = VerdictDivergence(r.diagnosis()); !verdict.empty()) {
+        // The server's verdict comes first: it names what to look at.
+        reason = std::move(verdict);
+      } else if (!v.explained) {
         reason = "no candidate explains its output";
       } else if (s.consensus.has_value() &&
                  std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
@@ -314,6 +331,14 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
     j["verdict"] = !ok || r.verdict() == pb::VERDICT_UNSPECIFIED
                        ? Json(nullptr)
                        : Json(r.verdict() == pb::VERDICT_PASS ? "pass" : "fail");
+    // The diagnosis' verdict and the server's sentence for it; null without
+    // a diagnosis and from a server that predates the verdict.
+    const bool has_diagnosis_verdict =
+        ok && r.has_diagnosis() && *VerdictName(r.diagnosis().verdict()) != '\0';
+    j["diagnosis_verdict"] =
+        has_diagnosis_verdict ? Json(VerdictName(r.diagnosis().verdict())) : Json(nullptr);
+    j["verdict_reason"] =
+        has_diagnosis_verdict ? Json(r.diagnosis().verdict_reason()) : Json(nullptr);
     j["best"] = has_best ? Json(r.diagnosis().best()) : Json(nullptr);
     j["confidence"] = has_best ? JsonNumber(r.diagnosis().confidence()) : Json(nullptr);
     j["equivalent"] = ok ? JsonStrings(r.diagnosis().equivalent()) : Json::array();

@@ -213,6 +213,67 @@ TEST(WeightIndexTest, NameInTwoFilesNamesBoth) {
               HasSubstr("'fc.weight' is in both s1.safetensors and s2.safetensors"));
 }
 
+using WeightFiles = std::vector<std::pair<std::string, SafetensorsIndex>>;
+
+SafetensorsIndex Index(const std::vector<std::string>& names) {
+  SafetensorsIndex idx;
+  for (const std::string& n : names) idx.tensors.push_back(Info(n, {4}));
+  return idx;
+}
+
+TEST(CheckWeightsFilesUsedTest, FileUnderAPrefixIsAnErrorWithTheMapToWrite) {
+  // The captures file holds the weights too: without the check, the
+  // checkpoint would go unused.
+  const WeightFiles files = {
+      {"ckpt.safetensors",
+       Index({"model.up.weight", "model.up.bias", "model.norm.weight", "model.down.weight"})},
+      {"c.st", Index({"up.input", "up.output", "down.input", "down.output", "up.weight", "up.bias",
+                      "down.weight"})}};
+  const absl::Status s =
+      CheckWeightsFilesUsed(files, {Call("up", {2, 4}, {2, 8}), Call("down", {2, 8}, {2, 4})}, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "--weights ckpt.safetensors: no captured layer call takes a weight or bias from it; "
+            "its 4 tensors: 'model.down.weight', 'model.norm.weight', 'model.up.bias', "
+            "'model.up.weight'; they all start with \"model.\": map each layer to its name under "
+            "that prefix with --map FILE ({\"up\": \"model.up\", ...})");
+}
+
+TEST(CheckWeightsFilesUsedTest, ListsTenSortedAndCountsTheRest) {
+  std::vector<std::string> names;
+  for (int i = 11; i >= 0; --i) names.push_back(absl::StrCat("x", i, ".weight"));
+  const absl::Status s =
+      CheckWeightsFilesUsed({{"w.st", Index(names)}}, {Call("fc", {2, 4}, {2, 8})}, {});
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("its 12 tensors: 'x0.weight', 'x1.weight', 'x10.weight', 'x11.weight', "
+                        "'x2.weight', 'x3.weight', 'x4.weight', 'x5.weight', 'x6.weight', "
+                        "'x7.weight', ... (2 more) (a layer's weights are"));
+  EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("they all start with")));
+}
+
+TEST(CheckWeightsFilesUsedTest, OtherTensorsOfAFileThatIsUsedAndCapturesAreFine) {
+  const std::vector<CapturedCall> calls = {Call("fc", {2, 4}, {2, 8})};
+  // A norm's weights and an embedding beside the layer's: the sweep cannot
+  // tell them from anything else, and they are not an error.
+  EXPECT_TRUE(CheckWeightsFilesUsed(
+                  {{"w.st", Index({"fc.weight", "norm.weight", "norm.bias", "emb.weight"})},
+                   {"c.st", Index({"fc.input", "fc.output"})}},
+                  calls, {})
+                  .ok());
+  // Through the map: a bias alone uses the file.
+  EXPECT_TRUE(CheckWeightsFilesUsed({{"a.st", Index({"ckpt.fc.kernel"})},
+                                     {"b.st", Index({"ckpt.fc.bias", "ln.scale"})}},
+                                    calls, {{"fc", "ckpt.fc"}})
+                  .ok());
+  // The same names without the map match nothing: the shortest prefix that
+  // makes them match is the hint.
+  EXPECT_THAT(
+      std::string(
+          CheckWeightsFilesUsed({{"a.st", Index({"ckpt.fc.kernel"})}}, calls, {}).message()),
+      HasSubstr("they all start with \"ckpt.\": map each layer to its name under that "
+                "prefix with --map FILE ({\"fc\": \"ckpt.fc\", ...})"));
+}
+
 TEST(ParseLayerMapTest, BadJsonAndWrongTypesAreErrors) {
   EXPECT_FALSE(ParseLayerMap("{", "m.json").ok());
   EXPECT_THAT(std::string(ParseLayerMap("[1]", "m.json").status().message()),
@@ -359,6 +420,66 @@ TEST(SummarizeTest, UnexplainedAndBoundRatioDiverge) {
   EXPECT_EQ(*Summarize(layers, loose).first_divergence, 2u);
 }
 
+TEST(SummarizeTest, DefectVerdictIsTheFirstDivergenceWithTheServersReason) {
+  // l1 matches the consensus and its bound_ratio is ordinary: only the
+  // server's verdict says that one column is not rounding.
+  const std::string why =
+      "Defect: cpu:bf16:fused explains the bulk of the output, but not all of it: 1 element(s) "
+      "lie beyond 5.2 predicted standard errors of it (largest 2 ULP, 40 sigma). Look at output "
+      "column 3 \xe2\x86\x94 weight row 3 (out_in layout) and bias element 3.";
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused"),
+                                     Diagnosed("l1", "cpu:bf16:fused"),
+                                     Diagnosed("l2", "cpu:bf16:fused", 7.2)};
+  for (LayerResult& l : layers) {
+    l.response.mutable_diagnosis()->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+  }
+  pb::Diagnosis* d = layers[1].response.mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_DEFECT);
+  d->set_verdict_reason(why);
+  const SweepSummary s = Summarize(layers, SweepOptions{});
+  EXPECT_EQ(*s.consensus, "cpu:bf16:fused");
+  EXPECT_EQ(s.layers[0].status, LayerStatus::kPassed);
+  EXPECT_EQ(s.layers[1].status, LayerStatus::kFailed);
+  EXPECT_TRUE(s.layers[1].diverged);
+  EXPECT_EQ(s.layers[1].reason, why);
+  EXPECT_EQ(*s.first_divergence, 1u);
+  EXPECT_EQ(SweepExitCode(layers, s), 1);
+  EXPECT_THAT(FormatSweepText(layers, s, SweepOptions{}),
+              HasSubstr(absl::StrCat("First divergence: l1 (layer call 2 of 3): ", why)));
+
+  const nlohmann::ordered_json j = SweepToJson(layers, s, SweepCounts{}, SweepOptions{});
+  EXPECT_EQ(j["layers"][0]["diagnosis_verdict"], "rounding");
+  EXPECT_EQ(j["layers"][1]["diagnosis_verdict"], "defect");
+  EXPECT_EQ(j["layers"][1]["verdict_reason"], why);
+  EXPECT_EQ(j["layers"][1]["verdict"], "pass");
+  EXPECT_EQ(j["first_divergence"]["reason"], why);
+}
+
+TEST(SummarizeTest, UnexplainedVerdictWithABestMatchDiverges) {
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused"),
+                                     Diagnosed("l1", "cpu:bf16:fused")};
+  pb::Diagnosis* d = layers[0].response.mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_UNEXPLAINED);
+  d->set_verdict_reason("Unexplained: no candidate explains the bulk of the output.");
+  const SweepSummary s = Summarize(layers, SweepOptions{});
+  EXPECT_EQ(*s.first_divergence, 0u);
+  EXPECT_EQ(s.layers[0].reason, "Unexplained: no candidate explains the bulk of the output.");
+  EXPECT_EQ(s.layers[1].status, LayerStatus::kPassed);
+}
+
+TEST(SummarizeTest, ServerWithoutVerdictKeepsTheOtherRules) {
+  // A server that predates the verdict: nothing changes, and the JSON
+  // carries null.
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused"),
+                                     Diagnosed("l1", "cpu:bf16:fused")};
+  const SweepSummary s = Summarize(layers, SweepOptions{});
+  EXPECT_TRUE(s.passed);
+  EXPECT_FALSE(s.first_divergence.has_value());
+  const nlohmann::ordered_json j = SweepToJson(layers, s, SweepCounts{}, SweepOptions{});
+  EXPECT_TRUE(j["layers"][0]["diagnosis_verdict"].is_null());
+  EXPECT_TRUE(j["layers"][0]["verdict_reason"].is_null());
+}
+
 TEST(SummarizeTest, WithoutDiagnosisOnlyBoundRatioDiverges) {
   std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused", 1.0),
                                      Diagnosed("l1", "cpu:bf16:fused", 4.5)};
@@ -409,11 +530,11 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   for (auto it = j["layers"][0].begin(); it != j["layers"][0].end(); ++it) {
     layer_keys.push_back(it.key());
   }
-  EXPECT_THAT(
-      layer_keys,
-      ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype", "status",
-                  "verdict", "best", "confidence", "equivalent", "tied", "explained", "max_abs",
-                  "max_ulp", "bound_ratio", "columns", "rows", "explanation", "error", "report"));
+  EXPECT_THAT(layer_keys,
+              ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype",
+                          "status", "verdict", "diagnosis_verdict", "verdict_reason", "best",
+                          "confidence", "equivalent", "tied", "explained", "max_abs", "max_ulp",
+                          "bound_ratio", "columns", "rows", "explanation", "error", "report"));
   const auto& l0 = j["layers"][0];
   EXPECT_EQ(l0["name"], "blocks.0.fc");
   EXPECT_EQ(l0["dtype"], "bfloat16");

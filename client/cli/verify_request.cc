@@ -82,10 +82,14 @@ absl::Status LoadScale(const CommandLine& cl, const std::string& flag, const std
   float v;
   // SimpleAtof rounds the decimal once, to the nearest float32.
   if (absl::SimpleAtof(arg, &v)) {
+    // The server's rule for every scale element, in its words
+    // (docs/numerics.md, "FP8"); checked here too only because the number
+    // is parsed here: the flag is named, and a decimal that rounds to 0
+    // in float32 is said to.
     if (!std::isfinite(v) || !(v > 0)) {
       double d = 0;
       const bool underflow = v == 0 && absl::SimpleAtod(arg, &d) && d > 0;
-      return Usage(absl::StrCat("--", flag, ": a positive finite float32 scale expected, got '",
+      return Usage(absl::StrCat("--", flag, ": a finite, positive float32 scale expected, got '",
                                 arg, "'", underflow ? " (0 in float32)" : ""));
     }
     out->set_dtype(pb::DTYPE_FLOAT32);

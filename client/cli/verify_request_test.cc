@@ -216,7 +216,7 @@ TEST_F(VerifyRequestTest, ScaleThatIsNeitherANumberNorATensorIsAnErrorNamingTheF
                                        HasSubstr("'abc'"))));
   for (const char* bad : {"0", "-0.5", "nan", "inf", "1e39"}) {
     EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", bad})),
-                StatusIs(kInvalid, HasSubstr("--weight-scale: a positive finite float32 scale")))
+                StatusIs(kInvalid, HasSubstr("--weight-scale: a finite, positive float32 scale")))
         << bad;
   }
   // Non-zero, but below float32's smallest subnormal (2^-149 ~ 1.4e-45).

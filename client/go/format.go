@@ -1,8 +1,10 @@
 package tensorcheck
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // shareMaxDecimals is how many decimals FormatShare adds at most before it
@@ -43,4 +45,268 @@ func FormatShare(fraction float64) string {
 		return "<0.000001%"
 	}
 	return ">99.999999%"
+}
+
+// How many ranking rows, and how many defect columns, rows and elements,
+// FormatDiagnosis lists (the Diagnosis has all the server sent).
+const (
+	rankingShown = 5
+	defectShown  = 5
+)
+
+// sharedMarker marks a candidate that reused another candidate's GEMM.
+const sharedMarker = "*"
+
+// namesWidth is where a ranking row's names wrap, before an "=".
+const namesWidth = 72
+
+// FormatDiagnosis is the diagnosis as a message for people, the Python
+// client's: the server's verdict and its sentence first ("Verdict: defect —
+// ..."; no line from a server that predates the verdict), then what is
+// not rounding (where to look, the columns and rows, the elements beyond
+// the threshold, a few of each), the best match, the framework hint, the
+// explanation and the ranking (one row per group of RankingGroups, with
+// the plausibility test, the shared GEMMs and why candidates are ruled
+// out). It decides nothing: every verdict, reason and count is the
+// server's.
+//
+//	fmt.Println(tensorcheck.FormatDiagnosis(rep.Diagnosis))
+func FormatDiagnosis(d *Diagnosis) string {
+	if d == nil {
+		return ""
+	}
+	var lines []string
+	if d.Verdict != "" {
+		line := "Verdict: " + d.Verdict
+		if d.VerdictReason != "" {
+			line += " — " + d.VerdictReason
+		}
+		lines = append(lines, line)
+	}
+	if d.Defect != nil {
+		lines = append(lines, defectLines(d.Defect)...)
+	}
+	if d.Best != "" {
+		head := fmt.Sprintf("Diagnosis: best match %s (confidence %.2f)", d.Best, d.Confidence)
+		if len(d.Equivalent) > 0 {
+			head += ", equivalent here: " + strings.Join(d.Equivalent, ", ")
+		}
+		if len(d.Tied) > 0 {
+			head += "; cannot be told apart from: " + strings.Join(d.Tied, ", ")
+		}
+		lines = append(lines, head)
+	} else {
+		lines = append(lines, fmt.Sprintf("Diagnosis: no candidate configuration explains the "+
+			"observed output (confidence %.2f)", d.Confidence))
+	}
+	if d.FrameworkHint != "" {
+		lines = append(lines, "Framework hint: "+d.FrameworkHint)
+	}
+	if d.Explanation != "" {
+		lines = append(lines, d.Explanation)
+	}
+	if len(d.Ranking) > 0 {
+		lines = append(lines, rankingLines(d)...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// defectLines: where to look, the columns and rows rounding does not
+// explain, the elements beyond the threshold; each only when sent.
+func defectLines(f *Defect) []string {
+	var lines []string
+	if f.WhereToLook != "" {
+		lines = append(lines, "Where to look: "+f.WhereToLook)
+	}
+	if len(f.Columns) > 0 {
+		lines = append(lines, "Columns not explained by rounding:")
+		lines = append(lines, defectGroupLines("column", f.Columns)...)
+	}
+	if len(f.Rows) > 0 {
+		lines = append(lines, "Rows not explained by rounding:")
+		lines = append(lines, defectGroupLines("row", f.Rows)...)
+	}
+	if f.ElementCount > 0 || len(f.Elements) > 0 {
+		lines = append(lines, fmt.Sprintf("Elements beyond %s sigma: %d (farthest: %s ULP, %s sigma)",
+			sigmaText(f.ElementThresholdSigma), f.ElementCount, ulpText(f.MaxULP),
+			sigmaText(f.MaxSigma)))
+		shown := f.Elements
+		if len(shown) > defectShown {
+			shown = shown[:defectShown]
+		}
+		for _, e := range shown {
+			lines = append(lines, fmt.Sprintf("  %s: observed %s, best %s, %s ULP, %s sigma",
+				indexText(e.Element.Index), floatText(e.Element.Actual),
+				floatText(e.Element.Expected), ulpText(e.Element.ULP), sigmaText(e.Sigma)))
+		}
+		total := f.ElementCount
+		if int64(len(f.Elements)) > total {
+			total = int64(len(f.Elements))
+		}
+		if more := total - int64(len(shown)); more > 0 {
+			lines = append(lines, fmt.Sprintf("  ... %d more", more))
+		}
+	}
+	return lines
+}
+
+func defectGroupLines(kind string, groups []DefectGroup) []string {
+	var lines []string
+	for i, g := range groups {
+		if i == defectShown {
+			lines = append(lines, fmt.Sprintf("  ... %d more %ss", len(groups)-defectShown, kind))
+			break
+		}
+		lines = append(lines, fmt.Sprintf("  %s %d: %d disagreements vs %s expected, max %s ULP, %s sigma",
+			kind, g.Index, g.Disagreements, gText(g.ExpectedDisagreements), ulpText(g.MaxULP),
+			sigmaText(g.MaxSigma)))
+	}
+	return lines
+}
+
+// rankingLines: the ranking's rows (candidates with the same bits share
+// one), the shared GEMMs, and why the listed rows are ruled out.
+func rankingLines(d *Diagnosis) []string {
+	rows := d.RankingGroups()
+	if len(rows) > rankingShown {
+		rows = rows[:rankingShown]
+	}
+	ranked := map[string]bool{}
+	for _, c := range d.Ranking {
+		ranked[c.Config] = true
+	}
+	lines := []string{"Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):"}
+	var listed []RankedCandidate
+	for _, row := range rows {
+		r := row[0]
+		br := "n/a"
+		if r.BoundRatio != nil {
+			br = gText(*r.BoundRatio)
+		}
+		rowLines := wrappedNames(rowNames(row, ranked, true))
+		rowLines[len(rowLines)-1] += fmt.Sprintf(": %s, %s, %s, %s",
+			plausibleText(r), FormatShare(r.BitwiseEqualFraction), ulpText(r.MaxULP), br)
+		lines = append(lines, rowLines...)
+		listed = append(listed, row...)
+	}
+	// "* A, B reused the GEMM of C.", in order of first appearance.
+	var shared []string
+	reusers := map[string][]string{}
+	for _, c := range listed {
+		if c.SharedComputation == "" {
+			continue
+		}
+		if _, ok := reusers[c.SharedComputation]; !ok {
+			shared = append(shared, c.SharedComputation)
+		}
+		reusers[c.SharedComputation] = append(reusers[c.SharedComputation], c.Config)
+	}
+	for _, s := range shared {
+		lines = append(lines, fmt.Sprintf("  %s %s reused the GEMM of %s.", sharedMarker,
+			strings.Join(reusers[s], ", "), s))
+	}
+	var ruledOut []string
+	for i, row := range rows {
+		if row[0].RuledOut != "" {
+			ruledOut = append(ruledOut, fmt.Sprintf("    %d. %s: %s", i+1,
+				strings.Join(rowNames(row, ranked, false), " = "), row[0].RuledOut))
+		}
+	}
+	if len(ruledOut) > 0 {
+		lines = append(lines, "  Ruled out:")
+		lines = append(lines, ruledOut...)
+	}
+	return lines
+}
+
+// rowNames: the row's candidates (each marked, if marked, when it reused
+// another's GEMM), then the names in the first one's Equivalent that the
+// ranking lacks.
+func rowNames(row []RankedCandidate, ranked map[string]bool, marked bool) []string {
+	var names []string
+	for _, c := range row {
+		name := c.Config
+		if marked && c.SharedComputation != "" {
+			name += sharedMarker
+		}
+		names = append(names, name)
+	}
+	seen := map[string]bool{}
+	for _, e := range row[0].Equivalent {
+		if !ranked[e] && !seen[e] {
+			names = append(names, e)
+			seen[e] = true
+		}
+	}
+	return names
+}
+
+// wrappedNames: "  A = B = C", wrapped before an "=" at namesWidth into
+// continuation lines "    = D = E"; a name longer than that stays whole.
+func wrappedNames(names []string) []string {
+	lines := []string{"  " + names[0]}
+	for _, name := range names[1:] {
+		last := &lines[len(lines)-1]
+		if len(*last)+3+len(name) > namesWidth {
+			lines = append(lines, "    = "+name)
+		} else {
+			*last += " = " + name
+		}
+	}
+	return lines
+}
+
+// plausibleText: "yes", "no", or "-" when the server ran no plausibility
+// test.
+func plausibleText(c RankedCandidate) string {
+	switch {
+	case c.Plausible:
+		return "yes"
+	case c.ComparedElements > 0:
+		return "no"
+	}
+	return "-"
+}
+
+// ulpText: a ULP distance; the server's "infinitely far" (NaN against a
+// number) as "inf".
+func ulpText(v uint64) string {
+	if v == math.MaxUint64 {
+		return "inf"
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// sigmaText: a distance in predicted standard errors, one decimal.
+func sigmaText(v float64) string { return nonFinite(v, strconv.FormatFloat(v, 'f', 1, 64)) }
+
+// gText: three significant digits, as Python's ".3g".
+func gText(v float64) string { return nonFinite(v, strconv.FormatFloat(v, 'g', 3, 64)) }
+
+// floatText: the shortest text that reads back as v.
+func floatText(v float64) string { return nonFinite(v, strconv.FormatFloat(v, 'g', -1, 64)) }
+
+func nonFinite(v float64, text string) string {
+	switch {
+	case math.IsNaN(v):
+		return "nan"
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return text
+}
+
+// indexText: Python tuple notation, (), (3,), (1, 3).
+func indexText(idx []int64) string {
+	parts := make([]string, len(idx))
+	for i, v := range idx {
+		parts[i] = strconv.FormatInt(v, 10)
+	}
+	s := "(" + strings.Join(parts, ", ")
+	if len(idx) == 1 {
+		s += ","
+	}
+	return s + ")"
 }

@@ -3,6 +3,7 @@ package tensorcheck
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +77,123 @@ func TestRankingGroupsPutsCandidatesWithTheSameBitsInOneRow(t *testing.T) {
 	}
 	if s := FormatShare(rows[0][0].BitwiseEqualFraction); s != "99.996%" {
 		t.Errorf("row 1 bitwise-equal share = %q, want 99.996%%", s)
+	}
+}
+
+// The verdict is the server's: FormatDiagnosis shows it first, the reason
+// verbatim, then where to look and the defect's groups and elements.
+func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) {
+	const reason = "Column 2 holds 64 of the 72 disagreements with cpu:fp32:fused where " +
+		"rounding predicts 0.8 (p 1e-30): not rounding."
+	const where = "output column 2 <-> weight row 2 (out_in layout) and bias element 2"
+	d := &Diagnosis{
+		Best:          "cpu:fp32:fused",
+		Confidence:    0.9,
+		Verdict:       VerdictDefect,
+		VerdictReason: reason,
+		Ranking: []RankedCandidate{
+			{Config: "cpu:fp32:fused", MaxULP: 4096, Plausible: true, ComparedElements: 128},
+		},
+		Defect: &Defect{
+			ElementThresholdSigma: 6.1875,
+			ElementCount:          7,
+			MaxULP:                math.MaxUint64,
+			MaxSigma:              math.Inf(1),
+			WhereToLook:           where,
+			Columns: []DefectGroup{{Index: 2, Disagreements: 64, ExpectedDisagreements: 0.8,
+				PValue: 1e-30, BeyondThreshold: 7, MaxULP: math.MaxUint64, MaxSigma: math.Inf(1)}},
+			Rows: []DefectGroup{{Index: 5, Disagreements: 3, ExpectedDisagreements: 0.025,
+				PValue: 2.5e-6, BeyondThreshold: 1, MaxULP: 4096, MaxSigma: 812.25}},
+			Elements: []DefectElement{{
+				Element: Element{Index: []int64{9, 2}, Actual: math.NaN(), Expected: 0.5,
+					ULP: math.MaxUint64},
+				Sigma: math.Inf(1),
+			}},
+		},
+	}
+	for row := int64(0); row < 6; row++ {
+		d.Defect.Elements = append(d.Defect.Elements, DefectElement{
+			Element: Element{Index: []int64{row, 2}, Actual: 1.5, Expected: 0.5, ULP: 4096},
+			Sigma:   812.25 - float64(row),
+		})
+	}
+	want := []string{
+		"Verdict: defect \u2014 " + reason,
+		"Where to look: " + where,
+		"Columns not explained by rounding:",
+		"  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma",
+		"Rows not explained by rounding:",
+		"  row 5: 3 disagreements vs 0.025 expected, max 4096 ULP, 812.2 sigma",
+		"Elements beyond 6.2 sigma: 7 (farthest: inf ULP, inf sigma)",
+		"  (9, 2): observed nan, best 0.5, inf ULP, inf sigma",
+		"  (0, 2): observed 1.5, best 0.5, 4096 ULP, 812.2 sigma",
+		"  (1, 2): observed 1.5, best 0.5, 4096 ULP, 811.2 sigma",
+		"  (2, 2): observed 1.5, best 0.5, 4096 ULP, 810.2 sigma",
+		"  (3, 2): observed 1.5, best 0.5, 4096 ULP, 809.2 sigma",
+		"  ... 2 more", // 7 beyond the threshold, 5 shown
+		"Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+		"Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
+		"  cpu:fp32:fused: yes, 0%, 4096, n/a",
+	}
+	if got := strings.Split(FormatDiagnosis(d), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("FormatDiagnosis() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestFormatDiagnosisShowsEachVerdictFirstWithItsReasonVerbatim(t *testing.T) {
+	for _, verdict := range []string{VerdictRounding, VerdictDefect, VerdictUnexplained} {
+		reason := "A sentence of the server's, " + verdict + ": 0.5 <= 1.5 (kept as sent)."
+		// An empty Defect adds no line.
+		d := &Diagnosis{Confidence: 0.4, Verdict: verdict, VerdictReason: reason, Defect: &Defect{}}
+		lines := strings.Split(FormatDiagnosis(d), "\n")
+		if want := "Verdict: " + verdict + " \u2014 " + reason; lines[0] != want {
+			t.Errorf("%s: first line %q, want %q", verdict, lines[0], want)
+		}
+		if !strings.HasPrefix(lines[1], "Diagnosis: no candidate configuration explains") {
+			t.Errorf("%s: second line %q, want the diagnosis", verdict, lines[1])
+		}
+	}
+}
+
+func TestFormatDiagnosisFromAServerWithoutAVerdictHasNoVerdictLine(t *testing.T) {
+	got := FormatDiagnosis(&Diagnosis{Best: "cpu:fp32:fused", Confidence: 0.97})
+	if want := "Diagnosis: best match cpu:fp32:fused (confidence 0.97)"; got != want {
+		t.Errorf("FormatDiagnosis() = %q, want %q", got, want)
+	}
+}
+
+func TestFormatDiagnosisRankingMatchesThePythonClientsMessage(t *testing.T) {
+	same := []string{"cpu:fp32:fused", "cpu:tf32:fused", "cpu:fp32:unfused"}
+	d := &Diagnosis{Best: "cpu:fp32:fused", Confidence: 0.9}
+	for _, name := range same {
+		var others []string
+		for _, e := range same {
+			if e != name {
+				others = append(others, e)
+			}
+		}
+		c := RankedCandidate{Config: name, BitwiseEqualFraction: 24575.0 / 24576, MaxULP: 1,
+			Plausible: true, ComparedElements: 24576, Equivalent: others}
+		if name == "cpu:fp32:unfused" {
+			c.SharedComputation = "cpu:fp32:fused"
+		}
+		d.Ranking = append(d.Ranking, c)
+	}
+	d.Ranking = append(d.Ranking,
+		RankedCandidate{Config: "cpu:bf16:fused", BitwiseEqualFraction: 0.25, MaxULP: 40,
+			ComparedElements: 24576, RuledOut: "bf16 rounding everywhere."})
+	// As client/python/tests/test_report.py's
+	// test_diagnosis_message_shows_equivalent_candidates_as_one_row.
+	want := []string{
+		"Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+		"Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
+		"  cpu:fp32:fused = cpu:tf32:fused = cpu:fp32:unfused*: yes, 99.996%, 1, n/a",
+		"  cpu:bf16:fused: no, 25.0%, 40, n/a",
+		"  * cpu:fp32:unfused reused the GEMM of cpu:fp32:fused.",
+		"  Ruled out:",
+		"    2. cpu:bf16:fused: bf16 rounding everywhere.",
+	}
+	if got := strings.Split(FormatDiagnosis(d), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("FormatDiagnosis() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

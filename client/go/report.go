@@ -187,6 +187,74 @@ type Diagnosis struct {
 	FrameworkHint string
 	Localization  *Localization
 	Explanation   string
+
+	// The server's answer to "bug or rounding?" (docs/numerics.md,
+	// "Verdict"): VerdictRounding, VerdictDefect or VerdictUnexplained;
+	// "" from a server that predates the verdict.
+	Verdict string
+	// The server's sentence for the verdict, with the numbers it rests on.
+	VerdictReason string
+	// What is not rounding of Best (a VerdictDefect); nil when the server
+	// sent none.
+	Defect *Defect
+}
+
+// The values of Diagnosis.Verdict (the Python client's and the CLI's JSON
+// report's words).
+const (
+	// Every element, column and row is consistent with Best under its
+	// error model.
+	VerdictRounding = "rounding"
+	// Best explains the bulk, but Diagnosis.Defect lists elements, columns
+	// or rows that are not rounding: a wrong weight, input or bias value.
+	VerdictDefect = "defect"
+	// No candidate explains the bulk; Confidence is at most 0.5.
+	VerdictUnexplained = "unexplained"
+)
+
+// Defect is where the observed output is not rounding of Best, as the
+// server found it.
+type Defect struct {
+	// The per-element threshold in predicted standard errors, which a clean
+	// output crosses anywhere with chance at most FalseAlarmRate.
+	ElementThresholdSigma float64
+	FalseAlarmRate        float64
+	// Elements beyond the threshold; Elements lists the largest of them.
+	ElementCount int64
+	Elements     []DefectElement
+	// Columns (last dimension) and rows (flattened leading dimensions)
+	// holding more disagreements with Best than rounding allows.
+	Columns, Rows []DefectGroup
+	// The largest distance from Best of any element, in ULP and sigma.
+	MaxULP   uint64
+	MaxSigma float64
+	// Which weight row, input row or bias element to check, e.g. "output
+	// column 2 <-> weight row 2 (out_in layout) and bias element 2".
+	WhereToLook string
+}
+
+// DefectGroup is a column or row that rounding of Best does not explain.
+type DefectGroup struct {
+	Index int64
+	// Elements differing from Best in bits, against the rounding flips its
+	// error model expects there; PValue is the chance of at least that
+	// many (Bonferroni-corrected, capped at 1).
+	Disagreements         int64
+	ExpectedDisagreements float64
+	PValue                float64
+	// Elements of the group beyond the per-element threshold.
+	BeyondThreshold int64
+	// The group's largest distance from Best, in ULP and sigma.
+	MaxULP   uint64
+	MaxSigma float64
+}
+
+// DefectElement is an element beyond the per-element threshold: the
+// observed value (Element.Actual) against Best's (Element.Expected).
+type DefectElement struct {
+	Element Element
+	// |observed - best| in predicted standard errors of another order.
+	Sigma float64
 }
 
 // RankingGroups is the ranking as displays show it: one slice per row, in
@@ -449,5 +517,62 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 			Outliers: elementsFromProto(l.Outliers),
 		}
 	}
+	d.Verdict = diagnosisVerdicts[p.Verdict]
+	d.VerdictReason = p.VerdictReason
+	d.Defect = defectFromProto(p.Defect)
 	return d
+}
+
+// diagnosisVerdicts names the verdicts; UNSPECIFIED (an older server) and
+// values this client does not know are "".
+var diagnosisVerdicts = map[pb.Diagnosis_Verdict]string{
+	pb.Diagnosis_VERDICT_ROUNDING:    VerdictRounding,
+	pb.Diagnosis_VERDICT_DEFECT:      VerdictDefect,
+	pb.Diagnosis_VERDICT_UNEXPLAINED: VerdictUnexplained,
+}
+
+func defectFromProto(p *pb.Defect) *Defect {
+	if p == nil {
+		return nil
+	}
+	d := &Defect{
+		ElementThresholdSigma: p.ElementThresholdSigma,
+		FalseAlarmRate:        p.FalseAlarmRate,
+		ElementCount:          p.ElementCount,
+		Columns:               defectGroupsFromProto(p.Columns),
+		Rows:                  defectGroupsFromProto(p.Rows),
+		MaxULP:                p.MaxUlp,
+		MaxSigma:              p.MaxSigma,
+		WhereToLook:           p.WhereToLook,
+	}
+	for _, e := range p.Elements {
+		if e == nil {
+			continue
+		}
+		de := DefectElement{Sigma: e.Sigma}
+		if e.Element != nil {
+			de.Element = elementsFromProto([]*pb.Element{e.Element})[0]
+		}
+		d.Elements = append(d.Elements, de)
+	}
+	return d
+}
+
+func defectGroupsFromProto(ps []*pb.DefectGroup) []DefectGroup {
+	var out []DefectGroup
+	for _, g := range ps {
+		if g == nil {
+			continue
+		}
+		out = append(out, DefectGroup{
+			Index:                 g.Index,
+			Disagreements:         g.Disagreements,
+			ExpectedDisagreements: g.ExpectedDisagreements,
+			PValue:                g.PValue,
+			BeyondThreshold:       g.BeyondThreshold,
+			MaxULP:                g.MaxUlp,
+			MaxSigma:              g.MaxSigma,
+		})
+	}
+	return out
 }

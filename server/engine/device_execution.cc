@@ -135,6 +135,29 @@ class SessionEvidence final : public DiagnosisEvidence {
     return internal::UnexplainedDiffs(observed_host_, output, explained, compared_);
   }
 
+  // The scan runs on the host, over the candidate's output and two of
+  // its arrays brought back: it keeps per-column and per-row sums, which
+  // a device would add with floating atomics in no fixed order.
+  absl::StatusOr<DefectScan> ScanDefects(size_t c, const DefectScanInput& scan) override {
+    const CandidateArrays& a = candidates_[c];
+    TC_ASSIGN_OR_RETURN(const Tensor output, session_->Download(a.output));
+    TC_ASSIGN_OR_RETURN(const Tensor acc, session_->Download(a.pair_accumulation_sigma));
+    TC_ASSIGN_OR_RETURN(const Tensor grid, session_->Download(a.flip_grid));
+    const int64_t count = observed_host_.numel();
+    if (output.numel() != count || acc.numel() != count || grid.numel() != count ||
+        acc.dtype() != DType::kFloat32 || grid.dtype() != DType::kFloat32) {
+      return absl::InternalError("device diagnosis arrays of the wrong size");
+    }
+    DefectScanInput s = scan;
+    s.observed = &observed_host_;
+    s.candidate = &output;
+    s.pair_accumulation_sigma = static_cast<const float*>(acc.raw());
+    s.flip_grid = static_cast<const float*>(grid.raw());
+    s.compared = compared_;
+    s.cols = cols_;
+    return DefectScanPass(s);
+  }
+
   void Describe(std::map<std::string, std::string>* details) const override {
     DescribeCounters(session_->counters(), details);
   }

@@ -238,26 +238,29 @@ TEST_F(DeviceExecutionTest, DiagnoseMatchesTheHostExecution) {
 }
 
 // The ranking reads its per-element evidence on the device: with every
-// element explained and no outputs asked for, nothing comes back but sums.
-TEST_F(DeviceExecutionTest, DiagnosisScoresOnTheDeviceAndDownloadsNothing) {
+// element explained and no outputs asked for, nothing comes back but sums
+// and the verdict's scan of best (its output, its pair accumulation sigma
+// and its flip grid), which runs on the host.
+TEST_F(DeviceExecutionTest, DiagnosisScoresOnTheDeviceAndBringsBackOnlyBestForTheVerdict) {
   LinearRequest r = RequestObservingBf16();
   r.configs.clear();
+  const int64_t count = r.observed->numel();
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   ASSERT_TRUE(out->diagnosis.has_value() && out->diagnosis->best.has_value());
   EXPECT_TRUE(out->diagnosis->outliers.empty());
   const SessionCounters c = device_->last_counters();
-  EXPECT_EQ(c.downloads, 0);
-  EXPECT_EQ(c.download_bytes, 0);
+  EXPECT_EQ(c.downloads, 3);
+  EXPECT_EQ(c.download_bytes, count * 2 + 2 * count * 4);  // bf16 output, two float arrays
   // At least: one explain pass and one score per class, and the error
   // against the reference.
   EXPECT_GE(c.diagnosis_passes, 3);
-  EXPECT_EQ(SessionDetails(*out)["session_downloads"], "0");
+  EXPECT_EQ(SessionDetails(*out)["session_downloads"], "3");
   EXPECT_EQ(SessionDetails(*out)["session_diagnosis_passes"], std::to_string(c.diagnosis_passes));
 }
 
-// Outliers are the one case where element values come back: the explained
-// mask (a byte per element) and the one output they are listed against.
+// Outliers bring back the explained mask (a byte per element) and the one
+// output they are listed against, besides the verdict's scan.
 TEST_F(DeviceExecutionTest, OutliersBringBackTheMaskAndOneOutput) {
   LinearRequest r = RequestObservingBf16();
   r.configs.clear();
@@ -268,8 +271,9 @@ TEST_F(DeviceExecutionTest, OutliersBringBackTheMaskAndOneOutput) {
   auto device = engine_->Diagnose(r);
   ASSERT_THAT(device, IsOk());
   const SessionCounters c = device_->last_counters();
-  EXPECT_EQ(c.downloads, 2);
-  EXPECT_EQ(c.download_bytes, count * 1 + count * 2);  // the mask, one bf16 output
+  EXPECT_EQ(c.downloads, 2 + 3);
+  // The mask and one bf16 output; the scan's bf16 output and two float arrays.
+  EXPECT_EQ(c.download_bytes, count * 1 + count * 2 + count * 2 + 2 * count * 4);
   MakeEngine(kBudget, /*device_sessions=*/false);
   auto host = engine_->Diagnose(r);
   ASSERT_THAT(host, IsOk());

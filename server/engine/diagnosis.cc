@@ -39,6 +39,84 @@ bool SameArithmetic(const Config& a, const Config& b) {
          a.fast_accum == b.fast_accum;
 }
 
+// The steepest slope of the tanh form of GELU (at v near 1.5): a
+// difference of accumulators grows by at most this much through it.
+constexpr double kGeluMaxSlope = 1.13;
+
+// At most this share of the columns, and of the rows, may be set aside as
+// holding gathered differences (SetAsideGatheredDifferences), and only a
+// column or row holding at least kGatheredMin of them: a more precise
+// accumulation (fp64 against an fp32-accumulated output) disagrees in one
+// or two elements of many columns, each beyond its tiny expected flips,
+// and must stay implausible.
+constexpr double kGatheredShare = 0.1;
+constexpr int64_t kGatheredMin = 4;
+
+// The families (precisions) of the candidates, in the order offered.
+std::string FamiliesTried(const DiagnosisInput& in) {
+  std::vector<std::string> names;
+  for (const DiagnosisCandidate& c : in.candidates) {
+    const std::string name(PrecisionName(c.config.precision));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+// "2, 17 and 40" of the first `limit` groups, "... and 3 more" past them.
+std::string IndexList(const std::vector<DefectGroup>& groups, size_t limit) {
+  std::vector<std::string> parts;
+  for (size_t j = 0; j < groups.size() && j < limit; ++j) {
+    parts.push_back(absl::StrCat(groups[j].index));
+  }
+  std::string list = absl::StrJoin(parts, ", ");
+  if (groups.size() > limit) absl::StrAppend(&list, " and ", groups.size() - limit, " more");
+  return list;
+}
+
+// The scan's groups that are not rounding: a Poisson tail of their bit
+// differences below `alpha` once multiplied by the number of groups, or
+// an element beyond the threshold. Most surprising first.
+std::vector<DefectGroup> FlaggedGroups(const std::vector<GroupScan>& groups, double alpha) {
+  std::vector<DefectGroup> flagged;
+  const double tested = static_cast<double>(groups.size());
+  for (size_t j = 0; j < groups.size(); ++j) {
+    const GroupScan& g = groups[j];
+    if (g.differing == 0) continue;
+    const double p = std::min(1.0, PoissonUpperTail(g.differing, g.expected) * tested);
+    if (!(p < alpha) && g.beyond == 0) continue;
+    DefectGroup d;
+    d.index = static_cast<int64_t>(j);
+    d.disagreements = g.differing;
+    d.expected_disagreements = g.expected;
+    d.p_value = p;
+    d.beyond_threshold = g.beyond;
+    d.max_ulp = g.max_ulp;
+    d.max_sigma = g.max_sigma;
+    flagged.push_back(d);
+  }
+  std::stable_sort(flagged.begin(), flagged.end(), [](const DefectGroup& a, const DefectGroup& b) {
+    if (a.p_value != b.p_value) return a.p_value < b.p_value;
+    return a.beyond_threshold > b.beyond_threshold;
+  });
+  return flagged;
+}
+
+}  // namespace
+
+double ElementThresholdSigma(int64_t count) {
+  // Two-sided: P(|Z| > t) = erfc(t / sqrt(2)).
+  const double tail = kVerdictFalseAlarm / 3.0 / static_cast<double>(std::max<int64_t>(count, 1));
+  double lo = kConsistentZ, hi = 40;
+  if (std::erfc(lo / std::sqrt(2.0)) <= tail) return lo;
+  for (int i = 0; i < 200 && hi - lo > 1e-9; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (std::erfc(mid / std::sqrt(2.0)) > tail ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+namespace {
+
 // One diagnosis, step by step (RankCandidates below reads as the list of
 // steps). Shared state between the steps is the struct's data; what is
 // read element by element comes from `evidence`.
@@ -140,6 +218,48 @@ struct Ranking {
       ClassScore& cls = classes[j];
       static_cast<rules::ScoreSums&>(cls) = sums[j];
       cls.plausibility_p = PoissonUpperTail(cls.disagreements(), cls.expected_disagreements);
+    }
+    return absl::OkStatus();
+  }
+
+  // A consistent class made implausible only by bit differences gathered
+  // in a few columns or rows is judged without them: a defect there (one
+  // wrong weight flips a column far more often than rounding) must not
+  // hand `best` to a coarser accumulation whose noise absorbs the flips.
+  // A column or row is set aside when its count is beyond a Poisson tail
+  // of kVerdictFalseAlarm / 3 (corrected for the number of columns or
+  // rows) around the class's expected flips spread evenly; the test is
+  // then redone on what is left, its expected flips scaled down by the
+  // share set aside. The verdict's scan names those columns and rows.
+  absl::Status SetAsideGatheredDifferences() {
+    const double alpha = kVerdictFalseAlarm / 3.0;
+    for (ClassScore& cls : classes) {
+      if (!cls.is_consistent() || cls.is_plausible()) continue;
+      TC_ASSIGN_OR_RETURN(const DifferingCounts d,
+                          evidence.Differing(cls.members[0], explained_count == 0));
+      int64_t removed = 0;
+      double kept_share = 1.0;
+      for (const std::vector<int64_t>* groups : {&d.columns, &d.rows}) {
+        if (groups->empty()) continue;
+        const double n = static_cast<double>(groups->size());
+        const double mu = cls.expected_disagreements / n;
+        int64_t flagged = 0;
+        for (int64_t count : *groups) {
+          if (count >= kGatheredMin && PoissonUpperTail(count, mu) * n < alpha) {
+            removed += count;
+            ++flagged;
+          }
+        }
+        kept_share *= 1.0 - static_cast<double>(flagged) / n;
+        // Differences in more than a tenth of the columns or rows are not
+        // gathered: nothing is set aside.
+        if (static_cast<double>(flagged) > kGatheredShare * n) removed = -1;
+        if (removed < 0) break;
+      }
+      if (removed <= 0) continue;
+      const int64_t left = std::max<int64_t>(0, cls.disagreements() - removed);
+      const double p = PoissonUpperTail(left, cls.expected_disagreements * kept_share);
+      if (p >= kPlausibilityAlpha) cls.plausibility_p = p;
     }
     return absl::OkStatus();
   }
@@ -477,6 +597,152 @@ struct Ranking {
     return absl::OkStatus();
   }
 
+  // ---- The verdict (docs/numerics.md, "Verdict").
+
+  // No candidate explains the output at all (NothingExplains).
+  void DecideNothingExplains() {
+    const ClassScore& top = classes[0];
+    out.verdict = DiagnosisVerdict::kUnexplained;
+    out.confidence = std::min(out.confidence, kUnexplainedConfidence);
+    out.verdict_reason = absl::StrFormat(
+        "Unexplained: no candidate explains the output: %s of its elements lie more than %.0f "
+        "predicted standard errors from every candidate (closest: %s, %s of elements "
+        "consistent). The computation is probably one that was not offered (families tried: "
+        "%s), or the weights, input or bias differ throughout.",
+        FormatShare(total - explained_count, total), kConsistentZ,
+        in.candidates[top.members[0]].config.ToString(), FormatShare(top.consistent, top.counted),
+        FamiliesTried(in));
+    out.explanation = absl::StrCat(out.verdict_reason, " ", out.explanation);
+  }
+
+  // Where a defect's columns, rows and elements point in the operands.
+  std::string WhereToLook(const DefectReport& d) const {
+    const std::string w_part =
+        in.weight_layout == WeightLayout::kInOut ? "weight column" : "weight row";
+    const std::string layout(WeightLayoutName(in.weight_layout));
+    std::vector<std::string> parts;
+    if (!d.columns.empty()) {
+      const std::string list = IndexList(d.columns, 5);
+      std::string part =
+          absl::StrFormat("output column %s ↔ %s %s (%s layout)", list, w_part, list, layout);
+      if (in.has_bias) absl::StrAppend(&part, " and bias element ", list);
+      parts.push_back(std::move(part));
+    }
+    if (!d.rows.empty()) {
+      const std::string list = IndexList(d.rows, 5);
+      parts.push_back(absl::StrFormat("output row %s ↔ input row %s (leading dimensions flattened)",
+                                      list, list));
+    }
+    return absl::StrJoin(parts, "; ");
+  }
+
+  // Rounding, defect or unexplained, from a scan of every element against
+  // best: an element test whose threshold grows with the element count,
+  // and Poisson tests of each column's and row's bit differences.
+  absl::Status Decide() {
+    const ClassScore& top = classes[0];
+    const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
+    const double alpha = kVerdictFalseAlarm / 3.0;
+    DefectScanInput spec;
+    spec.cols = Columns(in);
+    spec.unfused_bias = in.has_bias && top_c.config.bias == BiasMode::kUnfused;
+    spec.slope = in.activation == Activation::kGeluTanh ? kGeluMaxSlope : 1.0;
+    spec.threshold = ElementThresholdSigma(total);
+    spec.top_k = in.top_k;
+    TC_ASSIGN_OR_RETURN(const DefectScan scan, evidence.ScanDefects(top.members[0], spec));
+    const std::vector<DefectGroup> columns = FlaggedGroups(scan.columns, alpha);
+    const std::vector<DefectGroup> rows = FlaggedGroups(scan.rows, alpha);
+
+    // What the columns and rows flagged by their Poisson tests hold: the
+    // elements beyond the threshold and the bit differences beyond the
+    // expected ones (an element in both counts twice; a lower bound of
+    // what is spread elsewhere).
+    int64_t held_beyond = 0;
+    double held_excess = 0;
+    int64_t columns_beyond = 0, rows_beyond = 0;
+    for (const std::vector<DefectGroup>* groups : {&columns, &rows}) {
+      for (const DefectGroup& g : *groups) {
+        if (g.beyond_threshold > 0) ++(groups == &columns ? columns_beyond : rows_beyond);
+        if (!(g.p_value < alpha)) continue;
+        held_beyond += g.beyond_threshold;
+        held_excess += static_cast<double>(g.disagreements) - g.expected_disagreements;
+      }
+    }
+    const int64_t diffuse = std::max<int64_t>(0, scan.all.beyond - held_beyond);
+    const double excess = static_cast<double>(scan.all.differing) - scan.all.expected;
+
+    std::string unexplained;
+    if (top.bound_ratio() > kUnexplainedBoundRatio) {
+      unexplained = absl::StrFormat(
+          "its differences from the observed output are %.2g times what its error model "
+          "predicts for another summation order",
+          top.bound_ratio());
+    } else if (static_cast<double>(diffuse) > kUnexplainedDiffuseShare * total) {
+      unexplained = absl::StrFormat(
+          "%s of the elements lie beyond %.1f predicted standard errors of it, spread over "
+          "%d columns and %d rows rather than gathered in a few",
+          FormatShare(diffuse, total), spec.threshold, columns_beyond, rows_beyond);
+    } else if (!top.is_plausible() && held_excess < 0.5 * excess) {
+      unexplained = absl::StrFormat(
+          "the observed output differs from it in %d elements where its rounding flips explain "
+          "about %.3g, spread over the output rather than gathered in a few columns or rows",
+          scan.all.differing, scan.all.expected);
+    }
+    if (!unexplained.empty()) {
+      out.verdict = DiagnosisVerdict::kUnexplained;
+      out.confidence = std::min(out.confidence, kUnexplainedConfidence);
+      out.verdict_reason = absl::StrFormat(
+          "Unexplained: no candidate explains the bulk of the output: the closest, %s, does not "
+          "(%s). The computation is probably one that was not offered (families tried: %s).",
+          *out.best, unexplained, FamiliesTried(in));
+    } else if (scan.all.beyond > 0 || !columns.empty() || !rows.empty()) {
+      DefectReport d;
+      d.element_threshold_sigma = spec.threshold;
+      d.false_alarm_rate = kVerdictFalseAlarm;
+      d.element_count = scan.all.beyond;
+      for (const SigmaElement& e : scan.largest) d.elements.push_back({e.diff, e.sigma});
+      const size_t groups = static_cast<size_t>(std::max(in.top_groups, 0));
+      d.columns.assign(columns.begin(), columns.begin() + std::min(groups, columns.size()));
+      d.rows.assign(rows.begin(), rows.begin() + std::min(groups, rows.size()));
+      d.max_ulp = scan.all.max_ulp;
+      d.max_sigma = scan.all.max_sigma;
+      d.where_to_look = WhereToLook(d);
+      std::vector<std::string> parts;
+      if (scan.all.beyond > 0) {
+        parts.push_back(absl::StrFormat(
+            "%d element(s) lie beyond %.1f predicted standard errors of it (largest %d ULP, "
+            "%.3g sigma)",
+            scan.all.beyond, spec.threshold, scan.all.max_ulp, scan.all.max_sigma));
+      }
+      for (const auto& [name, flagged] :
+           {std::pair<const char*, const std::vector<DefectGroup>*>{"column", &columns},
+            std::pair<const char*, const std::vector<DefectGroup>*>{"row", &rows}}) {
+        for (size_t j = 0; j < flagged->size() && j < 3; ++j) {
+          const DefectGroup& g = (*flagged)[j];
+          if (!(g.p_value < alpha)) continue;
+          parts.push_back(absl::StrFormat(
+              "%s %d holds %d bit differences where rounding flips explain about %.3g "
+              "(p = %.2g)",
+              name, g.index, g.disagreements, g.expected_disagreements, g.p_value));
+        }
+      }
+      out.verdict = DiagnosisVerdict::kDefect;
+      out.verdict_reason = absl::StrFormat(
+          "Defect: %s explains the bulk of the output, but not all of it: %s. Look at %s.",
+          *out.best, absl::StrJoin(parts, "; "), d.where_to_look);
+      out.defect = std::move(d);
+    } else {
+      out.verdict = DiagnosisVerdict::kRounding;
+      out.verdict_reason = absl::StrFormat(
+          "Rounding: every element is within %.1f predicted standard errors of %s beyond one "
+          "output rounding (largest %.2g), and no column or row holds more bit differences "
+          "than its rounding flips explain (%d differ, about %.3g expected).",
+          spec.threshold, *out.best, scan.all.max_sigma, scan.all.differing, scan.all.expected);
+    }
+    out.explanation = absl::StrCat(out.verdict_reason, " ", out.explanation);
+    return absl::OkStatus();
+  }
+
   // Every candidate, class by class in rank order, with the evidence on
   // it. `z[j]`: class j's paired sign test against best (NaN when not run).
   void EmitRanking(const std::string& best_name, const std::vector<double>& z) {
@@ -531,12 +797,14 @@ absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& in,
   TC_RETURN_IF_ERROR(r.Classify());
   TC_RETURN_IF_ERROR(r.MarkExplained());
   TC_RETURN_IF_ERROR(r.Score());
+  TC_RETURN_IF_ERROR(r.SetAsideGatheredDifferences());
   r.Order();
   TC_RETURN_IF_ERROR(r.NamePreferredFirst());
   TC_RETURN_IF_ERROR(r.ListOutliers());
   if (r.NothingExplains()) {
     TC_RETURN_IF_ERROR(r.ExplainNothing());
     r.EmitRanking("", {});
+    r.DecideNothingExplains();
     return std::move(r.out);
   }
   r.NameBest();
@@ -545,6 +813,7 @@ absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& in,
   r.Confidence();
   TC_RETURN_IF_ERROR(r.LocalizeDifferences());
   TC_RETURN_IF_ERROR(r.WriteParagraph());
+  TC_RETURN_IF_ERROR(r.Decide());
   return std::move(r.out);
 }
 

@@ -86,6 +86,24 @@ inline constexpr double kPlausibilityAlpha = 1e-6;
 // best (ClassScore::plausible_by_floor_only).
 inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
+// ---- The verdict (docs/numerics.md, "Verdict").
+// The chance that a clean output (rounding of best) is called anything
+// else, per layer; split evenly between the element, column and row tests.
+inline constexpr double kVerdictFalseAlarm = 1e-3;
+// Unexplained when best's differences are more than this many times what
+// its error model predicts for another summation order (its bound_ratio)...
+inline constexpr double kUnexplainedBoundRatio = 1.5;
+// ...or when more than this share of the elements lie beyond the element
+// threshold outside the columns and rows the scan flags (a misfit spread
+// over the whole output, not a defect in one place).
+inline constexpr double kUnexplainedDiffuseShare = 1e-3;
+// The confidence of an unexplained verdict is at most this.
+inline constexpr double kUnexplainedConfidence = 0.5;
+
+// The element test's threshold for `count` elements: the z whose two-sided
+// Gaussian tail is kVerdictFalseAlarm / 3 / count (at least kConsistentZ).
+double ElementThresholdSigma(int64_t count);
+
 // A candidate. Its per-element arrays (output, pair_sigma and the others)
 // are read only by HostEvidence; a diagnosis whose evidence is elsewhere
 // (on a device) leaves them null.
@@ -121,6 +139,8 @@ struct DiagnosisInput {
   DType output_dtype = DType::kFloat32;
   bool has_bias = false;
   Activation activation = Activation::kNone;
+  // Where a defect's column points in W (docs/numerics.md, "Verdict").
+  WeightLayout weight_layout = WeightLayout::kOutIn;
   std::vector<int64_t> output_shape;  // [..., N]
   std::vector<DiagnosisCandidate> candidates;
   int top_k = 10;
@@ -164,6 +184,10 @@ class DiagnosisEvidence {
   // Every element outside the explained set, observed against candidate
   // c, in element order.
   virtual absl::StatusOr<std::vector<ElementDiff>> Unexplained(size_t c) = 0;
+  // The verdict's scan of every element against candidate c
+  // (DefectScanPass, with `scan`'s threshold and the rest; its observed,
+  // candidate and arrays are c's).
+  virtual absl::StatusOr<DefectScan> ScanDefects(size_t c, const DefectScanInput& scan) = 0;
   // What the passes cost where that is worth reporting (a device's
   // transfer counters), into a result's details; nothing by default.
   virtual void Describe(std::map<std::string, std::string>* details) const { (void)details; }

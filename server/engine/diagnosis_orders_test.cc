@@ -147,6 +147,8 @@ class DiagnosisOrdersTest : public ::testing::Test {
         // The storage dtype's own precision: what PyTorch and candle use,
         // named first among the bitwise-equal fp32-accumulating ones.
         EXPECT_EQ(*d.best, "cpu:" + storage + ":" + bias) << d.explanation;
+        // A clean output in any order: rounding (docs/numerics.md, "Verdict").
+        EXPECT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.verdict_reason;
         const RankedCandidate* fp64 = Ranked(d, "cpu:fp64:" + bias);
         ASSERT_NE(fp64, nullptr);
         if (fp64->disagreements >= kMinImplausibleDisagreements) {
@@ -178,6 +180,7 @@ class DiagnosisOrdersTest : public ::testing::Test {
     const DiagnosisOutcome& d = *out->diagnosis;
     ASSERT_TRUE(d.best.has_value()) << d.explanation;
     EXPECT_EQ(*d.best, "cpu:fp64:" + bias) << d.explanation;
+    EXPECT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.verdict_reason;
     EXPECT_THAT(d.framework_hint, ::testing::Not(::testing::HasSubstr("torch float64")));
   }
 

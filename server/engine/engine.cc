@@ -483,6 +483,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   in.output_dtype = plan.output_dtype;
   in.has_bias = request.bias.has_value();
   in.activation = request.activation;
+  in.weight_layout = request.layout;
   in.output_shape = plan.output_shape;
   in.top_k = plan.compare.top_k;
   in.top_groups = plan.compare.top_groups;

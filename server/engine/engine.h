@@ -183,7 +183,47 @@ struct RankedCandidate {
   std::map<std::string, std::string> details;
 };
 
+// Bug or rounding (docs/numerics.md, "Verdict").
+enum class DiagnosisVerdict {
+  kUnspecified,
+  kRounding,     // every element, column and row consistent with best
+  kDefect,       // best explains the bulk; `defect` lists what it does not
+  kUnexplained,  // no candidate explains the bulk
+};
+
+// A column or row of the verdict's scan against best.
+struct DefectGroup {
+  int64_t index = 0;
+  int64_t disagreements = 0;  // elements differing from best in bits
+  double expected_disagreements = 0;
+  double p_value = 1;  // Poisson tail times the groups tested, capped at 1
+  int64_t beyond_threshold = 0;
+  uint64_t max_ulp = 0;
+  double max_sigma = 0;
+};
+
+struct DefectElement {
+  ElementDiff element;
+  double sigma = 0;  // distance beyond rounding, in pair accumulation sigmas
+};
+
+// What is not rounding of best.
+struct DefectReport {
+  double element_threshold_sigma = 0;
+  double false_alarm_rate = 0;
+  int64_t element_count = 0;
+  std::vector<DefectElement> elements;
+  std::vector<DefectGroup> columns;
+  std::vector<DefectGroup> rows;
+  uint64_t max_ulp = 0;
+  double max_sigma = 0;
+  std::string where_to_look;
+};
+
 struct DiagnosisOutcome {
+  DiagnosisVerdict verdict = DiagnosisVerdict::kUnspecified;
+  std::string verdict_reason;
+  std::optional<DefectReport> defect;
   std::optional<std::string> best;
   std::vector<std::string> equivalent;
   std::vector<std::string> tied;

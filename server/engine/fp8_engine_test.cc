@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -135,6 +136,66 @@ TEST_F(Fp8EngineTest, EveryRuleBrokenIsInvalidArgumentNamingTheField) {
     c.mutate(&r);
     EXPECT_THAT(engine_->Verify(r),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)));
+  }
+}
+
+// Every element of a scale must be finite and positive: the message names
+// the field, the element (for a scale with dimensions) and the value, and
+// the engine answers a good request afterwards. The messages are written
+// out here from the rule in docs/numerics.md ("FP8").
+TEST_F(Fp8EngineTest, ScaleThatIsNotFiniteAndPositiveIsInvalidArgumentNamingTheElement) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    const char* name;
+    bool row_wise;
+    void (*mutate)(LinearRequest*, float);
+    float value;
+    const char* message;
+  };
+  // Per tensor: input_scale has shape [], weight_scale [1]; row-wise:
+  // input_scale [4, 1], weight_scale [8].
+  auto set_input = [](LinearRequest* r, float v) { r->input_scale->data<float>()[0] = v; };
+  auto set_weight = [](LinearRequest* r, float v) { r->weight_scale->data<float>()[0] = v; };
+  auto set_weight_5 = [](LinearRequest* r, float v) { r->weight_scale->data<float>()[5] = v; };
+  auto set_input_3 = [](LinearRequest* r, float v) { r->input_scale->data<float>()[3] = v; };
+  const Case cases[] = {
+      {"NaN input scale", false, set_input, nan,
+       "op.input_scale: a finite, positive float32 scale expected, got NaN"},
+      {"+Inf weight scale", false, set_weight, inf,
+       "op.weight_scale[0]: a finite, positive float32 scale expected, got +Inf"},
+      {"-Inf weight scale", false, set_weight, -inf,
+       "op.weight_scale[0]: a finite, positive float32 scale expected, got -Inf"},
+      {"zero input scale", false, set_input, 0.0f,
+       "op.input_scale: a finite, positive float32 scale expected, got 0"},
+      {"negative zero weight scale", false, set_weight, -0.0f,
+       "op.weight_scale[0]: a finite, positive float32 scale expected, got -0"},
+      {"-1 weight scale", false, set_weight, -1.0f,
+       "op.weight_scale[0]: a finite, positive float32 scale expected, got -1"},
+      {"NaN in one row-wise weight scale", true, set_weight_5, nan,
+       "op.weight_scale[5]: a finite, positive float32 scale expected, got NaN"},
+      {"-1 in one row-wise input scale", true, set_input_3, -1.0f,
+       "op.input_scale[3]: a finite, positive float32 scale expected, got -1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    LinearRequest r = Fp8Request(4, 8, 64, c.row_wise);
+    c.mutate(&r, c.value);
+    EXPECT_THAT(engine_->Verify(r),
+                StatusIs(absl::StatusCode::kInvalidArgument, ::testing::Eq(c.message)));
+    // Diagnose takes the same rule (the wrong scale would otherwise be
+    // blamed on the column or row it scales).
+    r.observed = *FromFloats(DType::kBFloat16, {4, 8}, std::vector<float>(32, 0.0f));
+    EXPECT_THAT(engine_->Diagnose(r),
+                StatusIs(absl::StatusCode::kInvalidArgument, ::testing::Eq(c.message)));
+  }
+  // The smallest positive float32 (a subnormal, 2^-149) is a valid scale,
+  // and a good request is answered after the refusals.
+  for (bool row_wise : {false, true}) {
+    LinearRequest r = Fp8Request(4, 8, 64, row_wise);
+    r.weight_scale->data<float>()[0] = std::ldexp(1.0f, -149);
+    r.configs = {"cpu:fp8e4m3"};
+    EXPECT_THAT(engine_->Verify(r), IsOk());
   }
 }
 

@@ -358,6 +358,55 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   return req;
 }
 
+namespace {
+
+v1::Diagnosis::Verdict VerdictToProto(DiagnosisVerdict v) {
+  switch (v) {
+    case DiagnosisVerdict::kRounding:
+      return v1::Diagnosis::VERDICT_ROUNDING;
+    case DiagnosisVerdict::kDefect:
+      return v1::Diagnosis::VERDICT_DEFECT;
+    case DiagnosisVerdict::kUnexplained:
+      return v1::Diagnosis::VERDICT_UNEXPLAINED;
+    case DiagnosisVerdict::kUnspecified:
+      break;
+  }
+  return v1::Diagnosis::VERDICT_UNSPECIFIED;
+}
+
+void DefectGroupsToProto(const std::vector<DefectGroup>& groups,
+                         google::protobuf::RepeatedPtrField<v1::DefectGroup>* out) {
+  for (const DefectGroup& g : groups) {
+    v1::DefectGroup* p = out->Add();
+    p->set_index(g.index);
+    p->set_disagreements(g.disagreements);
+    p->set_expected_disagreements(g.expected_disagreements);
+    p->set_p_value(g.p_value);
+    p->set_beyond_threshold(g.beyond_threshold);
+    p->set_max_ulp(g.max_ulp);
+    p->set_max_sigma(g.max_sigma);
+  }
+}
+
+void DefectToProto(const DefectReport& d, DType compared, const std::vector<int64_t>& shape,
+                   v1::Defect* p) {
+  p->set_element_threshold_sigma(d.element_threshold_sigma);
+  p->set_false_alarm_rate(d.false_alarm_rate);
+  p->set_element_count(d.element_count);
+  for (const DefectElement& e : d.elements) {
+    v1::DefectElement* pe = p->add_elements();
+    ElementToProto(e.element, compared, shape, pe->mutable_element());
+    pe->set_sigma(e.sigma);
+  }
+  DefectGroupsToProto(d.columns, p->mutable_columns());
+  DefectGroupsToProto(d.rows, p->mutable_rows());
+  p->set_max_ulp(d.max_ulp);
+  p->set_max_sigma(d.max_sigma);
+  p->set_where_to_look(d.where_to_look);
+}
+
+}  // namespace
+
 void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
   p->set_verdict(o.passed ? v1::VERDICT_PASS : v1::VERDICT_FAIL);
   v1::Tolerance* t = p->mutable_tolerance();
@@ -412,6 +461,9 @@ void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
                      pd->mutable_localization()->add_outliers());
     }
     pd->set_explanation(d.explanation);
+    pd->set_verdict(VerdictToProto(d.verdict));
+    pd->set_verdict_reason(d.verdict_reason);
+    if (d.defect) DefectToProto(*d.defect, d.compared_dtype, o.output_shape, pd->mutable_defect());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -579,6 +580,44 @@ TEST_F(StoreCallsTest, MissingDigestsAreFailedPreconditionWithADetailListingThem
   ASSERT_TRUE(Upload(absent_x).ok());
   v1::VerifyResponse ok;
   EXPECT_TRUE(Verify(r, &ok).ok());
+}
+
+// A dequantisation scale sent by digest meets the rule of an inline one
+// (docs/numerics.md, "FP8"): a NaN in a stored row-wise weight scale is
+// INVALID_ARGUMENT naming the element, and the server keeps serving.
+TEST_F(StoreCallsTest, AStoredFp8ScaleHoldingNaNIsInvalidArgumentNamingTheElement) {
+  auto floats = [](std::vector<float> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  const std::string bad = floats({0.5f, std::numeric_limits<float>::quiet_NaN(), 2.0f});
+  const std::string good = floats({0.5f, 0.25f, 2.0f});
+  ASSERT_TRUE(Upload(bad).ok());
+  ASSERT_TRUE(Upload(good).ok());
+  v1::VerifyRequest r;
+  v1::LinearOp* op = r.mutable_op();
+  // x [2, 8] and W [3, 8] of float8_e4m3fn 1.0 (0x38), row-wise scales.
+  for (auto [t, rows] : {std::pair{op->mutable_input(), 2}, {op->mutable_weight(), 3}}) {
+    t->set_dtype(v1::DTYPE_FLOAT8_E4M3FN);
+    t->add_shape(rows);
+    t->add_shape(8);
+    t->set_data(std::string(static_cast<size_t>(rows) * 8, '\x38'));
+  }
+  op->mutable_input_scale()->set_dtype(v1::DTYPE_FLOAT32);
+  op->mutable_input_scale()->add_shape(2);
+  op->mutable_input_scale()->set_data(floats({1.0f, 1.0f}));
+  op->mutable_weight_scale()->set_dtype(v1::DTYPE_FLOAT32);
+  op->mutable_weight_scale()->add_shape(3);
+  op->mutable_weight_scale()->set_digest(DigestOf(bad).ToString());
+  r.add_configs("cpu:fp8e4m3");
+  v1::VerifyResponse resp;
+  const grpc::Status s = Verify(r, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "op.weight_scale[1]: a finite, positive float32 scale expected, got NaN");
+  // The same request with a good stored scale is answered.
+  op->mutable_weight_scale()->set_digest(DigestOf(good).ToString());
+  const grpc::Status ok = Verify(r, &resp);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
 }
 
 TEST_F(StoreCallsTest, LargeReturnedOutputsComeBackByDigest) {

@@ -1,6 +1,9 @@
 #include "server/stats/diagnosis_passes.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "server/stats/error_model.h"
 #include "server/stats/ulp.h"
@@ -81,6 +84,76 @@ DifferingCounts DifferingPass(const Tensor& a, const Tensor& b, const uint8_t* m
     if (i / cols < static_cast<int64_t>(d.rows.size())) ++d.rows[static_cast<size_t>(i / cols)];
     ++d.total;
   }
+  return d;
+}
+
+double BeyondRoundingSigma(double o, double v, uint64_t ulp, float pair_accumulation_sigma,
+                           float grid, bool unfused_bias, double slope, DType compared) {
+  if (ulp == 0) return 0;
+  if (!std::isfinite(o) || !std::isfinite(v)) return std::numeric_limits<double>::infinity();
+  double slack = std::max(OutputSpacing(o, compared), OutputSpacing(v, compared));
+  // An unfused bias rounds x.w first: another spacing, of x.w (the flip
+  // grid holds the coarsest of the grids the accumulator passes).
+  if (unfused_bias && std::isfinite(grid)) slack += static_cast<double>(grid);
+  const double excess = std::fabs(o - v) - slack;
+  if (excess <= 0) return 0;
+  return excess / (static_cast<double>(pair_accumulation_sigma) * slope);
+}
+
+DefectScan DefectScanPass(const DefectScanInput& in) {
+  DefectScan d;
+  const int64_t total = in.observed->numel();
+  const int64_t cols = std::max<int64_t>(in.cols, 1);
+  d.columns.assign(static_cast<size_t>(cols), GroupScan{});
+  d.rows.assign(static_cast<size_t>(total / cols), GroupScan{});
+  auto add = [](GroupScan& g, uint64_t ulp, double flip, double z, bool beyond) {
+    g.expected += flip;
+    if (ulp == 0) return;
+    ++g.differing;
+    if (beyond) ++g.beyond;
+    g.max_ulp = std::max(g.max_ulp, ulp);
+    if (!(z <= g.max_sigma)) g.max_sigma = z;  // NaN-free: z is never NaN
+  };
+  // The largest z beyond the threshold, kept as a min-heap of top_k.
+  auto smaller = [](const SigmaElement& a, const SigmaElement& b) { return a.sigma > b.sigma; };
+  const size_t keep = static_cast<size_t>(std::max(in.top_k, 0));
+  for (int64_t i = 0; i < total; ++i) {
+    const double o = in.observed->GetDouble(i);
+    const double v = in.candidate->GetDouble(i);
+    const uint64_t ulp = DiagnosisUlp(o, v, in.compared);
+    const float grid = in.flip_grid != nullptr ? in.flip_grid[i]
+                                               : static_cast<float>(OutputSpacing(v, in.compared));
+    const double flip = rules::FlipChance(in.pair_accumulation_sigma[i], grid);
+    const double z = BeyondRoundingSigma(o, v, ulp, in.pair_accumulation_sigma[i], grid,
+                                         in.unfused_bias, in.slope, in.compared);
+    const bool beyond = z > in.threshold;
+    add(d.columns[static_cast<size_t>(i % cols)], ulp, flip, z, beyond);
+    if (i / cols < static_cast<int64_t>(d.rows.size())) {
+      add(d.rows[static_cast<size_t>(i / cols)], ulp, flip, z, beyond);
+    }
+    add(d.all, ulp, flip, z, beyond);
+    if (!beyond || keep == 0) continue;
+    if (d.largest.size() == keep && !(z > d.largest.front().sigma)) continue;
+    SigmaElement e;
+    e.sigma = z;
+    e.diff.flat_index = i;
+    e.diff.actual = o;
+    e.diff.expected = v;
+    e.diff.actual_bits = BitsIn(o, in.compared);
+    e.diff.expected_bits = BitsIn(v, in.compared);
+    e.diff.abs_diff = std::fabs(o - v);
+    e.diff.rel_diff = v != 0 ? e.diff.abs_diff / std::fabs(v)
+                             : (e.diff.abs_diff == 0 ? 0 : std::numeric_limits<double>::infinity());
+    e.diff.ulp = ulp;
+    if (d.largest.size() == keep) {
+      std::pop_heap(d.largest.begin(), d.largest.end(), smaller);
+      d.largest.back() = e;
+    } else {
+      d.largest.push_back(e);
+    }
+    std::push_heap(d.largest.begin(), d.largest.end(), smaller);
+  }
+  std::sort_heap(d.largest.begin(), d.largest.end(), smaller);
   return d;
 }
 

@@ -20,6 +20,7 @@
 
 #include "server/core/tensor.h"
 #include "server/stats/diagnosis_rules.h"
+#include "server/stats/diff_stats.h"
 
 namespace tensorcheck {
 
@@ -62,6 +63,60 @@ struct DifferingCounts {
 };
 DifferingCounts DifferingPass(const Tensor& a, const Tensor& b, const uint8_t* mask, int64_t cols,
                               DType compared);
+
+// ---- The verdict's scan: where the observed output is not rounding of a
+// candidate (docs/numerics.md, "Verdict").
+//
+// Under "the observed output is this candidate computed in another
+// summation order", observed and candidate are two roundings of
+// accumulators d ~ N(0, s^2) apart (s: the candidate's pair accumulation
+// sigma): they differ by at most |d| plus the rounding slack (one output
+// spacing at the larger of the two, and with an unfused bias the flip
+// grid's spacing of x.w too). An element's distance in sigma is
+//   z = max(0, |o - v| - slack) / (s * slope)
+// (slope: the activation's steepest, 1 but for GELU), 0 where bitwise
+// equal and infinite where exactly one is not finite or both differ
+// while not finite. Per column and per row the scan counts the elements
+// that differ in bits against the rounding flips predicted there (the sum
+// of FlipChance, as ScorePass), and the elements beyond `threshold`.
+struct DefectScanInput {
+  const Tensor* observed = nullptr;
+  const Tensor* candidate = nullptr;
+  const float* pair_accumulation_sigma = nullptr;
+  const float* flip_grid = nullptr;  // null: the output spacing at v
+  DType compared = DType::kFloat32;
+  int64_t cols = 1;
+  bool unfused_bias = false;
+  double slope = 1.0;      // the activation's steepest slope
+  double threshold = 6.0;  // z beyond which an element is not rounding
+  int top_k = 10;          // elements listed, largest z first
+};
+
+struct GroupScan {
+  int64_t differing = 0;  // elements that differ in bits
+  double expected = 0;    // rounding flips predicted there
+  int64_t beyond = 0;     // elements with z > threshold
+  uint64_t max_ulp = 0;
+  double max_sigma = 0;
+};
+
+struct SigmaElement {
+  ElementDiff diff;
+  double sigma = 0;  // z
+};
+
+struct DefectScan {
+  std::vector<GroupScan> columns;  // cols entries
+  std::vector<GroupScan> rows;     // count / cols entries (a partial last row is none)
+  GroupScan all;
+  std::vector<SigmaElement> largest;  // up to top_k beyond the threshold, largest z first
+};
+
+// The distance in sigma of one element (above); `grid` the flip grid there.
+double BeyondRoundingSigma(double o, double v, uint64_t ulp, float pair_accumulation_sigma,
+                           float grid, bool unfused_bias, double slope, DType compared);
+
+DefectScan DefectScanPass(const DefectScanInput& in);
 
 // The observed output against the reference with the sigma against the
 // exact result.

@@ -153,5 +153,61 @@ TEST(DiagnosisPassesTest, SameBitsIsByteEquality) {
   EXPECT_FALSE(SameBitsPass(Floats({1, 2}), Floats({1, 2, 3})));
 }
 
+// The verdict's scan on a 2 x 3 bf16 output, every number by hand. bf16
+// spacing at [1, 2) is 2^-7 = 0.0078125; sigma_acc 0.001 and a flip grid
+// of 2^-7 everywhere, so each element's flip chance is
+// sqrt(2/pi) * 0.001 / 0.0078125 = 0.10212922.
+TEST(DefectScanPassTest, CountsFlipsAndDistancesBeyondRoundingByHand) {
+  const Tensor observed =
+      *FromDoubles(DType::kBFloat16, {2, 3}, {1, 1.0078125, 1.0234375, NAN, 1.5, 1.5});
+  const Tensor candidate = *FromDoubles(DType::kBFloat16, {2, 3}, {1, 1, 1, 1, 1.5, 1.5});
+  const std::vector<float> sigma(6, 0.001f), grid(6, 0.0078125f);
+  DefectScanInput in;
+  in.observed = &observed;
+  in.candidate = &candidate;
+  in.pair_accumulation_sigma = sigma.data();
+  in.flip_grid = grid.data();
+  in.compared = DType::kBFloat16;
+  in.cols = 3;
+  in.threshold = 6.0;
+  const DefectScan d = DefectScanPass(in);
+  const double p = 0.7978845608028654 * static_cast<double>(0.001f) / 0.0078125;
+  // Element 1: one step apart, within the slack of one spacing: z = 0.
+  // Element 2: three steps (0.0234375) - one spacing = 0.015625 = 15.625 sigma.
+  // Element 3: NaN against 1: infinitely far.
+  ASSERT_EQ(d.columns.size(), 3u);
+  ASSERT_EQ(d.rows.size(), 2u);
+  EXPECT_EQ(d.columns[0].differing, 1);  // the NaN
+  EXPECT_EQ(d.columns[0].beyond, 1);
+  EXPECT_EQ(d.columns[0].max_sigma, kInf);
+  EXPECT_NEAR(d.columns[0].expected, 2 * p, 1e-12);
+  EXPECT_EQ(d.columns[1].differing, 1);
+  EXPECT_EQ(d.columns[1].beyond, 0);
+  EXPECT_EQ(d.columns[1].max_ulp, 1u);
+  EXPECT_EQ(d.columns[1].max_sigma, 0.0);
+  EXPECT_EQ(d.columns[2].beyond, 1);
+  EXPECT_EQ(d.columns[2].max_ulp, 3u);
+  EXPECT_NEAR(d.columns[2].max_sigma, 0.015625 / static_cast<double>(0.001f), 1e-9);
+  EXPECT_EQ(d.rows[0].differing, 2);
+  EXPECT_EQ(d.rows[0].beyond, 1);
+  EXPECT_EQ(d.rows[1].differing, 1);
+  EXPECT_EQ(d.all.differing, 3);
+  EXPECT_EQ(d.all.beyond, 2);
+  EXPECT_NEAR(d.all.expected, 6 * p, 1e-12);
+  // Largest first: the NaN, then element 2.
+  ASSERT_EQ(d.largest.size(), 2u);
+  EXPECT_EQ(d.largest[0].diff.flat_index, 3);
+  EXPECT_EQ(d.largest[1].diff.flat_index, 2);
+  EXPECT_EQ(d.largest[1].diff.ulp, 3u);
+  // An unfused bias adds the flip grid to the slack: 0.015625 - 0.0078125
+  // = 0.0078125 = 7.8125 sigma, still beyond 6; a top_k of 1 keeps the NaN.
+  in.unfused_bias = true;
+  in.top_k = 1;
+  const DefectScan u = DefectScanPass(in);
+  EXPECT_NEAR(u.columns[2].max_sigma, 0.0078125 / static_cast<double>(0.001f), 1e-9);
+  ASSERT_EQ(u.largest.size(), 1u);
+  EXPECT_EQ(u.largest[0].diff.flat_index, 3);
+}
+
 }  // namespace
 }  // namespace tensorcheck

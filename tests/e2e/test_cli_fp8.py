@@ -155,3 +155,57 @@ def test_uploaded_fp8_tensor_is_named_by_its_digest(server: str, files: Path) ->
                 "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["verdict"] == "pass"
+
+
+# The server's rule for every dequantisation scale (docs/numerics.md,
+# "FP8"), as its INVALID_ARGUMENT message words it.
+SCALE_RULE = "a finite, positive float32 scale expected, got"
+
+
+def test_a_nan_in_a_row_wise_scale_file_is_refused_by_the_server_naming_the_element(
+        server: str, files: Path) -> None:
+    np.save(files / "xs.npy", np.array([0.5, 0.25], dtype=np.float32))
+    # W's third output feature would be blamed for a NaN scale's column.
+    np.save(files / "ws.npy", np.array([1.0, 2.0, np.nan, 0.5], dtype=np.float32))
+    args = fp8_verify(server, files, "--input-scale", str(files / "xs.npy"),
+                      "--weight-scale", str(files / "ws.npy"), "--config",
+                      "cpu:fp8e4m3@scaling=row")
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "INVALID_ARGUMENT" in r.stderr, r.stderr
+    assert f"op.weight_scale[2]: {SCALE_RULE} NaN" in r.stderr, r.stderr
+    # diagnose takes the same rule.
+    np.save(files / "y.npy", np.zeros((2, 4), dtype=np.float32))
+    r = run_cli("--server", server, "diagnose", *args[3:], "--observed", str(files / "y.npy"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"op.weight_scale[2]: {SCALE_RULE} NaN" in r.stderr, r.stderr
+    # The server keeps serving: the same layer with a good scale passes.
+    np.save(files / "ws.npy", np.array([1.0, 2.0, 4.0, 0.5], dtype=np.float32))
+    r = run_cli(*args, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("value, shown", [(0.0, "0"), (-1.0, "-1"), (np.inf, "+Inf"),
+                                          (-np.inf, "-Inf"), (np.nan, "NaN")])
+def test_a_per_tensor_scale_file_that_is_not_finite_and_positive_is_refused(
+        server: str, files: Path, value: float, shown: str) -> None:
+    np.save(files / "xs.npy", np.array([value], dtype=np.float32))  # [1]: element 0
+    r = run_cli(*fp8_verify(server, files, "--input-scale", str(files / "xs.npy"),
+                            "--weight-scale", "1"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"op.input_scale[0]: {SCALE_RULE} {shown}" in r.stderr, r.stderr
+
+
+def test_a_stored_scale_is_checked_where_the_server_resolves_its_digest(server: str,
+                                                                        files: Path) -> None:
+    np.save(files / "xs.npy", np.array([0.5, 0.25], dtype=np.float32))
+    np.save(files / "ws.npy", np.array([1.0, -0.5, 1.0, 1.0], dtype=np.float32))
+    r = run_cli("--server", server, "upload", str(files / "ws.npy"))
+    assert r.returncode == 0, r.stderr
+    ref = r.stdout.strip()
+    assert ref.startswith("sha256:"), ref
+    r = run_cli(*fp8_verify(server, files, "--input-scale", str(files / "xs.npy"),
+                            "--weight-scale", ref, "--config", "cpu:fp8e4m3@scaling=row"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"op.weight_scale[1]: {SCALE_RULE} -0.5" in r.stderr, r.stderr

@@ -56,6 +56,8 @@ JSON_LAYER_KEYS = [
     "dtype",
     "status",
     "verdict",
+    "diagnosis_verdict",
+    "verdict_reason",
     "best",
     "confidence",
     "equivalent",
@@ -216,6 +218,7 @@ def test_correct_model_passes_with_weights_uploaded_once(
         assert list(layer) == JSON_LAYER_KEYS
         assert layer["status"] == "passed", layer
         assert layer["explained"] is True
+        assert layer["diagnosis_verdict"] == "rounding", layer["verdict_reason"]
         assert layer["dtype"] == "bfloat16"
         assert layer["weight_layout"] == "out_in"
         assert layer["report"]["diagnosis"]["best"] == layer["best"]
@@ -355,6 +358,53 @@ def test_weight_off_by_one_ulp_in_the_weights_file_is_the_first_divergence(
     assert r.returncode == 1, (r.stderr, json.dumps(j["layers"][1], indent=1)[:3000])
     assert j["first_divergence"]["name"] == "blocks.0.down", j["first_divergence"]
     assert j["layers"][0]["status"] == "passed"
+
+
+def test_weight_doubled_in_the_weights_file_is_a_defect_naming_its_output_column(
+    server, tmp_path
+) -> None:
+    """The weights file holds one element of blocks.0.down twice what the
+    captures ran with: the server's verdict on that layer call is defect,
+    and its sentence, naming the output column, is the divergence's reason."""
+    weights = make_weights()
+    captures = run_model(weights)  # from the true weights
+    h = captures["blocks.0.down.input"].astype(np.float64).reshape(-1, 96)
+    w = weights["blocks.0.down.weight"].astype(np.float64)
+    # The input feature of the largest magnitude and the weight row whose
+    # element there is largest: doubling it (exact in bfloat16) moves
+    # output column n by h[:, k]·W[n, k] in every row.
+    k = int(np.argmax(np.abs(h).max(axis=0)))
+    n = int(np.argmax(np.abs(w[:, k])))
+    checkpoint = dict(weights)
+    doubled = w.copy()
+    doubled[n, k] *= 2
+    checkpoint["blocks.0.down.weight"] = doubled.astype(BF16)
+    # Precondition, in numpy: column n moves, and no other.
+    b = weights["blocks.0.down.bias"]
+    before = fused(h, weights["blocks.0.down.weight"], b)
+    moved = fused(h, checkpoint["blocks.0.down.weight"], b) != before
+    assert list(np.flatnonzero(moved.any(axis=0))) == [n]
+    assert moved[:, n].sum() >= 8
+    w_path, c_path = tmp_path / "ckpt.safetensors", tmp_path / "captures.safetensors"
+    write_safetensors(w_path, checkpoint)
+    write_safetensors(c_path, captures)
+    junit = tmp_path / "sweep.xml"
+    r, j = sweep_json(server, w_path, c_path, "--junit", str(junit))
+    assert r.returncode == 1, (r.stderr, json.dumps(j["layers"][1], indent=1)[:3000])
+    layer = j["layers"][1]
+    assert j["first_divergence"]["name"] == "blocks.0.down", j["first_divergence"]
+    assert layer["status"] == "failed"
+    assert layer["diagnosis_verdict"] == "defect", layer["verdict_reason"]
+    # The reason is the server's sentence, verbatim, everywhere.
+    reason = layer["verdict_reason"]
+    assert j["first_divergence"]["reason"] == reason
+    assert reason == layer["report"]["diagnosis"]["verdict_reason"]
+    assert f"output column {n} \N{LEFT RIGHT ARROW} weight row {n}" in reason
+    failures = ET.parse(junit).getroot().findall(".//failure")
+    assert [f.get("message") for f in failures] == [reason]
+    for other in (j["layers"][0], *j["layers"][2:]):
+        assert other["status"] == "passed", other["verdict_reason"]
+        assert other["diagnosis_verdict"] == "rounding"
 
 
 def test_large_activations_go_by_digest_and_are_not_uploaded_again(
@@ -539,6 +589,100 @@ def test_sharded_weights_and_a_map(server, tmp_path) -> None:
         server, "--weights", str(paths[0]), "--captures", str(c_path), "--map", str(m)
     )
     assert r.returncode == 2 and "--map" in r.stderr
+
+
+def test_checkpoint_under_a_model_prefix_is_an_input_error_naming_its_tensors(
+    server, tmp_path
+) -> None:
+    """A port whose blocks.0.down weight is 5 times the checkpoint's, its
+    captures file holding the weights it ran with, and the checkpoint
+    saved with "model." before every name: the layer calls would all take
+    their weights from the captures file, and the checkpoint go unused."""
+    weights = make_weights()
+    x5 = (weights["blocks.0.down.weight"].astype(np.float64) * 5).astype(BF16)
+    port = {**weights, "blocks.0.down.weight": x5}
+    c_path = tmp_path / "captures.safetensors"
+    write_safetensors(c_path, {**run_model(port), **port})
+    ckpt = tmp_path / "ckpt.safetensors"
+    write_safetensors(ckpt, {f"model.{k}": v for k, v in weights.items()})
+    names = sorted(f"model.{k}" for k in weights)
+    assert len(names) == 6
+    listed = ", ".join(f"'{n}'" for n in names)
+    hint = (
+        'they all start with "model.": map each layer to its name under that prefix '
+        'with --map FILE ({"blocks.0.up": "model.blocks.0.up", ...})'
+    )
+
+    for files in ([ckpt, c_path], [ckpt]):
+        args = [a for f in files for a in ("--weights", str(f))]
+        r = sweep(server, *args, "--captures", str(c_path), "--json")
+        assert r.returncode == 2, r.stderr
+        assert r.stdout == ""
+        assert (
+            f"--weights {ckpt}: no captured layer call takes a weight or bias from it; "
+            f"its 6 tensors: {listed}; {hint}"
+        ) in r.stderr, r.stderr
+
+    # The hint's fix: the checkpoint's weights, and the layer whose weight
+    # differs is the first divergence.
+    m = tmp_path / "map.json"
+    m.write_text(json.dumps({c[1]: f"model.{c[1]}" for c in CALLS}))
+    r, j = sweep_json(server, ckpt, c_path, "--map", str(m))
+    assert r.returncode == 1, r.stderr
+    assert j["first_divergence"]["name"] == "blocks.0.down", j["first_divergence"]
+    assert [la["status"] for la in j["layers"]] == [
+        "passed",
+        "failed",
+        "passed",
+        "passed",
+    ]
+    # And the captures file's own weights, given too, are now the unused ones.
+    r = sweep(
+        server,
+        *("--weights", str(ckpt), "--weights", str(c_path)),
+        *("--captures", str(c_path), "--map", str(m)),
+    )
+    assert r.returncode == 2
+    assert f"--weights {c_path}: no captured layer call takes" in r.stderr, r.stderr
+
+
+def test_weights_file_matching_no_layer_is_an_input_error(
+    server, model, tmp_path
+) -> None:
+    w_path, c_path, weights = model
+    extra = tmp_path / "extra.safetensors"
+    write_safetensors(extra, {"decoder.fc9.weight": weights["lm_head.weight"]})
+    r = sweep(
+        server,
+        *("--weights", str(w_path), "--weights", str(extra)),
+        *("--captures", str(c_path)),
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert (
+        f"--weights {extra}: no captured layer call takes a weight or bias from it; "
+        "its 1 tensor: 'decoder.fc9.weight' (a layer's weights are"
+    ) in r.stderr, r.stderr
+    assert "they all start with" not in r.stderr
+
+
+def test_weights_with_norms_and_embeddings_beside_the_layers_are_accepted(
+    server, tmp_path
+) -> None:
+    weights = make_weights()
+    rng = np.random.default_rng(2)
+    checkpoint = {
+        "embed.weight": rng.standard_normal((100, 64)).astype(BF16),
+        **weights,
+        "blocks.0.norm.weight": np.ones(96, BF16),
+        "blocks.0.norm.bias": np.zeros(96, BF16),
+    }
+    w_path, c_path = tmp_path / "model.safetensors", tmp_path / "captures.safetensors"
+    write_safetensors(w_path, checkpoint)
+    write_safetensors(c_path, run_model(weights))
+    r, j = sweep_json(server, w_path, c_path)
+    assert r.returncode == 0, (r.stderr, j)
+    assert j["passed"] is True
 
 
 def test_non_finite_output_and_empty_captures_are_input_errors(

@@ -104,6 +104,32 @@ std::string ReferenceName(const pb::VerifyResponse& r) {
   return "the reference";
 }
 
+const char* VerdictName(pb::Diagnosis::Verdict v) {
+  switch (v) {
+    case pb::Diagnosis::VERDICT_ROUNDING:
+      return "rounding";
+    case pb::Diagnosis::VERDICT_DEFECT:
+      return "defect";
+    case pb::Diagnosis::VERDICT_UNEXPLAINED:
+      return "unexplained";
+    default:
+      return "";
+  }
+}
+
+std::string VerdictLine(const pb::Diagnosis& d) {
+  const std::string name = VerdictName(d.verdict());
+  if (name.empty()) return "";
+  if (d.verdict_reason().empty()) return absl::StrCat("Verdict: ", name);
+  // U+2014 (em dash) in UTF-8, as the Python and Go clients write it.
+  return absl::StrCat("Verdict: ", name, " \xe2\x80\x94 ", d.verdict_reason());
+}
+
+bool VerdictWarns(const pb::Diagnosis& d) {
+  return !d.best().empty() && (d.verdict() == pb::Diagnosis::VERDICT_DEFECT ||
+                               d.verdict() == pb::Diagnosis::VERDICT_UNEXPLAINED);
+}
+
 std::string PlausibleText(const pb::RankedCandidate& c) {
   if (c.plausible()) return "yes";
   return c.compared_elements() > 0 ? "no" : "-";

@@ -29,6 +29,10 @@ inline constexpr uint64_t kUlpInfinite = std::numeric_limits<uint64_t>::max();
 // JSON report carries every one.
 inline constexpr int kRuledOutListed = 5;
 
+// The text and GitHub reports list this many of a defect's columns, rows
+// and elements each; the JSON report carries every one the server sent.
+inline constexpr int kDefectListed = 10;
+
 // A number as "%.6g"; non-finite ones as "inf", "-inf", "nan".
 std::string G(double v);
 
@@ -64,6 +68,22 @@ std::string StatsSummaryLine(const pb::Stats& s);
 // The reference's configuration, or "the reference" when the response
 // names none.
 std::string ReferenceName(const pb::VerifyResponse& r);
+
+// The diagnosis's verdict as the JSON report names it: "rounding",
+// "defect" or "unexplained"; "" from a server that predates the verdict
+// (and for a value this client does not know).
+const char* VerdictName(pb::Diagnosis::Verdict v);
+
+// "Verdict: defect — <verdict_reason>", the reason as the server wrote
+// it (the word alone when it sent none); "" without a verdict. The server
+// decides both; the reports only show them.
+std::string VerdictLine(const pb::Diagnosis& d);
+
+// Whether the verdict says something is wrong that the exit code does not
+// report: a defect or an unexplained output while a best match is named
+// (without one, the diagnosis fails anyway). The GitHub report makes it a
+// warning annotation.
+bool VerdictWarns(const pb::Diagnosis& d);
 
 // Whether the observed output could be this candidate in another summation
 // order: "yes", "no", or "-" from a server that ran no plausibility test

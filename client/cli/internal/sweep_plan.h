@@ -98,6 +98,21 @@ class WeightIndex {
   std::string files_;
 };
 
+// Checks that every --weights file gives at least one of `calls` its weight
+// or bias (`{w}.weight`, `{w}.kernel`, `{w}.bias`, `{w}` the layer's name or
+// what `layer_map` gives it). A file of which no call uses a tensor (tensors
+// named `*.input` and `*.output`, captures, aside) is an error listing its
+// tensors, sorted (the first 10 and a count), with the prefix they all carry
+// when removing it would make them match ("model."), as a --map example:
+// otherwise the layer calls would silently take their weights from another
+// file (a captures file that holds them too) and the checkpoint go
+// unchecked. The sweep knows no model beyond the captured layer calls, so a
+// file that gives some call its weights may hold anything else (norms,
+// embeddings).
+absl::Status CheckWeightsFilesUsed(
+    const std::vector<std::pair<std::string, SafetensorsIndex>>& files,
+    const std::vector<CapturedCall>& calls, const std::map<std::string, std::string>& layer_map);
+
 // The --map file's JSON object {"capture layer name": "checkpoint prefix"};
 // `file` labels messages.
 absl::StatusOr<std::map<std::string, std::string>> ParseLayerMap(absl::string_view json,

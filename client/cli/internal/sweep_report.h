@@ -9,7 +9,9 @@
 //   std::cout << SweepToJson(layers, s, counts).dump(2);
 //   return SweepExitCode(layers, s);
 //
-// Divergence: a layer whose output no candidate explains, whose explaining
+// Divergence: a layer whose diagnosis verdict is "defect" or "unexplained"
+// (docs/numerics.md, "Verdict"; the reason is the server's verdict_reason,
+// verbatim), whose output no candidate explains, whose explaining
 // configurations (best, equivalent, tied) exclude the model's consensus
 // (the configuration explaining the most checked layers, when it explains
 // more than half of them), or whose bound_ratio (observed vs reference)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import struct
 import threading
 from collections.abc import Iterator
@@ -525,20 +526,41 @@ def test_a_scale_that_is_not_real_numbers_is_a_type_error_naming_it(
 @pytest.mark.parametrize(
     "value, message",
     [
-        (math.nan, "expected finite numbers, got nan"),
-        (math.inf, "expected finite numbers, got inf"),
-        ([1.0, -math.inf], "expected finite numbers, got -inf"),
-        (np.array([np.nan], np.float32), "expected finite numbers, got nan"),
-        (1e39, r"1e\+39 is beyond float32's range"),
-        ([-4e38], r"-4e\+38 is beyond float32's range"),
+        (1e39, r": 1e\+39 is beyond float32's range"),
+        ([-4e38], r": -4e\+38 is beyond float32's range"),
     ],
 )
 @pytest.mark.parametrize("arg", ["x_scale", "w_scale"])
-def test_a_scale_not_finite_in_float32_is_a_value_error_naming_it(
-    offline_client, arg, value, message
+def test_a_scale_beyond_float32_is_a_value_error_naming_it(offline_client, arg, value, message):
+    x, w = _fp8_layer()
+    with pytest.raises(ValueError, match=rf"^{arg}{message}"):
+        offline_client.diagnose_linear(x, w, observed=np.zeros((M, N), np.float32), **{arg: value})
+
+
+# The server's rule and words (docs/numerics.md, "FP8"): every element
+# finite and positive in float32, the element named by its index.
+@pytest.mark.parametrize(
+    "value, where, shown",
+    [
+        (math.nan, "", "NaN"),
+        (math.inf, "", r"\+Inf"),
+        ([1.0, -math.inf], "[1]", "-Inf"),
+        (np.array([np.nan], np.float32), "[0]", "NaN"),
+        (0.0, "", "0"),
+        (-0.0, "", "-0"),
+        (-1, "", "-1"),
+        ([0.5, 0.25, -0.5], "[2]", "-0.5"),
+        ([[1.0], [2.0], [0.0]], "[2]", "0"),
+        (1e-60, "", r"0 \(0 in float32\)"),  # below float32's 2^-149
+    ],
+)
+@pytest.mark.parametrize("arg", ["x_scale", "w_scale"])
+def test_a_scale_not_finite_and_positive_is_a_value_error_in_the_servers_words(
+    offline_client, arg, value, where, shown
 ):
     x, w = _fp8_layer()
-    with pytest.raises(ValueError, match=rf"^{arg}: {message}"):
+    message = rf"^{arg}{re.escape(where)}: a finite, positive float32 scale expected, got {shown}$"
+    with pytest.raises(ValueError, match=message):
         offline_client.diagnose_linear(x, w, observed=np.zeros((M, N), np.float32), **{arg: value})
 
 

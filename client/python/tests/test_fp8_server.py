@@ -7,12 +7,15 @@ scaling and the accumulation that produced each."""
 from __future__ import annotations
 
 import math
+import re
 
+import grpc
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tensorcheck
+from tensorcheck._pb import pb, pb_grpc
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
@@ -150,3 +153,52 @@ def test_fp8_rules_are_invalid_argument_naming_the_field(client: tensorcheck.Cli
         client.verify_linear(x, w, x_scale=np.ones(3, np.float32), w_scale=one)
     with pytest.raises(tensorcheck.InvalidArgumentError, match="configs"):
         client.verify_linear(x, w, x_scale=one, w_scale=one, configs=["cpu:bf16"])
+
+
+def test_a_nan_in_one_row_wise_scale_is_refused_by_the_server_in_the_clients_words(
+    client: tensorcheck.Client, target: str
+) -> None:
+    """The server refuses a NaN scale sent on the wire (raw gRPC, which the
+    client's own check cannot stop) with INVALID_ARGUMENT naming the
+    element; the client refuses the same scale before sending it, in the
+    same words (docs/numerics.md, "FP8"); and the server keeps serving."""
+    rng = np.random.default_rng(11)
+    x, w = fp8_values(rng, (2, 16)), fp8_values(rng, (3, 16))
+    sx = np.array([0.5, 0.25], np.float32)
+    sw = np.array([0.5, math.nan, 2.0], np.float32)  # W's row 1, output column 1
+    rule = ": a finite, positive float32 scale expected, got NaN"
+
+    def wire(a: np.ndarray, dtype: int) -> pb.Tensor:
+        return pb.Tensor(dtype=dtype, shape=list(a.shape), data=a.tobytes())
+
+    request = pb.VerifyRequest(
+        op=pb.LinearOp(
+            input=wire(x, pb.DTYPE_FLOAT8_E4M3FN),
+            weight=wire(w, pb.DTYPE_FLOAT8_E4M3FN),
+            input_scale=wire(sx, pb.DTYPE_FLOAT32),
+            weight_scale=wire(sw, pb.DTYPE_FLOAT32),
+        ),
+        configs=["cpu:fp8e4m3"],
+    )
+    with grpc.insecure_channel(target) as channel:
+        stub = pb_grpc.TensorCheckStub(channel)
+        for call in (stub.Verify, stub.Diagnose):
+            request.observed.CopyFrom(wire(np.zeros((2, 3), np.float32), pb.DTYPE_FLOAT32))
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, timeout=60)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert caught.value.details() == "op.weight_scale[1]" + rule
+    with pytest.raises(ValueError, match=r"^w_scale\[1\]" + re.escape(rule) + "$"):
+        client.verify_linear(x, w, x_scale=sx, w_scale=sw)
+    sw[1] = 0.25
+    y = exact_dot(x, w) * sx.astype(np.float64)[:, None] * sw.astype(np.float64)[None, :]
+    report = client.verify_linear(
+        x,
+        w,
+        observed=y.astype(np.float32),
+        x_scale=sx,
+        w_scale=sw,
+        output_dtype="float32",
+        configs=["cpu:fp8e4m3"],
+    )
+    assert report.passed

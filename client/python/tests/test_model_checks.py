@@ -292,14 +292,74 @@ def test_weights_perturbed_by_one_ulp_against_the_checkpoint(client: tensorcheck
 
     first = report.first_divergence()
     assert first is not None and first.name == PERTURBED_LAYER, report.summary()
-    # The consensus no longer explains it (the service may still name some
-    # coarser candidate as best: the reason then says which).
-    assert "cpu:bf16:fused" not in first.configs_explaining
-    assert first.divergence_reason and "cpu:bf16:fused" in first.divergence_reason
+    # The server's verdict: the bulk is rounding of some candidate, but not
+    # the perturbed rows; the reason is its sentence, naming only them (a
+    # weight row's element changes its output column: out_in layout).
+    assert first.diagnosis_verdict == "defect", report.summary()
+    assert first.divergence_reason == first.verdict_reason
+    d = first.report.diagnosis if first.report is not None else None
+    assert d is not None and d.defect is not None and d.defect.columns
+    perturbed_rows = {int(i) // weight.shape[1] for i in largest}
+    assert {g.index for g in d.defect.columns} <= perturbed_rows, (d.defect, perturbed_rows)
     assert first.status == "failed"
     # The layers before it are those of the checkpoint.
     before = report.layers[: report.layers.index(first)]
     assert before and all(la.status == "passed" for la in before)
+
+
+def test_one_checkpoint_weight_doubled_is_a_defect_naming_its_output_column(
+    client: tensorcheck.Client,
+) -> None:
+    """The checkpoint holds one weight element of a layer twice what the
+    port runs with: checked against it, that layer's diagnosis reads
+    defect, with the server's reason naming the output column, and it is
+    the first divergence."""
+    model = gpt(torch.bfloat16)
+    with own_capture(model) as calls, torch.no_grad():
+        model(token_ids())
+    c = next(c for c in calls if c.name == PERTURBED_LAYER)
+    x = c.x.astype(np.float64).reshape(-1, c.x.shape[-1])
+    w = c.w.astype(np.float64)
+    # The input feature of the largest magnitude, and the weight row whose
+    # element there is largest: doubling it moves output column n by
+    # x[:, k]·W[n, k] in every row.
+    k = int(np.argmax(np.abs(x).max(axis=0)))
+    n = int(np.argmax(np.abs(w[:, k])))
+    checkpoint = {name: v.clone() for name, v in model.state_dict().items()}
+    checkpoint[f"{PERTURBED_LAYER}.weight"][n, k] *= 2  # exact in bfloat16
+
+    # Our own computation: one rounding of x·Wᵀ + b with the checkpoint's
+    # weight differs from the port's output in column n, and nowhere else.
+    assert c.b is not None
+    w_ckpt = w.copy()
+    w_ckpt[n, k] *= 2
+    expected = round_to(x @ w_ckpt.T + c.b.astype(np.float64), c.y.dtype)
+    observed = c.y.astype(np.float64).reshape(expected.shape)
+    ours = round_to(x @ w.T + c.b.astype(np.float64), c.y.dtype)
+    moved = (expected != ours).any(axis=0)
+    assert list(np.flatnonzero(moved)) == [n]
+    assert int((expected[:, n] != observed[:, n]).sum()) >= x.shape[0] // 2
+
+    report, _ = check(model, client, weights=checkpoint)
+
+    first = report.first_divergence()
+    assert first is not None and first.name == PERTURBED_LAYER, report.summary()
+    assert first.status == "failed"
+    assert first.diagnosis_verdict == "defect", first.verdict_reason
+    # The reason is the server's sentence, as it wrote it.
+    assert first.divergence_reason == first.verdict_reason
+    assert f"output column {n} \N{LEFT RIGHT ARROW} weight row {n}" in first.divergence_reason
+    d = first.report.diagnosis if first.report is not None else None
+    assert d is not None and d.defect is not None
+    assert [g.index for g in d.defect.columns] == [n]
+    as_dict = report.to_dict()
+    assert as_dict["first_divergence"]["reason"] == first.verdict_reason
+    layer = as_dict["layers"][report.layers.index(first)]
+    assert (layer["diagnosis_verdict"], layer["verdict_reason"]) == ("defect", first.verdict_reason)
+    # Every other layer call is rounding of what the port ran.
+    others = [la for la in report.layers if la is not first]
+    assert all(la.status == "passed" for la in others), report.summary()
+    assert all(la.diagnosis_verdict == "rounding" for la in others), report.summary()
 
 
 def test_assert_model_parity_names_the_diverging_layer(
@@ -338,6 +398,140 @@ def test_model_without_linear_layers_gives_an_empty_report() -> None:
     assert report.first_divergence() is None and report.consensus is None
     assert not report.passed
     assert "nothing was checked" in report.summary()
+
+
+@contextlib.contextmanager
+def forward_counter(model: nn.Module) -> Iterator[list[int]]:
+    """How many times `model` ran, while inside."""
+    count = [0]
+
+    def hook(*_: Any) -> None:
+        count[0] += 1
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield count
+    finally:
+        handle.remove()
+
+
+def test_state_dict_with_a_model_prefix_is_an_error_naming_the_keys_and_the_prefix(
+    client: tensorcheck.Client,
+) -> None:
+    """A checkpoint saved from a wrapper ("model." before every key), and a
+    port whose weight is 5 times the checkpoint's: no key names a layer of
+    the port, so no layer would be checked against the checkpoint."""
+    model = gpt(torch.bfloat16)
+    checkpoint = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.get_submodule(PERTURBED_LAYER).weight.mul_(5)
+    saved = {f"model.{k}": v for k, v in checkpoint.items()}
+    keys = sorted(saved)
+    assert len(keys) == 53  # 2 embeddings, 4 blocks of 12, ln_f's 2, lm_head's weight
+
+    with forward_counter(model) as ran, pytest.raises(ValueError) as e:
+        # NOWHERE never answers: the error comes before any request.
+        tensorcheck.torch.check_linears(model, token_ids(), server=NOWHERE, weights=saved)
+    message = str(e.value)
+    assert ran == [0], "the model ran before its weights= keys were checked"
+    assert message.startswith("weights: 53 keys match nothing in TorchGPT"), message
+    assert ": " + ", ".join(keys[:10]) + ", ... (43 more); " in message, message
+    assert keys[9] == "model.blocks.0.mlp.down.weight"  # sorted, not in model order
+    assert (
+        'they all start with "model." \N{EM DASH} strip that prefix '
+        '(e.g. {k.removeprefix("model."): v for k, v in sd.items()})'
+    ) in message, message
+    # Under DataParallel's "module." the hint names that one.
+    with pytest.raises(ValueError, match=r'they all start with "module\."'):
+        tensorcheck.torch.capture_linears(
+            model, token_ids(), weights={f"module.{k}": v for k, v in checkpoint.items()}
+        )
+
+    # The hint's own fix: every layer checked against the checkpoint, and
+    # the one whose weight differs is the first divergence.
+    fixed = {k.removeprefix("model."): v for k, v in saved.items()}
+    report, _ = check(model, client, weights=fixed)
+    first = report.first_divergence()
+    assert first is not None and first.name == PERTURBED_LAYER, report.summary()
+    # Its output is 5 times what the checkpoint's weight gives: hundreds of
+    # times what bfloat16's rounding explains.
+    assert first.bound_ratio is not None and first.bound_ratio > 100, report.summary()
+
+
+def test_weights_key_matching_nothing_is_an_error() -> None:
+    model = gpt(torch.bfloat16)
+    state = model.state_dict()
+    extra = {**state, "blocks.0.mlp.upp.weight": state["blocks.0.mlp.up.weight"]}
+    with forward_counter(model) as ran, pytest.raises(ValueError) as e:
+        tensorcheck.torch.check_linears(model, token_ids(), server=NOWHERE, weights=extra)
+    assert ran == [0]
+    assert str(e.value) == (
+        "weights: 1 key matches nothing in TorchGPT (its state_dict() keys, or a "
+        "torch.nn.Linear's name): blocks.0.mlp.upp.weight"
+    )
+    # By module name, only a torch.nn.Linear's: a LayerNorm is not checked.
+    w = state["blocks.0.mlp.up.weight"]
+    with pytest.raises(ValueError, match=r": blocks\.0\.ln1, blocks\.9\.mlp\.up$"):
+        tensorcheck.torch.capture_linears(
+            model,
+            token_ids(),
+            weights={"blocks.0.mlp.up": {"weight": w}, "blocks.0.ln1": {}, "blocks.9.mlp.up": w},
+        )
+    # Several under no common prefix that would help: no hint.
+    with pytest.raises(ValueError) as e:
+        tensorcheck.torch.capture_linears(
+            model, token_ids(), weights={"blocks.7.mlp.up.weight": w, "blocks.8.mlp.up.weight": w}
+        )
+    assert str(e.value).endswith(": blocks.7.mlp.up.weight, blocks.8.mlp.up.weight")
+
+
+class _NormedPair(nn.Module):
+    """Two Linears around a LayerNorm, and a buffer kept out of the
+    state_dict (as GPT-2's attention mask is in recent versions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.norm = nn.LayerNorm(16)
+        self.down = nn.Linear(16, 8, bias=False)
+        self.register_buffer("mask", torch.ones(16), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.norm(self.up(x)) * self.mask)
+
+
+def test_weights_with_parameters_that_are_not_checked_are_accepted() -> None:
+    """A whole checkpoint: the LayerNorm's weight and bias (and a buffer's
+    name) match parameters of the model that no check uses; the Linears'
+    keys replace their parameters in what is checked."""
+    model = _NormedPair()
+    torch.manual_seed(1)
+    checkpoint = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+    assert set(checkpoint) == {"up.weight", "up.bias", "norm.weight", "norm.bias", "down.weight"}
+    checkpoint["mask"] = torch.zeros(16)
+    captures = tensorcheck.torch.capture_linears(model, torch.ones(2, 8), weights=checkpoint)
+    up, down = captures.items
+    assert np.array_equal(up.weight, checkpoint["up.weight"].numpy())
+    assert np.array_equal(up.bias, checkpoint["up.bias"].numpy())
+    assert np.array_equal(down.weight, checkpoint["down.weight"].numpy()) and down.bias is None
+    # The output is still the model's own (the run used its own parameters).
+    with torch.no_grad():
+        assert np.array_equal(up.output, model.up(torch.ones(2, 8)).numpy())
+
+    # A bias alone replaces the bias only.
+    bias = torch.full((16,), 0.5)
+    (up, _) = tensorcheck.torch.capture_linears(
+        model, torch.ones(2, 8), weights={"up.bias": bias}
+    ).items
+    assert np.array_equal(up.weight, model.up.weight.detach().numpy())
+    assert np.array_equal(up.bias, bias.numpy())
+    # The model itself a Linear: its state_dict keys have no prefix.
+    lin = nn.Linear(8, 4)
+    own = {"weight": torch.zeros(4, 8), "bias": torch.ones(4)}
+    (c,) = tensorcheck.torch.capture_linears(lin, torch.ones(2, 8), weights=own).items
+    assert c.name == "Linear"
+    assert np.array_equal(c.weight, own["weight"].numpy())
+    assert np.array_equal(c.bias, own["bias"].numpy())
 
 
 def test_non_finite_output_is_reported_for_its_layer(client: tensorcheck.Client) -> None:

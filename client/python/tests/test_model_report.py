@@ -30,9 +30,13 @@ def _layer(
     bound_ratio: Optional[float] = None,
     has_bias: bool = True,
     verdict: int = pb.VERDICT_PASS,
+    diagnosis_verdict: int = pb.Diagnosis.VERDICT_UNSPECIFIED,
+    verdict_reason: str = "",
 ) -> LayerCheck:
     resp = pb.VerifyResponse(verdict=verdict)
     resp.diagnosis.best = best
+    resp.diagnosis.verdict = diagnosis_verdict
+    resp.diagnosis.verdict_reason = verdict_reason
     resp.diagnosis.equivalent.extend(equivalent)
     resp.diagnosis.confidence = 0.9 if best else 0.0
     stats = resp.observed_vs_reference
@@ -89,6 +93,75 @@ def test_unexplained_and_bound_ratio_rules_and_their_order() -> None:
     assert first is not None and first.name == "c"
 
 
+# The server's sentence for a defect, as it writes them (docs/numerics.md, "Verdict").
+_DEFECT_REASON = (
+    f"Defect: {FUSED} explains the bulk of the output, but not all of it: 1 element(s) lie "
+    "beyond 5.2 predicted standard errors of it (largest 2 ULP, 40 sigma). Look at output "
+    "column 3 \N{LEFT RIGHT ARROW} weight row 3 (out_in layout) and bias element 3."
+)
+
+
+def test_a_defect_verdict_is_a_divergence_with_the_servers_reason() -> None:
+    # "odd" matches the consensus and its bound_ratio is ordinary: only the
+    # server's verdict says that something in it is not rounding.
+    rounding = pb.Diagnosis.VERDICT_ROUNDING
+    layers = [
+        _layer("a", FUSED, diagnosis_verdict=rounding, verdict_reason="Rounding: fine."),
+        _layer(
+            "odd",
+            FUSED,
+            bound_ratio=1.1,
+            diagnosis_verdict=pb.Diagnosis.VERDICT_DEFECT,
+            verdict_reason=_DEFECT_REASON,
+        ),
+        _layer("c", FUSED, bound_ratio=9.0, diagnosis_verdict=rounding),
+    ]
+    report = ModelReport(layers)
+    assert report.consensus == FUSED
+    first = report.first_divergence()
+    assert first is not None and first.name == "odd"
+    assert first.divergence_reason == _DEFECT_REASON
+    assert [layer.status for layer in layers] == ["passed", "failed", "failed"]
+    assert (first.diagnosis_verdict, first.verdict_reason) == ("defect", _DEFECT_REASON)
+    assert (first.verdict, layers[0].diagnosis_verdict) == ("pass", "rounding")
+    # Also with the expected configurations in place of the consensus.
+    assert report.first_divergence(expected=FUSED) is first
+    assert first.divergence_reason == _DEFECT_REASON
+    d = report.to_dict()
+    assert d["first_divergence"]["reason"] == _DEFECT_REASON
+    assert d["layers"][1]["diagnosis_verdict"] == "defect"
+    assert d["layers"][1]["verdict_reason"] == _DEFECT_REASON
+    assert d["layers"][0]["verdict_reason"] == "Rounding: fine."
+    # The server's sentence ends in its own full stop: rendered once.
+    summary = report.summary()
+    assert f"First divergence: odd: {_DEFECT_REASON}\n" in summary
+    with pytest.raises(AssertionError) as e:
+        tensorcheck.assert_model_parity(report)
+    assert str(e.value).startswith(f"Model parity failed at layer odd: {_DEFECT_REASON}\n")
+
+
+def test_an_unexplained_verdict_with_a_best_match_diverges() -> None:
+    reason = "Unexplained: no candidate explains the bulk of the output."
+    layers = [
+        _layer("a", FUSED),
+        _layer(
+            "b", FUSED, diagnosis_verdict=pb.Diagnosis.VERDICT_UNEXPLAINED, verdict_reason=reason
+        ),
+        _layer("c", FUSED),
+    ]
+    first = ModelReport(layers).first_divergence()
+    assert first is not None and first.name == "b"
+    assert first.divergence_reason == reason
+
+
+def test_without_a_diagnosis_verdict_nothing_changes() -> None:
+    # A server that predates the verdict.
+    report = ModelReport([_layer("a", FUSED), _layer("b", FUSED)])
+    assert report.first_divergence() is None and report.passed
+    layer = report.to_dict()["layers"][0]
+    assert layer["diagnosis_verdict"] is None and layer["verdict_reason"] is None
+
+
 def test_no_consensus_below_half_and_expected_overrides_it() -> None:
     layers = [_layer("a", FUSED), _layer("b", UNFUSED), _layer("c", "cpu:fp32:fused")]
     report = ModelReport(layers)
@@ -143,6 +216,8 @@ _LAYER_KEYS = {
     "dtype",
     "status",
     "verdict",
+    "diagnosis_verdict",
+    "verdict_reason",
     "best",
     "confidence",
     "equivalent",

@@ -329,6 +329,10 @@ def test_diagnosis_to_dict():
             "outliers": [],
         },
         "explanation": "TF32.",
+        # A server that predates the verdict.
+        "verdict": "",
+        "verdict_reason": "",
+        "defect": None,
     }
     # The keys in the CLI's order: the proto's, new ones last.
     assert list(d["ranking"][0]) == [
@@ -368,6 +372,9 @@ def test_diagnosis_to_dict():
         (pb.Diagnosis, tensorcheck.Diagnosis),
         (pb.RankedCandidate, tensorcheck.RankedCandidate),
         (pb.Localization, tensorcheck.Localization),
+        (pb.Defect, tensorcheck.Defect),
+        (pb.DefectGroup, tensorcheck.DefectGroup),
+        (pb.DefectElement, tensorcheck.DefectElement),
         (pb.Element, tensorcheck.Element),
         (pb.Group, tensorcheck.Group),
         (pb.UlpBucket, tensorcheck.UlpBucket),
@@ -591,3 +598,191 @@ def test_diagnosis_message_wraps_a_long_row_before_an_equals_sign():
         "  cuda:tf32_trunc:unfused:v0 = cuda:tf32_trunc:unfused:v1",
         "    = cuda:tf32_trunc:unfused:v2 = cuda:tf32_trunc:unfused:v3: -, 0%, 0, n/a",
     ]
+
+
+# The verdict (docs/numerics.md, "Verdict"): decided and worded by the
+# server; the client carries and shows it.
+DEFECT_REASON = (
+    "Column 2 holds 64 of the 72 disagreements with cpu:fp32:fused where rounding "
+    "predicts 0.8 (p 1e-30): not rounding."
+)
+WHERE_TO_LOOK = "output column 2 <-> weight row 2 (out_in layout) and bias element 2"
+
+
+def _defect_diagnosis() -> pb.Diagnosis:
+    """cpu:fp32:fused explains a [32, 4] output but for column 2: a wrong
+    weight row. Seven elements lie beyond the threshold, one of them NaN
+    against a number."""
+    dg = pb.Diagnosis(best="cpu:fp32:fused", confidence=0.9)
+    dg.verdict = pb.Diagnosis.VERDICT_DEFECT
+    dg.verdict_reason = DEFECT_REASON
+    dg.ranking.add(config="cpu:fp32:fused", max_ulp=4096, plausible=True, compared_elements=128)
+    f = dg.defect
+    f.element_threshold_sigma = 6.1875
+    f.false_alarm_rate = 1e-3
+    f.element_count = 7
+    f.max_ulp = UINT64_MAX
+    f.max_sigma = float("inf")
+    f.where_to_look = WHERE_TO_LOOK
+    f.columns.add(
+        index=2,
+        disagreements=64,
+        expected_disagreements=0.8,
+        p_value=1e-30,
+        beyond_threshold=7,
+        max_ulp=UINT64_MAX,
+        max_sigma=float("inf"),
+    )
+    f.rows.add(
+        index=5,
+        disagreements=3,
+        expected_disagreements=0.025,
+        p_value=2.5e-6,
+        beyond_threshold=1,
+        max_ulp=4096,
+        max_sigma=812.25,
+    )
+    f.elements.add(sigma=float("inf")).element.CopyFrom(
+        pb.Element(index=[9, 2], actual=float("nan"), expected=0.5, ulp=UINT64_MAX)
+    )
+    for row in range(6):
+        e = f.elements.add(sigma=812.25 - row)
+        e.element.index.extend([row, 2])
+        e.element.actual = 1.5
+        e.element.expected = 0.5
+        e.element.ulp = 4096
+    return dg
+
+
+@pytest.mark.parametrize(
+    "verdict, name",
+    [
+        (pb.Diagnosis.VERDICT_ROUNDING, "rounding"),
+        (pb.Diagnosis.VERDICT_DEFECT, "defect"),
+        (pb.Diagnosis.VERDICT_UNEXPLAINED, "unexplained"),
+        (pb.Diagnosis.VERDICT_UNSPECIFIED, ""),  # a server that predates the verdict
+    ],
+)
+def test_diagnosis_verdict_from_proto(verdict, name):
+    dg = pb.Diagnosis(best="cpu:fp32:fused", verdict=verdict, verdict_reason="Because.")
+    d = tensorcheck.Diagnosis.from_proto(dg)
+    assert d.verdict == name
+    assert d.verdict_reason == "Because."
+    assert d.defect is None  # not sent
+    assert d.to_dict()["verdict"] == name and d.to_dict()["defect"] is None
+
+
+def test_diagnosis_defect_from_proto_and_to_dict():
+    d = tensorcheck.Diagnosis.from_proto(_defect_diagnosis())
+    assert d.verdict == "defect" and d.verdict_reason == DEFECT_REASON
+    f = d.defect
+    assert isinstance(f, tensorcheck.Defect)
+    assert f.where_to_look == WHERE_TO_LOOK
+    assert f.element_count == 7 and f.element_threshold_sigma == 6.1875
+    assert f.max_ulp == math.inf and f.max_sigma == math.inf
+    assert f.columns == [
+        tensorcheck.DefectGroup(
+            index=2,
+            disagreements=64,
+            expected_disagreements=0.8,
+            p_value=1e-30,
+            beyond_threshold=7,
+            max_ulp=math.inf,
+            max_sigma=math.inf,
+        )
+    ]
+    assert f.rows[0].index == 5 and f.rows[0].max_ulp == 4096
+    assert f.elements[0].element.index == (9, 2) and f.elements[0].sigma == math.inf
+    assert len(f.elements) == 7
+
+    j = tensorcheck.Report.from_proto(pb.VerifyResponse(diagnosis=_defect_diagnosis())).to_dict()
+    dj = j["diagnosis"]
+    # The new keys last, in the proto's order (the CLI's --json too).
+    assert list(dj)[-3:] == ["verdict", "verdict_reason", "defect"]
+    assert dj["verdict"] == "defect" and dj["verdict_reason"] == DEFECT_REASON
+    fj = dj["defect"]
+    assert list(fj) == [
+        "element_threshold_sigma",
+        "false_alarm_rate",
+        "element_count",
+        "elements",
+        "columns",
+        "rows",
+        "max_ulp",
+        "max_sigma",
+        "where_to_look",
+    ]
+    assert fj["max_ulp"] == "inf" and fj["max_sigma"] == "inf"
+    assert fj["columns"][0] == {
+        "index": 2,
+        "disagreements": 64,
+        "expected_disagreements": 0.8,
+        "p_value": 1e-30,
+        "beyond_threshold": 7,
+        "max_ulp": "inf",
+        "max_sigma": "inf",
+    }
+    assert fj["rows"][0]["max_ulp"] == 4096 and fj["rows"][0]["max_sigma"] == 812.25
+    assert fj["elements"][0]["sigma"] == "inf"
+    assert fj["elements"][0]["element"]["index"] == [9, 2]
+    assert fj["elements"][0]["element"]["actual"] == "nan"
+    assert fj["elements"][0]["element"]["ulp"] == "inf"
+    assert fj["elements"][1] == {
+        "element": {
+            "index": [0, 2],
+            "actual": 1.5,
+            "expected": 0.5,
+            "actual_bits": "",
+            "expected_bits": "",
+            "abs_diff": 0.0,
+            "rel_diff": 0.0,
+            "ulp": 4096,
+        },
+        "sigma": 812.25,
+    }
+    json.dumps(j, allow_nan=False)  # nothing non-finite left as a float
+
+
+def test_diagnosis_message_shows_the_defect_verdict_first_then_where_to_look():
+    lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(_defect_diagnosis())).splitlines()
+    # The server's sentence, verbatim, after the verdict.
+    assert lines[0] == f"Verdict: defect \u2014 {DEFECT_REASON}"
+    assert lines[1:16] == [
+        f"Where to look: {WHERE_TO_LOOK}",
+        "Columns not explained by rounding:",
+        "  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma",
+        "Rows not explained by rounding:",
+        "  row 5: 3 disagreements vs 0.025 expected, max 4096 ULP, 812.2 sigma",
+        "Elements beyond 6.2 sigma: 7 (farthest: inf ULP, inf sigma)",
+        "  (9, 2): observed nan, best 0.5, inf ULP, inf sigma",
+        "  (0, 2): observed 1.5, best 0.5, 4096 ULP, 812.2 sigma",
+        "  (1, 2): observed 1.5, best 0.5, 4096 ULP, 811.2 sigma",
+        "  (2, 2): observed 1.5, best 0.5, 4096 ULP, 810.2 sigma",
+        "  (3, 2): observed 1.5, best 0.5, 4096 ULP, 809.2 sigma",
+        "  ... 2 more",  # 7 beyond the threshold, 5 shown
+        "Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+        "Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
+        "  cpu:fp32:fused: yes, 0%, 4096, n/a",
+    ]
+
+
+@pytest.mark.parametrize(
+    "verdict, name",
+    [
+        (pb.Diagnosis.VERDICT_ROUNDING, "rounding"),
+        (pb.Diagnosis.VERDICT_UNEXPLAINED, "unexplained"),
+    ],
+)
+def test_diagnosis_message_shows_each_verdict_first_with_its_reason_verbatim(verdict, name):
+    reason = f"A sentence of the server's, {name}: 0.5 <= 1.5 (kept as sent)."
+    dg = pb.Diagnosis(confidence=0.4, verdict=verdict, verdict_reason=reason)
+    dg.defect.SetInParent()  # an empty defect adds no line
+    lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg)).splitlines()
+    assert lines[0] == f"Verdict: {name} \u2014 {reason}"
+    assert lines[1].startswith("Diagnosis: no candidate configuration explains")
+
+
+def test_diagnosis_message_from_a_server_without_a_verdict_has_no_verdict_line():
+    msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(pb.Diagnosis(best="cpu:fp32:fused")))
+    assert msg.splitlines()[0].startswith("Diagnosis: best match cpu:fp32:fused")
+    assert "Verdict" not in msg

@@ -404,6 +404,8 @@ def test_diagnose_flax_case_names_tf32(client):
     d = report.diagnosis
     assert d is not None
     assert d.best is not None and d.best.startswith("cpu:tf32"), d.explanation
+    # README's Flax case is rounding (docs/numerics.md, "Verdict").
+    assert d.verdict == "rounding", d.verdict_reason
     assert 0.0 <= d.confidence <= 1.0
     assert {r.config.rsplit(":", 1)[0] for r in d.ranking} >= {"cpu:fp32", "cpu:tf32"}
     assert d.explanation
@@ -417,6 +419,9 @@ def test_diagnose_flax_case_names_tf32(client):
         "framework_hint",
         "localization",
         "explanation",
+        "verdict",
+        "verdict_reason",
+        "defect",
     }
     json.dumps(report.to_dict(), allow_nan=False)
 

@@ -209,6 +209,17 @@ class HostPasses final : public DiagnosisEvidence {
     return UnexplainedDiffs(*in_.observed, *in_.candidates[c].output, explained_, in_.output_dtype);
   }
 
+  absl::StatusOr<DefectScan> ScanDefects(size_t c, const DefectScanInput& scan) override {
+    const DiagnosisCandidate& cand = in_.candidates[c];
+    DefectScanInput s = scan;
+    s.observed = in_.observed;
+    s.candidate = cand.output;
+    s.pair_accumulation_sigma = cand.pair_accumulation_sigma;
+    s.flip_grid = cand.flip_grid;
+    s.compared = in_.output_dtype;
+    return DefectScanPass(s);
+  }
+
  private:
   const DiagnosisInput& in_;
   std::vector<uint8_t> explained_;

@@ -1,5 +1,8 @@
 #include "server/engine/internal/fp8_operands.h"
 
+#include <cmath>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "server/core/status_macros.h"
 
@@ -7,12 +10,38 @@ namespace tensorcheck {
 
 namespace {
 
+// What every element of op.input_scale and op.weight_scale must be; the
+// CLI and the Python client word their own checks of a scale the same way.
+constexpr absl::string_view kScaleRule = "a finite, positive float32 scale";
+
 // Dims other than the one of length `count` are 1, at most two dims.
 bool IsVectorOf(const Tensor& t, int64_t count) {
   if (t.numel() != count || t.rank() > 2) return false;
   int long_dims = 0;
   for (int64_t d : t.shape()) long_dims += d != 1 ? 1 : 0;
   return long_dims <= 1;
+}
+
+// A dequantisation scale that is NaN, infinite, zero or negative has no
+// meaning (torch._scaled_mm would multiply by it regardless), and a
+// diagnosis of its output would blame the column or row it scales: every
+// element must be finite and positive (docs/numerics.md, "FP8"). Scales
+// are checked here, after the service has resolved a stored one from its
+// digest, so inline and stored scales meet the same rule.
+absl::Status CheckScaleValues(const Tensor& scale, absl::string_view field) {
+  const float* v = scale.data<float>();
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    if (std::isfinite(v[i]) && v[i] > 0) continue;
+    // The element's index is its row of x or output feature of W in every
+    // shape a scale may have; a 0-d scale has none.
+    const std::string element =
+        scale.rank() == 0 ? std::string(field) : absl::StrCat(field, "[", i, "]");
+    const std::string got = std::isnan(v[i])   ? "NaN"
+                            : std::isinf(v[i]) ? (v[i] > 0 ? "+Inf" : "-Inf")
+                                               : absl::StrCat(v[i]);
+    return InvalidFieldError(element, kScaleRule, got);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckScale(const std::optional<Tensor>& scale, absl::string_view field, int64_t rows,
@@ -33,7 +62,7 @@ absl::Status CheckScale(const std::optional<Tensor>& scale, absl::string_view fi
         absl::StrCat("[] or [1] (per tensor), or [", rows, "] (", rows_name, ", row-wise)"),
         ShapeString(scale->shape()));
   }
-  return absl::OkStatus();
+  return CheckScaleValues(*scale, field);
 }
 
 }  // namespace

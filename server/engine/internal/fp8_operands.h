@@ -31,7 +31,10 @@ struct Fp8Request {
 // wide operands of different dtypes; scales missing with FP8 operands or
 // present without them, not float32, or shaped for neither recipe (both
 // per tensor, [] or [1]; or both row-wise, input [M] or [M, 1] and weight
-// [N], [N, 1] or [1, N]); an FP8 bias, observed or output dtype.
+// [N], [N, 1] or [1, N]), or holding an element that is NaN, infinite,
+// zero or negative (named with its index: "op.weight_scale[17]: a finite,
+// positive float32 scale expected, got NaN"); an FP8 bias, observed or
+// output dtype.
 absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, int64_t m, int64_t n);
 
 // INVALID_ARGUMENT naming `field`: with FP8 operands, a configuration

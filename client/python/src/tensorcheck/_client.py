@@ -586,7 +586,10 @@ class Client:
             and w_scale [N] or [N, 1] (out_in) / [1, N] (in_out). Required
             when x and weight are FP8, refused otherwise; the server
             checks the shapes. TypeError naming the argument for what is
-            not real numbers, ValueError for values not finite in float32.
+            not real numbers, ValueError for values beyond float32 and for
+            an element not finite and positive in float32 (the server's
+            rule, in its words: "w_scale[17]: a finite, positive float32
+            scale expected, got NaN").
           timeout: this call's deadline in seconds (default: the client's),
             for hashing, uploads, the request and reading outputs together.
 

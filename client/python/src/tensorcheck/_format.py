@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
-    from ._report import Diagnosis, RankedCandidate, Report
+    from ._report import Defect, DefectGroup, Diagnosis, RankedCandidate, Report
 
 __all__ = ["format_share", "format_mismatch", "format_diagnosis"]
 
@@ -127,7 +127,15 @@ def format_mismatch(report: Report) -> str:
 
 
 def format_diagnosis(d: Diagnosis) -> str:
+    """The diagnosis message: the server's verdict and its reason first
+    (nothing from a server that predates the verdict), what is not rounding
+    (a `defect` verdict), then the best match and the ranking."""
     lines = []
+    if d.verdict:
+        reason = f" — {d.verdict_reason}" if d.verdict_reason else ""
+        lines.append(f"Verdict: {d.verdict}{reason}")
+    if d.defect is not None:
+        lines.extend(_defect_lines(d.defect))
     if d.best:
         head = f"Diagnosis: best match {d.best} (confidence {d.confidence:.2f})"
         if d.equivalent:
@@ -170,6 +178,66 @@ def format_diagnosis(d: Diagnosis) -> str:
 
 # How many ranking rows the diagnosis message lists (to_dict() has all).
 _RANKING_SHOWN = 5
+# How many defect columns, rows and elements it lists (to_dict() has all
+# the server sent).
+_DEFECT_SHOWN = 5
+
+
+def _fmt_sigma(v: float) -> str:
+    """A distance in predicted standard errors, one decimal ("inf" for an
+    element where exactly one side is finite)."""
+    return "inf" if v == math.inf else f"{v:.1f}"
+
+
+def _defect_group_lines(kind: str, groups: Sequence[DefectGroup]) -> list[str]:
+    """One line per group, "  column 2: 64 disagreements vs 0.8 expected,
+    max 4096 ULP, 812.3 sigma", the first _DEFECT_SHOWN, then how many more."""
+    lines = [
+        f"  {kind} {g.index}: {g.disagreements} disagreements vs "
+        f"{g.expected_disagreements:.3g} expected, max {g.max_ulp} ULP, "
+        f"{_fmt_sigma(g.max_sigma)} sigma"
+        for g in groups[:_DEFECT_SHOWN]
+    ]
+    if len(groups) > _DEFECT_SHOWN:
+        lines.append(f"  ... {len(groups) - _DEFECT_SHOWN} more {kind}s")
+    return lines
+
+
+def _defect_lines(defect: Defect) -> list[str]:
+    """Where to look, the columns and rows rounding does not explain, and the
+    elements beyond the threshold, largest first: each line only when the
+    server sent something for it."""
+    lines = []
+    if defect.where_to_look:
+        lines.append(f"Where to look: {defect.where_to_look}")
+    if defect.columns:
+        lines.append("Columns not explained by rounding:")
+        lines.extend(_defect_group_lines("column", defect.columns))
+    if defect.rows:
+        lines.append("Rows not explained by rounding:")
+        lines.extend(_defect_group_lines("row", defect.rows))
+    if defect.element_count or defect.elements:
+        lines.append(
+            f"Elements beyond {_fmt_sigma(defect.element_threshold_sigma)} sigma: "
+            f"{defect.element_count} (farthest: {defect.max_ulp} ULP, "
+            f"{_fmt_sigma(defect.max_sigma)} sigma)"
+        )
+        shown = defect.elements[:_DEFECT_SHOWN]
+        for de in shown:
+            e = de.element
+            if e is None:
+                lines.append(f"  (index not sent): {_fmt_sigma(de.sigma)} sigma")
+                continue
+            lines.append(
+                f"  {_fmt_index(e.index)}: observed {e.actual!r}, best {e.expected!r}, "
+                f"{e.ulp} ULP, {_fmt_sigma(de.sigma)} sigma"
+            )
+        more = max(defect.element_count, len(defect.elements)) - len(shown)
+        if more > 0:
+            lines.append(f"  ... {more} more")
+    return lines
+
+
 # Marks a configuration that reused another configuration's GEMM.
 _SHARED_MARKER = "*"
 # A row's names are wrapped before an "=" past this many characters.

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional, TextIO, Union
 
@@ -109,6 +109,50 @@ class Captures:
             self.items.append(Capture(name, call, x, weight, bias, output, weight_layout))
 
 
+# --- `weights=` keys --------------------------------------------------------------
+
+# Unmatched `weights=` keys a message lists at most.
+_LISTED_KEYS = 10
+
+
+def _strippable_prefix(keys: Sequence[str], known: Collection[str]) -> Optional[str]:
+    """The shortest dotted prefix ("model.", "module.", "_orig_mod.") that
+    every key starts with and whose removal makes at least one of them
+    known; None when there is none."""
+    parts = keys[0].split(".")
+    for i in range(1, len(parts)):
+        prefix = ".".join(parts[:i]) + "."
+        if not all(k.startswith(prefix) for k in keys):
+            return None
+        if any(k[len(prefix) :] in known for k in keys):
+            return prefix
+    return None
+
+
+def check_weight_keys(weights: Mapping[Any, Any], known: Collection[str], where: str) -> None:
+    """Raises ValueError naming the keys of a `weights=` mapping that are
+    not in `known` (what they may name in the model, `where` saying what
+    that is), before anything runs: a key that matches nothing would
+    otherwise be ignored and its layer checked against the model's own
+    parameters. Sorted, the first _LISTED_KEYS and a count; with the prefix
+    to strip when they all carry one (a state_dict saved from a wrapper)."""
+    unmatched = sorted(str(k) for k in weights if not (isinstance(k, str) and k in known))
+    if not unmatched:
+        return
+    listed = ", ".join(unmatched[:_LISTED_KEYS])
+    if len(unmatched) > _LISTED_KEYS:
+        listed += f", ... ({len(unmatched) - _LISTED_KEYS} more)"
+    keys = "key matches" if len(unmatched) == 1 else "keys match"
+    message = f"weights: {len(unmatched)} {keys} nothing in {where}: {listed}"
+    prefix = _strippable_prefix(unmatched, known)
+    if prefix is not None:
+        message += (
+            f'; they all start with "{prefix}" \N{EM DASH} strip that prefix '
+            f'(e.g. {{k.removeprefix("{prefix}"): v for k, v in sd.items()}})'
+        )
+    raise ValueError(message)
+
+
 @dataclasses.dataclass
 class LayerCheck:
     """One layer call's check: what was sent, and what the server found.
@@ -119,6 +163,12 @@ class LayerCheck:
     e.g. the server went away). `configs_explaining` is the diagnosis'
     best with its equivalents and ties: every configuration that explains
     this output.
+
+    `verdict` is the tolerance's pass/fail; `diagnosis_verdict` the
+    server's "rounding", "defect" or "unexplained" (docs/numerics.md,
+    "Verdict") and `verdict_reason` its sentence, None from a server that
+    predates them. A "defect" or "unexplained" layer is a divergence whose
+    reason is `verdict_reason`.
     """
 
     name: str
@@ -144,6 +194,8 @@ class LayerCheck:
     nonfinite_outputs: int = 0
     has_bias: bool = True
     divergence_reason: Optional[str] = None
+    diagnosis_verdict: Optional[str] = None
+    verdict_reason: Optional[str] = None
     report: Optional[Report] = dataclasses.field(default=None, repr=False)
 
     @property
@@ -188,6 +240,9 @@ class LayerCheck:
         self.explanation = d.explanation
         self.columns = list(d.localization.columns)
         self.rows = list(d.localization.rows)
+        if d.verdict:
+            self.diagnosis_verdict = d.verdict
+            self.verdict_reason = d.verdict_reason
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -199,6 +254,8 @@ class LayerCheck:
             "dtype": self.dtype,
             "status": self.status,
             "verdict": self.verdict,
+            "diagnosis_verdict": self.diagnosis_verdict,
+            "verdict_reason": self.verdict_reason,
             "best": self.best or None,
             "confidence": _json_float(self.confidence),
             "equivalent": list(self.equivalent),
@@ -215,14 +272,34 @@ class LayerCheck:
         }
 
 
+# Diagnosis verdicts that make a layer a divergence: something other than
+# rounding of the configuration the server names (docs/numerics.md, "Verdict").
+_DIVERGING_VERDICTS = ("defect", "unexplained")
+
+
+def _own_divergence(layer: LayerCheck) -> Optional[str]:
+    """Why this layer diverges by itself, whatever the other layers do: its
+    captured output is not finite, or the server's verdict is "defect" or
+    "unexplained" (the reason is the server's sentence, verbatim); None
+    when neither applies."""
+    if not layer.checked:
+        return None
+    if layer.nonfinite_outputs:
+        return f"its captured output holds {layer.nonfinite_outputs} non-finite value(s)"
+    if layer.diagnosis_verdict in _DIVERGING_VERDICTS:
+        return layer.verdict_reason or f"the server's verdict is {layer.diagnosis_verdict}"
+    return None
+
+
 def _divergence(
     layer: LayerCheck, threshold: float, consensus: Optional[str], explained_by: int, checked: int
 ) -> Optional[str]:
     """Why this layer is a divergence, or None when it is not."""
     if not layer.checked:
         return None
-    if layer.nonfinite_outputs:
-        return f"its captured output holds {layer.nonfinite_outputs} non-finite value(s)"
+    own = _own_divergence(layer)
+    if own is not None:
+        return own
     if layer.report is not None and layer.report.diagnosis is not None:
         if not layer.explained:
             return "no candidate explains its output"
@@ -310,8 +387,9 @@ class ModelReport:
         self, threshold: Optional[float] = None, expected: Union[None, str, Iterable[str]] = None
     ) -> Optional[LayerCheck]:
         """The first layer call (in execution order) whose output no
-        candidate explains, whose bound_ratio exceeds `threshold` (default
-        the run's, 3), or that matches only configurations other than the
+        candidate explains, whose diagnosis verdict is "defect" or
+        "unexplained", whose bound_ratio exceeds `threshold` (default the
+        run's, 3), or that matches only configurations other than the
         `expected` ones (default: the consensus). None when there is none.
         Its `divergence_reason` says which rule it broke."""
         threshold = self.bound_threshold if threshold is None else float(threshold)
@@ -319,6 +397,10 @@ class ModelReport:
         for layer in self.layers:
             if expected is not None and layer.checked and layer.explained:
                 want = {expected} if isinstance(expected, str) else set(expected)
+                own = _own_divergence(layer)
+                if own is not None:
+                    layer.divergence_reason = own
+                    return layer
                 if not (want & layer.configs_explaining):
                     layer.divergence_reason = (
                         f"matches {layer.best}, not the expected {', '.join(sorted(want))}"

@@ -79,6 +79,21 @@ def _where(layer: LayerCheck) -> str:
     return "; ".join(parts) or "-"
 
 
+def _sentence(text: str) -> str:
+    """`text` ending in a full stop: the rules' own reasons have none, the
+    server's verdict_reason ends in one already."""
+    return text if text.endswith(".") else text + "."
+
+
+def _explanation_after(reason: Optional[str], explanation: str) -> str:
+    """The diagnosis' explanation without the server's verdict sentence it
+    opens with (docs/numerics.md, "Verdict") when that sentence is the
+    divergence reason shown just before it."""
+    if reason and explanation.startswith(reason):
+        return explanation[len(reason) :].lstrip()
+    return explanation
+
+
 def _status(layer: LayerCheck) -> str:
     return {"passed": "ok", "failed": "FAIL", "error": "ERROR", "not_checked": "-"}[layer.status]
 
@@ -129,7 +144,7 @@ def format_summary(report: ModelReport) -> str:
             f"{len(report.layers)} layer calls checked; the rest are not checked)."
         )
     if first is not None:
-        out.append(f"First divergence: {first.label}: {first.divergence_reason}.")
+        out.append(f"First divergence: {first.label}: {_sentence(first.divergence_reason or '')}")
     elif report.checked and not report.error:
         consensus = report.consensus
         by = f" by {consensus}" if consensus else ""
@@ -189,11 +204,13 @@ def failure_message(report: ModelReport) -> str:
         first = failing[0] if failing else None
     if first is not None:
         why = first.divergence_reason or first.error or "its verdict is fail"
-        lines.append(f"Model parity failed at layer {first.label}: {why}.")
+        lines.append(f"Model parity failed at layer {first.label}: {_sentence(why)}")
         if first.report is not None and first.report.diagnosis is not None:
-            d = first.report.diagnosis
-            if d.explanation:
-                lines.append(d.explanation)
+            explanation = _explanation_after(
+                first.divergence_reason, first.report.diagnosis.explanation
+            )
+            if explanation:
+                lines.append(explanation)
         elif first.report is not None and first.verdict == "fail":
             lines.append(first.report.failure_message())
     elif report.error:
@@ -444,14 +461,15 @@ def _layer_section(
     if layer.divergence_reason:
         out.append(
             f'<p class="fail">{"First divergence: " if layer is first else ""}'
-            f"{html.escape(layer.divergence_reason)}.</p>"
+            f"{html.escape(_sentence(layer.divergence_reason))}</p>"
         )
     if layer.error:
         out.append(f'<p class="fail">{html.escape(layer.error)}</p>')
     d = layer.report.diagnosis if layer.report is not None else None
     if d is not None:
-        if d.explanation:
-            out.append(f"<p>{html.escape(d.explanation)}</p>")
+        explanation = _explanation_after(layer.divergence_reason, d.explanation)
+        if explanation:
+            out.append(f"<p>{html.escape(explanation)}</p>")
         if d.ranking:
             out.append(_ranking(d))
     out.append(_histogram(layer))
@@ -478,7 +496,7 @@ def write_html(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
     verdict = (
         f'<p class="fail">First divergence: <a href="#layer-{report.layers.index(first)}">'
         f"<code>{html.escape(first.label)}</code></a>: "
-        f"{html.escape(first.divergence_reason or '')}.</p>"
+        f"{html.escape(_sentence(first.divergence_reason or ''))}</p>"
         if first is not None
         else '<p class="ok">No divergence.</p>'
     )

@@ -32,6 +32,9 @@ __all__ = [
     "Diagnosis",
     "RankedCandidate",
     "Localization",
+    "Defect",
+    "DefectGroup",
+    "DefectElement",
     "Element",
     "Group",
     "UlpBucket",
@@ -55,6 +58,13 @@ _PRESET_NAMES = {
     pb.Tolerance.PRESET_BOUND: "bound",
 }
 _VERDICT_NAMES = {pb.VERDICT_PASS: "pass", pb.VERDICT_FAIL: "fail"}
+# The diagnosis's verdict: "" from a server that predates it (UNSPECIFIED)
+# and for a value this client does not know.
+_DIAGNOSIS_VERDICT_NAMES = {
+    pb.Diagnosis.VERDICT_ROUNDING: "rounding",
+    pb.Diagnosis.VERDICT_DEFECT: "defect",
+    pb.Diagnosis.VERDICT_UNEXPLAINED: "unexplained",
+}
 
 
 def _ulp(v: int) -> Ulp:
@@ -425,11 +435,105 @@ class Localization(_Node):
 
 
 @dataclass(frozen=True)
+class DefectGroup(_Node):
+    """A column (last dim) or row (flattened leading dims) that rounding of
+    the best candidate does not explain: `disagreements` of its elements
+    differ from best in bits where its error model expects
+    `expected_disagreements` (`p_value`: the chance of at least that many,
+    Bonferroni-corrected); `beyond_threshold` lie beyond the per-element
+    threshold; the farthest is `max_ulp` ULP and `max_sigma` predicted
+    standard errors from best."""
+
+    index: int
+    disagreements: int
+    expected_disagreements: float
+    p_value: float
+    beyond_threshold: int
+    max_ulp: Ulp
+    max_sigma: float
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: pb.DefectGroup) -> DefectGroup:
+        return cls(
+            index=m.index,
+            disagreements=m.disagreements,
+            expected_disagreements=m.expected_disagreements,
+            p_value=m.p_value,
+            beyond_threshold=m.beyond_threshold,
+            max_ulp=_ulp(m.max_ulp),
+            max_sigma=m.max_sigma,
+        )
+
+
+@dataclass(frozen=True)
+class DefectElement(_Node):
+    """An element beyond the per-element threshold: the observed value
+    (`element.actual`) against best's (`element.expected`), and its distance
+    in predicted standard errors of another summation order."""
+
+    element: Optional[Element]
+    sigma: float
+
+    @classmethod
+    def from_proto(cls, m: pb.DefectElement) -> DefectElement:
+        return cls(
+            element=Element.from_proto(m.element) if m.HasField("element") else None,
+            sigma=m.sigma,
+        )
+
+
+@dataclass(frozen=True)
+class Defect(_Node):
+    """What is not rounding of the best candidate (a `defect` verdict), as
+    the server found it: `where_to_look` says which weight row, input row or
+    bias element to check ("output column 2 <-> weight row 2 (out_in
+    layout) and bias element 2"); `columns` and `rows` are the groups
+    holding more disagreements than rounding allows; `element_count`
+    elements lie beyond `element_threshold_sigma` predicted standard
+    errors (a threshold a clean output crosses anywhere with chance at most
+    `false_alarm_rate`), `elements` the largest of them."""
+
+    element_threshold_sigma: float
+    false_alarm_rate: float
+    element_count: int
+    elements: list[DefectElement]
+    columns: list[DefectGroup]
+    rows: list[DefectGroup]
+    max_ulp: Ulp
+    max_sigma: float
+    where_to_look: str
+    _ulp_fields = ("max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: pb.Defect) -> Defect:
+        return cls(
+            element_threshold_sigma=m.element_threshold_sigma,
+            false_alarm_rate=m.false_alarm_rate,
+            element_count=m.element_count,
+            elements=[DefectElement.from_proto(e) for e in m.elements],
+            columns=[DefectGroup.from_proto(g) for g in m.columns],
+            rows=[DefectGroup.from_proto(g) for g in m.rows],
+            max_ulp=_ulp(m.max_ulp),
+            max_sigma=m.max_sigma,
+            where_to_look=m.where_to_look,
+        )
+
+
+@dataclass(frozen=True)
 class Diagnosis(_Node):
     """Which configuration the observed output matches, and why.
 
     `best` is None when no candidate explains the output; `confidence` in
-    [0, 1] as the server documents it; `explanation` is one paragraph."""
+    [0, 1] as the server documents it; `explanation` is one paragraph.
+
+    `verdict` is the server's answer to "bug or rounding?"
+    (docs/numerics.md, "Verdict"): "rounding" (every element, column and
+    row consistent with best), "defect" (best explains the bulk; `defect`
+    lists what it does not: a wrong weight, input or bias value) or
+    "unexplained" (no candidate explains the bulk); "" from a server that
+    predates the verdict. `verdict_reason` is the server's sentence for it;
+    `defect` is None when the server sent none."""
 
     best: Optional[str]
     equivalent: list[str]
@@ -439,6 +543,9 @@ class Diagnosis(_Node):
     framework_hint: str
     localization: Localization
     explanation: str
+    verdict: str = ""
+    verdict_reason: str = ""
+    defect: Optional[Defect] = None
 
     @classmethod
     def from_proto(cls, m: pb.Diagnosis) -> Diagnosis:
@@ -451,6 +558,9 @@ class Diagnosis(_Node):
             framework_hint=m.framework_hint,
             localization=Localization.from_proto(m.localization),
             explanation=m.explanation,
+            verdict=_DIAGNOSIS_VERDICT_NAMES.get(m.verdict, ""),
+            verdict_reason=m.verdict_reason,
+            defect=Defect.from_proto(m.defect) if m.HasField("defect") else None,
         )
 
     def ranking_groups(self) -> list[list[RankedCandidate]]:

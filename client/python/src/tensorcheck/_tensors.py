@@ -19,6 +19,7 @@ observed output or output_dtype.
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from typing import Any, Callable, Optional
@@ -243,8 +244,11 @@ def as_scale(value: Any, name: str) -> np.ndarray:
 
     Raises TypeError naming `name` for what is not real numbers (None, a
     string, a complex or boolean value, Python objects) and ValueError for
-    values that are not finite in float32 (NaN, infinities, magnitudes
-    beyond float32's largest, 3.4028235e38).
+    magnitudes beyond float32's largest (3.4028235e38) and for an element
+    that is not finite and positive in float32 (NaN, infinities, zero,
+    negative, or so small it rounds to 0), worded as the server words its
+    own refusal (docs/numerics.md, "FP8"): "w_scale[17]: a finite,
+    positive float32 scale expected, got NaN".
     """
     if (
         value is None
@@ -271,17 +275,33 @@ def as_scale(value: Any, name: str) -> np.ndarray:
     # Through float64, which holds every value of these dtypes but the
     # largest 64-bit integers exactly: one rounding, to float32.
     wide = arr.astype(np.float64)
-    finite = np.isfinite(wide)
-    if not finite.all():
-        bad = wide[~finite].flat[0]
-        raise ValueError(f"{name}: expected finite numbers, got {bad}")
-    big = np.abs(wide) > _FLOAT32_MAX
+    big = np.isfinite(wide) & (np.abs(wide) > _FLOAT32_MAX)
     if big.any():  # refused, not rounded: float32 would make most infinite
         raise ValueError(
             f"{name}: {wide[big].flat[0]} is beyond float32's range "
             f"(largest finite {_FLOAT32_MAX:.8g})"
         )
-    return wide.astype("<f4", order="C")
+    f32 = wide.astype("<f4", order="C")
+    # The rule is the server's (it refuses such a scale with
+    # INVALID_ARGUMENT in these words); checked here because the values
+    # are converted here, so that the argument is named as the caller
+    # wrote it.
+    bad = np.flatnonzero(~(np.isfinite(f32) & (f32 > 0)))
+    if bad.size:
+        i = int(bad[0])
+        v = float(f32.flat[i])
+        if math.isnan(v):
+            shown = "NaN"
+        elif math.isinf(v):
+            shown = "+Inf" if v > 0 else "-Inf"
+        else:
+            shown = f"{v:g}"
+        where = name if f32.ndim == 0 else f"{name}[{i}]"
+        underflow = " (0 in float32)" if v == 0 and wide.flat[i] > 0 else ""
+        raise ValueError(
+            f"{where}: a finite, positive float32 scale expected, got {shown}{underflow}"
+        )
+    return f32
 
 
 def _torch_scale(t: Any, name: str) -> np.ndarray:

@@ -34,6 +34,7 @@ from ._model import (
     Captures,
     ModelReport,
     check_captures,
+    check_weight_keys,
 )
 from ._tensors import as_array, numpy_dtype, parse_dtype
 
@@ -49,23 +50,49 @@ def _host(t: torch.Tensor, name: str) -> np.ndarray:
     return arr
 
 
-def _override(weights: Any, name: str) -> tuple[Any, Any, bool]:
-    """(weight, bias, found) for module `name` in a `weights=` mapping: a
-    state_dict ("{name}.weight", "{name}.bias") or {name: {"weight": ...,
-    "bias": ...}}."""
+def _override(
+    weights: Mapping[Any, Any], name: str, prefix: str, w: Any, b: Any
+) -> tuple[Any, Any]:
+    """The (weight, bias) to check module `name` against: its own `w` and
+    `b` unless the `weights=` mapping has them, as {name: {"weight": ...,
+    "bias": ...}} (or {name: weight}), or as a state_dict's
+    "{prefix}weight" (with "{prefix}bias", none when absent: a checkpoint
+    of a layer without bias) or "{prefix}bias" alone (the bias only);
+    `prefix` is the module's qualified name and "." ("" for the model
+    itself)."""
+    if name in weights:
+        entry = weights[name]
+        if isinstance(entry, Mapping):
+            return entry.get("weight"), entry.get("bias")
+        return entry, None
+    if f"{prefix}weight" in weights:
+        return weights[f"{prefix}weight"], weights.get(f"{prefix}bias")
+    if f"{prefix}bias" in weights:
+        return w, weights[f"{prefix}bias"]
+    return w, b
+
+
+def _check_weights(model: torch.nn.Module, weights: Any, linears: list[str]) -> None:
+    """A `weights=` mapping whose keys all name something in `model`: a
+    key of its state_dict(), a parameter or buffer under any of its names
+    (tied ones, non-persistent buffers that older checkpoints hold), or,
+    for {name: {"weight": ..., "bias": ...}}, a torch.nn.Linear's name.
+    A key for a parameter that is not checked (a LayerNorm's, an
+    embedding's) is fine; one that matches nothing is a ValueError."""
     if not isinstance(weights, Mapping):
         raise TypeError(
             f"weights: expected a state_dict or a mapping of module names, got "
             f"{type(weights).__name__}"
         )
-    if name in weights:
-        entry = weights[name]
-        if isinstance(entry, Mapping):
-            return entry.get("weight"), entry.get("bias"), True
-        return entry, None, True
-    if f"{name}.weight" in weights:
-        return weights[f"{name}.weight"], weights.get(f"{name}.bias"), True
-    return None, None, False
+    known = set(linears)
+    known.update(model.state_dict().keys())
+    known.update(n for n, _ in model.named_parameters(remove_duplicate=False))
+    known.update(n for n, _ in model.named_buffers(remove_duplicate=False))
+    check_weight_keys(
+        weights,
+        known,
+        f"{type(model).__name__} (its state_dict() keys, or a torch.nn.Linear's name)",
+    )
 
 
 def capture_linears(
@@ -74,7 +101,9 @@ def capture_linears(
     """Runs `model(*args, **kwargs)` once under torch.no_grad() with a
     forward hook on every torch.nn.Linear and returns what they saw, in
     execution order. `weights` replaces modules' parameters in the
-    captures (not in the run): the checkpoint a port should have used."""
+    captures (not in the run): the checkpoint a port should have used; a
+    key of it that matches nothing in `model` is a ValueError (see
+    check_linears)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     captures = Captures()
@@ -93,7 +122,7 @@ def capture_linears(
             cached = params[key] = _host(t.detach().to(dtype), what)
         return cached
 
-    def hook(name: str) -> Any:
+    def hook(name: str, prefix: str) -> Any:
         def capture(module: torch.nn.Linear, inputs: tuple[Any, ...], output: Any) -> None:
             if not inputs or not isinstance(inputs[0], torch.Tensor):
                 warnings.warn(
@@ -107,9 +136,7 @@ def capture_linears(
                 return
             w, b = module.weight, module.bias
             if weights is not None:
-                ow, ob, found = _override(weights, name)
-                if found:
-                    w, b = ow, ob
+                w, b = _override(weights, name, prefix, w, b)
             # Under autocast the layer computes in the output's dtype:
             # check it as it ran, with x, W and b in that dtype.
             dtype = output.dtype
@@ -126,12 +153,16 @@ def capture_linears(
 
         return capture
 
+    # (display name, state_dict prefix, module): the model itself, when a
+    # Linear, shows as its class name; its state_dict keys have no prefix.
     named = [
-        (name or type(model).__name__, m)
+        (name or type(model).__name__, f"{name}." if name else "", m)
         for name, m in model.named_modules()
         if isinstance(m, torch.nn.Linear)
     ]
-    handles = [m.register_forward_hook(hook(name)) for name, m in named]
+    if weights is not None:
+        _check_weights(model, weights, [name for name, _, _ in named])
+    handles = [m.register_forward_hook(hook(name, prefix)) for name, prefix, m in named]
     try:
         with torch.no_grad():
             model(*args, **kwargs)
@@ -181,6 +212,11 @@ def check_linears(
       weights: check against these parameters instead of the modules' own
         (a state_dict, or {name: {"weight": w, "bias": b}}): "my port ran
         with its weights; are its outputs those of the checkpoint's?".
+        Keys for parameters that are not checked (a LayerNorm's) are fine;
+        a key that matches nothing in the model (not a key of its
+        state_dict(), not a parameter's or buffer's name, not a Linear's
+        name) raises ValueError before the model runs, with the prefix to
+        strip when they all carry one ("model.", "module.").
       jobs: requests in flight at once.
       progress: a progress bar on stderr (None: when stderr is a terminal).
       bound_threshold: a layer's bound_ratio above this is a divergence.
