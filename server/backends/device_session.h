@@ -90,11 +90,12 @@ struct SessionModelSpec {
   int64_t k = 0;
   DType output_dtype = DType::kFloat32;
   bool unfused_bias = false;
-  bool inputs_exact = false;  // kSigma only
-  ArrayRef abs_dot;           // kBound
-  ArrayRef sq_dot;            // the others
-  ArrayRef value;             // the reference output (any dtype), m*n
-  ArrayRef pre_bias;          // x.w, or invalid
+  bool inputs_exact = false;      // kSigma and kBound
+  double accumulation_scale = 1;  // kPairAccumulation only
+  ArrayRef abs_dot;               // kBound
+  ArrayRef sq_dot;                // the others
+  ArrayRef value;                 // the reference output (any dtype), m*n
+  ArrayRef pre_bias;              // x.w, or invalid
   int64_t count = 0;
 };
 
@@ -109,6 +110,7 @@ inline ErrorModelInput ModelInputOf(const SessionModelSpec& spec) {
   in.output_dtype = spec.output_dtype;
   in.unfused_bias = spec.unfused_bias;
   in.inputs_exact = spec.inputs_exact;
+  in.accumulation_scale = spec.accumulation_scale;
   in.count = spec.count;
   return in;
 }

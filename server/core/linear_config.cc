@@ -142,6 +142,30 @@ PrecisionInfo GetPrecisionInfo(Precision p) {
   return {0.0, kFp32U, false, std::nullopt};
 }
 
+int InputSignificandBits(Precision p) {
+  switch (p) {
+    case Precision::kFp64:
+      return 53;
+    case Precision::kFp32:
+      return 24;
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+    case Precision::kFp16:
+    case Precision::kFp16Acc:
+      return 11;
+    case Precision::kBf16:
+      return 8;
+    case Precision::kFp8E4M3:
+      return 4;
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3:
+      return 3;
+  }
+  return 24;
+}
+
 float RoundInput(Precision p, float v) {
   switch (p) {
     case Precision::kFp64:

@@ -116,6 +116,11 @@ struct PrecisionInfo {
 // FastAccumInfo below gives fast accumulation's.
 PrecisionInfo GetPrecisionInfo(Precision p);
 
+// Significand bits (the leading one included) of the precision's multiply
+// inputs: fp64 53, fp32 24, tf32 (all roundings), fp16 and fp16acc 11,
+// bf16 8, the fp8 ones their narrower format's (E4M3 4, E5M2 3).
+int InputSignificandBits(Precision p);
+
 // Rounds one input value as the precision's multiply sees it (identity for
 // fp64/fp32).
 float RoundInput(Precision p, float v);

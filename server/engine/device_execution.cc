@@ -288,6 +288,8 @@ class Engine::DeviceExecution {
     for (const Config& c : plan_.configs) {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
+    // As the host's: the observed output's bound allows an unfused bias.
+    need_dot = need_dot || (bound_used_ && req_.observed && req_.bias);
     TC_ASSIGN_OR_RETURN(sums_,
                         session_->MagnitudeSums(op_, bound_used_, /*sq_dot=*/true, need_dot));
     if (!req_.observed) return absl::OkStatus();
@@ -295,7 +297,8 @@ class Engine::DeviceExecution {
                         Model(ModelKey::kSigma, plan_.observed_bound_precision, false));
     ModelArray bound;
     if (bound_used_) {
-      TC_ASSIGN_OR_RETURN(bound, Model(ModelKey::kBound, plan_.observed_bound_precision, false));
+      TC_ASSIGN_OR_RETURN(bound, Model(ModelKey::kBound, plan_.observed_bound_precision,
+                                       /*unfused=*/req_.bias.has_value()));
     }
     SessionCompare c{plan_.compare, sigma.values, bound.values};
     c.options.predicted_sigma_sum_sq = sigma.sum_sq;
@@ -392,7 +395,9 @@ class Engine::DeviceExecution {
     spec.k = plan_.k;
     spec.output_dtype = plan_.output_dtype;
     spec.unfused_bias = key.unfused;
-    spec.inputs_exact = key.kind == ModelKey::kSigma && key.u_input == 0;
+    spec.inputs_exact =
+        key.u_input == 0 && (key.kind == ModelKey::kSigma || key.kind == ModelKey::kBound);
+    spec.accumulation_scale = key.accumulation_scale;
     spec.abs_dot = sums_.abs_dot;
     spec.sq_dot = sums_.sq_dot;
     spec.value = reference_.output;

@@ -171,11 +171,12 @@ TEST_F(DeviceExecutionTest, ErrorModelArraysAreSharedByKeyAsOnTheHost) {
   // fp32, tf32rna and bf16 (u_in 0), which all accumulate in fp32: the
   // observed output's bf16 sigma, fp32's and tf32rna's are one array
   // (fused), bf16:unfused's another; then fp16acc and the fp64 reference:
-  // 4 sigma arrays. Bounds (u_p = max(u_in, u_acc)): 2^-8 fused (observed),
-  // 2^-8 unfused, 2^-24 (fp32), 2^-11 (tf32rna and fp16acc), 2^-53: 5.
-  // Pair sigmas (no input term): fp32-accumulate fused (fp32, tf32rna),
-  // unfused (bf16), fp16acc, fp64: 4.
-  EXPECT_EQ(c.model_arrays, 4 + 5 + 4);
+  // 4 sigma arrays. Bounds (u_p = u_acc where the inputs are exact, else
+  // max(u_in, u_acc)): 2^-24 unfused (the observed output's, which allows
+  // an unfused bias, and bf16:unfused's), 2^-24 fused (fp32, tf32rna),
+  // 2^-11 (fp16acc), 2^-53: 4. Pair sigmas (no input term):
+  // fp32-accumulate fused (fp32, tf32rna), unfused (bf16), fp16acc, fp64: 4.
+  EXPECT_EQ(c.model_arrays, 4 + 4 + 4);
 }
 
 // The device plan computes what the host execution computes: the same

@@ -671,12 +671,29 @@ struct Ranking {
     const int64_t diffuse = std::max<int64_t>(0, scan.all.beyond - held_beyond);
     const double excess = static_cast<double>(scan.all.differing) - scan.all.expected;
 
+    // An fp16 accumulation leaves at least its own rounding error behind.
+    std::optional<double> fp16acc_error_ratio;
+    if (GetPrecisionInfo(top_c.config.precision).fp16_accumulate) {
+      TC_ASSIGN_OR_RETURN(const std::optional<rules::ErrorSums> error,
+                          evidence.ErrorVsReference(top.members[0]));
+      if (error.has_value() && error->sigma_sq > 0) {
+        fp16acc_error_ratio = std::sqrt(error->err_sq / error->sigma_sq);
+      }
+    }
+
     std::string unexplained;
     if (top.bound_ratio() > kUnexplainedBoundRatio) {
       unexplained = absl::StrFormat(
           "its differences from the observed output are %.2g times what its error model "
           "predicts for another summation order",
           top.bound_ratio());
+    } else if (fp16acc_error_ratio.has_value() &&
+               *fp16acc_error_ratio < kFp16AccumulationMinErrorRatio) {
+      unexplained = absl::StrFormat(
+          "the observed output's error against the %s reference is %.2g times what fp16 "
+          "accumulation's own rounding leaves (an fp16 accumulation leaves about half of it): "
+          "the output is more precise than that configuration can be",
+          in.reference_config, *fp16acc_error_ratio);
     } else if (static_cast<double>(diffuse) > kUnexplainedDiffuseShare * total) {
       unexplained = absl::StrFormat(
           "%s of the elements lie beyond %.1f predicted standard errors of it, spread over "

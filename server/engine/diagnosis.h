@@ -97,6 +97,13 @@ inline constexpr double kUnexplainedBoundRatio = 1.5;
 // threshold outside the columns and rows the scan flags (a misfit spread
 // over the whole output, not a defect in one place).
 inline constexpr double kUnexplainedDiffuseShare = 1e-3;
+// ...or when best accumulates in fp16 (fp16acc) and the observed output's
+// error against the exact result is less than this share of what fp16
+// accumulation's own rounding leaves (rms over its predicted sigma; a
+// sequential fp16 accumulation measures 0.56, docs/numerics.md's table):
+// fp16acc's noise is wide enough to hold any output closer to the exact
+// result, so its consistency alone says nothing there.
+inline constexpr double kFp16AccumulationMinErrorRatio = 0.05;
 // The confidence of an unexplained verdict is at most this.
 inline constexpr double kUnexplainedConfidence = 0.5;
 

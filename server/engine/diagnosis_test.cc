@@ -582,5 +582,57 @@ TEST_F(DiagnosisTest, Int4QuantisedWeightsAreUnexplained) {
   EXPECT_THAT(d.verdict_reason, ::testing::HasSubstr("families tried: "));
 }
 
+// A bf16 3-pass product of fp32 operands (v = hi + lo, hi = bf16(v), lo =
+// bf16(v - hi); hi*hi + hi*lo + lo*hi, lo*lo dropped), summed in fp32 with
+// an fp32 output: far more precise than fp16 accumulation, far less than
+// fp32's. fp16acc's wide noise holds it, but an output this close to the
+// exact result is not an fp16 accumulation's.
+TEST_F(DiagnosisTest, ABf16ThreePassProductIsUnexplainedNotFp16Accumulation) {
+  const int64_t m = 32, k = 256, n = 64;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 61);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  std::vector<float> terms(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
+        const double xh = Bf16(xv), xl = Bf16(xv - xh), wh = Bf16(wv), wl = Bf16(wv - wh);
+        terms[p] = F32(double(F32(xh * wh + xh * wl)) + xl * wh);  // products exact
+      }
+      y[static_cast<size_t>(i * n + j)] =
+          F32(double(SumFp32(terms, Order::kPairwise)) + r.bias->GetDouble(j));
+    }
+  }
+  r.observed = *FromDoubles(DType::kFloat32, {m, n}, y);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  EXPECT_EQ(d.verdict, DiagnosisVerdict::kUnexplained) << d.verdict_reason;
+  EXPECT_LE(d.confidence, kUnexplainedConfidence);
+}
+
+// The other side of that rule: an fp16 accumulation in another order (every
+// multiply-add rounded to fp16, k backwards) is fp16acc, and rounding.
+TEST_F(DiagnosisTest, AnFp16AccumulationInAnotherOrderIsRoundingOfFp16acc) {
+  const int64_t m = 32, k = 256, n = 64;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat16, 67);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = k; p-- > 0;) {
+        acc = Fp16(acc + Fp16(r.input.GetDouble(i * k + p) * r.weight.GetDouble(j * k + p)));
+      }
+      y[static_cast<size_t>(i * n + j)] = Fp16(acc + r.bias->GetDouble(j));
+    }
+  }
+  r.observed = *FromDoubles(DType::kFloat16, {m, n}, y);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  EXPECT_TRUE(Names(d, "cpu:fp16acc:fused")) << d.explanation;
+  EXPECT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.verdict_reason;
+}
+
 }  // namespace
 }  // namespace tensorcheck

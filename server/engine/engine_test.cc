@@ -90,6 +90,68 @@ TEST_F(EngineTest, ObservedOffByOnePercentFailsAndNamesWorstElement) {
   EXPECT_EQ(UnflattenIndex(7, out->output_shape), (std::vector<int64_t>{1, 2}));
 }
 
+// x W^T + b of bf16 tensors the way a bf16 layer computes it: products
+// exact in fp32, summed in fp32 over k in order, the bias added to the fp32
+// sum (fused) or to the sum rounded to bf16 (unfused), one rounding to bf16.
+std::vector<double> Bf16Linear(const Tensor& x, const Tensor& w, const Tensor& b, bool unfused) {
+  using ::tensorcheck::testing::kBf16Format;
+  using ::tensorcheck::testing::kFp32Format;
+  using ::tensorcheck::testing::RefRound;
+  const int64_t k = x.shape().back(), m = x.numel() / k, n = w.dim(0);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        acc = RefRound(acc + x.GetDouble(i * k + p) * w.GetDouble(j * k + p), kFp32Format);
+      }
+      if (unfused) acc = RefRound(acc, kBf16Format);
+      y[static_cast<size_t>(i * n + j)] =
+          RefRound(RefRound(acc + b.GetDouble(j), kFp32Format), kBf16Format);
+    }
+  }
+  return y;
+}
+
+TEST_F(EngineTest, BoundChargesNoInputRoundingToInputsAlreadyInThePrecision) {
+  // bf16 tensors under the bf16 bound: nothing rounds the inputs, so the
+  // bound is fp32 accumulation's plus two output roundings (the output's
+  // and the reference's). Clean outputs, fused and unfused, pass it; one
+  // weight element doubled does not, and only in its column.
+  const int64_t m = 64, k = 256, n = 16;
+  LinearRequest r;
+  r.input = Random({m, k}, 1.0, 11, DType::kBFloat16);
+  r.weight = Random({n, k}, 1.0 / std::sqrt(double(k)), 12, DType::kBFloat16);
+  r.bias = Random({n}, 0.5, 13, DType::kBFloat16);
+  r.configs = {"cpu:bf16"};
+  r.tolerance.preset = TolerancePreset::kBound;
+  for (bool unfused : {false, true}) {
+    r.observed =
+        *FromDoubles(DType::kBFloat16, {m, n}, Bf16Linear(r.input, r.weight, *r.bias, unfused));
+    auto out = engine_->Verify(r);
+    ASSERT_THAT(out, IsOk());
+    EXPECT_TRUE(out->observed_vs_reference->passed) << (unfused ? "unfused" : "fused");
+    EXPECT_EQ(out->observed_vs_reference->mismatched, 0);
+  }
+  // The largest weight of row 5 (output column 5), doubled.
+  int64_t largest = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    if (std::fabs(r.weight.GetDouble(5 * k + p)) > std::fabs(r.weight.GetDouble(5 * k + largest))) {
+      largest = p;
+    }
+  }
+  std::vector<double> w(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) w[static_cast<size_t>(i)] = r.weight.GetDouble(i);
+  w[static_cast<size_t>(5 * k + largest)] *= 2;  // exact in bf16
+  const Tensor wrong = *FromDoubles(DType::kBFloat16, {n, k}, w);
+  r.observed = *FromDoubles(DType::kBFloat16, {m, n}, Bf16Linear(r.input, wrong, *r.bias, false));
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_FALSE(out->passed);
+  EXPECT_GT(out->observed_vs_reference->mismatched, m / 2);
+  EXPECT_EQ(out->observed_vs_reference->max_abs_index % n, 5);
+}
+
 TEST_F(EngineTest, WithoutObservedVerdictRequiresEveryConfigurationToPass) {
   LinearRequest r = Request(2, 256, 16, /*bias=*/true);
   r.configs = {"cpu:fp32"};

@@ -317,6 +317,9 @@ class Engine::Execution {
     for (const Config& c : plan_.configs) {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
+    // The observed output's bound allows its bias to have been added after
+    // a rounding of x.w (whichever way the producer added it).
+    need_dot = need_dot || (bound_used_ && req_.observed && req_.bias);
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
     MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout, problem_.m,
                                problem_.n,     problem_.k,      plan_.run.stop};
@@ -329,9 +332,9 @@ class Engine::Execution {
     ToDouble(reference_->output, ref_values_.data());
     if (req_.observed) {
       const ModelArray sigma = Model(ModelKey::kSigma, plan_.observed_bound_precision, false);
-      const ModelArray bound = bound_used_
-                                   ? Model(ModelKey::kBound, plan_.observed_bound_precision, false)
-                                   : ModelArray{};
+      const ModelArray bound = bound_used_ ? Model(ModelKey::kBound, plan_.observed_bound_precision,
+                                                   /*unfused=*/req_.bias.has_value())
+                                           : ModelArray{};
       CompareOptions opts = plan_.compare;
       opts.predicted_sigma = sigma.data();
       opts.predicted_sigma_sum_sq = sigma.sum_sq;
@@ -362,7 +365,9 @@ class Engine::Execution {
     in.pre_bias = dot_.empty() ? nullptr : dot_.data();
     in.executor = executor_;
     in.precision = p;
-    in.inputs_exact = key.kind == ModelKey::kSigma && key.u_input == 0;
+    in.inputs_exact =
+        key.u_input == 0 && (key.kind == ModelKey::kSigma || key.kind == ModelKey::kBound);
+    in.accumulation_scale = key.accumulation_scale;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
     ModelArray array;
     switch (key.kind) {

@@ -100,6 +100,12 @@ void HardBound(const ErrorModelInput& in, double c, float* bound) {
   }
 }
 
+double ShortProductAccumulationScale(int product_bits) {
+  if (product_bits <= 16) return 0.36;
+  if (product_bits <= 22) return 0.56;
+  return 1.0;
+}
+
 double OutputSpacing(double v, DType dtype) { return rules::OutputSpacing(v, ElemTypeOf(dtype)); }
 
 rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, double input_weight,
@@ -134,7 +140,8 @@ rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, SigmaKind kind
       return SigmaConstantsOf(in, /*input_weight=*/0.0, /*other_weight=*/2.0,
                               /*output_weight=*/1.0);
     case SigmaKind::kPairAccumulation:
-      return SigmaConstantsOf(in, /*input_weight=*/0.0, /*other_weight=*/2.0,
+      return SigmaConstantsOf(in, /*input_weight=*/0.0,
+                              /*other_weight=*/2.0 * in.accumulation_scale * in.accumulation_scale,
                               /*output_weight=*/0.0);
   }
   return SigmaConstantsOf(in, SigmaKind::kSingle);
@@ -142,11 +149,16 @@ rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, SigmaKind kind
 
 rules::BoundConstants BoundConstantsOf(const ErrorModelInput& in, double c) {
   rules::BoundConstants b;
-  const double u_p = BoundUnitRoundoff(in.precision);
+  // Inputs already in the precision's format are not rounded again: the
+  // accumulation's unit alone (fp16acc's is fp16's).
+  const double u_p = in.inputs_exact ? GetPrecisionInfo(in.precision).u_accumulate
+                                     : BoundUnitRoundoff(in.precision);
   b.u_out = OutputUnitRoundoff(in.output_dtype);
   b.scale = c * u_p * std::sqrt(static_cast<double>(std::max<int64_t>(in.k, 0)));
   b.has_pre_bias = in.unfused_bias && in.pre_bias != nullptr;
-  b.out = (in.unfused_bias && !b.has_pre_bias ? 2.0 : 1.0) * b.u_out;
+  // Two roundings to the output dtype, the output's and the reference's
+  // (it is rounded once too), and a third without x.w for an unfused bias.
+  b.out = (in.unfused_bias && !b.has_pre_bias ? 3.0 : 2.0) * b.u_out;
   return b;
 }
 

@@ -37,11 +37,15 @@
 // spacing of its subnormals; the rounding error an exact 0 result can
 // still carry), and at least the smallest positive float.
 //
-// HardBound: c * u_p * sqrt(K) * abs_dot + u_out * |y| (+ u_out * |a| when
-// the bias is unfused; 2 u_out |y| without `pre_bias`), u_p the largest
-// unit roundoff of the precision
-// (BoundUnitRoundoff). With c of a few units this is the probabilistic
-// bound of Higham & Mary: exceeded with very small probability.
+// HardBound: c * u_p * sqrt(K) * abs_dot + 2 u_out * |y| (+ u_out * |a|
+// when the bias is unfused; 3 u_out |y| without `pre_bias`), u_p the
+// largest unit roundoff of the precision (BoundUnitRoundoff), or its
+// accumulation's alone when `inputs_exact` (inputs already in its format
+// are not rounded again). Two output roundings: the output's own and the
+// reference's, which is rounded once to the output dtype too (two correct
+// roundings of one value may be an ULP apart, and 2 u_out |y| is at least
+// an ULP). With c of a few units this is the probabilistic bound of Higham
+// & Mary: exceeded with very small probability.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +67,8 @@ struct ErrorModelInput {
   const double* value = nullptr;   // per output element, the reference y
   int64_t count = 0;               // output elements
   // The stored inputs are already in the precision's input format (bf16
-  // tensors under bf16/tf32/fp32, fp16 under fp16...): no input rounding.
+  // tensors under bf16/tf32/fp32, fp16 under fp16...): no input rounding
+  // (PredictSigma and HardBound read it).
   bool inputs_exact = false;
   // Per output element, x.w before the bias, or null. With an unfused
   // bias the GEMM result is rounded at its own magnitude before the bias
@@ -73,7 +78,35 @@ struct ErrorModelInput {
   // Runs the per-element pass; null: on the calling thread (results do not
   // depend on it). Not owned.
   Executor* executor = nullptr;
+  // PredictPairAccumulationSigma only: the standard deviation of one fp32
+  // accumulation's rounding error, as a share of the sequential model's
+  // above (ShortProductAccumulationScale). 1 keeps the model as it is.
+  double accumulation_scale = 1;
 };
+
+// ---- Short products: how much of the sequential model an fp32
+// accumulation really rounds.
+//
+// The model above charges every add of a sequential sum a rounding error
+// uniform on [-u|s_j|, u|s_j|]. Two things make the true error smaller:
+// the error of an add is uniform on half the spacing of s_j's binade,
+// which is u|s_j| only at the top of the binade (over a binade the mean
+// square is 1/2.16 of the model's); and a product of two short
+// significands (bf16 x bf16: at most 16 bits, fp16 or TF32: 22) added to
+// a 24-bit partial sum rounds nothing when its last bit is not below the
+// sum's, and little when it is only a bit or two below. Measured against
+// the exact (fp64) sum over 32x128 outputs, K = 128 to 8192, Gaussian,
+// GELU-like, Student-t and shifted inputs (docs/numerics.md, "Calibration
+// of the flip model"), the rms error of a sequential fp32 sum, over the
+// model's sigma, reaches 0.36 with 16-bit products (it grows with K: 0.19
+// at K = 128, 0.30 to 0.36 at 8192) and 0.55 with 22-bit ones; blocked
+// and tree orders (OpenBLAS, K-tiled, pairwise) stay below. The scale is
+// that envelope, so that even two sequential orders (the most error any
+// order makes) flip no more than the model says:
+//   product_bits <= 16: 0.36     product_bits <= 22: 0.56     else: 1
+// (wider products keep the model: their adds are never exact, and an fp32
+// output's flips are near certain anyway).
+double ShortProductAccumulationScale(int product_bits);
 
 // Unit roundoff of `d`: fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8.
 double OutputUnitRoundoff(DType d);
@@ -100,11 +133,12 @@ double PredictPairSigma(const ErrorModelInput& in, float* sigma);  // as Predict
 // accumulators are before the output rounding. Against the output grid's
 // spacing it gives the chance that the two rounded outputs differ. Its
 // floor is the smallest positive float, not the output's subnormal step
-// (fp64 accumulators stay fp64-close even where the output is fp16).
+// (fp64 accumulators stay fp64-close even where the output is fp16). The
+// accumulation variance is scaled by in.accumulation_scale^2.
 void PredictPairAccumulationSigma(const ErrorModelInput& in, float* sigma);
 
-// Writes the hard bound c*u_p*sqrt(K)*abs_dot + u_out*|y| of each output
-// to `bound` (see the header comment).
+// Writes the hard bound c*u_p*sqrt(K)*abs_dot + 2*u_out*|y| of each
+// output to `bound` (see the header comment).
 void HardBound(const ErrorModelInput& in, double c, float* bound);
 
 // Spacing of `dtype`'s representable values at v (at 0: the smallest
@@ -168,7 +202,7 @@ rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, SigmaKind kind
 // input-rounding variance, `other_weight` the accumulation terms and
 // `output_weight` times `other_weight` the output rounding. PredictSigma
 // uses (inputs_exact ? 0 : 1, 1, 1), PredictPairSigma (0, 2, 1),
-// PredictPairAccumulationSigma (0, 2, 0).
+// PredictPairAccumulationSigma (0, 2 accumulation_scale^2, 0).
 rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, double input_weight,
                                        double other_weight, double output_weight);
 

@@ -35,17 +35,23 @@ TEST(ErrorModelTest, BoundUnitRoundoffIsTheCoarsestOfInputAndAccumulate) {
 
 TEST(ErrorModelTest, HardBoundMatchesHandComputation) {
   // bf16, K = 16, sum|x||w| = 4, y = -2, bf16 output, c = 2:
-  // 2 * 2^-8 * 4 * 4 + 2^-8 * 2 = 34/256; unfused adds 2^-8 * 2 more.
+  // 2 * 2^-8 * 4 * 4 + 2 * 2^-8 * 2 (the output's rounding and the
+  // reference's) = 36/256; an unfused bias without x.w adds 2^-8 * 2 more.
   const float abs_dot[] = {4.0f};
   const float sq_dot[] = {1.0f};
   const double y[] = {-2.0};
   ErrorModelInput in{Precision::kBf16, 16, DType::kBFloat16, false, abs_dot, sq_dot, y, 1};
   float bound = 0;
   HardBound(in, /*c=*/2.0, &bound);
-  EXPECT_EQ(bound, 34.0f / 256.0f);
+  EXPECT_EQ(bound, 36.0f / 256.0f);
   in.unfused_bias = true;
   HardBound(in, /*c=*/2.0, &bound);
-  EXPECT_EQ(bound, 36.0f / 256.0f);
+  EXPECT_EQ(bound, 38.0f / 256.0f);
+  // Inputs already bf16: fp32 accumulation's unit, 2 * 2^-24 * 4 * 4 + 4/256.
+  in.unfused_bias = false;
+  in.inputs_exact = true;
+  HardBound(in, /*c=*/2.0, &bound);
+  EXPECT_EQ(bound, static_cast<float>(32.0 * 0x1p-24 + 4.0 / 256.0));
 }
 
 TEST(ErrorModelTest, SigmaOfFp32AccumulationMatchesHandComputation) {
@@ -111,8 +117,8 @@ TEST(ErrorModelTest, UnfusedBiasRoundsTheGemmResultAtItsOwnMagnitude) {
   HardBound(in, /*c=*/1.0, &bound);
   const double u = 0x1p-8;
   EXPECT_NEAR(sigma, std::sqrt(u * u / 3 * (9.0 + 0.0625 * 0.0625)), 1e-9);
-  // c*u_p*sqrt(K)*A + u_out*|a| + u_out*|y|, u_p = 2^-53.
-  EXPECT_NEAR(bound, 0x1p-53 * 3.0 + u * 3.0 + u * 0.0625, 1e-9);
+  // c*u_p*sqrt(K)*A + u_out*|a| + 2*u_out*|y|, u_p = 2^-53.
+  EXPECT_NEAR(bound, 0x1p-53 * 3.0 + u * 3.0 + 2 * u * 0.0625, 1e-9);
 }
 
 TEST(ErrorModelTest, PairAccumulationSigmaHasNoOutputFloor) {
@@ -332,6 +338,90 @@ TEST(ErrorModelTest, TwoSummationOrdersDifferByThePredictedPairRms) {
   RecordProperty("measured_over_predicted", std::to_string(ratio));
   EXPECT_GE(ratio, 0.3);
   EXPECT_LE(ratio, 3.0);
+}
+
+// Short products (both operands rounded by `round`) summed in fp32 in two
+// orders, `first` and `second` ("seq": one accumulator over k; "rev": the
+// same backwards; "pairwise": a balanced tree), against the pair
+// accumulation sigma with the short-product scale of `product_bits`:
+// measured rms difference over predicted.
+template <typename Round>
+double ShortProductPairOverPredicted(int64_t k, int product_bits, Round round,
+                                     const std::string& first, const std::string& second) {
+  const int64_t outputs = 256;
+  std::mt19937 rng(static_cast<unsigned>(k + product_bits));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> abs_dot(outputs), sq_dot(outputs), sigma(outputs), p(k);
+  std::vector<double> y(outputs);
+  auto sum = [&](const std::string& order) {
+    if (order == "seq" || order == "rev") {
+      float acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += p[order == "seq" ? i : k - 1 - i];
+      return acc;
+    }
+    std::vector<float> level(p);  // pairwise: halve until one is left
+    while (level.size() > 1) {
+      std::vector<float> next((level.size() + 1) / 2);
+      for (size_t i = 0; i < next.size(); ++i) {
+        next[i] = 2 * i + 1 < level.size() ? level[2 * i] + level[2 * i + 1] : level[2 * i];
+      }
+      level.swap(next);
+    }
+    return level[0];
+  };
+  double diff2 = 0;
+  for (int64_t o = 0; o < outputs; ++o) {
+    double exact = 0, abs_sum = 0, sq_sum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      // Products of two short significands are exact in fp32 and fp64.
+      p[i] = round(normal(rng)) * round(normal(rng) / std::sqrt(static_cast<float>(k)));
+      exact += p[i];
+      abs_sum += std::fabs(p[i]);
+      sq_sum += static_cast<double>(p[i]) * p[i];
+    }
+    y[o] = exact;
+    abs_dot[o] = static_cast<float>(abs_sum);
+    sq_dot[o] = static_cast<float>(std::sqrt(sq_sum));
+    const double d = static_cast<double>(sum(first)) - sum(second);
+    diff2 += d * d;
+  }
+  ErrorModelInput in{Precision::kFp32, k,        DType::kFloat32, false, abs_dot.data(),
+                     sq_dot.data(),    y.data(), outputs};
+  in.accumulation_scale = ShortProductAccumulationScale(product_bits);
+  PredictPairAccumulationSigma(in, sigma.data());
+  double sigma2 = 0;
+  for (float s : sigma) sigma2 += static_cast<double>(s) * s;
+  return std::sqrt(diff2 / sigma2);
+}
+
+TEST(ErrorModelTest, ShortProductScaleCoversTwoOrdersWithoutOverstatingThemMuch) {
+  const auto bf16 = [](float v) { return RoundToBf16(v); };
+  const auto tf32 = [](float v) { return RoundToTf32(v, Tf32Rounding::kNearestEven); };
+  EXPECT_EQ(ShortProductAccumulationScale(16), 0.36);
+  EXPECT_EQ(ShortProductAccumulationScale(22), 0.56);
+  EXPECT_EQ(ShortProductAccumulationScale(48), 1.0);
+  struct Case {
+    int64_t k;
+    int bits;
+    bool bf16;
+    const char* first;
+    const char* second;
+  };
+  // Two sequential orders are the most two orders differ: the scaled
+  // model must still cover them (ratio <= 1), and stay within a factor of
+  // 3 of a sequential sum against a tree (the calibration's goal).
+  for (const Case& c :
+       {Case{1024, 16, true, "seq", "rev"}, Case{4096, 16, true, "seq", "rev"},
+        Case{1024, 22, false, "seq", "rev"}, Case{4096, 22, false, "seq", "rev"},
+        Case{4096, 16, true, "seq", "pairwise"}, Case{4096, 22, false, "seq", "pairwise"}}) {
+    const double ratio = c.bf16
+                             ? ShortProductPairOverPredicted(c.k, c.bits, bf16, c.first, c.second)
+                             : ShortProductPairOverPredicted(c.k, c.bits, tf32, c.first, c.second);
+    SCOPED_TRACE(::testing::Message() << "K=" << c.k << " " << c.bits << "-bit products, "
+                                      << c.first << " vs " << c.second << ": " << ratio);
+    EXPECT_LE(ratio, 1.0);
+    EXPECT_GE(ratio, 1.0 / 3.0);
+  }
 }
 
 TEST(ErrorModelTest, PerElementPassesAreBitwiseTheSameOnAnyExecutor) {

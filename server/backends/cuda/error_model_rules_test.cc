@@ -146,14 +146,17 @@ TEST(ErrorModelRulesTest, BoundAndFlipConstantsMatchHandComputation) {
   rules::BoundConstants b = BoundConstantsOf(in, /*c=*/3.0);
   EXPECT_EQ(b.scale, 3.0 * 0x1p-8 * 8.0);
   EXPECT_EQ(b.u_out, 0x1p-11);
-  EXPECT_EQ(b.out, 0x1p-11);
+  EXPECT_EQ(b.out, 2 * 0x1p-11);  // the output's rounding and the reference's
   EXPECT_FALSE(b.has_pre_bias);
-  in.unfused_bias = true;  // without x.w: |y| twice
-  EXPECT_EQ(BoundConstantsOf(in, 3.0).out, 0x1p-10);
+  in.inputs_exact = true;  // bf16 inputs are not rounded again: fp32's unit
+  EXPECT_EQ(BoundConstantsOf(in, 3.0).scale, 3.0 * 0x1p-24 * 8.0);
+  in.inputs_exact = false;
+  in.unfused_bias = true;  // without x.w: |y| three times
+  EXPECT_EQ(BoundConstantsOf(in, 3.0).out, 3 * 0x1p-11);
   const float pre_bias = 1.0f;
   in.pre_bias = &pre_bias;
   b = BoundConstantsOf(in, 3.0);
-  EXPECT_EQ(b.out, 0x1p-11);
+  EXPECT_EQ(b.out, 2 * 0x1p-11);
   EXPECT_TRUE(b.has_pre_bias);
 
   FlipGridInput g;

@@ -3,6 +3,7 @@
 // host execution and the device one; internal to server/engine).
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -14,19 +15,26 @@ namespace tensorcheck::internal {
 struct ModelKey {
   enum Kind { kSigma, kBound, kPairSigma, kPairAccumulation };
   Kind kind = kSigma;
-  double u_input = 0;  // effective: 0 when the inputs are exact
+  double u_input = 0;  // effective: 0 when the inputs are exact (kSigma, kBound)
   double u_accumulate = 0;
   bool fp16_accumulate = false;
   bool unfused = false;
+  // kPairAccumulation: ErrorModelInput::accumulation_scale; 1 otherwise.
+  double accumulation_scale = 1;
   bool operator<(const ModelKey& o) const {
-    return std::tie(kind, u_input, u_accumulate, fp16_accumulate, unfused) <
-           std::tie(o.kind, o.u_input, o.u_accumulate, o.fp16_accumulate, o.unfused);
+    return std::tie(kind, u_input, u_accumulate, fp16_accumulate, unfused, accumulation_scale) <
+           std::tie(o.kind, o.u_input, o.u_accumulate, o.fp16_accumulate, o.unfused,
+                    o.accumulation_scale);
   }
 };
 
 // The key of precision `p`'s array of `kind`; `inputs_exact`: the request's
-// input and weight are exact in p's input format (ValuesExactIn).
-inline ModelKey MakeModelKey(ModelKey::Kind kind, Precision p, bool unfused, bool inputs_exact) {
+// input and weight are exact in p's input format (ValuesExactIn);
+// `product_bits`: the significand bits of a product of an input and a
+// weight value as p multiplies them (ModelKeys::ProductBits; read for
+// kPairAccumulation only).
+inline ModelKey MakeModelKey(ModelKey::Kind kind, Precision p, bool unfused, bool inputs_exact,
+                             int product_bits = 106) {
   const PrecisionInfo info = GetPrecisionInfo(p);
   ModelKey key;
   key.kind = kind;
@@ -37,10 +45,20 @@ inline ModelKey MakeModelKey(ModelKey::Kind kind, Precision p, bool unfused, boo
     case ModelKey::kSigma:
       key.u_input = inputs_exact ? 0.0 : info.u_input;
       break;
+    case ModelKey::kPairAccumulation:
+      // Short products into an fp32 accumulator only: fp16acc rounds every
+      // product, fp64 accumulates far below any output grid, and the fp8
+      // precisions keep the model (a GPU's fp8 accumulator is narrower than
+      // fp32; docs/numerics.md, "FP8").
+      if (info.u_accumulate == 0x1p-24 && !info.fp16_accumulate && !IsFp8(p)) {
+        key.accumulation_scale = ShortProductAccumulationScale(product_bits);
+      }
+      break;
     case ModelKey::kBound:
-      // The hard bound's u_p does not depend on the data.
-      key.u_input = BoundUnitRoundoff(p);
-      key.u_accumulate = 0;
+      // The hard bound's u_p: the precision's coarsest unit, or its
+      // accumulation's when the inputs are exact (u_input 0 then).
+      key.u_input = inputs_exact ? 0.0 : BoundUnitRoundoff(p);
+      key.u_accumulate = inputs_exact ? info.u_accumulate : 0.0;
       key.fp16_accumulate = false;
       break;
     default:
@@ -57,10 +75,33 @@ class ModelKeys {
   ModelKeys(const Tensor& input, const Tensor& weight) : input_(input), weight_(weight) {}
 
   ModelKey Of(ModelKey::Kind kind, Precision p, bool unfused) {
-    return MakeModelKey(kind, p, unfused, kind == ModelKey::kSigma && InputsExact(p));
+    // The fp8 precisions' bound keeps the input unit: a GPU's fp8
+    // accumulator is narrower than fp32 (docs/numerics.md, "FP8").
+    const bool reads_exact = kind == ModelKey::kSigma || (kind == ModelKey::kBound && !IsFp8(p));
+    return MakeModelKey(kind, p, unfused, reads_exact && InputsExact(p),
+                        kind == ModelKey::kPairAccumulation && !IsFp8(p) ? ProductBits(p) : 106);
+  }
+
+  // Significand bits of an input value times a weight value as `p`
+  // multiplies them: each operand has p's input bits, or fewer where all
+  // its values are bf16 (8) or TF32 (11) values, whatever their storage.
+  int ProductBits(Precision p) {
+    const int bits = InputSignificandBits(p);
+    return std::min(bits, OperandBits(input_, &input_bits_)) +
+           std::min(bits, OperandBits(weight_, &weight_bits_));
   }
 
  private:
+  // The bits of `t`'s values (above), looked at once.
+  static int OperandBits(const Tensor& t, int* cached) {
+    if (*cached == 0) {
+      *cached = ValuesExactIn(Precision::kBf16, t)   ? 8
+                : ValuesExactIn(Precision::kTf32, t) ? 11
+                                                     : 53;
+    }
+    return *cached;
+  }
+
   bool InputsExact(Precision p) {
     auto it = exact_.find(p);
     if (it != exact_.end()) return it->second;
@@ -72,6 +113,8 @@ class ModelKeys {
   const Tensor& input_;
   const Tensor& weight_;
   std::map<Precision, bool> exact_;
+  int input_bits_ = 0;  // 0: not looked at yet
+  int weight_bits_ = 0;
 };
 
 }  // namespace tensorcheck::internal
