@@ -197,6 +197,8 @@ Json DefectGroupsJson(const google::protobuf::RepeatedPtrField<pb::DefectGroup>&
     j["beyond_threshold"] = g.beyond_threshold();
     j["max_ulp"] = JsonUlp(g.max_ulp());
     j["max_sigma"] = JsonNumber(g.max_sigma());
+    j["shift_t"] = JsonNumber(g.shift_t());
+    j["shift_p_value"] = JsonNumber(g.shift_p_value());
     a.push_back(std::move(j));
   }
   return a;

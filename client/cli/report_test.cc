@@ -444,6 +444,8 @@ pb::VerifyResponse DefectResponse() {
   col->set_beyond_threshold(7);
   col->set_max_ulp(internal::kUlpInfinite);
   col->set_max_sigma(std::numeric_limits<double>::infinity());
+  col->set_shift_t(7.5);
+  col->set_shift_p_value(0.25);
   pb::DefectGroup* row = f->add_rows();
   row->set_index(5);
   row->set_disagreements(3);
@@ -497,7 +499,7 @@ TEST(VerifyResponseToJsonTest, DiagnosisCarriesTheVerdictItsReasonAndTheDefect) 
   EXPECT_EQ(f["columns"], nlohmann::ordered_json::parse(
                               R"([{"index": 2, "disagreements": 64, "expected_disagreements": 0.8,
                      "p_value": 1e-30, "beyond_threshold": 7, "max_ulp": "inf",
-                     "max_sigma": "inf"}])"));
+                     "max_sigma": "inf", "shift_t": 7.5, "shift_p_value": 0.25}])"));
   EXPECT_EQ(f["rows"][0]["max_ulp"], 4096);
   EXPECT_EQ(f["rows"][0]["max_sigma"], 812.25);
   EXPECT_THAT(Keys(f["elements"][0]), ElementsAre("element", "sigma"));

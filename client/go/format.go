@@ -157,9 +157,13 @@ func defectGroupLines(kind string, groups []DefectGroup) []string {
 			lines = append(lines, fmt.Sprintf("  ... %d more %ss", len(groups)-defectShown, kind))
 			break
 		}
-		lines = append(lines, fmt.Sprintf("  %s %d: %d disagreements vs %s expected, max %s ULP, %s sigma",
+		line := fmt.Sprintf("  %s %d: %d disagreements vs %s expected, max %s ULP, %s sigma",
 			kind, g.Index, g.Disagreements, gText(g.ExpectedDisagreements), ulpText(g.MaxULP),
-			sigmaText(g.MaxSigma)))
+			sigmaText(g.MaxSigma))
+		if g.ShiftT != 0 {
+			line += fmt.Sprintf(", shift t = %.1f", g.ShiftT)
+		}
+		lines = append(lines, line)
 	}
 	return lines
 }

@@ -247,6 +247,12 @@ type DefectGroup struct {
 	// The group's largest distance from Best, in ULP and sigma.
 	MaxULP   uint64
 	MaxSigma float64
+	// Columns only: the self-normalised sum of the group's differences in
+	// predicted standard errors (about standard normal under rounding) and
+	// its two-sided tail (Bonferroni-corrected, capped at 1): a column
+	// shifted to one side.
+	ShiftT      float64
+	ShiftPValue float64
 }
 
 // DefectElement is an element beyond the per-element threshold: the
@@ -572,6 +578,8 @@ func defectGroupsFromProto(ps []*pb.DefectGroup) []DefectGroup {
 			BeyondThreshold:       g.BeyondThreshold,
 			MaxULP:                g.MaxUlp,
 			MaxSigma:              g.MaxSigma,
+			ShiftT:                g.ShiftT,
+			ShiftPValue:           g.ShiftPValue,
 		})
 	}
 	return out

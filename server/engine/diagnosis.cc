@@ -76,14 +76,28 @@ std::string IndexList(const std::vector<DefectGroup>& groups, size_t limit) {
 // The scan's groups that are not rounding: a Poisson tail of their bit
 // differences below `alpha` once multiplied by the number of groups, or
 // an element beyond the threshold. Most surprising first.
-std::vector<DefectGroup> FlaggedGroups(const std::vector<GroupScan>& groups, double alpha) {
+// The shift test reads a group only when this many of its elements differ
+// (fewer make the self-normalised sum far from normal: n equal terms
+// give sqrt(n)).
+constexpr int64_t kShiftMinDiffering = 16;
+
+// The groups a test flags at `alpha` (after the Bonferroni correction),
+// and those holding an element beyond the threshold; `shift_test`: the
+// shift test too (columns). Most significant first.
+std::vector<DefectGroup> FlaggedGroups(const std::vector<GroupScan>& groups, double alpha,
+                                       bool shift_test) {
   std::vector<DefectGroup> flagged;
   const double tested = static_cast<double>(groups.size());
   for (size_t j = 0; j < groups.size(); ++j) {
     const GroupScan& g = groups[j];
     if (g.differing == 0) continue;
     const double p = std::min(1.0, PoissonUpperTail(g.differing, g.expected) * tested);
-    if (!(p < alpha) && g.beyond == 0) continue;
+    double shift_t = 0, shift_p = 1;
+    if (shift_test && g.differing >= kShiftMinDiffering && g.squared_sum > 0) {
+      shift_t = g.signed_sum / std::sqrt(g.squared_sum);
+      shift_p = std::min(1.0, std::erfc(std::fabs(shift_t) / std::sqrt(2.0)) * tested);
+    }
+    if (!(p < alpha) && !(shift_p < alpha) && g.beyond == 0) continue;
     DefectGroup d;
     d.index = static_cast<int64_t>(j);
     d.disagreements = g.differing;
@@ -92,13 +106,31 @@ std::vector<DefectGroup> FlaggedGroups(const std::vector<GroupScan>& groups, dou
     d.beyond_threshold = g.beyond;
     d.max_ulp = g.max_ulp;
     d.max_sigma = g.max_sigma;
+    d.shift_t = shift_t;
+    d.shift_p_value = shift_p;
     flagged.push_back(d);
   }
   std::stable_sort(flagged.begin(), flagged.end(), [](const DefectGroup& a, const DefectGroup& b) {
-    if (a.p_value != b.p_value) return a.p_value < b.p_value;
+    const double pa = std::min(a.p_value, a.shift_p_value);
+    const double pb = std::min(b.p_value, b.shift_p_value);
+    if (pa != pb) return pa < pb;
     return a.beyond_threshold > b.beyond_threshold;
   });
   return flagged;
+}
+
+// The elements beyond the threshold that the groups of one axis gather:
+// those of the groups holding at least kGatheredMin each, when such groups
+// are at most kGatheredShare of the `axis` groups (else 0: a misfit spread
+// over the output, not a defect in a few places).
+int64_t GatheredBeyond(const std::vector<DefectGroup>& groups, size_t axis) {
+  int64_t held = 0, holding = 0;
+  for (const DefectGroup& g : groups) {
+    if (g.beyond_threshold < kGatheredMin) continue;
+    held += g.beyond_threshold;
+    ++holding;
+  }
+  return static_cast<double>(holding) <= kGatheredShare * static_cast<double>(axis) ? held : 0;
 }
 
 }  // namespace
@@ -642,7 +674,10 @@ struct Ranking {
   absl::Status Decide() {
     const ClassScore& top = classes[0];
     const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
-    const double alpha = kVerdictFalseAlarm / 3.0;
+    // The false-alarm budget: a third to the element test (its threshold),
+    // two ninths each to the column counts, the row counts and the
+    // column shifts.
+    const double alpha = kVerdictFalseAlarm * 2.0 / 9.0;
     DefectScanInput spec;
     spec.cols = Columns(in);
     spec.unfused_bias = in.has_bias && top_c.config.bias == BiasMode::kUnfused;
@@ -650,8 +685,32 @@ struct Ranking {
     spec.threshold = ElementThresholdSigma(total);
     spec.top_k = in.top_k;
     TC_ASSIGN_OR_RETURN(const DefectScan scan, evidence.ScanDefects(top.members[0], spec));
-    const std::vector<DefectGroup> columns = FlaggedGroups(scan.columns, alpha);
-    const std::vector<DefectGroup> rows = FlaggedGroups(scan.rows, alpha);
+    std::vector<DefectGroup> columns = FlaggedGroups(scan.columns, alpha, /*shift_test=*/true);
+    std::vector<DefectGroup> rows = FlaggedGroups(scan.rows, alpha, /*shift_test=*/false);
+    int64_t shifted = 0;
+    for (const DefectGroup& g : columns) shifted += g.shift_p_value < alpha ? 1 : 0;
+
+    // Elements beyond the threshold gathered in a few columns (a weight
+    // row, a bias element) or rows (an input row): at least 90% of them.
+    // Then they are the defect, whatever else they inflate (best's
+    // bound_ratio), and the other axis's groups that hold only one or two
+    // of them each and are not flagged by their own test say nothing more
+    // (a wrong column's elements lie in every row).
+    const int64_t columns_gathered = GatheredBeyond(columns, scan.columns.size());
+    const int64_t rows_gathered = GatheredBeyond(rows, scan.rows.size());
+    const int64_t gathered_beyond = std::max(columns_gathered, rows_gathered);
+    const bool beyond_gathered =
+        scan.all.beyond > 0 &&
+        static_cast<double>(gathered_beyond) >= 0.9 * static_cast<double>(scan.all.beyond);
+    if (beyond_gathered) {
+      std::vector<DefectGroup>& other = columns_gathered >= rows_gathered ? rows : columns;
+      other.erase(std::remove_if(other.begin(), other.end(),
+                                 [&](const DefectGroup& g) {
+                                   return !(g.p_value < alpha) && !(g.shift_p_value < alpha) &&
+                                          g.beyond_threshold < kGatheredMin;
+                                 }),
+                  other.end());
+    }
 
     // What the columns and rows flagged by their Poisson tests hold: the
     // elements beyond the threshold and the bit differences beyond the
@@ -668,6 +727,7 @@ struct Ranking {
         held_excess += static_cast<double>(g.disagreements) - g.expected_disagreements;
       }
     }
+    held_beyond = std::max(held_beyond, gathered_beyond);
     const int64_t diffuse = std::max<int64_t>(0, scan.all.beyond - held_beyond);
     const double excess = static_cast<double>(scan.all.differing) - scan.all.expected;
 
@@ -682,7 +742,7 @@ struct Ranking {
     }
 
     std::string unexplained;
-    if (top.bound_ratio() > kUnexplainedBoundRatio) {
+    if (top.bound_ratio() > kUnexplainedBoundRatio && !beyond_gathered) {
       unexplained = absl::StrFormat(
           "its differences from the observed output are %.2g times what its error model "
           "predicts for another summation order",
@@ -699,6 +759,12 @@ struct Ranking {
           "%s of the elements lie beyond %.1f predicted standard errors of it, spread over "
           "%d columns and %d rows rather than gathered in a few",
           FormatShare(diffuse, total), spec.threshold, columns_beyond, rows_beyond);
+    } else if (static_cast<double>(shifted) > kGatheredShare * static_cast<double>(spec.cols)) {
+      unexplained = absl::StrFormat(
+          "%d of its %d columns are shifted to one side of it, a systematic difference over the "
+          "output rather than a defect in a few columns (another rounding mode, or a bias in "
+          "another precision?)",
+          shifted, spec.cols);
     } else if (!top.is_plausible() && held_excess < 0.5 * excess) {
       unexplained = absl::StrFormat(
           "the observed output differs from it in %d elements where its rounding flips explain "
@@ -736,7 +802,22 @@ struct Ranking {
             std::pair<const char*, const std::vector<DefectGroup>*>{"row", &rows}}) {
         for (size_t j = 0; j < flagged->size() && j < 3; ++j) {
           const DefectGroup& g = (*flagged)[j];
-          if (!(g.p_value < alpha)) continue;
+          if (!(g.p_value < alpha)) {
+            if (g.shift_p_value < alpha) {
+              // Where rounding flips hide a small shift (an fp32 output
+              // flips almost everywhere), its sign gives it away.
+              parts.push_back(absl::StrFormat(
+                  "%s %d is shifted %s it (t = %.1f over %d differing elements, p = %.2g)", name,
+                  g.index, g.shift_t > 0 ? "above" : "below", g.shift_t, g.disagreements,
+                  g.shift_p_value));
+            } else if (g.beyond_threshold >= kGatheredMin) {
+              // Gathered elements where every element differs anyway: no
+              // count test there.
+              parts.push_back(absl::StrFormat("%s %d holds %d of those elements", name, g.index,
+                                              g.beyond_threshold));
+            }
+            continue;
+          }
           parts.push_back(absl::StrFormat(
               "%s %d holds %d bit differences where rounding flips explain about %.3g "
               "(p = %.2g)",

@@ -88,7 +88,8 @@ inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
 // ---- The verdict (docs/numerics.md, "Verdict").
 // The chance that a clean output (rounding of best) is called anything
-// else, per layer; split evenly between the element, column and row tests.
+// else, per layer: a third to the element test, two ninths each to the
+// column counts, the row counts and the column shifts.
 inline constexpr double kVerdictFalseAlarm = 1e-3;
 // Unexplained when best's differences are more than this many times what
 // its error model predicts for another summation order (its bound_ratio)...

@@ -484,6 +484,59 @@ TEST_F(DiagnosisTest, AWeightElementTimesTwoIsADefectInItsOutputColumn) {
   EXPECT_THAT(d.explanation, ::testing::StartsWith(d.verdict_reason));
 }
 
+// The same in fp32, where another summation order flips almost every
+// element anyway, so no count test can flag the column: the elements
+// beyond the threshold, all in one column, are the defect (not a misfit
+// of the whole output, although they inflate best's bound_ratio), and the
+// rows they lie in are not listed.
+TEST_F(DiagnosisTest, AnFp32WeightElementTimesTwoIsADefectInItsColumnNotUnexplained) {
+  const int64_t m = 64, k = 256, n = 96, n0 = 7, k0 = 30;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 43);
+  const Tensor clean_w = r.weight.Clone();
+  r.weight = WithElement(clean_w, n0 * k + k0, 2 * clean_w.GetDouble(n0 * k + k0));
+  r.observed = Observed(r, kFp32, Order::kPairwise);
+  r.weight = clean_w.Clone();
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  EXPECT_TRUE(Names(d, "cpu:fp32:fused")) << d.explanation;
+  ASSERT_EQ(d.verdict, DiagnosisVerdict::kDefect) << d.verdict_reason;
+  ASSERT_TRUE(d.defect.has_value());
+  ASSERT_EQ(d.defect->columns.size(), 1u);
+  EXPECT_EQ(d.defect->columns[0].index, n0);
+  EXPECT_GT(d.defect->columns[0].beyond_threshold, m / 2);
+  EXPECT_TRUE(d.defect->rows.empty());
+  EXPECT_THAT(d.defect->where_to_look, ::testing::HasSubstr("output column 7 ↔ weight row 7"));
+  EXPECT_THAT(d.defect->where_to_look, ::testing::Not(::testing::HasSubstr("output row")));
+}
+
+// A bias element four fp32 ULP off moves every element of its column by
+// about one predicted standard error of another summation order, all the
+// same way: no element is beyond the threshold and every element of an
+// fp32 output differs anyway, but the column is shifted to one side.
+TEST_F(DiagnosisTest, AnFp32BiasElementFourUlpOffIsAShiftedColumn) {
+  const int64_t m = 256, k = 256, n = 64, n0 = 9;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 47);
+  const Tensor clean_b = r.bias->Clone();
+  double b0 = clean_b.GetDouble(n0);
+  for (int step = 0; step < 4; ++step) b0 = std::nextafter(F32(b0), INFINITY);
+  r.bias = WithElement(clean_b, n0, b0);
+  r.observed = Observed(r, kFp32, Order::kPairwise);
+  r.bias = clean_b.Clone();
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  EXPECT_TRUE(Names(d, "cpu:fp32:fused")) << d.explanation;
+  ASSERT_EQ(d.verdict, DiagnosisVerdict::kDefect) << d.verdict_reason;
+  ASSERT_TRUE(d.defect.has_value());
+  ASSERT_FALSE(d.defect->columns.empty());
+  const DefectGroup& g = d.defect->columns[0];
+  EXPECT_EQ(g.index, n0);
+  EXPECT_GT(g.shift_t, 0);
+  EXPECT_LT(g.shift_p_value, kVerdictFalseAlarm);
+  EXPECT_THAT(d.verdict_reason, ::testing::HasSubstr("column 9 is shifted above it"));
+}
+
 // 1% on the largest weight of one output column with a short reduction:
 // each element of the column moves by a fraction of a bf16 ULP, no element
 // by more than rounding allows, but the column flips far more often than

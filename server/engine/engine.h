@@ -200,6 +200,11 @@ struct DefectGroup {
   int64_t beyond_threshold = 0;
   uint64_t max_ulp = 0;
   double max_sigma = 0;
+  // The shift test (columns only): t = sum(e) / sqrt(sum(e^2)) over the
+  // elements that differ, e = (o - v) / pair accumulation sigma, and its
+  // two-sided Gaussian tail times the columns tested, capped at 1.
+  double shift_t = 0;
+  double shift_p_value = 1;
 };
 
 struct DefectElement {

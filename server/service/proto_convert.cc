@@ -385,6 +385,8 @@ void DefectGroupsToProto(const std::vector<DefectGroup>& groups,
     p->set_beyond_threshold(g.beyond_threshold);
     p->set_max_ulp(g.max_ulp);
     p->set_max_sigma(g.max_sigma);
+    p->set_shift_t(g.shift_t);
+    p->set_shift_p_value(g.shift_p_value);
   }
 }
 

@@ -106,10 +106,14 @@ DefectScan DefectScanPass(const DefectScanInput& in) {
   const int64_t cols = std::max<int64_t>(in.cols, 1);
   d.columns.assign(static_cast<size_t>(cols), GroupScan{});
   d.rows.assign(static_cast<size_t>(total / cols), GroupScan{});
-  auto add = [](GroupScan& g, uint64_t ulp, double flip, double z, bool beyond) {
+  auto add = [](GroupScan& g, uint64_t ulp, double flip, double z, bool beyond, double e) {
     g.expected += flip;
     if (ulp == 0) return;
     ++g.differing;
+    if (std::isfinite(e)) {
+      g.signed_sum += e;
+      g.squared_sum += e * e;
+    }
     if (beyond) ++g.beyond;
     g.max_ulp = std::max(g.max_ulp, ulp);
     if (!(z <= g.max_sigma)) g.max_sigma = z;  // NaN-free: z is never NaN
@@ -127,11 +131,12 @@ DefectScan DefectScanPass(const DefectScanInput& in) {
     const double z = BeyondRoundingSigma(o, v, ulp, in.pair_accumulation_sigma[i], grid,
                                          in.unfused_bias, in.slope, in.compared);
     const bool beyond = z > in.threshold;
-    add(d.columns[static_cast<size_t>(i % cols)], ulp, flip, z, beyond);
+    const double shift = (o - v) / static_cast<double>(in.pair_accumulation_sigma[i]);
+    add(d.columns[static_cast<size_t>(i % cols)], ulp, flip, z, beyond, shift);
     if (i / cols < static_cast<int64_t>(d.rows.size())) {
-      add(d.rows[static_cast<size_t>(i / cols)], ulp, flip, z, beyond);
+      add(d.rows[static_cast<size_t>(i / cols)], ulp, flip, z, beyond, shift);
     }
-    add(d.all, ulp, flip, z, beyond);
+    add(d.all, ulp, flip, z, beyond, shift);
     if (!beyond || keep == 0) continue;
     if (d.largest.size() == keep && !(z > d.largest.front().sigma)) continue;
     SigmaElement e;

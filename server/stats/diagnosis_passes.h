@@ -78,7 +78,8 @@ DifferingCounts DifferingPass(const Tensor& a, const Tensor& b, const uint8_t* m
 // equal and infinite where exactly one is not finite or both differ
 // while not finite. Per column and per row the scan counts the elements
 // that differ in bits against the rounding flips predicted there (the sum
-// of FlipChance, as ScorePass), and the elements beyond `threshold`.
+// of FlipChance, as ScorePass), the elements beyond `threshold`, and the
+// sums of a test for a shift to one side (GroupScan).
 struct DefectScanInput {
   const Tensor* observed = nullptr;
   const Tensor* candidate = nullptr;
@@ -98,6 +99,13 @@ struct GroupScan {
   int64_t beyond = 0;     // elements with z > threshold
   uint64_t max_ulp = 0;
   double max_sigma = 0;
+  // Over the finite elements that differ, e = (o - v) / s: the sum of e
+  // and of e^2. Under rounding, e is symmetric about 0 and independent
+  // from element to element, so signed_sum / sqrt(squared_sum) (a
+  // self-normalised sum) is about standard normal; a group shifted to one
+  // side (a bias element a few ULP off) is not.
+  double signed_sum = 0;
+  double squared_sum = 0;
 };
 
 struct SigmaElement {

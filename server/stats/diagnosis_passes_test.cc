@@ -207,6 +207,16 @@ TEST(DefectScanPassTest, CountsFlipsAndDistancesBeyondRoundingByHand) {
   EXPECT_NEAR(u.columns[2].max_sigma, 0.0078125 / static_cast<double>(0.001f), 1e-9);
   ASSERT_EQ(u.largest.size(), 1u);
   EXPECT_EQ(u.largest[0].diff.flat_index, 3);
+  // The shift sums, over the finite elements that differ: e = (o - v) / s
+  // is 0.0078125 / s in column 1 and 0.0234375 / s in column 2 (the NaN
+  // is left out of its column's sums but still differs).
+  const double s = static_cast<double>(0.001f);
+  EXPECT_EQ(d.columns[0].signed_sum, 0.0);
+  EXPECT_EQ(d.columns[0].squared_sum, 0.0);
+  EXPECT_NEAR(d.columns[1].signed_sum, 0.0078125 / s, 1e-9);
+  EXPECT_NEAR(d.columns[2].squared_sum, (0.0234375 / s) * (0.0234375 / s), 1e-6);
+  EXPECT_NEAR(d.rows[0].signed_sum, (0.0078125 + 0.0234375) / s, 1e-9);
+  EXPECT_NEAR(d.all.signed_sum, (0.0078125 + 0.0234375) / s, 1e-9);
 }
 
 }  // namespace

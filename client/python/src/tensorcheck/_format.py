@@ -195,7 +195,7 @@ def _defect_group_lines(kind: str, groups: Sequence[DefectGroup]) -> list[str]:
     lines = [
         f"  {kind} {g.index}: {g.disagreements} disagreements vs "
         f"{g.expected_disagreements:.3g} expected, max {g.max_ulp} ULP, "
-        f"{_fmt_sigma(g.max_sigma)} sigma"
+        f"{_fmt_sigma(g.max_sigma)} sigma" + (f", shift t = {g.shift_t:.1f}" if g.shift_t else "")
         for g in groups[:_DEFECT_SHOWN]
     ]
     if len(groups) > _DEFECT_SHOWN:

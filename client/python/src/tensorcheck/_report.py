@@ -442,7 +442,10 @@ class DefectGroup(_Node):
     `expected_disagreements` (`p_value`: the chance of at least that many,
     Bonferroni-corrected); `beyond_threshold` lie beyond the per-element
     threshold; the farthest is `max_ulp` ULP and `max_sigma` predicted
-    standard errors from best."""
+    standard errors from best. Columns only: `shift_t`, the self-normalised
+    sum of the group's differences in predicted standard errors (about
+    standard normal under rounding), and `shift_p_value`, its
+    Bonferroni-corrected two-sided tail: a column shifted to one side."""
 
     index: int
     disagreements: int
@@ -451,6 +454,8 @@ class DefectGroup(_Node):
     beyond_threshold: int
     max_ulp: Ulp
     max_sigma: float
+    shift_t: float = 0.0
+    shift_p_value: float = 1.0
     _ulp_fields = ("max_ulp",)
 
     @classmethod
@@ -463,6 +468,8 @@ class DefectGroup(_Node):
             beyond_threshold=m.beyond_threshold,
             max_ulp=_ulp(m.max_ulp),
             max_sigma=m.max_sigma,
+            shift_t=m.shift_t,
+            shift_p_value=m.shift_p_value,
         )
 
 
