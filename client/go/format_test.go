@@ -101,7 +101,8 @@ func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) 
 			MaxSigma:              math.Inf(1),
 			WhereToLook:           where,
 			Columns: []DefectGroup{{Index: 2, Disagreements: 64, ExpectedDisagreements: 0.8,
-				PValue: 1e-30, BeyondThreshold: 7, MaxULP: math.MaxUint64, MaxSigma: math.Inf(1)}},
+				PValue: 1e-30, BeyondThreshold: 7, MaxULP: math.MaxUint64, MaxSigma: math.Inf(1),
+				ShiftT: 7.5, ShiftPValue: 0.25}},
 			Rows: []DefectGroup{{Index: 5, Disagreements: 3, ExpectedDisagreements: 0.025,
 				PValue: 2.5e-6, BeyondThreshold: 1, MaxULP: 4096, MaxSigma: 812.25}},
 			Elements: []DefectElement{{
@@ -121,7 +122,7 @@ func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) 
 		"Verdict: defect \u2014 " + reason,
 		"Where to look: " + where,
 		"Columns not explained by rounding:",
-		"  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma",
+		"  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma, shift t = 7.5",
 		"Rows not explained by rounding:",
 		"  row 5: 3 disagreements vs 0.025 expected, max 4096 ULP, 812.2 sigma",
 		"Elements beyond 6.2 sigma: 7 (farthest: inf ULP, inf sigma)",

@@ -44,7 +44,8 @@ func TestDiagnosisDefectFromProto(t *testing.T) {
 				{Sigma: 7}, // no element: a zero Element
 			},
 			Columns: []*pb.DefectGroup{{Index: 2, Disagreements: 64, ExpectedDisagreements: 0.8,
-				PValue: 1e-30, BeyondThreshold: 7, MaxUlp: math.MaxUint64, MaxSigma: 812.25}},
+				PValue: 1e-30, BeyondThreshold: 7, MaxUlp: math.MaxUint64, MaxSigma: 812.25,
+				ShiftT: 7.5, ShiftPValue: 0.25}},
 			Rows:        []*pb.DefectGroup{{Index: 9, Disagreements: 1}},
 			MaxUlp:      4096,
 			MaxSigma:    812.25,
@@ -60,7 +61,8 @@ func TestDiagnosisDefectFromProto(t *testing.T) {
 		t.Errorf("Defect = %+v", f)
 	}
 	wantCol := DefectGroup{Index: 2, Disagreements: 64, ExpectedDisagreements: 0.8, PValue: 1e-30,
-		BeyondThreshold: 7, MaxULP: math.MaxUint64, MaxSigma: 812.25}
+		BeyondThreshold: 7, MaxULP: math.MaxUint64, MaxSigma: 812.25,
+		ShiftT: 7.5, ShiftPValue: 0.25}
 	if len(f.Columns) != 1 || f.Columns[0] != wantCol {
 		t.Errorf("Columns = %+v, want [%+v]", f.Columns, wantCol)
 	}

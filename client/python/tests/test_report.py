@@ -632,6 +632,8 @@ def _defect_diagnosis() -> pb.Diagnosis:
         beyond_threshold=7,
         max_ulp=UINT64_MAX,
         max_sigma=float("inf"),
+        shift_t=7.5,
+        shift_p_value=0.25,
     )
     f.rows.add(
         index=5,
@@ -689,6 +691,8 @@ def test_diagnosis_defect_from_proto_and_to_dict():
             beyond_threshold=7,
             max_ulp=math.inf,
             max_sigma=math.inf,
+            shift_t=7.5,
+            shift_p_value=0.25,
         )
     ]
     assert f.rows[0].index == 5 and f.rows[0].max_ulp == 4096
@@ -721,6 +725,8 @@ def test_diagnosis_defect_from_proto_and_to_dict():
         "beyond_threshold": 7,
         "max_ulp": "inf",
         "max_sigma": "inf",
+        "shift_t": 7.5,
+        "shift_p_value": 0.25,
     }
     assert fj["rows"][0]["max_ulp"] == 4096 and fj["rows"][0]["max_sigma"] == 812.25
     assert fj["elements"][0]["sigma"] == "inf"
@@ -750,7 +756,7 @@ def test_diagnosis_message_shows_the_defect_verdict_first_then_where_to_look():
     assert lines[1:16] == [
         f"Where to look: {WHERE_TO_LOOK}",
         "Columns not explained by rounding:",
-        "  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma",
+        "  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma, shift t = 7.5",
         "Rows not explained by rounding:",
         "  row 5: 3 disagreements vs 0.025 expected, max 4096 ULP, 812.2 sigma",
         "Elements beyond 6.2 sigma: 7 (farthest: inf ULP, inf sigma)",
