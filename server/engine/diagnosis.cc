@@ -120,13 +120,16 @@ std::vector<DefectGroup> FlaggedGroups(const std::vector<GroupScan>& groups, dou
 }
 
 // The elements beyond the threshold that the groups of one axis gather:
-// those of the groups holding at least kGatheredMin each, when such groups
-// are at most kGatheredShare of the `axis` groups (else 0: a misfit spread
-// over the output, not a defect in a few places).
-int64_t GatheredBeyond(const std::vector<DefectGroup>& groups, size_t axis) {
+// those of the groups holding at least kGatheredMin each and at least a
+// quarter of their `group_size` elements (a wrong weight, bias or input
+// value moves most of its column or row), when such groups are at most
+// kGatheredShare of the `axis` groups (else 0: a misfit spread over the
+// output, perhaps heavier where the weights are, not a defect in a few
+// places).
+int64_t GatheredBeyond(const std::vector<DefectGroup>& groups, size_t axis, int64_t group_size) {
   int64_t held = 0, holding = 0;
   for (const DefectGroup& g : groups) {
-    if (g.beyond_threshold < kGatheredMin) continue;
+    if (g.beyond_threshold < kGatheredMin || 4 * g.beyond_threshold < group_size) continue;
     held += g.beyond_threshold;
     ++holding;
   }
@@ -675,9 +678,9 @@ struct Ranking {
     const ClassScore& top = classes[0];
     const DiagnosisCandidate& top_c = in.candidates[top.members[0]];
     // The false-alarm budget: a third to the element test (its threshold),
-    // two ninths each to the column counts, the row counts and the
-    // column shifts.
-    const double alpha = kVerdictFalseAlarm * 2.0 / 9.0;
+    // a sixth each to the column counts, the row counts, the column shifts
+    // and the band.
+    const double alpha = kVerdictFalseAlarm / 6.0;
     DefectScanInput spec;
     spec.cols = Columns(in);
     spec.unfused_bias = in.has_bias && top_c.config.bias == BiasMode::kUnfused;
@@ -696,8 +699,10 @@ struct Ranking {
     // bound_ratio), and the other axis's groups that hold only one or two
     // of them each and are not flagged by their own test say nothing more
     // (a wrong column's elements lie in every row).
-    const int64_t columns_gathered = GatheredBeyond(columns, scan.columns.size());
-    const int64_t rows_gathered = GatheredBeyond(rows, scan.rows.size());
+    const int64_t columns_gathered =
+        GatheredBeyond(columns, scan.columns.size(), static_cast<int64_t>(scan.rows.size()));
+    const int64_t rows_gathered =
+        GatheredBeyond(rows, scan.rows.size(), static_cast<int64_t>(scan.columns.size()));
     const int64_t gathered_beyond = std::max(columns_gathered, rows_gathered);
     const bool beyond_gathered =
         scan.all.beyond > 0 &&
@@ -729,6 +734,34 @@ struct Ranking {
     }
     held_beyond = std::max(held_beyond, gathered_beyond);
     const int64_t diffuse = std::max<int64_t>(0, scan.all.beyond - held_beyond);
+
+    // The band just inside the threshold, outside the groups a test flags
+    // or that gather a defect: under rounding at most a Gaussian tail's
+    // share of the elements lies there (fewer, as the model overstates);
+    // a spread wider than best's fills it all over the output.
+    auto band_held = [&](const std::vector<DefectGroup>& groups,
+                         const std::vector<GroupScan>& scanned, int64_t group_size,
+                         bool gathering) {
+      int64_t held = 0;
+      for (const DefectGroup& g : groups) {
+        const bool gathers =
+            gathering && g.beyond_threshold >= kGatheredMin && 4 * g.beyond_threshold >= group_size;
+        if (g.p_value < alpha || g.shift_p_value < alpha || gathers) {
+          held += scanned[static_cast<size_t>(g.index)].band;
+        }
+      }
+      return held;
+    };
+    const int64_t band_outside =
+        scan.all.band -
+        std::max(band_held(columns, scan.columns, static_cast<int64_t>(scan.rows.size()),
+                           columns_gathered > 0),
+                 band_held(rows, scan.rows, static_cast<int64_t>(scan.columns.size()),
+                           rows_gathered > 0));
+    const double band_expected =
+        static_cast<double>(total) *
+        (std::erfc(spec.band_low / std::sqrt(2.0)) - std::erfc(spec.threshold / std::sqrt(2.0)));
+    const double band_p = PoissonUpperTail(band_outside, band_expected);
     const double excess = static_cast<double>(scan.all.differing) - scan.all.expected;
 
     // An fp16 accumulation leaves at least its own rounding error behind.
@@ -754,6 +787,12 @@ struct Ranking {
           "accumulation's own rounding leaves (an fp16 accumulation leaves about half of it): "
           "the output is more precise than that configuration can be",
           in.reference_config, *fp16acc_error_ratio);
+    } else if (band_p < alpha) {
+      unexplained = absl::StrFormat(
+          "%d elements lie between %.0f and %.1f predicted standard errors of it, spread over the "
+          "output, where rounding leaves at most about %.3g (p = %.2g): its differences are "
+          "wider than another summation order's",
+          band_outside, spec.band_low, spec.threshold, band_expected, band_p);
     } else if (static_cast<double>(diffuse) > kUnexplainedDiffuseShare * total) {
       unexplained = absl::StrFormat(
           "%s of the elements lie beyond %.1f predicted standard errors of it, spread over "

@@ -88,8 +88,9 @@ inline constexpr int64_t kMinImplausibleDisagreements = 3;
 
 // ---- The verdict (docs/numerics.md, "Verdict").
 // The chance that a clean output (rounding of best) is called anything
-// else, per layer: a third to the element test, two ninths each to the
-// column counts, the row counts and the column shifts.
+// else, per layer: a third to the element test, a sixth each to the column
+// counts, the row counts, the column shifts and the band just inside the
+// element threshold (docs/numerics.md, "Verdict").
 inline constexpr double kVerdictFalseAlarm = 1e-3;
 // Unexplained when best's differences are more than this many times what
 // its error model predicts for another summation order (its bound_ratio)...

@@ -664,6 +664,36 @@ TEST_F(DiagnosisTest, ABf16ThreePassProductIsUnexplainedNotFp16Accumulation) {
   EXPECT_LE(d.confidence, kUnexplainedConfidence);
 }
 
+// The same product at K = 4096, offered only fp32 accumulation: its
+// differences from fp32 are about 1.3 times another order's, too few to
+// cross the element threshold often or to raise bound_ratio past 1.5, but
+// they fill the band between 4 sigma and the threshold all over the output,
+// where rounding leaves a Gaussian tail's few.
+TEST_F(DiagnosisTest, ASpreadWiderThanRoundingFillsTheBandAndIsUnexplained) {
+  const int64_t m = 64, k = 4096, n = 64;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 71);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  std::vector<float> terms(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
+        const double xh = Bf16(xv), xl = Bf16(xv - xh), wh = Bf16(wv), wl = Bf16(wv - wh);
+        terms[p] = F32(double(F32(xh * wh + xh * wl)) + xl * wh);
+      }
+      y[static_cast<size_t>(i * n + j)] =
+          F32(double(SumFp32(terms, Order::kPairwise)) + r.bias->GetDouble(j));
+    }
+  }
+  r.observed = *FromDoubles(DType::kFloat32, {m, n}, y);
+  r.configs = {"cpu:fp32:fused"};
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  EXPECT_EQ(d.verdict, DiagnosisVerdict::kUnexplained) << d.verdict_reason;
+  EXPECT_THAT(d.verdict_reason, ::testing::HasSubstr("elements lie between 4 and"));
+}
+
 // The other side of that rule: an fp16 accumulation in another order (every
 // multiply-add rounded to fp16, k backwards) is fp16acc, and rounding.
 TEST_F(DiagnosisTest, AnFp16AccumulationInAnotherOrderIsRoundingOfFp16acc) {

@@ -106,10 +106,11 @@ DefectScan DefectScanPass(const DefectScanInput& in) {
   const int64_t cols = std::max<int64_t>(in.cols, 1);
   d.columns.assign(static_cast<size_t>(cols), GroupScan{});
   d.rows.assign(static_cast<size_t>(total / cols), GroupScan{});
-  auto add = [](GroupScan& g, uint64_t ulp, double flip, double z, bool beyond, double e) {
+  auto add = [&in](GroupScan& g, uint64_t ulp, double flip, double z, bool beyond, double e) {
     g.expected += flip;
     if (ulp == 0) return;
     ++g.differing;
+    if (z > in.band_low && !beyond) ++g.band;
     if (std::isfinite(e)) {
       g.signed_sum += e;
       g.squared_sum += e * e;

@@ -90,6 +90,7 @@ struct DefectScanInput {
   bool unfused_bias = false;
   double slope = 1.0;      // the activation's steepest slope
   double threshold = 6.0;  // z beyond which an element is not rounding
+  double band_low = 4.0;   // the band (band_low, threshold] of GroupScan::band
   int top_k = 10;          // elements listed, largest z first
 };
 
@@ -97,6 +98,10 @@ struct GroupScan {
   int64_t differing = 0;  // elements that differ in bits
   double expected = 0;    // rounding flips predicted there
   int64_t beyond = 0;     // elements with z > threshold
+  // Elements with band_low < z <= threshold: under rounding a Gaussian
+  // tail's few; a spread wider than the model's fills it, a handful of
+  // corrupted values (far beyond) does not.
+  int64_t band = 0;
   uint64_t max_ulp = 0;
   double max_sigma = 0;
   // Over the finite elements that differ, e = (o - v) / s: the sum of e
