@@ -115,6 +115,21 @@ class DiagnosisTest : public ::testing::Test {
     return *FromDoubles(c.storage, {m, n}, y);
   }
 
+  // The observed output of `c` computed with weight element `index` scaled
+  // by `factor` (the request keeps the clean weight).
+  Tensor ObservedWithWeightScaled(const LinearRequest& r, const Case& c, int64_t index,
+                                  double factor) {
+    LinearRequest wrong;
+    wrong.input = r.input.Clone();
+    wrong.bias = r.bias->Clone();
+    std::vector<double> w(static_cast<size_t>(r.weight.numel()));
+    for (int64_t i = 0; i < r.weight.numel(); ++i)
+      w[static_cast<size_t>(i)] = r.weight.GetDouble(i);
+    w[static_cast<size_t>(index)] *= factor;
+    wrong.weight = *FromDoubles(r.weight.dtype(), r.weight.shape(), w);
+    return Observed(wrong, c, Order::kPairwise);
+  }
+
   static bool Names(const DiagnosisOutcome& d, const std::string& config) {
     if (!d.best) return false;
     if (*d.best == config) return true;
@@ -461,10 +476,7 @@ TEST_F(DiagnosisTest, CleanOutputsAreRoundingAcrossSeedsAndOrders) {
 TEST_F(DiagnosisTest, AWeightElementTimesTwoIsADefectInItsOutputColumn) {
   LinearRequest r = MakeRequest(64, 256, 96, DType::kBFloat16, 41);
   const int64_t k = 256, n0 = 5, k0 = 17;
-  const Tensor clean_w = r.weight.Clone();
-  r.weight = WithElement(clean_w, n0 * k + k0, 2 * clean_w.GetDouble(n0 * k + k0));
-  r.observed = Observed(r, kBf16Fused, Order::kPairwise);
-  r.weight = clean_w.Clone();
+  r.observed = ObservedWithWeightScaled(r, kBf16Fused, n0 * k + k0, 2.0);
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   const DiagnosisOutcome& d = *out->diagnosis;
@@ -492,10 +504,7 @@ TEST_F(DiagnosisTest, AWeightElementTimesTwoIsADefectInItsOutputColumn) {
 TEST_F(DiagnosisTest, AnFp32WeightElementTimesTwoIsADefectInItsColumnNotUnexplained) {
   const int64_t m = 64, k = 256, n = 96, n0 = 7, k0 = 30;
   LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 43);
-  const Tensor clean_w = r.weight.Clone();
-  r.weight = WithElement(clean_w, n0 * k + k0, 2 * clean_w.GetDouble(n0 * k + k0));
-  r.observed = Observed(r, kFp32, Order::kPairwise);
-  r.weight = clean_w.Clone();
+  r.observed = ObservedWithWeightScaled(r, kFp32, n0 * k + k0, 2.0);
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   const DiagnosisOutcome& d = *out->diagnosis;
@@ -635,6 +644,27 @@ TEST_F(DiagnosisTest, Int4QuantisedWeightsAreUnexplained) {
   EXPECT_THAT(d.verdict_reason, ::testing::HasSubstr("families tried: "));
 }
 
+// x W^T + b as a bf16 3-pass product of fp32 operands: v = hi + lo with
+// hi = bf16(v), lo = bf16(v - hi); hi*hi + hi*lo + lo*hi per k (lo*lo
+// dropped; each product exact), summed in fp32 pairwise, fp32 output.
+Tensor Bf16ThreePass(const LinearRequest& r) {
+  const int64_t k = r.input.shape().back(), m = r.input.numel() / k, n = r.weight.dim(0);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  std::vector<float> terms(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
+        const double xh = Bf16(xv), xl = Bf16(xv - xh), wh = Bf16(wv), wl = Bf16(wv - wh);
+        terms[p] = F32(double(F32(xh * wh + xh * wl)) + xl * wh);
+      }
+      y[static_cast<size_t>(i * n + j)] =
+          F32(double(SumFp32(terms, Order::kPairwise)) + r.bias->GetDouble(j));
+    }
+  }
+  return *FromDoubles(DType::kFloat32, {m, n}, y);
+}
+
 // A bf16 3-pass product of fp32 operands (v = hi + lo, hi = bf16(v), lo =
 // bf16(v - hi); hi*hi + hi*lo + lo*hi, lo*lo dropped), summed in fp32 with
 // an fp32 output: far more precise than fp16 accumulation, far less than
@@ -643,20 +673,7 @@ TEST_F(DiagnosisTest, Int4QuantisedWeightsAreUnexplained) {
 TEST_F(DiagnosisTest, ABf16ThreePassProductIsUnexplainedNotFp16Accumulation) {
   const int64_t m = 32, k = 256, n = 64;
   LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 61);
-  std::vector<double> y(static_cast<size_t>(m * n));
-  std::vector<float> terms(k);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t p = 0; p < k; ++p) {
-        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
-        const double xh = Bf16(xv), xl = Bf16(xv - xh), wh = Bf16(wv), wl = Bf16(wv - wh);
-        terms[p] = F32(double(F32(xh * wh + xh * wl)) + xl * wh);  // products exact
-      }
-      y[static_cast<size_t>(i * n + j)] =
-          F32(double(SumFp32(terms, Order::kPairwise)) + r.bias->GetDouble(j));
-    }
-  }
-  r.observed = *FromDoubles(DType::kFloat32, {m, n}, y);
+  r.observed = Bf16ThreePass(r);
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   const DiagnosisOutcome& d = *out->diagnosis;
@@ -672,20 +689,7 @@ TEST_F(DiagnosisTest, ABf16ThreePassProductIsUnexplainedNotFp16Accumulation) {
 TEST_F(DiagnosisTest, ASpreadWiderThanRoundingFillsTheBandAndIsUnexplained) {
   const int64_t m = 64, k = 4096, n = 64;
   LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 71);
-  std::vector<double> y(static_cast<size_t>(m * n));
-  std::vector<float> terms(k);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t p = 0; p < k; ++p) {
-        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
-        const double xh = Bf16(xv), xl = Bf16(xv - xh), wh = Bf16(wv), wl = Bf16(wv - wh);
-        terms[p] = F32(double(F32(xh * wh + xh * wl)) + xl * wh);
-      }
-      y[static_cast<size_t>(i * n + j)] =
-          F32(double(SumFp32(terms, Order::kPairwise)) + r.bias->GetDouble(j));
-    }
-  }
-  r.observed = *FromDoubles(DType::kFloat32, {m, n}, y);
+  r.observed = Bf16ThreePass(r);
   r.configs = {"cpu:fp32:fused"};
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
