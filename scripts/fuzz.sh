@@ -22,7 +22,9 @@ CXX=${FUZZ_CXX:-clang++-14}
 echo "== fuzz: configuring and building $BUILD ($CXX, ASan + UBSan + libFuzzer)"
 launcher=()
 if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$PWD"  # another clone of the tree hits the same cache
+  # Another clone of the tree hits the same cache (scripts/setup.sh says why
+  # hash_dir is off).
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

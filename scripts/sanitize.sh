@@ -29,7 +29,9 @@ CMAKE_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
   -DTENSORCHECK_ENABLE_CUDA=OFF -DTENSORCHECK_BUILD_BENCH=OFF)
 if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$ROOT"  # another clone of the tree hits the same cache
+  # Another clone of the tree hits the same cache (scripts/setup.sh says why
+  # hash_dir is off).
+  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
   CMAKE_COMMON+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 # One BLAS thread: the tests that want threads ask the CPU backend for them.

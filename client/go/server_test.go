@@ -175,6 +175,9 @@ func stopServer() {
 // there is none.
 func liveClient(t *testing.T) *Client {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the unit tests only, no live server")
+	}
 	live.once.Do(startServer)
 	if live.skip != "" {
 		t.Skip(live.skip)

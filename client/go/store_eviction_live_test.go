@@ -15,6 +15,9 @@ import (
 // from), and a client for it.
 func startSmallStoreServer(t *testing.T, storeBytes string) *Client {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the unit tests only, no live server")
+	}
 	if os.Getenv("TENSORCHECK_TARGET") != "" {
 		t.Skip("TENSORCHECK_TARGET names a running server: this test needs a server of its own")
 	}

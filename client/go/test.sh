@@ -6,7 +6,7 @@
 #
 # The live-server tests start $TENSORCHECK_SERVER_BIN (default
 # <repo>/build/server/tensorcheck-server) or use $TENSORCHECK_TARGET, and skip
-# when neither is there.
+# when neither is there, or with -short (the unit tests only).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

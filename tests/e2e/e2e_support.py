@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,6 +69,43 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+def free_port() -> int:
+    """A loopback port that nothing listens on now (--metrics-port has no 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gauge(port: int, name: str) -> float:
+    """The unlabelled sample `name` of http://127.0.0.1:PORT/metrics (a server
+    started with --metrics-port PORT); 0 when it is absent."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == name:
+            return float(fields[1])
+    return 0.0
+
+
+def running(port: int, count: int = 1) -> bool:
+    """`count` requests accepted and none of them waiting for a worker: with
+    --threads 1 and count 1, the one request is computing."""
+    return (gauge(port, "tensorcheck_requests_in_flight") == count
+            and gauge(port, "tensorcheck_requests_queued") == 0)
+
+
+def wait_until(condition: Callable[[], bool], what: str, guard_s: float = 300) -> None:
+    """Polls `condition` until it holds. The tests wait on what the server
+    reports, never on a time: `guard_s` only ends a hang, failing the test
+    with `what`."""
+    end = time.monotonic() + guard_s
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"not seen within {guard_s:.0f} s: {what}")
+        time.sleep(0.02)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None,

@@ -7,7 +7,9 @@ them again; a server without a store gets everything inline. The retry and
 the resumption of a broken upload are driven by a fake server (a Python
 grpcio subprocess), everything else by the real one. The last two tests
 verify a 470 MB and a 2.1 GB bf16 layer through the CLI on the CPU backend
-(set TENSORCHECK_SKIP_LARGE=1 to leave them out).
+(marked big: they run with TENSORCHECK_BIG_TESTS=1, as the deep check,
+scripts/test.sh --deep, does; TENSORCHECK_SKIP_LARGE=1 leaves them out
+even then).
 
 Binaries: TENSORCHECK_SERVER_BIN and TENSORCHECK_CLI_BIN (see e2e_support.py).
 """
@@ -521,9 +523,19 @@ def check_large_layer(start_server, tmp_path: Path, n: int, m: int = 4,
     return times
 
 
+big = pytest.mark.skipif(
+    os.environ.get("TENSORCHECK_BIG_TESTS") != "1",
+    reason="multi-GB layer: set TENSORCHECK_BIG_TESTS=1 (scripts/test.sh --deep does)",
+)
+
+
+@pytest.mark.big
+@big
 def test_470_mb_layer_is_verified_by_digest(start_server, tmp_path) -> None:
     check_large_layer(start_server, tmp_path, n=28672)
 
 
+@pytest.mark.big
+@big
 def test_2_1_gb_layer_is_verified_by_digest(start_server, tmp_path) -> None:
     check_large_layer(start_server, tmp_path, n=128256)

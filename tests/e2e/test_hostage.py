@@ -23,7 +23,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("tensorcheck")
 
-from e2e_support import ServerProcess  # noqa: E402
+from e2e_support import ServerProcess, free_port, gauge, running, wait_until  # noqa: E402
 from tensorcheck._pb import pb  # noqa: E402
 
 VERIFY = "/tensorcheck.v1.TensorCheck/Verify"
@@ -112,7 +112,8 @@ def health(channel: grpc.Channel, service: str = "tensorcheck.v1.TensorCheck") -
 
 @pytest.mark.parametrize("how", ["deadline", "cancel"])
 def test_stopped_request_stops_computing_and_its_log_says_so(how):
-    server = ServerProcess("--threads", "1", "--log-format", "json")
+    port = free_port()
+    server = ServerProcess("--threads", "1", "--log-format", "json", "--metrics-port", str(port))
     try:
         data = large_request()
         with grpc.insecure_channel(server.address) as channel:
@@ -122,8 +123,10 @@ def test_stopped_request_stops_computing_and_its_log_says_so(how):
                     call(data, timeout=1.0)
                 assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             else:
-                future = call.future(data, timeout=60)
-                time.sleep(1.0)
+                future = call.future(data, timeout=600)
+                # Cancelled while it computes, however long its 80 MB took
+                # to arrive on this machine.
+                wait_until(lambda: running(port), "the request computing on the one worker")
                 assert future.cancel()
             # The client has its answer: the server has at most the bound
             # left to spend on it (it used to compute for 9 more seconds).
@@ -154,21 +157,23 @@ def test_requests_without_a_deadline_are_capped_by_max_request_seconds():
 
 def test_sigterm_ends_the_process_within_the_grace_period_and_a_bound():
     grace = 1.0
-    server = ServerProcess("--threads", "1", "--shutdown-grace-seconds", str(grace))
+    port = free_port()
+    server = ServerProcess("--threads", "1", "--shutdown-grace-seconds", str(grace),
+                           "--metrics-port", str(port))
     outcome: dict = {}
     data = large_request(EIGHT_CONFIGS + ["cpu:fp16acc:unfused"])
 
     def long_call():
         with grpc.insecure_channel(server.address) as channel:
             try:
-                raw_call(channel)(data, timeout=120)
+                raw_call(channel)(data, timeout=600)
                 outcome["code"] = grpc.StatusCode.OK
             except grpc.RpcError as e:
                 outcome["code"], outcome["details"] = e.code(), e.details()
 
     t = threading.Thread(target=long_call)
     t.start()
-    time.sleep(1.5)  # the request is running
+    wait_until(lambda: running(port), "the long request computing on the one worker")
     start = time.monotonic()
     server.proc.send_signal(15)
     # The process exits by itself: grace, then the cancelled request stops
@@ -185,29 +190,26 @@ def test_sigterm_ends_the_process_within_the_grace_period_and_a_bound():
 
 
 def test_readiness_is_not_serving_while_the_queue_is_full_and_recovers():
-    server = ServerProcess("--threads", "1", "--max-queue", "1")
+    port = free_port()
+    server = ServerProcess("--threads", "1", "--max-queue", "1", "--metrics-port", str(port))
     try:
         with grpc.insecure_channel(server.address) as channel:
             assert health(channel) == 1
-            running = raw_call(channel).future(large_request(), timeout=120)
-            time.sleep(1.5)  # received and running on the one worker
-            waiting = []  # small requests: the first waits in the queue
-            refused = None
-            for _ in range(50):
-                f = raw_call(channel).future(small_request(), timeout=120)
-                time.sleep(0.1)
-                if f.done() and f.exception() is not None:
-                    refused = f.exception()
-                    break
-                waiting.append(f)
+            long_call = raw_call(channel).future(large_request(), timeout=600)
+            wait_until(lambda: running(port), "the long request computing on the one worker")
+            # A small request takes the one place in the queue...
+            waiting = raw_call(channel).future(small_request(), timeout=600)
+            wait_until(lambda: gauge(port, "tensorcheck_requests_queued") == 1,
+                       "the first small request queued")
+            # ... and the next is refused.
+            refused = raw_call(channel).future(small_request(), timeout=600).exception(timeout=600)
             assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE, refused
             hint = dict(refused.trailing_metadata() or ()).get("grpc-retry-pushback-ms")
             assert hint is not None and int(hint) > 0
             assert health(channel) == 2  # readiness
             assert health(channel, "") == 1  # liveness: the server as a whole
-            running.cancel()
-            for f in waiting:
-                f.result(timeout=60)  # the queued request runs once the worker is free
+            long_call.cancel()
+            waiting.result(timeout=600)  # the queued request runs once the worker is free
             assert health(channel) == 1
     finally:
         assert server.stop() == 0

@@ -19,6 +19,7 @@ grpc = pytest.importorskip("grpc")
 tensorcheck = pytest.importorskip("tensorcheck")
 
 from e2e_support import ServerProcess as Server  # noqa: E402
+from e2e_support import free_port, running, wait_until  # noqa: E402
 
 def health(address: str) -> int:
     """grpc.health.v1.Health/Check with an empty request; the status enum."""
@@ -85,7 +86,8 @@ def test_max_message_mb_bounds_requests():
 
 
 def test_sigterm_drains_in_flight_requests_refuses_new_ones_and_exits_zero():
-    server = Server("--threads", "1", "--shutdown-grace-seconds", "60")
+    port = free_port()
+    server = Server("--threads", "1", "--shutdown-grace-seconds", "60", "--metrics-port", str(port))
     x, w = problem(64, 512, 512, seed=3)
     try:
         with tensorcheck.Client(server.address, timeout=120) as client:
@@ -101,11 +103,10 @@ def test_sigterm_drains_in_flight_requests_refuses_new_ones_and_exits_zero():
             with futures.ThreadPoolExecutor(1) as pool:
                 slow = pool.submit(client.verify_linear, x, w,
                                    configs=["cpu:fp16acc"], repeat=repeat)
-                time.sleep(0.2)
-                assert not slow.done()
+                wait_until(lambda: running(port), "the slow request computing")
                 server.proc.send_signal(signal.SIGTERM)
                 # Draining: new work is refused, health is NOT_SERVING.
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + 300  # ends a hang only
                 refused = None
                 while time.monotonic() < deadline and refused is None:
                     try:

@@ -23,11 +23,22 @@ from e2e_support import ServerProcess
 from tensorcheck._pb import pb
 
 MiB = 1 << 20
-# The multi-GB tests (the sanitizer run leaves them out: same code paths as
-# the small ones, minutes longer under ASan).
-large = pytest.mark.skipif(
-    bool(os.environ.get("TENSORCHECK_SKIP_LARGE")), reason="TENSORCHECK_SKIP_LARGE is set"
-)
+# The multi-GB tests: marked big, they run in the deep check
+# (TENSORCHECK_BIG_TESTS=1, scripts/test.sh --deep); the sanitizer run
+# leaves them out (TENSORCHECK_SKIP_LARGE: same code paths as the small
+# ones, minutes longer under ASan).
+BIG = os.environ.get("TENSORCHECK_BIG_TESTS") == "1"
+
+
+def large(test):
+    skip_large = pytest.mark.skipif(
+        bool(os.environ.get("TENSORCHECK_SKIP_LARGE")), reason="TENSORCHECK_SKIP_LARGE is set"
+    )
+    skip_big = pytest.mark.skipif(
+        not BIG, reason="multi-GB layer: set TENSORCHECK_BIG_TESTS=1 (scripts/test.sh --deep does)"
+    )
+    return pytest.mark.big(skip_big(skip_large(test)))
+
 # docs/api.md's worked example: bf16 [[1, -2], [0.5, 3]].
 WORKED_BYTES = bytes.fromhex("803f00c0003f4040")
 WORKED_HASH = "f3ae939bfe8dd5d00cb5acc191fd33b1a8c456d6af1341923d47b08db0719406"

@@ -154,3 +154,19 @@ def offline_client() -> Iterator[tensorcheck.Client]:
     rejected before a call was made."""
     with tensorcheck.Client("127.0.0.1:1", timeout=10) as c:
         yield c
+
+
+# Fixtures that start a tensorcheck-server process: a test that uses one
+# (directly or through `target`/`client`) is marked e2e. The markers are
+# registered in pyproject.toml.
+_SERVER_FIXTURES = frozenset({"server", "start_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks e2e this folder's tests that start a server."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents and _SERVER_FIXTURES & set(
+            getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.e2e)

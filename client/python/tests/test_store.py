@@ -784,7 +784,7 @@ BIG = os.environ.get("TENSORCHECK_BIG_TESTS") == "1"
 @pytest.mark.skipif(
     not BIG,
     reason="big layer shapes: set TENSORCHECK_BIG_TESTS=1 (about 3 minutes on 2 cores; "
-    "scripts/test.sh does)",
+    "scripts/test.sh --deep does)",
 )
 @pytest.mark.parametrize(
     "m, n, k",
