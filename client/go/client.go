@@ -22,13 +22,19 @@ import (
 // receive default so that returned outputs of mid-sized layers fit.
 const DefaultMaxMessageBytes = 64 << 20
 
-// DefaultTarget is where Dial connects when given the target "" and the
-// environment variable TENSORCHECK_SERVER is unset or empty.
-const DefaultTarget = "localhost:50051"
+// DefaultServer is the server address Dial connects to when given "" and
+// the environment variable TENSORCHECK_SERVER is unset or empty.
+const DefaultServer = "localhost:50051"
 
-// The environment variables Dial reads: the target when Dial is given "",
-// the bearer token when no WithToken option is given (empty counts as
-// unset). The CLI and the Python client read the same ones.
+// DefaultTarget is DefaultServer.
+//
+// Deprecated: use DefaultServer; the address is called the server
+// everywhere (Dial, TENSORCHECK_SERVER, the CLI's --server).
+const DefaultTarget = DefaultServer
+
+// The environment variables Dial reads: the server address when Dial is
+// given "", the bearer token when no WithToken option is given (empty
+// counts as unset). The CLI and the Python client read the same ones.
 const (
 	serverEnv = "TENSORCHECK_SERVER"
 	tokenEnv  = "TENSORCHECK_TOKEN"
@@ -47,12 +53,15 @@ const maxRetryWait = 30 * time.Second
 const retryJitter = 0.1
 
 // Client calls a tensorcheck server. It is safe for concurrent use; make one
-// per target and Close it when done. Calls refused with the server's retry
+// per server and Close it when done. Calls refused with the server's retry
 // hint are retried (WithMaxRetries).
 type Client struct {
-	conn       *grpc.ClientConn
-	stub       pb.TensorCheckClient
-	maxRetries int
+	conn *grpc.ClientConn
+	stub pb.TensorCheckClient
+	// The server's address as dialled, and where it came from (a phrase
+	// for errors that name it).
+	server, serverFrom string
+	maxRetries         int
 	// WithMaxMessageBytes: the largest request this client sends.
 	maxMessageBytes int
 
@@ -196,13 +205,16 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // connections inside a cluster; WithToken's comment says what that means.
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// Dial connects to a tensorcheck server at target ("host:port", or any gRPC
-// target such as "dns:///tensorcheck.ns.svc:50051"; "": the
-// TENSORCHECK_SERVER environment variable's value, else DefaultTarget).
-// Without WithToken the token, if any, comes from TENSORCHECK_TOKEN. ctx
-// bounds the dial only when WithBlock is given; each call takes its deadline
-// from its own context.
-func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
+// Dial connects to the tensorcheck server at the address server
+// ("host:port", or any gRPC target such as
+// "dns:///tensorcheck.ns.svc:50051"; "": the TENSORCHECK_SERVER
+// environment variable's value, else DefaultServer). Without WithToken the
+// token, if any, comes from TENSORCHECK_TOKEN. ctx bounds the dial only
+// when WithBlock is given; each call takes its deadline from its own
+// context. A server that cannot be reached is a codes.Unavailable *Error
+// (from the first call, or from Dial with WithBlock: codes.DeadlineExceeded)
+// whose message names the address and TENSORCHECK_SERVER.
+func Dial(ctx context.Context, server string, opts ...Option) (*Client, error) {
 	o := options{maxMessageBytes: DefaultMaxMessageBytes, maxRetries: DefaultMaxRetries}
 	for _, opt := range opts {
 		opt(&o)
@@ -210,10 +222,11 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	if target == "" {
-		target = os.Getenv(serverEnv)
-		if target == "" {
-			target = DefaultTarget
+	from := serverGiven
+	if server == "" {
+		server, from = os.Getenv(serverEnv), serverFromEnv
+		if server == "" {
+			server, from = DefaultServer, serverDefault
 		}
 	}
 	if !o.tokenSet {
@@ -243,12 +256,12 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		dialOpts = append(dialOpts, grpc.WithBlock())
 	}
 	dialOpts = append(dialOpts, o.dialOptions...)
-	conn, err := grpc.DialContext(ctx, target, dialOpts...)
+	conn, err := grpc.DialContext(ctx, server, dialOpts...)
 	if err != nil {
-		return nil, fromRPC(err, nil)
+		return nil, unreachable(fromRPC(err, nil), server, from)
 	}
-	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), maxRetries: o.maxRetries,
-		maxMessageBytes: o.maxMessageBytes}, nil
+	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), server: server, serverFrom: from,
+		maxRetries: o.maxRetries, maxMessageBytes: o.maxMessageBytes}, nil
 }
 
 // invoke runs one RPC, sending it again while the server refuses it with a
@@ -311,8 +324,12 @@ func (c *Client) Conn() *grpc.ClientConn {
 
 // VerifyLinear runs the layer under each of req.Configs and compares each
 // output with the reference and, when req.Observed is set, with it.
-// Report.Passed is the verdict; a request the server cannot run is an
-// *Error (codes.InvalidArgument, codes.NotFound for an unknown backend, ...).
+// Report.Verdict (VerdictPass or VerdictFail; Report.Passed) is the
+// verdict: the tolerance's or, with req.Accept, whether the diagnosis
+// (Report.Diagnosis, set then too) calls the observed output rounding of an
+// accepted configuration. A request the server cannot run is an *Error
+// (codes.InvalidArgument, codes.NotFound for an unknown backend, ...); a
+// server that cannot be reached, a codes.Unavailable naming its address.
 //
 // Tensors with more than StoreThreshold (1 MiB) bytes of Data go through
 // the server's tensor store without being asked: the client hashes them
@@ -336,7 +353,8 @@ func (c *Client) Conn() *grpc.ClientConn {
 // MaxInlineOutputBytes) are read back with ReadTensor, so
 // ConfigResult.Output always carries Data.
 func (c *Client) VerifyLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
-	return c.run(ctx, req, false)
+	rep, err := c.run(ctx, req, false)
+	return rep, c.callError(err)
 }
 
 // DiagnoseLinear ranks req.Configs (none: every configuration this host
@@ -344,7 +362,8 @@ func (c *Client) VerifyLinear(ctx context.Context, req *LinearRequest) (*Report,
 // sets Report.Diagnosis. Large tensors go through the store as in
 // VerifyLinear.
 func (c *Client) DiagnoseLinear(ctx context.Context, req *LinearRequest) (*Report, error) {
-	return c.run(ctx, req, true)
+	rep, err := c.run(ctx, req, true)
+	return rep, c.callError(err)
 }
 
 // Capabilities describes what the server can run, its devices and limits.
@@ -432,7 +451,7 @@ func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, c.callError(err)
 	}
 	caps := &Capabilities{
 		ServerVersion:    resp.ServerVersion,

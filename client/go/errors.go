@@ -122,3 +122,69 @@ func retryAfter(trailer metadata.MD) time.Duration {
 	}
 	return time.Duration(ms) * time.Millisecond
 }
+
+// Where a Client's server address came from, as errors that name it say.
+const (
+	serverGiven   = `the address given to Dial; Dial(ctx, "") reads TENSORCHECK_SERVER`
+	serverFromEnv = "from TENSORCHECK_SERVER"
+	serverDefault = "the default: TENSORCHECK_SERVER is unset"
+)
+
+// callError is err as a Client method returns it: a server that cannot be
+// reached (see unreachable) is named by its address.
+func (c *Client) callError(err error) error {
+	if err == nil {
+		return nil
+	}
+	e, ok := err.(*Error)
+	if !ok {
+		e = fromRPC(err, nil)
+	}
+	if e.Code != codes.Unavailable || e.RetryAfter > 0 {
+		return err
+	}
+	return unreachable(e, c.server, c.serverFrom)
+}
+
+// unreachable rewrites e, a codes.Unavailable without the server's retry
+// hint (the server's own refusals carry one: the connection failed or
+// broke) or an error of Dial, to name the server's address and
+// TENSORCHECK_SERVER, followed by gRPC's own message. A message of the
+// client's about what it was doing on the way (asking the store, uploading
+// a tensor) is dropped: those are calls the caller did not make. The code
+// and the status (its details) stay those received.
+func unreachable(e *Error, server, from string) *Error {
+	cause := e.Message
+	if e.status != nil {
+		cause = e.status.Message()
+	}
+	return &Error{
+		Code:       e.Code,
+		Message:    fmt.Sprintf("cannot reach the tensorcheck server at %s (%s): %s", server, from, cause),
+		RetryAfter: e.RetryAfter,
+		status:     e.status,
+	}
+}
+
+// FailError is Report.Err's error: the report of a verification whose
+// verdict is not PASS. Its text is the report's (Report.String), the
+// server's headline first.
+type FailError struct {
+	Report *Report
+}
+
+// Error is the report as Report.String prints it.
+func (e *FailError) Error() string { return e.Report.String() }
+
+// Err is nil when the verdict is PASS, else a *FailError carrying the
+// report, for a test to fail with:
+//
+//	if err := rep.Err(); err != nil {
+//		t.Fatal(err) // the server's headline first
+//	}
+func (r *Report) Err() error {
+	if r.Passed {
+		return nil
+	}
+	return &FailError{Report: r}
+}

@@ -32,7 +32,7 @@ func ExampleClient_VerifyLinear() {
 	if err != nil {
 		log.Fatal(err) // a *tensorcheck.Error with the gRPC code
 	}
-	fmt.Println("passed:", rep.Passed)
+	fmt.Println(rep.Verdict) // PASS or FAIL
 	for _, r := range rep.Results {
 		fmt.Printf("%s: max_abs vs observed %g\n", r.Config, r.VsObserved.MaxAbs)
 	}
@@ -59,7 +59,67 @@ func ExampleClient_DiagnoseLinear() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(rep.Diagnosis.Best, "-", rep.Diagnosis.Explanation)
+	fmt.Println(rep.Diagnosis.Headline) // the server's answer, one sentence
+	fmt.Println(rep.Diagnosis.Advice)   // what to change, when a switch is known
+}
+
+// Compiled, not run: it needs a server. The output passes when the server
+// calls it rounding of a configuration accepted here (TF32 anywhere, or an
+// unfused bf16 bias on the CPU); the verdict is then the diagnosis's, not
+// a tolerance's.
+func ExampleLinearRequest_accept() {
+	ctx := context.Background()
+	c, err := tensorcheck.Dial(ctx, "") // $TENSORCHECK_SERVER, else localhost:50051
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	x := []float32{0.1, -0.2, 0.3, 0.7, 1.1, 0.9}       // [2, 3]
+	w := []float32{0.5, -0.25, 0.333, 0.77, 0.01, -0.6} // [2, 3], torch layout
+	y := []float32{0.0299, 0.2, -0.3, 0.4}              // [2, 2], from your framework
+	rep, err := c.VerifyLinear(ctx, &tensorcheck.LinearRequest{
+		Input:    tensorcheck.Float32Tensor(x, 2, 3),
+		Weight:   tensorcheck.Float32Tensor(w, 2, 3),
+		Observed: tensorcheck.Float32Tensor(y, 2, 2),
+		Accept:   []string{"tf32", "cpu:bf16:unfused"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		log.Fatal(err) // the server's headline first, then the summary
+	}
+	fmt.Println(rep.Verdict, rep.Diagnosis.AcceptedAs) // PASS cpu:tf32:...
+}
+
+// Compiled, not run: it needs a server. Two frameworks' outputs of one
+// layer, explained against each other: which configuration each is,
+// whether their difference is rounding, and what to change for one to
+// match the other.
+func ExampleClient_CompareOutputs() {
+	ctx := context.Background()
+	c, err := tensorcheck.Dial(ctx, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	x := []float32{0.1, -0.2, 0.3, 0.7, 1.1, 0.9}       // [2, 3]
+	w := []float32{0.5, -0.25, 0.333, 0.77, 0.01, -0.6} // [2, 3], torch layout
+	yTorch := []float32{0.0299, 0.2, -0.3, 0.4}         // [2, 2]
+	yFlax := []float32{0.0298, 0.2, -0.3, 0.4}          // [2, 2]
+	cmp, err := c.CompareOutputs(ctx, &tensorcheck.CompareRequest{
+		Input:  tensorcheck.Float32Tensor(x, 2, 3),
+		Weight: tensorcheck.Float32Tensor(w, 2, 3),
+		Outputs: []tensorcheck.NamedTensor{
+			{Name: "torch", Tensor: tensorcheck.Float32Tensor(yTorch, 2, 2)},
+			{Name: "flax", Tensor: tensorcheck.Float32Tensor(yFlax, 2, 2)},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(cmp) // the headline first, then each output and the pair
+	fmt.Println(cmp.Output("flax").Diagnosis.Best, cmp.Pair.AdviceBToA)
 }
 
 // Compiled, not run: it needs a server. A weight checked against many

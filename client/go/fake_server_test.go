@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -44,6 +45,10 @@ type fakeServer struct {
 	remaining   []time.Duration
 
 	store fakeStore
+
+	// Every Compare request past the refusals, and the answer to each.
+	compareReqs []*pb.CompareRequest
+	compareResp *pb.CompareResponse
 }
 
 // fakeStore is the fake's tensor store (docs/api.md, "The store RPCs"),
@@ -134,16 +139,28 @@ func (f *fakeServer) storeSnapshot() fakeStore {
 	return s
 }
 
+// namedField is a request's tensor and its field name.
+type namedField struct {
+	field string
+	t     *pb.Tensor
+}
+
+// opFields are the tensors of op.
+func opFields(op *pb.LinearOp) []namedField {
+	return []namedField{{"op.input", op.GetInput()}, {"op.weight", op.GetWeight()},
+		{"op.bias", op.GetBias()}, {"op.input_scale", op.GetInputScale()},
+		{"op.weight_scale", op.GetWeightScale()}}
+}
+
 // missingIn is the MissingTensors detail for the tensors of req whose
 // digest the store lacks, or nil.
 func (f *fakeServer) missingIn(req *pb.VerifyRequest) *pb.MissingTensors {
+	return f.missingInFields(append(opFields(req.GetOp()), namedField{"observed", req.GetObserved()}))
+}
+
+func (f *fakeServer) missingInFields(fields []namedField) *pb.MissingTensors {
 	var m pb.MissingTensors
-	for _, t := range []struct {
-		field string
-		t     *pb.Tensor
-	}{{"op.input", req.GetOp().GetInput()}, {"op.weight", req.GetOp().GetWeight()},
-		{"op.bias", req.GetOp().GetBias()}, {"op.input_scale", req.GetOp().GetInputScale()},
-		{"op.weight_scale", req.GetOp().GetWeightScale()}, {"observed", req.GetObserved()}} {
+	for _, t := range fields {
 		d := t.t.GetDigest()
 		if d == "" {
 			continue
@@ -387,6 +404,29 @@ func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.Ver
 
 func (f *fakeServer) Diagnose(ctx context.Context, req *pb.VerifyRequest) (*pb.VerifyResponse, error) {
 	return f.Verify(ctx, req)
+}
+
+// Compare records the request and answers compareResp; a request naming
+// tensors the store lacks fails as Verify's does.
+func (f *fakeServer) Compare(ctx context.Context, req *pb.CompareRequest) (*pb.CompareResponse, error) {
+	if err := f.refuse(ctx); err != nil {
+		return nil, err
+	}
+	fields := opFields(req.GetOp())
+	for i, o := range req.GetObserved() {
+		fields = append(fields, namedField{fmt.Sprintf("observed[%d].tensor", i), o.GetTensor()})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.compareReqs = append(f.compareReqs, req)
+	if m := f.missingInFields(fields); m != nil {
+		st, err := status.New(codes.FailedPrecondition, "the store lacks "+m.Fields[0]+" "+m.Digests[0].Hash).WithDetails(m)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
+	return f.compareResp, f.err
 }
 
 func (f *fakeServer) GetCapabilities(ctx context.Context, _ *pb.GetCapabilitiesRequest) (*pb.GetCapabilitiesResponse, error) {

@@ -61,61 +61,95 @@ const sharedMarker = "*"
 const namesWidth = 72
 
 // FormatDiagnosis is the diagnosis as a message for people, the Python
-// client's: the server's verdict and its sentence first ("Verdict: defect —
-// ..."; no line from a server that predates the verdict), then what is
-// not rounding (where to look, the columns and rows, the elements beyond
-// the threshold, a few of each), the best match, the framework hint, the
-// explanation and the ranking (one row per group of RankingGroups, with
-// the plausibility test, the shared GEMMs and why candidates are ruled
-// out). It decides nothing: every verdict, reason and count is the
-// server's.
+// client's: the server's headline first (from a server that predates it,
+// the verdict's sentence) and its advice ("Advice: ..."), then the
+// verdict's sentence when the headline came first ("Why: ..."), the
+// accepted configuration, what is not rounding (where to look, the columns
+// and rows, the elements beyond the threshold, a few of each), the best
+// match with the verdict word, the framework hint, the explanation (from a
+// server without a headline) and the ranking (one row per group of
+// RankingGroups, with the plausibility test, the shared GEMMs and why
+// candidates are ruled out). It decides nothing and writes no sentence of
+// its own: every verdict, sentence and count is the server's; it adds
+// labels and numbers.
 //
 //	fmt.Println(tensorcheck.FormatDiagnosis(rep.Diagnosis))
 func FormatDiagnosis(d *Diagnosis) string {
 	if d == nil {
 		return ""
 	}
+	return strings.Join(append(leadLines(d), diagnosisLines(d)...), "\n")
+}
+
+// lead is the sentence a text about d starts with: the server's headline,
+// else (a server that predates it) the verdict's sentence.
+func (d *Diagnosis) lead() string {
+	if d.Headline != "" {
+		return d.Headline
+	}
+	return d.VerdictReason
+}
+
+// leadLines: what every text about a diagnosis opens with, the lead and
+// the advice, each only when sent.
+func leadLines(d *Diagnosis) []string {
 	var lines []string
-	if d.Verdict != "" {
-		line := "Verdict: " + d.Verdict
-		if d.VerdictReason != "" {
-			line += " — " + d.VerdictReason
-		}
-		lines = append(lines, line)
+	if l := d.lead(); l != "" {
+		lines = append(lines, l)
+	}
+	if d.Advice != "" {
+		lines = append(lines, "Advice: "+d.Advice)
+	}
+	return lines
+}
+
+// diagnosisLines: FormatDiagnosis after the lead lines.
+func diagnosisLines(d *Diagnosis) []string {
+	var lines []string
+	if d.Headline != "" && d.VerdictReason != "" {
+		lines = append(lines, "Why: "+d.VerdictReason)
+	}
+	if d.AcceptedAs != "" {
+		lines = append(lines, "Accepted as: "+d.AcceptedAs)
 	}
 	if d.Defect != nil {
-		lines = append(lines, defectLines(d.Defect)...)
+		lines = append(lines, defectLines(d.Defect, d.Headline)...)
 	}
-	if d.Best != "" {
-		head := fmt.Sprintf("Diagnosis: best match %s (confidence %.2f)", d.Best, d.Confidence)
-		if len(d.Equivalent) > 0 {
-			head += ", equivalent here: " + strings.Join(d.Equivalent, ", ")
-		}
-		if len(d.Tied) > 0 {
-			head += "; cannot be told apart from: " + strings.Join(d.Tied, ", ")
-		}
-		lines = append(lines, head)
-	} else {
-		lines = append(lines, fmt.Sprintf("Diagnosis: no candidate configuration explains the "+
-			"observed output (confidence %.2f)", d.Confidence))
+	best, verdict := d.Best, ""
+	if best == "" {
+		best = "none"
 	}
+	if d.Verdict != "" {
+		verdict = "; verdict " + d.Verdict
+	}
+	head := fmt.Sprintf("Best match: %s (confidence %.2f%s)", best, d.Confidence, verdict)
+	if d.Best != "" && len(d.Equivalent) > 0 {
+		head += ", equivalent here: " + strings.Join(d.Equivalent, ", ")
+	}
+	if d.Best != "" && len(d.Tied) > 0 {
+		head += "; cannot be told apart from: " + strings.Join(d.Tied, ", ")
+	}
+	lines = append(lines, head)
 	if d.FrameworkHint != "" {
 		lines = append(lines, "Framework hint: "+d.FrameworkHint)
 	}
-	if d.Explanation != "" {
+	if d.Explanation != "" && d.Headline == "" {
+		// The headline says it in one sentence; the paragraph is for
+		// servers that predate it (Diagnosis.Explanation keeps it).
 		lines = append(lines, d.Explanation)
 	}
 	if len(d.Ranking) > 0 {
 		lines = append(lines, rankingLines(d)...)
 	}
-	return strings.Join(lines, "\n")
+	return lines
 }
 
-// defectLines: where to look, the columns and rows rounding does not
-// explain, the elements beyond the threshold; each only when sent.
-func defectLines(f *Defect) []string {
+// defectLines: where to look (unless the headline says it already), the
+// columns and rows rounding does not explain, the elements beyond the
+// threshold; each only when sent.
+func defectLines(f *Defect, headline string) []string {
 	var lines []string
-	if f.WhereToLook != "" {
+	if f.WhereToLook != "" && !strings.Contains(headline, f.WhereToLook) {
 		lines = append(lines, "Where to look: "+f.WhereToLook)
 	}
 	if len(f.Columns) > 0 {
@@ -313,4 +347,120 @@ func indexText(idx []int64) string {
 		s += ","
 	}
 	return s + ")"
+}
+
+// resultsShown is how many configurations Report.String lists.
+const resultsShown = 8
+
+// String is the report for people, the Python client's str(report): the
+// server's answer first (the diagnosis's headline and advice), the
+// verdict ("Verdict: PASS (tolerance torch)", or with LinearRequest.Accept
+// "Verdict: FAIL (accept tf32)"), the observed output and each
+// configuration against the reference in a line each, then the rest of
+// the diagnosis as FormatDiagnosis prints it. It decides nothing: every
+// verdict and sentence is the server's.
+func (r *Report) String() string {
+	if r == nil {
+		return ""
+	}
+	var lines []string
+	if r.Diagnosis != nil {
+		lines = leadLines(r.Diagnosis)
+	}
+	if r.Verdict != "" {
+		line := "Verdict: " + r.Verdict
+		if len(r.accept) > 0 {
+			line += " (accept " + strings.Join(r.accept, ", ") + ")"
+		} else if r.Tolerance.Preset != "" {
+			line += " (tolerance " + r.Tolerance.Preset + ")"
+		}
+		lines = append(lines, line)
+	}
+	ref := "reference"
+	if r.Reference != nil && r.Reference.Config != "" {
+		ref = r.Reference.Config
+	}
+	if s := r.ObservedVsReference; s != nil {
+		lines = append(lines, statsLine("observed vs "+ref, s, r.Tolerance.Preset))
+	}
+	for i, c := range r.Results {
+		if i == resultsShown {
+			lines = append(lines, fmt.Sprintf("... %d more configurations", len(r.Results)-resultsShown))
+			break
+		}
+		if c.VsReference != nil {
+			lines = append(lines, statsLine(c.Config+" vs "+ref, c.VsReference, r.Tolerance.Preset))
+		}
+	}
+	if r.Diagnosis != nil {
+		lines = append(lines, diagnosisLines(r.Diagnosis)...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// statsLine: one comparison in a line, "observed vs cpu:fp64: 3 / 1024
+// outside tolerance torch, max_abs 0.00105, max 12 ULP".
+func statsLine(label string, s *Stats, preset string) string {
+	tolerance := "tolerance"
+	if preset != "" {
+		tolerance += " " + preset
+	}
+	line := fmt.Sprintf("%s: %d / %d outside %s, max_abs %s, max %s ULP", label, s.Mismatched,
+		s.Total, tolerance, gText(s.MaxAbs), ulpText(s.MaxULP))
+	if s.BoundRatio != nil {
+		line += ", bound_ratio " + gText(*s.BoundRatio)
+	}
+	return line
+}
+
+// String is the comparison for people, the Python client's
+// str(result): the server's headline, the verdict when the request
+// accepted configurations, a line per output (its diagnosis's headline,
+// else its best match), the pair's numbers, and the advice for each side
+// that the headline does not already give. It decides nothing: every
+// sentence is the server's; it adds labels and numbers.
+func (c *CompareResult) String() string {
+	if c == nil {
+		return ""
+	}
+	var lines []string
+	if c.Headline != "" {
+		lines = append(lines, c.Headline)
+	}
+	if c.Verdict != "" {
+		accept := strings.Join(c.accept, ", ")
+		if accept == "" {
+			accept = "?"
+		}
+		lines = append(lines, "Verdict: "+c.Verdict+" (accept "+accept+")")
+	}
+	for _, o := range c.Outputs {
+		what := "-"
+		if d := o.Diagnosis; d != nil {
+			if what = d.lead(); what == "" {
+				what = "best match " + d.Best
+				if d.Best == "" {
+					what += "none"
+				}
+			}
+		}
+		lines = append(lines, "  "+o.Name+": "+what)
+	}
+	p := c.Pair
+	if p != nil && p.Stats != nil {
+		rounding := "no"
+		if p.Rounding {
+			rounding = "yes"
+		}
+		lines = append(lines, fmt.Sprintf("  %s vs %s: max_abs %s, max %s ULP; expected at most %s (rounding of both: %s)",
+			p.A, p.B, gText(p.Stats.MaxAbs), ulpText(p.Stats.MaxULP), gText(p.ExpectedMaxAbs), rounding))
+	}
+	if p != nil {
+		for _, a := range [][2]string{{p.B, p.AdviceBToA}, {p.A, p.AdviceAToB}} {
+			if a[1] != "" && !strings.Contains(c.Headline, a[1]) {
+				lines = append(lines, "  Advice for "+a[0]+": "+a[1])
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
 }

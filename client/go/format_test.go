@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
 
 func TestFormatShareReadsAllOrNoneOnlyWhenExact(t *testing.T) {
@@ -80,8 +82,9 @@ func TestRankingGroupsPutsCandidatesWithTheSameBitsInOneRow(t *testing.T) {
 	}
 }
 
-// The verdict is the server's: FormatDiagnosis shows it first, the reason
-// verbatim, then where to look and the defect's groups and elements.
+// The verdict is the server's: FormatDiagnosis shows its sentence first
+// (from a server without a headline), verbatim, then where to look and the
+// defect's groups and elements.
 func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) {
 	const reason = "Column 2 holds 64 of the 72 disagreements with cpu:fp32:fused where " +
 		"rounding predicts 0.8 (p 1e-30): not rounding."
@@ -119,7 +122,7 @@ func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) 
 		})
 	}
 	want := []string{
-		"Verdict: defect \u2014 " + reason,
+		reason,
 		"Where to look: " + where,
 		"Columns not explained by rounding:",
 		"  column 2: 64 disagreements vs 0.8 expected, max inf ULP, inf sigma, shift t = 7.5",
@@ -132,7 +135,7 @@ func TestFormatDiagnosisShowsTheDefectVerdictFirstThenWhereToLook(t *testing.T) 
 		"  (2, 2): observed 1.5, best 0.5, 4096 ULP, 810.2 sigma",
 		"  (3, 2): observed 1.5, best 0.5, 4096 ULP, 809.2 sigma",
 		"  ... 2 more", // 7 beyond the threshold, 5 shown
-		"Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+		"Best match: cpu:fp32:fused (confidence 0.90; verdict defect)",
 		"Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
 		"  cpu:fp32:fused: yes, 0%, 4096, n/a",
 	}
@@ -147,18 +150,59 @@ func TestFormatDiagnosisShowsEachVerdictFirstWithItsReasonVerbatim(t *testing.T)
 		// An empty Defect adds no line.
 		d := &Diagnosis{Confidence: 0.4, Verdict: verdict, VerdictReason: reason, Defect: &Defect{}}
 		lines := strings.Split(FormatDiagnosis(d), "\n")
-		if want := "Verdict: " + verdict + " \u2014 " + reason; lines[0] != want {
-			t.Errorf("%s: first line %q, want %q", verdict, lines[0], want)
+		if lines[0] != reason {
+			t.Errorf("%s: first line %q, want %q", verdict, lines[0], reason)
 		}
-		if !strings.HasPrefix(lines[1], "Diagnosis: no candidate configuration explains") {
-			t.Errorf("%s: second line %q, want the diagnosis", verdict, lines[1])
+		if want := "Best match: none (confidence 0.40; verdict " + verdict + ")"; lines[1] != want {
+			t.Errorf("%s: second line %q, want %q", verdict, lines[1], want)
 		}
+	}
+}
+
+// The server's headline comes first, then its advice, the verdict's
+// sentence and the accepted configuration; all verbatim. Where to look is
+// not repeated when the headline says it, nor the explanation paragraph.
+func TestFormatDiagnosisShowsTheHeadlineFirst(t *testing.T) {
+	const where = "output column 2 <-> weight row 2 (out_in layout)"
+	const headline = "Not rounding: column 2 is 64 sigma from cpu:tf32:fused. Look at " + where + "."
+	const advice = "Set torch.backends.cuda.matmul.allow_tf32 = False for fp32."
+	d := diagnosisFromProto(&pb.Diagnosis{
+		Best: "cpu:tf32:fused", Confidence: 0.95, Verdict: pb.Diagnosis_VERDICT_DEFECT,
+		VerdictReason: "Column 2 holds 64 disagreements where 0.8 are expected.", Headline: headline,
+		Advice: advice, Accepted: true, AcceptedAs: "cpu:tf32:fused", Explanation: "A paragraph.",
+		FrameworkHint: "PyTorch with allow_tf32.", Defect: &pb.Defect{WhereToLook: where},
+	})
+	want := []string{
+		headline,
+		"Advice: " + advice,
+		"Why: Column 2 holds 64 disagreements where 0.8 are expected.",
+		"Accepted as: cpu:tf32:fused",
+		"Best match: cpu:tf32:fused (confidence 0.95; verdict defect)",
+		"Framework hint: PyTorch with allow_tf32.",
+	}
+	if got := strings.Split(FormatDiagnosis(d), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("FormatDiagnosis() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Without a headline: the verdict's sentence leads, no "Why:", and the
+	// explanation and where to look are shown.
+	d.Headline = ""
+	want = []string{
+		"Column 2 holds 64 disagreements where 0.8 are expected.",
+		"Advice: " + advice,
+		"Accepted as: cpu:tf32:fused",
+		"Where to look: " + where,
+		"Best match: cpu:tf32:fused (confidence 0.95; verdict defect)",
+		"Framework hint: PyTorch with allow_tf32.",
+		"A paragraph.",
+	}
+	if got := strings.Split(FormatDiagnosis(d), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("without a headline, FormatDiagnosis() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
 func TestFormatDiagnosisFromAServerWithoutAVerdictHasNoVerdictLine(t *testing.T) {
 	got := FormatDiagnosis(&Diagnosis{Best: "cpu:fp32:fused", Confidence: 0.97})
-	if want := "Diagnosis: best match cpu:fp32:fused (confidence 0.97)"; got != want {
+	if want := "Best match: cpu:fp32:fused (confidence 0.97)"; got != want {
 		t.Errorf("FormatDiagnosis() = %q, want %q", got, want)
 	}
 }
@@ -186,7 +230,7 @@ func TestFormatDiagnosisRankingMatchesThePythonClientsMessage(t *testing.T) {
 	// As client/python/tests/test_report.py's
 	// test_diagnosis_message_shows_equivalent_candidates_as_one_row.
 	want := []string{
-		"Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+		"Best match: cpu:fp32:fused (confidence 0.90)",
 		"Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
 		"  cpu:fp32:fused = cpu:tf32:fused = cpu:fp32:unfused*: yes, 99.996%, 1, n/a",
 		"  cpu:bf16:fused: no, 25.0%, 40, n/a",

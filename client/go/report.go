@@ -9,8 +9,14 @@ import (
 
 // Report is the answer to VerifyLinear and DiagnoseLinear. It mirrors the
 // VerifyResponse message and the CLI's JSON report (docs/json-report.md).
+// String prints it for people, the server's headline first.
 type Report struct {
-	// Whether the verdict is "pass".
+	// The server's verdict, VerdictPass or VerdictFail: whether the
+	// observed output is within the tolerance of the reference or, with
+	// LinearRequest.Accept, whether the diagnosis accepts it. "" from a
+	// server that sent none.
+	Verdict string
+	// Whether Verdict is VerdictPass.
 	Passed bool
 	// The tolerance as applied: preset resolved, Atol/Rtol filled in.
 	Tolerance Tolerance
@@ -39,6 +45,9 @@ type Report struct {
 	// uploaded it.
 	UploadedBytes int64
 	ReusedBytes   int64
+
+	// LinearRequest.Accept, for String.
+	accept []string
 }
 
 // Result returns the result for config: an exact match of the canonical
@@ -174,8 +183,31 @@ type Group struct {
 	Share float64
 }
 
+// The values of Report.Verdict and CompareResult.Verdict: the proto's
+// VERDICT_PASS and VERDICT_FAIL, as the CLI prints them.
+const (
+	VerdictPass = "PASS"
+	VerdictFail = "FAIL"
+)
+
 // Diagnosis says which configuration the observed output matches.
 type Diagnosis struct {
+	// The answer in words, one sentence of the server's to print first:
+	// "Rounding, not a bug: ...", "Not rounding: ... Look at ...",
+	// "Unexplained: ...". "" from a server that predates it (then
+	// VerdictReason is the sentence to print first).
+	Headline string
+	// What to change in the framework so that the output becomes the
+	// configuration wanted (the accepted one, else the storage dtype's
+	// PyTorch default), one sentence of the server's; "" when the output
+	// already is it or no switch is known.
+	Advice string
+	// With LinearRequest.Accept (or CompareRequest.Accept): whether the
+	// output is rounding of an accepted configuration, and which (a
+	// canonical configuration name, "" when not accepted).
+	Accepted   bool
+	AcceptedAs string
+
 	// Empty when no candidate explains the observed output.
 	Best string
 	// Configurations indistinguishable from Best on this request.
@@ -348,6 +380,7 @@ type Localization struct {
 
 func reportFromProto(p *pb.VerifyResponse) *Report {
 	r := &Report{
+		Verdict:             verdictWords[p.Verdict],
 		Passed:              p.Verdict == pb.Verdict_VERDICT_PASS,
 		Tolerance:           toleranceFromProto(p.Tolerance),
 		ObservedVsReference: statsFromProto(p.ObservedVsReference),
@@ -523,10 +556,20 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 			Outliers: elementsFromProto(l.Outliers),
 		}
 	}
+	d.Headline = p.Headline
+	d.Advice = p.Advice
+	d.Accepted = p.Accepted
+	d.AcceptedAs = p.AcceptedAs
 	d.Verdict = diagnosisVerdicts[p.Verdict]
 	d.VerdictReason = p.VerdictReason
 	d.Defect = defectFromProto(p.Defect)
 	return d
+}
+
+// verdictWords names the pass/fail verdicts; UNSPECIFIED is "".
+var verdictWords = map[pb.Verdict]string{
+	pb.Verdict_VERDICT_PASS: VerdictPass,
+	pb.Verdict_VERDICT_FAIL: VerdictFail,
 }
 
 // diagnosisVerdicts names the verdicts; UNSPECIFIED (an older server) and

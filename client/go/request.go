@@ -102,6 +102,15 @@ type LinearRequest struct {
 	// alone; DiagnoseLinear with none ranks every configuration the host
 	// supports.
 	Configs []string
+	// Configurations you accept for Observed (docs/numerics.md, "Accepting
+	// a configuration"), each "backend:precision[:bias]",
+	// "precision[:bias]" or "backend:precision", a part left out matching
+	// any: "tf32", "cpu:bf16:unfused". With Accept, VerifyLinear diagnoses
+	// too (Report.Diagnosis, among Configs and the accepted
+	// configurations), and Report.Verdict is the diagnosis's acceptance
+	// (PASS: rounding of an accepted configuration, Diagnosis.AcceptedAs
+	// says which) instead of the tolerance's. Requires Observed.
+	Accept []string
 	// The configuration everything is compared with. "": the server's
 	// default reference (the fp64 configuration of its fastest backend:
 	// "cublaslt:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
@@ -141,6 +150,86 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 	if r == nil {
 		return nil, invalidArgument("request", "is nil")
 	}
+	op, err := r.opToProto()
+	if err != nil {
+		return nil, err
+	}
+	if r.Observed == nil {
+		if needObserved {
+			return nil, invalidArgument("observed", "is required")
+		}
+		if len(r.Accept) > 0 {
+			return nil, invalidArgument("accept", "needs observed: the output to accept or not")
+		}
+	} else if err := r.Observed.validate("observed"); err != nil {
+		return nil, err
+	}
+	if err := checkConfigs(r.Configs, r.Accept); err != nil {
+		return nil, err
+	}
+	if r.MaxInlineOutputBytes < 0 {
+		return nil, invalidArgument("output.max_inline_output_bytes", "is %d, expected >= 0", r.MaxInlineOutputBytes)
+	}
+	if r.AlgorithmSweep < 0 {
+		return nil, invalidArgument("algorithm_sweep", "is %d, expected >= 0", r.AlgorithmSweep)
+	}
+	if len(r.BatchSizes) > 0 && !r.BatchInvariance {
+		return nil, invalidArgument("batch_invariance.batch_sizes", "set without BatchInvariance")
+	}
+	var bi *pb.BatchInvarianceOptions
+	if r.BatchInvariance {
+		for i, n := range r.BatchSizes {
+			if n < 1 {
+				return nil, invalidArgument("batch_invariance.batch_sizes", "entry %d is %d, expected >= 1", i, n)
+			}
+		}
+		bi = &pb.BatchInvarianceOptions{Enabled: true, BatchSizes: r.BatchSizes}
+	}
+	tol, err := r.Tolerance.toProto()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.VerifyRequest{
+		Op:        op,
+		Observed:  r.Observed.toProto(),
+		Configs:   r.Configs,
+		Reference: r.Reference,
+		Tolerance: tol,
+		Output: &pb.OutputOptions{
+			ReturnOutputs: r.ReturnOutputs,
+			TopK:          r.TopK,
+			TopGroups:     r.TopGroups,
+
+			MaxInlineOutputBytes: r.MaxInlineOutputBytes,
+		},
+		Repeat:                            r.Repeat,
+		DisallowReducedPrecisionReduction: r.DisallowReducedPrecisionReduction,
+		AlgorithmSweep:                    r.AlgorithmSweep,
+		BatchInvariance:                   bi,
+		Accept:                            r.Accept,
+	}, nil
+}
+
+// checkConfigs refuses empty entries of configs and accept.
+func checkConfigs(configs, accept []string) error {
+	for _, f := range []struct {
+		name, want string
+		list       []string
+	}{{"configs", "backend:precision[:bias]", configs},
+		{"accept", "backend:precision[:bias], precision[:bias] or backend:precision", accept}} {
+		for i, c := range f.list {
+			if strings.TrimSpace(c) == "" {
+				return invalidArgument(f.name, "entry %d is empty; expected %s", i, f.want)
+			}
+		}
+	}
+	return nil
+}
+
+// opToProto validates the layer (x, W, b, the scales, dtypes, layout and
+// activation) and builds its message; VerifyRequest and CompareRequest
+// share it.
+func (r *LinearRequest) opToProto() (*pb.LinearOp, error) {
 	required := []struct {
 		name string
 		t    *Tensor
@@ -151,7 +240,6 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 		{"bias", r.Bias, false},
 		{"input_scale", r.InputScale, false},
 		{"weight_scale", r.WeightScale, false},
-		{"observed", r.Observed, needObserved},
 	}
 	for _, f := range required {
 		if f.t == nil {
@@ -189,59 +277,15 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 	default:
 		return nil, invalidArgument("activation", "%d is not None, ReLU or GELUTanh", r.Activation)
 	}
-	for i, c := range r.Configs {
-		if strings.TrimSpace(c) == "" {
-			return nil, invalidArgument("configs", "entry %d is empty; expected backend:precision[:bias]", i)
-		}
-	}
-	if r.MaxInlineOutputBytes < 0 {
-		return nil, invalidArgument("output.max_inline_output_bytes", "is %d, expected >= 0", r.MaxInlineOutputBytes)
-	}
-	if r.AlgorithmSweep < 0 {
-		return nil, invalidArgument("algorithm_sweep", "is %d, expected >= 0", r.AlgorithmSweep)
-	}
-	if len(r.BatchSizes) > 0 && !r.BatchInvariance {
-		return nil, invalidArgument("batch_invariance.batch_sizes", "set without BatchInvariance")
-	}
-	var bi *pb.BatchInvarianceOptions
-	if r.BatchInvariance {
-		for i, n := range r.BatchSizes {
-			if n < 1 {
-				return nil, invalidArgument("batch_invariance.batch_sizes", "entry %d is %d, expected >= 1", i, n)
-			}
-		}
-		bi = &pb.BatchInvarianceOptions{Enabled: true, BatchSizes: r.BatchSizes}
-	}
-	tol, err := r.Tolerance.toProto()
-	if err != nil {
-		return nil, err
-	}
-	return &pb.VerifyRequest{
-		Op: &pb.LinearOp{
-			Input:        r.Input.toProto(),
-			Weight:       r.Weight.toProto(),
-			WeightLayout: pb.WeightLayout(r.WeightLayout),
-			Bias:         r.Bias.toProto(),
-			Activation:   pb.Activation(r.Activation),
-			OutputDtype:  pb.DType(r.OutputDType),
-			InputScale:   r.InputScale.toProto(),
-			WeightScale:  r.WeightScale.toProto(),
-		},
-		Observed:  r.Observed.toProto(),
-		Configs:   r.Configs,
-		Reference: r.Reference,
-		Tolerance: tol,
-		Output: &pb.OutputOptions{
-			ReturnOutputs: r.ReturnOutputs,
-			TopK:          r.TopK,
-			TopGroups:     r.TopGroups,
-
-			MaxInlineOutputBytes: r.MaxInlineOutputBytes,
-		},
-		Repeat:                            r.Repeat,
-		DisallowReducedPrecisionReduction: r.DisallowReducedPrecisionReduction,
-		AlgorithmSweep:                    r.AlgorithmSweep,
-		BatchInvariance:                   bi,
+	return &pb.LinearOp{
+		Input:        r.Input.toProto(),
+		Weight:       r.Weight.toProto(),
+		WeightLayout: pb.WeightLayout(r.WeightLayout),
+		Bias:         r.Bias.toProto(),
+		Activation:   pb.Activation(r.Activation),
+		OutputDtype:  pb.DType(r.OutputDType),
+		InputScale:   r.InputScale.toProto(),
+		WeightScale:  r.WeightScale.toProto(),
 	}, nil
 }
 

@@ -23,11 +23,12 @@ import (
 // These tests run against a live server. They start the binary named by
 // TENSORCHECK_SERVER_BIN (default <repo>/build/server/tensorcheck-server)
 // with --port 0 and read "listening on HOST:PORT" from its output, or use a
-// running server at TENSORCHECK_TARGET. Without either they skip.
+// running server at TENSORCHECK_SERVER (TENSORCHECK_TARGET: the deprecated
+// spelling). Without either they skip.
 
 var live struct {
 	once   sync.Once
-	target string
+	server string
 	skip   string
 	err    error
 	cmd    *exec.Cmd
@@ -78,13 +79,13 @@ func serverBinary() string {
 }
 
 func startServer() {
-	if t := os.Getenv("TENSORCHECK_TARGET"); t != "" {
-		live.target = t
+	if s := runningServer(); s != "" {
+		live.server = s
 		return
 	}
 	bin := serverBinary()
 	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		live.skip = fmt.Sprintf("server binary %s not found (build it, or set TENSORCHECK_SERVER_BIN or TENSORCHECK_TARGET)", bin)
+		live.skip = fmt.Sprintf("server binary %s not found (build it, or set TENSORCHECK_SERVER_BIN or TENSORCHECK_SERVER)", bin)
 		return
 	}
 	// Loopback only: a test server has no business on other interfaces.
@@ -136,13 +137,22 @@ func startServer() {
 	}()
 	select {
 	case a := <-addr:
-		live.target = dialable(a)
+		live.server = dialable(a)
 	case <-live.done:
 		live.err = fmt.Errorf("%s exited before printing \"listening on\"; output:\n%s", bin, live.out)
 	case <-time.After(60 * time.Second):
 		live.err = fmt.Errorf("%s printed no \"listening on\" line within 60s; output:\n%s", bin, live.out)
 		stopServer()
 	}
+}
+
+// runningServer is the address of a running server to test against:
+// TENSORCHECK_SERVER, else the deprecated TENSORCHECK_TARGET; "" for none.
+func runningServer() string {
+	if s := os.Getenv("TENSORCHECK_SERVER"); s != "" {
+		return s
+	}
+	return os.Getenv("TENSORCHECK_TARGET")
 }
 
 // dialable turns a wildcard listen address into a loopback one.
@@ -187,9 +197,9 @@ func liveClient(t *testing.T) *Client {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, live.target, WithBlock())
+	c, err := Dial(ctx, live.server, WithBlock())
 	if err != nil {
-		t.Fatalf("dialing %s: %v", live.target, err)
+		t.Fatalf("dialing %s: %v", live.server, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

@@ -225,7 +225,7 @@ func (c *Client) Upload(ctx context.Context, t *Tensor) (*TensorRef, error) {
 	}
 	d := digestOf(t.Data)
 	if _, err := c.upload(ctx, d, t.Data, c.chunkBytes(ctx)); err != nil {
-		return nil, err
+		return nil, c.callError(err)
 	}
 	return &TensorRef{Digest: d.Hash, SizeBytes: d.SizeBytes, DType: t.DType, Shape: append([]int64(nil), t.Shape...)}, nil
 }
@@ -339,7 +339,7 @@ func (c *Client) ReadTensor(ctx context.Context, ref *TensorRef) (*Tensor, error
 	}
 	data, err := c.readBlob(ctx, &pb.TensorDigest{Hash: hash, SizeBytes: size})
 	if err != nil {
-		return nil, err
+		return nil, c.callError(err)
 	}
 	t.Data, t.Digest = data, ""
 	return t, nil
@@ -410,14 +410,42 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 	if diagnose {
 		call = c.stub.Diagnose
 	}
-	fields := []struct {
-		t *Tensor
-		p *pb.Tensor
-	}{{req.Input, msg.Op.Input}, {req.Weight, msg.Op.Weight}, {req.Bias, msg.Op.Bias},
+	fields := []tensorField{{req.Input, msg.Op.Input}, {req.Weight, msg.Op.Weight}, {req.Bias, msg.Op.Bias},
 		{req.InputScale, msg.Op.InputScale}, {req.WeightScale, msg.Op.WeightScale}, {req.Observed, msg.Observed}}
+	var resp *pb.VerifyResponse
+	uploaded, reused, err := c.sendThroughStore(ctx, fields, msg,
+		func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+			resp, err = call(ctx, msg, opts...)
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	rep := reportFromProto(resp)
+	rep.accept = req.Accept
+	rep.UploadedBytes, rep.ReusedBytes = uploaded, reused
+	if err := c.readOutputs(ctx, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
 
-	// The tensors that go by digest, one blob per distinct digest: those
-	// the caller named, and those over the threshold (hashed here).
+// tensorField is a tensor of a request and its field in the message.
+type tensorField struct {
+	t *Tensor
+	p *pb.Tensor
+}
+
+// sendThroughStore sends msg with call, its large tensors (fields) through
+// the store, as VerifyLinear describes: the tensors that go by digest are
+// those the caller named and those over StoreThreshold (hashed here); the
+// store is asked once which it lacks, those are uploaded, and msg names
+// them by digest; a FailedPrecondition naming tensors the store lacks is
+// met by uploading them again and resending, once, then by sending them
+// inline when msg fits. It returns the bytes uploaded and the bytes named
+// by digest without uploading (Report.UploadedBytes, ReusedBytes).
+func (c *Client) sendThroughStore(ctx context.Context, fields []tensorField, msg proto.Message,
+	call func(context.Context, ...grpc.CallOption) error) (uploaded, reused int64, err error) {
 	var large []*pb.Tensor
 	for _, f := range fields {
 		if f.t != nil && f.t.Digest == "" && len(f.t.Data) > StoreThreshold {
@@ -429,6 +457,7 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 		digests[i] = digestOf(large[i].GetData())
 		return nil
 	})
+	// One blob per distinct digest.
 	blobs := map[string]*blob{}
 	var order []*blob
 	add := func(d *pb.TensorDigest, data []byte) {
@@ -455,10 +484,10 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 				blobs[d.Hash].inline = true
 			}
 		case err != nil:
-			return nil, err
+			return 0, 0, err
 		default:
 			if err := c.uploadBlobs(ctx, toSend); err != nil {
-				return nil, err
+				return 0, 0, err
 			}
 			for i, p := range large {
 				p.Source = &pb.Tensor_Digest{Digest: digests[i].Hash}
@@ -466,23 +495,17 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 		}
 	}
 
-	var resp *pb.VerifyResponse
-	send := func() error {
-		return c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
-			resp, err = call(ctx, msg, opts...)
-			return err
-		})
-	}
+	send := func() error { return c.invoke(ctx, call) }
 	err = send()
 	if missing := missingTensors(err); missing != nil {
 		// Evicted (or never there) since FindMissingTensors: upload what
 		// the server names, once, and send the request again.
 		again, ok := ownBlobs(blobs, missing)
 		if !ok {
-			return nil, err // not ours to upload: a caller's reference
+			return 0, 0, err // not ours to upload: a caller's reference
 		}
 		if uerr := c.uploadBlobs(ctx, again); uerr != nil {
-			return nil, uerr
+			return 0, 0, uerr
 		}
 		err = send()
 		if missing := missingTensors(err); missing != nil {
@@ -491,29 +514,25 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 			// can reach different replicas. Any replica takes the tensors
 			// inline: send them so, once, when the request fits.
 			if _, ok := ownBlobs(blobs, missing); !ok || !c.inlineFits(ctx, msg, large, digests, blobs) {
-				return nil, err
+				return 0, 0, err
 			}
 			err = send()
 		}
 	}
 	if err != nil {
-		return nil, err
+		return 0, 0, err
 	}
-	rep := reportFromProto(resp)
 	for _, b := range order {
 		switch {
 		case b.uploaded:
 			// Counted even when sent inline at last (a second miss).
-			rep.UploadedBytes += b.digest.SizeBytes
+			uploaded += b.digest.SizeBytes
 		case b.inline:
 		default:
-			rep.ReusedBytes += b.digest.SizeBytes
+			reused += b.digest.SizeBytes
 		}
 	}
-	if err := c.readOutputs(ctx, rep); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return uploaded, reused, nil
 }
 
 // ownBlobs is the blobs of the digests missing names, or false when one of
@@ -538,7 +557,7 @@ func ownBlobs(blobs map[string]*blob, missing *pb.MissingTensors) ([]*blob, bool
 // server's max_message_bytes (GetCapabilities; false when that fails) and
 // this client's own (WithMaxMessageBytes); when it does not, msg is not to
 // be sent.
-func (c *Client) inlineFits(ctx context.Context, msg *pb.VerifyRequest, large []*pb.Tensor,
+func (c *Client) inlineFits(ctx context.Context, msg proto.Message, large []*pb.Tensor,
 	digests []*pb.TensorDigest, blobs map[string]*blob) bool {
 	var caps *pb.GetCapabilitiesResponse
 	err := c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {

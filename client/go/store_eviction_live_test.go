@@ -18,8 +18,8 @@ func startSmallStoreServer(t *testing.T, storeBytes string) *Client {
 	if testing.Short() {
 		t.Skip("-short: the unit tests only, no live server")
 	}
-	if os.Getenv("TENSORCHECK_TARGET") != "" {
-		t.Skip("TENSORCHECK_TARGET names a running server: this test needs a server of its own")
+	if runningServer() != "" {
+		t.Skip("TENSORCHECK_SERVER names a running server: this test needs a server of its own")
 	}
 	bin := serverBinary()
 	if st, err := os.Stat(bin); err != nil || st.IsDir() {
@@ -48,15 +48,15 @@ func startSmallStoreServer(t *testing.T, storeBytes string) *Client {
 			}
 		}
 	}()
-	var target string
+	var server string
 	select {
-	case target = <-addr:
+	case server = <-addr:
 	case <-time.After(60 * time.Second):
 		t.Fatal("the server did not print 'listening on HOST:PORT'")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, target, WithBlock())
+	c, err := Dial(ctx, server, WithBlock())
 	if err != nil {
 		t.Fatal(err)
 	}

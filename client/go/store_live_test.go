@@ -12,7 +12,7 @@ import (
 
 // The tensor store against the live server (see server_test.go for how it
 // is found). Each test uses data seeded from the clock, so a server that
-// outlives one run (TENSORCHECK_TARGET) has not seen it before.
+// outlives one run (TENSORCHECK_SERVER) has not seen it before.
 
 // liveStoreClient is liveClient for a server with a store, and its store's
 // counters now.

@@ -5,8 +5,9 @@
 #   client/go/test.sh [go test flags...]      e.g. client/go/test.sh -v -run Live
 #
 # The live-server tests start $TENSORCHECK_SERVER_BIN (default
-# <repo>/build/server/tensorcheck-server) or use $TENSORCHECK_TARGET, and skip
-# when neither is there, or with -short (the unit tests only).
+# <repo>/build/server/tensorcheck-server) or use a running server at
+# $TENSORCHECK_SERVER ($TENSORCHECK_TARGET: the deprecated spelling), and
+# skip when neither is there, or with -short (the unit tests only).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -3,7 +3,7 @@
 // each configuration's largest difference from the fp64 reference and its
 // bitwise-equal share.
 //
-//	tensorcheck-go-example -server localhost:50051
+//	tensorcheck-go-example -server localhost:50051   # default: $TENSORCHECK_SERVER
 package main
 
 import (
@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	server := flag.String("server", "localhost:50051", "tensorcheck server address")
+	server := flag.String("server", "", "tensorcheck server address (default: $TENSORCHECK_SERVER, else localhost:50051)")
 	token := flag.String("token", "", "bearer token, if the server requires one")
 	timeout := flag.Duration("timeout", 30*time.Second, "deadline for the call")
 	flag.Parse()
@@ -51,11 +51,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	verdict := "fail"
-	if rep.Passed {
-		verdict = "pass"
-	}
-	fmt.Printf("verdict: %s (tolerance %s)\n", verdict, rep.Tolerance.Preset)
+	fmt.Printf("%s (tolerance %s)\n", rep.Verdict, rep.Tolerance.Preset)
 	for _, r := range rep.Results {
 		s := r.VsReference
 		if s == nil {
