@@ -16,10 +16,21 @@
 //		Configs:  []string{"cpu:fp32", "cpu:tf32:fused"},
 //	})
 //	if err != nil { ... }
-//	fmt.Println(rep.Passed, rep.Result("cpu:tf32").VsObserved.MaxAbs)
+//	fmt.Println(rep.Verdict, rep.Result("cpu:tf32").VsObserved.MaxAbs)
+//
+// The server decides every verdict and writes every sentence: a diagnosis
+// carries its answer in one sentence (Diagnosis.Headline, "Rounding, not a
+// bug: ...") and what to change (Diagnosis.Advice), and Report.String,
+// FormatDiagnosis and CompareResult.String print the headline first,
+// verbatim. LinearRequest.Accept makes the verdict the server's acceptance
+// of the observed output as rounding of a configuration named there;
+// CompareOutputs explains two frameworks' outputs of one layer against
+// each other.
 //
 // Every call takes a context.Context first and its deadline from it. Errors
-// are *Error values carrying the gRPC status code and the server's message;
+// are *Error values carrying the gRPC status code and the server's message
+// (a server that cannot be reached: codes.Unavailable naming its address
+// and TENSORCHECK_SERVER);
 // requests with obvious mistakes (data length vs shape) are refused before
 // they are sent, with codes.InvalidArgument and a message naming the field.
 // A call the server refuses with a retry hint (Unavailable or
