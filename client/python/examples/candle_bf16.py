@@ -7,7 +7,7 @@ differ by exactly one bf16 ULP in a few places. This script produces both
 outputs in numpy, as the two frameworks compute them, and asks a tensorcheck
 server which bias mode each one matches.
 
-    python examples/candle_bf16.py [--target localhost:50051] [--full]
+    python examples/candle_bf16.py [--server HOST:PORT] [--full]   # default $TENSORCHECK_SERVER
 
 Without --full it runs a 256x1024 -> 768 layer (seconds on a CPU server);
 --full is the original size.
@@ -16,7 +16,6 @@ Without --full it runs a 256x1024 -> 768 layer (seconds on a CPU server);
 from __future__ import annotations
 
 import argparse
-import os
 
 import ml_dtypes
 import numpy as np
@@ -40,7 +39,11 @@ def torch_linear(x, w, b):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=os.environ.get("TENSORCHECK_TARGET", "localhost:50051"))
+    parser.add_argument(
+        "--server",
+        default=None,
+        help="tensorcheck server host:port (default: $TENSORCHECK_SERVER, else localhost:50051)",
+    )
     parser.add_argument("--full", action="store_true", help="1921x4096 -> 3072")
     args = parser.parse_args()
     m, k, n = (1921, 4096, 3072) if args.full else (256, 1024, 768)
@@ -59,14 +62,14 @@ def main() -> None:
         f"{np.abs(y_candle.astype(np.float32) - y_torch.astype(np.float32)).max()}\n"
     )
 
-    with tensorcheck.Client(args.target, timeout=600) as client:
+    with tensorcheck.Client(args.server, timeout=600) as client:
         # Which bias mode does each framework's output match?
         for name, y in (("candle", y_candle), ("torch", y_torch)):
             report = client.verify_linear(
                 x, w, b, observed=y, configs=["cpu:bf16:fused", "cpu:bf16:unfused"]
             )
             print(
-                f"{name}: verdict {report.verdict} against the fp64 reference "
+                f"{name}: {report.verdict.upper()} against the fp64 reference "
                 f"(max {report.observed_vs_reference.max_ulp} ULP)"
             )
             for r in report.results:
@@ -82,11 +85,11 @@ def main() -> None:
             x, w, b, observed=y_candle, candidates=["cpu:bf16:fused", "cpu:bf16:unfused"]
         )
         d = report.diagnosis
-        print(f"\ncandle: best match {d.best} (confidence {d.confidence:.2f})")
+        print(f"\ncandle: {d.headline or d.best}")  # the server's answer in one sentence
+        if d.advice:
+            print(f"  {d.advice}")
         if d.framework_hint:
             print(f"  {d.framework_hint}")
-        if d.explanation:
-            print(f"  {d.explanation}")
         cols = d.localization.columns
         if cols and sum(g.share for g in cols) >= 0.5:
             print(
@@ -98,6 +101,11 @@ def main() -> None:
                 f"  differences are spread out: the top {len(cols)} columns hold "
                 f"{sum(g.share for g in cols):.1%} of them"
             )
+
+        # Both outputs at once: what each is and what to change in candle to
+        # match PyTorch, in the server's words.
+        print()
+        print(client.compare_outputs(x, w, b, {"torch": y_torch, "candle": y_candle}))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from typing import Any
 
 import ml_dtypes
@@ -283,7 +282,11 @@ def main() -> None:
     import tensorcheck.torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default=os.environ.get("TENSORCHECK_TARGET", "localhost:50051"))
+    parser.add_argument(
+        "--server",
+        default=None,
+        help="tensorcheck server host:port (default: $TENSORCHECK_SERVER, else localhost:50051)",
+    )
     args = parser.parse_args()
 
     model = TorchGPT(seed=0).eval()

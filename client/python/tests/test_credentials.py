@@ -174,7 +174,7 @@ def test_server_from_the_environment(
         monkeypatch.setenv("TENSORCHECK_SERVER", f"localhost:{port}")
         tls = tensorcheck.tls_credentials(ca=certs["ca"])
         with tensorcheck.Client(tls=tls, timeout=TIMEOUT_S) as client:
-            assert client.target == f"localhost:{port}"
+            assert client.server == f"localhost:{port}"
             assert client.capabilities().server_version == "fake-tls"
         # The one-off helpers' default target too.
         assert capabilities(None, tls=tls) == "fake-tls"
@@ -183,13 +183,13 @@ def test_server_from_the_environment(
 
 def test_target_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     with tensorcheck.Client() as client:
-        assert client.target == tensorcheck.DEFAULT_TARGET
+        assert client.server == tensorcheck.DEFAULT_SERVER
     monkeypatch.setenv("TENSORCHECK_SERVER", "")
     with tensorcheck.Client() as client:
-        assert client.target == tensorcheck.DEFAULT_TARGET
+        assert client.server == tensorcheck.DEFAULT_SERVER
     monkeypatch.setenv("TENSORCHECK_SERVER", "elsewhere:1234")
     with tensorcheck.Client("given:1") as client:
-        assert client.target == "given:1"
+        assert client.server == "given:1"
 
 
 def test_bad_token_from_the_environment_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,5 +90,5 @@ def test_the_diagnosis_after_a_failed_parity_check_sends_the_same_reference(
 
 def test_the_one_off_assert_linear_parity_sends_no_reference_by_default(recorded):
     servicer, client = recorded
-    tensorcheck.assert_linear_parity(X, W, observed=Y, target=client.target)
+    tensorcheck.assert_linear_parity(X, W, observed=Y, server=client.server)
     assert [req.reference for _, req in servicer.requests] == [""]

@@ -632,7 +632,7 @@ def test_every_call_sends_the_scales(recorder):
             client.assert_linear_parity(x, w, observed=y, x_scale=xs, w_scale=ws)
     with pytest.raises(AssertionError, match="Tensor-likes are not close"):
         tensorcheck.assert_linear_parity(
-            x, w, observed=y, target=target, timeout=30, x_scale=xs, w_scale=ws
+            x, w, observed=y, server=target, timeout=30, x_scale=xs, w_scale=ws
         )
     methods = [m for m, _ in servicer.requests]
     assert methods == ["Verify", "Diagnose", "Verify", "Verify", "Diagnose", "Verify", "Diagnose"]

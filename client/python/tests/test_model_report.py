@@ -32,11 +32,15 @@ def _layer(
     verdict: int = pb.VERDICT_PASS,
     diagnosis_verdict: int = pb.Diagnosis.VERDICT_UNSPECIFIED,
     verdict_reason: str = "",
+    headline: str = "",
+    advice: str = "",
 ) -> LayerCheck:
     resp = pb.VerifyResponse(verdict=verdict)
     resp.diagnosis.best = best
     resp.diagnosis.verdict = diagnosis_verdict
     resp.diagnosis.verdict_reason = verdict_reason
+    resp.diagnosis.headline = headline
+    resp.diagnosis.advice = advice
     resp.diagnosis.equivalent.extend(equivalent)
     resp.diagnosis.confidence = 0.9 if best else 0.0
     stats = resp.observed_vs_reference
@@ -101,6 +105,12 @@ _DEFECT_REASON = (
 )
 
 
+_DEFECT_HEADLINE = (
+    "Not rounding: cpu:bf16:fused explains the output except column 3 (4 element(s) beyond "
+    "5.9 predicted standard errors, largest 12 ULP). Look at output column 3."
+)
+
+
 def test_a_defect_verdict_is_a_divergence_with_the_servers_reason() -> None:
     # "odd" matches the consensus and its bound_ratio is ordinary: only the
     # server's verdict says that something in it is not rounding.
@@ -113,6 +123,7 @@ def test_a_defect_verdict_is_a_divergence_with_the_servers_reason() -> None:
             bound_ratio=1.1,
             diagnosis_verdict=pb.Diagnosis.VERDICT_DEFECT,
             verdict_reason=_DEFECT_REASON,
+            headline=_DEFECT_HEADLINE,
         ),
         _layer("c", FUSED, bound_ratio=9.0, diagnosis_verdict=rounding),
     ]
@@ -132,12 +143,23 @@ def test_a_defect_verdict_is_a_divergence_with_the_servers_reason() -> None:
     assert d["layers"][1]["diagnosis_verdict"] == "defect"
     assert d["layers"][1]["verdict_reason"] == _DEFECT_REASON
     assert d["layers"][0]["verdict_reason"] == "Rounding: fine."
-    # The server's sentence ends in its own full stop: rendered once.
+    # The server's sentence ends in its own full stop: rendered once. A
+    # layer call is #index, from 0, as in the table's first column.
     summary = report.summary()
-    assert f"First divergence: odd: {_DEFECT_REASON}\n" in summary
+    assert f"First divergence: #1 odd: {_DEFECT_REASON}\n" in summary
+    # Each layer call that did not pass: its status word, then the server's
+    # headline (else the rule it broke).
+    assert f"\n  #1 odd: FAIL: {_DEFECT_HEADLINE}\n" in summary
+    assert "\n  #2 c: FAIL: bound_ratio 9 exceeds 3.\n" in summary
     with pytest.raises(AssertionError) as e:
         tensorcheck.assert_model_parity(report)
-    assert str(e.value).startswith(f"Model parity failed at layer odd: {_DEFECT_REASON}\n")
+    lines = str(e.value).splitlines()
+    # The server's answer first; then where (its reason is the verdict's,
+    # not repeated).
+    assert lines[:2] == [
+        _DEFECT_HEADLINE,
+        "Model parity FAIL at layer call #1 odd (of 3, numbered from 0)",
+    ]
 
 
 def test_an_unexplained_verdict_with_a_best_match_diverges() -> None:
@@ -176,8 +198,63 @@ def test_a_failed_verdict_fails_the_layer_without_a_divergence() -> None:
     report = ModelReport([_layer("a", FUSED, verdict=pb.VERDICT_FAIL), _layer("b", FUSED)])
     assert report.first_divergence() is None
     assert [layer.status for layer in report.layers] == ["failed", "passed"]
-    with pytest.raises(AssertionError, match="Model parity failed at layer a"):
+    with pytest.raises(AssertionError) as e:
         tensorcheck.assert_model_parity(report)
+    # No headline (an older server): where it is comes first, with the rule.
+    assert str(e.value).splitlines()[0] == (
+        "Model parity FAIL at layer call #0 a (of 2, numbered from 0): "
+        "verdict FAIL under the tolerance."
+    )
+
+
+def test_summary_status_words_are_the_servers_and_rows_numbered_from_0() -> None:
+    advice = "To get cpu:bf16:fused (PyTorch's default): a sentence of the server's."
+    rounding = "Rounding, not a bug: the output is cpu:bf16:unfused bit for bit."
+    report = ModelReport(
+        [
+            _layer("a", FUSED),
+            _layer("odd", UNFUSED, headline=rounding, advice=advice),
+            _layer("c", FUSED),
+        ]
+    )
+    lines = report.summary().splitlines()
+    table = lines[1:6]
+    assert table[0].split()[:2] == ["#", "layer"]
+    status = table[0].index("status")
+    assert [row[status : status + 4] for row in table[2:]] == ["PASS", "FAIL", "PASS"]
+    assert [row.split()[0] for row in table[2:]] == ["0", "1", "2"]
+    first = [line for line in lines if line.startswith("First divergence:")]
+    assert first == [
+        f"First divergence: #1 odd: matches {UNFUSED}, while 2 of 3 layers match {FUSED}."
+    ]
+    # The failed row: the server's headline, its advice beneath.
+    i = lines.index(f"  #1 odd: FAIL: {rounding}")
+    assert lines[i + 1] == f"      Advice: {advice}"
+    assert "passed" not in "\n".join(lines) and "FAILED" not in "\n".join(lines)
+
+
+def test_a_model_failure_message_is_at_most_25_lines_headline_first() -> None:
+    # 40 layer calls, every one a defect: the message lists the first few
+    # and stays within 25 lines; the table is the report's.
+    defect = pb.Diagnosis.VERDICT_DEFECT
+    layers = [
+        _layer(
+            f"l{i}",
+            FUSED,
+            diagnosis_verdict=defect,
+            verdict_reason=f"Reason {i}.",
+            headline=f"Not rounding: layer {i}. Look at column {i}.",
+        )
+        for i in range(40)
+    ]
+    with pytest.raises(AssertionError) as e:
+        tensorcheck.assert_model_parity(ModelReport(layers))
+    lines = str(e.value).splitlines()
+    assert len(lines) <= 25
+    assert lines[0] == "Not rounding: layer 0. Look at column 0."
+    assert lines[1] == "Model parity FAIL at layer call #0 l0 (of 40, numbered from 0)"
+    assert "  #7 l7: FAIL: Not rounding: layer 7. Look at column 7." in lines
+    assert "  ... 32 more" in lines
 
 
 def test_compare_models_describes_where_each_model_changes() -> None:

@@ -329,10 +329,14 @@ def test_diagnosis_to_dict():
             "outliers": [],
         },
         "explanation": "TF32.",
-        # A server that predates the verdict.
+        # A server that predates the verdict, the headline and acceptance.
         "verdict": "",
         "verdict_reason": "",
         "defect": None,
+        "headline": "",
+        "advice": "",
+        "accepted": False,
+        "accepted_as": "",
     }
     # The keys in the CLI's order: the proto's, new ones last.
     assert list(d["ranking"][0]) == [
@@ -383,6 +387,9 @@ def test_diagnosis_to_dict():
         (pb.DeviceInfo, tensorcheck.DeviceInfo),
         (pb.Limits, tensorcheck.Limits),
         (pb.StoreInfo, tensorcheck.StoreInfo),
+        (pb.CompareResponse, tensorcheck.CompareResult),
+        (pb.ComparedOutput, tensorcheck.ComparedOutput),
+        (pb.OutputPair, tensorcheck.OutputPair),
     ],
 )
 def test_python_mirror_covers_every_proto_field(message, node):
@@ -390,7 +397,10 @@ def test_python_mirror_covers_every_proto_field(message, node):
     py_fields = set(node.__dataclass_fields__)
     # What the client adds of its own (not the server's; in to_dict() as in
     # the CLI's JSON).
-    client_only = {tensorcheck.Report: {"uploaded_bytes", "reused_bytes"}}.get(node, set())
+    client_only = {
+        tensorcheck.Report: {"uploaded_bytes", "reused_bytes", "accept"},
+        tensorcheck.CompareResult: {"uploaded_bytes", "reused_bytes", "accept"},
+    }.get(node, set())
     assert proto_fields == py_fields - client_only
 
 
@@ -511,7 +521,7 @@ def test_diagnosis_message_shows_plausibility_ruled_out_and_shared_gemm():
         dg.ranking.add(config=f"cpu:fp16:v{i}", ruled_out=f"reason {i}")
     msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg))
     lines = msg.splitlines()
-    assert lines[0] == "Diagnosis: best match cpu:tf32:unfused (confidence 0.97)"
+    assert lines[0] == "Best match: cpu:tf32:unfused (confidence 0.97)"
     assert lines[1:] == [
         "Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
         "  cpu:tf32:unfused: yes, 99.997%, 1, 0.71",
@@ -702,7 +712,15 @@ def test_diagnosis_defect_from_proto_and_to_dict():
     j = tensorcheck.Report.from_proto(pb.VerifyResponse(diagnosis=_defect_diagnosis())).to_dict()
     dj = j["diagnosis"]
     # The new keys last, in the proto's order (the CLI's --json too).
-    assert list(dj)[-3:] == ["verdict", "verdict_reason", "defect"]
+    assert list(dj)[-7:] == [
+        "verdict",
+        "verdict_reason",
+        "defect",
+        "headline",
+        "advice",
+        "accepted",
+        "accepted_as",
+    ]
     assert dj["verdict"] == "defect" and dj["verdict_reason"] == DEFECT_REASON
     fj = dj["defect"]
     assert list(fj) == [
@@ -749,10 +767,11 @@ def test_diagnosis_defect_from_proto_and_to_dict():
     json.dumps(j, allow_nan=False)  # nothing non-finite left as a float
 
 
-def test_diagnosis_message_shows_the_defect_verdict_first_then_where_to_look():
+def test_diagnosis_message_from_an_older_server_opens_with_the_verdict_reason():
+    # No headline (a server that predates it): its verdict reason, verbatim,
+    # is the first line; where to look follows.
     lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(_defect_diagnosis())).splitlines()
-    # The server's sentence, verbatim, after the verdict.
-    assert lines[0] == f"Verdict: defect \u2014 {DEFECT_REASON}"
+    assert lines[0] == DEFECT_REASON
     assert lines[1:16] == [
         f"Where to look: {WHERE_TO_LOOK}",
         "Columns not explained by rounding:",
@@ -766,10 +785,35 @@ def test_diagnosis_message_shows_the_defect_verdict_first_then_where_to_look():
         "  (2, 2): observed 1.5, best 0.5, 4096 ULP, 810.2 sigma",
         "  (3, 2): observed 1.5, best 0.5, 4096 ULP, 809.2 sigma",
         "  ... 2 more",  # 7 beyond the threshold, 5 shown
-        "Diagnosis: best match cpu:fp32:fused (confidence 0.90)",
+        "Best match: cpu:fp32:fused (confidence 0.90; verdict defect)",
         "Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):",
         "  cpu:fp32:fused: yes, 0%, 4096, n/a",
     ]
+
+
+HEADLINE = (
+    "Not rounding: cpu:fp32:fused explains the output except column 2 (7 element(s) "
+    f"beyond 6.2 predicted standard errors, largest 4096 ULP). Look at {WHERE_TO_LOOK}."
+)
+
+
+def test_diagnosis_message_opens_with_the_headline_then_the_advice():
+    dg = _defect_diagnosis()
+    dg.headline = HEADLINE
+    dg.advice = "To get cpu:fp32:fused (PyTorch's default): a sentence of the server's."
+    dg.explanation = "A paragraph the headline replaces in the message."
+    lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg)).splitlines()
+    assert lines[:4] == [
+        HEADLINE,
+        f"Advice: {dg.advice}",
+        f"Why: {DEFECT_REASON}",
+        # The headline names where to look already: no line of its own.
+        "Columns not explained by rounding:",
+    ]
+    assert not any(line.startswith("Where to look") for line in lines)
+    assert dg.explanation not in lines
+    # The message adds labels and numbers, never a verdict sentence of its own.
+    assert "not a bug" not in "\n".join(lines[1:]).lower()
 
 
 @pytest.mark.parametrize(
@@ -779,16 +823,16 @@ def test_diagnosis_message_shows_the_defect_verdict_first_then_where_to_look():
         (pb.Diagnosis.VERDICT_UNEXPLAINED, "unexplained"),
     ],
 )
-def test_diagnosis_message_shows_each_verdict_first_with_its_reason_verbatim(verdict, name):
+def test_diagnosis_message_shows_each_verdict_reason_first_verbatim(verdict, name):
     reason = f"A sentence of the server's, {name}: 0.5 <= 1.5 (kept as sent)."
     dg = pb.Diagnosis(confidence=0.4, verdict=verdict, verdict_reason=reason)
     dg.defect.SetInParent()  # an empty defect adds no line
     lines = format_diagnosis(tensorcheck.Diagnosis.from_proto(dg)).splitlines()
-    assert lines[0] == f"Verdict: {name} \u2014 {reason}"
-    assert lines[1].startswith("Diagnosis: no candidate configuration explains")
+    assert lines[0] == reason
+    assert lines[1] == f"Best match: none (confidence 0.40; verdict {name})"
 
 
 def test_diagnosis_message_from_a_server_without_a_verdict_has_no_verdict_line():
     msg = format_diagnosis(tensorcheck.Diagnosis.from_proto(pb.Diagnosis(best="cpu:fp32:fused")))
-    assert msg.splitlines()[0].startswith("Diagnosis: best match cpu:fp32:fused")
-    assert "Verdict" not in msg
+    assert msg.splitlines()[0] == "Best match: cpu:fp32:fused (confidence 0.00)"
+    assert "verdict" not in msg.lower()

@@ -376,11 +376,11 @@ def test_assert_linear_parity_passes_and_returns_the_report(client, target):
     observed = linear64(x, w, b).astype(np.float32)
     report = client.assert_linear_parity(x, w, b, observed=observed)
     assert report.passed
-    report = tensorcheck.assert_linear_parity(x, w, b, observed=observed, target=target)
+    report = tensorcheck.assert_linear_parity(x, w, b, observed=observed, server=target)
     assert report.passed
     with pytest.raises(AssertionError, match="^Tensor-likes are not close!"):
         tensorcheck.assert_linear_parity(
-            x, w, b, observed=observed * 1.01, target=target, tolerance="numpy", diagnose=False
+            x, w, b, observed=observed * 1.01, server=target, tolerance="numpy", diagnose=False
         )
 
 

@@ -117,7 +117,7 @@ def test_bf16_x_with_fp32_weight_is_a_type_error(offline_client):
 @pytest.mark.parametrize(
     "kwargs, exc, pattern",
     [
-        (dict(target=""), ValueError, "^target"),
+        (dict(server=""), ValueError, "^server"),
         (dict(timeout=0), ValueError, "^timeout"),
         (dict(timeout=-1), ValueError, "^timeout"),
         (dict(tls="yes"), TypeError, "^tls"),
@@ -144,4 +144,4 @@ def test_unreachable_server_for_capabilities_and_module_level_assert():
         with pytest.raises(tensorcheck.UnavailableError):
             c.capabilities()
     with pytest.raises(tensorcheck.UnavailableError):
-        tensorcheck.assert_linear_parity(X, W, B, observed=Y, target="127.0.0.1:1", timeout=10)
+        tensorcheck.assert_linear_parity(X, W, B, observed=Y, server="127.0.0.1:1", timeout=10)

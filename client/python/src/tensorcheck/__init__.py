@@ -2,15 +2,27 @@
 
     import tensorcheck
 
-    # In a pytest suite: one line, a torch-style message and a diagnosis on
-    # failure.
+    # In a pytest suite: one line; on failure the server's answer first
+    # ("Rounding, not a bug: ...", "Not rounding: ... Look at ..."), then a
+    # torch-style summary and the diagnosis.
     tensorcheck.assert_linear_parity(x, w, b, observed=y)
+    # Or: pass when y is rounding of a configuration you accept.
+    tensorcheck.assert_linear_parity(x, w, b, observed=y, accept=["tf32"])
+
+    # Two frameworks' outputs of one layer: what each is, and whether their
+    # difference is rounding.
+    print(tensorcheck.compare_outputs(x, w, b, {"torch": y1, "flax": y2}))
 
     # Or the full report:
     with tensorcheck.Client("gpu-host:50051") as client:
         report = client.verify_linear(x, w, b, observed=y,
                                       configs=["cublaslt:tf32:fused"])
+        print(report)             # the server's answer first
         report.passed, report.to_dict()
+
+The server's address is `server=` everywhere (`Client(server)`, the
+module's functions, tensorcheck.torch.check_linears), default
+$TENSORCHECK_SERVER, else localhost:50051.
 
 Tensors may be numpy arrays (float64, float32, float16,
 ml_dtypes.bfloat16, and for a layer's input and weight
@@ -25,14 +37,26 @@ tensor store by themselves (uploaded once, then named by digest);
 Whole models: `tensorcheck.torch.check_linears(model, *args)` and
 `tensorcheck.flax.check_denses(module, variables, *args)` check every
 linear layer call and return a `ModelReport` (docs/model-checks.md).
+
+Files: `tensorcheck.save_safetensors(path, {name: array})` and
+`tensorcheck.load_safetensors(path)` (bfloat16 and FP8 included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
-from ._client import DEFAULT_TARGET, MAX_MESSAGE_BYTES, Client, TlsArg, tls_credentials
+from ._client import (
+    DEFAULT_SERVER,
+    DEFAULT_TARGET,
+    MAX_MESSAGE_BYTES,
+    Client,
+    TlsArg,
+    resolve_server,
+    tls_credentials,
+)
+from ._compare import ComparedOutput, CompareResult, OutputPair
 from ._errors import (
     AbortedError,
     AlreadyExistsError,
@@ -54,6 +78,7 @@ from ._errors import (
     UnknownError,
 )
 from ._model import LayerCheck, ModelComparison, ModelReport, assert_model_parity, compare_models
+from ._progress import ProgressArg
 from ._report import (
     BackendInfo,
     BatchInvariance,
@@ -76,6 +101,7 @@ from ._report import (
     Tolerance,
     UlpBucket,
 )
+from ._safetensors import load_safetensors, save_safetensors
 from ._store import TensorRef
 
 __version__ = "0.1.0"
@@ -85,10 +111,17 @@ __all__ = [
     "tls_credentials",
     "assert_linear_parity",
     "assert_model_parity",
+    "compare_outputs",
     "compare_models",
+    "CompareResult",
+    "ComparedOutput",
+    "OutputPair",
+    "save_safetensors",
+    "load_safetensors",
     "ModelReport",
     "LayerCheck",
     "ModelComparison",
+    "DEFAULT_SERVER",
     "DEFAULT_TARGET",
     "MAX_MESSAGE_BYTES",
     "Report",
@@ -139,25 +172,33 @@ def assert_linear_parity(
     bias: Any = None,
     *,
     observed: Any,
-    target: Optional[str] = None,
+    server: Optional[str] = None,
     timeout: Optional[float] = None,
     tls: TlsArg = None,
     token: Optional[str] = None,
     candidates: Union[None, str, Sequence[str]] = None,
     diagnose: bool = True,
+    accept: Union[None, str, Sequence[str]] = None,
+    target: Optional[str] = None,
     **verify_options: Any,
 ) -> Report:
-    """`Client(target, ...).assert_linear_parity(...)` on a one-off connection
-    (target None: $TENSORCHECK_SERVER, else DEFAULT_TARGET; token None:
-    $TENSORCHECK_TOKEN, else none).
+    """`Client(server, ...).assert_linear_parity(...)` on a one-off
+    connection (server None: $TENSORCHECK_SERVER, else DEFAULT_SERVER;
+    token None: $TENSORCHECK_TOKEN, else none; `target=` is the deprecated
+    name of `server=`).
 
-    Raises AssertionError ("Tensor-likes are not close!", the mismatch
-    statistics, then the diagnosis) when `observed` is not within the
-    tolerance of the reference; returns the Report otherwise.
-    `verify_options` are Client.verify_linear's, e.g. x_scale= and
-    w_scale= (the dequantisation scales of an FP8 layer).
+    Raises AssertionError, at most 25 lines, the server's answer first
+    (`Diagnosis.headline`, then its advice), then the mismatch statistics
+    and the diagnosis, when `observed` is not within the tolerance of the
+    reference, or with `accept=` (e.g. ["tf32"], ["cpu:bf16:unfused"]) when
+    the server does not accept it as rounding of one of those
+    configurations; returns the Report otherwise. `verify_options` are
+    Client.verify_linear's, e.g. x_scale= and w_scale= (the dequantisation
+    scales of an FP8 layer), progress=True.
     """
-    with Client(target, timeout=timeout, tls=tls, token=token) as client:
+    __tracebackhide__ = True  # pytest: the failure is the test's line
+    address = resolve_server(server, target)
+    with Client(address, timeout=timeout, tls=tls, token=token) as client:
         return client.assert_linear_parity(
             x,
             weight,
@@ -165,5 +206,34 @@ def assert_linear_parity(
             observed=observed,
             candidates=candidates,
             diagnose=diagnose,
+            accept=accept,
             **verify_options,
         )
+
+
+def compare_outputs(
+    x: Any,
+    weight: Any,
+    bias: Any,
+    outputs: Mapping[str, Any],
+    *,
+    server: Optional[str] = None,
+    timeout: Optional[float] = None,
+    tls: TlsArg = None,
+    token: Optional[str] = None,
+    progress: ProgressArg = None,
+    **options: Any,
+) -> CompareResult:
+    """`Client(server, ...).compare_outputs(x, weight, bias, outputs, ...)`
+    on a one-off connection: two outputs of one layer ({"torch": y1,
+    "flax": y2}), what each is and whether their difference is rounding.
+
+        result = tensorcheck.compare_outputs(x, w, b, {"torch": y1, "flax": y2})
+        print(result)      # the server's headline first, then a short summary
+
+    `options` are Client.compare_outputs' (candidates=, accept=,
+    weight_layout=, ...). ValueError for anything but exactly two named
+    outputs.
+    """
+    with Client(server, timeout=timeout, tls=tls, token=token) as client:
+        return client.compare_outputs(x, weight, bias, outputs, progress=progress, **options)

@@ -5,7 +5,7 @@
     with tensorcheck.Client("localhost:50051") as client:
         report = client.verify_linear(x, w, b, observed=y,
                                       configs=["cpu:fp32", "cpu:tf32"])
-        print(report.verdict, report.observed_vs_reference.max_abs)
+        print(report)              # the server's answer first, then the numbers
         for r in report.results:
             print(r.config, r.vs_observed.max_ulp)
 
@@ -26,6 +26,9 @@ with the tensors inline; a server without a store (UNIMPLEMENTED) gets
 them inline. Outputs returned by digest are read back with `ReadTensor`.
 `Client.upload` and `Client.read_tensor` use the store explicitly.
 
+A server that cannot be reached raises UnavailableError naming its address
+and how to point the client elsewhere (`server=`, $TENSORCHECK_SERVER).
+
 A call the server refuses with a retry hint (UNAVAILABLE or
 RESOURCE_EXHAUSTED carrying `grpc-retry-pushback-ms`: queue full, draining,
 in-flight bytes over budget) is sent again after the hinted wait, up to
@@ -34,14 +37,17 @@ in-flight bytes over budget) is sent again after the hinted wait, up to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import numbers
 import os
 import random
+import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal, Optional, TypeVar, Union, overload
 
@@ -50,6 +56,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from ._capabilities import Capabilities
+from ._compare import CompareResult
 from ._errors import (
     Error,
     FailedPreconditionError,
@@ -58,28 +65,36 @@ from ._errors import (
     from_rpc_error,
     time_left,
 )
-from ._format import format_diagnosis, format_mismatch
+from ._format import format_parity_failure
 from ._pb import pb, pb_grpc
+from ._progress import Progress, ProgressArg, make_progress, size_text
 from ._report import Report
 from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
 from ._tensors import FP8_DTYPES, as_array, as_scale, fill_proto, numpy_dtype, parse_dtype
-from ._wire import encode_request
+from ._wire import encode_request, named_path
 
 __all__ = [
     "Client",
+    "DEFAULT_SERVER",
     "DEFAULT_TARGET",
     "MAX_MESSAGE_BYTES",
     "DEFAULT_MAX_RETRIES",
     "SERVER_ENV",
     "TOKEN_ENV",
+    "resolve_server",
     "tls_credentials",
 ]
 
-DEFAULT_TARGET = "localhost:50051"
-# What Client reads when it is given no target / no token (an empty value
+DEFAULT_SERVER = "localhost:50051"
+# The old name of DEFAULT_SERVER, kept for existing code.
+DEFAULT_TARGET = DEFAULT_SERVER
+# What Client reads when it is given no server / no token (an empty value
 # counts as unset); the CLI and the Go client read the same.
 SERVER_ENV = "TENSORCHECK_SERVER"
 TOKEN_ENV = "TENSORCHECK_TOKEN"
+# The old name of SERVER_ENV: read (with a DeprecationWarning) when
+# SERVER_ENV is unset.
+TARGET_ENV = "TENSORCHECK_TARGET"
 # Far above gRPC's 4 MiB default: a 1921x4096 bf16 input is 15.7 MB and a
 # request carries several tensors. The server enforces its own limit.
 MAX_MESSAGE_BYTES = 1 << 30
@@ -96,6 +111,8 @@ _RETRY_JITTER = 0.1
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 # Uploads (and hashes) running at once, per client.
 _STORE_THREADS = 4
+# How the message of an unreachable server begins (then its address).
+_UNREACHABLE = "no answer from a tensorcheck server at"
 
 _LAYOUTS: dict[str, pb.WeightLayout] = {
     "out_in": pb.WEIGHT_LAYOUT_OUT_IN,
@@ -151,6 +168,57 @@ def _config_list(value: Union[None, str, Iterable[str]], name: str) -> list[str]
     return out
 
 
+def _accept_list(value: Union[None, str, Iterable[str]]) -> list[str]:
+    """`accept=`: configurations written `backend:precision[:bias]`,
+    `precision[:bias]` or `backend:precision` (a part left out matches
+    any), checked in form here; the server judges the names."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    for i, spec in enumerate(items):
+        where = "accept" if isinstance(value, str) else f"accept[{i}]"
+        if not isinstance(spec, str):
+            raise TypeError(
+                f"{where}: expected a configuration such as 'tf32' or 'cpu:bf16:unfused', "
+                f"got {type(spec).__name__}"
+            )
+        parts = spec.split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.strip() for p in parts):
+            raise ValueError(
+                f"{where}: {spec!r} is not of the form 'backend:precision[:bias]', "
+                "'precision[:bias]' or 'backend:precision' (e.g. 'tf32', 'cpu:bf16:unfused')"
+            )
+    return items
+
+
+def resolve_server(
+    server: Optional[str], target: Optional[str] = None, *, stacklevel: int = 3
+) -> str:
+    """The address to connect to: `server`, else the deprecated `target`
+    (with a DeprecationWarning), else $TENSORCHECK_SERVER, else the
+    deprecated $TENSORCHECK_TARGET (with a DeprecationWarning), else
+    DEFAULT_SERVER. TypeError when both server and target are given."""
+    if target is not None:
+        warnings.warn(
+            "target= is deprecated: use server= (the same address)",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        if server is not None:
+            raise TypeError("server: give server= or the deprecated target=, not both")
+        server = target
+    if server is None:
+        server = os.environ.get(SERVER_ENV) or None
+    if server is None and os.environ.get(TARGET_ENV):
+        warnings.warn(
+            f"${TARGET_ENV} is deprecated: set ${SERVER_ENV} instead",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        server = os.environ[TARGET_ENV]
+    return DEFAULT_SERVER if server is None else server
+
+
 def _check_spec(spec: object, name: str) -> None:
     """`backend:precision[:bias]` in form; the server judges the names."""
     if not isinstance(spec, str):
@@ -203,6 +271,51 @@ def _batch_sizes(value: object, enabled: bool) -> list[int]:
     return sizes
 
 
+# CompareRequest's output names (NamedTensor.name).
+_OUTPUT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def _named_outputs(outputs: object) -> list[tuple[str, Any]]:
+    """compare_outputs' `outputs`: exactly two (name, array) pairs, named
+    as the server takes them (letters, digits, '_', '-', '.'; at most 64
+    characters)."""
+    if not isinstance(outputs, Mapping):
+        raise TypeError(
+            "outputs: expected a dict of two named outputs, e.g. "
+            f'{{"torch": y1, "flax": y2}}, got {type(outputs).__name__}'
+        )
+    items = list(outputs.items())
+    if len(items) != 2:
+        names = [k for k, _ in items]
+        raise ValueError(
+            "outputs: expected exactly two outputs to compare, e.g. "
+            f'{{"torch": y1, "flax": y2}}; got {len(items)}: {names}'
+        )
+    for key, value in items:
+        if not isinstance(key, str) or not _OUTPUT_NAME.fullmatch(key):
+            raise ValueError(
+                f"outputs: the name {key!r} is not 1 to 64 letters, digits, '_', '-' or '.'"
+            )
+        if value is None:
+            raise ValueError(f"outputs[{key!r}]: expected an array, got None")
+    return items
+
+
+def _rpc_phase(method: str, request: Any) -> tuple[str, str]:
+    """The progress phase of an RPC and what it says of it: the number of
+    configurations or candidates only when the call lists them (otherwise
+    the server picks them)."""
+    n = len(request.configs)
+    if method == "Verify":
+        if request.accept:  # the server adds the accepted ones: a count unknown here
+            return "diagnosing", ""
+        return "verifying", f"{n} configuration{'s' if n != 1 else ''}" if n else ""
+    parts = ["2 outputs"] if method == "Compare" else []
+    if n:
+        parts.append(f"{n} candidate{'s' if n != 1 else ''}")
+    return "diagnosing", ", ".join(parts)
+
+
 def _shape(a: Operand) -> list[int]:
     return list(a.shape)
 
@@ -231,12 +344,12 @@ def _operand(value: Any, name: str) -> Operand:
 
 @dataclasses.dataclass
 class _Call:
-    """A checked Verify/Diagnose request before its tensors are placed:
-    the request without them, each tensor by its field, and what hashing
-    learnt (kept, so that a second request with the same tensors, the
-    Diagnose of assert_linear_parity, does not hash again)."""
+    """A checked Verify/Diagnose/Compare request before its tensors are
+    placed: the request without them, each tensor by its field, and what
+    hashing learnt (kept, so that a second request with the same tensors,
+    the Diagnose of assert_linear_parity, does not hash again)."""
 
-    request: pb.VerifyRequest
+    request: Any  # pb.VerifyRequest, or pb.CompareRequest
     tensors: list[tuple[str, Operand]]
     # field -> reference of an array above INLINE_MAX_BYTES, once hashed
     hashed: dict[str, TensorRef] = dataclasses.field(default_factory=dict)
@@ -322,9 +435,11 @@ class Client:
     """A connection to a tensorcheck server.
 
     Args:
-      target: "host:port" (any gRPC target, e.g. "dns:///tensorcheck:50051");
+      server: "host:port" (any gRPC target, e.g. "dns:///tensorcheck:50051");
         None: the TENSORCHECK_SERVER environment variable when set, else
-        DEFAULT_TARGET ("localhost:50051").
+        DEFAULT_SERVER ("localhost:50051"). `target=` and
+        $TENSORCHECK_TARGET, the old names, still work and warn
+        (DeprecationWarning).
       timeout: default deadline of each call, in seconds (None: no deadline).
       tls: None or False for a plaintext channel, True for TLS with the
         system's root certificates, or a `grpc.ChannelCredentials`, e.g.
@@ -352,28 +467,32 @@ class Client:
     covers its hashing, uploads, the request and the reads of returned
     outputs together.
 
+    A server that cannot be reached raises UnavailableError (retry_after
+    None) from any call, naming the address and how to point the client
+    elsewhere.
+
     Thread-safe; use one client for many calls. Close it (or use it as a
     context manager) to release the channel and the upload threads.
     """
 
     def __init__(
         self,
-        target: Optional[str] = None,
+        server: Optional[str] = None,
         *,
         timeout: Optional[float] = None,
         tls: TlsArg = None,
         token: Optional[str] = None,
         options: Optional[Sequence[tuple[str, Any]]] = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        target: Optional[str] = None,
     ) -> None:
-        if target is None:
-            target = os.environ.get(SERVER_ENV) or DEFAULT_TARGET
+        target = resolve_server(server, target)
         token_name = "token"
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
             token_name = TOKEN_ENV
         if not isinstance(target, str) or not target:
-            raise ValueError(f"target: expected 'host:port', got {target!r}")
+            raise ValueError(f"server: expected 'host:port', got {target!r}")
         if timeout is not None:
             timeout = _non_negative(timeout, "timeout")
             if timeout == 0:
@@ -414,6 +533,11 @@ class Client:
             )
             for m in ("Verify", "Diagnose")
         }
+        self._serialized["Compare"] = channel.unary_unary(
+            f"/{_SERVICE}/Compare",
+            request_serializer=None,
+            response_deserializer=pb.CompareResponse.FromString,
+        )
         self._uploader = Uploader(self._stub, self._metadata)
         # Digests of the large tensors hashed lately (a weight sent on every
         # call is compared, not hashed again).
@@ -426,7 +550,16 @@ class Client:
         self._chunk_bytes: Optional[int] = None
 
     @property
+    def server(self) -> str:
+        """The address this client connects to."""
+        return self._target
+
+    @property
     def target(self) -> str:
+        """The old name of `server` (DeprecationWarning)."""
+        warnings.warn(
+            "Client.target is deprecated: use Client.server", DeprecationWarning, stacklevel=2
+        )
         return self._target
 
     def close(self) -> None:
@@ -444,14 +577,15 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"tensorcheck.Client({self._target!r})"
+        return f"tensorcheck.Client(server={self._target!r})"
 
     # --- RPCs ---------------------------------------------------------------
 
     def capabilities(self, *, timeout: Optional[float] = None) -> Capabilities:
         """What the server runs: backends and their configurations, device,
         limits, tolerance presets, whether it has a tensor store."""
-        resp = self._rpc("GetCapabilities", pb.GetCapabilitiesRequest(), timeout)
+        with self._calling("GetCapabilities"):
+            resp = self._rpc("GetCapabilities", pb.GetCapabilitiesRequest(), timeout)
         self._learn_store(resp)
         return Capabilities.from_proto(resp)
 
@@ -476,10 +610,11 @@ class Client:
             return array
         arr = as_array(array, "array")
         deadline = self._deadline(timeout)
-        ref = self._digests.ref(arr)
-        missing = self._find_missing([ref], deadline)
-        if missing:
-            self._upload_refs([ref], {ref.digest: arr}, deadline, _Transfer())
+        with self._calling("UploadTensor"):
+            ref = self._digests.ref(arr)
+            missing = self._find_missing([ref], deadline)
+            if missing:
+                self._upload_refs([ref], {ref.digest: arr}, deadline, _Transfer())
         return ref
 
     def read_tensor(self, ref: TensorRef, *, timeout: Optional[float] = None) -> np.ndarray:
@@ -491,7 +626,8 @@ class Client:
         evicted)."""
         if not isinstance(ref, TensorRef):
             raise TypeError(f"ref: expected a tensorcheck.TensorRef, got {type(ref).__name__}")
-        return self._read(ref, self._deadline(timeout))
+        with self._calling("ReadTensor"):
+            return self._read(ref, self._deadline(timeout))
 
     def verify_linear(
         self,
@@ -523,7 +659,9 @@ class Client:
         batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
+        accept: Union[None, str, Sequence[str]] = None,
         timeout: Optional[float] = None,
+        progress: ProgressArg = None,
     ) -> Report:
         """Runs y = act(x W^T + b) under each configuration and compares.
 
@@ -590,15 +728,27 @@ class Client:
             an element not finite and positive in float32 (the server's
             rule, in its words: "w_scale[17]: a finite, positive float32
             scale expected, got NaN").
+          accept: the configurations you accept, e.g. "tf32",
+            ["cpu:bf16:unfused"] (`backend:precision[:bias]`,
+            `precision[:bias]` or `backend:precision`; a part left out
+            matches any). Needs `observed`. The server then also diagnoses
+            the output (`report.diagnosis`), and the verdict is its
+            acceptance: PASS when the output is rounding of an accepted
+            configuration (`diagnosis.accepted`, `diagnosis.accepted_as`),
+            instead of the tolerance's.
           timeout: this call's deadline in seconds (default: the client's),
             for hashing, uploads, the request and reading outputs together.
+          progress: True for the phases (hashing, uploading, verifying) and
+            their times on stderr (a tqdm bar when tqdm is installed), or a
+            callable (phase, done, total); see tensorcheck._progress.
 
         Any tensor may also be a `TensorRef` (from `Client.upload`).
 
-        Returns: a Report; `report.passed` is the verdict,
-        `report.uploaded_bytes` / `report.reused_bytes` what went through
-        the tensor store.
+        Returns: a Report; `report.passed` is the verdict, str(report) the
+        server's answer first, `report.uploaded_bytes` /
+        `report.reused_bytes` what went through the tensor store.
         """
+        prog = make_progress(progress)
         req = self._request(
             x,
             weight,
@@ -627,8 +777,10 @@ class Client:
             batch_sizes=batch_sizes,
             x_scale=x_scale,
             w_scale=w_scale,
+            accept=_accept_list(accept),
         )
-        return self._run("Verify", req, timeout)
+        with self._calling("Verify"), contextlib.closing(prog):
+            return self._run("Verify", req, timeout, prog)
 
     def diagnose_linear(
         self,
@@ -661,16 +813,23 @@ class Client:
         batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
+        accept: Union[None, str, Sequence[str]] = None,
         timeout: Optional[float] = None,
+        progress: ProgressArg = None,
     ) -> Report:
         """Which configuration produced `observed`? (the Diagnose RPC)
 
         Same arguments as verify_linear; `observed` is required, and
         `candidates` (alias `configs`) lists the configurations to rank
         (None: every precision x bias mode the server's host supports).
-        The answer is in `report.diagnosis`: `best`, `confidence`,
-        `ranking`, `framework_hint`, `localization`, `explanation`.
+        The answer is in `report.diagnosis`: `headline` (the answer in one
+        sentence), `advice` (what to change), `best`, `confidence`,
+        `ranking`, `framework_hint`, `localization`, `explanation`; with
+        `accept=`, `accepted` and `accepted_as`, and the report's verdict
+        is the acceptance. `progress=True` shows the phases (hashing,
+        uploading, diagnosing) and their times.
         """
+        prog = make_progress(progress)
         if candidates is not None and configs is not None:
             raise TypeError("candidates: give either candidates= or configs=, not both")
         if observed is None:
@@ -707,8 +866,10 @@ class Client:
             batch_sizes=batch_sizes,
             x_scale=x_scale,
             w_scale=w_scale,
+            accept=_accept_list(accept),
         )
-        return self._run("Diagnose", req, timeout)
+        with self._calling("Diagnose"), contextlib.closing(prog):
+            return self._run("Diagnose", req, timeout, prog)
 
     def assert_linear_parity(
         self,
@@ -719,17 +880,24 @@ class Client:
         observed: ArrayLike,
         candidates: Union[None, str, Sequence[str]] = None,
         diagnose: bool = True,
+        accept: Union[None, str, Sequence[str]] = None,
         **verify_options: Any,
     ) -> Report:
-        """Asserts that `observed` is within tolerance of the reference.
+        """Asserts that `observed` is within tolerance of the reference,
+        or, with `accept=`, that it is rounding of an accepted
+        configuration (the server's acceptance; see verify_linear).
 
-        On failure raises AssertionError with a torch-style message
-        ("Tensor-likes are not close! ... Mismatched elements: N / M ...")
-        followed by the server's diagnosis of which configuration `observed`
-        matches (the Diagnose RPC over `candidates`, default: all). Keyword
-        arguments are those of verify_linear (FP8 layers: x_scale= and
-        w_scale=, sent with both RPCs). Returns the Report on success.
+        On failure raises AssertionError, at most 25 lines: the server's
+        answer first (`Diagnosis.headline`, then its advice), then a
+        torch-style summary ("Tensor-likes are not close! ... Mismatched
+        elements: N / M ...") or, with accept=, the verdict and the
+        statistics, then the diagnosis (without accept=: the Diagnose RPC
+        over `candidates`, default all; diagnose=False skips it). pytest
+        shows the test's own line, not this library's. Keyword arguments
+        are those of verify_linear (FP8 layers: x_scale= and w_scale=,
+        sent with both RPCs). Returns the Report on success.
         """
+        __tracebackhide__ = True  # pytest: the failure is the test's line
         if observed is None:
             raise ValueError("observed: assert_linear_parity needs the observed output")
         unknown = set(verify_options) - _VERIFY_OPTIONS
@@ -738,27 +906,125 @@ class Client:
                 f"assert_linear_parity() got unexpected keyword arguments {sorted(unknown)}"
             )
         timeout = verify_options.pop("timeout", None)
+        prog = make_progress(verify_options.pop("progress", None))
         configs = _config_list(verify_options.pop("configs", None), "configs")
         cands = _config_list(candidates, "candidates")
-        call = self._request(x, weight, bias, observed=observed, configs=configs, **verify_options)
-        report = self._run("Verify", call, timeout)
-        if report.passed:
-            return report
-        message = format_mismatch(report)
-        if diagnose:
-            dreq = pb.VerifyRequest()
-            dreq.CopyFrom(call.request)
-            del dreq.configs[:]
-            dreq.configs.extend(cands)
-            dreq.output.return_outputs = False
-            try:
-                diag = self._run("Diagnose", call.with_request(dreq), timeout)
-            except Error as e:
-                message += f"\n\nDiagnosis unavailable: {e}"
-            else:
-                if diag.diagnosis is not None:
-                    message += "\n\n" + format_diagnosis(diag.diagnosis)
-        raise AssertionError(message)
+        accepted = _accept_list(accept)
+        call = self._request(
+            x, weight, bias, observed=observed, configs=configs, accept=accepted, **verify_options
+        )
+        with self._calling("Verify"), contextlib.closing(prog):
+            report = self._run("Verify", call, timeout, prog)
+            if report.passed:
+                return report
+            diagnosis, unavailable = report.diagnosis, None
+            if diagnosis is None and diagnose:
+                dreq = pb.VerifyRequest()
+                dreq.CopyFrom(call.request)
+                del dreq.configs[:]
+                dreq.configs.extend(cands)
+                dreq.output.return_outputs = False
+                try:
+                    diagnosis = self._run(
+                        "Diagnose", call.with_request(dreq), timeout, prog
+                    ).diagnosis
+                except Error as e:
+                    unavailable = str(self._reachable(e, "Diagnose"))
+        raise AssertionError(format_parity_failure(report, diagnosis, unavailable))
+
+    def compare_outputs(
+        self,
+        x: ArrayLike,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike],
+        outputs: Mapping[str, ArrayLike],
+        *,
+        candidates: Union[None, str, Sequence[str]] = None,
+        configs: Union[None, str, Sequence[str]] = None,
+        weight_layout: str = "out_in",
+        activation: str = "none",
+        reference: Optional[str] = None,
+        accept: Union[None, str, Sequence[str]] = None,
+        output_dtype: Any = None,
+        top_k: int = 0,
+        top_groups: int = 0,
+        x_scale: Any = None,
+        w_scale: Any = None,
+        timeout: Optional[float] = None,
+        progress: ProgressArg = None,
+    ) -> CompareResult:
+        """Two outputs of one layer, e.g. PyTorch's and Flax's, each
+        diagnosed against the same candidates, and their difference
+        explained (the Compare RPC):
+
+            result = client.compare_outputs(x, w, b, {"torch": y1, "flax": y2})
+            print(result)                # the server's headline first
+            result.headline              # "torch is cpu:fp32:fused (...), flax is ..."
+            result["flax"].diagnosis     # each output's Diagnosis
+            result.pair.rounding, result.pair.expected_max_abs, result.pair.stats
+
+        `outputs` maps a name (letters, digits, '_', '-', '.'; at most 64
+        characters) to an output [..., N]; exactly two. The other
+        arguments are diagnose_linear's (`candidates`, alias `configs`:
+        None for the server's default set; `accept=`: the verdict is then
+        whether both outputs are accepted). Tensors above 1 MiB go through
+        the tensor store, as in verify_linear. ValueError for anything but
+        two well-named outputs of the layer's shape, before any call.
+        """
+        prog = make_progress(progress)
+        if candidates is not None and configs is not None:
+            raise TypeError("candidates: give either candidates= or configs=, not both")
+        named = _named_outputs(outputs)
+        name = "candidates" if configs is None else "configs"
+        cands = _config_list(candidates if configs is None else configs, name)
+        vcall = self._request(
+            x,
+            weight,
+            bias,
+            observed=None,
+            configs=cands,
+            weight_layout=weight_layout,
+            activation=activation,
+            reference=reference,
+            output_dtype=output_dtype,
+            top_k=top_k,
+            top_groups=top_groups,
+            x_scale=x_scale,
+            w_scale=w_scale,
+        )
+        placed = dict(vcall.tensors)
+        xa, wa = placed["op.input"], placed["op.weight"]
+        out_in = vcall.request.op.weight_layout == pb.WEIGHT_LAYOUT_OUT_IN
+        n = wa.shape[0] if out_in else wa.shape[1]
+        tensors = list(vcall.tensors)
+        for out_name, value in named:
+            ya = _operand(value, f"outputs[{out_name!r}]")
+            want = list(xa.shape[:-1]) + [n]
+            if _shape(ya) != want:
+                raise ValueError(
+                    f"outputs[{out_name!r}]: expected shape {want} (x's leading dims and N), "
+                    f"got {_shape(ya)}"
+                )
+            tensors.append((named_path(out_name), ya))
+        v = vcall.request
+        req = pb.CompareRequest(
+            op=v.op,
+            configs=v.configs,
+            reference=v.reference,
+            output=pb.OutputOptions(top_k=v.output.top_k, top_groups=v.output.top_groups),
+            accept=_accept_list(accept),
+        )
+        call = _Call(req, tensors)
+        with self._calling("Compare"), contextlib.closing(prog):
+            deadline = self._deadline(timeout)
+            transfer = _Transfer()
+            resp = self._send("Compare", call, deadline, transfer, pb.CompareResponse, prog)
+        return CompareResult._of_response(
+            resp,
+            uploaded_bytes=transfer.uploaded_bytes,
+            reused_bytes=transfer.reused_bytes,
+            accept=tuple(req.accept),
+        )
 
     # --- internals ------------------------------------------------------------
 
@@ -835,11 +1101,47 @@ class Client:
     # --- the tensor store -----------------------------------------------------
 
     def _run(
-        self, method: Literal["Verify", "Diagnose"], call: _Call, timeout: Optional[float]
+        self,
+        method: Literal["Verify", "Diagnose"],
+        call: _Call,
+        timeout: Optional[float],
+        progress: Optional[Progress] = None,
     ) -> Report:
+        """`_send` with a deadline of its own, its response as a Report (the
+        outputs returned by digest read within the deadline). UNIMPLEMENTED
+        for a Verify with accept= that came back without a diagnosis: a
+        server that predates acceptance ignored it, and its verdict would
+        be the tolerance's."""
+        deadline = self._deadline(timeout)
+        transfer = _Transfer()
+        resp = self._send(method, call, deadline, transfer, pb.VerifyResponse, progress)
+        accept = tuple(call.request.accept)
+        if accept and method == "Verify" and not resp.HasField("diagnosis"):
+            raise error_for(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"the server at {self._target} predates accept= (it answered without a "
+                "diagnosis, so its verdict is the tolerance's): upgrade it, or leave accept out",
+                method,
+            )
+        return Report._of_response(
+            resp,
+            lambda t, name: self._read_output(t, name, deadline),
+            uploaded_bytes=transfer.uploaded_bytes,
+            reused_bytes=transfer.reused_bytes,
+            accept=accept,
+        )
+
+    def _send(
+        self,
+        method: Literal["Verify", "Diagnose", "Compare"],
+        call: _Call,
+        deadline: Optional[float],
+        transfer: _Transfer,
+        response_type: type[_M],
+        progress: Optional[Progress] = None,
+    ) -> _M:
         """Places the call's tensors (inline or by digest, uploading what
-        the store lacks), sends the request, and reads the outputs returned
-        by digest.
+        the store lacks) and sends the request.
 
         A FAILED_PRECONDITION naming tensors the store lacks is answered by
         uploading them and resending. Behind a load balancer (round_robin
@@ -848,30 +1150,57 @@ class Client:
         the second miss is answered by resending with every tensor this
         call has the bytes of inline, when that request fits in the
         server's messages (any replica takes it); otherwise it is raised."""
-        deadline = self._deadline(timeout)
-        transfer = _Transfer()
-        req = self._prepare(call, deadline, transfer)
+        prog = progress if progress is not None else Progress()
+        req = self._prepare(call, deadline, transfer, prog)
+        phase, detail = _rpc_phase(method, call.request)
         misses = 0
         while True:
+            prog.start(phase, 1, detail)
             try:
-                resp = self._unary(method, req, deadline, pb.VerifyResponse)
+                resp = self._unary(method, req, deadline, response_type)
                 break
             except FailedPreconditionError as e:
                 if not e.missing_tensors or misses >= 2:
                     raise
                 misses += 1
                 if misses == 1:
-                    self._upload_missing(call, e, deadline, transfer)
+                    self._upload_missing(call, e, deadline, transfer, prog)
                     continue
                 inline = self._inline_request(call, e, deadline, transfer)
                 if inline is None:
                     raise
                 req = inline
-        return Report._of_response(
-            resp,
-            lambda t, name: self._read_output(t, name, deadline),
-            uploaded_bytes=transfer.uploaded_bytes,
-            reused_bytes=transfer.reused_bytes,
+        prog.finish()
+        return resp
+
+    @contextlib.contextmanager
+    def _calling(self, method: str) -> Iterator[None]:
+        """The public call `method` (the RPC the user's call stands for):
+        an unreachable server raises from it, not from whichever RPC of the
+        tensor store met it first (`_reachable`)."""
+        try:
+            yield
+        except Error as e:
+            reachable = self._reachable(e, method)
+            if reachable is e:
+                raise
+            raise reachable from None
+
+    def _reachable(self, error: Error, method: str) -> Error:
+        """`error` itself, unless it is UNAVAILABLE without a retry hint (no
+        server answers at this address, or the connection broke): then an
+        UnavailableError for `method` that names the address and how to
+        point the client at another one."""
+        if error.code != grpc.StatusCode.UNAVAILABLE or error.retry_after is not None:
+            return error
+        if error.message.startswith(_UNREACHABLE):
+            return error if error.method == method else error_for(error.code, error.message, method)
+        return error_for(
+            error.code,
+            f"{_UNREACHABLE} {self._target} ({error.message}). Start one there, or point the "
+            f'client at yours: server="host:port" (tensorcheck.Client("host:port")) or '
+            f"{SERVER_ENV}=host:port in the environment",
+            method,
         )
 
     def _inline_request(
@@ -903,7 +1232,13 @@ class Client:
             transfer.referenced.pop(ref.digest, None)
         return encode_request(call.request, call.tensors)
 
-    def _prepare(self, call: _Call, deadline: Optional[float], transfer: _Transfer) -> bytes:
+    def _prepare(
+        self,
+        call: _Call,
+        deadline: Optional[float],
+        transfer: _Transfer,
+        progress: Optional[Progress] = None,
+    ) -> bytes:
         """The serialized request to send: call.request (the options) and
         each tensor in its field, inline (its bytes copied once, straight
         into the message: `encode_request`) or by digest."""
@@ -916,7 +1251,7 @@ class Client:
             f: t for f, t in call.tensors if isinstance(t, TensorRef)
         }
         if large and not self._store_absent:
-            self._hash(call, large)
+            self._hash(call, large, progress)
             unique = {call.hashed[f].digest: call.hashed[f] for f, _ in large}
             try:
                 missing = self._find_missing(list(unique.values()), deadline)
@@ -925,7 +1260,11 @@ class Client:
                 self._store_absent = True
             else:
                 self._upload_refs(
-                    [unique[d] for d in missing if d in unique], call.sources, deadline, transfer
+                    [unique[d] for d in missing if d in unique],
+                    call.sources,
+                    deadline,
+                    transfer,
+                    progress,
                 )
                 by_digest.update((f, call.hashed[f]) for f, _ in large)
         placed: list[tuple[str, Operand]] = []
@@ -938,7 +1277,12 @@ class Client:
                 placed.append((f, t))
         return encode_request(call.request, placed)
 
-    def _hash(self, call: _Call, large: list[tuple[str, np.ndarray]]) -> None:
+    def _hash(
+        self,
+        call: _Call,
+        large: list[tuple[str, np.ndarray]],
+        progress: Optional[Progress] = None,
+    ) -> None:
         """Fills call.hashed for the large arrays not hashed yet (by this
         call or, with the same bytes, a recent one: `DigestMemo`), several
         at once (hashlib releases the GIL over a buffer); a single one on
@@ -946,13 +1290,18 @@ class Client:
         todo = [(f, a) for f, a in large if f not in call.hashed]
         if not todo:
             return
+        prog = progress if progress is not None else Progress()
+        total = sum(a.nbytes for _, a in todo)
+        prog.start("hashing", total, size_text(total, len(todo)))
         if len(todo) == 1:
-            refs = [self._digests.ref(todo[0][1])]
+            refs: Iterable[TensorRef] = [self._digests.ref(todo[0][1])]
         else:
-            refs = list(self._executor().map(self._digests.ref, [a for _, a in todo]))
-        for (f, a), ref in zip(todo, refs):
+            refs = self._executor().map(self._digests.ref, [a for _, a in todo])
+        for (f, a), ref in zip(todo, refs):  # in order, as each is hashed
             call.hashed[f] = ref
             call.sources[ref.digest] = a
+            prog.advance(a.nbytes)
+        prog.finish()
 
     def _find_missing(self, refs: list[TensorRef], deadline: Optional[float]) -> list[str]:
         """The digests (with the "sha256:" prefix) the store lacks."""
@@ -973,6 +1322,7 @@ class Client:
         error: FailedPreconditionError,
         deadline: Optional[float],
         transfer: _Transfer,
+        progress: Optional[Progress] = None,
     ) -> None:
         """Uploads again what a FAILED_PRECONDITION named as missing, or
         raises it when a missing tensor is a TensorRef (no bytes here)."""
@@ -988,7 +1338,7 @@ class Client:
                 missing_tensors=error.missing_tensors,
             ) from None
         refs = {ref.digest: ref for ref in call.hashed.values() if ref.digest in lost}
-        self._upload_refs(list(refs.values()), call.sources, deadline, transfer)
+        self._upload_refs(list(refs.values()), call.sources, deadline, transfer, progress)
 
     def _upload_refs(
         self,
@@ -996,17 +1346,25 @@ class Client:
         sources: Mapping[str, np.ndarray],
         deadline: Optional[float],
         transfer: _Transfer,
+        progress: Optional[Progress] = None,
     ) -> None:
         """Uploads these tensors, several at once; raises the first error
         after every upload ended."""
         if not refs:
             return
         chunk = self._chunk_size(deadline)
+        prog = progress if progress is not None else Progress()
+        total = sum(r.size_bytes for r in refs)
+        prog.start("uploading", total, size_text(total, len(refs)))
 
         def one(ref: TensorRef) -> None:
             try:
                 stored = self._uploader.upload(
-                    sources[ref.digest], ref.tensor_digest(), chunk_bytes=chunk, deadline=deadline
+                    sources[ref.digest],
+                    ref.tensor_digest(),
+                    chunk_bytes=chunk,
+                    deadline=deadline,
+                    on_bytes=prog.advance,
                 )
             except grpc.RpcError as e:
                 raise from_rpc_error(e, "UploadTensor") from None
@@ -1015,12 +1373,13 @@ class Client:
 
         if len(refs) == 1:
             one(refs[0])
-            return
-        futures: list[Future[None]] = [self._executor().submit(one, r) for r in refs]
-        errors = [f.exception() for f in futures]
-        for err in errors:
-            if err is not None:
-                raise err
+        else:
+            futures: list[Future[None]] = [self._executor().submit(one, r) for r in refs]
+            errors = [f.exception() for f in futures]
+            for err in errors:
+                if err is not None:
+                    raise err
+        prog.finish()
 
     def _chunk_size(self, deadline: Optional[float]) -> int:
         """UploadTensor's chunk: StoreInfo.chunk_bytes (asked once) when
@@ -1097,6 +1456,7 @@ class Client:
         batch_sizes: Sequence[int] = (),
         x_scale: Any = None,
         w_scale: Any = None,
+        accept: Sequence[str] = (),
     ) -> _Call:
         # Options first: they are cheap to check and a typo should not cost
         # a device-to-host copy of the tensors.
@@ -1104,6 +1464,10 @@ class Client:
         act = _choice(activation, _ACTIVATIONS, "activation")
         if reference is not None:
             _check_spec(reference, "reference")
+        if accept and observed is None:
+            raise ValueError(
+                "accept: needs observed= (the output whose configuration is to be accepted)"
+            )
         tol = self._tolerance(
             tolerance, atol, rtol, max_ulp, bound_factor, bound_precision, nan_equal
         )
@@ -1178,6 +1542,7 @@ class Client:
             repeat=repeat,
             disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
             algorithm_sweep=sweep,
+            accept=list(accept),
         )
         if batch_invariance:
             req.batch_invariance.enabled = True
@@ -1252,4 +1617,5 @@ _VERIFY_OPTIONS = {
     "x_scale",
     "w_scale",
     "timeout",
+    "progress",
 }

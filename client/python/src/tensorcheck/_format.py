@@ -1,5 +1,10 @@
-"""The messages a failed parity check raises: a torch-style mismatch summary
-and the diagnosis, with shares that read 100% or 0% only when exact."""
+"""The messages a failed parity check raises: the server's answer first
+(`Diagnosis.headline`), then a torch-style mismatch summary and the
+diagnosis, with shares that read 100% or 0% only when exact.
+
+The client decides no verdict and writes no sentence of its own about
+one: the headline, the verdict's reason and the advice are the server's,
+printed as sent; what is added here are labels and numbers."""
 
 from __future__ import annotations
 
@@ -8,11 +13,26 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
-    from ._report import Defect, DefectGroup, Diagnosis, RankedCandidate, Report
+    from ._report import Defect, DefectGroup, Diagnosis, RankedCandidate, Report, Stats
 
-__all__ = ["format_share", "format_mismatch", "format_diagnosis"]
+__all__ = [
+    "format_share",
+    "format_mismatch",
+    "format_diagnosis",
+    "format_report",
+    "format_parity_failure",
+    "lead_lines",
+    "cap_lines",
+    "MESSAGE_MAX_LINES",
+]
 
 _SHARE_MAX_DECIMALS = 6
+# The most lines a failed assertion's message has (the full answer is the
+# Report's): enough for the answer, the statistics and the best candidates.
+MESSAGE_MAX_LINES = 25
+# The server's verdict words (VerifyResponse.verdict), as every message
+# prints them.
+VERDICT_WORDS = {"pass": "PASS", "fail": "FAIL"}
 
 
 def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
@@ -65,7 +85,10 @@ def _fmt_num(v: Optional[float]) -> str:
     return "None" if v is None else repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def format_mismatch(report: Report) -> str:
+def format_mismatch(report: Report, *, worst_shown: int = 5) -> str:
+    """The torch-style lines of a comparison that failed its tolerance
+    (observed vs reference, else the first failing configuration), the
+    `worst_shown` worst elements among them."""
     stats, what = report.observed_vs_reference, "observed output vs reference"
     if stats is None:
         failing = [r for r in report.results if r.vs_reference and not r.vs_reference.passed]
@@ -114,10 +137,10 @@ def format_mismatch(report: Report) -> str:
         )
     lines.append(f"(tolerance {preset}; {what})")
     worst = [e for e in stats.worst if e.ulp != 0 or not (e.abs_diff == 0)]  # `not ==`: keeps NaN
-    if worst:
+    if worst and worst_shown > 0:
         lines.append("")
         lines.append("Worst elements (index: actual vs expected, ULP):")
-        for e in worst[:5]:
+        for e in worst[:worst_shown]:
             lines.append(f"  {_fmt_index(e.index)}: {e.actual!r} vs {e.expected!r}, {e.ulp} ULP")
     # Only worth a line when a few columns hold most of the mismatches.
     if stats.top_columns and sum(g.share for g in stats.top_columns) >= 0.5:
@@ -126,35 +149,48 @@ def format_mismatch(report: Report) -> str:
     return "\n".join(lines)
 
 
-def format_diagnosis(d: Diagnosis) -> str:
-    """The diagnosis message: the server's verdict and its reason first
-    (nothing from a server that predates the verdict), what is not rounding
-    (a `defect` verdict), then the best match and the ranking."""
-    lines = []
-    if d.verdict:
-        reason = f" — {d.verdict_reason}" if d.verdict_reason else ""
-        lines.append(f"Verdict: {d.verdict}{reason}")
+def lead_lines(d: Diagnosis) -> list[str]:
+    """What every message about a diagnosis opens with: the server's
+    headline (else, from a server that predates it, its verdict reason),
+    then its advice, each as sent; [] when the server sent neither."""
+    lines = [d.lead] if d.lead else []
+    if d.advice:
+        lines.append(f"Advice: {d.advice}")
+    return lines
+
+
+def format_diagnosis(
+    d: Diagnosis, *, lead: bool = True, ranking_shown: Optional[int] = None
+) -> str:
+    """The diagnosis message: the server's headline and advice first
+    (`lead_lines`; lead=False leaves them to the caller), the verdict's
+    reason when the headline is there too, the accepted configuration,
+    what is not rounding (a `defect` verdict), then the best match and the
+    ranking (its first `ranking_shown` rows, default 5)."""
+    lines = lead_lines(d) if lead else []
+    if d.headline and d.verdict_reason:
+        lines.append(f"Why: {d.verdict_reason}")
+    if d.accepted_as:
+        lines.append(f"Accepted as: {d.accepted_as}")
     if d.defect is not None:
-        lines.extend(_defect_lines(d.defect))
-    if d.best:
-        head = f"Diagnosis: best match {d.best} (confidence {d.confidence:.2f})"
-        if d.equivalent:
-            head += f", equivalent here: {', '.join(d.equivalent)}"
-        if d.tied:
-            head += f"; cannot be told apart from: {', '.join(d.tied)}"
-        lines.append(head)
-    else:
-        lines.append(
-            "Diagnosis: no candidate configuration explains the observed output "
-            f"(confidence {d.confidence:.2f})"
-        )
+        lines.extend(_defect_lines(d.defect, d.headline))
+    verdict = f"; verdict {d.verdict}" if d.verdict else ""
+    head = f"Best match: {d.best or 'none'} (confidence {d.confidence:.2f}{verdict})"
+    if d.best and d.equivalent:
+        head += f", equivalent here: {', '.join(d.equivalent)}"
+    if d.best and d.tied:
+        head += f"; cannot be told apart from: {', '.join(d.tied)}"
+    lines.append(head)
     if d.framework_hint:
         lines.append(f"Framework hint: {d.framework_hint}")
-    if d.explanation:
+    if d.explanation and not d.headline:
+        # The headline says it in one sentence; the paragraph is for
+        # servers that predate it (`Diagnosis.explanation` keeps it).
         lines.append(d.explanation)
     if d.ranking:
         # Candidates that computed the same bits share one row, "A = B = C".
-        rows = d.ranking_groups()[:_RANKING_SHOWN]
+        shown = _RANKING_SHOWN if ranking_shown is None else ranking_shown
+        rows = d.ranking_groups()[:shown]
         ranked = {c.config for c in d.ranking}
         lines.append("Ranking (config: plausible, bitwise-equal share, max ULP, bound ratio):")
         for row in rows:
@@ -203,12 +239,12 @@ def _defect_group_lines(kind: str, groups: Sequence[DefectGroup]) -> list[str]:
     return lines
 
 
-def _defect_lines(defect: Defect) -> list[str]:
-    """Where to look, the columns and rows rounding does not explain, and the
-    elements beyond the threshold, largest first: each line only when the
-    server sent something for it."""
+def _defect_lines(defect: Defect, headline: str = "") -> list[str]:
+    """Where to look (unless the headline says it already), the columns and
+    rows rounding does not explain, and the elements beyond the threshold,
+    largest first: each line only when the server sent something for it."""
     lines = []
-    if defect.where_to_look:
+    if defect.where_to_look and defect.where_to_look not in headline:
         lines.append(f"Where to look: {defect.where_to_look}")
     if defect.columns:
         lines.append("Columns not explained by rounding:")
@@ -276,3 +312,103 @@ def _shared_footnotes(items: Sequence[RankedCandidate], suffix: str) -> list[str
         f"  {_SHARED_MARKER} {', '.join(configs)} reused the GEMM of {shared}{suffix}"
         for shared, configs in groups.items()
     ]
+
+
+def cap_lines(lines: Sequence[str], limit: int = MESSAGE_MAX_LINES) -> list[str]:
+    """`lines` cut to at most `limit`, the last saying how many were left
+    out; blank lines at either end dropped first."""
+    out = list(lines)
+    while out and not out[-1].strip():
+        out.pop()
+    while out and not out[0].strip():
+        out.pop(0)
+    if len(out) <= limit:
+        return out
+    kept = out[: limit - 1]
+    return kept + [f"... ({len(out) - len(kept)} more lines: the Report has everything)"]
+
+
+def _g(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _stats_line(label: str, stats: Stats, preset: str) -> str:
+    """One comparison in a line: "observed vs cpu:fp64:none: 3 / 1024
+    outside tolerance torch, max_abs 1.05e-03, max 12 ULP"."""
+    bound = "" if stats.bound_ratio is None else f", bound_ratio {stats.bound_ratio:.3g}"
+    return (
+        f"{label}: {stats.mismatched} / {stats.total} outside tolerance {preset}, "
+        f"max_abs {_g(stats.max_abs)}, max {stats.max_ulp} ULP{bound}"
+    )
+
+
+def _verdict_line(report: Report) -> Optional[str]:
+    """ "Verdict: PASS (tolerance torch)" or, with accept=, "Verdict: FAIL
+    (accept tf32)": the server's word and what it was decided on."""
+    if report.verdict is None:
+        return None
+    word = VERDICT_WORDS.get(report.verdict, report.verdict.upper())
+    on = (
+        f"accept {', '.join(report.accept)}"
+        if report.accept
+        else f"tolerance {report.tolerance.preset}"
+    )
+    return f"Verdict: {word} ({on})"
+
+
+# Configurations a report's text lists one line each (to_dict() has all).
+_RESULTS_SHOWN = 8
+
+
+def format_report(report: Report) -> str:
+    """str(report): the server's answer first (headline, advice), the
+    verdict, the observed output and each configuration against the
+    reference in a line each, then the diagnosis."""
+    d = report.diagnosis
+    lines = lead_lines(d) if d is not None else []
+    verdict = _verdict_line(report)
+    if verdict is not None:
+        lines.append(verdict)
+    preset = report.tolerance.preset
+    ref = report.reference.config if report.reference is not None else "reference"
+    if report.observed_vs_reference is not None:
+        lines.append(_stats_line(f"observed vs {ref}", report.observed_vs_reference, preset))
+    for r in report.results[:_RESULTS_SHOWN]:
+        if r.vs_reference is not None:
+            lines.append(_stats_line(f"{r.config} vs {ref}", r.vs_reference, preset))
+    if len(report.results) > _RESULTS_SHOWN:
+        lines.append(f"... {len(report.results) - _RESULTS_SHOWN} more configurations")
+    if d is not None:
+        lines.extend(format_diagnosis(d, lead=False).splitlines())
+    return "\n".join(lines)
+
+
+def format_parity_failure(
+    report: Report, diagnosis: Optional[Diagnosis], diagnosis_error: Optional[str] = None
+) -> str:
+    """The AssertionError of assert_linear_parity, at most
+    MESSAGE_MAX_LINES lines: the server's headline and advice first, then
+    the comparison (torch-style; with accept=, the verdict and the
+    statistics in a line each) and the diagnosis (or why there is none)."""
+    lines = lead_lines(diagnosis) if diagnosis is not None else []
+    if lines:
+        lines.append("")
+    if report.accept:
+        verdict = _verdict_line(report)
+        if verdict is not None:
+            lines.append(verdict)
+        if report.observed_vs_reference is not None:
+            ref = report.reference.config if report.reference is not None else "reference"
+            lines.append(
+                _stats_line(
+                    f"observed vs {ref}", report.observed_vs_reference, report.tolerance.preset
+                )
+            )
+    else:
+        lines.extend(format_mismatch(report, worst_shown=3).splitlines())
+    if diagnosis is not None:
+        lines.append("")
+        lines.extend(format_diagnosis(diagnosis, lead=False, ranking_shown=3).splitlines())
+    elif diagnosis_error:
+        lines.extend(["", f"Diagnosis unavailable: {diagnosis_error}"])
+    return "\n".join(cap_lines(lines))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import struct
 import sys
 import threading
 import time
@@ -32,8 +31,8 @@ from ._client import Client, _Transfer
 from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
 from ._node import _json, _json_float, _json_ulp
 from ._report import Report
+from ._safetensors import save_safetensors
 from ._store import INLINE_MAX_BYTES, TensorRef
-from ._tensors import dtype_enum, dtype_name
 
 __all__ = [
     "Capture",
@@ -168,7 +167,17 @@ class LayerCheck:
     server's "rounding", "defect" or "unexplained" (docs/numerics.md,
     "Verdict") and `verdict_reason` its sentence, None from a server that
     predates them. A "defect" or "unexplained" layer is a divergence whose
-    reason is `verdict_reason`.
+    reason is `verdict_reason`. `headline` is the server's answer for the
+    layer in one sentence (its verdict reason from a server that predates
+    headlines) and `advice` what to change, which the messages print first
+    for a failed layer; neither is in to_dict() (the layer's `report` has
+    them).
+
+    In text, a layer call is `#index`, its 0-based position in execution
+    order (`ModelReport.layers`, the summary's `#` column and
+    `first_divergence.index` in to_dict()), and its status reads PASS,
+    FAIL, ERROR or "-" (not checked), the server's verdict words; `status`
+    itself keeps the JSON's values.
     """
 
     name: str
@@ -196,6 +205,8 @@ class LayerCheck:
     divergence_reason: Optional[str] = None
     diagnosis_verdict: Optional[str] = None
     verdict_reason: Optional[str] = None
+    headline: Optional[str] = None
+    advice: Optional[str] = None
     report: Optional[Report] = dataclasses.field(default=None, repr=False)
 
     @property
@@ -243,6 +254,8 @@ class LayerCheck:
         if d.verdict:
             self.diagnosis_verdict = d.verdict
             self.verdict_reason = d.verdict_reason
+        self.headline = d.lead or None
+        self.advice = d.advice or None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -503,45 +516,13 @@ class ModelReport:
 # --- checking -------------------------------------------------------------------
 
 
-_SAFETENSORS_DTYPES = {
-    "float64": "F64",
-    "float32": "F32",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2",
-}
-
-
 def write_safetensors(
     path: Union[str, os.PathLike[str]],
     tensors: Mapping[str, np.ndarray],
     metadata: Optional[Mapping[str, str]] = None,
 ) -> None:
-    """A .safetensors file: 8-byte little-endian header length, the JSON
-    header, then each tensor's little-endian row-major bytes in the given
-    order, with the format's dtype names (BF16, F8_E4M3, F8_E5M2, ...).
-    (The `safetensors` package's numpy writer has no bfloat16 or FP8.)"""
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = dict(metadata)
-    offset = 0
-    for name, arr in tensors.items():
-        dt = dtype_name(dtype_enum(arr.dtype))
-        assert dt is not None
-        header[name] = {
-            "dtype": _SAFETENSORS_DTYPES[dt],
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + arr.nbytes],
-        }
-        offset += arr.nbytes
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for arr in tensors.values():
-            f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes())
+    """A .safetensors file of `tensors` (see tensorcheck.save_safetensors)."""
+    save_safetensors(path, tensors, metadata)
 
 
 class _Progress:
@@ -675,12 +656,14 @@ def _run(
 ) -> None:
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tensorcheck-model")
     try:
+        method = "Diagnose" if diagnose else "Verify"
         try:
             refs = _store_parameters(cl, captures, pool, report, timeout)
         except Error as e:
             if not _lost_server(e):
                 raise
-            report.error = str(e)
+            # Named as the call the run makes, not the store's RPC.
+            report.error = str(cl._reachable(e, method))
             for layer in report.layers:
                 layer.error = report.error
             return

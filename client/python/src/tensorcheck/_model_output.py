@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 
 import numpy as np
 
-from ._format import format_share
+from ._format import cap_lines, format_share
 
 if TYPE_CHECKING:
     from ._model import LayerCheck, ModelComparison, ModelReport
@@ -94,8 +94,45 @@ def _explanation_after(reason: Optional[str], explanation: str) -> str:
     return explanation
 
 
+# A layer call's status as text: the server's verdict words (PASS, FAIL),
+# ERROR for a request the server refused, "-" for one not checked.
+_STATUS_WORDS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_checked": "-"}
+# Failed layer calls a summary or a failure message lists one line each.
+_FAILED_LISTED = 8
+
+
 def _status(layer: LayerCheck) -> str:
-    return {"passed": "ok", "failed": "FAIL", "error": "ERROR", "not_checked": "-"}[layer.status]
+    return _STATUS_WORDS[layer.status]
+
+
+def _answer(layer: LayerCheck) -> str:
+    """What a failed layer call's line says: the server's headline for it
+    (its verdict reason from an older server), else the rule it broke, its
+    error, or its tolerance verdict."""
+    if layer.headline:
+        return layer.headline
+    if layer.divergence_reason:
+        return _sentence(layer.divergence_reason)
+    if layer.error:
+        return layer.error
+    return f"verdict {(layer.verdict or '-').upper()} under the tolerance"
+
+
+def _failed_lines(report: ModelReport) -> list[str]:
+    """One line per failed (or refused) layer call, "  #13 blocks.3.mlp.down:
+    FAIL: <the server's headline>", its advice beneath; the first
+    _FAILED_LISTED, then how many more."""
+    failed = [
+        (i, layer) for i, layer in enumerate(report.layers) if layer.status in ("failed", "error")
+    ]
+    lines = []
+    for i, layer in failed[:_FAILED_LISTED]:
+        lines.append(f"  #{i} {layer.label}: {_status(layer)}: {_answer(layer)}")
+        if layer.advice:
+            lines.append(f"      Advice: {layer.advice}")
+    if len(failed) > _FAILED_LISTED:
+        lines.append(f"  ... {len(failed) - _FAILED_LISTED} more")
+    return lines
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -133,7 +170,10 @@ def format_summary(report: ModelReport) -> str:
         "#", "layer", "x · W", "dtype", "best", "status", "max_abs", "max_ulp",
         "bound_ratio", "differences at",
     ]  # fmt: skip
-    out = [f"{title}: {len(report.checked)} of {len(report.layers)} layer calls checked"]
+    out = [
+        f"{title}: {len(report.checked)} of {len(report.layers)} layer calls checked "
+        "(# numbers them from 0 in execution order)"
+    ]
     out.append(_table(header, rows))
     out.append("")
     out.append(f"Configurations: {describe_configs(report)}.")
@@ -144,18 +184,19 @@ def format_summary(report: ModelReport) -> str:
             f"{len(report.layers)} layer calls checked; the rest are not checked)."
         )
     if first is not None:
-        out.append(f"First divergence: {first.label}: {_sentence(first.divergence_reason or '')}")
+        out.append(
+            f"First divergence: #{report.layers.index(first)} {first.label}: "
+            f"{_sentence(first.divergence_reason or '')}"
+        )
     elif report.checked and not report.error:
         consensus = report.consensus
         by = f" by {consensus}" if consensus else ""
         out.append(f"No divergence: all {len(report.checked)} layer calls explained{by}.")
-    failed = [layer for layer in report.layers if layer.status in ("failed", "error")]
+    failed = _failed_lines(report)
     if failed:
-        out.append(
-            f"{len(failed)} layer call(s) failed: "
-            + ", ".join(layer.label for layer in failed[:8])
-            + (" ..." if len(failed) > 8 else "")
-        )
+        count = sum(layer.status in ("failed", "error") for layer in report.layers)
+        out.append(f"{count} of {len(report.layers)} layer calls did not pass:")
+        out.extend(failed)
     mib = 1 << 20
     out.append(
         f"Tensors sent: {report.sent_bytes / mib:.2f} MiB "
@@ -195,31 +236,51 @@ def format_comparison(cmp: ModelComparison) -> str:
 
 
 def failure_message(report: ModelReport) -> str:
-    """The AssertionError text of assert_model_parity: the first diverging
-    (or failing) layer, its diagnosis, then the table."""
+    """The AssertionError text of assert_model_parity, at most 25 lines:
+    the first diverging (or failing) layer call's answer from the server
+    (its headline) first, then where it is and the rule it broke, its
+    advice, what ran where, and the other failed layer calls."""
+    from ._model import describe_configs
+
     first = report.first_divergence()
     lines = []
     if first is None:
         failing = [layer for layer in report.layers if layer.status != "passed"]
         first = failing[0] if failing else None
     if first is not None:
-        why = first.divergence_reason or first.error or "its verdict is fail"
-        lines.append(f"Model parity failed at layer {first.label}: {_sentence(why)}")
-        if first.report is not None and first.report.diagnosis is not None:
-            explanation = _explanation_after(
-                first.divergence_reason, first.report.diagnosis.explanation
-            )
-            if explanation:
-                lines.append(explanation)
-        elif first.report is not None and first.verdict == "fail":
-            lines.append(first.report.failure_message())
+        i = report.layers.index(first)
+        lead = first.headline or ""
+        if lead:
+            lines.append(lead)
+        why = first.divergence_reason or first.error or ""
+        if not why and first.verdict == "fail":
+            why = f"verdict {_STATUS_WORDS['failed']} under the tolerance"
+        where = (
+            f"Model parity {_status(first)} at layer call #{i} {first.label} "
+            f"(of {len(report.layers)}, numbered from 0)"
+        )
+        if why and why not in (lead, first.verdict_reason):
+            where += f": {_sentence(why)}"
+        lines.append(where)
+        if first.advice:
+            lines.append(f"Advice: {first.advice}")
+        if not lead and first.report is not None and first.report.diagnosis is None:
+            lines.extend(first.report.failure_message().splitlines()[:8])
     elif report.error:
         lines.append(f"Model parity not established: {report.error}.")
     elif not report.layers:
         lines.append("Model parity not established: no linear layer calls were captured.")
-    lines.append("")
-    lines.append(format_summary(report))
-    return "\n".join(lines)
+    if report.error and first is not None:
+        lines.append(f"Stopped early: {report.error}.")
+    if report.layers:
+        lines.append("")
+        lines.append(f"Configurations: {describe_configs(report)}.")
+        count = sum(layer.status in ("failed", "error") for layer in report.layers)
+        if count > 1:
+            lines.append(f"{count} layer calls did not pass:")
+            lines.extend(_failed_lines(report))
+        lines.append("The table of every layer call: print(report.summary()) on the ModelReport.")
+    return "\n".join(cap_lines(lines))
 
 
 def write_junit(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
@@ -244,11 +305,18 @@ def write_junit(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None
             f"bound_ratio {_num(layer.bound_ratio)}"
         )
         if layer.status == "failed":
-            why = layer.divergence_reason or f"verdict {layer.verdict} under the tolerance"
+            why = _answer(layer)
             if layer is first:
                 why = "first divergence: " + why
             node = ElementTree.SubElement(case, "failure", message=why)
-            node.text = detail + ("\n" + layer.explanation if layer.explanation else "")
+            more = [
+                f"Rule: {_sentence(layer.divergence_reason)}"
+                if layer.divergence_reason and layer.divergence_reason != layer.headline
+                else "",
+                f"Advice: {layer.advice}" if layer.advice else "",
+                layer.explanation,
+            ]
+            node.text = "\n".join([detail, *(m for m in more if m)])
         elif layer.status == "error":
             node = ElementTree.SubElement(case, "error", message=layer.error or "error")
             node.text = detail

@@ -540,7 +540,16 @@ class Diagnosis(_Node):
     lists what it does not: a wrong weight, input or bias value) or
     "unexplained" (no candidate explains the bulk); "" from a server that
     predates the verdict. `verdict_reason` is the server's sentence for it;
-    `defect` is None when the server sent none."""
+    `defect` is None when the server sent none.
+
+    `headline` is the answer in one sentence ("Rounding, not a bug: ...",
+    "Not rounding: ... Look at ...", "Unexplained: ..."), which every
+    message of this client prints first (`lead`); `advice` what to change
+    in the framework so that the output becomes the configuration wanted
+    ("" when it already is, or no switch is known). With `accept=`:
+    `accepted`, whether the output is rounding of an accepted
+    configuration, and `accepted_as`, which. All empty from a server that
+    predates them."""
 
     best: Optional[str]
     equivalent: list[str]
@@ -553,6 +562,10 @@ class Diagnosis(_Node):
     verdict: str = ""
     verdict_reason: str = ""
     defect: Optional[Defect] = None
+    headline: str = ""
+    advice: str = ""
+    accepted: bool = False
+    accepted_as: str = ""
 
     @classmethod
     def from_proto(cls, m: pb.Diagnosis) -> Diagnosis:
@@ -568,7 +581,18 @@ class Diagnosis(_Node):
             verdict=_DIAGNOSIS_VERDICT_NAMES.get(m.verdict, ""),
             verdict_reason=m.verdict_reason,
             defect=Defect.from_proto(m.defect) if m.HasField("defect") else None,
+            headline=m.headline,
+            advice=m.advice,
+            accepted=m.accepted,
+            accepted_as=m.accepted_as,
         )
+
+    @property
+    def lead(self) -> str:
+        """The line a message about this diagnosis opens with: the server's
+        `headline`, else (a server that predates it) its `verdict_reason`,
+        else ""."""
+        return self.headline or self.verdict_reason
 
     def ranking_groups(self) -> list[list[RankedCandidate]]:
         """The ranking as the reports display it: one list per row, in
@@ -639,7 +663,12 @@ class Report(_Node):
     the tensors the request named by digest that the store already held
     (uploaded by an earlier call, `Client.upload`, or anyone else). Both
     are 0 when everything went inline (small tensors, a server without a
-    store). Neither is part of to_dict(), the server's report.
+    store).
+
+    `accept` is the call's `accept=` (the configurations accepted; not part
+    of to_dict(), the server's report): with it, `verdict` is the server's
+    acceptance, not the tolerance's. str(report) reads the server's
+    headline first (`tensorcheck._format.format_report`).
     """
 
     verdict: Optional[str]
@@ -652,6 +681,8 @@ class Report(_Node):
     diagnosis: Optional[Diagnosis]
     uploaded_bytes: int = 0
     reused_bytes: int = 0
+    accept: tuple[str, ...] = ()
+    _not_json = ("accept",)
 
     @classmethod
     def from_proto(cls, m: pb.VerifyResponse, read: Optional[ReadTensor] = None) -> Report:
@@ -672,6 +703,7 @@ class Report(_Node):
         *,
         uploaded_bytes: int,
         reused_bytes: int,
+        accept: tuple[str, ...] = (),
     ) -> Report:
         """The Client's report of a response it owns (nobody else holds or
         changes `m`): verdict, shape and notes now; the tolerance, the
@@ -685,6 +717,7 @@ class Report(_Node):
             eager = cls.from_proto(m, read)
             object.__setattr__(eager, "uploaded_bytes", uploaded_bytes)
             object.__setattr__(eager, "reused_bytes", reused_bytes)
+            object.__setattr__(eager, "accept", accept)
             return eager
         report = object.__new__(cls)
         # The frozen dataclass's instance dict, filled without __init__; the
@@ -695,6 +728,7 @@ class Report(_Node):
             notes=list(m.notes),
             uploaded_bytes=uploaded_bytes,
             reused_bytes=reused_bytes,
+            accept=accept,
             _response=m,
         )
         return report
@@ -743,6 +777,9 @@ class Report(_Node):
         output, of the first failing configuration)."""
         return format_mismatch(self)
 
+    def __str__(self) -> str:
+        return format_report(self)
+
 
 # Formatting and capabilities live in modules of their own; imported here
 # so that `tensorcheck._report` keeps offering them.
@@ -753,4 +790,5 @@ from ._capabilities import Limits as Limits  # noqa: E402
 from ._capabilities import StoreInfo as StoreInfo  # noqa: E402
 from ._format import format_diagnosis as format_diagnosis  # noqa: E402
 from ._format import format_mismatch as format_mismatch  # noqa: E402
+from ._format import format_report as format_report  # noqa: E402
 from ._format import format_share as format_share  # noqa: E402

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -301,9 +301,12 @@ class Uploader:
         *,
         chunk_bytes: int = CHUNK_BYTES,
         deadline: Optional[float] = None,
+        on_bytes: Optional[Callable[[int], None]] = None,
     ) -> bool:
         """Uploads one tensor; True when this upload stored it, False when
-        the store already held it (`already_present`).
+        the store already held it (`already_present`). `on_bytes(n)` is
+        called as each chunk of n bytes goes out (a resumed upload sends
+        some again).
 
         One random upload_id (uuid4) names the upload; when the stream
         breaks (UNAVAILABLE, or a refusal with a retry hint), the bytes
@@ -320,7 +323,7 @@ class Uploader:
         resumes = 0
         while True:
             try:
-                resp = self._stream(view, digest, upload_id, offset, chunk, deadline)
+                resp = self._stream(view, digest, upload_id, offset, chunk, deadline, on_bytes)
             except grpc.RpcError as e:
                 if not _resumable(e) or resumes >= MAX_RESUMES:
                     raise
@@ -370,6 +373,7 @@ class Uploader:
         offset: int,
         chunk: int,
         deadline: Optional[float],
+        on_bytes: Optional[Callable[[int], None]] = None,
     ) -> pb.UploadTensorResponse:
         done = threading.Event()
 
@@ -390,6 +394,9 @@ class Uploader:
                     msg.upload_id = upload_id
                     first = False
                 yield msg
+                # gRPC asks for the next message once this one is written.
+                if on_bytes is not None:
+                    on_bytes(end - pos)
                 pos = end
 
         future = self._stub.UploadTensor.future(

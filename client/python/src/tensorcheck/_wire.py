@@ -1,4 +1,5 @@
-"""A Verify/Diagnose request serialized with its inline tensors copied once.
+"""A Verify/Diagnose/Compare request serialized with its inline tensors
+copied once.
 
 Built through protobuf, an inline tensor's bytes are copied three times
 before gRPC sees them: `tobytes()`, into the message (the upb runtime
@@ -20,6 +21,13 @@ parse to the message protobuf would have built).
 
     raw = encode_request(req, [("op.weight", w), ("observed", y)])
     channel.unary_unary(path, request_serializer=None, ...)(raw)
+
+A CompareRequest's outputs are `observed[NAME]` (a NamedTensor of the
+repeated `observed` field, appended in the order given: the parser adds
+each occurrence of a repeated field as an element):
+
+    raw = encode_request(creq, [("op.input", x), ("observed[torch]", y1),
+                                ("observed[flax]", y2)])
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ from collections.abc import Sequence
 from typing import Any, Union
 
 import numpy as np
+from google.protobuf.message import Message
 
 from ._pb import pb
 from ._store import TensorRef, byte_view
 from ._tensors import dtype_enum
 
-__all__ = ["encode_request"]
+__all__ = ["encode_request", "named_path"]
 
 _LEN = 2  # wire type of length-delimited fields (bytes, strings, messages)
 
@@ -65,6 +74,21 @@ def _path_tags(path: str) -> tuple[bytes, ...]:
 
 _PATHS = {p: _path_tags(p) for p in ("op.input", "op.weight", "op.bias", "observed")}
 _DATA_TAG = _tag(pb.Tensor.DESCRIPTOR.fields_by_name["data"].number)
+# CompareRequest.observed, a repeated NamedTensor {name, tensor}; `op`
+# has VerifyRequest's number there too, so "op.*" paths serve both.
+_NAMED_PREFIX, _NAMED_SUFFIX = "observed[", "]"
+_COMPARE_OBSERVED_TAG = _tag(pb.CompareRequest.DESCRIPTOR.fields_by_name["observed"].number)
+_NAME_TAG = _tag(pb.NamedTensor.DESCRIPTOR.fields_by_name["name"].number)
+_NAMED_TENSOR_TAG = _tag(pb.NamedTensor.DESCRIPTOR.fields_by_name["tensor"].number)
+assert pb.CompareRequest.DESCRIPTOR.fields_by_name["op"].number == (
+    pb.VerifyRequest.DESCRIPTOR.fields_by_name["op"].number
+)
+
+
+def named_path(name: str) -> str:
+    """The path of a CompareRequest output called `name`."""
+    return f"{_NAMED_PREFIX}{name}{_NAMED_SUFFIX}"
+
 
 Piece = Union[bytes, memoryview]
 
@@ -84,9 +108,20 @@ def _tensor_pieces(path: str, tensor: Union[np.ndarray, TensorRef]) -> list[Piec
         length = _varint(data.nbytes)
         body = [header, _DATA_TAG, length, data]
         size = len(header) + len(_DATA_TAG) + len(length) + data.nbytes
+    tags = _PATHS.get(path)
+    if tags is None and path.startswith(_NAMED_PREFIX) and path.endswith(_NAMED_SUFFIX):
+        # NamedTensor {name, tensor}: the name, then the Tensor in its field.
+        name = path[len(_NAMED_PREFIX) : -len(_NAMED_SUFFIX)].encode()
+        length = _varint(size)
+        head = _NAME_TAG + _varint(len(name)) + name + _NAMED_TENSOR_TAG + length
+        body[:0] = [head]
+        size += len(head)
+        tags = (_COMPARE_OBSERVED_TAG,)
+    if tags is None:
+        raise KeyError(path)
     # From the Tensor outwards: each enclosing field is its tag, the length
     # of what it encloses, then that.
-    for tag in reversed(_PATHS[path]):
+    for tag in reversed(tags):
         length = _varint(size)
         body[:0] = [tag, length]
         size += len(tag) + len(length)
@@ -94,7 +129,7 @@ def _tensor_pieces(path: str, tensor: Union[np.ndarray, TensorRef]) -> list[Piec
 
 
 def encode_request(
-    req: pb.VerifyRequest, tensors: Sequence[tuple[str, Union[np.ndarray, TensorRef]]]
+    req: Message, tensors: Sequence[tuple[str, Union[np.ndarray, TensorRef]]]
 ) -> bytes:
     """`req` (without tensors) serialized with each (path, tensor) of
     `tensors` set: an array inline, its bytes (C-contiguous, little-endian,
