@@ -27,6 +27,12 @@ from ._report import _VERDICT_NAMES, Diagnosis, Stats
 __all__ = ["CompareResult", "ComparedOutput", "OutputPair"]
 
 
+def _says(text: str, sentence: str) -> bool:
+    """Whether `text` holds `sentence` already (the headline quotes the
+    advice mid-sentence, its first letter in lower case)."""
+    return sentence in text or (sentence[:1].lower() + sentence[1:]) in text
+
+
 @dataclass(frozen=True)
 class ComparedOutput(_Node):
     """One of the compared outputs: its name, its statistics against the
@@ -183,7 +189,7 @@ class CompareResult(_Node):
             )
         if p is not None:
             for who, advice in p.advice.items():
-                if advice not in self.headline:
+                if not _says(self.headline, advice):
                     lines.append(f"  Advice for {who}: {advice}")
         return "\n".join(lines)
 

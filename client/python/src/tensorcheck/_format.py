@@ -160,20 +160,26 @@ def lead_lines(d: Diagnosis) -> list[str]:
 
 
 def format_diagnosis(
-    d: Diagnosis, *, lead: bool = True, ranking_shown: Optional[int] = None
+    d: Diagnosis,
+    *,
+    lead: bool = True,
+    ranking_shown: Optional[int] = None,
+    defect_shown: Optional[int] = None,
 ) -> str:
     """The diagnosis message: the server's headline and advice first
     (`lead_lines`; lead=False leaves them to the caller), the verdict's
     reason when the headline is there too, the accepted configuration,
-    what is not rounding (a `defect` verdict), then the best match and the
-    ranking (its first `ranking_shown` rows, default 5)."""
+    what is not rounding (a `defect` verdict; `defect_shown` columns, rows
+    and elements of each, default 5), then the best match and the ranking
+    (its first `ranking_shown` rows, default 5)."""
     lines = lead_lines(d) if lead else []
     if d.headline and d.verdict_reason:
         lines.append(f"Why: {d.verdict_reason}")
     if d.accepted_as:
         lines.append(f"Accepted as: {d.accepted_as}")
     if d.defect is not None:
-        lines.extend(_defect_lines(d.defect, d.headline))
+        shown = _DEFECT_SHOWN if defect_shown is None else defect_shown
+        lines.extend(_defect_lines(d.defect, d.headline, shown))
     verdict = f"; verdict {d.verdict}" if d.verdict else ""
     head = f"Best match: {d.best or 'none'} (confidence {d.confidence:.2f}{verdict})"
     if d.best and d.equivalent:
@@ -225,21 +231,23 @@ def _fmt_sigma(v: float) -> str:
     return "inf" if v == math.inf else f"{v:.1f}"
 
 
-def _defect_group_lines(kind: str, groups: Sequence[DefectGroup]) -> list[str]:
+def _defect_group_lines(
+    kind: str, groups: Sequence[DefectGroup], shown: int = _DEFECT_SHOWN
+) -> list[str]:
     """One line per group, "  column 2: 64 disagreements vs 0.8 expected,
     max 4096 ULP, 812.3 sigma", the first _DEFECT_SHOWN, then how many more."""
     lines = [
         f"  {kind} {g.index}: {g.disagreements} disagreements vs "
         f"{g.expected_disagreements:.3g} expected, max {g.max_ulp} ULP, "
         f"{_fmt_sigma(g.max_sigma)} sigma" + (f", shift t = {g.shift_t:.1f}" if g.shift_t else "")
-        for g in groups[:_DEFECT_SHOWN]
+        for g in groups[:shown]
     ]
-    if len(groups) > _DEFECT_SHOWN:
-        lines.append(f"  ... {len(groups) - _DEFECT_SHOWN} more {kind}s")
+    if len(groups) > shown:
+        lines.append(f"  ... {len(groups) - shown} more {kind}s")
     return lines
 
 
-def _defect_lines(defect: Defect, headline: str = "") -> list[str]:
+def _defect_lines(defect: Defect, headline: str = "", shown: int = _DEFECT_SHOWN) -> list[str]:
     """Where to look (unless the headline says it already), the columns and
     rows rounding does not explain, and the elements beyond the threshold,
     largest first: each line only when the server sent something for it."""
@@ -248,18 +256,18 @@ def _defect_lines(defect: Defect, headline: str = "") -> list[str]:
         lines.append(f"Where to look: {defect.where_to_look}")
     if defect.columns:
         lines.append("Columns not explained by rounding:")
-        lines.extend(_defect_group_lines("column", defect.columns))
+        lines.extend(_defect_group_lines("column", defect.columns, shown))
     if defect.rows:
         lines.append("Rows not explained by rounding:")
-        lines.extend(_defect_group_lines("row", defect.rows))
+        lines.extend(_defect_group_lines("row", defect.rows, shown))
     if defect.element_count or defect.elements:
         lines.append(
             f"Elements beyond {_fmt_sigma(defect.element_threshold_sigma)} sigma: "
             f"{defect.element_count} (farthest: {defect.max_ulp} ULP, "
             f"{_fmt_sigma(defect.max_sigma)} sigma)"
         )
-        shown = defect.elements[:_DEFECT_SHOWN]
-        for de in shown:
+        listed = defect.elements[:shown]
+        for de in listed:
             e = de.element
             if e is None:
                 lines.append(f"  (index not sent): {_fmt_sigma(de.sigma)} sigma")
@@ -268,7 +276,7 @@ def _defect_lines(defect: Defect, headline: str = "") -> list[str]:
                 f"  {_fmt_index(e.index)}: observed {e.actual!r}, best {e.expected!r}, "
                 f"{e.ulp} ULP, {_fmt_sigma(de.sigma)} sigma"
             )
-        more = max(defect.element_count, len(defect.elements)) - len(shown)
+        more = max(defect.element_count, len(defect.elements)) - len(listed)
         if more > 0:
             lines.append(f"  ... {more} more")
     return lines
@@ -405,10 +413,15 @@ def format_parity_failure(
                 )
             )
     else:
-        lines.extend(format_mismatch(report, worst_shown=3).splitlines())
+        # With a diagnosis, its elements (against the best match) stand for
+        # the worst ones (against the reference).
+        worst = 0 if diagnosis is not None else 3
+        lines.extend(format_mismatch(report, worst_shown=worst).splitlines())
     if diagnosis is not None:
         lines.append("")
-        lines.extend(format_diagnosis(diagnosis, lead=False, ranking_shown=3).splitlines())
+        lines.extend(
+            format_diagnosis(diagnosis, lead=False, ranking_shown=3, defect_shown=2).splitlines()
+        )
     elif diagnosis_error:
         lines.extend(["", f"Diagnosis unavailable: {diagnosis_error}"])
     return "\n".join(cap_lines(lines))

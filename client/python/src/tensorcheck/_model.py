@@ -897,7 +897,12 @@ def assert_model_parity(report_or_model: Any, *args: Any, **kwargs: Any) -> Mode
     `tensorcheck.torch.check_linears(model, *args, **kwargs)`) or a flax
     Module (`tensorcheck.flax.check_denses(module, variables, *args,
     **kwargs)`).
+
+    The message is at most 25 lines, the first diverging layer call's
+    answer from the server (its headline) first; pytest shows the test's
+    line, not this library's.
     """
+    __tracebackhide__ = True  # pytest: the failure is the test's line
     report = report_or_model
     if not isinstance(report, ModelReport):
         module = type(report_or_model).__module__ or ""

@@ -101,8 +101,9 @@ class _Reporting(Progress):
             if self._phase is None:
                 return
             if self._done < self._total:
-                self._advanced(self._total - self._done)
+                step = self._total - self._done
                 self._done = self._total
+                self._advanced(step)
             self._ended()
             self._phase = None
 
