@@ -125,10 +125,15 @@ func retryAfter(trailer metadata.MD) time.Duration {
 
 // Where a Client's server address came from, as errors that name it say.
 const (
-	serverGiven   = `the address given to Dial; Dial(ctx, "") reads TENSORCHECK_SERVER`
+	serverGiven   = "given to Dial"
 	serverFromEnv = "from TENSORCHECK_SERVER"
 	serverDefault = "the default: TENSORCHECK_SERVER is unset"
 )
+
+// unreachableHow ends the message of a server that cannot be reached: how
+// to point the client at another one (the Python client's words).
+const unreachableHow = `. Start one there, or point the client at yours: tensorcheck.Dial(ctx, "host:port"), ` +
+	`or TENSORCHECK_SERVER=host:port in the environment and Dial(ctx, "")`
 
 // callError is err as a Client method returns it: a server that cannot be
 // reached (see unreachable) is named by its address.
@@ -148,11 +153,16 @@ func (c *Client) callError(err error) error {
 
 // unreachable rewrites e, a codes.Unavailable without the server's retry
 // hint (the server's own refusals carry one: the connection failed or
-// broke) or an error of Dial, to name the server's address and
-// TENSORCHECK_SERVER, followed by gRPC's own message. A message of the
-// client's about what it was doing on the way (asking the store, uploading
-// a tensor) is dropped: those are calls the caller did not make. The code
-// and the status (its details) stay those received.
+// broke) or an error of Dial, to name the server's address, where it came
+// from and gRPC's own message, and how to point the client elsewhere
+// (TENSORCHECK_SERVER):
+//
+//	no answer from a tensorcheck server at localhost:50051 (the default:
+//	TENSORCHECK_SERVER is unset; connection error: ...). Start one there, ...
+//
+// A message of the client's about what it was doing on the way (asking
+// the store, uploading a tensor) is dropped: those are calls the caller
+// did not make. The code and the status (its details) stay those received.
 func unreachable(e *Error, server, from string) *Error {
 	cause := e.Message
 	if e.status != nil {
@@ -160,7 +170,7 @@ func unreachable(e *Error, server, from string) *Error {
 	}
 	return &Error{
 		Code:       e.Code,
-		Message:    fmt.Sprintf("cannot reach the tensorcheck server at %s (%s): %s", server, from, cause),
+		Message:    fmt.Sprintf("no answer from a tensorcheck server at %s (%s; %s)%s", server, from, cause, unreachableHow),
 		RetryAfter: e.RetryAfter,
 		status:     e.status,
 	}
