@@ -9,6 +9,11 @@
 // period plus a few seconds (3 if it had to be forced). A sticky device
 // error exits 1 so the orchestrator restarts the process. SIGHUP re-reads
 // the tokens file (--tokens-file).
+//
+// --help lists the flags below, --helpfull Abseil's as well, --version the
+// version and build; both exit 0. A usage error (an unknown flag, a value
+// that does not parse or is out of range) exits 2, as the CLI's do; a port
+// that cannot be bound (taken by another process) exits 1.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,9 +26,16 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "server/service/logging.h"
 #include "server/service/server.h"
 
@@ -147,6 +159,10 @@ int Run() {
   tensorcheck::ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  if (options.port < 0 || options.port > 65535) {
+    std::cerr << "--port: 0 (a free port) or 1..65535 expected, got " << options.port << "\n";
+    return 2;
+  }
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (options.metrics_port < 0 || options.metrics_port > 65535) {
     std::cerr << "--metrics-port: 0 (no endpoint) or 1..65535 expected, got "
@@ -330,6 +346,65 @@ int Run() {
   return exit_code.load();
 }
 
+// --help and --version (absl/flags/usage_config.h).
+//
+// A flag's file as Abseil reports it: relative to the source tree
+// ("server/main.cc"). __FILE__ is absolute in a plain build ("/src/...")
+// and relative to the compiling directory under ccache's CCACHE_BASEDIR
+// ("../server/main.cc", "../../../server/service/x.cc").
+std::string NormalizeFilename(absl::string_view file) {
+  static const absl::string_view kRoot = [] {
+    absl::string_view self = __FILE__;
+    return absl::ConsumeSuffix(&self, "server/main.cc") ? self : absl::string_view();
+  }();
+  if (!kRoot.empty()) absl::ConsumePrefix(&file, kRoot);
+  while (absl::ConsumePrefix(&file, "./") || absl::ConsumePrefix(&file, "../")) {
+  }
+  while (absl::ConsumePrefix(&file, "/")) {
+  }
+  return std::string(file);
+}
+
+// --help (and --helpshort) lists the flags the server's own sources define,
+// whichever file under server/ that is; --helpfull adds Abseil's.
+bool IsServerFlagFile(absl::string_view normalized) {
+  return absl::StartsWith(normalized, "server/");
+}
+
+// "tensorcheck-server 0.1.0 (Release, CUDA on)": the CMake project version,
+// CMAKE_BUILD_TYPE, and whether the cuBLAS/cuBLASLt backends are built in
+// (whether a GPU is present is `tensorcheck capabilities`' to say).
+std::string VersionString() {
+#ifdef TENSORCHECK_HAVE_CUDA
+  constexpr bool kCuda = true;
+#else
+  constexpr bool kCuda = false;
+#endif
+  return absl::StrCat("tensorcheck-server ", tensorcheck::kServerVersion, " (",
+                      TENSORCHECK_BUILD_TYPE, ", CUDA ", kCuda ? "on" : "off", ")\n");
+}
+
+// Exit codes of parsing: Abseil's parser reports a usage error on stderr
+// and exits 1, and exits 1 after --help too (0 after --version). The
+// handler below, registered for the parse alone, makes a usage error exit 2
+// (as the CLI does) and any help exit 0.
+std::atomic<bool> parsing{false};
+std::atomic<bool> usage_error{false};
+
+void ExitCodeOfParsing() {
+  if (!parsing.load()) return;
+  using absl::flags_internal::HelpMode;
+  const HelpMode mode = absl::flags_internal::GetFlagsHelpMode();
+  // An exit without a reported error and without a help flag is not
+  // Abseil's to make: call it a usage error too.
+  const bool help = mode != HelpMode::kNone;
+  const int code = usage_error.load() || !help ? 2 : 0;
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 // Flags are documented with dashes (--max-message-mb); Abseil names them
 // with underscores. Accept both by rewriting the name part of each flag.
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
@@ -351,11 +426,34 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
 
 }  // namespace
 
+// Abseil's hook for each fatal usage error, called after the message is on
+// stderr and before it exits (absl/flags/usage_config.h).
+extern "C" void ABSL_INTERNAL_C_SYMBOL(AbslInternalReportFatalUsageError)(absl::string_view) {
+  usage_error = true;
+}
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "tensorcheck-server: remote numerical verification of linear layers");
+      "remote numerical verification of linear layers (a gRPC service).\n\n"
+      "  tensorcheck-server [--host 0.0.0.0] [--port 50051] [FLAG...]\n\n"
+      "Flags take dashes or underscores (--max-message-mb, --max_message_mb), as\n"
+      "--flag=value or --flag value. --helpfull also lists Abseil's own flags,\n"
+      "--version prints the version and build. Exit codes: 0 stopped by SIGTERM or\n"
+      "SIGINT (or after --help, --version), 1 could not start (a port taken, a bad\n"
+      "file) or a sticky device error, 2 a usage error, 3 a shutdown past its\n"
+      "deadline. docs/operations.md says more.");
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = IsServerFlagFile;
+  usage.contains_helpshort_flags = IsServerFlagFile;
+  usage.contains_helppackage_flags = IsServerFlagFile;
+  usage.version_string = VersionString;
+  usage.normalize_filename = NormalizeFilename;
+  absl::SetFlagsUsageConfig(usage);
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
+  parsing = true;
+  std::atexit(ExitCodeOfParsing);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  parsing = false;
   return Run();
 }

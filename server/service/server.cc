@@ -1,8 +1,12 @@
 #include "server/service/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -20,6 +24,51 @@ namespace tensorcheck {
 
 namespace {
 constexpr char kServiceName[] = "tensorcheck.v1.TensorCheck";
+
+// Why host:port cannot be bound, as the system says when asked directly:
+// gRPC's builder only reports that it failed. Binds each of the host's
+// addresses the way gRPC does (SO_REUSEADDR, no SO_REUSEPORT) and names the
+// first error; "" when every bind succeeds now.
+std::string WhyNotBindable(std::string host, int port) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // "[::]": an IPv6 literal
+  }
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc));
+  }
+  std::string why;
+  for (const addrinfo* a = found; a != nullptr && why.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = errno == EADDRINUSE
+                ? absl::StrCat("port ", port, " is already in use (another process listens there)")
+                : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
+// The error of a port that did not bind, naming the address, what it was
+// for and the reason.
+absl::Status CannotListen(const std::string& host, int port, absl::string_view what) {
+  std::string why = WhyNotBindable(host, port);
+  if (why.empty()) why = "the address is in use or not this host's";
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", host, ":", port, " (", what, "): ", why));
+}
 }  // namespace
 
 int64_t TensorCheckServer::DefaultStoreBytes() {
@@ -180,6 +229,9 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     credentials = TlsServerCredentials(options.tls, options.credentials_reload);
   }
   builder.AddListeningPort(address, credentials, &server->port_);
+  // gRPC sets SO_REUSEPORT by default: a second server on a taken port
+  // would then start and share the port's connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -219,7 +271,7 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   builder.RegisterService(server->reflection_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " (address in use?)"));
+    return CannotListen(options.host, options.port, "the API");
   }
   if (options.health_port != 0) {
     if (options.health_port < 0 || options.health_port > 65535) {
@@ -235,10 +287,10 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     const std::string health_address = absl::StrCat(options.host, ":", options.health_port);
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
                                     &server->health_port_);
+    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     server->health_server_ = health_builder.BuildAndStart();
     if (server->health_server_ == nullptr || server->health_port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", health_address, " (address in use?)"));
+      return CannotListen(options.host, options.health_port, "the health port");
     }
   }
   for (grpc::Server* s : {server->server_.get(), server->health_server_.get()}) {

@@ -28,7 +28,10 @@
 
 namespace tensorcheck {
 
-inline constexpr char kServerVersion[] = "0.1.0";
+// The CMake project version (TENSORCHECK_VERSION, set on tc_service by
+// server/service/CMakeLists.txt): what Capabilities reports and
+// `tensorcheck-server --version` prints.
+inline constexpr char kServerVersion[] = TENSORCHECK_VERSION;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
