@@ -145,6 +145,11 @@ func (c *Client) CompareOutputs(ctx context.Context, req *CompareRequest) (*Comp
 	}
 	cmp := compareResultFromProto(resp)
 	cmp.UploadedBytes, cmp.ReusedBytes, cmp.accept = uploaded, reused, req.Accept
+	if len(req.Accept) == 0 {
+		// The verdict says whether the outputs are accepted: without
+		// Accept there is none, whatever the field holds.
+		cmp.Verdict, cmp.Passed = "", false
+	}
 	return cmp, nil
 }
 

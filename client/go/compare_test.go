@@ -162,6 +162,17 @@ func TestCompareResultStringFallsBackToTheVerdictSentenceThenTheBestMatch(t *tes
 	if cmp.Verdict != "" || cmp.Passed {
 		t.Errorf("verdict %q, passed %v without Accept", cmp.Verdict, cmp.Passed)
 	}
+
+	// A server that fills the verdict without Accept: it means nothing.
+	fake, c := startFake(t)
+	fake.compareResp = compareResponse()
+	fake.compareResp.Verdict = pb.Verdict_VERDICT_FAIL
+	req := compareRequest()
+	req.Accept = nil
+	if cmp, err := c.CompareOutputs(storeCtx(t), req); err != nil || cmp.Verdict != "" || cmp.Passed ||
+		strings.Contains(cmp.String(), "Verdict") {
+		t.Errorf("without Accept: %v, verdict %q, String()\n%s", err, cmp.Verdict, cmp)
+	}
 }
 
 func TestCompareOutputsSendsLargeTensorsThroughTheStore(t *testing.T) {
