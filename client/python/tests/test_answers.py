@@ -146,17 +146,36 @@ def test_accept_passes_on_the_servers_acceptance_although_the_tolerance_fails() 
 
 
 def test_accept_fails_with_the_headline_and_advice_first() -> None:
+    # Verify diagnosed among the accepted configurations only ("Unexplained"
+    # there); the Diagnose over every candidate says what the output is,
+    # and that headline leads.
     headline = "Rounding, not a bug: the output is cpu:tf32:unfused. Not accepted: it is not fp32."
     advice = "To get cpu:fp32:fused instead of cpu:tf32:unfused: jax.config.update(...)."
-    servicer = _accepting(pb.VERDICT_FAIL, headline, advice)
-    lines = _failure(servicer, accept="fp32")
-    assert servicer.methods == ["Verify"]  # Verify with accept diagnoses already
+    servicer = _accepting(pb.VERDICT_FAIL, "Unexplained: no offered configuration (fp32) ...")
+    d = pb.Diagnosis(best="cpu:tf32:unfused", headline=headline, advice=advice)
+    d.verdict = pb.Diagnosis.VERDICT_ROUNDING
+    servicer.diagnose = diagnose_response(d)
+    lines = _failure(servicer, accept="fp32", candidates=["cpu:fp32", "cpu:tf32"])
+    assert servicer.methods == ["Verify", "Diagnose"]
+    ((_, verify), (_, diag)) = servicer.requests
+    assert list(verify.accept) == list(diag.accept) == ["fp32"]
+    assert list(verify.configs) == [] and list(diag.configs) == ["cpu:fp32", "cpu:tf32"]
     assert lines[:3] == [headline, f"Advice: {advice}", ""]
     assert lines[3] == "Verdict: FAIL (accept fp32)"
     assert lines[4] == (
         "observed vs cpu:fp64:none: 32 / 32 outside tolerance torch, max_abs 0.00105, max 9000 ULP"
     )
     assert len(lines) <= 25
+
+
+def test_accept_keeps_verifys_answer_when_the_wider_diagnosis_accepts() -> None:
+    # The verdict is Verify's: a message never reads "Accepted" under FAIL.
+    servicer = _accepting(pb.VERDICT_FAIL, "Unexplained: the accepted answer of Verify.")
+    d = pb.Diagnosis(best="cpu:tf32:unfused", headline="Rounding ... Accepted (tf32).")
+    d.accepted = True
+    servicer.diagnose = diagnose_response(d)
+    lines = _failure(servicer, accept="tf32")
+    assert lines[0] == "Unexplained: the accepted answer of Verify."
 
 
 def test_accept_against_a_server_that_ignores_it_is_unimplemented() -> None:

@@ -366,10 +366,16 @@ def test_assert_model_parity_names_the_diverging_layer(
     broken_run: Any, client: tensorcheck.Client
 ) -> None:
     report, _ = broken_run
-    with pytest.raises(AssertionError, match=rf"layer {BROKEN_LAYER}\b"):
+    # Layer calls are numbered from 0 in execution order (the table's #).
+    where = rf"layer call #{LINEAR_NAMES.index(BROKEN_LAYER)} {BROKEN_LAYER}\b"
+    with pytest.raises(AssertionError, match=where) as e:
         tensorcheck.assert_model_parity(report)
+    lines = str(e.value).splitlines()
+    first = report.first_divergence()
+    assert first is not None and first.headline
+    assert lines[0] == first.headline and len(lines) <= 25
     # The same from the model, run and checked by assert_model_parity itself.
-    with pytest.raises(AssertionError, match=rf"layer {BROKEN_LAYER}\b"):
+    with pytest.raises(AssertionError, match=where):
         tensorcheck.assert_model_parity(
             port_with_bias_after_rounding(torch.bfloat16), token_ids(), client=client
         )
@@ -551,7 +557,10 @@ def test_non_finite_output_is_reported_for_its_layer(client: tensorcheck.Client)
     assert str(nonfinite[NONFINITE_LAYER]) in first.divergence_reason
     assert first.status in ("failed", "error")
     assert all(la.status == "passed" for la in report.layers[:index])
-    with pytest.raises(AssertionError, match=rf"layer {NONFINITE_LAYER}\b"):
+    with pytest.raises(
+        AssertionError,
+        match=rf"layer call #{index} {NONFINITE_LAYER} \(of \d+, numbered from 0\): its captured",
+    ):
         tensorcheck.assert_model_parity(report)
 
 

@@ -227,9 +227,13 @@ def test_summary_status_words_are_the_servers_and_rows_numbered_from_0() -> None
     assert first == [
         f"First divergence: #1 odd: matches {UNFUSED}, while 2 of 3 layers match {FUSED}."
     ]
-    # The failed row: the server's headline, its advice beneath.
+    # The failed row: the server's headline, the model's rule it broke and
+    # the advice beneath.
     i = lines.index(f"  #1 odd: FAIL: {rounding}")
-    assert lines[i + 1] == f"      Advice: {advice}"
+    assert lines[i + 1 : i + 3] == [
+        f"      Rule: matches {UNFUSED}, while 2 of 3 layers match {FUSED}.",
+        f"      Advice: {advice}",
+    ]
     assert "passed" not in "\n".join(lines) and "FAILED" not in "\n".join(lines)
 
 

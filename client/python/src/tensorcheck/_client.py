@@ -917,19 +917,28 @@ class Client:
             report = self._run("Verify", call, timeout, prog)
             if report.passed:
                 return report
+            # With accept= the Verify answer carries a diagnosis among
+            # `configs` and the accepted configurations only; the Diagnose
+            # over `candidates` (default all) can say what the output is
+            # instead ("... Not accepted: it is not fp32.") and how to get
+            # an accepted one. Its answer is shown unless it accepts the
+            # output after all (a candidate tied to an accepted one):
+            # the verdict is Verify's.
             diagnosis, unavailable = report.diagnosis, None
-            if diagnosis is None and diagnose:
+            if diagnose:
                 dreq = pb.VerifyRequest()
                 dreq.CopyFrom(call.request)
                 del dreq.configs[:]
                 dreq.configs.extend(cands)
                 dreq.output.return_outputs = False
                 try:
-                    diagnosis = self._run(
-                        "Diagnose", call.with_request(dreq), timeout, prog
-                    ).diagnosis
+                    wider = self._run("Diagnose", call.with_request(dreq), timeout, prog).diagnosis
                 except Error as e:
-                    unavailable = str(self._reachable(e, "Diagnose"))
+                    if diagnosis is None:
+                        unavailable = str(self._reachable(e, "Diagnose"))
+                else:
+                    if wider is not None and not wider.accepted:
+                        diagnosis = wider
         raise AssertionError(format_parity_failure(report, diagnosis, unavailable))
 
     def compare_outputs(

@@ -160,9 +160,12 @@ class CompareResult(_Node):
 
     @property
     def passed(self) -> Optional[bool]:
-        """With accept=: whether the server accepted both outputs; None
-        without (the comparison is an explanation, not a test)."""
-        return None if self.verdict is None else self.verdict == "pass"
+        """With accept=: whether the server accepted both outputs (its
+        verdict); None without (the comparison is an explanation, not a
+        test, and the verdict is only defined with accept=)."""
+        if not self.accept or self.verdict is None:
+            return None
+        return self.verdict == "pass"
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -173,9 +176,9 @@ class CompareResult(_Node):
         """The headline, then a line per output (its own headline, or its
         best match) and the pair's numbers and advice."""
         lines = [self.headline] if self.headline else []
-        if self.verdict is not None:
+        if self.accept and self.verdict is not None:
             word = VERDICT_WORDS.get(self.verdict, self.verdict.upper())
-            lines.append(f"Verdict: {word} (accept {', '.join(self.accept) or '?'})")
+            lines.append(f"Verdict: {word} (accept {', '.join(self.accept)})")
         for o in self.outputs:
             d = o.diagnosis
             what = (d.lead or f"best match {d.best or 'none'}") if d is not None else "-"

@@ -227,8 +227,11 @@ _DEFECT_SHOWN = 5
 
 def _fmt_sigma(v: float) -> str:
     """A distance in predicted standard errors, one decimal ("inf" for an
-    element where exactly one side is finite)."""
-    return "inf" if v == math.inf else f"{v:.1f}"
+    element where exactly one side is finite; 3 significant digits from a
+    million on, "1.78e+15")."""
+    if v == math.inf:
+        return "inf"
+    return f"{v:.3g}" if abs(v) >= 1e6 else f"{v:.1f}"
 
 
 def _defect_group_lines(

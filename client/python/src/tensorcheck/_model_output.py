@@ -120,14 +120,19 @@ def _answer(layer: LayerCheck) -> str:
 
 def _failed_lines(report: ModelReport) -> list[str]:
     """One line per failed (or refused) layer call, "  #13 blocks.3.mlp.down:
-    FAIL: <the server's headline>", its advice beneath; the first
-    _FAILED_LISTED, then how many more."""
+    FAIL: <the server's headline>", beneath it the model's rule it broke
+    when that is not the server's verdict (a consensus it does not match,
+    a bound_ratio over the threshold, non-finite values) and its advice;
+    the first _FAILED_LISTED, then how many more."""
     failed = [
         (i, layer) for i, layer in enumerate(report.layers) if layer.status in ("failed", "error")
     ]
     lines = []
     for i, layer in failed[:_FAILED_LISTED]:
         lines.append(f"  #{i} {layer.label}: {_status(layer)}: {_answer(layer)}")
+        rule = layer.divergence_reason
+        if layer.headline and rule and rule not in (layer.headline, layer.verdict_reason):
+            lines.append(f"      Rule: {_sentence(rule)}")
         if layer.advice:
             lines.append(f"      Advice: {layer.advice}")
     if len(failed) > _FAILED_LISTED:
