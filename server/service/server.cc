@@ -211,9 +211,16 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   if (server->metrics_ != nullptr) {
     server->metrics_->SetGaugeSource([raw] { return raw->ReadGauges(); });
     const std::string host = options.metrics_host.empty() ? options.host : options.metrics_host;
-    TC_ASSIGN_OR_RETURN(server->metrics_endpoint_,
-                        MetricsEndpoint::Start(absl::StrCat(host, ":", options.metrics_port),
-                                               server->metrics_.get()));
+    auto endpoint = MetricsEndpoint::Start(absl::StrCat(host, ":", options.metrics_port),
+                                           server->metrics_.get());
+    if (!endpoint.ok()) {
+      // The bind's own reason when there is one (a port taken).
+      const std::string why = WhyNotBindable(host, options.metrics_port);
+      if (why.empty()) return endpoint.status();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", host, ":", options.metrics_port, " (the metrics endpoint): ", why));
+    }
+    server->metrics_endpoint_ = std::move(*endpoint);
   }
 
   grpc::EnableDefaultHealthCheckService(true);

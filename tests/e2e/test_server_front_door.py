@@ -79,6 +79,9 @@ def test_help_lists_every_server_flag_with_its_help_and_exits_zero():
     listed = set(re.findall(r"^    --(\w+) \(", done.stdout, re.MULTILINE))
     assert listed == flags
     assert "--port (Port to listen on; 0 picks a free port.); default: 50051;" in done.stdout
+    # Every address by default: the images and manifests rely on it (with TLS
+    # and tokens); scripts/serve.sh asks for 127.0.0.1.
+    assert '--host (Address to listen on.); default: "0.0.0.0";' in done.stdout
     # Abseil's own flags only with --helpfull.
     assert "--flagfile" not in done.stdout
     full = server("--helpfull")
@@ -142,13 +145,17 @@ def test_a_taken_port_fails_the_second_server_and_the_first_still_serves(host):
         assert first.stop() == 0
 
 
-def test_a_taken_health_port_is_named():
+@pytest.mark.parametrize("flag, what", [("--health-port", "the health port"),
+                                        ("--metrics-port", "the metrics endpoint")])
+def test_a_taken_health_or_metrics_port_is_named(flag, what):
     first = ServerProcess()
     try:
         port = int(first.address.rsplit(":", 1)[1])
-        second = server("--host", "127.0.0.1", "--port", "0", "--health-port", str(port))
-        assert second.returncode == 1
-        assert f"cannot listen on 127.0.0.1:{port} (the health port)" in second.stderr
+        second = server("--host", "127.0.0.1", "--port", "0", flag, str(port))
+        assert second.returncode == 1, second.stderr
+        assert "listening on" not in second.stdout
+        assert (f"cannot listen on 127.0.0.1:{port} ({what}): port {port} is already in use"
+                in second.stderr), second.stderr
         assert health(first.address) == 1
     finally:
         assert first.stop() == 0
