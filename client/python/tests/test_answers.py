@@ -445,11 +445,13 @@ def unused_address() -> str:
     return f"127.0.0.1:{port}"
 
 
-def _says_where_and_how(e: tensorcheck.Error, address: str, method: str) -> None:
+def _says_where_and_how(
+    e: tensorcheck.Error, address: str, method: str, source: str = "given as server="
+) -> None:
     text = str(e)
     assert isinstance(e, tensorcheck.UnavailableError) and e.method == method
     assert text.startswith(
-        f"UNAVAILABLE ({method}): no answer from a tensorcheck server at {address} ("
+        f"UNAVAILABLE ({method}): no answer from a tensorcheck server at {address} ({source}; "
     )
     assert "TENSORCHECK_SERVER" in text and 'server="host:port"' in text
     # Never the store's RPCs, which the user did not call.
@@ -483,6 +485,27 @@ def test_an_unreachable_server_is_named_with_how_to_point_elsewhere(unused_addre
             with pytest.raises(tensorcheck.UnavailableError) as e:
                 call()
             _says_where_and_how(e.value, unused_address, method)
+
+
+def test_the_message_says_where_the_address_came_from(
+    unused_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENSORCHECK_SERVER", unused_address)
+    with tensorcheck.Client(timeout=TIMEOUT_S) as client:
+        with pytest.raises(tensorcheck.UnavailableError) as e:
+            client.capabilities()
+    _says_where_and_how(e.value, unused_address, "GetCapabilities", "from TENSORCHECK_SERVER")
+    monkeypatch.delenv("TENSORCHECK_SERVER")
+    with pytest.raises(tensorcheck.UnavailableError) as e:
+        with tensorcheck.Client(timeout=TIMEOUT_S) as client:
+            client.capabilities()
+    if not str(e.value).startswith(
+        "UNAVAILABLE (GetCapabilities): no answer from a tensorcheck server at localhost:50051"
+    ):
+        pytest.skip(f"something answers at localhost:50051 here: {e.value}")
+    _says_where_and_how(
+        e.value, "localhost:50051", "GetCapabilities", "the default: TENSORCHECK_SERVER is unset"
+    )
 
 
 def test_a_model_check_against_an_unreachable_server_names_it(unused_address: str) -> None:

@@ -53,7 +53,7 @@ from ._client import (
     MAX_MESSAGE_BYTES,
     Client,
     TlsArg,
-    resolve_server,
+    take_target,
     tls_credentials,
 )
 from ._compare import ComparedOutput, CompareResult, OutputPair
@@ -197,7 +197,7 @@ def assert_linear_parity(
     scales of an FP8 layer), progress=True.
     """
     __tracebackhide__ = True  # pytest: the failure is the test's line
-    address = resolve_server(server, target)
+    address = take_target(server, target)
     with Client(address, timeout=timeout, tls=tls, token=token) as client:
         return client.assert_linear_parity(
             x,

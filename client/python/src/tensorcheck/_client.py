@@ -198,25 +198,54 @@ def resolve_server(
     (with a DeprecationWarning), else $TENSORCHECK_SERVER, else the
     deprecated $TENSORCHECK_TARGET (with a DeprecationWarning), else
     DEFAULT_SERVER. TypeError when both server and target are given."""
+    return _resolve_server(server, target, stacklevel=stacklevel + 1)[0]
+
+
+def take_target(
+    server: Optional[str], target: Optional[str], *, stacklevel: int = 3
+) -> Optional[str]:
+    """`server`, or the deprecated `target=` in its place (with a
+    DeprecationWarning); TypeError when both are given."""
+    if target is None:
+        return server
+    warnings.warn(
+        "target= is deprecated: use server= (the same address)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    if server is not None:
+        raise TypeError("server: give server= or the deprecated target=, not both")
+    return target
+
+
+# Where a Client's address came from, as its unreachable message says.
+_FROM_ARGUMENT = "given as server="
+_FROM_TARGET = "given as target="
+_FROM_ENV = f"from {SERVER_ENV}"
+_FROM_OLD_ENV = f"from {TARGET_ENV}"
+_FROM_DEFAULT = f"the default: {SERVER_ENV} is unset"
+
+
+def _resolve_server(
+    server: Optional[str], target: Optional[str] = None, *, stacklevel: int = 3
+) -> tuple[str, str]:
+    """resolve_server's address, and where it came from."""
     if target is not None:
-        warnings.warn(
-            "target= is deprecated: use server= (the same address)",
-            DeprecationWarning,
-            stacklevel=stacklevel,
-        )
-        if server is not None:
-            raise TypeError("server: give server= or the deprecated target=, not both")
-        server = target
-    if server is None:
-        server = os.environ.get(SERVER_ENV) or None
-    if server is None and os.environ.get(TARGET_ENV):
+        taken = take_target(server, target, stacklevel=stacklevel + 1)
+        assert taken is not None
+        return taken, _FROM_TARGET
+    if server is not None:
+        return server, _FROM_ARGUMENT
+    if os.environ.get(SERVER_ENV):
+        return os.environ[SERVER_ENV], _FROM_ENV
+    if os.environ.get(TARGET_ENV):
         warnings.warn(
             f"${TARGET_ENV} is deprecated: set ${SERVER_ENV} instead",
             DeprecationWarning,
             stacklevel=stacklevel,
         )
-        server = os.environ[TARGET_ENV]
-    return DEFAULT_SERVER if server is None else server
+        return os.environ[TARGET_ENV], _FROM_OLD_ENV
+    return DEFAULT_SERVER, _FROM_DEFAULT
 
 
 def _check_spec(spec: object, name: str) -> None:
@@ -486,7 +515,7 @@ class Client:
         max_retries: int = DEFAULT_MAX_RETRIES,
         target: Optional[str] = None,
     ) -> None:
-        target = resolve_server(server, target)
+        target, self._server_from = _resolve_server(server, target)
         token_name = "token"
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
@@ -1206,9 +1235,9 @@ class Client:
             return error if error.method == method else error_for(error.code, error.message, method)
         return error_for(
             error.code,
-            f"{_UNREACHABLE} {self._target} ({error.message}). Start one there, or point the "
-            f'client at yours: server="host:port" (tensorcheck.Client("host:port")) or '
-            f"{SERVER_ENV}=host:port in the environment",
+            f"{_UNREACHABLE} {self._target} ({self._server_from}; {error.message}). Start one "
+            'there, or point the client at yours: server="host:port" '
+            f'(tensorcheck.Client("host:port")), or {SERVER_ENV}=host:port in the environment',
             method,
         )
 
