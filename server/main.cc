@@ -387,7 +387,10 @@ std::string VersionString() {
 // Exit codes of parsing: Abseil's parser reports a usage error on stderr
 // and exits 1, and exits 1 after --help too (0 after --version). The
 // handler below, registered for the parse alone, makes a usage error exit 2
-// (as the CLI does) and any help exit 0.
+// (as the CLI does) and any help exit 0. (Debian's Abseil, 20220623, has no
+// parse that returns instead of exiting: absl::ParseAbseilFlagsOnly came
+// later; hence the exit handler, Abseil's usage-error hook and its internal
+// help mode.)
 std::atomic<bool> parsing{false};
 std::atomic<bool> usage_error{false};
 
