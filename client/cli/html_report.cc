@@ -69,16 +69,22 @@ const pb::ConfigResult* FindResult(const pb::VerifyResponse& r, const std::strin
 }
 
 constexpr const char kCss[] = R"(
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px;
-       color: #1f2328; background: #fff; max-width: 1100px; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328;
+       background: #fff; box-sizing: border-box; width: 100%; max-width: 1800px;
+       margin: 0 auto; padding: 16px 24px; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.2em; border-bottom: 1px solid #d0d7de; padding-bottom: 4px; margin-top: 1.6em; }
+p { max-width: 120ch; }
 code { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.92em; }
 table { border-collapse: collapse; font-size: 0.92em; }
 th, td { border: 1px solid #d0d7de; padding: 3px 8px; }
-th { background: #f6f8fa; text-align: left; }
+th { background: #f6f8fa; text-align: left; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.num, code { white-space: nowrap; }
 tr.best td { background: #e6f4ea; font-weight: 600; }
+tr.failed td { background: #ffebe9; }
+tr.first td { font-weight: 600; }
+tr.first td:first-child { box-shadow: inset 4px 0 #cf222e; }
 dl.summary { display: grid; grid-template-columns: max-content auto; gap: 4px 16px; }
 dl.summary dt { font-weight: 600; }
 dl.summary dd { margin: 0; }
@@ -88,11 +94,14 @@ p.explanation { background: #f6f8fa; border-left: 4px solid #8c959f; padding: 8p
 p.note { color: #57606a; font-size: 0.88em; }
 figure { margin: 12px 0 24px 0; }
 figcaption { font-weight: 600; margin-bottom: 6px; }
+svg { max-width: 100%; height: auto; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #1f2328; }
 rect.bar { fill: #4f7cc9; }
 span.shared { color: #57606a; font-size: 0.88em; }
 p.verdict { font-size: 1.1em; padding: 10px 14px; border-left: 6px solid #8c959f;
-            background: #f6f8fa; }
+            background: #f6f8fa; margin-bottom: 0.4em; }
+p.headline { font-size: 1.25em; font-weight: 600; }
+p.advice { padding: 2px 20px; margin-top: 0; }
 p.verdict-rounding { border-color: #1a7f37; background: #e6f4ea; }
 p.verdict-defect { border-color: #cf222e; background: #ffebe9; }
 p.verdict-unexplained { border-color: #9a6700; background: #fff8c5; }
@@ -174,15 +183,32 @@ std::string RankingSection(const pb::Diagnosis& d) {
   return out;
 }
 
-// The server's verdict and its sentence, as a banner over the summary;
-// nothing from a server that predates the verdict.
+// The answer first: the server's headline (the verdict in words) as a
+// banner, and what to change under it when the server says; from a server
+// that predates the headline, the verdict and its reason; nothing from one
+// that predates the verdict too.
 std::string VerdictBanner(const pb::Diagnosis& d) {
   const std::string name = internal::VerdictName(d.verdict());
+  const std::string kind = name.empty() ? "" : absl::StrCat(" verdict-", name);
+  if (!d.headline().empty()) {
+    std::string out = absl::StrCat("<p class=\"verdict headline", kind, "\">",
+                                   HtmlEscape(d.headline()), "</p>\n");
+    if (!d.advice().empty()) {
+      absl::StrAppend(&out, "<p class=\"advice\">", HtmlEscape(d.advice()), "</p>\n");
+    }
+    return out;
+  }
   if (name.empty()) return "";
   return absl::StrCat(
-      "<p class=\"verdict verdict-", name, "\"><strong>Verdict: ", name, "</strong>",
+      "<p class=\"verdict", kind, "\"><strong>Verdict: ", name, "</strong>",
       d.verdict_reason().empty() ? "" : absl::StrCat(" &mdash; ", HtmlEscape(d.verdict_reason())),
       "</p>\n");
+}
+
+// A number in running text: never broken across lines ("7.31945e-" over
+// "05").
+std::string Num(const std::string& text) {
+  return absl::StrCat("<span class=\"num\">", text, "</span>");
 }
 
 // The page lists this many of a defect's columns, rows and elements each
@@ -229,10 +255,10 @@ std::string DefectSection(const pb::Diagnosis& d) {
     out += "</table>\n";
   }
   if (f.element_count() > 0 || f.elements_size() > 0) {
-    absl::StrAppend(&out, "<p class=\"note\">Elements beyond ", G(f.element_threshold_sigma()),
+    absl::StrAppend(&out, "<p class=\"note\">Elements beyond ", Num(G(f.element_threshold_sigma())),
                     " predicted standard errors of another summation order (false-alarm rate ",
-                    G(f.false_alarm_rate()), "): ", f.element_count(), "; the farthest is ",
-                    UlpText(f.max_ulp()), " ULP, ", G(f.max_sigma()),
+                    Num(G(f.false_alarm_rate())), "): ", f.element_count(), "; the farthest is ",
+                    Num(UlpText(f.max_ulp())), " ULP, ", Num(G(f.max_sigma())),
                     " sigma from the best candidate.</p>\n");
   }
   if (f.elements_size() > 0) {
@@ -300,10 +326,9 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
                                    : "the reference";
   std::string out;
 
-  // ---- summary, the server's verdict first
-  out += "<h2>Summary</h2>\n";
-  if (diagnose) out += VerdictBanner(r.diagnosis());
-  out += "<dl class=\"summary\">\n";
+  // ---- the answer, then the summary
+  if (diagnose || r.has_diagnosis()) out += VerdictBanner(r.diagnosis());
+  out += "<h2>Summary</h2>\n<dl class=\"summary\">\n";
   std::string heat_config;  // the candidate the first heatmap compares with
   bool heat_is_best = false;
   if (diagnose) {
@@ -316,6 +341,15 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
       absl::StrAppend(&out, "<dt>Best</dt><dd><code class=\"pass\">", HtmlEscape(d.best()),
                       "</code></dd>\n");
       absl::StrAppend(&out, "<dt>Confidence</dt><dd>", absl::StrFormat("%.2f", d.confidence()),
+                      "</dd>\n");
+    }
+    // Under a headline the verdict's own sentence stays in the summary.
+    const std::string verdict = internal::VerdictName(d.verdict());
+    if (!d.headline().empty() && !verdict.empty()) {
+      absl::StrAppend(&out, "<dt>Verdict</dt><dd>", verdict,
+                      d.verdict_reason().empty()
+                          ? ""
+                          : absl::StrCat(" &mdash; ", HtmlEscape(d.verdict_reason())),
                       "</dd>\n");
     }
     absl::StrAppend(&out, "<dt>Equivalent</dt><dd>", CodeList(d.equivalent()), "</dd>\n");
@@ -339,6 +373,17 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
             : absl::StrCat("<span class=\"", pass ? "pass\">PASS" : "fail\">FAIL", "</span>"),
         "</dd>\n");
   }
+  // Acceptance (VerifyRequest.accept): verify diagnoses only with it.
+  if (r.has_diagnosis() && (!diagnose || r.diagnosis().accepted())) {
+    const pb::Diagnosis& d = r.diagnosis();
+    absl::StrAppend(
+        &out, "<dt>Accepted</dt><dd>",
+        d.accepted() ? "<span class=\"pass\">yes</span>" : "<span class=\"fail\">no</span>",
+        d.accepted_as().empty()
+            ? ""
+            : absl::StrCat(", as <code>", HtmlEscape(d.accepted_as()), "</code>"),
+        "</dd>\n");
+  }
   absl::StrAppend(&out, "<dt>Reference</dt><dd><code>", HtmlEscape(ref_name), "</code></dd>\n");
   if (r.output_shape_size() > 0) {
     absl::StrAppend(&out, "<dt>Output shape</dt><dd>[", absl::StrJoin(r.output_shape(), ", "),
@@ -349,9 +394,10 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
     absl::StrAppend(&out, "<dt>Observed vs reference</dt><dd>",
                     s.passed() ? "<span class=\"pass\">within tolerance</span>"
                                : "<span class=\"fail\">not within tolerance</span>",
-                    ": mismatched ", s.mismatched(), " / ", s.total(), ", max_abs ", G(s.max_abs()),
-                    ", max_ulp ", UlpText(s.max_ulp()), ", bitwise-equal ",
-                    FormatShare(s.bitwise_equal_count(), s.total()), "</dd>\n");
+                    ": mismatched ", Num(absl::StrCat(s.mismatched(), " / ", s.total())),
+                    ", max_abs ", Num(G(s.max_abs())), ", max_ulp ", Num(UlpText(s.max_ulp())),
+                    ", bitwise-equal ", Num(FormatShare(s.bitwise_equal_count(), s.total())),
+                    "</dd>\n");
   }
   out += "</dl>\n";
   if (diagnose && !r.diagnosis().explanation().empty()) {

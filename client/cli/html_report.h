@@ -23,7 +23,9 @@
 // with hand-built responses.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,7 +117,42 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
 std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& ctx,
                               const Tensor* observed, const HtmlOptions& options = {});
 
+// One layer call on the chart of bound_ratio across depth.
+struct DepthPoint {
+  // Its place in execution order, from 0.
+  size_t index = 0;
+  // Its bound_ratio: 0, positive, or +inf (NaN is not charted).
+  double ratio = 0;
+  // The configuration explaining it, which picks its colour.
+  std::string config;
+  // The layer call's name.
+  std::string name;
+};
+
+// bound_ratio across depth as an SVG (`tensorcheck sweep --html`; the
+// Python client's ModelReport.to_html draws the same picture): x the layer
+// call's index of `layers`, y log10(bound_ratio) over whole decades around
+// the finite positive ratios and `threshold` (dashed). A ratio of 0 (the
+// output bitwise the reference's) sits on an extra decade at the bottom,
+// labelled 0, an infinite one on the top line, both hollow, and the legend
+// says so ("0 (bit-exact) shown at the floor"). The first divergence, when
+// it is charted, is ringed and named. A note instead when no point is
+// charted.
+std::string BoundRatioSvg(const std::vector<DepthPoint>& points, size_t layers, double threshold,
+                          std::optional<size_t> first_divergence);
+
 // The CSS of the pages (without the <style> element).
 std::string HtmlStyleSheet();
+
+// The font size of the charts' text, in CSS pixels (the style sheet's
+// `svg text`).
+inline constexpr double kSvgFontPx = 11;
+
+// An upper bound on the width of `text` in the charts' font, in CSS pixels:
+// 0.64 em a character, a digit of DejaVu Sans (Chromium's system-ui on
+// Debian), wider than the digits and most letters of other sans-serif
+// faces. The charts size their margins with it so that no label reaches
+// past the picture's edge.
+double SvgTextWidth(absl::string_view text);
 
 }  // namespace tensorcheck::cli

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <random>
@@ -14,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli/internal/html_charts.h"
+#include "client/cli/internal/report_format.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck::cli {
@@ -34,6 +37,12 @@ int Count(const std::string& haystack, const std::string& needle) {
     ++n;
   }
   return n;
+}
+
+ReportContext Ctx(const char* command) {
+  ReportContext c;
+  c.command = command;
+  return c;
 }
 
 // Nothing on the page may reach the network.
@@ -312,7 +321,7 @@ TEST(MaxPoolAbsDiffTest, SizeMismatchIsInvalidArgument) {
 
 TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
   Fixture f = DiagnoseFixture();
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   ExpectSelfContained(page);
   EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
   EXPECT_THAT(page, HasSubstr("<code class=\"pass\">cpu:fp32:none</code>"));
@@ -360,7 +369,8 @@ TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
   EXPECT_THAT(page, HasSubstr(">max 1e-06</text>"));
   EXPECT_THAT(page, HasSubstr("Output viewed as 4 &times; 3"));
   // The largest difference, element (2, 1), is ringed and named.
-  EXPECT_THAT(page, HasSubstr("Largest |difference| 0.5 in rows 2, columns 1 (ringed)."));
+  EXPECT_THAT(page, HasSubstr("Largest |difference| <span class=\"num\">0.5</span> in rows 2, "
+                              "columns 1 (ringed)."));
   EXPECT_EQ(Count(page, "<circle class=\"largest\""), 2);
 }
 
@@ -368,7 +378,7 @@ TEST(FormatHtmlTest, NullBestSaysNoCandidateExplainsTheOutput) {
   Fixture f = DiagnoseFixture();
   f.response.mutable_diagnosis()->clear_best();
   f.response.mutable_diagnosis()->clear_equivalent();
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   ExpectSelfContained(page);
   EXPECT_THAT(page, HasSubstr("no candidate explains the output"));
   EXPECT_THAT(page, Not(HasSubstr("class=\"best\"")));
@@ -379,7 +389,7 @@ TEST(FormatHtmlTest, NullBestSaysNoCandidateExplainsTheOutput) {
 TEST(FormatHtmlTest, ConfigNamesAreEscaped) {
   Fixture f = DiagnoseFixture();
   f.response.mutable_diagnosis()->mutable_ranking(1)->set_config("cpu:<img src=x>");
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   EXPECT_THAT(page, HasSubstr("cpu:&lt;img src=x&gt;"));
   EXPECT_THAT(page, Not(HasSubstr("<img")));
 }
@@ -388,7 +398,7 @@ TEST(FormatHtmlTest, MissingOutputsBecomeNotesInsteadOfHeatmaps) {
   Fixture f = DiagnoseFixture();
   f.response.mutable_results(0)->clear_output();
   f.response.mutable_reference()->clear_output();
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   EXPECT_EQ(Count(page, "data:image/png;base64,"), 0);
   EXPECT_THAT(page, HasSubstr("the server returned no output for cpu:fp32:none"));
   EXPECT_THAT(page, HasSubstr("the server returned no output for cpu:fp64:none"));
@@ -397,7 +407,7 @@ TEST(FormatHtmlTest, MissingOutputsBecomeNotesInsteadOfHeatmaps) {
 TEST(FormatHtmlTest, ObservedOfAnotherShapeIsANoteNotACrash) {
   Fixture f = DiagnoseFixture();
   Tensor wrong = *FromDoubles(DType::kFloat64, {5}, {1, 2, 3, 4, 5});
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &wrong);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &wrong);
   EXPECT_EQ(Count(page, "data:image/png;base64,"), 0);
   EXPECT_THAT(page, HasSubstr("needs 12 values; got 5 and 12"));
 }
@@ -413,7 +423,7 @@ TEST(FormatHtmlTest, VerifyWithoutObservedShowsEachConfigurationAgainstTheRefere
     c.mutable_vs_reference()->set_total(12);
     AddBucket(c.mutable_vs_reference(), 0, 0, 12);
   }
-  const std::string page = FormatHtml(r, ReportContext{"verify"}, /*observed=*/nullptr);
+  const std::string page = FormatHtml(r, Ctx("verify"), /*observed=*/nullptr);
   ExpectSelfContained(page);
   EXPECT_THAT(page, HasSubstr("<span class=\"fail\">FAIL</span>"));
   EXPECT_THAT(page, HasSubstr("ULP distance, cpu:fp32:none vs reference cpu:fp64:none"));
@@ -428,7 +438,7 @@ TEST(FormatHtmlTest, HeatmapsBeyondTheLimitAreLeftOutWithANote) {
   Fixture f = DiagnoseFixture();
   HtmlOptions opts;
   opts.max_heatmaps = 1;
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed, opts);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed, opts);
   EXPECT_EQ(Count(page, "data:image/png;base64,"), 1);
   EXPECT_THAT(page, HasSubstr("left out (at most 1 heatmaps per page)"));
 }
@@ -459,7 +469,7 @@ TEST(FormatHtmlTest, PageForA1921By3072OutputStaysUnderTenMegabytes) {
   r.mutable_diagnosis()->set_best("cpu:bf16:fused");
   r.mutable_diagnosis()->add_ranking()->set_config("cpu:bf16:fused");
   Tensor observed = *FromFloats(DType::kFloat32, {m, n}, obs);
-  const std::string page = FormatHtml(r, ReportContext{"diagnose"}, &observed);
+  const std::string page = FormatHtml(r, Ctx("diagnose"), &observed);
   std::cout << "page size for a " << m << "x" << n << " output: " << page.size() << " bytes\n";
   ::testing::Test::RecordProperty("page_bytes", static_cast<int>(page.size()));
   EXPECT_EQ(Count(page, "data:image/png;base64,"), 2);
@@ -494,7 +504,7 @@ TEST(FormatHtmlTest, CandidatesWithTheSameBitsShareOneRankingRow) {
     c->set_compared_elements(24576);
     c->set_ruled_out("Too far.");
   }
-  const std::string page = FormatHtml(r, ReportContext{"diagnose"}, nullptr);
+  const std::string page = FormatHtml(r, Ctx("diagnose"), nullptr);
   EXPECT_THAT(page, HasSubstr("<tr class=\"best\"><td class=\"num\">1</td><td>"
                               "<code>cpu:fp32:fused</code> =&nbsp;<code>cpu:tf32:fused</code> "
                               "=&nbsp;<code>cpu:fp32:unfused</code></td>"
@@ -510,8 +520,8 @@ TEST(FormatHtmlTest, CandidatesWithTheSameBitsShareOneRankingRow) {
   EXPECT_THAT(page, HasSubstr("<li>2. <code>cpu:bf16:fused</code>: Too far.</li>\n"
                               "<li>3. <code>cpu:fp16:fused</code>: Too far.</li>"));
   // 24,575 of 24,576 elements equal: never all.
-  EXPECT_THAT(page, Not(HasSubstr("100.0%")));
-  EXPECT_THAT(page, Not(HasSubstr("100%")));
+  EXPECT_THAT(page, Not(HasSubstr(">100.0%")));
+  EXPECT_THAT(page, Not(HasSubstr(">100%")));
 }
 
 // The server's verdict on DiagnoseFixture: cpu:fp32:none explains the
@@ -549,12 +559,13 @@ void AddDefect(pb::VerifyResponse* r) {
 TEST(FormatHtmlTest, DefectVerdictIsABannerOverTheSummaryWithWhereToLookAndTheDefectTables) {
   Fixture f = DiagnoseFixture();
   AddDefect(&f.response);
-  const std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   ExpectSelfContained(page);
-  // The banner opens the summary, the server's sentence escaped.
-  EXPECT_THAT(page, HasSubstr("<h2>Summary</h2>\n<p class=\"verdict verdict-defect\"><strong>"
+  // From a server without a headline the verdict and its reason open the
+  // page, the server's sentence escaped.
+  EXPECT_THAT(page, HasSubstr("</h1>\n<p class=\"verdict verdict-defect\"><strong>"
                               "Verdict: defect</strong> &mdash; Element (2, 1) is 2.1e5 sigma "
-                              "from cpu:fp32:none &lt;beyond 5.4&gt;.</p>\n"
+                              "from cpu:fp32:none &lt;beyond 5.4&gt;.</p>\n<h2>Summary</h2>\n"
                               "<dl class=\"summary\">"));
   EXPECT_THAT(page, HasSubstr("p.verdict-defect {"));
   // The defect section comes before the ranking.
@@ -571,10 +582,11 @@ TEST(FormatHtmlTest, DefectVerdictIsABannerOverTheSummaryWithWhereToLookAndTheDe
                               "<td class=\"num\">0.0375</td><td class=\"num\">1</td>"
                               "<td class=\"num\">4194304</td><td class=\"num\">210000</td>"
                               "</tr>\n</table>\n"));
-  EXPECT_THAT(page, HasSubstr("<p class=\"note\">Elements beyond 5.4375 predicted standard "
-                              "errors of another summation order (false-alarm rate 0.001): 1; "
-                              "the farthest is 4194304 ULP, 210000 sigma from the best "
-                              "candidate.</p>\n"));
+  EXPECT_THAT(page, HasSubstr("<p class=\"note\">Elements beyond <span class=\"num\">5.4375</span> "
+                              "predicted standard errors of another summation order (false-alarm "
+                              "rate <span class=\"num\">0.001</span>): 1; the farthest is "
+                              "<span class=\"num\">4194304</span> ULP, <span class=\"num\">"
+                              "210000</span> sigma from the best candidate.</p>\n"));
   EXPECT_THAT(page, HasSubstr("<tr><td>(2, 1)</td><td class=\"num\">7</td><td class=\"num\">7.5"
                               "</td><td class=\"num\">0.5</td><td class=\"num\">4194304</td>"
                               "<td class=\"num\">210000</td></tr>"));
@@ -582,7 +594,7 @@ TEST(FormatHtmlTest, DefectVerdictIsABannerOverTheSummaryWithWhereToLookAndTheDe
 
 TEST(FormatHtmlTest, EachVerdictHasItsBannerAndAnOlderServersPageHasNone) {
   Fixture f = DiagnoseFixture();
-  std::string page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+  std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
   EXPECT_THAT(page, Not(HasSubstr("<p class=\"verdict")));
   EXPECT_THAT(page, Not(HasSubstr("<h2>Defect</h2>")));
   const std::vector<std::pair<pb::Diagnosis::Verdict, std::string>> cases = {
@@ -593,13 +605,308 @@ TEST(FormatHtmlTest, EachVerdictHasItsBannerAndAnOlderServersPageHasNone) {
     f.response.mutable_diagnosis()->set_verdict(verdict);
     f.response.mutable_diagnosis()->set_verdict_reason("A sentence of the server, as sent.");
     f.response.mutable_diagnosis()->mutable_defect();  // empty: no section
-    page = FormatHtml(f.response, ReportContext{"diagnose"}, &f.observed);
+    page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
     EXPECT_THAT(page, HasSubstr(absl::StrCat(
                           "<p class=\"verdict verdict-", word, "\"><strong>Verdict: ", word,
                           "</strong> &mdash; A sentence of the server, as sent.</p>")))
         << word;
     EXPECT_THAT(page, Not(HasSubstr("<h2>Defect</h2>"))) << word;
   }
+}
+
+// ---------------------------------------------------------------- the answer first
+
+TEST(FormatHtmlTest, HeadlineOpensThePageWithTheAdviceUnderIt) {
+  Fixture f = DiagnoseFixture();
+  AddDefect(&f.response);
+  pb::Diagnosis* d = f.response.mutable_diagnosis();
+  d->set_headline("Not rounding: column 1 is <wrong>. Look at weight row 1 & its bias.");
+  d->set_advice("Set torch.backends.cuda.matmul.allow_tf32 = False.");
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
+  ExpectSelfContained(page);
+  // Right after the title: the headline, escaped, then the advice; the
+  // summary and everything else come after.
+  EXPECT_THAT(page, HasSubstr("<h1>tensorcheck diagnose</h1>\n"
+                              "<p class=\"verdict headline verdict-defect\">Not rounding: column 1 "
+                              "is &lt;wrong&gt;. Look at weight row 1 &amp; its bias.</p>\n"
+                              "<p class=\"advice\">Set torch.backends.cuda.matmul.allow_tf32 = "
+                              "False.</p>\n<h2>Summary</h2>\n"));
+  // The verdict's own sentence moves into the summary.
+  EXPECT_THAT(page, HasSubstr("<dt>Verdict</dt><dd>defect &mdash; Element (2, 1) is 2.1e5 sigma "
+                              "from cpu:fp32:none &lt;beyond 5.4&gt;.</dd>"));
+  EXPECT_THAT(page, Not(HasSubstr("<strong>Verdict:")));
+  EXPECT_EQ(Count(page, "class=\"verdict"), 1);
+}
+
+TEST(FormatHtmlTest, HeadlineWithoutAdviceHasNoAdviceLine) {
+  Fixture f = DiagnoseFixture();
+  pb::Diagnosis* d = f.response.mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+  d->set_headline("Rounding, not a bug: cpu:fp32:none explains every element.");
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
+  EXPECT_THAT(page, HasSubstr("</h1>\n<p class=\"verdict headline verdict-rounding\">Rounding, "
+                              "not a bug: cpu:fp32:none explains every element.</p>\n"
+                              "<h2>Summary</h2>"));
+  EXPECT_THAT(page, Not(HasSubstr("class=\"advice\"")));
+  // Without a reason from the server the summary says the verdict alone.
+  EXPECT_THAT(page, HasSubstr("<dt>Verdict</dt><dd>rounding</dd>"));
+}
+
+TEST(FormatHtmlTest, VerifyWithAcceptShowsTheHeadlineAndTheAcceptance) {
+  Fixture f = DiagnoseFixture();
+  pb::VerifyResponse& r = f.response;
+  r.set_verdict(pb::VERDICT_PASS);
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+  d->set_headline("Rounding, not a bug: the output is cpu:fp32:none, which you accept.");
+  d->set_accepted(true);
+  d->set_accepted_as("cpu:fp32:none");
+  std::string page = FormatHtml(r, Ctx("verify"), &f.observed);
+  EXPECT_THAT(page, HasSubstr("</h1>\n<p class=\"verdict headline verdict-rounding\">Rounding, "
+                              "not a bug: the output is cpu:fp32:none, which you accept.</p>\n"
+                              "<h2>Summary</h2>"));
+  EXPECT_THAT(page, HasSubstr("<dt>Accepted</dt><dd><span class=\"pass\">yes</span>, as "
+                              "<code>cpu:fp32:none</code></dd>"));
+  d->set_accepted(false);
+  d->clear_accepted_as();
+  r.set_verdict(pb::VERDICT_FAIL);
+  page = FormatHtml(r, Ctx("verify"), &f.observed);
+  EXPECT_THAT(page, HasSubstr("<dt>Accepted</dt><dd><span class=\"fail\">no</span></dd>"));
+  // A verify response without a diagnosis (no accept) shows neither.
+  r.clear_diagnosis();
+  page = FormatHtml(r, Ctx("verify"), &f.observed);
+  EXPECT_THAT(page, Not(HasSubstr("class=\"verdict")));
+  EXPECT_THAT(page, Not(HasSubstr("<dt>Accepted</dt>")));
+}
+
+// ---------------------------------------------------------------- layout
+
+// The page's CSS rule for `selector` (the text between its braces), or "".
+std::string CssRule(const std::string& css, const std::string& selector) {
+  const size_t at = css.find("\n" + selector + " {");
+  if (at == std::string::npos) return "";
+  const size_t open = css.find('{', at), close = css.find('}', at);
+  return css.substr(open + 1, close - open - 1);
+}
+
+TEST(FormatHtmlTest, PageIsFluidAndNumbersDoNotWrap) {
+  const std::string css = HtmlStyleSheet();
+  // The body takes the window's width up to a wide cap, not a fixed
+  // column of 1100 px.
+  const std::string body = CssRule(css, "body");
+  EXPECT_THAT(body, HasSubstr("width: 100%;"));
+  EXPECT_THAT(body, HasSubstr("max-width: 1800px;"));
+  EXPECT_THAT(CssRule(css, ".num, code"), HasSubstr("white-space: nowrap;"));
+  EXPECT_THAT(CssRule(css, "svg"), HasSubstr("max-width: 100%;"));
+
+  // 7.31945e-05 may break after its '-' in running text: every number on
+  // the page sits in an element of class "num" (or in an SVG, where text
+  // never wraps).
+  Fixture f = DiagnoseFixture();
+  AddDefect(&f.response);
+  f.response.mutable_observed_vs_reference()->set_max_abs(7.31945e-05);
+  f.response.mutable_results(0)->mutable_vs_observed()->set_max_abs(7.31945e-05);
+  f.response.mutable_diagnosis()->mutable_defect()->set_false_alarm_rate(7.31945e-05);
+  f.response.mutable_diagnosis()
+      ->mutable_defect()
+      ->mutable_elements(0)
+      ->mutable_element()
+      ->set_abs_diff(7.31945e-05);
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
+  int seen = 0;
+  for (size_t p = page.find("7.31945e-05"); p != std::string::npos;
+       p = page.find("7.31945e-05", p + 1)) {
+    ++seen;
+    const std::string before = page.substr(p - 12, 12);
+    EXPECT_EQ(before, "class=\"num\">") << page.substr(p - 80, 100);
+  }
+  EXPECT_EQ(seen, 4);  // summary, defect note, defect element, configurations table
+}
+
+// Where a <text> of an SVG may reach, by the bound SvgTextWidth promises
+// (0.64 em a character at 11 px) and the font's ascent and descent (at
+// most 0.95 and 0.25 em): the four corners of its box, after its rotation.
+struct TextBox {
+  std::string text;
+  double min_x, min_y, max_x, max_y;
+};
+
+std::string Attr(const std::string& tag, const std::string& name) {
+  const std::string key = " " + name + "=\"";
+  const size_t p = tag.find(key);
+  if (p == std::string::npos) return "";
+  const size_t q = tag.find('"', p + key.size());
+  return tag.substr(p + key.size(), q - p - key.size());
+}
+
+std::vector<TextBox> TextBoxes(const std::string& svg) {
+  std::vector<TextBox> out;
+  for (size_t p = svg.find("<text"); p != std::string::npos; p = svg.find("<text", p + 1)) {
+    const size_t end_tag = svg.find('>', p);
+    const std::string tag = svg.substr(p, end_tag - p);
+    const size_t close = svg.find("</text>", end_tag);
+    std::string text = svg.substr(end_tag + 1, close - end_tag - 1);
+    // Entities count as one character.
+    std::string plain;
+    for (size_t i = 0; i < text.size(); ++i) {
+      plain += text[i];
+      if (text[i] == '&') i = text.find(';', i);
+    }
+    const double font = 11, w = 0.64 * font * static_cast<double>(plain.size());
+    const double x = std::stod(Attr(tag, "x")), y = std::stod(Attr(tag, "y"));
+    const std::string anchor = Attr(tag, "text-anchor");
+    const double x0 = anchor == "end" ? x - w : anchor == "middle" ? x - w / 2 : x;
+    double angle = 0, cx = 0, cy = 0;
+    const std::string transform = Attr(tag, "transform");
+    if (!transform.empty()) {
+      EXPECT_EQ(std::sscanf(transform.c_str(), "rotate(%lf %lf %lf)", &angle, &cx, &cy), 3)
+          << transform;
+    }
+    const double a = angle * M_PI / 180, c = std::cos(a), s = std::sin(a);
+    TextBox b{plain, 1e300, 1e300, -1e300, -1e300};
+    for (double px : {x0, x0 + w}) {
+      for (double py : {y - 0.95 * font, y + 0.25 * font}) {
+        const double rx = cx + (px - cx) * c - (py - cy) * s;
+        const double ry = cy + (px - cx) * s + (py - cy) * c;
+        b.min_x = std::min(b.min_x, rx);
+        b.max_x = std::max(b.max_x, rx);
+        b.min_y = std::min(b.min_y, ry);
+        b.max_y = std::max(b.max_y, ry);
+      }
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+// Every <svg> of `html`: each text's box inside its viewBox.
+void ExpectTextInsideEverySvg(const std::string& html) {
+  int svgs = 0;
+  for (size_t p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) {
+    ++svgs;
+    const std::string svg = html.substr(p, html.find("</svg>", p) - p);
+    double w = 0, h = 0;
+    ASSERT_EQ(
+        std::sscanf(Attr(svg.substr(0, svg.find('>')), "viewBox").c_str(), "0 0 %lf %lf", &w, &h),
+        2);
+    for (const TextBox& b : TextBoxes(svg)) {
+      EXPECT_GE(b.min_x, 0) << b.text;
+      EXPECT_GE(b.min_y, 0) << b.text;
+      EXPECT_LE(b.max_x, w) << b.text;
+      EXPECT_LE(b.max_y, h) << b.text;
+    }
+  }
+  EXPECT_GT(svgs, 0);
+}
+
+TEST(HistogramSvgTest, ANarrowHistogramKeepsItsAxisCaptionInside) {
+  pb::Stats s;
+  s.set_total(5);
+  AddBucket(&s, 0, 0, 5);
+  const std::string svg = internal::HistogramSvg(s, "one bucket");
+  // The caption, 36 characters, is wider than one bar: the picture is at
+  // least 36 * 7.04 = 253.4 px wide plus margins.
+  EXPECT_THAT(svg, HasSubstr(">ULP distance (bar height: log scale)</text>"));
+  ExpectTextInsideEverySvg(svg);
+}
+
+TEST(HistogramSvgTest, LongTurnedLabelsAndHugeCountsStayInside) {
+  pb::Stats s;
+  s.set_total(1);
+  AddBucket(&s, 1000000000, 1999999999, 123456789012);  // a 21-character label, turned
+  AddBucket(&s, 2000000000, internal::kUlpInfinite, 7);
+  AddBucket(&s, internal::kUlpInfinite, internal::kUlpInfinite, 3);
+  const std::string svg = internal::HistogramSvg(s, "far apart");
+  EXPECT_THAT(svg, HasSubstr(">1000000000-1999999999</text>"));
+  EXPECT_THAT(svg, HasSubstr(">123456789012</text>"));
+  EXPECT_THAT(svg, HasSubstr("rotate(-45 "));
+  ExpectTextInsideEverySvg(svg);
+  // Counts of neighbouring bars do not overlap: 12 digits need 84.5 px.
+  const std::vector<TextBox> boxes = TextBoxes(svg);
+  ASSERT_GE(boxes.size(), 2u);
+  EXPECT_EQ(boxes[0].text, "123456789012");
+  EXPECT_EQ(boxes[2].text, "7");
+  EXPECT_LE(boxes[0].max_x, boxes[2].min_x);
+}
+
+TEST(HeatmapFigureTest, LongRowLabelsAndTheLegendStayInside) {
+  // 100000 x 2: a tall, narrow matrix (the box is 48 px wide) with a
+  // non-finite mismatch, so the legend shows both swatches.
+  const int64_t rows = 100000, cols = 2;
+  std::vector<double> a(static_cast<size_t>(rows * cols), 1.0), b = a;
+  b[7] = 1.5;
+  b[9] = kNaN;
+  auto g = MaxPoolAbsDiff(a, b, rows, cols, 512);
+  ASSERT_THAT(g, IsOk());
+  const std::string fig = internal::HeatmapFigure(*g, "tall", 0);
+  EXPECT_THAT(fig, HasSubstr(">row 99999</text>"));
+  EXPECT_THAT(fig, HasSubstr(">non-finite (NaN/inf mismatch)</text>"));
+  ExpectTextInsideEverySvg(fig);
+}
+
+TEST(FormatHtmlTest, EveryChartOfTheDiagnosePageKeepsItsTextInside) {
+  Fixture f = DiagnoseFixture();
+  ExpectTextInsideEverySvg(FormatHtml(f.response, Ctx("diagnose"), &f.observed));
+}
+
+// ---------------------------------------------------------------- bound_ratio across depth
+
+// The chart the Python client's ModelReport.to_html draws too
+// (client/python/tests/test_model_chart.py holds the same case and the
+// same numbers): threshold 3; three layer calls with bound_ratio 0, 0.5
+// and 4. The axis spans the decades of 0.5 .. 4 and 3: 1e-1 .. 1e1, and
+// one more below for the zero: 4 decades over the plot's 264 px, from
+// y = 16 (top) to 280 (the floor); x spans 64 .. 880.
+std::vector<DepthPoint> ThreeCalls() {
+  return {{0, 0.0, "cpu:bf16:fused", "blocks.0.up"},
+          {1, 0.5, "cpu:bf16:fused", "blocks.1.up"},
+          {2, 4.0, "cpu:bf16:unfused", "blocks.2.mlp.down_proj#1"}};
+}
+
+TEST(BoundRatioSvgTest, ZerosSitOnTheFloorLabelledZeroAndTheLegendSaysSo) {
+  const std::string svg = BoundRatioSvg(ThreeCalls(), 3, /*threshold=*/3.0, /*first_divergence=*/2);
+  // Decade lines at 280, 192, 104, 16 (264 / 3 apart), labelled 0, 0.1, 1,
+  // 10 (4 px below the line).
+  EXPECT_THAT(svg, HasSubstr("y=\"284\" text-anchor=\"end\">0</text>"));
+  EXPECT_THAT(svg, HasSubstr("y=\"196\" text-anchor=\"end\">0.1</text>"));
+  EXPECT_THAT(svg, HasSubstr("y=\"108\" text-anchor=\"end\">1</text>"));
+  EXPECT_THAT(svg, HasSubstr("y=\"20\" text-anchor=\"end\">10</text>"));
+  EXPECT_THAT(svg, Not(HasSubstr(">0.01</text>")));  // the floor is 0, not a silent 1e-2
+  // The zero: on the floor, hollow, its tooltip the true value.
+  EXPECT_THAT(svg, HasSubstr("<circle cx=\"64\" cy=\"280\" r=\"4\" fill=\"#fff\" "
+                             "stroke=\"#4f7cc9\" stroke-width=\"1.5\"><title>blocks.0.up: "
+                             "cpu:bf16:fused, bound_ratio 0</title></circle>"));
+  // 0.5: 16 + 264 * (1 - (log10 0.5 + 2) / 3) = 130.4906; 4: 51.0187;
+  // the threshold 3: 62.0133.
+  EXPECT_THAT(svg, HasSubstr("<circle cx=\"472\" cy=\"130.491\" r=\"4\" fill=\"#4f7cc9\""));
+  EXPECT_THAT(svg, HasSubstr("<circle cx=\"880\" cy=\"51.0187\" r=\"4\" fill=\"#2da44e\""));
+  EXPECT_THAT(svg, HasSubstr("y1=\"62.0133\" y2=\"62.0133\" stroke=\"#cf222e\""));
+  // The legend: the configurations, then what the floor means.
+  EXPECT_THAT(svg, HasSubstr(">cpu:bf16:fused</text>"));
+  EXPECT_THAT(svg, HasSubstr(">cpu:bf16:unfused</text>"));
+  EXPECT_THAT(svg, HasSubstr("<circle cx=\"70\" cy=\"370\" r=\"5\" fill=\"#fff\" "
+                             "stroke=\"#57606a\" stroke-width=\"1.5\"/><text x=\"82\" y=\"374\">"
+                             "0 (bit-exact) shown at the floor</text>"));
+  EXPECT_THAT(svg, HasSubstr("viewBox=\"0 0 900 386\""));  // 320 + 3 legend rows of 22
+  // The first divergence at the right edge: its label, 42 characters,
+  // turns to the left of the ring.
+  EXPECT_THAT(svg, HasSubstr("<text x=\"868\" y=\"43.0187\" text-anchor=\"end\" "
+                             "fill=\"#cf222e\">first divergence: blocks.2.mlp.down_proj#1</text>"));
+  ExpectTextInsideEverySvg(svg);
+}
+
+TEST(BoundRatioSvgTest, InfinitySitsOnTheTopLineAndNaNIsLeftOut) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::string svg = BoundRatioSvg(
+      {{0, inf, "a", "l0"}, {1, 2.0, "a", "l1"}, {2, kNaN, "a", "l2"}}, 3, 3.0, std::nullopt);
+  // Decades of 2 .. 3: 1 .. 10, no floor of zeros.
+  EXPECT_THAT(svg, HasSubstr("<circle cx=\"64\" cy=\"16\" r=\"4\" fill=\"#fff\""));
+  EXPECT_THAT(svg, HasSubstr(">inf shown at the top</text>"));
+  EXPECT_THAT(svg, Not(HasSubstr("at the floor")));
+  EXPECT_THAT(svg, HasSubstr("y=\"284\" text-anchor=\"end\">1</text>"));
+  EXPECT_THAT(svg, Not(HasSubstr("l2")));
+  EXPECT_THAT(svg, Not(HasSubstr("nan")));
+  ExpectTextInsideEverySvg(svg);
 }
 
 }  // namespace

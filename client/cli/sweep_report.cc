@@ -539,112 +539,21 @@ std::string FormatSweepGithubSummary(const std::vector<LayerResult>& layers,
 
 namespace {
 
-// Colours of the chart's configurations (the first eight; the rest grey).
-constexpr const char* kPalette[] = {"#4f7cc9", "#2da44e", "#bf8700", "#8250df",
-                                    "#1b7c83", "#d4a72c", "#e16f24", "#57606a"};
-
-// bound_ratio across depth: x the layer call's index, y log10(bound_ratio).
-std::string BoundRatioSvg(const std::vector<LayerResult>& layers, const SweepSummary& s,
-                          const SweepOptions& options) {
-  struct Point {
-    size_t index;
-    double ratio;
-    std::string config;
-  };
-  std::vector<Point> points;
-  std::vector<std::string> configs;  // legend order
+// The bound_ratio chart's points (internal/html_charts.h): every layer
+// call with a bound_ratio, labelled by the configuration explaining it.
+std::string DepthChart(const std::vector<LayerResult>& layers, const SweepSummary& s,
+                       const SweepOptions& options) {
+  std::vector<DepthPoint> points;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerVerdict& v = s.layers[i];
-    if (!v.bound_ratio.has_value() || std::isnan(*v.bound_ratio)) continue;
-    std::string config = v.explaining.empty() ? std::string("none explains it") : v.explaining[0];
-    if (std::find(configs.begin(), configs.end(), config) == configs.end()) {
-      configs.push_back(config);
-    }
-    points.push_back({i, *v.bound_ratio, config});
+    if (!v.bound_ratio.has_value()) continue;
+    points.push_back({i, *v.bound_ratio,
+                      !options.diagnose      ? std::string("(verify only)")
+                      : v.explaining.empty() ? std::string("none explains it")
+                                             : v.explaining[0],
+                      layers[i].FullName()});
   }
-  if (points.empty()) {
-    return "<p class=\"note\">No layer call has a bound_ratio to chart.</p>\n";
-  }
-  // The axis spans the finite positive ratios and the threshold; a ratio
-  // of 0 (bitwise what the best candidate computes) sits on the bottom
-  // line, an infinite one on the top line, each drawn hollow.
-  double lo = options.diagnose ? options.bound_threshold : 1.0;
-  double hi = lo;
-  for (const Point& p : points) {
-    if (p.ratio > 0 && std::isfinite(p.ratio)) {
-      lo = std::min(lo, p.ratio);
-      hi = std::max(hi, p.ratio);
-    }
-  }
-  double ylo = std::floor(std::log10(lo)), yhi = std::ceil(std::log10(hi));
-  if (yhi <= ylo) yhi = ylo + 1;
-  const bool zeros =
-      std::any_of(points.begin(), points.end(), [](const Point& p) { return p.ratio <= 0; });
-  if (zeros) ylo -= 1;  // the bottom line holds the zeros
-  const int width = 900, height = 320, left = 56, right = 20, top = 16, bottom = 40;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  const size_t n = layers.size();
-  auto x_of = [&](size_t i) {
-    return left + (n <= 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1));
-  };
-  auto y_of = [&](double r) {
-    if (!(r > 0)) return top + plot_h;
-    if (!std::isfinite(r)) return static_cast<double>(top);
-    return top + plot_h * (1 - (std::log10(r) - ylo) / (yhi - ylo));
-  };
-  auto colour = [&](const std::string& c) {
-    const size_t k =
-        static_cast<size_t>(std::find(configs.begin(), configs.end(), c) - configs.begin());
-    return k < 8 ? kPalette[k] : kPalette[7];
-  };
-  std::string out = absl::StrCat("<svg class=\"depth\" width=\"", width, "\" height=\"",
-                                 height + 22 * configs.size(), "\" viewBox=\"0 0 ", width, " ",
-                                 height + 22 * configs.size(),
-                                 "\" role=\"img\" aria-label=\"bound_ratio across depth\">\n");
-  absl::StrAppend(&out, "<rect x=\"", left, "\" y=\"", top, "\" width=\"", plot_w, "\" height=\"",
-                  plot_h, "\" fill=\"none\" stroke=\"#d0d7de\"/>\n");
-  for (double e = ylo; e <= yhi; e += 1) {
-    const double y = y_of(std::pow(10.0, e));
-    absl::StrAppend(&out, "<line x1=\"", left, "\" x2=\"", left + plot_w, "\" y1=\"", y, "\" y2=\"",
-                    y, "\" stroke=\"#eaeef2\"/><text x=\"", left - 6, "\" y=\"", y + 4,
-                    "\" text-anchor=\"end\">", zeros && e == ylo ? "0" : G3(std::pow(10.0, e)),
-                    "</text>\n");
-  }
-  if (options.diagnose) {
-    const double y = y_of(options.bound_threshold);
-    absl::StrAppend(&out, "<line x1=\"", left, "\" x2=\"", left + plot_w, "\" y1=\"", y, "\" y2=\"",
-                    y, "\" stroke=\"#cf222e\" stroke-dasharray=\"4 3\"/><text x=\"",
-                    left + plot_w - 4, "\" y=\"", y - 4,
-                    "\" text-anchor=\"end\" fill=\"#cf222e\">threshold ",
-                    G3(options.bound_threshold), "</text>\n");
-  }
-  absl::StrAppend(&out, "<text x=\"", left + plot_w / 2, "\" y=\"", height - 8,
-                  "\" text-anchor=\"middle\">layer call (execution order, 1 to ", n,
-                  ")</text>\n<text x=\"14\" y=\"", top + plot_h / 2,
-                  "\" text-anchor=\"middle\" transform=\"rotate(-90 14 ", top + plot_h / 2,
-                  ")\">bound_ratio (log)</text>\n");
-  for (const Point& p : points) {
-    const double x = x_of(p.index), y = y_of(p.ratio);
-    const bool clamped = !(p.ratio > 0) || !std::isfinite(p.ratio);
-    absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y, "\" r=\"4\" fill=\"",
-                    clamped ? "#fff" : colour(p.config), "\" stroke=\"", colour(p.config),
-                    "\" stroke-width=\"1.5\"><title>", HtmlEscape(layers[p.index].FullName()), ": ",
-                    HtmlEscape(p.config), ", bound_ratio ", G3(p.ratio), "</title></circle>\n");
-    if (s.first_divergence == p.index) {
-      absl::StrAppend(&out, "<circle cx=\"", x, "\" cy=\"", y,
-                      "\" r=\"9\" fill=\"none\" stroke=\"#cf222e\" stroke-width=\"2\"/><text x=\"",
-                      x + 12, "\" y=\"", y - 8, "\" fill=\"#cf222e\">first divergence: ",
-                      HtmlEscape(layers[p.index].FullName()), "</text>\n");
-    }
-  }
-  for (size_t k = 0; k < configs.size(); ++k) {
-    const double y = height + 22.0 * k + 6;
-    absl::StrAppend(&out, "<circle cx=\"", left + 6, "\" cy=\"", y, "\" r=\"5\" fill=\"",
-                    k < 8 ? kPalette[k] : kPalette[7], "\"/><text x=\"", left + 18, "\" y=\"",
-                    y + 4, "\">", HtmlEscape(configs[k]), "</text>\n");
-  }
-  out += "</svg>\n";
-  return out;
+  return BoundRatioSvg(points, layers.size(), options.bound_threshold, s.first_divergence);
 }
 
 }  // namespace
@@ -661,7 +570,7 @@ std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepS
   absl::StrAppend(&out, "<p class=\"", summary.passed ? "pass" : "fail", "\">",
                   HtmlEscape(OverallText(layers, summary)), "</p>\n");
   out += "<h2>bound_ratio across depth</h2>\n<figure>\n";
-  out += BoundRatioSvg(layers, summary, options);
+  out += DepthChart(layers, summary, options);
   out += "</figure>\n<h2>Layer calls</h2>\n<table class=\"layers\">\n";
   out +=
       "<tr><th>#</th><th>layer</th><th>best</th><th>status</th><th>bound_ratio</th>"
@@ -670,10 +579,16 @@ std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepS
     const LayerResult& l = layers[i];
     const LayerVerdict& v = summary.layers[i];
     const bool best = l.rpc == LayerRpc::kOk && l.response.has_diagnosis() && v.explained;
+    // A failed (or errored) row is shaded red, the first divergence also
+    // marked; the green of "best" is the ranking's, never a failure's.
+    // (A first divergence has failed.)
+    const bool bad = v.status == LayerStatus::kFailed || v.status == LayerStatus::kError;
+    const char* row_class = !bad                            ? ""
+                            : summary.first_divergence == i ? " class=\"failed first\""
+                                                            : " class=\"failed\"";
     absl::StrAppend(
-        &out, "<tr", summary.first_divergence == i ? " class=\"best\"" : "", "><td class=\"num\">",
-        i + 1, "</td><td><a href=\"#layer-", i, "\"><code>", HtmlEscape(l.FullName()),
-        "</code></a></td><td>",
+        &out, "<tr", row_class, "><td class=\"num\">", i + 1, "</td><td><a href=\"#layer-", i,
+        "\"><code>", HtmlEscape(l.FullName()), "</code></a></td><td>",
         best ? absl::StrCat("<code>", HtmlEscape(BestText(l.response)), "</code>") : "&ndash;",
         "</td><td class=\"", v.status == LayerStatus::kPassed ? "pass" : "fail", "\">",
         LayerStatusName(v.status), "</td><td class=\"num\">",
