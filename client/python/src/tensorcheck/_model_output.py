@@ -336,83 +336,162 @@ def write_junit(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None
 
 # --- the HTML page ------------------------------------------------------------------
 
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+# The chart of bound_ratio across depth is the picture `tensorcheck sweep
+# --html` draws (client/cli/html_charts.cc, BoundRatioSvg): the same axis,
+# places, colours and legend, so that a model reads alike from either client.
+_PALETTE = ["#4f7cc9", "#2da44e", "#bf8700", "#8250df", "#1b7c83", "#d4a72c", "#e16f24", "#57606a"]
+ZERO_CAPTION = "0 (bit-exact) shown at the floor"
+INF_CAPTION = "inf shown at the top"
+_FONT_PX = 11.0
 _STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}
+body{font:14px/1.45 system-ui,sans-serif;color:#222;box-sizing:border-box;width:100%;
+max-width:1800px;margin:0 auto;padding:16px 24px}
+p{max-width:120ch}
 h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-top:1px solid #ccc;padding-top:12px}
 table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f2f2f2}.fail{color:#b00020;font-weight:600}.ok{color:#1b7f2a}.note{color:#555}
+th{background:#f2f2f2;white-space:nowrap}.fail{color:#b00020;font-weight:600}.ok{color:#1b7f2a}
+.note{color:#555}.num,code{white-space:nowrap}
 .first{background:#fff1f1}code{font-size:13px}
+svg{max-width:100%;height:auto}
+svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1f2328}
 """
 
 
+def _g6(v: float) -> str:
+    """A coordinate as the CLI writes one (absl::StrCat: six significant digits)."""
+    return f"{v:.6g}"
+
+
+def _text_width(text: str) -> float:
+    """An upper bound on the width of `text` in the charts' 11 px font:
+    0.64 em a character, as the CLI's SvgTextWidth."""
+    return 0.64 * _FONT_PX * len(text)
+
+
+def _chart_config(layer: LayerCheck) -> str:
+    if layer.report is not None and layer.report.diagnosis is None:
+        return "(verify only)"
+    return layer.best or "none explains it"
+
+
 def _chart(report: ModelReport) -> str:
-    """bound_ratio across depth, log scale, a point per checked layer call
-    colored by the configuration explaining it; the first divergence in red."""
-    pts = [(i, layer) for i, layer in enumerate(report.layers) if layer.bound_ratio is not None]
-    w, h, left, bottom, top = 900, 280, 60, 40, 20
-    n = max(len(report.layers), 1)
+    """bound_ratio across depth, log scale, a point per layer call colored
+    by the configuration explaining it; the threshold dashed, the first
+    divergence ringed. A ratio of 0 (the output bitwise the reference's)
+    has no logarithm: the axis gains a decade at the bottom, labelled 0,
+    and zeros sit on that floor, hollow, the legend saying so; an infinite
+    ratio sits on the top line."""
+    pts = [
+        (i, layer.bound_ratio, _chart_config(layer), layer.label)
+        for i, layer in enumerate(report.layers)
+        if layer.bound_ratio is not None and not math.isnan(layer.bound_ratio)
+    ]
     if not pts:
         return '<p class="note">No layer call has a bound_ratio to chart.</p>'
-    vals = [max(layer.bound_ratio or 0.0, 1e-3) for _, layer in pts]
-    lo = math.floor(math.log10(min(vals + [report.bound_threshold / 10])))
-    hi = math.ceil(math.log10(max(vals + [report.bound_threshold * 2])))
-    hi = max(hi, lo + 1)
+    configs: list[str] = []
+    for _, _, config, _ in pts:
+        if config not in configs:
+            configs.append(config)
+    threshold = report.bound_threshold
+    finite = [r for _, r, _, _ in pts if 0 < r < math.inf]
+    zeros = any(r <= 0 for _, r, _, _ in pts)
+    infs = any(r == math.inf for _, r, _, _ in pts)
+    ylo = math.floor(math.log10(min([threshold, *finite])))
+    yhi = math.ceil(math.log10(max([threshold, *finite])))
+    if yhi <= ylo:
+        yhi = ylo + 1
+    if zeros:
+        ylo -= 1  # the floor holds the zeros
+    width, height, left, right, top, bottom = 900, 320, 64, 20, 16, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = len(report.layers)
 
-    def x(i: int) -> float:
-        return left + (w - left - 20) * (i + 0.5) / n
+    def x_of(i: int) -> float:
+        return left + (plot_w / 2 if n <= 1 else plot_w * i / (n - 1))
 
-    def y(v: float) -> float:
-        v = max(v, 10.0**lo)
-        return top + (h - top - bottom) * (hi - math.log10(v)) / (hi - lo)
+    def y_of(r: float) -> float:
+        if not r > 0:
+            return top + plot_h
+        if r == math.inf:
+            return top
+        return top + plot_h * (1 - (math.log10(r) - ylo) / (yhi - ylo))
 
-    colors: dict[str, str] = {}
-    out = [f'<svg width="{w}" height="{h}" role="img" aria-label="bound_ratio across depth">']
-    for e in range(lo, hi + 1):
-        out.append(
-            f'<line x1="{left}" x2="{w - 20}" y1="{y(10.0**e):.1f}" y2="{y(10.0**e):.1f}" '
-            'stroke="#ddd"/>'
-            f'<text x="{left - 6}" y="{y(10.0**e) + 4:.1f}" font-size="11" '
-            f'text-anchor="end">1e{e}</text>'
+    def colour(config: str) -> str:
+        return _PALETTE[min(configs.index(config), 7)]
+
+    legend = [(c, colour(c)) for c in configs]
+    if zeros:
+        legend.append((ZERO_CAPTION, ""))
+    if infs:
+        legend.append((INF_CAPTION, ""))
+    full_height = height + 22 * len(legend)
+    out = [
+        f'<svg class="depth" width="{width}" height="{full_height}" '
+        f'viewBox="0 0 {width} {full_height}" role="img" aria-label="bound_ratio across depth">',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
+        'stroke="#d0d7de"/>',
+    ]
+    # Every decade a grid line; at most 10 of them labelled (the floor of
+    # zeros always), so that labels never overlap.
+    decades = yhi - ylo
+    step = (decades + 9) // 10
+    for k in range(decades + 1):
+        grid_y = top + plot_h * (1 - k / decades)
+        line = (
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{_g6(grid_y)}" y2="{_g6(grid_y)}" '
+            'stroke="#eaeef2"/>'
         )
-    t = y(report.bound_threshold)
+        if k % step == 0 or (zeros and k == 0):
+            label = "0" if zeros and k == 0 else _num(10.0 ** (ylo + k))
+            line += (
+                f'<text class="tick" x="{left - 6}" y="{_g6(grid_y + 4)}" text-anchor="end">'
+                f"{label}</text>"
+            )
+        out.append(line)
+    t = y_of(threshold)
     out.append(
-        f'<line x1="{left}" x2="{w - 20}" y1="{t:.1f}" y2="{t:.1f}" stroke="#b00020" '
-        f'stroke-dasharray="4 3"/><text x="{w - 22}" y="{t - 4:.1f}" font-size="11" '
-        f'text-anchor="end" fill="#b00020">threshold {report.bound_threshold:g}</text>'
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{_g6(t)}" y2="{_g6(t)}" stroke="#cf222e" '
+        f'stroke-dasharray="4 3"/><text x="{left + plot_w - 4}" y="{_g6(t - 4)}" '
+        f'text-anchor="end" fill="#cf222e">threshold {_num(threshold)}</text>'
+    )
+    mid = top + plot_h // 2
+    out.append(
+        f'<text x="{_g6(left + plot_w / 2)}" y="{height - 8}" text-anchor="middle">'
+        f"layer call (execution order, 1 to {n})</text>"
+        f'<text x="14" y="{mid}" text-anchor="middle" transform="rotate(-90 14 {mid})">'
+        "bound_ratio (log)</text>"
     )
     first = report.first_divergence()
-    if first is not None:
-        fx = x(report.layers.index(first))
+    first_index = report.layers.index(first) if first is not None else None
+    for i, ratio, config, name in pts:
+        x, y = x_of(i), y_of(ratio)
+        fill = colour(config) if 0 < ratio < math.inf else "#fff"  # hollow: 0 or inf
         out.append(
-            f'<line x1="{fx:.1f}" x2="{fx:.1f}" y1="{top}" y2="{h - bottom}" stroke="#b00020"/>'
-            f'<text x="{fx + 4:.1f}" y="{top + 10}" font-size="11" fill="#b00020">'
-            f"first divergence: {html.escape(first.label)}</text>"
+            f'<circle cx="{_g6(x)}" cy="{_g6(y)}" r="4" fill="{fill}"'
+            f' stroke="{colour(config)}" stroke-width="1.5"><title>{html.escape(name)}: '
+            f"{html.escape(config)}, bound_ratio {_num(ratio)}</title></circle>"
         )
-    for i, layer in pts:
-        label = layer.best or "unexplained"
-        color = (
-            "#b00020"
-            if not layer.best
-            else colors.setdefault(label, _PALETTE[len(colors) % len(_PALETTE)])
-        )
+        if i == first_index:
+            # The label on the side of the ring with room for it, inside the picture.
+            label = f"first divergence: {name}"
+            flip = x + 12 + _text_width(label) > width - 4
+            anchor = ' text-anchor="end"' if flip else ""
+            ly = y + 20 if y - 8 < 14 else y - 8
+            out.append(
+                f'<circle cx="{_g6(x)}" cy="{_g6(y)}" r="9" fill="none" stroke="#cf222e" '
+                f'stroke-width="2"/><text x="{_g6(x - 12 if flip else x + 12)}" y="{_g6(ly)}"'
+                f'{anchor} fill="#cf222e">{html.escape(label)}</text>'
+            )
+    for k, (text, swatch) in enumerate(legend):
+        y = height + 22 * k + 6
         out.append(
-            f'<circle cx="{x(i):.1f}" cy="{y(layer.bound_ratio or 0.0):.1f}" r="4" fill="{color}">'
-            f"<title>{html.escape(layer.label)}: {html.escape(label)}, bound_ratio "
-            f"{_num(layer.bound_ratio)}</title></circle>"
+            f'<circle cx="{left + 6}" cy="{y}" r="5" fill="{swatch or "#fff"}" '
+            f'stroke="{swatch or "#57606a"}" stroke-width="1.5"/><text x="{left + 18}" '
+            f'y="{y + 4}">{html.escape(text)}</text>'
         )
-    out.append(
-        f'<text x="{(w + left) / 2:.0f}" y="{h - 8}" font-size="12" text-anchor="middle">'
-        "layer call (execution order)</text>"
-        f'<text x="14" y="{(h - bottom + top) / 2:.0f}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {(h - bottom + top) / 2:.0f})">bound_ratio</text></svg>'
-    )
-    legend = " ".join(
-        f'<span style="color:{c}">&#9679;</span> <code>{html.escape(k)}</code>'
-        for k, c in colors.items()
-    )
-    return "".join(out) + f"<p>{legend}</p>"
+    out.append("</svg>")
+    return "\n".join(out)
 
 
 def _histogram(layer: LayerCheck) -> str:
