@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -342,6 +343,52 @@ Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activatio
     c.bias = backend_default;
   }
   return c;
+}
+
+bool ConfigPattern::Matches(const Config& c) const {
+  if (backend.has_value() && *backend != c.backend) return false;
+  if (precision != c.precision) return false;
+  if (!bias.has_value() || *bias == c.bias) return true;
+  return *bias == BiasMode::kFused && c.bias == BiasMode::kNone;
+}
+
+std::string ConfigPattern::ToString() const {
+  std::string s = backend.has_value() ? absl::StrCat(*backend, ":") : "";
+  absl::StrAppend(&s, PrecisionName(precision));
+  if (bias.has_value()) absl::StrAppend(&s, ":", BiasModeName(*bias));
+  return s;
+}
+
+absl::StatusOr<ConfigPattern> ParseConfigPattern(absl::string_view text, absl::string_view field) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  auto malformed = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": '", text, "' ", why,
+                     "; expected precision[:bias] or backend:precision[:bias] (e.g. tf32, "
+                     "bf16:unfused, cpu:fp32:fused)"));
+  };
+  if (parts.empty() || parts.size() > 3 ||
+      absl::c_any_of(parts, [](absl::string_view p) { return p.empty(); })) {
+    return malformed("is malformed");
+  }
+  ConfigPattern out;
+  size_t next = 0;
+  // The first part is a precision, or else the backend.
+  if (!ParsePrecision(parts[0]).ok()) {
+    if (parts.size() == 1) return malformed("names no precision");
+    out.backend = std::string(parts[0]);
+    next = 1;
+  }
+  absl::StatusOr<Precision> precision = ParsePrecision(parts[next]);
+  if (!precision.ok()) return malformed(precision.status().message());
+  out.precision = *precision;
+  if (++next < parts.size()) {
+    absl::StatusOr<BiasMode> bias = ParseBiasMode(parts[next]);
+    if (!bias.ok()) return malformed(bias.status().message());
+    out.bias = *bias;
+    if (++next < parts.size()) return malformed("has a part after the bias");
+  }
+  return out;
 }
 
 }  // namespace tensorcheck

@@ -194,4 +194,22 @@ struct Config {
 Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
                      BiasMode backend_default, Fp8Scaling request_scaling = Fp8Scaling::kTensor);
 
+// A configuration the user accepts (VerifyRequest.accept):
+// `backend:precision[:bias]`, `backend:precision`, `precision[:bias]` or
+// `precision` alone; a part left out matches any. `fused` also matches
+// `none` (without a bias or GELU the placements compute one function).
+struct ConfigPattern {
+  std::optional<std::string> backend;
+  Precision precision = Precision::kFp32;
+  std::optional<BiasMode> bias;
+
+  bool Matches(const Config& c) const;
+  // As written, canonical: `tf32`, `cpu:bf16:unfused`.
+  std::string ToString() const;
+};
+
+// INVALID_ARGUMENT naming `field` and the accepted forms.
+absl::StatusOr<ConfigPattern> ParseConfigPattern(absl::string_view text,
+                                                 absl::string_view field = "accept");
+
 }  // namespace tensorcheck

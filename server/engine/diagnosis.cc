@@ -7,6 +7,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +22,8 @@ namespace {
 using internal::ClassScore;
 using internal::ClearlyMoreInconsistent;
 using internal::Columns;
+using internal::ConcentratedGroups;
+using internal::ErrorRatioMeaning;
 using internal::GroupList;
 using internal::PairedZ;
 using internal::Preference;
@@ -51,6 +54,37 @@ constexpr double kGeluMaxSlope = 1.13;
 // and must stay implausible.
 constexpr double kGatheredShare = 0.1;
 constexpr int64_t kGatheredMin = 4;
+
+// Localisation names a column or row only when it holds more of the
+// differing elements than an even spread gives by chance: the Poisson
+// tail of its count against total / groups, times the groups (Bonferroni),
+// below this.
+constexpr double kConcentrationAlpha = 1e-3;
+
+}  // namespace
+
+std::vector<GroupCount> internal::ConcentratedGroups(const std::vector<GroupCount>& top,
+                                                     int64_t total, int64_t groups) {
+  std::vector<GroupCount> kept;
+  if (groups <= 1 || total <= 0) return kept;
+  const double even = static_cast<double>(total) / static_cast<double>(groups);
+  for (const GroupCount& g : top) {
+    if (PoissonUpperTail(g.mismatched, even) * static_cast<double>(groups) < kConcentrationAlpha) {
+      kept.push_back(g);
+    }
+  }
+  return kept;
+}
+
+std::string internal::ErrorRatioMeaning(double ratio) {
+  if (ratio < 0.05) {
+    return "far below what that precision predicts: the output is more precise than it";
+  }
+  if (ratio <= kUnexplainedBoundRatio) return "within what that precision predicts";
+  return "more than that precision predicts";
+}
+
+namespace {
 
 // The families (precisions) of the candidates, in the order offered.
 std::string FamiliesTried(const DiagnosisInput& in) {
@@ -174,6 +208,11 @@ struct Ranking {
   // the first implausible one), its z, every class's z, and the ties.
   const ClassScore* runner = nullptr;
   double z_runner = std::numeric_limits<double>::infinity();
+  // The runner-up is told from best by best's exact reproduction
+  // (SeparatedByExactness), not by the sign test.
+  bool runner_separated_by_exactness = false;
+  // Why best does not explain the bulk (an unexplained verdict's reason).
+  std::string unexplained_why;
   std::vector<double> z_vs_best;
   std::vector<const Config*> tied_configs;
   // What localisation compared the observed output with.
@@ -185,6 +224,8 @@ struct Ranking {
   // the preferred class and separating it from the others ask for the
   // same pairs when the top class stays on top.
   std::map<std::pair<size_t, size_t>, double> paired_z;
+  // ...and how many elements each counted.
+  std::map<std::pair<size_t, size_t>, int64_t> paired_counted;
 
   // Bitwise equal to the observed output in every element: an exact
   // reproduction (an algorithm sweep looks for the kernel that made it).
@@ -200,7 +241,23 @@ struct Ranking {
     auto it = paired_z.find(key);
     if (it != paired_z.end()) return it->second;
     TC_ASSIGN_OR_RETURN(const rules::PairedSums counts, evidence.Paired(key.first, key.second));
+    paired_counted[key] = counts.further + counts.closer;
     return paired_z.emplace(key, PairedZ(counts)).first->second;
+  }
+
+  // Whether `best` reproduces every bit of the observed output where
+  // `other` does not, in elements where the two differ by less than the
+  // sign test counts (half of best's predicted standard error): the
+  // output was summed in best's order and arithmetic, and `other` in that
+  // order would not have produced it. Only where the sign test counted
+  // nothing: with a coarse output (fp16) a wider accumulation often
+  // matches exactly by chance, and the test decides there.
+  absl::StatusOr<bool> SeparatedByExactness(const ClassScore& best, const ClassScore& other) {
+    if (!exact(best) || exact(other) || other.disagreements() < kMinImplausibleDisagreements) {
+      return false;
+    }
+    TC_RETURN_IF_ERROR(ZAgainst(best, other).status());
+    return paired_counted[{best.members[0], other.members[0]}] == 0;
   }
 
   // Classes of bitwise-identical candidates that accumulate alike.
@@ -354,6 +411,8 @@ struct Ranking {
                            in.candidates[classes[j].members[0]].config)) {
           continue;
         }
+        TC_ASSIGN_OR_RETURN(const bool separated, SeparatedByExactness(classes[0], classes[j]));
+        if (separated) continue;
         TC_ASSIGN_OR_RETURN(const double z, ZAgainst(classes[0], classes[j]));
         if (z < kTieZ && preference_of(classes[j]) < preference_of(classes[chosen])) {
           chosen = j;
@@ -394,18 +453,19 @@ struct Ranking {
     out.explanation = absl::StrFormat(
         "No candidate explains the observed output: %s of its elements differ "
         "from every candidate by more than %.0f predicted standard errors (closest: "
-        "%s, %s of elements consistent, max abs difference %.3g, error %.3g "
+        "%s, with %s of all elements within them, max abs difference %.3g, error %.3g "
         "times what that precision predicts). This is not a precision or "
         "bias-placement difference. Check the weight layout (a transposed or "
         "mis-shaped W), whether the bias was added (and which one), the activation, "
         "and that the same input was used.",
         FormatShare(total - explained_count, total), kConsistentZ, top_c.config.ToString(),
-        FormatShare(top.consistent, top.counted), closest ? closest->max_abs : 0.0,
-        top.bound_ratio());
+        FormatShare(top.consistent, total), closest ? closest->max_abs : 0.0, top.bound_ratio());
     TC_ASSIGN_OR_RETURN(const DifferingCounts d,
                         evidence.Differing(top.members[0], /*every_element=*/true));
-    out.columns = TopGroups(d.columns, d.total, in.top_groups);
-    out.rows = TopGroups(d.rows, d.total, in.top_groups);
+    out.columns = ConcentratedGroups(TopGroups(d.columns, d.total, in.top_groups), d.total,
+                                     static_cast<int64_t>(d.columns.size()));
+    out.rows = ConcentratedGroups(TopGroups(d.rows, d.total, in.top_groups), d.total,
+                                  static_cast<int64_t>(d.rows.size()));
     return absl::OkStatus();
   }
 
@@ -440,6 +500,14 @@ struct Ranking {
       if (!classes[j].is_plausible()) {
         if (runner == nullptr) runner = &classes[j];
         break;
+      }
+      TC_ASSIGN_OR_RETURN(const bool separated, SeparatedByExactness(top, classes[j]));
+      if (separated) {
+        if (runner == nullptr) {
+          runner = &classes[j];
+          runner_separated_by_exactness = true;
+        }
+        continue;
       }
       TC_ASSIGN_OR_RETURN(const double z, ZAgainst(top, classes[j]));
       z_vs_best[j] = z;
@@ -489,19 +557,41 @@ struct Ranking {
         const Config& config = in.candidates[classes[j].members[0]].config;
         const std::string name = config.ToString();
         if (std::find(out.tied.begin(), out.tied.end(), name) != out.tied.end()) continue;
-        if (top_c.config.bias != BiasMode::kNone && config.bias == top_c.config.bias) continue;
         if (closest == nullptr || classes[j].bitwise > closest->bitwise) closest = &classes[j];
       }
+      // The other bias placement of best's precision comes first: the
+      // confusion a bias placement causes (candle's unfused bf16 against
+      // PyTorch's fused).
+      const ClassScore* other_bias = nullptr;
+      for (size_t j = 1; j < classes.size() && other_bias == nullptr; ++j) {
+        for (size_t member : classes[j].members) {
+          const Config& config = in.candidates[member].config;
+          if (config.precision != top_c.config.precision || config.bias == top_c.config.bias ||
+              top_c.config.bias == BiasMode::kNone ||
+              std::find(out.tied.begin(), out.tied.end(), config.ToString()) != out.tied.end()) {
+            continue;
+          }
+          other_bias = &classes[j];
+          break;
+        }
+      }
+      if (other_bias != nullptr) closest = other_bias;
       if (closest != nullptr) {
         against = closest->members[0];
         against_name = in.candidates[against].config.ToString();
+        for (size_t member : closest->members) {
+          const Config& config = in.candidates[member].config;
+          if (config.precision == top_c.config.precision) against_name = config.ToString();
+        }
       }
     }
     TC_ASSIGN_OR_RETURN(const DifferingCounts d,
                         evidence.Differing(against, /*every_element=*/false));
     localized_count = d.total;
-    out.columns = TopGroups(d.columns, d.total, in.top_groups);
-    out.rows = TopGroups(d.rows, d.total, in.top_groups);
+    out.columns = ConcentratedGroups(TopGroups(d.columns, d.total, in.top_groups), d.total,
+                                     static_cast<int64_t>(d.columns.size()));
+    out.rows = ConcentratedGroups(TopGroups(d.rows, d.total, in.top_groups), d.total,
+                                  static_cast<int64_t>(d.rows.size()));
     return absl::OkStatus();
   }
 
@@ -551,7 +641,13 @@ struct Ranking {
       }
     } else if (runner != nullptr) {
       const std::string runner_name = in.candidates[runner->members[0]].config.ToString();
-      if (runner->is_consistent() && !runner->is_plausible()) {
+      if (runner_separated_by_exactness) {
+        absl::StrAppend(&text,
+                        absl::StrFormat(" Runner-up %s is ruled out: %s reproduces every bit of "
+                                        "the observed output, %s differs from it in %d elements.",
+                                        runner_name, *out.best, runner_name,
+                                        runner->counted - runner->bitwise));
+      } else if (runner->is_consistent() && !runner->is_plausible()) {
         absl::StrAppend(&text,
                         absl::StrFormat(" Runner-up %s is ruled out: the observed output differs "
                                         "from it in %d elements where summation order alone would "
@@ -596,12 +692,13 @@ struct Ranking {
     if (error.has_value()) {
       const double err_sq = error->err_sq, sigma_sq = error->sigma_sq, max_abs = error->max_abs;
       if (sigma_sq > 0) {
-        absl::StrAppend(&text,
-                        absl::StrFormat(" Against the %s reference its error (max abs %.3g) is "
-                                        "%.2g times what %s predicts (error/bound near 1: "
-                                        "expected for that precision).",
-                                        in.reference_config, max_abs, std::sqrt(err_sq / sigma_sq),
-                                        PrecisionName(top_c.config.precision)));
+        const double ratio = std::sqrt(err_sq / sigma_sq);
+        absl::StrAppend(
+            &text,
+            absl::StrFormat(" Against the %s reference its error (max abs %.3g) is "
+                            "%.2g times what %s predicts (%s).",
+                            in.reference_config, max_abs, ratio,
+                            PrecisionName(top_c.config.precision), ErrorRatioMeaning(ratio)));
       }
       for (const DiagnosisCandidate& c : in.candidates) {
         if (c.config.precision == Precision::kFp32 && c.vs_reference != nullptr &&
@@ -614,12 +711,23 @@ struct Ranking {
         }
       }
     }
-    if (!out.columns.empty()) {
-      absl::StrAppend(&text,
-                      absl::StrFormat(" The elements that differ from %s concentrate in columns "
-                                      "%s and rows %s.",
-                                      against_name, GroupList(out.columns, localized_count),
-                                      GroupList(out.rows, localized_count)));
+    if (!out.columns.empty() || !out.rows.empty()) {
+      std::vector<std::string> where;
+      if (!out.columns.empty()) {
+        where.push_back(absl::StrCat("columns ", GroupList(out.columns, localized_count)));
+      }
+      if (!out.rows.empty()) {
+        where.push_back(absl::StrCat("rows ", GroupList(out.rows, localized_count)));
+      }
+      absl::StrAppend(
+          &text, absl::StrFormat(" The %d elements that differ from %s concentrate "
+                                 "in %s.",
+                                 localized_count, against_name, absl::StrJoin(where, " and ")));
+    } else if (localized_count > 0) {
+      absl::StrAppend(&text, absl::StrFormat(" The %d elements that differ from %s are spread "
+                                             "over the output: no column or row holds more "
+                                             "of them than chance does.",
+                                             localized_count, against_name));
     }
     if (outlier_count > 0) {
       absl::StrAppend(&text,
@@ -641,11 +749,11 @@ struct Ranking {
     out.confidence = std::min(out.confidence, kUnexplainedConfidence);
     out.verdict_reason = absl::StrFormat(
         "Unexplained: no candidate explains the output: %s of its elements lie more than %.0f "
-        "predicted standard errors from every candidate (closest: %s, %s of elements "
-        "consistent). The computation is probably one that was not offered (families tried: "
+        "predicted standard errors from every candidate (closest: %s, with %s of all elements "
+        "within them). The computation is probably one that was not offered (families tried: "
         "%s), or the weights, input or bias differ throughout.",
         FormatShare(total - explained_count, total), kConsistentZ,
-        in.candidates[top.members[0]].config.ToString(), FormatShare(top.consistent, top.counted),
+        in.candidates[top.members[0]].config.ToString(), FormatShare(top.consistent, total),
         FamiliesTried(in));
     out.explanation = absl::StrCat(out.verdict_reason, " ", out.explanation);
   }
@@ -810,6 +918,7 @@ struct Ranking {
           "about %.3g, spread over the output rather than gathered in a few columns or rows",
           scan.all.differing, scan.all.expected);
     }
+    unexplained_why = unexplained;
     if (!unexplained.empty()) {
       out.verdict = DiagnosisVerdict::kUnexplained;
       out.confidence = std::min(out.confidence, kUnexplainedConfidence);
@@ -880,6 +989,135 @@ struct Ranking {
     return absl::OkStatus();
   }
 
+  // ---- The answer in words (docs/numerics.md, "Verdict" and "What to
+  // change"): the headline, acceptance and advice.
+
+  bool Accepts(const Config& c) const {
+    return absl::c_any_of(in.accept, [&](const ConfigPattern& p) { return p.Matches(c); });
+  }
+
+  const Config* CandidateNamed(const std::string& name) const {
+    for (const DiagnosisCandidate& c : in.candidates) {
+      if (c.config.ToString() == name) return &c.config;
+    }
+    return nullptr;
+  }
+
+  // best's name, with what it means ("cpu:fp32:fused, PyTorch's default
+  // for fp32 tensors").
+  std::string Described(const Config& c) const {
+    const std::string by_default = FrameworkDefault(c, in.storage_dtype, in.has_bias);
+    return by_default.empty() ? c.ToString() : absl::StrCat(c.ToString(), " (", by_default, ")");
+  }
+
+  std::string AcceptList() const {
+    std::vector<std::string> names;
+    for (const ConfigPattern& p : in.accept) names.push_back(p.ToString());
+    return absl::StrJoin(names, ", ");
+  }
+
+  // The configuration the advice leads to: the best-ranked candidate the
+  // request accepts, else PyTorch's default for the storage dtype.
+  const Config* Wanted() const {
+    if (!in.accept.empty()) {
+      for (const RankedCandidate& r : out.ranking) {
+        if (r.accepted) return CandidateNamed(r.config);
+      }
+      return nullptr;
+    }
+    const Config* best = CandidateNamed(*out.best);
+    const Config want = PyTorchDefault(best->backend, in.storage_dtype, in.has_bias);
+    for (const DiagnosisCandidate& c : in.candidates) {
+      if (c.config.precision == want.precision && c.config.bias == want.bias) return &c.config;
+    }
+    return nullptr;
+  }
+
+  void Conclude() {
+    if (!out.best.has_value()) {
+      out.headline = absl::StrFormat(
+          "Unexplained: no offered configuration explains the output: %s of its elements lie "
+          "beyond %.0f predicted standard errors of every candidate (families tried: %s). "
+          "Check the weight layout, the bias and the input, or offer the computation that made "
+          "it.",
+          FormatShare(total - explained_count, total), kConsistentZ, FamiliesTried(in));
+      return;
+    }
+    const Config* best = CandidateNamed(*out.best);
+    // best, or a configuration the evidence cannot tell from it.
+    std::vector<const Config*> same = {best};
+    for (const std::vector<std::string>* names : {&out.equivalent, &out.tied}) {
+      for (const std::string& name : *names) {
+        if (const Config* c = CandidateNamed(name)) same.push_back(c);
+      }
+    }
+    if (out.verdict == DiagnosisVerdict::kRounding) {
+      for (const Config* c : same) {
+        if (Accepts(*c)) {
+          out.accepted = true;
+          out.accepted_as = c->ToString();
+          break;
+        }
+      }
+    }
+    switch (out.verdict) {
+      case DiagnosisVerdict::kRounding: {
+        const ClassScore& top = classes[0];
+        std::string what =
+            exact(top) ? absl::StrCat("the output is ", Described(*best), " bit for bit")
+                       : absl::StrFormat(
+                             "the output is %s in another summation order: every element lies "
+                             "within %.1f predicted standard errors of it",
+                             Described(*best), ElementThresholdSigma(total));
+        out.headline = absl::StrCat("Rounding, not a bug: ", what, ".");
+        if (out.accepted) {
+          absl::StrAppend(&out.headline, " Accepted (", AcceptList(), ").");
+        } else if (!in.accept.empty()) {
+          absl::StrAppend(&out.headline, " Not accepted: it is not ", AcceptList(), ".");
+        }
+        break;
+      }
+      case DiagnosisVerdict::kDefect: {
+        const DefectReport& d = *out.defect;
+        std::vector<std::string> where;
+        if (!d.columns.empty()) {
+          where.push_back(absl::StrCat(d.columns.size() == 1 ? "column " : "columns ",
+                                       IndexList(d.columns, 5)));
+        }
+        if (!d.rows.empty()) {
+          where.push_back(
+              absl::StrCat(d.rows.size() == 1 ? "row " : "rows ", IndexList(d.rows, 5)));
+        }
+        const std::string place = where.empty() ? absl::StrFormat("%d element(s)", d.element_count)
+                                                : absl::StrJoin(where, " and ");
+        out.headline = absl::StrFormat(
+            "Not rounding: %s explains the output except %s (%d element(s) beyond %.1f "
+            "predicted standard errors, largest %d ULP). Look at %s.",
+            best->ToString(), place, d.element_count, d.element_threshold_sigma, d.max_ulp,
+            d.where_to_look.empty() ? "the operands there" : d.where_to_look);
+        break;
+      }
+      default:
+        out.headline = absl::StrFormat(
+            "Unexplained: no offered configuration explains the output; the closest, %s, does "
+            "not (%s). Offer the computation that made it, or check the operands.",
+            best->ToString(), unexplained_why);
+        break;
+    }
+    // What to change: only for an output that is rounding (a defect or an
+    // unexplained output needs its operands fixed, not a switch).
+    if (out.verdict != DiagnosisVerdict::kRounding || out.accepted) return;
+    const Config* wanted = Wanted();
+    if (wanted == nullptr) return;
+    for (const Config* c : same) {
+      if (c->precision == wanted->precision && c->bias == wanted->bias) return;
+    }
+    const std::string how = HowToMatch(*best, *wanted, in.storage_dtype, in.has_bias);
+    if (how.empty()) return;
+    out.advice =
+        absl::StrCat("To get ", Described(*wanted), " instead of ", best->ToString(), ": ", how);
+  }
+
   // Every candidate, class by class in rank order, with the evidence on
   // it. `z[j]`: class j's paired sign test against best (NaN when not run).
   void EmitRanking(const std::string& best_name, const std::vector<double>& z) {
@@ -909,6 +1147,8 @@ struct Ranking {
         r.ruled_out = why;
         r.shared_computation = c.shared_computation;
         r.exact = exact(cls);
+        r.framework_default = FrameworkDefault(c.config, in.storage_dtype, in.has_bias);
+        r.accepted = Accepts(c.config);
         out.ranking.push_back(std::move(r));
       }
     }
@@ -942,6 +1182,7 @@ absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& in,
     TC_RETURN_IF_ERROR(r.ExplainNothing());
     r.EmitRanking("", {});
     r.DecideNothingExplains();
+    r.Conclude();
     return std::move(r.out);
   }
   r.NameBest();
@@ -951,6 +1192,7 @@ absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& in,
   TC_RETURN_IF_ERROR(r.LocalizeDifferences());
   TC_RETURN_IF_ERROR(r.WriteParagraph());
   TC_RETURN_IF_ERROR(r.Decide());
+  r.Conclude();
   return std::move(r.out);
 }
 

@@ -157,6 +157,8 @@ struct DiagnosisInput {
   // Scores the candidates, one class per task; null: on the calling
   // thread (results do not depend on it). Not owned.
   Executor* executor = nullptr;
+  // The configurations the user accepts (VerifyRequest.accept).
+  std::vector<ConfigPattern> accept;
 };
 
 // The per-element passes a ranking reads (stats' diagnosis_passes.h, one
@@ -216,6 +218,21 @@ absl::StatusOr<DiagnosisOutcome> RankCandidates(const DiagnosisInput& input,
 
 // What a configuration means in framework terms, e.g. "JAX/Flax default on
 // Ampere+: fp32 matmul in TF32, bias added separately".
+// Says where it ran: "(emulated on the CPU)" for the cpu backend.
 std::string FrameworkHint(const Config& config, DType storage, bool has_bias);
+
+// Which frameworks compute `config` by default for `storage` tensors
+// ("PyTorch's default for fp32 tensors"); empty when none does.
+std::string FrameworkDefault(const Config& config, DType storage, bool has_bias);
+
+// PyTorch's default configuration for `storage` tensors on `backend`
+// (fp32 -> fp32, bf16 -> bf16, fused bias): what a diagnosis advises
+// towards when the request accepts nothing.
+Config PyTorchDefault(const std::string& backend, DType storage, bool has_bias);
+
+// What to change so that a framework computing `from` computes `to`
+// (docs/numerics.md, "What to change"): one sentence, or empty when the
+// two agree or no switch is known (FP8, tf32rna/tf32trunc kernels).
+std::string HowToMatch(const Config& from, const Config& to, DType storage, bool has_bias);
 
 }  // namespace tensorcheck

@@ -13,6 +13,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "server/engine/engine.h"
 #include "server/engine/internal/diagnosis_evidence.h"
 #include "tests/testing/status_matchers.h"
@@ -214,17 +215,34 @@ TEST_F(DiagnosisTest, CandleCaseMatchesUnfusedAndLocalizesTheDifferences) {
   ASSERT_NE(fused, nullptr);
   EXPECT_LT(fused->bitwise_equal_fraction, 0.999);
   EXPECT_GT(fused->bitwise_equal_fraction, 0.5);
-  ASSERT_FALSE(d.columns.empty());
-  double share = 0;
-  for (size_t i = 0; i < d.columns.size(); ++i) {
-    if (i > 0) {
-      EXPECT_GE(d.columns[i - 1].mismatched, d.columns[i].mismatched);
-    }
-    share += d.columns[i].share;
-  }
-  EXPECT_GT(share, 0.0);
-  EXPECT_LE(share, 1.0 + 1e-12);
-  EXPECT_THAT(d.explanation, ::testing::HasSubstr("concentrate in columns"));
+  // Here the bias of every column moves the fused result's roundings
+  // alike: the differences from it are spread, and the text says so.
+  EXPECT_TRUE(d.columns.empty());
+  EXPECT_THAT(d.explanation, ::testing::HasSubstr("differ from cpu:bf16:fused are spread over "
+                                                  "the output"));
+  EXPECT_THAT(d.explanation, ::testing::Not(::testing::HasSubstr("concentrate")));
+}
+
+// With a bias in a few columns only, fused and unfused part there alone
+// (a zero bias adds nothing to round): localization names those columns,
+// against the other bias placement, as docs/numerics.md says.
+TEST_F(DiagnosisTest, DifferencesFromTheOtherBiasPlacementConcentrateWhereTheBiasIs) {
+  const int64_t m = 64, k = 256, n = 96;
+  LinearRequest r = MakeRequest(m, k, n, DType::kBFloat16, 8);
+  std::vector<double> b(n, 0.0);
+  b[3] = 3.3;
+  b[17] = -2.7;
+  r.bias = *FromDoubles(DType::kBFloat16, {n}, b);
+  r.observed = Observed(r, kBf16Unfused, Order::kReversed);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  ASSERT_TRUE(Names(d, "cpu:bf16:unfused")) << d.explanation;
+  std::set<int64_t> named;
+  for (const GroupCount& g : d.columns) named.insert(g.index);
+  EXPECT_EQ(named, (std::set<int64_t>{3, 17})) << d.explanation;
+  EXPECT_THAT(d.explanation, ::testing::HasSubstr("differ from cpu:bf16:fused concentrate in "
+                                                  "columns {"));
 }
 
 TEST_F(DiagnosisTest, TransposedWeightExplainsNothing) {
@@ -719,6 +737,235 @@ TEST_F(DiagnosisTest, AnFp16AccumulationInAnotherOrderIsRoundingOfFp16acc) {
   const DiagnosisOutcome& d = *out->diagnosis;
   EXPECT_TRUE(Names(d, "cpu:fp16acc:fused")) << d.explanation;
   EXPECT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.verdict_reason;
+}
+
+// ---- The answer in words (docs/numerics.md, "Verdict" and "What to
+// change"): each sentence checked against the numbers beside it.
+
+TEST_F(DiagnosisTest, FlaxCaseHeadlineSaysRoundingAndAdvisesTurningTf32Off) {
+  LinearRequest r = MakeRequest(2, 768, 512, DType::kFloat32, 7);
+  r.observed = Observed(r, kTf32, Order::kPairwise);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  ASSERT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.explanation;
+  EXPECT_THAT(d.headline,
+              ::testing::StartsWith("Rounding, not a bug: the output is cpu:tf32:unfused (JAX/"
+                                    "Flax's default on Ampere+ GPUs for fp32 tensors) in another "
+                                    "summation order"));
+  EXPECT_THAT(d.headline, ::testing::HasSubstr(absl::StrFormat(
+                              "within %.1f predicted standard errors",
+                              ElementThresholdSigma(out->observed_vs_reference->total))));
+  // Not asked for anything: towards PyTorch's default, TF32 off and the
+  // bias into the epilogue.
+  EXPECT_THAT(d.advice, ::testing::StartsWith("To get cpu:fp32:fused (PyTorch's default"));
+  EXPECT_THAT(d.advice, ::testing::HasSubstr("allow_tf32 = False"));
+  EXPECT_THAT(d.advice, ::testing::HasSubstr("jax_default_matmul_precision"));
+  EXPECT_THAT(d.advice, ::testing::HasSubstr("add the bias before the one rounding"));
+  EXPECT_FALSE(d.accepted);
+  // The error ratio's words agree with its value.
+  EXPECT_THAT(d.explanation, ::testing::HasSubstr("(within what that precision predicts)"));
+  // The defaults for fp32 tensors are named in the ranking.
+  bool pytorch = false, jax = false;
+  for (const RankedCandidate& c : d.ranking) {
+    if (c.config == "cpu:fp32:fused") pytorch = c.framework_default.find("PyTorch") == 0;
+    if (c.config == "cpu:tf32:unfused") jax = c.framework_default.find("JAX") == 0;
+  }
+  EXPECT_TRUE(pytorch && jax);
+}
+
+TEST_F(DiagnosisTest, AcceptingTheTrueConfigurationPassesAndAnotherFails) {
+  LinearRequest r = MakeRequest(2, 768, 512, DType::kFloat32, 7);
+  r.observed = Observed(r, kTf32, Order::kPairwise);
+  r.accept = {"tf32"};
+  auto accepted = engine_->Verify(r);
+  ASSERT_THAT(accepted, IsOk());
+  ASSERT_TRUE(accepted->diagnosis.has_value());
+  EXPECT_TRUE(accepted->passed);
+  EXPECT_TRUE(accepted->diagnosis->accepted);
+  EXPECT_EQ(accepted->diagnosis->accepted_as, "cpu:tf32:unfused");
+  EXPECT_THAT(accepted->diagnosis->headline, ::testing::EndsWith("Accepted (tf32)."));
+  EXPECT_TRUE(accepted->diagnosis->advice.empty());
+
+  r.observed = Observed(r, kTf32, Order::kPairwise);
+  r.accept = {"cpu:fp32:fused"};
+  auto refused = engine_->Diagnose(r);
+  ASSERT_THAT(refused, IsOk());
+  EXPECT_FALSE(refused->passed);
+  EXPECT_FALSE(refused->diagnosis->accepted);
+  EXPECT_THAT(refused->diagnosis->headline,
+              ::testing::HasSubstr("Not accepted: it is not cpu:fp32:fused."));
+  EXPECT_THAT(refused->diagnosis->advice, ::testing::StartsWith("To get cpu:fp32:fused"));
+}
+
+TEST_F(DiagnosisTest, CandleCaseVerifiedWithItsTrueConfigurationAccepted) {
+  LinearRequest r = MakeRequest(48, 1024, 768, DType::kBFloat16, 8);
+  r.observed = Observed(r, kBf16Unfused, Order::kReversed);
+  r.configs = {"cpu:bf16:fused"};
+  r.accept = {"cpu:bf16:unfused"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_TRUE(out->passed) << out->diagnosis->headline;
+  // The accepted configuration was added to the one named.
+  bool ran = false;
+  for (const ConfigOutcome& c : out->results) ran = ran || c.config == "cpu:bf16:unfused";
+  EXPECT_TRUE(ran);
+}
+
+TEST_F(DiagnosisTest, BadAcceptPatternsNameTheField) {
+  LinearRequest r = MakeRequest(2, 16, 8, DType::kFloat32, 7);
+  r.observed = Observed(r, kFp32, Order::kPairwise);
+  r.accept = {"tf32", "cpu:tf99"};
+  auto out = engine_->Diagnose(r);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(out.status().message()), ::testing::StartsWith("accept[1]: 'cpu:tf99'"));
+  r.observed.reset();
+  r.accept = {"tf32"};
+  EXPECT_EQ(engine_->Verify(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The README demo's situation: the output was summed in the server's own
+// order (numpy uses the same OpenBLAS), so TF32 reproduces every bit;
+// fp16 inputs round like TF32 except in range and differ in a few
+// elements by far less than the sign test counts. Exactness decides: not
+// "cannot be told apart".
+TEST_F(DiagnosisTest, AnExactReproductionIsNotTiedWithACandidateThatDiffersInBits) {
+  LinearRequest r = MakeRequest(2, 768, 512, DType::kFloat32, 7);
+  // Small inputs in a few places: fp16 flushes them, TF32 keeps them.
+  std::vector<double> x(2 * 768);
+  for (int64_t i = 0; i < 2 * 768; ++i) x[i] = r.input.GetDouble(i) * (i % 7 == 0 ? 1e-6 : 1.0);
+  r.input = *FromDoubles(DType::kFloat32, {2, 768}, x);
+  LinearRequest own = MakeRequest(2, 768, 512, DType::kFloat32, 7);
+  own.input = r.input.Clone();
+  own.configs = {"cpu:tf32:unfused"};
+  own.return_outputs = true;
+  auto produced = engine_->Verify(own);
+  ASSERT_THAT(produced, IsOk());
+  r.observed = std::move(*produced->results[0].output);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  ASSERT_TRUE(Names(d, "cpu:tf32:unfused")) << d.explanation;
+  EXPECT_THAT(d.tied, ::testing::Not(::testing::Contains(::testing::HasSubstr("fp16"))))
+      << d.explanation;
+  EXPECT_THAT(d.headline, ::testing::HasSubstr("bit for bit"));
+  const RankedCandidate* fp16 = nullptr;
+  for (const RankedCandidate& c : d.ranking) {
+    if (c.config.rfind("cpu:fp16:", 0) == 0 && fp16 == nullptr) fp16 = &c;
+  }
+  ASSERT_NE(fp16, nullptr);
+  ASSERT_LT(fp16->bitwise_equal_fraction, 1.0);
+  EXPECT_THAT(d.explanation, ::testing::HasSubstr("reproduces every bit of the observed output"));
+}
+
+TEST_F(DiagnosisTest, DefectAndUnexplainedHeadlinesSayWhereToLook) {
+  LinearRequest r = MakeRequest(64, 256, 96, DType::kBFloat16, 41);
+  r.observed = ObservedWithWeightScaled(r, kBf16Fused, 5 * 256 + 17, 2.0);
+  auto defect = engine_->Diagnose(r);
+  ASSERT_THAT(defect, IsOk());
+  ASSERT_EQ(defect->diagnosis->verdict, DiagnosisVerdict::kDefect);
+  EXPECT_THAT(defect->diagnosis->headline,
+              ::testing::StartsWith("Not rounding: cpu:bf16:fused explains the output except "
+                                    "column 5 ("));
+  EXPECT_THAT(defect->diagnosis->headline, ::testing::HasSubstr("Look at output column 5"));
+  EXPECT_TRUE(defect->diagnosis->advice.empty());
+
+  LinearRequest t = MakeRequest(2, 512, 512, DType::kFloat32, 9);
+  t.observed = Observed(t, kFp32, Order::kPairwise, /*transpose_weight=*/true);
+  auto unexplained = engine_->Diagnose(t);
+  ASSERT_THAT(unexplained, IsOk());
+  const DiagnosisOutcome& u = *unexplained->diagnosis;
+  EXPECT_THAT(u.headline, ::testing::StartsWith("Unexplained: no offered configuration"));
+  // The shares it quotes are of all elements: the closest candidate's
+  // consistent share plus the share beyond every candidate is at most 1.
+  EXPECT_THAT(u.explanation, ::testing::HasSubstr("of all elements within them"));
+}
+
+TEST(FrameworkHintTest, FitsTheBiasAndTheBackend) {
+  const std::string no_bias =
+      FrameworkHint({"cpu", Precision::kTf32, BiasMode::kNone}, DType::kFloat32, false);
+  EXPECT_THAT(no_bias, ::testing::Not(::testing::HasSubstr("bias")));
+  EXPECT_THAT(no_bias, ::testing::HasSubstr("JAX"));
+  EXPECT_THAT(no_bias, ::testing::HasSubstr("emulated on the CPU"));
+  const std::string device =
+      FrameworkHint({"cublaslt", Precision::kBf16, BiasMode::kFused}, DType::kBFloat16, true);
+  EXPECT_THAT(device, ::testing::HasSubstr("epilogue"));
+  EXPECT_THAT(device, ::testing::Not(::testing::HasSubstr("emulated")));
+  EXPECT_EQ(HowToMatch({"cpu", Precision::kFp32, BiasMode::kFused},
+                       {"cpu", Precision::kFp32, BiasMode::kFused}, DType::kFloat32, true),
+            "");
+  EXPECT_THAT(HowToMatch({"cpu", Precision::kBf16, BiasMode::kUnfused},
+                         {"cpu", Precision::kBf16, BiasMode::kFused}, DType::kBFloat16, true),
+              ::testing::StartsWith("Add the bias before the one rounding"));
+  // Without a bias, the placements are one function: nothing to change.
+  EXPECT_EQ(HowToMatch({"cpu", Precision::kBf16, BiasMode::kNone},
+                       {"cpu", Precision::kBf16, BiasMode::kFused}, DType::kBFloat16, false),
+            "");
+}
+
+TEST(ConfigPatternTest, PartsLeftOutMatchAny) {
+  auto tf32 = ParseConfigPattern("tf32");
+  ASSERT_THAT(tf32, IsOk());
+  EXPECT_TRUE(tf32->Matches({"cublaslt", Precision::kTf32, BiasMode::kUnfused}));
+  EXPECT_FALSE(tf32->Matches({"cpu", Precision::kTf32Rna, BiasMode::kUnfused}));
+  auto cpu_bf16 = ParseConfigPattern("cpu:bf16");
+  ASSERT_THAT(cpu_bf16, IsOk());
+  EXPECT_TRUE(cpu_bf16->Matches({"cpu", Precision::kBf16, BiasMode::kFused}));
+  EXPECT_FALSE(cpu_bf16->Matches({"cublas", Precision::kBf16, BiasMode::kFused}));
+  auto fused = ParseConfigPattern("bf16:fused");
+  ASSERT_THAT(fused, IsOk());
+  EXPECT_TRUE(fused->Matches({"cpu", Precision::kBf16, BiasMode::kNone}));
+  EXPECT_FALSE(fused->Matches({"cpu", Precision::kBf16, BiasMode::kUnfused}));
+  EXPECT_EQ(fused->ToString(), "bf16:fused");
+  for (const char* bad : {"", "cpu", "cpu:bf16:fused:x", "bf16:sideways", "cpu::bf16"}) {
+    EXPECT_EQ(ParseConfigPattern(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+// Two outputs of one layer: PyTorch's (strict fp32, fused bias) and
+// Flax's (TF32, bias added after), from this file's loops.
+TEST_F(DiagnosisTest, CompareNamesEachOutputAndExplainsTheirDifference) {
+  LinearRequest r = MakeRequest(2, 768, 512, DType::kFloat32, 7);
+  std::vector<std::pair<std::string, Tensor>> outputs;
+  outputs.emplace_back("torch", Observed(r, kFp32, Order::kPairwise));
+  outputs.emplace_back("flax", Observed(r, kTf32, Order::kReversed));
+  // The largest difference, computed here.
+  double seen = 0;
+  for (int64_t i = 0; i < outputs[0].second.numel(); ++i) {
+    seen =
+        std::max(seen, std::fabs(outputs[0].second.GetDouble(i) - outputs[1].second.GetDouble(i)));
+  }
+  auto out = engine_->CompareOutputs(r, outputs);
+  ASSERT_THAT(out, IsOk());
+  ASSERT_EQ(out->outputs.size(), 2u);
+  EXPECT_TRUE(Names(out->outputs[0].diagnosis, "cpu:fp32:fused"));
+  EXPECT_TRUE(Names(out->outputs[1].diagnosis, "cpu:tf32:unfused"));
+  EXPECT_TRUE(out->pair.rounding);
+  EXPECT_DOUBLE_EQ(out->pair.stats.max_abs, seen);
+  EXPECT_GE(out->pair.expected_max_abs, seen);
+  EXPECT_THAT(out->headline,
+              ::testing::StartsWith("torch is cpu:fp32:fused (PyTorch's default for fp32 "
+                                    "tensors), flax is cpu:tf32:unfused (JAX/Flax's default"));
+  EXPECT_THAT(out->headline,
+              ::testing::HasSubstr(absl::StrFormat("their difference is rounding: at most %.3g "
+                                                   "expected, %.3g seen.",
+                                                   out->pair.expected_max_abs, seen)));
+  EXPECT_THAT(out->headline, ::testing::HasSubstr("For flax to match torch: turn TF32 off"));
+  EXPECT_THAT(out->pair.advice_a_to_b, ::testing::StartsWith("Turn TF32 on"));
+}
+
+TEST_F(DiagnosisTest, CompareRefusesAnythingButTwoNamedOutputs) {
+  LinearRequest r = MakeRequest(2, 16, 8, DType::kFloat32, 7);
+  std::vector<std::pair<std::string, Tensor>> one;
+  one.emplace_back("torch", Observed(r, kFp32, Order::kPairwise));
+  EXPECT_THAT(std::string(engine_->CompareOutputs(r, one).status().message()),
+              ::testing::StartsWith("observed:"));
+  one.emplace_back("torch", Observed(r, kFp32, Order::kPairwise));
+  EXPECT_THAT(std::string(engine_->CompareOutputs(r, one).status().message()),
+              ::testing::StartsWith("observed[1].name:"));
+  one[1].first = "bad name";
+  EXPECT_THAT(std::string(engine_->CompareOutputs(r, one).status().message()),
+              ::testing::StartsWith("observed[1].name:"));
 }
 
 }  // namespace

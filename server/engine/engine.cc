@@ -1,11 +1,16 @@
 #include "server/engine/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <map>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/core/parallel.h"
 #include "server/core/status_macros.h"
@@ -306,6 +311,49 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     plan.configs.push_back(c);
     plan.backends.push_back(b);
   }
+  // Accepted configurations: each pattern that no configuration matches
+  // adds its own (on the reference's backend when it names none; both
+  // bias placements when it names neither).
+  if (!req.accept.empty() && !req.observed) {
+    return absl::InvalidArgumentError(
+        "accept: accepting a configuration needs the observed output (observed), got none");
+  }
+  if (static_cast<int>(req.accept.size()) > options_.limits.max_configs) {
+    return InvalidFieldError(
+        "accept", absl::StrCat("at most ", options_.limits.max_configs, " configurations"),
+        absl::StrCat(req.accept.size()));
+  }
+  for (size_t i = 0; i < req.accept.size(); ++i) {
+    const std::string field = absl::StrCat("accept[", i, "]");
+    TC_ASSIGN_OR_RETURN(ConfigPattern pattern, ParseConfigPattern(req.accept[i], field));
+    plan.accept.push_back(pattern);
+    if (absl::c_any_of(plan.configs, [&](const Config& c) { return pattern.Matches(c); })) {
+      continue;
+    }
+    const std::string backend = pattern.backend.value_or(plan.reference.backend);
+    std::vector<std::string> specs;
+    const std::string base = absl::StrCat(backend, ":", PrecisionName(pattern.precision));
+    if (pattern.bias.has_value()) {
+      specs.push_back(absl::StrCat(base, ":", BiasModeName(*pattern.bias)));
+    } else if (has_bias) {
+      specs = {absl::StrCat(base, ":fused"), absl::StrCat(base, ":unfused")};
+    } else {
+      specs = {base};
+    }
+    for (const std::string& spec : specs) {
+      Config c;
+      LinearBackend* b = nullptr;
+      TC_RETURN_IF_ERROR(resolve(spec, field, &c, &b));
+      if (std::find(plan.configs.begin(), plan.configs.end(), c) != plan.configs.end()) continue;
+      plan.configs.push_back(c);
+      plan.backends.push_back(b);
+    }
+  }
+  if (static_cast<int>(plan.configs.size()) > options_.limits.max_configs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("configs: at most ", options_.limits.max_configs,
+                     " configurations expected with the accepted ones, got ", plan.configs.size()));
+  }
 
   plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
   plan.run.disallow_reduced_precision_reduction = req.disallow_reduced_precision_reduction;
@@ -461,6 +509,8 @@ absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
 absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
                                              const StopSignal* stop) const {
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/false, stop));
+  // Accepting a configuration is a diagnosis's answer.
+  if (!request.accept.empty()) return DiagnosePlanned(request, plan, stop);
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, /*artifacts=*/nullptr));
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
   return outcome;
@@ -472,6 +522,12 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
     return absl::InvalidArgumentError("observed: the output to diagnose is required, got none");
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/true, stop));
+  return DiagnosePlanned(request, plan, stop);
+}
+
+absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& request,
+                                                      const Plan& plan,
+                                                      const StopSignal* stop) const {
   Artifacts artifacts;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, &artifacts));
   TC_RETURN_IF_ERROR(CheckStop(stop));
@@ -488,6 +544,7 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   in.top_k = plan.compare.top_k;
   in.top_groups = plan.compare.top_groups;
   in.executor = options_.executor;
+  in.accept = plan.accept;
   auto data = [](const SharedFloats& f) { return f != nullptr ? f->data() : nullptr; };
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
@@ -525,6 +582,9 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
   // every lane held they would wait for this one forever.
   artifacts.evidence.reset();
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
+  // With accepted configurations the verdict is the diagnosis's: rounding
+  // of one of them.
+  if (!plan.accept.empty()) outcome.passed = outcome.diagnosis->accepted;
   if (request.return_outputs && !outcome.diagnosis->ranking.empty()) {
     // A diagnosis returns the outputs that explain it, not every
     // candidate's: the reference's and the best (or closest) candidate's.
@@ -639,6 +699,198 @@ std::vector<std::string> Engine::DefaultCandidates(
     }
   }
   return out;
+}
+
+namespace {
+
+// A view of `t`'s bytes (no copy), valid while `t` lives; keeps its
+// content id, so that a device keeps a stored weight resident.
+Tensor ViewOf(const Tensor& t) {
+  Tensor v = *Tensor::Borrow(t.dtype(), t.shape(), t.raw(), t.nbytes(), nullptr);
+  v.set_content_id(t.content_id());
+  return v;
+}
+
+std::optional<Tensor> ViewOf(const std::optional<Tensor>& t) {
+  if (!t) return std::nullopt;
+  return ViewOf(*t);
+}
+
+// Names of compared outputs: what the answer calls them.
+absl::Status CheckOutputName(const std::string& name, size_t i) {
+  const std::string field = absl::StrCat("observed[", i, "].name");
+  if (name.empty() || name.size() > 64) {
+    return InvalidFieldError(field, "1 to 64 characters", absl::StrCat("'", name, "'"));
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return InvalidFieldError(field, "letters, digits, '_', '-' or '.'",
+                               absl::StrCat("'", name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompareOutcome> Engine::CompareOutputs(
+    const LinearRequest& request, const std::vector<std::pair<std::string, Tensor>>& observed,
+    const StopSignal* stop) const {
+  if (observed.size() != 2) {
+    return InvalidFieldError("observed", "exactly two named outputs to compare",
+                             absl::StrCat(observed.size()));
+  }
+  for (size_t i = 0; i < observed.size(); ++i) {
+    TC_RETURN_IF_ERROR(CheckOutputName(observed[i].first, i));
+  }
+  if (observed[0].first == observed[1].first) {
+    return InvalidFieldError("observed[1].name", "a name other than observed[0]'s",
+                             absl::StrCat("'", observed[1].first, "' twice"));
+  }
+  CompareOutcome out;
+  // Each output diagnosed against the same candidates, keeping the output
+  // of the configuration that explains it.
+  std::vector<Tensor> best_outputs;
+  std::vector<double> strays;  // max |output - its configuration|
+  std::vector<std::optional<Config>> bests;
+  for (size_t i = 0; i < observed.size(); ++i) {
+    LinearRequest one;
+    one.input = ViewOf(request.input);
+    one.weight = ViewOf(request.weight);
+    one.layout = request.layout;
+    one.bias = ViewOf(request.bias);
+    one.activation = request.activation;
+    one.output_dtype = request.output_dtype;
+    one.input_scale = ViewOf(request.input_scale);
+    one.weight_scale = ViewOf(request.weight_scale);
+    one.observed = ViewOf(observed[i].second);
+    one.configs = request.configs;
+    one.reference = request.reference;
+    one.tolerance = request.tolerance;
+    one.return_outputs = true;
+    one.top_k = request.top_k;
+    one.top_groups = request.top_groups;
+    one.accept = request.accept;
+    absl::StatusOr<VerifyOutcome> diagnosed = Diagnose(one, stop);
+    if (!diagnosed.ok()) {
+      const absl::Status& st = diagnosed.status();
+      // Errors about the output name which one.
+      if (absl::StrContains(st.message(), "observed")) {
+        return absl::Status(
+            st.code(), absl::StrCat("observed[", i, "] (", observed[i].first, "): ", st.message()));
+      }
+      return st;
+    }
+    ComparedOutcome c;
+    c.name = observed[i].first;
+    c.vs_reference = *std::move(diagnosed->observed_vs_reference);
+    c.bound_precision = diagnosed->observed_bound_precision;
+    c.diagnosis = *std::move(diagnosed->diagnosis);
+    const std::string keep = c.diagnosis.best.has_value()   ? *c.diagnosis.best
+                             : !c.diagnosis.ranking.empty() ? c.diagnosis.ranking[0].config
+                                                            : std::string();
+    Tensor kept;
+    double stray = 0;
+    for (ConfigOutcome& r : diagnosed->results) {
+      if (r.config != keep || !r.output) continue;
+      kept = *std::move(r.output);
+      stray = r.vs_observed ? r.vs_observed->max_abs : 0;
+    }
+    best_outputs.push_back(std::move(kept));
+    strays.push_back(stray);
+    if (i == 0) {
+      out.reference = diagnosed->reference.config;
+      out.output_shape = diagnosed->output_shape;
+      out.notes = diagnosed->notes;
+    }
+    out.outputs.push_back(std::move(c));
+  }
+
+  // The two outputs against each other, and the two configurations.
+  OutputPairOutcome& pair = out.pair;
+  pair.a = out.outputs[0].name;
+  pair.b = out.outputs[1].name;
+  CompareOptions opts;
+  opts.compared_dtype = out.outputs[0].diagnosis.compared_dtype;
+  // The request's tolerance between the two (the bound preset's per-element
+  // bound belongs to one configuration: torch's defaults instead).
+  const ToleranceRequest& tr = request.tolerance;
+  opts.tolerance =
+      ResolveTolerance(tr.preset == TolerancePreset::kBound ? TolerancePreset::kTorch : tr.preset,
+                       opts.compared_dtype, tr.atol, tr.rtol, tr.max_ulp, 1.0, tr.nan_equal);
+  opts.cols = out.output_shape.empty() ? 0 : out.output_shape.back();
+  opts.top_k = request.top_k == 0 ? 10 : request.top_k;
+  opts.top_groups = request.top_groups == 0 ? 5 : request.top_groups;
+  opts.executor = options_.executor;
+  opts.stop = stop;
+  TC_ASSIGN_OR_RETURN(pair.stats,
+                      tensorcheck::Compare(observed[0].second, observed[1].second, opts));
+  if (best_outputs[0].numel() == best_outputs[1].numel() && best_outputs[0].numel() > 0) {
+    TC_ASSIGN_OR_RETURN(const DiffStats configs,
+                        tensorcheck::Compare(best_outputs[0], best_outputs[1], opts));
+    pair.configs_max_abs = configs.max_abs;
+  }
+  pair.expected_max_abs = pair.configs_max_abs + strays[0] + strays[1];
+  const DiagnosisOutcome& da = out.outputs[0].diagnosis;
+  const DiagnosisOutcome& db = out.outputs[1].diagnosis;
+  pair.rounding =
+      da.verdict == DiagnosisVerdict::kRounding && db.verdict == DiagnosisVerdict::kRounding;
+  out.passed = da.accepted && db.accepted;
+  CompareWords(request, &out);
+  return out;
+}
+
+// The pair's advice and the headline (docs/numerics.md, "Comparing two
+// outputs").
+void Engine::CompareWords(const LinearRequest& request, CompareOutcome* out) {
+  OutputPairOutcome& pair = out->pair;
+  const ComparedOutcome& a = out->outputs[0];
+  const ComparedOutcome& b = out->outputs[1];
+  const DType storage = request.input.dtype();
+  const bool has_bias = request.bias.has_value();
+  auto config_of = [&](const DiagnosisOutcome& d) -> std::optional<Config> {
+    if (!d.best.has_value()) return std::nullopt;
+    absl::StatusOr<ConfigSpec> spec = ParseConfigSpec(*d.best);
+    if (!spec.ok()) return std::nullopt;
+    Config c;
+    c.backend = spec->backend;
+    c.precision = spec->precision;
+    c.bias = spec->bias.value_or(BiasMode::kNone);
+    return c;
+  };
+  const std::optional<Config> ca = config_of(a.diagnosis), cb = config_of(b.diagnosis);
+  auto described = [&](const Config& c) {
+    const std::string by_default = FrameworkDefault(c, storage, has_bias);
+    return by_default.empty() ? c.ToString() : absl::StrCat(c.ToString(), " (", by_default, ")");
+  };
+  if (!pair.rounding) {
+    std::vector<std::string> parts;
+    for (const ComparedOutcome* o : {&a, &b}) {
+      if (o->diagnosis.verdict == DiagnosisVerdict::kRounding && o->diagnosis.best) {
+        parts.push_back(absl::StrCat(o->name, " is ", *o->diagnosis.best, " (rounding)"));
+      } else {
+        parts.push_back(absl::StrCat(o->name, ": ", o->diagnosis.headline));
+      }
+    }
+    out->headline = absl::StrCat("Not explained as rounding: ", absl::StrJoin(parts, "; "));
+    return;
+  }
+  const bool same = ca->precision == cb->precision && ca->bias == cb->bias;
+  if (!same) {
+    pair.advice_b_to_a = HowToMatch(*cb, *ca, storage, has_bias);
+    pair.advice_a_to_b = HowToMatch(*ca, *cb, storage, has_bias);
+  }
+  out->headline = absl::StrFormat(
+      "%s; their difference is rounding: at most %.3g expected, %.3g seen.",
+      same ? absl::StrCat(a.name, " and ", b.name, " are both ", described(*ca),
+                          ", summed in different orders")
+           : absl::StrCat(a.name, " is ", described(*ca), ", ", b.name, " is ", described(*cb)),
+      pair.expected_max_abs, pair.stats.max_abs);
+  if (!pair.advice_b_to_a.empty()) {
+    std::string advice = pair.advice_b_to_a;
+    advice[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(advice[0])));
+    absl::StrAppend(&out->headline, " For ", b.name, " to match ", a.name, ": ", advice);
+  }
 }
 
 }  // namespace tensorcheck

@@ -139,6 +139,11 @@ struct LinearRequest {
   // report whether each row keeps its bits (batch_invariance.h).
   bool batch_invariance = false;
   std::vector<int64_t> batch_sizes;
+  // Configurations the user accepts (ParseConfigPattern's forms): the
+  // observed output passes when its diagnosis is rounding of one. Verify
+  // then diagnoses too; a pattern no configuration of the request matches
+  // adds its configuration (both bias placements when it names none).
+  std::vector<std::string> accept;
 };
 
 struct ConfigOutcome {
@@ -181,6 +186,11 @@ struct RankedCandidate {
   // The kernel, as its backend reports it (ConfigOutcome::details without
   // timings): the algorithm a sweep ran.
   std::map<std::string, std::string> details;
+  // Which frameworks compute it by default for the storage dtype
+  // (FrameworkDefault); empty when none does.
+  std::string framework_default;
+  // It matches a configuration the request accepts.
+  bool accepted = false;
 };
 
 // Bug or rounding (docs/numerics.md, "Verdict").
@@ -240,6 +250,14 @@ struct DiagnosisOutcome {
   std::vector<ElementDiff> outliers;
   std::string explanation;
   DType compared_dtype = DType::kFloat32;
+  // The answer in words, first (docs/numerics.md, "Verdict").
+  std::string headline;
+  // What to change (docs/numerics.md, "What to change"); may be empty.
+  std::string advice;
+  // With accepted configurations: whether the output is rounding of one
+  // (best, or one equivalent or tied to it), and which.
+  bool accepted = false;
+  std::string accepted_as;
 };
 
 struct VerifyOutcome {
@@ -256,6 +274,35 @@ struct VerifyOutcome {
 };
 
 // A configuration the engine can run here, with its backend.
+struct ComparedOutcome {
+  std::string name;
+  // The output against the reference, and its diagnosis.
+  DiffStats vs_reference;
+  // The precision whose error model vs_reference is judged by.
+  Precision bound_precision = Precision::kFp32;
+  DiagnosisOutcome diagnosis;
+};
+
+struct OutputPairOutcome {
+  std::string a, b;
+  DiffStats stats;  // a vs b
+  bool rounding = false;
+  double configs_max_abs = 0;
+  double expected_max_abs = 0;
+  std::string advice_b_to_a, advice_a_to_b;
+};
+
+struct CompareOutcome {
+  std::string headline;
+  std::vector<ComparedOutcome> outputs;
+  OutputPairOutcome pair;
+  std::string reference;
+  std::vector<int64_t> output_shape;
+  std::vector<std::string> notes;
+  // Every output accepted (only meaningful with request.accept).
+  bool passed = false;
+};
+
 struct AvailableConfig {
   std::string config;
   std::string backend;
@@ -282,6 +329,14 @@ class Engine {
   // required.
   absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request,
                                          const StopSignal* stop = nullptr) const;
+
+  // Two outputs of one layer (`observed`, by name; request.observed is
+  // ignored), each diagnosed against the same candidates, and the two
+  // against each other (docs/numerics.md, "Comparing two outputs").
+  // Errors as Diagnose's, naming `observed[i]`.
+  absl::StatusOr<CompareOutcome> CompareOutputs(
+      const LinearRequest& request, const std::vector<std::pair<std::string, Tensor>>& observed,
+      const StopSignal* stop = nullptr) const;
 
   // Host memory the engine may hold while running `request` beyond its
   // tensors: operand copies, accumulators, reference values, error-model
@@ -321,6 +376,11 @@ class Engine {
   // diagnosis that names none the default candidates for this layer.
   absl::StatusOr<Plan> MakePlan(const LinearRequest& request, bool diagnose,
                                 const StopSignal* stop) const;
+  // A compared pair's headline and advice, from the two diagnoses.
+  static void CompareWords(const LinearRequest& request, CompareOutcome* out);
+  // Diagnoses `request.observed` over `plan`'s configurations.
+  absl::StatusOr<VerifyOutcome> DiagnosePlanned(const LinearRequest& request, const Plan& plan,
+                                                const StopSignal* stop) const;
   // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
   absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;
   // With `artifacts`, keeps what a diagnosis needs (outputs, error models).

@@ -1,40 +1,76 @@
+// What configurations mean in framework terms, and which framework switch
+// turns one into another (docs/numerics.md, "framework_hint" and "What to
+// change").
+#include <cctype>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/engine/diagnosis.h"
 
 namespace tensorcheck {
+namespace {
+
+bool IsTf32(Precision p) {
+  return p == Precision::kTf32 || p == Precision::kTf32Rna || p == Precision::kTf32Trunc;
+}
+
+// Where a configuration ran: the CPU backend emulates the GPU kernels'
+// arithmetic (docs/numerics.md, "CPU emulation"), so a hint that names a
+// GPU library says so.
+std::string OnTheCpu(const Config& c) { return c.backend == "cpu" ? " (emulated on the CPU)" : ""; }
+
+// The bias part of a hint: nothing without a bias.
+std::string BiasPart(const Config& c, bool has_bias) {
+  if (!has_bias) return "";
+  return c.bias == BiasMode::kUnfused
+             ? ", bias added separately after the GEMM output was rounded (two roundings)"
+             : ", bias added to the fp32 accumulator before one rounding";
+}
+
+}  // namespace
 
 // What a configuration means in framework terms (docs/numerics.md,
 // "framework_hint").
 std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
-  const bool fused = c.bias != BiasMode::kUnfused;
-  const std::string bias =
-      !has_bias ? ""
-      : fused   ? ", bias added in the fp32 GEMM epilogue (one rounding)"
-                : ", bias added separately after the GEMM output was rounded (two roundings)";
+  const bool unfused = has_bias && c.bias == BiasMode::kUnfused;
+  const std::string bias = BiasPart(c, has_bias);
+  const std::string cpu = OnTheCpu(c);
+  const std::string s = std::string(DTypeShortName(storage));
   switch (c.precision) {
     case Precision::kFp64:
-      if (storage == DType::kFloat64) return "fp64 matmul (numpy or torch float64)" + bias;
+      if (storage == DType::kFloat64) return "fp64 matmul (numpy or torch float64)" + bias + cpu;
       // No framework's matmul on 16-bit or fp32 tensors accumulates in
       // fp64: this is a reference computation, upcast and rounded back.
-      return absl::StrCat(DTypeShortName(storage),
+      return absl::StrCat(s,
                           " tensors upcast to fp64, multiplied exactly and rounded back "
                           "(a float64 reference such as x.double() @ w.double().T, not "
                           "a framework's ",
-                          DTypeShortName(storage), " matmul)") +
-             bias;
+                          s, " matmul)", bias, cpu);
     case Precision::kFp32:
       if (storage != DType::kFloat32 && storage != DType::kFloat64) {
-        return absl::StrCat(DTypeShortName(storage), " inputs with fp32 accumulation") +
-               (fused ? ": PyTorch's default (cuBLASLt addmm with the bias in the epilogue)"
-                      : ": candle's default, or XLA/Flax (matmul, then the bias as its own op)") +
-               bias;
+        if (!has_bias) {
+          return absl::StrCat(s,
+                              " inputs with fp32 accumulation: the default of PyTorch, JAX/Flax "
+                              "and candle for ",
+                              s, " tensors", cpu);
+        }
+        return absl::StrCat(s, " inputs with fp32 accumulation",
+                            unfused ? ": candle's default, or XLA/Flax (matmul, then the bias as "
+                                      "its own op)"
+                                    : ": PyTorch's default (addmm, the bias in the GEMM epilogue)",
+                            bias, cpu);
       }
-      return fused ? "PyTorch >= 1.12 default for fp32 (allow_tf32=False): strict fp32 "
-                     "matmul" +
-                         bias
-                   : "strict fp32 matmul with the bias as a separate op: candle's "
-                     "default, or JAX with precision=HIGHEST" +
-                         bias;
+      if (!has_bias) {
+        return "strict fp32 matmul: PyTorch >= 1.12's default (allow_tf32=False), candle's, "
+               "or JAX with precision=HIGHEST" +
+               cpu;
+      }
+      return (unfused ? "strict fp32 matmul with the bias as a separate op: candle's default, "
+                        "or JAX with precision=HIGHEST"
+                      : "strict fp32 matmul: PyTorch >= 1.12's default for fp32 "
+                        "(allow_tf32=False)") +
+             bias + cpu;
     case Precision::kTf32:
     case Precision::kTf32Rna:
     case Precision::kTf32Trunc: {
@@ -42,26 +78,37 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
                                    : c.precision == Precision::kTf32Rna
                                        ? " (inputs rounded ties-away)"
                                        : " (inputs truncated to TF32)";
-      return (fused ? "fp32 matmul in TF32 with a fused bias: PyTorch with "
-                      "allow_tf32=True, or TensorFlow fp32 on Ampere+"
-                    : "JAX/Flax default on Ampere+: fp32 matmul in TF32, bias added "
-                      "separately") +
-             rounding + (has_bias ? "" : "");
+      if (!has_bias) {
+        return "fp32 matmul in TF32: JAX/Flax's default on Ampere+ GPUs, PyTorch with "
+               "allow_tf32=True, or TensorFlow fp32 on Ampere+" +
+               rounding + cpu;
+      }
+      return (unfused ? "fp32 matmul in TF32 with the bias added separately: JAX/Flax's "
+                        "default on Ampere+ GPUs"
+                      : "fp32 matmul in TF32 with the bias in the GEMM epilogue: PyTorch with "
+                        "allow_tf32=True, or TensorFlow fp32 on Ampere+") +
+             rounding + cpu;
     }
     case Precision::kBf16:
-      return fused ? "PyTorch bf16 default: bf16 inputs, fp32 accumulation, bias in "
-                     "the cuBLASLt epilogue (addmm), rounded once"
-                   : "candle (or XLA/Flax) bf16: matmul rounded to bf16, then the bias "
-                     "added in bf16 (two roundings)";
-    case Precision::kFp16:
-      return fused ? "PyTorch fp16 default: fp16 inputs, fp32 accumulation, bias in "
-                     "the cuBLASLt epilogue (addmm), rounded once"
-                   : "candle (or XLA/Flax) fp16: matmul rounded to fp16, then the bias "
-                     "added in fp16 (two roundings)";
+    case Precision::kFp16: {
+      const std::string name = c.precision == Precision::kBf16 ? "bf16" : "fp16";
+      if (!has_bias) {
+        return absl::StrCat(name, " inputs, fp32 accumulation, output rounded to ", name,
+                            ": the default of PyTorch, JAX/Flax and candle for ", name, " tensors",
+                            cpu);
+      }
+      return absl::StrCat(
+          unfused ? absl::StrCat("candle (or XLA/Flax) ", name, ": matmul rounded to ", name,
+                                 ", then the bias added in ", name, " (two roundings)")
+                  : absl::StrCat("PyTorch's ", name, " default: ", name,
+                                 " inputs, fp32 accumulation, the bias added in the GEMM "
+                                 "epilogue (cuBLASLt addmm), rounded once"),
+          cpu);
+    }
     case Precision::kFp16Acc:
       return "fp16 accumulation (CUBLAS_COMPUTE_16F), as in TensorRT fp16 kernels or "
              "torch with reduced-precision reductions" +
-             bias;
+             bias + cpu;
     case Precision::kFp8E4M3:
     case Precision::kFp8E5M2:
     case Precision::kFp8E4M3E5M2:
@@ -71,10 +118,129 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
           "torch._scaled_mm", c.fast_accum ? " with use_fast_accum=True" : "", " on ",
           DTypeName(o.input), " x ", DTypeName(o.weight), ", ",
           c.scaling == Fp8Scaling::kRow ? "row-wise" : "per-tensor", " scales",
-          IsFp8(storage) ? "" : " from current (amax) scaling, as torchao's Float8Linear", bias);
+          IsFp8(storage) ? "" : " from current (amax) scaling, as torchao's Float8Linear", bias,
+          cpu);
     }
   }
   return "";
+}
+
+std::string FrameworkDefault(const Config& c, DType storage, bool has_bias) {
+  const bool unfused = has_bias && c.bias == BiasMode::kUnfused;
+  std::vector<std::string> names;
+  switch (storage) {
+    case DType::kFloat32:
+      if (c.precision == Precision::kFp32 && !unfused) names.push_back("PyTorch's default");
+      if (c.precision == Precision::kFp32 && (unfused || !has_bias)) {
+        names.push_back("candle's default");
+      }
+      if (c.precision == Precision::kTf32 && (unfused || !has_bias)) {
+        names.push_back("JAX/Flax's default on Ampere+ GPUs");
+      }
+      break;
+    case DType::kBFloat16:
+    case DType::kFloat16: {
+      // 16-bit tensors multiply in their own precision, fp32 accumulation.
+      const Precision own = storage == DType::kBFloat16 ? Precision::kBf16 : Precision::kFp16;
+      if (c.precision != own) break;
+      if (!unfused) names.push_back("PyTorch's default");
+      if (unfused || !has_bias) names.push_back("candle's and JAX/Flax's default");
+      break;
+    }
+    case DType::kFloat64:
+      if (c.precision == Precision::kFp64) names.push_back("every framework's default");
+      break;
+    default:
+      break;
+  }
+  if (names.empty()) return "";
+  return absl::StrCat(absl::StrJoin(names, ", "), " for ", DTypeShortName(storage), " tensors");
+}
+
+Config PyTorchDefault(const std::string& backend, DType storage, bool has_bias) {
+  Config c;
+  c.backend = backend;
+  c.bias = has_bias ? BiasMode::kFused : BiasMode::kNone;
+  switch (storage) {
+    case DType::kFloat64:
+      c.precision = Precision::kFp64;
+      break;
+    case DType::kBFloat16:
+      c.precision = Precision::kBf16;
+      break;
+    case DType::kFloat16:
+      c.precision = Precision::kFp16;
+      break;
+    default:
+      c.precision = Precision::kFp32;
+      break;
+  }
+  return c;
+}
+
+// The rows of docs/numerics.md's "What to change" table, each a sentence
+// fragment; HowToMatch joins the ones a pair of configurations needs.
+std::string HowToMatch(const Config& from, const Config& to, DType storage, bool has_bias) {
+  std::vector<std::string> steps;
+  const Precision f = from.precision, t = to.precision;
+  if (f != t) {
+    if (IsFp8(f) || IsFp8(t)) {
+      // Scaled FP8 GEMMs are chosen explicitly (torch._scaled_mm); no
+      // switch turns one into another precision.
+      return "";
+    }
+    if (IsTf32(f) && t == Precision::kFp32) {
+      steps.push_back(
+          "turn TF32 off: in PyTorch torch.backends.cuda.matmul.allow_tf32 = False "
+          "(torch.set_float32_matmul_precision('highest')), in JAX "
+          "jax.config.update('jax_default_matmul_precision', 'highest') or "
+          "precision=jax.lax.Precision.HIGHEST on the Dense layer or dot");
+    } else if (f == Precision::kFp32 && t == Precision::kTf32) {
+      steps.push_back(
+          "turn TF32 on: in PyTorch torch.backends.cuda.matmul.allow_tf32 = True "
+          "(torch.set_float32_matmul_precision('high')); JAX uses TF32 by default on Ampere+ "
+          "GPUs (jax_default_matmul_precision 'tensorfloat32')");
+    } else if (f == Precision::kFp16Acc && !IsTf32(t) && t != Precision::kFp64) {
+      steps.push_back(
+          "accumulate in fp32, not fp16: cuBLAS compute type CUBLAS_COMPUTE_32F instead of "
+          "CUBLAS_COMPUTE_16F (in PyTorch "
+          "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False; in "
+          "TensorRT build the layer without FP16 accumulation)");
+    } else if (t == Precision::kFp64) {
+      steps.push_back(
+          "compute the reference in float64: x.double() @ w.double().T (+ b.double()), or "
+          "numpy float64");
+    } else if ((f == Precision::kBf16 || f == Precision::kFp16) &&
+               (t == Precision::kFp32 || IsTf32(t)) && storage == DType::kFloat32) {
+      steps.push_back(absl::StrCat("keep the tensors in float32: the output was computed from ",
+                                   PrecisionName(f),
+                                   " inputs (PyTorch: torch.autocast off or no .to(torch.",
+                                   f == Precision::kBf16 ? "bfloat16" : "float16",
+                                   "); JAX/Flax: dtype=jnp.float32 on the layer)"));
+    } else {
+      // tf32rna/tf32trunc are kernel properties, fp32 accumulation of
+      // 16-bit inputs under fp32 storage is a cast the user did: no switch.
+      return "";
+    }
+  }
+  const bool bias_differs = has_bias && from.bias != to.bias;
+  if (bias_differs && to.bias == BiasMode::kFused) {
+    steps.push_back(
+        "add the bias before the one rounding: PyTorch's F.linear/torch.addmm does; in candle "
+        "compute in f32 and round once (x.to_dtype(F32)?.matmul(&w.t()?.to_dtype(F32)?)?"
+        ".broadcast_add(&b.to_dtype(F32)?)?.to_dtype(dtype)?); in JAX "
+        "jnp.dot(x, w, preferred_element_type=jnp.float32) + b.astype(jnp.float32), then "
+        ".astype(dtype)");
+  } else if (bias_differs && to.bias == BiasMode::kUnfused) {
+    steps.push_back(
+        "round the GEMM first, then add the bias: in PyTorch y = x @ w.T then y + b as two "
+        "ops (not F.linear or torch.addmm); candle's Linear and Flax's Dense already do");
+  }
+  if (steps.empty()) return "";
+  std::string first = steps[0];
+  first[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(first[0])));
+  steps[0] = first;
+  return absl::StrCat(absl::StrJoin(steps, "; and "), ".");
 }
 
 }  // namespace tensorcheck

@@ -258,6 +258,23 @@ void TensorToProto(const Tensor& tensor, v1::Tensor* proto) {
   proto->set_data(std::string(tensor.bytes()));
 }
 
+// FAILED_PRECONDITION with a kMissingTensorsTypeUrl payload naming the
+// tensors of `missing`; OK when there are none.
+absl::Status MissingTensorsError(const v1::MissingTensors& missing, const StoreView& store) {
+  if (missing.digests_size() == 0) return absl::OkStatus();
+  std::vector<std::string> named;
+  for (int i = 0; i < missing.digests_size(); ++i) {
+    named.push_back(absl::StrCat(missing.fields(i), " ", missing.digests(i).hash(), " (",
+                                 missing.digests(i).size_bytes(), " bytes)"));
+  }
+  absl::Status status = absl::FailedPreconditionError(
+      absl::StrCat("tensors not in the server's store: ", absl::StrJoin(named, ", "),
+                   !store ? "; this server has no store: send them as data"
+                          : "; upload them (UploadTensor) and retry"));
+  status.SetPayload(kMissingTensorsTypeUrl, absl::Cord(missing.SerializeAsString()));
+  return status;
+}
+
 absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const RequestLimits& limits,
                                         StoreView store) {
   LinearRequest req;
@@ -319,19 +336,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   if (r.has_observed()) {
     TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits, source));
   }
-  if (missing.digests_size() > 0) {
-    std::vector<std::string> named;
-    for (int i = 0; i < missing.digests_size(); ++i) {
-      named.push_back(absl::StrCat(missing.fields(i), " ", missing.digests(i).hash(), " (",
-                                   missing.digests(i).size_bytes(), " bytes)"));
-    }
-    absl::Status status = absl::FailedPreconditionError(
-        absl::StrCat("tensors not in the server's store: ", absl::StrJoin(named, ", "),
-                     !store ? "; this server has no store: send them as data"
-                            : "; upload them (UploadTensor) and retry"));
-    status.SetPayload(kMissingTensorsTypeUrl, absl::Cord(missing.SerializeAsString()));
-    return status;
-  }
+  TC_RETURN_IF_ERROR(MissingTensorsError(missing, store));
   req.configs.assign(r.configs().begin(), r.configs().end());
   req.reference = r.reference();
   if (r.has_tolerance()) {
@@ -355,7 +360,36 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   req.batch_invariance = r.batch_invariance().enabled();
   req.batch_sizes.assign(r.batch_invariance().batch_sizes().begin(),
                          r.batch_invariance().batch_sizes().end());
+  req.accept.assign(r.accept().begin(), r.accept().end());
   return req;
+}
+
+absl::StatusOr<CompareInput> FromProto(v1::CompareRequest* r, const RequestLimits& limits,
+                                       StoreView store) {
+  // The layer and the options as a VerifyRequest's (its tensors moved, not
+  // copied), then each named output.
+  v1::VerifyRequest as_verify;
+  as_verify.mutable_op()->Swap(r->mutable_op());
+  *as_verify.mutable_configs() = r->configs();
+  as_verify.set_reference(r->reference());
+  if (r->has_output()) *as_verify.mutable_output() = r->output();
+  *as_verify.mutable_accept() = r->accept();
+  CompareInput in;
+  TC_ASSIGN_OR_RETURN(in.request, FromProto(as_verify, limits, store));
+  v1::MissingTensors missing;
+  const TensorSource source{store, &missing};
+  for (int i = 0; i < r->observed_size(); ++i) {
+    const v1::NamedTensor& named = r->observed(i);
+    if (!named.has_tensor()) {
+      return InvalidFieldError(absl::StrCat("observed[", i, "].tensor"), "a tensor", "none");
+    }
+    TC_ASSIGN_OR_RETURN(
+        Tensor t,
+        TensorFromProto(named.tensor(), absl::StrCat("observed[", i, "].tensor"), limits, source));
+    in.observed.emplace_back(named.name(), std::move(t));
+  }
+  TC_RETURN_IF_ERROR(MissingTensorsError(missing, store));
+  return in;
 }
 
 namespace {
@@ -407,6 +441,47 @@ void DefectToProto(const DefectReport& d, DType compared, const std::vector<int6
   p->set_where_to_look(d.where_to_look);
 }
 
+void DiagnosisToProto(const DiagnosisOutcome& d, const std::vector<int64_t>& shape,
+                      v1::Diagnosis* pd) {
+  if (d.best) pd->set_best(*d.best);
+  for (const auto& e : d.equivalent) pd->add_equivalent(e);
+  for (const auto& e : d.tied) pd->add_tied(e);
+  pd->set_confidence(d.confidence);
+  for (const RankedCandidate& c : d.ranking) {
+    v1::RankedCandidate* pc = pd->add_ranking();
+    pc->set_config(c.config);
+    pc->set_bitwise_equal_fraction(c.bitwise_equal_fraction);
+    pc->set_max_ulp(c.max_ulp);
+    pc->set_mean_ulp(c.mean_ulp);
+    if (c.bound_ratio) pc->mutable_bound_ratio()->set_value(*c.bound_ratio);
+    for (const auto& e : c.equivalent) pc->add_equivalent(e);
+    pc->set_disagreements(c.disagreements);
+    pc->set_expected_disagreements(c.expected_disagreements);
+    pc->set_plausibility_p(c.plausibility_p);
+    pc->set_plausible(c.plausible);
+    pc->set_consistent_fraction(c.consistent_fraction);
+    pc->set_compared_elements(c.compared_elements);
+    pc->set_ruled_out(c.ruled_out);
+    pc->set_shared_computation(c.shared_computation);
+    pc->set_exact(c.exact);
+    pc->mutable_details()->insert(c.details.begin(), c.details.end());
+  }
+  pd->set_framework_hint(d.framework_hint);
+  GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());
+  GroupsToProto(d.rows, pd->mutable_localization()->mutable_rows());
+  for (const ElementDiff& e : d.outliers) {
+    ElementToProto(e, d.compared_dtype, shape, pd->mutable_localization()->add_outliers());
+  }
+  pd->set_explanation(d.explanation);
+  pd->set_verdict(VerdictToProto(d.verdict));
+  pd->set_verdict_reason(d.verdict_reason);
+  if (d.defect) DefectToProto(*d.defect, d.compared_dtype, shape, pd->mutable_defect());
+  pd->set_headline(d.headline);
+  pd->set_advice(d.advice);
+  pd->set_accepted(d.accepted);
+  pd->set_accepted_as(d.accepted_as);
+}
+
 }  // namespace
 
 void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
@@ -429,44 +504,32 @@ void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
   }
   for (int64_t d : o.output_shape) p->add_output_shape(d);
   for (const std::string& n : o.notes) p->add_notes(n);
-  if (o.diagnosis) {
-    const DiagnosisOutcome& d = *o.diagnosis;
-    v1::Diagnosis* pd = p->mutable_diagnosis();
-    if (d.best) pd->set_best(*d.best);
-    for (const auto& e : d.equivalent) pd->add_equivalent(e);
-    for (const auto& e : d.tied) pd->add_tied(e);
-    pd->set_confidence(d.confidence);
-    for (const RankedCandidate& c : d.ranking) {
-      v1::RankedCandidate* pc = pd->add_ranking();
-      pc->set_config(c.config);
-      pc->set_bitwise_equal_fraction(c.bitwise_equal_fraction);
-      pc->set_max_ulp(c.max_ulp);
-      pc->set_mean_ulp(c.mean_ulp);
-      if (c.bound_ratio) pc->mutable_bound_ratio()->set_value(*c.bound_ratio);
-      for (const auto& e : c.equivalent) pc->add_equivalent(e);
-      pc->set_disagreements(c.disagreements);
-      pc->set_expected_disagreements(c.expected_disagreements);
-      pc->set_plausibility_p(c.plausibility_p);
-      pc->set_plausible(c.plausible);
-      pc->set_consistent_fraction(c.consistent_fraction);
-      pc->set_compared_elements(c.compared_elements);
-      pc->set_ruled_out(c.ruled_out);
-      pc->set_shared_computation(c.shared_computation);
-      pc->set_exact(c.exact);
-      pc->mutable_details()->insert(c.details.begin(), c.details.end());
-    }
-    pd->set_framework_hint(d.framework_hint);
-    GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());
-    GroupsToProto(d.rows, pd->mutable_localization()->mutable_rows());
-    for (const ElementDiff& e : d.outliers) {
-      ElementToProto(e, d.compared_dtype, o.output_shape,
-                     pd->mutable_localization()->add_outliers());
-    }
-    pd->set_explanation(d.explanation);
-    pd->set_verdict(VerdictToProto(d.verdict));
-    pd->set_verdict_reason(d.verdict_reason);
-    if (d.defect) DefectToProto(*d.defect, d.compared_dtype, o.output_shape, pd->mutable_defect());
+  if (o.diagnosis) DiagnosisToProto(*o.diagnosis, o.output_shape, p->mutable_diagnosis());
+}
+
+void ToProto(const CompareOutcome& o, v1::CompareResponse* p) {
+  p->set_headline(o.headline);
+  for (const ComparedOutcome& c : o.outputs) {
+    v1::ComparedOutput* pc = p->add_outputs();
+    pc->set_name(c.name);
+    StatsToProto(c.vs_reference, o.output_shape, c.bound_precision, pc->mutable_vs_reference());
+    DiagnosisToProto(c.diagnosis, o.output_shape, pc->mutable_diagnosis());
   }
+  v1::OutputPair* pair = p->mutable_pair();
+  pair->set_a(o.pair.a);
+  pair->set_b(o.pair.b);
+  if (!o.outputs.empty()) {
+    StatsToProto(o.pair.stats, o.output_shape, o.outputs[0].bound_precision, pair->mutable_stats());
+  }
+  pair->set_rounding(o.pair.rounding);
+  pair->set_configs_max_abs(o.pair.configs_max_abs);
+  pair->set_expected_max_abs(o.pair.expected_max_abs);
+  pair->set_advice_b_to_a(o.pair.advice_b_to_a);
+  pair->set_advice_a_to_b(o.pair.advice_a_to_b);
+  p->set_reference(o.reference);
+  for (int64_t d : o.output_shape) p->add_output_shape(d);
+  for (const std::string& n : o.notes) p->add_notes(n);
+  p->set_verdict(o.passed ? v1::VERDICT_PASS : v1::VERDICT_FAIL);
 }
 
 }  // namespace tensorcheck

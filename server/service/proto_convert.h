@@ -57,6 +57,18 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& request,
 
 void ToProto(const VerifyOutcome& outcome, v1::VerifyResponse* response);
 
+// A Compare request: the layer (with the request's options), and the
+// named outputs, tensors moved out of `request` (not copied). Errors as
+// FromProto's, naming `observed[i].tensor`.
+struct CompareInput {
+  LinearRequest request;
+  std::vector<std::pair<std::string, Tensor>> observed;
+};
+absl::StatusOr<CompareInput> FromProto(v1::CompareRequest* request, const RequestLimits& limits,
+                                       StoreView store = {});
+
+void ToProto(const CompareOutcome& outcome, v1::CompareResponse* response);
+
 // DTypeFromProto naming `field` in the error.
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
 

@@ -104,12 +104,12 @@ size_t WorkerPool::queued() {
 class LinearCall final : public grpc::ServerUnaryReactor {
  public:
   LinearCall(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-             grpc::ByteBuffer* response, bool diagnose, absl::Time deadline,
+             grpc::ByteBuffer* response, LinearMethod method, absl::Time deadline,
              bool deadline_is_server_cap)
       : context_(context),
         request_(request),
         response_(response),
-        diagnose_(diagnose),
+        method_(method),
         deadline_is_server_cap_(deadline_is_server_cap),
         start_(absl::Now()),
         stop_(deadline) {}
@@ -135,7 +135,17 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     Finish(ToGrpcStatus(status));
   }
 
-  absl::string_view method() const { return diagnose_ ? "Diagnose" : "Verify"; }
+  absl::string_view method() const {
+    switch (method_) {
+      case LinearMethod::kVerify:
+        return "Verify";
+      case LinearMethod::kDiagnose:
+        return "Diagnose";
+      case LinearMethod::kCompare:
+        return "Compare";
+    }
+    return "";
+  }
 
  private:
   friend class TensorCheckServiceImpl;
@@ -195,7 +205,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   const grpc::ByteBuffer* request_;
   grpc::ByteBuffer* const response_;
-  const bool diagnose_;
+  const LinearMethod method_;
   const bool deadline_is_server_cap_;
   const absl::Time start_;
   absl::Time context_deadline_ = absl::InfiniteFuture();
@@ -220,18 +230,18 @@ std::string ShapeOf(const v1::Tensor& t) {
   return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
 }
 
-// The request's bytes as a VerifyRequest; INVALID_ARGUMENT when they are
-// not one (truncated, corrupt, invalid UTF-8 in a string field).
-absl::Status ParseRequest(const grpc::ByteBuffer& bytes, v1::VerifyRequest* request) {
+// The request's bytes as a VerifyRequest or CompareRequest;
+// INVALID_ARGUMENT when they are not one (truncated, corrupt, invalid
+// UTF-8 in a string field).
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* request) {
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes its own
   grpc::ProtoBufferReader reader(&copy);
   google::protobuf::io::CodedInputStream input(&reader);
   input.SetTotalBytesLimit(INT32_MAX);
   if (!request->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request: the ", bytes.Length(),
-        " bytes received are not a valid tensorcheck.v1.VerifyRequest (truncated or corrupt "
-        "protobuf, or a string field that is not UTF-8)"));
+        "request: the ", bytes.Length(), " bytes received are not a valid ", request->GetTypeName(),
+        " (truncated or corrupt protobuf, or a string field that is not UTF-8)"));
   }
   return absl::OkStatus();
 }
@@ -368,33 +378,40 @@ int64_t TensorCheckServiceImpl::RetryPushbackMs(int64_t requests_ahead) const {
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request,
                                                          grpc::ByteBuffer* response) {
-  return StartLinear(context, request, response, /*diagnose=*/false);
+  return StartLinear(context, request, response, LinearMethod::kVerify);
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::Diagnose(grpc::CallbackServerContext* context,
                                                            const grpc::ByteBuffer* request,
                                                            grpc::ByteBuffer* response) {
-  return StartLinear(context, request, response, /*diagnose=*/true);
+  return StartLinear(context, request, response, LinearMethod::kDiagnose);
+}
+
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::Compare(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return StartLinear(context, request, response, LinearMethod::kCompare);
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServerContext* context,
                                                               const grpc::ByteBuffer* request,
                                                               grpc::ByteBuffer* response,
-                                                              bool diagnose) {
+                                                              LinearMethod method) {
   // The deadline: the client's, or the server's cap on one request.
   const absl::Time cap = absl::Now() + options_.max_request_time;
   absl::Time client = absl::InfiniteFuture();
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     client = absl::FromChrono(context->deadline());
   }
-  auto* call = new LinearCall(context, request, response, diagnose, std::min(cap, client),
+  auto* call = new LinearCall(context, request, response, method, std::min(cap, client),
                               /*deadline_is_server_cap=*/cap < client);
   call->request_id_ = AttachRequestId(context);
   call->context_deadline_ = client;
   call->request_bytes_ = static_cast<int64_t>(request->Length());
   call->metrics_ = options_.metrics;
   absl::StatusOr<Caller> caller =
-      Authenticate(*context, diagnose ? Right::kDiagnose : Right::kVerify, call->method());
+      Authenticate(*context, method == LinearMethod::kVerify ? Right::kVerify : Right::kDiagnose,
+                   call->method());
   if (!caller.ok()) {
     call->FinishWith(caller.status());
     return call;
@@ -477,6 +494,8 @@ void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* res
 absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reservation* reservation,
                                              bool* retry_later) {
   TC_RETURN_IF_ERROR(call->stop_.Check());  // cancelled or expired while queued
+  if (call->method_ == LinearMethod::kCompare)
+    return ExecuteCompare(call, reservation, retry_later);
   LinearRequest req;
   {
     v1::VerifyRequest proto;
@@ -503,7 +522,8 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   const int64_t tensors = held(req.input) + held(req.weight) + held_if(req.bias) +
                           held_if(req.observed) + held_if(req.input_scale) +
                           held_if(req.weight_scale);
-  const int64_t need = tensors + engine_->EstimateWorkingBytes(req, call->diagnose_);
+  const int64_t need =
+      tensors + engine_->EstimateWorkingBytes(req, call->method_ != LinearMethod::kVerify);
   const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
   if (admitted != ByteBudget::Outcome::kAdmitted) {
     *retry_later = admitted == ByteBudget::Outcome::kBusy;
@@ -512,17 +532,21 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   TC_RETURN_IF_ERROR(call->stop_.Check());
   v1::VerifyResponse response;
   {
-    TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, call->diagnose_
+    TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, call->method_ == LinearMethod::kDiagnose
                                                    ? engine_->Diagnose(req, &call->stop_)
                                                    : engine_->Verify(req, &call->stop_));
     req = LinearRequest();  // the tensors go before the response is built
     ToProto(outcome, &response);
   }
   TC_RETURN_IF_ERROR(StoreLargeOutputs(call->store_, call->max_inline_output_bytes_, &response));
+  return Serialize(response, call);
+}
+
+template <typename Response>
+absl::Status TensorCheckServiceImpl::Serialize(const Response& response, LinearCall* call) const {
   bool own_buffer = false;
-  const grpc::Status serialized =
-      grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::VerifyResponse>(response, call->response_,
-                                                                          &own_buffer);
+  const grpc::Status serialized = grpc::GenericSerialize<grpc::ProtoBufferWriter, Response>(
+      response, call->response_, &own_buffer);
   if (!serialized.ok()) {
     return absl::InternalError(absl::StrCat("response: ", serialized.error_message()));
   }
@@ -535,6 +559,47 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
                      " bytes; ask without return_outputs or for fewer configurations"));
   }
   return absl::OkStatus();
+}
+
+absl::Status TensorCheckServiceImpl::ExecuteCompare(LinearCall* call,
+                                                    ByteBudget::Reservation* reservation,
+                                                    bool* retry_later) {
+  CompareInput in;
+  {
+    v1::CompareRequest proto;
+    TC_RETURN_IF_ERROR(ParseRequest(*call->request_, &proto));
+    const_cast<grpc::ByteBuffer*>(call->request_)->Clear();
+    LinearCall::Summary& s = call->summary_;
+    s.configs = absl::StrJoin(proto.configs(), ",");
+    if (!proto.reference().empty()) s.reference = proto.reference();
+    s.input = ShapeOf(proto.op().input());
+    s.weight = ShapeOf(proto.op().weight());
+    TC_ASSIGN_OR_RETURN(in, FromProto(&proto, engine_->options().limits, call->store_));
+  }
+  // The tensors, and a diagnosis's working memory: the two outputs are
+  // diagnosed one after the other, and each keeps its best candidate's
+  // output.
+  const LinearRequest& req = in.request;
+  auto held = [](const Tensor& t) { return t.borrowed() ? 0 : static_cast<int64_t>(t.nbytes()); };
+  auto held_if = [&](const std::optional<Tensor>& t) { return t ? held(*t) : int64_t{0}; };
+  int64_t tensors = held(req.input) + held(req.weight) + held_if(req.bias) +
+                    held_if(req.input_scale) + held_if(req.weight_scale);
+  for (const auto& [name, t] : in.observed) tensors += 2 * static_cast<int64_t>(t.nbytes());
+  const int64_t need = tensors + engine_->EstimateWorkingBytes(req, /*diagnose=*/true);
+  const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
+  if (admitted != ByteBudget::Outcome::kAdmitted) {
+    *retry_later = admitted == ByteBudget::Outcome::kBusy;
+    return Refusal(admitted, need, budget_, "this request");
+  }
+  TC_RETURN_IF_ERROR(call->stop_.Check());
+  v1::CompareResponse response;
+  {
+    TC_ASSIGN_OR_RETURN(CompareOutcome outcome,
+                        engine_->CompareOutputs(req, in.observed, &call->stop_));
+    in = CompareInput();  // the tensors go before the response is built
+    ToProto(outcome, &response);
+  }
+  return Serialize(response, call);
 }
 
 absl::Status TensorCheckServiceImpl::StoreLargeOutputs(const StoreView& store,

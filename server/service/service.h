@@ -129,17 +129,19 @@ struct ServiceOptions {
   const TokensFile* tokens = nullptr;
 };
 
-class LinearCall;  // service.cc: one Verify or Diagnose call
+class LinearCall;  // service.cc: one Verify, Diagnose or Compare call
+enum class LinearMethod { kVerify, kDiagnose, kCompare };
 
 class TensorCheckServiceImpl final
     : public v1::TensorCheck::WithRawCallbackMethod_Verify<
           v1::TensorCheck::WithRawCallbackMethod_Diagnose<
-              v1::TensorCheck::WithCallbackMethod_GetCapabilities<
-                  v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
-                      v1::TensorCheck::WithCallbackMethod_UploadTensor<
-                          v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
-                              v1::TensorCheck::WithCallbackMethod_ReadTensor<
-                                  v1::TensorCheck::Service>>>>>>> {
+              v1::TensorCheck::WithRawCallbackMethod_Compare<
+                  v1::TensorCheck::WithCallbackMethod_GetCapabilities<
+                      v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
+                          v1::TensorCheck::WithCallbackMethod_UploadTensor<
+                              v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
+                                  v1::TensorCheck::WithCallbackMethod_ReadTensor<
+                                      v1::TensorCheck::Service>>>>>>>> {
  public:
   // `engine` must outlive the service.
   TensorCheckServiceImpl(const Engine* engine, ServiceOptions options);
@@ -151,6 +153,9 @@ class TensorCheckServiceImpl final
   grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Compare(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
                                             const v1::GetCapabilitiesRequest* request,
                                             v1::GetCapabilitiesResponse* response) override;
@@ -208,12 +213,19 @@ class TensorCheckServiceImpl final
 
   grpc::ServerUnaryReactor* StartLinear(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                                        bool diagnose);
+                                        LinearMethod method);
   // The worker's part of a call; finishes it.
   void Work(LinearCall* call, ByteBudget::Reservation* reservation);
   // Parses, admits by bytes, runs and serialises; `retry_later` is set
   // when the refusal is one a retry can pass (the byte budget was busy).
   absl::Status Execute(LinearCall* call, ByteBudget::Reservation* reservation, bool* retry_later);
+  // Execute's part for a Compare call.
+  absl::Status ExecuteCompare(LinearCall* call, ByteBudget::Reservation* reservation,
+                              bool* retry_later);
+  // Serialises `response` into the call's buffer; RESOURCE_EXHAUSTED over
+  // the message limit.
+  template <typename Response>
+  absl::Status Serialize(const Response& response, LinearCall* call) const;
   // How long a refused client should wait before retrying: until about
   // `requests_ahead` more requests have finished (100 ms to 30 s).
   int64_t RetryPushbackMs(int64_t requests_ahead) const;

@@ -320,6 +320,68 @@ TEST_F(ServiceTest, DiagnoseNamesTheConfigurationThatProducedTheOutput) {
   EXPECT_FALSE(response.diagnosis().explanation().empty());
 }
 
+// Compare over the wire: the same output of one layer (summed in fp64,
+// rounded once: rounding of either candidate) under two names; the
+// headline carries what the two diagnoses say, and bad requests name
+// their field while the server keeps serving.
+TEST_F(ServiceTest, CompareAnswersTwoNamedOutputsAndNamesBadFields) {
+  const v1::VerifyRequest layer = Valid();
+  const std::vector<float> x = RandomValues(16, 1), w = RandomValues(24, 2, 0.35),
+                           b = RandomValues(3, 3);
+  std::vector<float> y(6);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double acc = b[j];
+      for (int k = 0; k < 8; ++k) acc += double(x[i * 8 + k]) * double(w[j * 8 + k]);
+      y[i * 3 + j] = static_cast<float>(acc);
+    }
+  }
+  v1::CompareRequest r;
+  *r.mutable_op() = layer.op();
+  r.add_configs("cpu:fp32:fused");
+  r.add_configs("cpu:fp64:fused");
+  v1::NamedTensor* a = r.add_observed();
+  a->set_name("torch");
+  *a->mutable_tensor() = Fp32({2, 3}, y);
+  v1::NamedTensor* c = r.add_observed();
+  c->set_name("candle");
+  *c->mutable_tensor() = Fp32({2, 3}, y);
+  auto stub = v1::TensorCheck::NewStub(Channel());
+  {
+    grpc::ClientContext context;
+    v1::CompareResponse response;
+    const grpc::Status status = stub->Compare(&context, r, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.outputs_size(), 2);
+    EXPECT_EQ(response.outputs(0).name(), "torch");
+    EXPECT_EQ(response.pair().a(), "torch");
+    EXPECT_EQ(response.pair().stats().max_abs(), 0.0);  // the same bytes
+    EXPECT_TRUE(response.pair().rounding());
+    EXPECT_THAT(response.headline(), HasSubstr("torch and candle are both"));
+    EXPECT_FALSE(response.outputs(1).diagnosis().headline().empty());
+    EXPECT_EQ(response.reference(), "cpu:fp64:fused");
+  }
+  r.mutable_observed(1)->set_name("torch");
+  {
+    grpc::ClientContext context;
+    v1::CompareResponse response;
+    const grpc::Status status = stub->Compare(&context, r, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("observed[1].name"));
+  }
+  r.mutable_observed(1)->set_name("candle");
+  *r.mutable_observed(1)->mutable_tensor() = Fp32({3, 2}, y);
+  {
+    grpc::ClientContext context;
+    v1::CompareResponse response;
+    const grpc::Status status = stub->Compare(&context, r, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("observed[1] (candle): observed.shape"));
+  }
+  v1::VerifyResponse ok;
+  ASSERT_TRUE(Verify(Valid(), &ok).ok());
+}
+
 // The response's x-request-id (initial metadata), "" when absent.
 std::string RequestIdOf(const grpc::ClientContext& context) {
   const auto& md = context.GetServerInitialMetadata();

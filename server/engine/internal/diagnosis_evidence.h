@@ -75,6 +75,17 @@ std::string GroupList(const std::vector<GroupCount>& groups, int64_t differing);
 // groups holding their share of the `total` differing elements.
 std::vector<GroupCount> TopGroups(const std::vector<int64_t>& counts, int64_t total, int top);
 
+// Of `top` (TopGroups of `total` differing elements over `groups`
+// columns or rows), those holding more than an even spread gives by
+// chance (docs/numerics.md, "Localization"); empty when the differences
+// are spread.
+std::vector<GroupCount> ConcentratedGroups(const std::vector<GroupCount>& top, int64_t total,
+                                           int64_t groups);
+
+// What an error against the reference of `ratio` times a precision's
+// predicted error means, in words.
+std::string ErrorRatioMeaning(double ratio);
+
 // Every element outside `explained` (0 entries) as observed against
 // `candidate`, in element order.
 std::vector<ElementDiff> UnexplainedDiffs(const Tensor& observed, const Tensor& candidate,

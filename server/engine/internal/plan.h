@@ -35,6 +35,8 @@ struct Engine::Plan {
   // by the configuration that ran instead: "the device's configuration:
   // why" (ranked candidates' details, "passed_over").
   std::map<std::string, std::string> passed_over;
+  // The request's accepted configurations (LinearRequest::accept).
+  std::vector<ConfigPattern> accept;
 };
 
 // Per-element arrays a diagnosis reads; several candidates may hold the
