@@ -302,6 +302,8 @@ def test_diagnosis_to_dict():
                 "shared_computation": "",
                 "exact": False,
                 "details": {},
+                "framework_default": "",
+                "accepted": False,
             },
             {
                 "config": "cpu:fp32:fused",
@@ -320,6 +322,8 @@ def test_diagnosis_to_dict():
                 "shared_computation": "cpu:fp32:unfused",
                 "exact": False,
                 "details": {},
+                "framework_default": "",
+                "accepted": False,
             },
         ],
         "framework_hint": "JAX/Flax default on Ampere+",
@@ -356,6 +360,8 @@ def test_diagnosis_to_dict():
         "shared_computation",
         "exact",
         "details",
+        "framework_default",
+        "accepted",
     ]
     r.diagnosis.best = ""
     r.diagnosis.ClearField("localization")

@@ -368,7 +368,10 @@ class RankedCandidate(_Node):
     GEMM it reused ("" when none). A server that predates the test leaves
     them all zero, with `compared_elements` 0. `exact` is True when every
     element equals the observed output bit for bit; `details` names the
-    kernel (the algorithm an `algorithm_sweep` ran, "algo": ...)."""
+    kernel (the algorithm an `algorithm_sweep` ran, "algo": ...).
+    `framework_default` says which frameworks compute it by default for the
+    storage dtype ("PyTorch's default for fp32 tensors", "" when none);
+    `accepted` whether it matches a configuration of `accept=`."""
 
     config: str
     bitwise_equal_fraction: float
@@ -386,6 +389,8 @@ class RankedCandidate(_Node):
     shared_computation: str = ""
     exact: bool = False
     details: dict[str, str] = field(default_factory=dict)
+    framework_default: str = ""
+    accepted: bool = False
     _ulp_fields = ("max_ulp",)
 
     @classmethod
@@ -407,6 +412,8 @@ class RankedCandidate(_Node):
             shared_computation=m.shared_computation,
             exact=m.exact,
             details=dict(sorted(m.details.items())),
+            framework_default=m.framework_default,
+            accepted=m.accepted,
         )
 
     @property
