@@ -80,7 +80,7 @@ table { border-collapse: collapse; font-size: 0.92em; }
 th, td { border: 1px solid #d0d7de; padding: 3px 8px; }
 th { background: #f6f8fa; text-align: left; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.num, code { white-space: nowrap; }
+.num { white-space: nowrap; }
 tr.best td { background: #e6f4ea; font-weight: 600; }
 tr.failed td { background: #ffebe9; }
 tr.first td { font-weight: 600; }
@@ -435,18 +435,18 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
     for (const pb::ConfigResult& c : r.results()) {
       const pb::Stats& s = has_observed && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
       absl::StrAppend(
-          &out, "<tr><td><code>", HtmlEscape(c.config()), "</code></td><td>",
-          s.passed() ? "yes" : "no", "</td><td class=\"num\">", s.mismatched(), " / ", s.total(),
-          "</td><td class=\"num\">", G(s.max_abs()), "</td><td class=\"num\">",
-          UlpText(s.max_ulp()), "</td><td class=\"num\">", G(s.mean_ulp()),
-          "</td><td class=\"num\">", FormatShare(s.bitwise_equal_count(), s.total()),
-          "</td><td class=\"num\">", s.has_bound_ratio() ? G(s.bound_ratio().value()) : "&ndash;",
-          "</td><td class=\"num\">", absl::StrFormat("%.1f ms", c.elapsed_ms()),
+          &out, "<tr><td><code>", HtmlEscape(c.config()), "</code>",
+          // Under the name: the note is words, and the number cells never wrap.
           c.shared_computation().empty()
               ? ""
               : absl::StrCat("<br><span class=\"shared\">epilogue only; GEMM shared with <code>",
                              HtmlEscape(c.shared_computation()), "</code></span>"),
-          "</td></tr>\n");
+          "</td><td>", s.passed() ? "yes" : "no", "</td><td class=\"num\">", s.mismatched(), " / ",
+          s.total(), "</td><td class=\"num\">", G(s.max_abs()), "</td><td class=\"num\">",
+          UlpText(s.max_ulp()), "</td><td class=\"num\">", G(s.mean_ulp()),
+          "</td><td class=\"num\">", FormatShare(s.bitwise_equal_count(), s.total()),
+          "</td><td class=\"num\">", s.has_bound_ratio() ? G(s.bound_ratio().value()) : "&ndash;",
+          "</td><td class=\"num\">", absl::StrFormat("%.1f ms", c.elapsed_ms()), "</td></tr>\n");
     }
     out += "</table>\n";
   }

@@ -154,5 +154,7 @@ def test_every_text_of_the_page_fits_its_svg(tmp_path: Path) -> None:
             ]
         for px, py in corners:
             assert 0 <= px <= w and 0 <= py <= h, (body, px, py)
-    # Numbers in the page's cells never break across lines.
-    assert ".num,code{white-space:nowrap}" in page
+    # Numbers in the page's cells never break across lines ("7.32e-" over "05").
+    assert ".num{white-space:nowrap}" in page
+    assert '<td class="num">0.5</td>' in page  # blocks.1.up's bound_ratio in the overview
+    assert 'bound_ratio <span class="num">4</span>' in page  # blocks.2's section

@@ -351,7 +351,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-top:1px solid #ccc;pa
 table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f2f2f2;white-space:nowrap}.fail{color:#b00020;font-weight:600}.ok{color:#1b7f2a}
-.note{color:#555}.num,code{white-space:nowrap}
+.note{color:#555}.num{white-space:nowrap}
 .first{background:#fff1f1}code{font-size:13px}
 svg{max-width:100%;height:auto}
 svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1f2328}
@@ -579,8 +579,9 @@ def _ranking(d: Diagnosis) -> str:
         names = " = ".join(f"<code>{html.escape(g.config)}</code>" for g in group)
         rows.append(
             f"<tr><td>{rank}</td><td>{names}</td><td>{'yes' if r.plausible else 'no'}</td>"
-            f"<td>{format_share(r.bitwise_equal_fraction)}</td><td>{_ulp(r.max_ulp)}</td>"
-            f"<td>{_num(r.mean_ulp)}</td><td>{_num(r.bound_ratio)}</td>"
+            f'<td class="num">{format_share(r.bitwise_equal_fraction)}</td>'
+            f'<td class="num">{_ulp(r.max_ulp)}</td>'
+            f'<td class="num">{_num(r.mean_ulp)}</td><td class="num">{_num(r.bound_ratio)}</td>'
             f"<td>{html.escape(r.ruled_out)}</td></tr>"
         )
     return (
@@ -607,8 +608,10 @@ def _layer_section(
         f"<p>{_shape(layer.input_shape)} &middot; {_shape(layer.weight_shape)} "
         f"({layer.weight_layout}), {layer.dtype}. "
         f"Best: <code>{html.escape(_best(layer, full=True))}</code>. "
-        f"max_abs {_num(layer.max_abs)}, max_ulp {_ulp(layer.max_ulp)}, "
-        f"bound_ratio {_num(layer.bound_ratio)}, differences at {html.escape(_where(layer))}.</p>",
+        f'max_abs <span class="num">{_num(layer.max_abs)}</span>, '
+        f'max_ulp <span class="num">{_ulp(layer.max_ulp)}</span>, '
+        f'bound_ratio <span class="num">{_num(layer.bound_ratio)}</span>, '
+        f"differences at {html.escape(_where(layer))}.</p>",
     ]
     if layer.divergence_reason:
         out.append(
@@ -643,7 +646,8 @@ def write_html(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
             f"<tr{' class=first' if layer is first else ''}><td>{i}</td>"
             f'<td><a href="#layer-{i}"><code>{html.escape(layer.label)}</code></a></td>'
             f"<td>{html.escape(_best(layer))}</td><td>{html.escape(_status(layer))}</td>"
-            f"<td>{_num(layer.max_abs)}</td><td>{_ulp(layer.max_ulp)}</td><td>{_num(layer.bound_ratio)}</td></tr>"
+            f'<td class="num">{_num(layer.max_abs)}</td><td class="num">{_ulp(layer.max_ulp)}</td>'
+            f'<td class="num">{_num(layer.bound_ratio)}</td></tr>'
         )
     verdict = (
         f'<p class="fail">First divergence: <a href="#layer-{report.layers.index(first)}">'
