@@ -5,11 +5,15 @@
 //   std::string page = FormatHtml(response, ReportContext{"diagnose"},
 //                                 &observed, opts);
 //
-// The page holds the summary (diagnose: best, equivalent, tied, confidence,
-// framework hint, explanation; verify: verdict and reference), the ranking
-// or configuration table, ULP histograms as inline SVG bar charts, and
-// heatmaps of |observed - best candidate| and |observed - reference| over
-// the output viewed as a matrix [rows = product of leading dims, cols = N].
+// The page opens with the server's answer: the diagnosis' headline and,
+// under it, its advice (from an older server, the verdict and its reason).
+// Then the summary (diagnose: best, equivalent, tied, confidence,
+// framework hint, explanation; verify: verdict, acceptance and reference),
+// the ranking or configuration table, ULP histograms as inline SVG bar
+// charts, and heatmaps of |observed - best candidate| and |observed -
+// reference| over the output viewed as a matrix [rows = product of leading
+// dims, cols = N]. The layout is fluid (up to 1800 px), numbers never break
+// across lines, and every chart sizes its margins to hold its text.
 //
 // Heatmaps are max-pooled to at most 512 x 512 cells, so a single bad
 // element stays visible, and embedded as palette PNG `data:` URIs written by
