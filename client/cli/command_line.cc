@@ -18,12 +18,15 @@ enum Cmd : unsigned {
   kCaps = 4,
   kUpload = 8,
   kSweep = 16,
-  kHealth = 32
+  kHealth = 32,
+  kCompare = 64
 };
 constexpr unsigned kRun = kVerify | kDiagnose;
-constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep | kHealth;
+constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep | kHealth | kCompare;
 // The flags sweep shares with verify and diagnose.
 constexpr unsigned kCheck = kRun | kSweep;
+// The layer's flags (tensors and op options), which compare shares too.
+constexpr unsigned kLayer = kRun | kCompare;
 
 struct FlagSpec {
   const char* name;
@@ -35,29 +38,37 @@ constexpr FlagSpec kFlags[] = {
     // The connection (internal/connection.h) and the deadline: every
     // command, and before the command too.
     {"server", true, kAll},
+    // The deprecated name of --server (a warning on stderr).
+    {"target", true, kAll},
     {"tls-ca", true, kAll},
     {"tls-cert", true, kAll},
     {"tls-key", true, kAll},
     {"token", true, kAll},
     {"timeout", true, kAll},
-    {"json", false, kCheck | kCaps},
+    {"json", false, kCheck | kCaps | kCompare},
     {"help", false, kAll},
-    {"input", true, kRun},
-    {"weight", true, kRun},
-    {"bias", true, kRun},
-    {"observed", true, kRun},
+    {"input", true, kLayer},
+    {"weight", true, kLayer},
+    {"bias", true, kLayer},
+    {"observed", true, kLayer},
     // FP8 dequantisation scales: a number or a tensor argument.
-    {"input-scale", true, kRun},
-    {"weight-scale", true, kRun},
+    {"input-scale", true, kLayer},
+    {"weight-scale", true, kLayer},
     // verify, diagnose: NAME=DTYPE; upload: DTYPE, for every tensor.
-    {"dtype", true, kRun | kUpload},
-    {"no-progress", false, kCheck | kUpload},
-    {"weight-layout", true, kRun},
-    {"activation", true, kRun},
-    {"output-dtype", true, kRun},
-    {"config", true, kCheck},
+    {"dtype", true, kLayer | kUpload},
+    {"no-progress", false, kCheck | kUpload | kCompare},
+    {"weight-layout", true, kLayer},
+    {"activation", true, kLayer},
+    {"output-dtype", true, kLayer},
+    // diagnose and compare: the candidates; --candidates is diagnose's
+    // older name for the same list.
+    {"config", true, kCheck | kCompare},
     {"candidates", true, kDiagnose},
-    {"reference", true, kCheck},
+    {"reference", true, kCheck | kCompare},
+    // VerifyRequest.accept / CompareRequest.accept (repeatable).
+    {"accept", true, kLayer},
+    // The full tables instead of the short answer.
+    {"verbose", false, kLayer},
     {"tolerance", true, kCheck},
     {"atol", true, kCheck},
     {"rtol", true, kCheck},
@@ -65,7 +76,7 @@ constexpr FlagSpec kFlags[] = {
     {"bound-factor", true, kCheck},
     {"bound-precision", true, kCheck},
     {"nan-equal", false, kCheck},
-    {"top-k", true, kCheck},
+    {"top-k", true, kCheck | kCompare},
     {"repeat", true, kVerify},
     {"disallow-reduced-precision-reduction", false, kVerify},
     // VerifyRequest.algorithm_sweep and batch_invariance.
@@ -95,6 +106,7 @@ unsigned CommandBit(const std::string& c) {
   if (c == "upload") return kUpload;
   if (c == "sweep") return kSweep;
   if (c == "health") return kHealth;
+  if (c == "compare") return kCompare;
   return 0;
 }
 
@@ -119,7 +131,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
         if (CommandBit(arg) == 0) {
           return Usage(
               absl::StrCat("unknown command '", arg,
-                           "': verify, diagnose, sweep, upload, capabilities or health expected"));
+                           "': verify, diagnose, compare, sweep, upload, capabilities or health "
+                           "expected"));
         }
         cl.command = arg;
         continue;

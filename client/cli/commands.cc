@@ -160,7 +160,11 @@ grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string
                                   Progress* progress, pb::VerifyResponse* resp) {
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
-  progress->Begin(command == "diagnose" ? "diagnosing" : "verifying", /*total_bytes=*/0);
+  // The phase in words, with the elapsed time (internal/progress.h).
+  progress->Begin(command == "diagnose" || !req.accept().empty()
+                      ? "waiting for the server's diagnosis"
+                      : "waiting for the server's verification",
+                  /*total_bytes=*/0);
   const grpc::Status s =
       command == "diagnose" ? stub->Diagnose(&ctx, req, resp) : stub->Verify(&ctx, req, resp);
   progress->End();
@@ -180,7 +184,10 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const Connection& server, double 
     }
     return kExitUsage;
   }
-  const ReportContext ctx{cl.command};
+  ReportContext ctx{cl.command};
+  ctx.verbose = cl.Has("verbose");
+  ctx.accept.assign(req->accept().begin(), req->accept().end());
+  ctx.storage_dtype = req->op().input().dtype();
   const auto deadline = DeadlineAfter(timeout);
   auto stub = MakeStub(server);
   Progress progress(ProgressWanted(cl));
@@ -244,6 +251,63 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const Connection& server, double 
   return code;
 }
 
+int RunCompare(const CommandLine& cl, const Connection& server, double timeout) {
+  std::vector<HeldTensor> held;
+  auto req = BuildCompareRequest(cl, &held);
+  if (!req.ok()) {
+    std::cerr << "tensorcheck: " << req.status().message() << "\n";
+    if (absl::IsInvalidArgument(req.status())) {
+      std::cerr << "(see tensorcheck compare --help)\n";
+    }
+    return kExitUsage;
+  }
+  ReportContext ctx{cl.command};
+  ctx.verbose = cl.Has("verbose");
+  ctx.accept.assign(req->accept().begin(), req->accept().end());
+  ctx.storage_dtype = req->op().input().dtype();
+  const auto deadline = DeadlineAfter(timeout);
+  auto stub = MakeStub(server);
+  Progress progress(ProgressWanted(cl));
+  std::unique_ptr<Executor> executor = TransferExecutor();
+  StoreClient store(stub.get(), deadline);
+  TensorTransfer transfer(&store, executor.get(), &progress);
+  auto by_digest = transfer.Prepare(&*req, std::move(held));
+  if (!by_digest.ok()) return ReportStatus(by_digest.status(), server);
+  auto call = [&](pb::CompareResponse* resp) {
+    grpc::ClientContext grpc_ctx;
+    grpc_ctx.set_deadline(deadline);
+    progress.Begin("waiting for the server's comparison", /*total_bytes=*/0);
+    const grpc::Status s = stub->Compare(&grpc_ctx, *req, resp);
+    progress.End();
+    return s;
+  };
+  pb::CompareResponse resp;
+  grpc::Status s = call(&resp);
+  if (*by_digest) {
+    // Evicted between FindMissingTensors and the request: upload, retry once.
+    if (std::optional<pb::MissingTensors> missing = MissingTensorsOf(s); missing.has_value()) {
+      const absl::Status again = transfer.Reupload(*missing);
+      if (!again.ok()) return ReportStatus(again, server);
+      resp.Clear();
+      s = call(&resp);
+    }
+  }
+  if (!s.ok()) return ReportGrpcError(s, server);
+  if (cl.Has("json")) {
+    nlohmann::ordered_json j = CompareResponseToJson(resp);
+    j["uploaded_bytes"] = transfer.counts().uploaded_bytes;
+    j["reused_bytes"] = transfer.counts().reused_bytes;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << FormatCompareHuman(resp, ctx);
+  }
+  const int code = ExitCodeForCompare(resp, /*accept=*/!ctx.accept.empty());
+  if (code == kExitServer) {
+    std::cerr << "tensorcheck: server error: the response carries no comparison of the pair\n";
+  }
+  return code;
+}
+
 int RunCapabilities(const CommandLine& cl, const Connection& server, double timeout) {
   auto stub = MakeStub(server);
   grpc::ClientContext grpc_ctx;
@@ -280,6 +344,8 @@ int RunUpload(const CommandLine& cl, const Connection& server, double timeout) {
     return kExitUsage;
   }
   TensorReadOptions opts;
+  // upload's --dtype takes the dtype alone, for every tensor.
+  opts.dtype_flag = "--dtype ";
   if (cl.Has("dtype")) {
     auto d = ParseDType(cl.Get("dtype"));
     if (!d.ok()) {

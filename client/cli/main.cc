@@ -3,7 +3,9 @@
 //   tensorcheck [--server HOST:PORT] verify --input x.npy --weight w.npy
 //       --observed y.npy --config cpu:fp32 --config cpu:tf32 --json
 //   tensorcheck diagnose --input x.npy --weight m.safetensors:fc.weight
-//       --observed y.npy
+//       --observed y.npy --accept tf32
+//   tensorcheck compare --input x.npy --weight w.npy --observed torch_y.npy
+//       --observed flax_y.npy
 //   tensorcheck capabilities
 //   tensorcheck upload w.npy m.safetensors:fc.weight
 //   tensorcheck sweep --weights model.safetensors --captures captures.safetensors
@@ -39,6 +41,7 @@ using internal::kExitUsage;
 using internal::ParseCommandLine;
 using internal::ParseDoubleFlag;
 using internal::RunCapabilities;
+using internal::RunCompare;
 using internal::RunHealth;
 using internal::RunSweep;
 using internal::RunUpload;
@@ -55,7 +58,10 @@ constexpr const char kMainUsage[] =
 
 Commands:
   verify        run a linear layer under backend configurations and compare
-  diagnose      tell which configuration produced an observed output
+  diagnose      tell which configuration produced an observed output: bug or
+                rounding?
+  compare       two outputs of one layer (e.g. PyTorch's and Flax's): which
+                configuration each is, and whether they differ by rounding
   capabilities  what the server can run, its device and limits
   upload        put tensors into the server's store; print their digests
   sweep         check every linear layer of a model from a captures file
@@ -71,7 +77,8 @@ Global flags:
 constexpr const char kConnectionFlags[] =
     R"(Connection (every command; also before the command):
   --server HOST:PORT     the server (default: $TENSORCHECK_SERVER, else
-                         localhost:50051)
+                         localhost:50051); --target and $TENSORCHECK_TARGET
+                         are deprecated names of the same (a warning)
   --tls-ca FILE          connect over TLS; the server's certificate must chain
                          to a PEM certificate in FILE
   --tls-cert FILE        with --tls-key: the PEM client certificate (chain)
@@ -88,7 +95,8 @@ constexpr const char kConnectionFlags[] =
 constexpr const char kTensorFlags[] =
     R"(Tensors (FILE.npy v1-v3 with dtype <f8 <f4 <f2, or FILE.safetensors:TENSOR
 with dtype F64 F32 F16 BF16 F8_E4M3 F8_E5M2; a bfloat16 .npy holds <u2 bit
-patterns and needs --dtype NAME=bf16, an FP8 .npy holds <u1 (|u1) bit patterns
+patterns, or <V2 raw values from ml_dtypes, and needs --dtype NAME=bf16, an
+FP8 .npy holds <u1 (|u1) bit patterns
 and needs --dtype NAME=fp8e4m3 or --dtype NAME=fp8e5m2; or
 sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
 `tensorcheck upload` prints it):
@@ -107,7 +115,8 @@ sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
   --observed Y           [..., N], the output your framework produced
   --dtype NAME=DTYPE     require argument NAME (input, weight, bias, observed)
                          to hold DTYPE; bf16 reads a <u2 .npy as bf16 bits,
-                         fp8e4m3 and fp8e5m2 a <u1 .npy as FP8 bits
+                         and a <V2 one (np.save of an ml_dtypes bfloat16
+                         array), fp8e4m3 and fp8e5m2 a <u1 .npy as FP8 bits
   --weight-layout out_in|in_out   (default out_in: torch/candle; in_out: flax)
   --activation none|relu|gelu     (default none; gelu is the tanh form)
   --output-dtype DTYPE   round every configuration's output to DTYPE
@@ -129,6 +138,11 @@ Comparison:
   --top-k N              worst elements listed per comparison (default 10)
 
 Output:
+  --verbose              the full report: every ranked candidate, the
+                         tolerance's comparison, every configuration's
+                         statistics, shared GEMMs, notes (without it a
+                         diagnosis is short: the server's headline, what to
+                         change, the best match, the top ranking rows)
   --json                 print the JSON report (docs/json-report.md)
   --junit FILE           write JUnit XML, one test case per configuration
   --github               print GitHub Actions annotations (to stderr with
@@ -144,8 +158,10 @@ Output:
 Deadline and progress:
   --timeout SECONDS      deadline of the command, uploads included
                          (default 300)
-  --no-progress          no progress line on stderr (shown only when stderr
-                         is a terminal)
+  --no-progress          no progress line on stderr (the phase: hashing,
+                         uploading, waiting for the server's diagnosis, and
+                         how long it has lasted; shown only when stderr is a
+                         terminal)
 
 Tensors above 1 MiB are hashed (SHA-256) and sent by digest: those the
 server's store lacks are uploaded first, the others not at all. A server
@@ -162,8 +178,10 @@ unfused none (docs/numerics.md, "FP8").
 
 constexpr const char kExitCodes[] =
     R"(Exit codes:
-  0  pass (diagnose: a candidate explains the observed output)
-  1  parity failure (diagnose: no candidate explains it)
+  0  pass (diagnose: a candidate explains the observed output; with --accept,
+     verify and diagnose: the server accepted it, its verdict is PASS)
+  1  parity failure (diagnose: no candidate explains it; with --accept: the
+     server did not accept it)
   2  usage or input error: bad flags, unreadable or malformed tensor files or
      --tls-* files, and requests the server rejects as invalid:
      INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE,
@@ -190,7 +208,8 @@ constexpr const char kKernelFlags[] =
 
 constexpr const char kVerifyUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] verify --input X --weight W [--bias B]
-    [--observed Y] [--config SPEC]... [--reference SPEC] [--tolerance PRESET]
+    [--observed Y] [--config SPEC]... [--accept PATTERN]... [--verbose]
+    [--reference SPEC] [--tolerance PRESET]
     [--atol A] [--rtol R] [--json] [--junit FILE] [--github]
     [--save-outputs DIR] [--html FILE] [--repeat N] [--timeout SECONDS] ...
 
@@ -200,20 +219,74 @@ With --observed the verdict is "observed within tolerance of the reference";
 without, "every configuration within tolerance of the reference".
 
   --config SPEC          a configuration to run (repeatable; also SPEC,SPEC)
+  --accept PATTERN       a configuration you accept (repeatable):
+                         backend:precision[:bias], precision[:bias] or
+                         backend:precision, e.g. tf32, cpu:bf16:unfused;
+                         needs --observed; the server then diagnoses too, the
+                         report opens with its headline, and the verdict is
+                         whether the output is rounding of an accepted
+                         configuration (exit 0) or not (exit 1)
   --repeat N             run each configuration N times, report determinism
   --disallow-reduced-precision-reduction   (cuBLAS) forbid it on GPU backends
 )";
 
 constexpr const char kDiagnoseUsage[] =
     R"(Usage: tensorcheck [--server HOST:PORT] diagnose --input X --weight W [--bias B]
-    --observed Y [--candidates SPEC,SPEC...] [--json] [--junit FILE] [--github]
-    [--html FILE] ...
+    --observed Y [--config SPEC]... [--accept PATTERN]... [--verbose] [--json]
+    [--junit FILE] [--github] [--html FILE] ...
 
-Ranks candidate configurations by how well they reproduce --observed and
-explains the best match in framework terms.
+Ranks candidate configurations by how well they reproduce --observed, says
+whether the difference is rounding or a bug (the server's headline, first),
+what to change, and the best match in framework terms. Short by default:
+the headline, the advice, the best match, the top ranking rows (and those of
+--accept and of the PyTorch and JAX defaults), where to look for a defect;
+--verbose prints every table.
 
-  --candidates SPEC,...  candidates to rank (default: every precision and
-                         bias mode the server supports); --config SPEC adds one
+  --config SPEC          a candidate to rank (repeatable; also SPEC,SPEC; none:
+                         every precision and bias mode the server supports);
+                         --candidates SPEC,... is an older name for the same
+  --accept PATTERN       a configuration you accept (repeatable):
+                         backend:precision[:bias], precision[:bias] or
+                         backend:precision, e.g. tf32, cpu:bf16:unfused; exit
+                         0 when the server calls the output rounding of one
+                         (its verdict PASS), 1 otherwise
+)";
+
+constexpr const char kCompareUsage[] =
+    R"(Usage: tensorcheck [--server HOST:PORT] compare --input X --weight W [--bias B]
+    --observed [NAME=]Y1 --observed [NAME=]Y2 [--config SPEC]... [--accept PATTERN]...
+    [--reference SPEC] [--json] [--verbose] [--timeout SECONDS] ...
+
+Two outputs of one layer (e.g. PyTorch's and Flax's), each diagnosed against
+the same candidates, and the two against each other: which configuration
+each is, whether their difference is rounding, and what to change for one to
+match the other. Prints the server's headline first, then each output's best
+match and the pair's numbers; --verbose adds each output's diagnosis and the
+advice both ways; --json the report of docs/json-report.md ("compare").
+
+  --observed [NAME=]Y    an output, exactly twice; called NAME, else by the
+                         file's stem (torch_y.npy: torch_y) or, for
+                         FILE.safetensors:TENSOR, by TENSOR; names hold
+                         letters, digits, '_', '-', '.'; --dtype NAME=bf16
+                         (or observed=bf16 for both) as for verify
+  --config SPEC          a candidate both are diagnosed against (repeatable;
+                         none: every configuration the server supports)
+  --accept PATTERN       a configuration you accept for each output
+                         (repeatable); then exit 0 only when the server
+                         accepts both (its verdict PASS)
+  --reference SPEC, --top-k N, --weight-layout, --activation, --output-dtype,
+  --input-scale, --weight-scale, --no-progress   as for verify
+
+--input, --weight, --bias and the tensor syntax are verify's (see
+`tensorcheck verify --help`); tensors above 1 MiB go through the server's
+store as there.
+
+Exit codes:
+  0  the two outputs differ by rounding (pair.rounding; with --accept, and
+     both accepted)
+  1  they do not (or, with --accept, one is not accepted)
+  2  usage or input error, or a request the server rejects as invalid
+  3  server unreachable or server-side error
 )";
 
 constexpr const char kUploadUsage[] =
@@ -264,8 +337,8 @@ Checks every linear-layer call a captures file holds, one Diagnose each
                          instead of Diagnose
   --timeout SECONDS      deadline of the whole sweep, uploads included
                          (default 300)
-  --no-progress          no "layers 12/24" line on stderr (shown only when
-                         stderr is a terminal)
+  --no-progress          no "layers 12/24, 30 s" line on stderr (shown only
+                         when stderr is a terminal)
   --tolerance PRESET     as for verify, but bound by default: every element
                          within its output precision's error bound
   --reference, --atol, --rtol, --max-ulp, --bound-factor, --bound-precision,
@@ -279,7 +352,9 @@ against the reference in units of its precision's error model) exceeds
 --bound-threshold, or when its verdict is fail. Weights go into the server's store once each and are named
 by digest; a captured output holding NaN or infinity is an input error.
 
-Output: a table (--json: the report of docs/model-checks.md; --junit FILE:
+Output: a table, then "First divergence: #I NAME (of N layer calls): REASON",
+the layer call's index I counted from 0, as the JSON report's
+first_divergence.index and the Python client's #I (--json: the report of docs/model-checks.md; --junit FILE:
 one test case per layer call; --html FILE: one page with bound_ratio across
 depth and every layer call's report; --github: annotations and a Markdown
 summary appended to $GITHUB_STEP_SUMMARY).
@@ -330,6 +405,8 @@ int Main(int argc, char** argv) {
       std::cout << kVerifyUsage << kKernelFlags << kTensorFlags << kConnectionFlags << kExitCodes;
     } else if (cl->command == "diagnose") {
       std::cout << kDiagnoseUsage << kKernelFlags << kTensorFlags << kConnectionFlags << kExitCodes;
+    } else if (cl->command == "compare") {
+      std::cout << kCompareUsage << kConnectionFlags;
     } else if (cl->command == "capabilities") {
       std::cout << kCapabilitiesUsage << kConnectionFlags << kExitCodes;
     } else if (cl->command == "upload") {
@@ -353,6 +430,7 @@ int Main(int argc, char** argv) {
               << "(see tensorcheck " << cl->command << " --help)\n";
     return kExitUsage;
   }
+  for (const std::string& w : server->warnings) std::cerr << "tensorcheck: warning: " << w << "\n";
   double timeout = kDefaultTimeoutSeconds;
   if (cl->Has("timeout")) {
     auto t = ParseDoubleFlag(*cl, "timeout", /*positive=*/true);
@@ -366,6 +444,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "upload") return RunUpload(*cl, *server, timeout);
   if (cl->command == "sweep") return RunSweep(*cl, *server, timeout);
   if (cl->command == "health") return RunHealth(*cl, *server, timeout);
+  if (cl->command == "compare") return RunCompare(*cl, *server, timeout);
   return RunVerifyOrDiagnose(*cl, *server, timeout);
 }
 

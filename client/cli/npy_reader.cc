@@ -246,8 +246,18 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
     return absl::InvalidArgumentError(
         absl::StrCat(file,
                      ": dtype '<u2' (uint16) is read only as bfloat16 bit patterns; "
-                     "say so with --dtype NAME=bf16, or save float data as '<f8', "
-                     "'<f4' or '<f2'"));
+                     "say so with ",
+                     options.dtype_flag, "bf16, or save float data as '<f8', '<f4' or '<f2'"));
+  } else if (descr == "<V2" || descr == "|V2") {
+    // np.save of an ml_dtypes bfloat16 array: numpy has no name for the
+    // dtype and writes raw 2-byte values ('<V2'; '|V2' from older numpy).
+    if (want_bf16) return DType::kBFloat16;
+    if (want.has_value()) {
+      return mismatch(BitsFound(descr, "raw 2-byte values, e.g. ml_dtypes bfloat16"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": dtype ", descr, " (raw 2-byte values, e.g. ml_dtypes bfloat16): pass ",
+        options.dtype_flag, "bf16"));
   } else if (descr == "|u1" || descr == "<u1") {
     // One byte has no byte order: numpy writes '|u1'.
     if (want_fp8) return *want;
@@ -255,8 +265,9 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
     return absl::InvalidArgumentError(absl::StrCat(
         file, ": dtype ", Quote(descr),
         " (uint8) is read only as FP8 bit patterns, and the bits do not say which format; "
-        "say so with --dtype NAME=fp8e4m3 (float8_e4m3fn) or --dtype NAME=fp8e5m2 "
-        "(float8_e5m2), or save float data as '<f8', '<f4' or '<f2'"));
+        "say so with ",
+        options.dtype_flag, "fp8e4m3 (float8_e4m3fn) or ", options.dtype_flag,
+        "fp8e5m2 (float8_e5m2), or save float data as '<f8', '<f4' or '<f2'"));
   } else if (!descr.empty() && descr[0] == '>') {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": big-endian dtype ", Quote(descr),
@@ -270,8 +281,8 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": unsupported dtype ", Quote(descr),
-                     "; '<f8', '<f4', '<f2' (or '<u2' with --dtype NAME=bf16, '|u1' with "
-                     "--dtype NAME=fp8e4m3 or fp8e5m2) expected"));
+                     "; '<f8', '<f4', '<f2' (or '<u2' with ", options.dtype_flag,
+                     "bf16, '|u1' with ", options.dtype_flag, "fp8e4m3 or fp8e5m2) expected"));
   }
   if (want.has_value() && *want != d) {
     return mismatch(absl::StrCat(Quote(descr), " (", DTypeName(d), ")"));

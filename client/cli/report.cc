@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/internal/report_format.h"
 #include "server/core/share_format.h"
 
@@ -16,12 +17,13 @@ namespace tensorcheck::cli {
 
 using internal::DTypeJson;
 using internal::G;
+using internal::Headline;
 using internal::IndexText;
 using internal::OneLine;
 using internal::ReferenceName;
 using internal::StatsSummaryLine;
+using internal::StatusWord;
 using internal::UlpText;
-using internal::VerdictLine;
 using internal::VerdictWarns;
 
 std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
@@ -60,29 +62,39 @@ std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
 std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& ctx) {
   std::vector<Outcome> out;
   const std::string ref = ReferenceName(r);
-  const bool diagnose = ctx.command == "diagnose";
-  if (diagnose) {
+  // diagnose, and verify with --accept (it diagnoses too): the diagnosis
+  // decides, the tolerance's comparison is informational.
+  const bool diagnosis = ctx.command == "diagnose" || r.has_diagnosis();
+  if (diagnosis) {
     Outcome o;
     o.name = "diagnosis";
     const pb::Diagnosis& d = r.diagnosis();
-    o.failed = d.best().empty();
-    o.summary =
-        o.failed ? "No candidate configuration explains the observed output."
-                 : absl::StrCat("Best match: ", d.best(), " (confidence ", G(d.confidence()), ")");
-    // The server's verdict first, as the text report shows it.
-    const std::string verdict = VerdictLine(d);
-    o.details = verdict.empty() ? "" : verdict + "\n";
+    o.failed = ExitCodeFor(r, ctx) != 0;
+    const std::string best =
+        d.best().empty()
+            ? "No candidate configuration explains the observed output."
+            : absl::StrCat("Best match: ", d.best(), " (confidence ", G(d.confidence()), ")");
+    // The server's answer first, as the text report shows it.
+    const std::string headline = Headline(d);
+    o.summary = headline.empty() ? best : OneLine(headline);
+    o.details = headline.empty() ? "" : headline + "\n";
+    if (!d.advice().empty()) absl::StrAppend(&o.details, "Advice: ", d.advice(), "\n");
+    if (!ctx.accept.empty()) {
+      absl::StrAppend(&o.details, internal::AcceptLine(d, !o.failed, ctx.accept), "\n");
+    }
     if (!d.defect().where_to_look().empty()) {
       absl::StrAppend(&o.details, "Where to look: ", d.defect().where_to_look(), "\n");
     }
-    o.details += o.summary;
+    o.details += best;
     o.warning = !o.failed && VerdictWarns(d);
     if (!d.explanation().empty()) absl::StrAppend(&o.details, "\n\n", d.explanation());
     out.push_back(std::move(o));
-  } else if (r.has_observed_vs_reference()) {
+  }
+  if (r.has_observed_vs_reference() && (!diagnosis || ctx.command == "verify")) {
     Outcome o;
     o.name = absl::StrCat("observed vs ", ref);
-    o.failed = !r.observed_vs_reference().passed();
+    o.informational = diagnosis;
+    o.failed = !diagnosis && !r.observed_vs_reference().passed();
     o.details = ClosenessMessage(r.observed_vs_reference(), r.tolerance());
     o.summary = OneLine(o.details);
     o.seconds = r.reference().elapsed_ms() / 1000;
@@ -92,14 +104,14 @@ std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& 
     Outcome o;
     o.name = c.config();
     o.seconds = c.elapsed_ms() / 1000;
-    if (c.has_vs_observed() && (diagnose || r.has_observed_vs_reference())) {
+    if (c.has_vs_observed() && (diagnosis || r.has_observed_vs_reference())) {
       o.informational = true;
       o.details = absl::StrCat("Compared with the observed output:\n",
                                ClosenessMessage(c.vs_observed(), r.tolerance()));
       o.summary = absl::StrCat("vs observed: ", StatsSummaryLine(c.vs_observed()));
     } else {
-      o.informational = diagnose;
-      o.failed = !diagnose && !c.vs_reference().passed();
+      o.informational = diagnosis;
+      o.failed = !diagnosis && !c.vs_reference().passed();
       o.details = absl::StrCat("Compared with ", ref, ":\n",
                                ClosenessMessage(c.vs_reference(), r.tolerance()));
       o.summary = OneLine(o.details);
@@ -110,7 +122,12 @@ std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& 
 }
 
 int ExitCodeFor(const pb::VerifyResponse& r, const ReportContext& ctx) {
-  if (ctx.command == "diagnose") {
+  // With --accept the answer is the server's acceptance: the response's
+  // verdict, or (a diagnosis without one) the diagnosis's `accepted`.
+  if (!ctx.accept.empty() && r.verdict() == pb::VERDICT_UNSPECIFIED && r.has_diagnosis()) {
+    return r.diagnosis().accepted() ? 0 : 1;
+  }
+  if (ctx.command == "diagnose" && ctx.accept.empty()) {
     if (!r.has_diagnosis()) return 3;
     return r.diagnosis().best().empty() ? 1 : 0;
   }
@@ -122,6 +139,12 @@ int ExitCodeFor(const pb::VerifyResponse& r, const ReportContext& ctx) {
     default:
       return 3;
   }
+}
+
+int ExitCodeForCompare(const pb::CompareResponse& r, bool accept) {
+  if (!r.has_pair()) return 3;
+  if (accept && r.verdict() != pb::VERDICT_PASS) return 1;
+  return r.pair().rounding() ? 0 : 1;
 }
 
 }  // namespace tensorcheck::cli

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -27,15 +28,36 @@ namespace tensorcheck::cli {
 
 namespace pb = ::tensorcheck::v1;
 
-// Which command produced the response ("verify" or "diagnose").
+// Which command produced the response ("verify" or "diagnose"), and how
+// the reports should show it.
 struct ReportContext {
+  ReportContext() = default;
+  explicit ReportContext(std::string cmd) : command(std::move(cmd)) {}
+
   std::string command = "verify";
+  // --verbose: the full tables (every ranked candidate, the tolerance's
+  // comparison, the configurations, shared GEMMs); otherwise a diagnosis
+  // is shown short (FormatHuman).
+  bool verbose = false;
+  // The --accept patterns sent (VerifyRequest.accept): the exit code is
+  // then the server's acceptance, and the short ranking keeps the rows they
+  // name.
+  std::vector<std::string> accept;
+  // The layer's storage dtype (the input's), which picks the PyTorch and
+  // JAX default configurations the short ranking keeps; unspecified: the
+  // observed output's compared dtype.
+  pb::DType storage_dtype = pb::DTYPE_UNSPECIFIED;
 };
 
 // The JSON report of docs/json-report.md: keys in the documented order,
 // enums as lower-case words, non-finite numbers as "inf"/"-inf"/"nan",
 // unset messages as null, infinite ULP distances as "inf".
 nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r);
+
+// The JSON report of `tensorcheck compare` (docs/json-report.md, "compare"):
+// the CompareResponse with the same conventions, each output's diagnosis
+// as in VerifyResponseToJson.
+nlohmann::ordered_json CompareResponseToJson(const pb::CompareResponse& r);
 
 // The capabilities as JSON, with the same conventions.
 nlohmann::ordered_json CapabilitiesToJson(const pb::GetCapabilitiesResponse& r);
@@ -66,15 +88,29 @@ struct Outcome {
 //   configuration, informational, compared with the observed output;
 // - verify without one: each configuration, failing when it is not within
 //   tolerance of the reference;
-// - diagnose: "diagnosis" (fails when no candidate explains the observed
-//   output; its details open with the server's verdict and reason, and
-//   where to look), then each candidate, informational.
+// - diagnose, and verify with --accept (the response has a diagnosis):
+//   "diagnosis" (fails as ExitCodeFor: no candidate explains the observed
+//   output, or with --accept the server did not accept it; its summary is
+//   the server's headline, its details open with the headline, the advice
+//   and where to look), then (verify) the observed output vs the reference
+//   and each configuration, informational.
 std::vector<Outcome> Outcomes(const pb::VerifyResponse& r, const ReportContext& ctx);
 
 // Exit status of a successful RPC: 0 pass, 1 parity failure (verify: the
-// verdict is fail; diagnose: no candidate explains the observed output),
-// 3 when the server sent no verdict.
+// verdict is fail; diagnose: no candidate explains the observed output;
+// with --accept, verify and diagnose: the server did not accept the
+// output, its verdict is fail), 3 when the server sent no verdict.
 int ExitCodeFor(const pb::VerifyResponse& r, const ReportContext& ctx);
+
+// Exit status of a Compare: 0 when the two outputs differ by rounding
+// (pair.rounding; with --accept also only when the verdict is pass, every
+// output accepted), 1 otherwise, 3 when the response has no pair.
+int ExitCodeForCompare(const pb::CompareResponse& r, bool accept);
+
+// The text of `tensorcheck compare`: the server's headline first, then each
+// output's best match, the pair's numbers and the status word; with
+// `verbose` each output's diagnosis (short) and the advice both ways.
+std::string FormatCompareHuman(const pb::CompareResponse& r, const ReportContext& ctx);
 
 // numpy/torch-style text for one comparison:
 //   Tensor-likes are not close!

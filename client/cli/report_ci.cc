@@ -15,6 +15,7 @@
 namespace tensorcheck::cli {
 
 using internal::G;
+using internal::Headline;
 using internal::kDefectListed;
 using internal::kRuledOutListed;
 using internal::PlausibleText;
@@ -22,9 +23,9 @@ using internal::RankingRow;
 using internal::RankingRows;
 using internal::ReferenceName;
 using internal::StatsSummaryLine;
+using internal::StatusWord;
 using internal::ToleranceText;
 using internal::UlpText;
-using internal::VerdictLine;
 
 std::string MarkupEscape(absl::string_view s, bool escape_whitespace) {
   std::string out;
@@ -148,18 +149,21 @@ std::string FormatGithubAnnotations(const pb::VerifyResponse& r, const ReportCon
   }
   const int code = ExitCodeFor(r, ctx);
   std::string overall;
-  if (ctx.command == "diagnose") {
-    overall = code == 0 ? absl::StrCat("best match ", r.diagnosis().best(), " (confidence ",
-                                       absl::StrFormat("%.2f", r.diagnosis().confidence()), ")")
-                        : "no candidate configuration explains the observed output";
-    if (!r.diagnosis().explanation().empty()) {
-      absl::StrAppend(&overall, "\n", r.diagnosis().explanation());
-    }
-    const std::string verdict = VerdictLine(r.diagnosis());
-    if (!verdict.empty()) overall = absl::StrCat(verdict, "\n", overall);
+  if (ctx.command == "diagnose" || r.has_diagnosis()) {
+    const pb::Diagnosis& d = r.diagnosis();
+    // The server's answer first, then the status word and the best match.
+    const std::string headline = Headline(d);
+    if (!headline.empty()) absl::StrAppend(&overall, headline, "\n");
+    if (!d.advice().empty()) absl::StrAppend(&overall, "Advice: ", d.advice(), "\n");
+    absl::StrAppend(&overall, StatusWord(code == 0), ": ",
+                    d.best().empty() ? "no candidate configuration explains the observed output"
+                                     : absl::StrCat("best match ", d.best(), " (confidence ",
+                                                    absl::StrFormat("%.2f", d.confidence()), ")"));
+    if (d.accepted()) absl::StrAppend(&overall, ", accepted as ", d.accepted_as());
+    if (!d.explanation().empty()) absl::StrAppend(&overall, "\n", d.explanation());
   } else {
-    overall = absl::StrCat(code == 0 ? "pass" : "fail", " (reference ", ReferenceName(r),
-                           ", tolerance ", ToleranceText(r.tolerance()), ")");
+    overall = absl::StrCat(StatusWord(code == 0), " (reference ", ReferenceName(r), ", tolerance ",
+                           ToleranceText(r.tolerance()), ")");
     if (r.has_observed_vs_reference()) {
       absl::StrAppend(&overall,
                       "\nobserved vs reference: ", StatsSummaryLine(r.observed_vs_reference()));
@@ -242,24 +246,27 @@ std::string DefectMd(const pb::Defect& f) {
 std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext& ctx) {
   const int code = ExitCodeFor(r, ctx);
   std::string out;
-  if (ctx.command == "diagnose") {
+  if (ctx.command == "diagnose" || r.has_diagnosis()) {
     const pb::Diagnosis& d = r.diagnosis();
-    absl::StrAppend(
-        &out, "## tensorcheck diagnose: ",
-        d.best().empty() ? "no matching configuration" : absl::StrCat("`", Md(d.best()), "`"),
-        "\n\n");
+    // The status word, then the server's answer in words first.
+    absl::StrAppend(&out, "## tensorcheck ", ctx.command, ": **", StatusWord(code == 0), "**\n\n");
+    if (!Headline(d).empty()) absl::StrAppend(&out, "**", Md(Headline(d)), "**\n\n");
+    if (!d.advice().empty()) absl::StrAppend(&out, "Advice: ", Md(d.advice()), "\n\n");
+    absl::StrAppend(&out, "Best match: ",
+                    d.best().empty() ? "none (no configuration explains the observed output)"
+                                     : absl::StrCat("`", Md(d.best()), "` (confidence ",
+                                                    absl::StrFormat("%.2f", d.confidence()), ")"),
+                    d.accepted() ? absl::StrCat(", accepted as `", Md(d.accepted_as()), "`") : "",
+                    "\n\n");
     const std::string verdict = internal::VerdictName(d.verdict());
     if (!verdict.empty()) {
-      // The word in bold, then the server's sentence (U+2014, em dash).
-      absl::StrAppend(
-          &out, "Verdict: **", verdict, "**",
-          d.verdict_reason().empty() ? "" : absl::StrCat(" \xe2\x80\x94 ", Md(d.verdict_reason())),
-          "\n\n");
+      // The word in bold, then the server's sentence (U+2014, em dash)
+      // unless the lead above already is it (a server without headlines).
+      const bool reason = !d.verdict_reason().empty() && !d.headline().empty();
+      absl::StrAppend(&out, "Verdict: **", verdict, "**",
+                      reason ? absl::StrCat(" \xe2\x80\x94 ", Md(d.verdict_reason())) : "", "\n\n");
     }
     if (d.has_defect()) out += DefectMd(d.defect());
-    if (!d.best().empty()) {
-      absl::StrAppend(&out, "Confidence: ", absl::StrFormat("%.2f", d.confidence()), "\n\n");
-    }
     if (!d.framework_hint().empty()) absl::StrAppend(&out, "_", Md(d.framework_hint()), "_\n\n");
     if (!d.explanation().empty()) absl::StrAppend(&out, Md(d.explanation()), "\n\n");
     out += "| rank | config | plausible | bitwise-equal | max_ulp | mean_ulp | bound_ratio |\n";
@@ -284,7 +291,7 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
     }
     return out + "\n";
   }
-  absl::StrAppend(&out, "## tensorcheck verify: ", code == 0 ? "**PASS**" : "**FAIL**", "\n\n");
+  absl::StrAppend(&out, "## tensorcheck verify: **", StatusWord(code == 0), "**\n\n");
   absl::StrAppend(&out, "Reference `", Md(ReferenceName(r)), "`, tolerance ",
                   Md(ToleranceText(r.tolerance())), "\n\n");
   if (r.has_observed_vs_reference()) {

@@ -269,23 +269,31 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
   j["verdict"] = VerdictName(d.verdict());
   j["verdict_reason"] = d.verdict_reason();
   j["defect"] = d.has_defect() ? DefectJson(d.defect()) : Json();
+  // The answer in words, what to change, and the acceptance ("" and false
+  // from a server that predates them).
+  j["headline"] = d.headline();
+  j["advice"] = d.advice();
+  j["accepted"] = d.accepted();
+  j["accepted_as"] = d.accepted_as();
   return j;
+}
+
+Json VerdictJson(pb::Verdict v) {
+  switch (v) {
+    case pb::VERDICT_PASS:
+      return "pass";
+    case pb::VERDICT_FAIL:
+      return "fail";
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace
 
 nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r) {
   Json j;
-  switch (r.verdict()) {
-    case pb::VERDICT_PASS:
-      j["verdict"] = "pass";
-      break;
-    case pb::VERDICT_FAIL:
-      j["verdict"] = "fail";
-      break;
-    default:
-      j["verdict"] = nullptr;
-  }
+  j["verdict"] = VerdictJson(r.verdict());
   j["tolerance"] = ToleranceJson(r.tolerance());
   j["observed_vs_reference"] =
       r.has_observed_vs_reference() ? StatsJson(r.observed_vs_reference()) : Json();
@@ -296,6 +304,40 @@ nlohmann::ordered_json VerifyResponseToJson(const pb::VerifyResponse& r) {
   j["output_shape"] = IntList(r.output_shape());
   j["notes"] = JsonStrings(r.notes());
   j["diagnosis"] = r.has_diagnosis() ? DiagnosisJson(r.diagnosis()) : Json();
+  return j;
+}
+
+nlohmann::ordered_json CompareResponseToJson(const pb::CompareResponse& r) {
+  Json j;
+  j["headline"] = r.headline();
+  Json outputs = Json::array();
+  for (const pb::ComparedOutput& o : r.outputs()) {
+    Json x;
+    x["name"] = o.name();
+    x["vs_reference"] = o.has_vs_reference() ? StatsJson(o.vs_reference()) : Json();
+    x["diagnosis"] = o.has_diagnosis() ? DiagnosisJson(o.diagnosis()) : Json();
+    outputs.push_back(std::move(x));
+  }
+  j["outputs"] = std::move(outputs);
+  if (r.has_pair()) {
+    const pb::OutputPair& p = r.pair();
+    Json x;
+    x["a"] = p.a();
+    x["b"] = p.b();
+    x["stats"] = p.has_stats() ? StatsJson(p.stats()) : Json();
+    x["rounding"] = p.rounding();
+    x["configs_max_abs"] = JsonNumber(p.configs_max_abs());
+    x["expected_max_abs"] = JsonNumber(p.expected_max_abs());
+    x["advice_b_to_a"] = p.advice_b_to_a();
+    x["advice_a_to_b"] = p.advice_a_to_b();
+    j["pair"] = std::move(x);
+  } else {
+    j["pair"] = nullptr;
+  }
+  j["reference"] = r.reference();
+  j["output_shape"] = IntList(r.output_shape());
+  j["notes"] = JsonStrings(r.notes());
+  j["verdict"] = VerdictJson(r.verdict());
   return j;
 }
 

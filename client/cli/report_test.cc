@@ -21,6 +21,13 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// The context of a --verbose run: every table, as before the short report.
+ReportContext Verbose(const char* command) {
+  ReportContext c(command);
+  c.verbose = true;
+  return c;
+}
+
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -189,7 +196,7 @@ TEST(VerifyResponseToJsonTest, BatchInvarianceCarriesSubBatchesAndTheirKernels) 
 }
 
 TEST(FormatHumanTest, BatchInvarianceNamesDifferingRowsAndEachSubBatchKernel) {
-  const std::string out = FormatHuman(BatchInvarianceResponse(), ReportContext{"verify"});
+  const std::string out = FormatHuman(BatchInvarianceResponse(), Verbose("verify"));
   EXPECT_THAT(out, HasSubstr("  cpu:fp64:none (reference): batch invariance: invariant\n"));
   EXPECT_THAT(out, HasSubstr("  cublaslt:fp32:fused@algo=1: batch invariance: 3 of 10 rows "
                              "differ (max 2 ULP)\n"
@@ -202,9 +209,9 @@ TEST(FormatHumanTest, BatchInvarianceNamesDifferingRowsAndEachSubBatchKernel) {
 
 TEST(FormatHumanTest, ExactColumnOnlyWhenACandidateIsExact) {
   pb::VerifyResponse r = DiagnoseResponse();
-  EXPECT_THAT(FormatHuman(r, ReportContext{"diagnose"}), Not(HasSubstr("exact")));
+  EXPECT_THAT(FormatHuman(r, Verbose("diagnose")), Not(HasSubstr("exact")));
   r.mutable_diagnosis()->mutable_ranking(0)->set_exact(true);
-  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  const std::string out = FormatHuman(r, Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("bound_ratio  exact"));
   for (const std::string& line : Lines(out)) {
     EXPECT_LE(line.size(), 100u) << line;
@@ -212,7 +219,7 @@ TEST(FormatHumanTest, ExactColumnOnlyWhenACandidateIsExact) {
 }
 
 TEST(FormatHumanTest, RankingShowsPlausibilitySharesAndRuledOutReasons) {
-  const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
+  const std::string out = FormatHuman(DiagnoseResponse(), Verbose("diagnose"));
   // 3 of 94,674 elements differ: never "100.0%".
   // The equivalent the ranking lacks joins row 1; "cpu:tf32:unfused =
   // cpu:tf32rna:unfused" is 38 characters, past the config column's 34, so
@@ -238,7 +245,7 @@ TEST(FormatHumanTest, RuledOutReasonsAreListedForTheFirstFiveOnly) {
   pb::RankedCandidate* sixth = d->mutable_ranking(5);
   sixth->set_config("cpu:bf16:fused");
   sixth->set_ruled_out("Sixth and not listed.");
-  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  const std::string out = FormatHuman(r, Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("3. cpu:fp32:fused:"));
   EXPECT_THAT(out, Not(HasSubstr("Sixth and not listed.")));
 }
@@ -249,7 +256,7 @@ TEST(FormatHumanTest, CandidatesWithoutAPlausibilityTestShowADash) {
   pb::RankedCandidate* c = r.mutable_diagnosis()->add_ranking();
   c->set_config("cpu:fp32:fused");
   c->set_bitwise_equal_fraction(1.0);
-  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  const std::string out = FormatHuman(r, Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("  1     cpu:fp32:fused  -                   100%"));
   EXPECT_THAT(out, Not(HasSubstr("Ruled out")));
   EXPECT_THAT(out, Not(HasSubstr("reused the GEMM")));
@@ -260,14 +267,14 @@ TEST(FormatHumanTest, LongRuledOutReasonsWrapWithinOneHundredColumns) {
   std::string reason;
   for (int i = 0; i < 40; ++i) reason += "word ";
   r.mutable_diagnosis()->mutable_ranking(2)->set_ruled_out(reason);
-  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  const std::string out = FormatHuman(r, Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("    3. cpu:fp32:fused: word word"));
   EXPECT_THAT(out, HasSubstr("\n      word word"));
   for (const std::string& line : Lines(out)) EXPECT_LE(line.size(), 100u) << line;
 }
 
 TEST(FormatHumanTest, SharedComputationMarksTheEpilogueOnlyElapsedTime) {
-  const std::string out = FormatHuman(DiagnoseResponse(), ReportContext{"diagnose"});
+  const std::string out = FormatHuman(DiagnoseResponse(), Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("  config            pass  mismatched  max_abs  max_ulp  "
                              "bitwise-equal  elapsed\n"));
   EXPECT_THAT(out, HasSubstr("  cpu:tf32:unfused   yes   0 / 94674        0        0        "
@@ -282,7 +289,7 @@ TEST(FormatHumanTest, WithoutSharedComputationElapsedHasNoMarker) {
   pb::VerifyResponse r = DiagnoseResponse();
   r.mutable_results(1)->clear_shared_computation();
   r.mutable_diagnosis()->mutable_ranking(1)->clear_shared_computation();
-  const std::string out = FormatHuman(r, ReportContext{"verify"});
+  const std::string out = FormatHuman(r, Verbose("verify"));
   EXPECT_THAT(out, HasSubstr("2.5 ms\n"));
   EXPECT_THAT(out, Not(HasSubstr("*")));
 }
@@ -308,7 +315,9 @@ TEST(FormatGithubSummaryTest, RankingHasPlausibilitySharedGemmAndRuledOut) {
 }
 
 TEST(FormatGithubSummaryTest, VerifyTableNamesTheSharedGemm) {
-  const std::string md = FormatGithubSummary(DiagnoseResponse(), ReportContext{"verify"});
+  pb::VerifyResponse r = DiagnoseResponse();
+  r.clear_diagnosis();  // verify without --accept
+  const std::string md = FormatGithubSummary(r, ReportContext{"verify"});
   EXPECT_THAT(md, HasSubstr("| 0.2 ms (epilogue; GEMM of `cpu:tf32:unfused`) |"));
   EXPECT_THAT(md, HasSubstr("| 99.997% | 2.5 ms |"));
 }
@@ -361,7 +370,7 @@ int RankRows(const std::string& text) {
 }
 
 TEST(FormatHumanTest, CandidatesWithTheSameBitsShareOneRankingRow) {
-  const std::string out = FormatHuman(ThreeEquivalentOfFive(), ReportContext{"diagnose"});
+  const std::string out = FormatHuman(ThreeEquivalentOfFive(), Verbose("diagnose"));
   // "cpu:fp32:fused = cpu:tf32:fused" is 31 characters; the third name
   // would take the cell past 34, so it wraps before its "=".
   EXPECT_THAT(out, HasSubstr("  1     cpu:fp32:fused = cpu:tf32:fused  yes              99.996%  "
@@ -382,7 +391,7 @@ TEST(FormatHumanTest, CandidatesWithTheSameBitsShareOneRankingRow) {
 TEST(FormatHumanTest, RuledOutEntriesNameEveryCandidateOfTheirRow) {
   pb::VerifyResponse r = ThreeEquivalentOfFive();
   for (int i = 0; i < 3; ++i) r.mutable_diagnosis()->mutable_ranking(i)->set_ruled_out("Too far.");
-  const std::string out = FormatHuman(r, ReportContext{"diagnose"});
+  const std::string out = FormatHuman(r, Verbose("diagnose"));
   EXPECT_THAT(out, HasSubstr("  Ruled out:\n    1. cpu:fp32:fused = cpu:tf32:fused = "
                              "cpu:fp32:unfused: Too far.\n    2. cpu:bf16:fused:"));
 }
@@ -483,7 +492,8 @@ TEST(VerifyResponseToJsonTest, DiagnosisCarriesTheVerdictItsReasonAndTheDefect) 
   // Added after the older keys, which keep their order.
   EXPECT_THAT(Keys(d),
               ElementsAre("best", "equivalent", "tied", "confidence", "ranking", "framework_hint",
-                          "localization", "explanation", "verdict", "verdict_reason", "defect"));
+                          "localization", "explanation", "verdict", "verdict_reason", "defect",
+                          "headline", "advice", "accepted", "accepted_as"));
   EXPECT_EQ(d["verdict"], "defect");
   EXPECT_EQ(d["verdict_reason"], kDefectReason);
   const nlohmann::ordered_json& f = d["defect"];
@@ -530,17 +540,17 @@ TEST(VerifyResponseToJsonTest, EachVerdictIsItsWordAndAnOlderServersIsEmpty) {
 }
 
 TEST(FormatHumanTest, VerdictComesFirstThenWhereToLookAndWhatIsNotRounding) {
-  const std::vector<std::string> lines =
-      Lines(FormatHuman(DefectResponse(), ReportContext{"diagnose"}));
+  const std::vector<std::string> lines = Lines(FormatHuman(DefectResponse(), Verbose("diagnose")));
   ASSERT_GE(lines.size(), 13u);
   // The server's sentence, wrapped at 100 columns.
   const std::vector<std::string> head(lines.begin(), lines.begin() + 13);
   EXPECT_THAT(
       head,
       ElementsAre(
-          "Verdict: defect \xe2\x80\x94 Column 2 holds 64 of the 72 disagreements with "
-          "cpu:fp32:fused where rounding",
-          "  predicts 0.8 (p < 1e-30): not rounding.",
+          "Column 2 holds 64 of the 72 disagreements with cpu:fp32:fused where rounding predicts "
+          "0.8 "
+          "(p <",
+          "  1e-30): not rounding.",
           "Where to look: output column 2 <-> weight row 2 (out_in layout) and bias element 2", "",
           "Columns and rows not explained by rounding:",
           "  not rounding  disagreements  expected        p  beyond threshold  max_ulp  max_sigma",
@@ -562,12 +572,12 @@ TEST(FormatHumanTest, EachVerdictIsTheFirstLineWithTheServersReason) {
     r.mutable_diagnosis()->set_verdict(verdict);
     r.mutable_diagnosis()->set_verdict_reason("Every element within 4 sigma of cpu:tf32:unfused.");
     r.mutable_diagnosis()->mutable_defect();  // empty: no lines
-    const std::vector<std::string> lines = Lines(FormatHuman(r, ReportContext{"diagnose"}));
+    const std::vector<std::string> lines = Lines(FormatHuman(r, Verbose("diagnose")));
     const std::string word =
         verdict == pb::Diagnosis::VERDICT_ROUNDING ? "rounding" : "unexplained";
     ASSERT_GE(lines.size(), 3u);
-    EXPECT_EQ(lines[0], "Verdict: " + word +
-                            " \xe2\x80\x94 Every element within 4 sigma of cpu:tf32:unfused.");
+    // A server without headlines: its reason leads.
+    EXPECT_EQ(lines[0], "Every element within 4 sigma of cpu:tf32:unfused.") << word;
     EXPECT_EQ(lines[1], "");
     EXPECT_EQ(lines[2], "Best match: cpu:tf32:unfused (confidence 0.97)");
   }
@@ -585,8 +595,9 @@ TEST(OutcomesTest, DiagnosisDetailsOpenWithTheVerdictAndWhereToLook) {
   EXPECT_EQ(outcomes[0].name, "diagnosis");
   EXPECT_FALSE(outcomes[0].failed);
   EXPECT_TRUE(outcomes[0].warning);
-  EXPECT_EQ(outcomes[0].details, absl::StrCat("Verdict: defect \xe2\x80\x94 ", kDefectReason,
-                                              "\nWhere to look: ", kWhereToLook,
+  // A server without headlines: its verdict's reason leads.
+  EXPECT_EQ(outcomes[0].summary, kDefectReason);
+  EXPECT_EQ(outcomes[0].details, absl::StrCat(kDefectReason, "\nWhere to look: ", kWhereToLook,
                                               "\nBest match: cpu:fp32:fused (confidence 0.9)"));
 }
 
@@ -594,14 +605,13 @@ TEST(FormatGithubAnnotationsTest, DefectWithABestMatchIsAWarningCarryingTheReaso
   const pb::VerifyResponse r = DefectResponse();
   const std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
   EXPECT_THAT(out, HasSubstr(absl::StrCat(
-                       "::warning title=tensorcheck diagnose%3A diagnosis::Verdict: defect "
-                       "\xe2\x80\x94 ",
-                       kDefectReason, "%0AWhere to look: ", kWhereToLook, "%0ABest match: ")));
+                       "::warning title=tensorcheck diagnose%3A diagnosis::", kDefectReason,
+                       "%0AWhere to look: ", kWhereToLook, "%0ABest match: ")));
   EXPECT_THAT(out, Not(HasSubstr("::error")));
-  // The overall notice opens with the verdict too.
-  EXPECT_THAT(out, HasSubstr(absl::StrCat("::notice title=tensorcheck diagnose::Verdict: defect "
-                                          "\xe2\x80\x94 ",
-                                          kDefectReason, "%0Abest match cpu:fp32:fused")));
+  // The overall notice opens with the server's sentence too, then the
+  // status word.
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("::notice title=tensorcheck diagnose::", kDefectReason,
+                                          "%0APASS: best match cpu:fp32:fused")));
   // The exit code keeps its meaning: a configuration explains the output.
   EXPECT_EQ(ExitCodeFor(r, ReportContext{"diagnose"}), 0);
 }
@@ -612,14 +622,14 @@ TEST(FormatGithubAnnotationsTest, UnexplainedIsAnErrorWithoutABestMatchAndAWarni
   d->set_verdict(pb::Diagnosis::VERDICT_UNEXPLAINED);
   d->set_verdict_reason("No candidate is within 1.5x of its error model.");
   std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
-  EXPECT_THAT(out, HasSubstr("::warning title=tensorcheck diagnose%3A diagnosis::Verdict: "
-                             "unexplained \xe2\x80\x94 No candidate is within 1.5x of its error "
-                             "model.%0ABest match: cpu:tf32:unfused"));
+  EXPECT_THAT(out, HasSubstr("::warning title=tensorcheck diagnose%3A diagnosis::No candidate is "
+                             "within 1.5x of its error model.%0ABest match: cpu:tf32:unfused"));
   d->clear_best();
   out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
-  EXPECT_THAT(out, HasSubstr("::error title=tensorcheck diagnose%3A diagnosis::Verdict: "
-                             "unexplained \xe2\x80\x94 No candidate is within 1.5x of its error "
-                             "model.%0ANo candidate configuration explains the observed output."));
+  EXPECT_THAT(out,
+              HasSubstr("::error title=tensorcheck diagnose%3A diagnosis::No candidate is "
+                        "within 1.5x of its error model.%0ANo candidate configuration explains "
+                        "the observed output."));
   EXPECT_THAT(out, Not(HasSubstr("::warning")));
   EXPECT_EQ(ExitCodeFor(r, ReportContext{"diagnose"}), 1);
 }
@@ -632,20 +642,429 @@ TEST(FormatGithubAnnotationsTest, RoundingAndAnOlderServersDiagnosisAnnotateNoth
   r.mutable_diagnosis()->set_verdict_reason("Rounding of cpu:tf32:unfused.");
   const std::string out = FormatGithubAnnotations(r, ReportContext{"diagnose"});
   EXPECT_THAT(out, Not(AnyOf(HasSubstr("::warning"), HasSubstr("::error"))));
-  EXPECT_THAT(out, HasSubstr("::notice title=tensorcheck diagnose::Verdict: rounding "
-                             "\xe2\x80\x94 Rounding of cpu:tf32:unfused.%0Abest match "));
+  EXPECT_THAT(out, HasSubstr("::notice title=tensorcheck diagnose::Rounding of "
+                             "cpu:tf32:unfused.%0APASS: best match "));
 }
 
 TEST(FormatGithubSummaryTest, VerdictWhereToLookAndDefectTableComeFirst) {
   const std::string md = FormatGithubSummary(DefectResponse(), ReportContext{"diagnose"});
-  EXPECT_THAT(md, HasSubstr(absl::StrCat("## tensorcheck diagnose: `cpu:fp32:fused`\n\n"
-                                         "Verdict: **defect** \xe2\x80\x94 Column 2 holds 64 of "
-                                         "the 72 disagreements with cpu:fp32:fused where "
-                                         "rounding predicts 0.8 (p &lt; 1e-30): not rounding.\n\n"
+  // A server without headlines: its verdict's reason leads, once.
+  EXPECT_THAT(md, HasSubstr(absl::StrCat("## tensorcheck diagnose: **PASS**\n\n"
+                                         "**Column 2 holds 64 of the 72 disagreements with "
+                                         "cpu:fp32:fused where rounding predicts 0.8 (p &lt; "
+                                         "1e-30): not rounding.**\n\n"
+                                         "Best match: `cpu:fp32:fused` (confidence 0.90)\n\n"
+                                         "Verdict: **defect**\n\n"
                                          "Where to look: output column 2 &lt;-&gt; weight row 2 "
                                          "(out_in layout) and bias element 2\n\n")));
   EXPECT_THAT(md, HasSubstr("| column 2 | 64 | 0.8 | 1e-30 | 7 | inf | inf |\n"
                             "| row 5 | 3 | 0.025 | 2.5e-06 | 1 | 4096 | 812.25 |\n"));
+}
+
+// ---- The answer first, short by default (the server's headline, advice and
+// acceptance; a Flax nn.Dense output in TF32, as README's first case).
+
+constexpr char kFlaxHeadline[] =
+    "Rounding, not a bug: the output is cpu:tf32:unfused (JAX/Flax's default on Ampere+ GPUs, "
+    "TF32), every element within 5.1 predicted standard errors of it; strict fp32 (PyTorch's "
+    "default) would differ from the reference by at most 1.1e-06.";
+constexpr char kFlaxAdvice[] =
+    "To get PyTorch's default (strict fp32) in Flax, set "
+    "jax.config.update(\"jax_default_matmul_precision\", \"highest\") or pass "
+    "precision=jax.lax.Precision.HIGHEST to nn.Dense.";
+constexpr char kFlaxHint[] =
+    "JAX/Flax default on Ampere+: fp32 matmul in TF32, bias added separately; equally: fp32 "
+    "matmul in TF32 with a fused bias: PyTorch with allow_tf32=True, or TensorFlow fp32 on "
+    "Ampere+";
+constexpr char kOutside4Sigma[] =
+    "of the compared elements lie within 4 predicted standard errors of it (90% needed): not a "
+    "summation-order difference";
+
+// README's Flax case, 2x768 -> 512 in fp32, as the CPU server diagnoses it:
+// 16 candidates in 9 rows of the same bits (the statistics a server run
+// computed), every configuration's result and the tolerance's comparison.
+pb::VerifyResponse FlaxCase() {
+  pb::VerifyResponse r;
+  r.set_verdict(pb::VERDICT_FAIL);
+  r.mutable_reference()->set_config("cpu:fp64:fused");
+  pb::Stats* o = r.mutable_observed_vs_reference();
+  o->set_total(1024);
+  o->set_mismatched(989);
+  o->set_max_abs(0.00103068);
+  o->set_compared_dtype(pb::DTYPE_FLOAT32);
+  r.add_notes(
+      "PyTorch may add the bias at output precision (not in the fp32 epilogue) in "
+      "split-K kernels with 16-bit inputs.");
+  pb::Diagnosis* d = r.mutable_diagnosis();
+  d->set_best("cpu:tf32:unfused");
+  d->set_confidence(1.0);
+  d->add_equivalent("cpu:tf32:fused");
+  d->add_tied("cpu:fp16:fused");
+  d->add_tied("cpu:fp16:unfused");
+  d->set_framework_hint(kFlaxHint);
+  d->set_explanation(
+      "The observed output matches cpu:tf32:unfused: 100% of elements bitwise "
+      "equal (1024 of 1024).");
+  d->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+  d->set_verdict_reason(
+      "Rounding: every element is within 5.1 predicted standard errors of "
+      "cpu:tf32:unfused beyond one output rounding.");
+  d->set_headline(kFlaxHeadline);
+  d->set_advice(kFlaxAdvice);
+  struct Row {
+    const char* config;
+    const char* equivalent;  // "" for none
+    double bitwise, bound_ratio;
+    bool plausible;
+    const char* shared;
+    std::string ruled_out;
+  };
+  const std::string closer =
+      "the observed output is closer to cpu:tf32:unfused where the two differ (paired sign test "
+      "z = 32.0)";
+  const std::vector<Row> rows = {
+      {"cpu:tf32:unfused", "cpu:tf32:fused", 1.0, 0.0, true, "cpu:tf32:fused", ""},
+      {"cpu:tf32:fused", "cpu:tf32:unfused", 1.0, 0.0, true, "", ""},
+      {"cpu:fp16:fused", "cpu:fp16:unfused", 0.9013671875, 0.0306764, true, "", ""},
+      {"cpu:fp16:unfused", "cpu:fp16:fused", 0.9013671875, 0.0306764, true, "cpu:fp16:fused", ""},
+      {"cpu:fp16acc:fused", "cpu:fp16acc:unfused", 0, 0.3843, true, "", closer},
+      {"cpu:fp16acc:unfused", "cpu:fp16acc:fused", 0, 0.3843, true, "cpu:fp16acc:fused", closer},
+      {"cpu:tf32rna:unfused", "cpu:tf32rna:fused", 0.4697265625, 7.90031, false,
+       "cpu:tf32rna:fused", absl::StrCat("only 68.4% ", kOutside4Sigma)},
+      {"cpu:tf32rna:fused", "cpu:tf32rna:unfused", 0.4697265625, 7.90031, false, "",
+       absl::StrCat("only 68.4% ", kOutside4Sigma)},
+      {"cpu:fp64:fused", "", 0, 6003.47, false, "cpu:fp64:fused",
+       absl::StrCat("only 0% ", kOutside4Sigma)},
+      {"cpu:fp32:fused", "cpu:fp32:unfused", 0, 235.475, false, "",
+       absl::StrCat("only 1.4% ", kOutside4Sigma)},
+      {"cpu:fp32:unfused", "cpu:fp32:fused", 0, 235.475, false, "cpu:fp32:fused",
+       absl::StrCat("only 1.4% ", kOutside4Sigma)},
+      {"cpu:fp64:unfused", "", 0, 4249.5, false, "cpu:fp64:fused",
+       absl::StrCat("only 0% ", kOutside4Sigma)},
+      {"cpu:tf32trunc:unfused", "cpu:tf32trunc:fused", 0, 669.43, false, "cpu:tf32trunc:fused",
+       absl::StrCat("only 0.7% ", kOutside4Sigma)},
+      {"cpu:tf32trunc:fused", "cpu:tf32trunc:unfused", 0, 669.43, false, "",
+       absl::StrCat("only 0.7% ", kOutside4Sigma)},
+      {"cpu:bf16:fused", "cpu:bf16:unfused", 0, 1866.62, false, "",
+       absl::StrCat("only 0.2% ", kOutside4Sigma)},
+      {"cpu:bf16:unfused", "cpu:bf16:fused", 0, 1866.62, false, "cpu:bf16:fused",
+       absl::StrCat("only 0.2% ", kOutside4Sigma)},
+  };
+  for (const Row& x : rows) {
+    pb::RankedCandidate* c = d->add_ranking();
+    c->set_config(x.config);
+    if (x.equivalent[0] != '\0') c->add_equivalent(x.equivalent);
+    c->set_bitwise_equal_fraction(x.bitwise);
+    c->mutable_bound_ratio()->set_value(x.bound_ratio);
+    c->set_plausible(x.plausible);
+    c->set_compared_elements(1024);
+    c->set_shared_computation(x.shared);
+    c->set_ruled_out(x.ruled_out);
+    c->set_exact(x.bitwise == 1.0);
+    pb::ConfigResult* res = r.add_results();
+    res->set_config(x.config);
+    res->set_shared_computation(x.shared);
+    res->mutable_vs_observed()->set_total(1024);
+  }
+  return r;
+}
+
+TEST(FormatHumanTest, ShortDiagnosisOfTheFlaxCaseLeadsWithTheHeadlineInTwentyLines) {
+  const pb::VerifyResponse r = FlaxCase();
+  ReportContext ctx("diagnose");
+  ctx.storage_dtype = pb::DTYPE_FLOAT32;
+  const std::string out = FormatHuman(r, ctx);
+  const std::vector<std::string> lines = Lines(out);
+  EXPECT_LE(lines.size(), 20u) << out;
+  for (const std::string& line : lines) EXPECT_LE(line.size(), 100u) << line;
+  // The headline first, wrapped; then the advice; then the best match with
+  // its framework hint and confidence.
+  EXPECT_EQ(lines[0],
+            "Rounding, not a bug: the output is cpu:tf32:unfused (JAX/Flax's default on Ampere+ "
+            "GPUs, TF32),");
+  EXPECT_THAT(out, HasSubstr("\nAdvice: To get PyTorch's default (strict fp32) in Flax, set"));
+  EXPECT_THAT(out, HasSubstr("\nBest match: cpu:tf32:unfused (confidence 1.00): JAX/Flax default "
+                             "on Ampere+: fp32 matmul in TF32,\n"));
+  // The top two rows, and the PyTorch default (row 6 of 9) with the
+  // server's reason it is ruled out; the JAX default is row 1.
+  EXPECT_THAT(out,
+              HasSubstr("\n  rank  config                             bitwise-equal  bound_ratio\n"
+                        "  1     cpu:tf32:unfused = cpu:tf32:fused           100%"
+                        "            0  JAX default\n"
+                        "  2     cpu:fp16:fused = cpu:fp16:unfused          90.1%"
+                        "    0.0306764\n"
+                        "  6     cpu:fp32:fused = cpu:fp32:unfused             0%"
+                        "      235.475  PyTorch default\n"
+                        "        ruled out: only 1.4% of the compared elements lie within 4 "
+                        "predicted standard errors of it\n"
+                        "          (90% needed): not a summation-order difference\n"));
+  EXPECT_EQ(RankRows(out), 3);
+  // 9 rows of the same bits, 3 shown.
+  EXPECT_EQ(lines.back(), "  (6 more ranked; --verbose shows every row)");
+  // What --verbose alone shows.
+  for (const char* verbose_only :
+       {"reused the GEMM", "Tensor-likes", "Verdict:", "Configurations compared",
+        "Notes:", "Equivalent here", "cpu:fp16acc"}) {
+    EXPECT_THAT(out, Not(HasSubstr(verbose_only))) << verbose_only;
+  }
+}
+
+TEST(FormatHumanTest, VerboseDiagnosisOfTheFlaxCaseHasEveryTable) {
+  ReportContext ctx = Verbose("diagnose");
+  const std::string out = FormatHuman(FlaxCase(), ctx);
+  const std::vector<std::string> lines = Lines(out);
+  EXPECT_EQ(lines[0].rfind("Rounding, not a bug: the output is cpu:tf32:unfused", 0), 0u);
+  // The verdict's own line follows the lead, then every table.
+  EXPECT_THAT(out, HasSubstr("\nVerdict: rounding \xe2\x80\x94 Rounding: every element"));
+  EXPECT_EQ(RankRows(out), 9);
+  EXPECT_THAT(out, HasSubstr("  * cpu:tf32:unfused reused the GEMM of cpu:tf32:fused.\n"));
+  EXPECT_THAT(out, HasSubstr("Tensor-likes are not close!"));
+  EXPECT_THAT(out, HasSubstr("\nConfigurations compared with the observed output:\n"));
+  EXPECT_THAT(out, HasSubstr("\nNotes:\n  - PyTorch may add the bias"));
+}
+
+TEST(FormatHumanTest, ShortRankingKeepsTheAcceptedRowAndTheBf16Defaults) {
+  pb::VerifyResponse r = FlaxCase();
+  r.set_verdict(pb::VERDICT_FAIL);
+  r.mutable_diagnosis()->set_accepted(false);
+  ReportContext ctx("diagnose");
+  ctx.accept = {"cpu:bf16"};
+  // bf16 storage: PyTorch's default is bf16:fused, JAX's bf16:unfused, both
+  // in row 9 (they computed the same bits here).
+  ctx.storage_dtype = pb::DTYPE_BFLOAT16;
+  const std::string out = FormatHuman(r, ctx);
+  EXPECT_THAT(out, HasSubstr("\nVerdict: FAIL (accept cpu:bf16)\n"));
+  EXPECT_THAT(out, HasSubstr("\n  9     cpu:bf16:fused = cpu:bf16:unfused             0%"
+                             "      1866.62  --accept cpu:bf16\n"
+                             "                                                                "
+                             "       PyTorch default\n"
+                             "                                                                "
+                             "       JAX default\n"
+                             "        ruled out: only 0.2% of the compared elements"));
+  EXPECT_EQ(RankRows(out), 3);
+  EXPECT_THAT(out, Not(HasSubstr("cpu:fp32:fused")));  // not a bf16 default
+  EXPECT_EQ(ExitCodeFor(r, ctx), 1);
+}
+
+TEST(FormatHumanTest, VerifyWithAcceptLeadsWithTheHeadlineAndItsVerdictDecides) {
+  // Not within the tolerance of the fp64 reference (989 of 1024 elements
+  // mismatched), yet accepted: rounding of TF32.
+  pb::VerifyResponse r = FlaxCase();
+  r.set_verdict(pb::VERDICT_PASS);
+  r.mutable_diagnosis()->set_accepted(true);
+  r.mutable_diagnosis()->set_accepted_as("cpu:tf32:unfused");
+  ReportContext ctx("verify");
+  ctx.accept = {"tf32"};
+  const std::string out = FormatHuman(r, ctx);
+  EXPECT_EQ(Lines(out)[0].rfind("Rounding, not a bug:", 0), 0u);
+  EXPECT_THAT(out, HasSubstr("\nVerdict: PASS (accept tf32): accepted as cpu:tf32:unfused\n"));
+  EXPECT_THAT(out, HasSubstr("  1     cpu:tf32:unfused = cpu:tf32:fused           100%"
+                             "            0  --accept tf32\n"
+                             "                                                                "
+                             "       JAX default\n"));
+  EXPECT_THAT(out, Not(HasSubstr("Tensor-likes")));
+  EXPECT_THAT(out, Not(HasSubstr("Verdict: FAIL")));
+  EXPECT_EQ(ExitCodeFor(r, ctx), 0);
+  // The tolerance's comparison is informational: the one failure, if any,
+  // is the diagnosis's.
+  const std::vector<Outcome> outcomes = Outcomes(r, ctx);
+  ASSERT_GE(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].name, "diagnosis");
+  EXPECT_FALSE(outcomes[0].failed);
+  EXPECT_EQ(outcomes[0].summary, kFlaxHeadline);
+  EXPECT_EQ(outcomes[1].name, "observed vs cpu:fp64:fused");
+  EXPECT_TRUE(outcomes[1].informational);
+  EXPECT_FALSE(outcomes[1].failed);
+  // --verbose moves the tolerance's section back in, after the diagnosis.
+  ctx.verbose = true;
+  const std::string verbose = FormatHuman(r, ctx);
+  EXPECT_EQ(Lines(verbose)[0].rfind("Rounding, not a bug:", 0), 0u);
+  EXPECT_THAT(verbose, HasSubstr("Tensor-likes are not close!"));
+
+  r.set_verdict(pb::VERDICT_FAIL);
+  r.mutable_diagnosis()->set_accepted(false);
+  r.mutable_diagnosis()->clear_accepted_as();
+  ctx.accept = {"fp32"};
+  EXPECT_EQ(ExitCodeFor(r, ctx), 1);
+  EXPECT_TRUE(Outcomes(r, ctx)[0].failed);
+  EXPECT_THAT(FormatHuman(r, ctx), HasSubstr("\nVerdict: FAIL (accept fp32)\n"));
+}
+
+TEST(ExitCodeForTest, DiagnoseWithAcceptFollowsTheServersVerdict) {
+  pb::VerifyResponse r = FlaxCase();  // best cpu:tf32:unfused
+  ReportContext ctx("diagnose");
+  EXPECT_EQ(ExitCodeFor(r, ctx), 0);  // without --accept: a best match
+  ctx.accept = {"fp32"};
+  r.set_verdict(pb::VERDICT_FAIL);
+  EXPECT_EQ(ExitCodeFor(r, ctx), 1);
+  r.set_verdict(pb::VERDICT_PASS);
+  EXPECT_EQ(ExitCodeFor(r, ctx), 0);
+  // No verdict: the diagnosis's acceptance.
+  r.clear_verdict();
+  EXPECT_EQ(ExitCodeFor(r, ctx), 1);
+  r.mutable_diagnosis()->set_accepted(true);
+  EXPECT_EQ(ExitCodeFor(r, ctx), 0);
+  r.clear_diagnosis();
+  EXPECT_EQ(ExitCodeFor(r, ctx), 3);
+}
+
+TEST(ConfigMatchesTest, EveryFormOfAnAcceptPattern) {
+  using internal::ConfigMatches;
+  EXPECT_TRUE(ConfigMatches("cpu:tf32:unfused", "tf32"));
+  EXPECT_FALSE(ConfigMatches("cpu:tf32rna:unfused", "tf32"));
+  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "cpu:bf16"));
+  EXPECT_FALSE(ConfigMatches("cublaslt:bf16:unfused", "cpu:bf16"));
+  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "bf16:unfused"));
+  EXPECT_FALSE(ConfigMatches("cpu:bf16:fused", "bf16:unfused"));
+  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "cpu:bf16:unfused"));
+  // Without a bias the placements compute one function: fused names none.
+  EXPECT_TRUE(ConfigMatches("cpu:fp32:none", "fp32:fused"));
+  EXPECT_FALSE(ConfigMatches("cpu:fp32:none", "fp32:unfused"));
+  EXPECT_TRUE(ConfigMatches("cublaslt:fp32:fused@algo=3", "cublaslt:fp32"));
+}
+
+TEST(VerifyResponseToJsonTest, DiagnosisCarriesHeadlineAdviceAndAcceptance) {
+  pb::VerifyResponse r = FlaxCase();
+  r.mutable_diagnosis()->set_accepted(true);
+  r.mutable_diagnosis()->set_accepted_as("cpu:tf32:unfused");
+  const nlohmann::ordered_json d = VerifyResponseToJson(r)["diagnosis"];
+  EXPECT_EQ(d["headline"], kFlaxHeadline);
+  EXPECT_EQ(d["advice"], kFlaxAdvice);
+  EXPECT_EQ(d["accepted"], true);
+  EXPECT_EQ(d["accepted_as"], "cpu:tf32:unfused");
+  // An older server's: empty and false.
+  const nlohmann::ordered_json old = VerifyResponseToJson(DefectResponse())["diagnosis"];
+  EXPECT_EQ(old["headline"], "");
+  EXPECT_EQ(old["advice"], "");
+  EXPECT_EQ(old["accepted"], false);
+  EXPECT_EQ(old["accepted_as"], "");
+}
+
+TEST(FormatGithubSummaryTest, DiagnosisLeadsWithTheStatusWordThenTheHeadline) {
+  const std::string md = FormatGithubSummary(FlaxCase(), ReportContext("diagnose"));
+  EXPECT_EQ(md.rfind(absl::StrCat("## tensorcheck diagnose: **PASS**\n\n**", kFlaxHeadline,
+                                  "**\n\nAdvice: "),
+                     0),
+            0u);
+  // The verdict's reason once, after the headline.
+  EXPECT_THAT(md, HasSubstr("Verdict: **rounding** \xe2\x80\x94 Rounding: every element"));
+}
+
+TEST(FormatJUnitTest, DiagnosisFailureMessageIsTheHeadline) {
+  pb::VerifyResponse r = FlaxCase();
+  r.set_verdict(pb::VERDICT_FAIL);
+  r.mutable_diagnosis()->set_headline("Not rounding: column 2 is off. Look at weight row 2.");
+  ReportContext ctx("diagnose");
+  ctx.accept = {"tf32"};
+  const std::string xml = FormatJUnit(r, ctx);
+  EXPECT_THAT(xml, HasSubstr("<failure type=\"ParityFailure\" message=\"Not rounding: column 2 is "
+                             "off. Look at weight row 2.\">Not rounding: column 2 is off. Look at "
+                             "weight row 2.&#10;Advice: To get"));
+  EXPECT_THAT(xml, HasSubstr("Verdict: FAIL (accept tf32)"));
+}
+
+TEST(FormatGithubAnnotationsTest, VerifyNoticeUsesTheStatusWords) {
+  pb::VerifyResponse r = DiagnoseResponse();
+  r.clear_diagnosis();
+  r.set_verdict(pb::VERDICT_PASS);
+  EXPECT_THAT(FormatGithubAnnotations(r, ReportContext("verify")),
+              HasSubstr("::notice title=tensorcheck verify::PASS (reference cpu:fp64:none"));
+  r.set_verdict(pb::VERDICT_FAIL);
+  EXPECT_THAT(FormatGithubAnnotations(r, ReportContext("verify")),
+              HasSubstr("::notice title=tensorcheck verify::FAIL (reference cpu:fp64:none"));
+  EXPECT_EQ(Lines(FormatHuman(r, ReportContext("verify")))[0].rfind("Verdict: FAIL", 0), 0u);
+}
+
+// ---- compare: two outputs of the Flax layer, PyTorch's (strict fp32) and
+// Flax's (TF32).
+
+pb::CompareResponse CompareCase() {
+  pb::CompareResponse r;
+  r.set_headline(
+      "torch is cpu:fp32:fused (PyTorch's default), flax is cpu:tf32:unfused (JAX/Flax's default "
+      "on Ampere+); their difference is rounding: at most 1.1e-03 expected, 1.05e-03 seen. To "
+      "match torch, flax: set jax_default_matmul_precision to highest.");
+  r.set_reference("cpu:fp64:fused");
+  r.add_output_shape(2);
+  r.add_output_shape(512);
+  for (const auto& [name, best] : std::vector<std::pair<std::string, std::string>>{
+           {"torch", "cpu:fp32:fused"}, {"flax", "cpu:tf32:unfused"}}) {
+    pb::ComparedOutput* o = r.add_outputs();
+    o->set_name(name);
+    o->mutable_vs_reference()->set_total(1024);
+    o->mutable_diagnosis()->set_best(best);
+    o->mutable_diagnosis()->set_confidence(1.0);
+    o->mutable_diagnosis()->set_verdict(pb::Diagnosis::VERDICT_ROUNDING);
+    o->mutable_diagnosis()->set_headline(absl::StrCat("Rounding, not a bug: ", best, "."));
+  }
+  pb::OutputPair* p = r.mutable_pair();
+  p->set_a("torch");
+  p->set_b("flax");
+  p->mutable_stats()->set_total(1024);
+  p->mutable_stats()->set_max_abs(0.00105);
+  p->mutable_stats()->set_max_ulp(11691520);
+  p->mutable_stats()->set_bitwise_equal_count(0);
+  p->set_rounding(true);
+  p->set_configs_max_abs(0.00103092);
+  p->set_expected_max_abs(0.0000625);
+  p->set_advice_b_to_a("set jax_default_matmul_precision to highest");
+  p->set_advice_a_to_b("torch.backends.cuda.matmul.allow_tf32 = True");
+  return r;
+}
+
+TEST(FormatCompareHumanTest, HeadlineFirstThenEachOutputAndThePair) {
+  const std::string out = FormatCompareHuman(CompareCase(), ReportContext("compare"));
+  const std::vector<std::string> lines = Lines(out);
+  EXPECT_EQ(lines[0],
+            "torch is cpu:fp32:fused (PyTorch's default), flax is cpu:tf32:unfused (JAX/Flax's "
+            "default on");
+  EXPECT_THAT(out, HasSubstr("\n  output  best match        confidence   verdict\n"
+                             "  torch   cpu:fp32:fused          1.00  rounding\n"
+                             "  flax    cpu:tf32:unfused        1.00  rounding\n"));
+  // 0.00103092 + 6.25e-05 = 0.00109342.
+  EXPECT_THAT(out, HasSubstr("  torch vs flax: max_abs 0.00105, max_ulp 11691520, bitwise-equal "
+                             "0%; rounding allows 0.00109342\n"
+                             "    (configurations 0.00103092 apart, outputs 6.25e-05 from them); "
+                             "rounding: yes\n"));
+  EXPECT_LE(lines.size(), 12u);
+  EXPECT_THAT(out, Not(HasSubstr("allow_tf32")));  // the advice both ways: --verbose
+  ReportContext verbose("compare");
+  verbose.verbose = true;
+  const std::string v = FormatCompareHuman(CompareCase(), verbose);
+  EXPECT_THAT(v, HasSubstr("\n== torch ==\nRounding, not a bug: cpu:fp32:fused.\n"));
+  EXPECT_THAT(v, HasSubstr("\nWhat to change:\n  flax -> torch: set jax_default_matmul_precision "
+                           "to highest\n  torch -> flax: torch.backends.cuda.matmul.allow_tf32 = "
+                           "True\n"));
+}
+
+TEST(ExitCodeForCompareTest, RoundingPassesAndAcceptNeedsThePassVerdict) {
+  pb::CompareResponse r = CompareCase();
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/false), 0);
+  r.mutable_pair()->set_rounding(false);
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/false), 1);
+  r.mutable_pair()->set_rounding(true);
+  r.set_verdict(pb::VERDICT_FAIL);
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/false), 0);  // no --accept: not its verdict
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/true), 1);
+  r.set_verdict(pb::VERDICT_PASS);
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/true), 0);
+  r.clear_pair();
+  EXPECT_EQ(ExitCodeForCompare(r, /*accept=*/false), 3);
+}
+
+TEST(CompareResponseToJsonTest, KeysInProtoOrderEachOutputsDiagnosisAsVerifys) {
+  const nlohmann::ordered_json j = CompareResponseToJson(CompareCase());
+  EXPECT_THAT(Keys(j), ElementsAre("headline", "outputs", "pair", "reference", "output_shape",
+                                   "notes", "verdict"));
+  EXPECT_TRUE(j["verdict"].is_null());
+  EXPECT_EQ(j["outputs"][1]["name"], "flax");
+  EXPECT_EQ(j["outputs"][1]["diagnosis"]["best"], "cpu:tf32:unfused");
+  EXPECT_EQ(j["outputs"][1]["diagnosis"]["headline"], "Rounding, not a bug: cpu:tf32:unfused.");
+  EXPECT_THAT(Keys(j["pair"]), ElementsAre("a", "b", "stats", "rounding", "configs_max_abs",
+                                           "expected_max_abs", "advice_b_to_a", "advice_a_to_b"));
+  EXPECT_EQ(j["pair"]["rounding"], true);
+  EXPECT_EQ(j["pair"]["expected_max_abs"], 0.0000625);
+  EXPECT_EQ(j["pair"]["stats"]["max_ulp"], 11691520);
 }
 
 }  // namespace

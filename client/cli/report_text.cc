@@ -33,8 +33,10 @@ namespace {
 // A plain text table with left-aligned first column.
 class Table {
  public:
-  // The first `left` columns are left-aligned, the others right-aligned.
-  explicit Table(std::vector<std::string> header, size_t left = 1) : left_(left) {
+  // The first `left` columns are left-aligned, the others right-aligned
+  // (the last one left-aligned too with `last_left`: a column of words).
+  explicit Table(std::vector<std::string> header, size_t left = 1, bool last_left = false)
+      : left_(left), last_left_(last_left) {
     rows_.push_back(std::move(header));
   }
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
@@ -62,7 +64,8 @@ class Table {
           const std::string text = k < row[i].size() ? row[i][k] : "";
           const std::string pad(w[i] - text.size(), ' ');
           if (i > 0) line += "  ";
-          line += i < left_ ? text + pad : pad + text;
+          const bool left = i < left_ || (last_left_ && i + 1 == row.size());
+          line += left ? text + pad : pad + text;
         }
         // A continuation line has nothing after its last text.
         if (k > 0) line.erase(line.find_last_not_of(' ') + 1);
@@ -74,6 +77,7 @@ class Table {
 
  private:
   size_t left_;
+  bool last_left_;
   std::vector<std::vector<std::string>> rows_;
 };
 
@@ -257,87 +261,222 @@ std::string DefectBlock(const pb::Defect& f) {
 
 }  // namespace
 
+namespace {
+
+// The short ranking keeps this many rows from the top, then the rows of the
+// accepted configurations and of the framework defaults.
+constexpr size_t kShortRankingRows = 2;
+
+// What the diagnosis says first, in every layout: the headline (or an older
+// server's verdict line), the advice, and with --accept the status word and
+// the configuration accepted.
+std::string DiagnosisLead(const pb::VerifyResponse& r, const pb::Diagnosis& d,
+                          const ReportContext& ctx) {
+  std::string out;
+  const std::string headline = internal::Headline(d);
+  if (!headline.empty()) out += Wrap(headline, "", "  ");
+  if (!d.advice().empty()) out += Wrap(d.advice(), "Advice: ", "  ");
+  if (!ctx.accept.empty()) {
+    out += Wrap(internal::AcceptLine(d, ExitCodeFor(r, ctx) == 0, ctx.accept), "", "  ");
+  }
+  return out;
+}
+
+// The storage dtype that picks the framework defaults: the context's, else
+// the dtype the observed output was compared in.
+pb::DType StorageOf(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  if (ctx.storage_dtype != pb::DTYPE_UNSPECIFIED) return ctx.storage_dtype;
+  return r.observed_vs_reference().compared_dtype();
+}
+
+// The short ranking: the first kShortRankingRows rows, and the rows holding
+// an accepted configuration (the one the server accepted, or one an
+// --accept pattern names) and the PyTorch and JAX defaults of the storage
+// dtype, each with its mark, and under each row the server's reason it
+// cannot be best.
+std::string ShortRanking(const pb::Diagnosis& d, pb::DType storage, const ReportContext& ctx) {
+  const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
+  std::vector<std::vector<std::string>> marks(rows.size());
+  auto row_of = [&](auto&& pred) -> int {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const pb::RankedCandidate* c : rows[i].candidates) {
+        if (pred(c->config())) return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  for (const std::string& a : ctx.accept) {
+    const int i = row_of([&](const std::string& c) {
+      return (d.accepted() && c == d.accepted_as()) || internal::ConfigMatches(c, a);
+    });
+    if (i >= 0) marks[static_cast<size_t>(i)].push_back("--accept " + a);
+  }
+  for (const internal::FrameworkDefault& f : internal::FrameworkDefaults(storage)) {
+    const int i =
+        row_of([&](const std::string& c) { return internal::ConfigMatches(c, f.pattern); });
+    if (i >= 0) marks[static_cast<size_t>(i)].push_back(f.label);
+  }
+  // One mark per line keeps the table within kTextWidth; a row takes as
+  // many lines as it has marks.
+  Table t({"rank", "config", "bitwise-equal", "bound_ratio", ""}, /*left=*/2, /*last_left=*/true);
+  std::vector<size_t> heights;
+  std::vector<std::string> reasons;
+  size_t shown = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i >= kShortRankingRows && marks[i].empty()) continue;
+    const pb::RankedCandidate& c = *rows[i].candidates[0];
+    t.Add({absl::StrCat(i + 1), RowNames(rows[i]), FormatShare(c.bitwise_equal_fraction()),
+           c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-", absl::StrJoin(marks[i], "\n")});
+    heights.push_back(std::max<size_t>(1, marks[i].size()));
+    reasons.push_back(
+        c.ruled_out().empty()
+            ? ""
+            : Wrap(absl::StrCat("ruled out: ", OneLine(c.ruled_out())), "        ", "          "));
+    ++shown;
+  }
+  // The table's lines, each row followed by its reason.
+  const std::vector<std::string> lines = absl::StrSplit(t.Render("  "), '\n', absl::SkipEmpty());
+  std::string out;
+  size_t k = 0;
+  auto put = [&](std::string line) {
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  };
+  if (!lines.empty()) put(lines[k++]);  // the header
+  for (size_t r = 0; r < heights.size(); ++r) {
+    for (size_t h = 0; h < heights[r] && k < lines.size(); ++h) put(lines[k++]);
+    out += reasons[r];
+  }
+  if (shown < rows.size()) {
+    absl::StrAppend(&out, "  (", rows.size() - shown, " more ranked; --verbose shows every row)\n");
+  }
+  return out;
+}
+
+// The short diagnosis (without --verbose): the lead, the best match with its
+// framework hint and confidence, where to look for a defect, the short
+// ranking.
+std::string ShortDiagnosis(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  const pb::Diagnosis& d = r.diagnosis();
+  std::string out = DiagnosisLead(r, d, ctx);
+  if (!out.empty()) out += "\n";
+  if (d.best().empty()) {
+    out += "No candidate configuration explains the observed output.\n";
+  } else {
+    std::string best = absl::StrCat("Best match: ", d.best(), " (confidence ",
+                                    absl::StrFormat("%.2f", d.confidence()), ")");
+    if (!d.framework_hint().empty()) absl::StrAppend(&best, ": ", d.framework_hint());
+    out += Wrap(best, "", "  ");
+  }
+  if (!d.defect().where_to_look().empty()) {
+    out += Wrap(d.defect().where_to_look(), "Where to look: ", "  ");
+  }
+  if (d.ranking_size() > 0) out += "\n" + ShortRanking(d, StorageOf(r, ctx), ctx);
+  return out;
+}
+
+// The full diagnosis (--verbose): the lead, the server's verdict and what is
+// not rounding, the best match, every ranking row with its shared GEMMs and
+// ruled-out reasons, where differences concentrate, the tolerance's
+// comparison.
+std::string VerboseDiagnosis(const pb::VerifyResponse& r, const ReportContext& ctx) {
+  const pb::Diagnosis& d = r.diagnosis();
+  std::string out = DiagnosisLead(r, d, ctx);
+  // The verdict's own line, unless the lead already is its reason (an
+  // older server).
+  if (!d.headline().empty()) {
+    const std::string verdict = VerdictLine(d);
+    if (!verdict.empty()) out += Wrap(verdict, "", "  ");
+  }
+  if (d.has_defect()) out += DefectBlock(d.defect());
+  if (!out.empty()) out += "\n";
+  if (d.best().empty()) {
+    out += "No candidate configuration explains the observed output.\n";
+  } else {
+    absl::StrAppend(&out, "Best match: ", d.best(), " (confidence ",
+                    absl::StrFormat("%.2f", d.confidence()), ")\n");
+  }
+  if (d.equivalent_size() > 0) {
+    absl::StrAppend(&out, "Equivalent here: ", absl::StrJoin(d.equivalent(), ", "), "\n");
+  }
+  if (d.tied_size() > 0) {
+    absl::StrAppend(&out, "Cannot be told apart from: ", absl::StrJoin(d.tied(), ", "), "\n");
+  }
+  if (!d.framework_hint().empty()) absl::StrAppend(&out, "Framework: ", d.framework_hint(), "\n");
+  if (!d.explanation().empty()) absl::StrAppend(&out, "\n", d.explanation(), "\n");
+  if (d.ranking_size() > 0) {
+    // Candidates that computed the same bits share one row (their
+    // statistics are identical); shared GEMMs and ruled-out reasons go
+    // under the table: as columns they would push it past 100 characters.
+    const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
+    // The exact column only when some candidate reproduced the output
+    // bit for bit (a server that predates the flag sets none).
+    const bool any_exact = std::any_of(d.ranking().begin(), d.ranking().end(),
+                                       [](const pb::RankedCandidate& c) { return c.exact(); });
+    std::vector<std::string> header = {"rank",    "config",   "plausible",  "bitwise-equal",
+                                       "max_ulp", "mean_ulp", "bound_ratio"};
+    if (any_exact) header.push_back("exact");
+    Table t(header, /*left=*/3);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const pb::RankedCandidate& c = *rows[i].candidates[0];
+      std::vector<std::string> row = {absl::StrCat(i + 1),
+                                      ConfigCell(rows[i]),
+                                      PlausibleText(c),
+                                      FormatShare(c.bitwise_equal_fraction()),
+                                      UlpText(c.max_ulp()),
+                                      G(c.mean_ulp()),
+                                      c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"};
+      if (any_exact) row.push_back(c.exact() ? "yes" : "no");
+      t.Add(std::move(row));
+    }
+    out += "\nRanking:\n" + t.Render("  ");
+    out += SharedFootnotes(d.ranking(), ".");
+    std::string ruled_out;
+    for (size_t i = 0; i < std::min(rows.size(), static_cast<size_t>(kRuledOutListed)); ++i) {
+      const pb::RankedCandidate& c = *rows[i].candidates[0];
+      if (c.ruled_out().empty()) continue;
+      ruled_out += Wrap(absl::StrCat(i + 1, ". ", RowNames(rows[i]), ": ", OneLine(c.ruled_out())),
+                        "    ", "      ");
+    }
+    if (!ruled_out.empty()) out += "  Ruled out:\n" + ruled_out;
+  }
+  const pb::Localization& loc = d.localization();
+  if (loc.columns_size() > 0)
+    absl::StrAppend(&out, "\nColumns holding most differences: ", Groups(loc.columns()), "\n");
+  if (loc.rows_size() > 0)
+    absl::StrAppend(&out, "Rows holding most differences: ", Groups(loc.rows()), "\n");
+  if (loc.outliers_size() > 0) {
+    out += "Outliers (beyond the best candidate's error model):\n";
+    for (const pb::Element& e : loc.outliers()) {
+      absl::StrAppend(&out, "  at ", IndexText(e.index()), ": observed ", G(e.actual()),
+                      ", candidate ", G(e.expected()), " (", UlpText(e.ulp()), " ulp)\n");
+    }
+  }
+  if (r.has_observed_vs_reference()) {
+    const std::string ref = ReferenceName(r);
+    absl::StrAppend(&out, "\nObserved output vs ", ref, " (", ToleranceText(r.tolerance()), "):\n",
+                    ClosenessMessage(r.observed_vs_reference(), r.tolerance()), "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
   std::string out;
   const std::string ref = ReferenceName(r);
   const bool observed = r.has_observed_vs_reference();
-  if (ctx.command == "diagnose") {
-    const pb::Diagnosis& d = r.diagnosis();
-    // The server's verdict first, its sentence wrapped, then what is not
-    // rounding; nothing from a server that predates the verdict.
-    const std::string verdict = VerdictLine(d);
-    if (!verdict.empty()) out += Wrap(verdict, "", "  ");
-    if (d.has_defect()) out += DefectBlock(d.defect());
-    if (!out.empty()) out += "\n";
-    if (d.best().empty()) {
-      out += "No candidate configuration explains the observed output.\n";
-    } else {
-      absl::StrAppend(&out, "Best match: ", d.best(), " (confidence ",
-                      absl::StrFormat("%.2f", d.confidence()), ")\n");
-    }
-    if (d.equivalent_size() > 0) {
-      absl::StrAppend(&out, "Equivalent here: ", absl::StrJoin(d.equivalent(), ", "), "\n");
-    }
-    if (d.tied_size() > 0) {
-      absl::StrAppend(&out, "Cannot be told apart from: ", absl::StrJoin(d.tied(), ", "), "\n");
-    }
-    if (!d.framework_hint().empty()) absl::StrAppend(&out, "Framework: ", d.framework_hint(), "\n");
-    if (!d.explanation().empty()) absl::StrAppend(&out, "\n", d.explanation(), "\n");
-    if (d.ranking_size() > 0) {
-      // Candidates that computed the same bits share one row (their
-      // statistics are identical); shared GEMMs and ruled-out reasons go
-      // under the table: as columns they would push it past 100 characters.
-      const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
-      // The exact column only when some candidate reproduced the output
-      // bit for bit (a server that predates the flag sets none).
-      const bool any_exact = std::any_of(d.ranking().begin(), d.ranking().end(),
-                                         [](const pb::RankedCandidate& c) { return c.exact(); });
-      std::vector<std::string> header = {"rank",    "config",   "plausible",  "bitwise-equal",
-                                         "max_ulp", "mean_ulp", "bound_ratio"};
-      if (any_exact) header.push_back("exact");
-      Table t(header, /*left=*/3);
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const pb::RankedCandidate& c = *rows[i].candidates[0];
-        std::vector<std::string> row = {absl::StrCat(i + 1),
-                                        ConfigCell(rows[i]),
-                                        PlausibleText(c),
-                                        FormatShare(c.bitwise_equal_fraction()),
-                                        UlpText(c.max_ulp()),
-                                        G(c.mean_ulp()),
-                                        c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"};
-        if (any_exact) row.push_back(c.exact() ? "yes" : "no");
-        t.Add(std::move(row));
-      }
-      out += "\nRanking:\n" + t.Render("  ");
-      out += SharedFootnotes(d.ranking(), ".");
-      std::string ruled_out;
-      for (size_t i = 0; i < std::min(rows.size(), static_cast<size_t>(kRuledOutListed)); ++i) {
-        const pb::RankedCandidate& c = *rows[i].candidates[0];
-        if (c.ruled_out().empty()) continue;
-        ruled_out +=
-            Wrap(absl::StrCat(i + 1, ". ", RowNames(rows[i]), ": ", OneLine(c.ruled_out())), "    ",
-                 "      ");
-      }
-      if (!ruled_out.empty()) out += "  Ruled out:\n" + ruled_out;
-    }
-    const pb::Localization& loc = d.localization();
-    if (loc.columns_size() > 0)
-      absl::StrAppend(&out, "\nColumns holding most differences: ", Groups(loc.columns()), "\n");
-    if (loc.rows_size() > 0)
-      absl::StrAppend(&out, "Rows holding most differences: ", Groups(loc.rows()), "\n");
-    if (loc.outliers_size() > 0) {
-      out += "Outliers (beyond the best candidate's error model):\n";
-      for (const pb::Element& e : loc.outliers()) {
-        absl::StrAppend(&out, "  at ", IndexText(e.index()), ": observed ", G(e.actual()),
-                        ", candidate ", G(e.expected()), " (", UlpText(e.ulp()), " ulp)\n");
-      }
-    }
-    if (observed) {
-      absl::StrAppend(&out, "\nObserved output vs ", ref, " (", ToleranceText(r.tolerance()),
-                      "):\n", ClosenessMessage(r.observed_vs_reference(), r.tolerance()), "\n");
-    }
+  // diagnose, and verify with --accept (which diagnoses too): the
+  // diagnosis first; the tolerance's comparison only with --verbose.
+  const bool diagnosis = ctx.command == "diagnose" || r.has_diagnosis();
+  // Short, a diagnosis leaves out the configurations' table and the notes.
+  const bool short_diagnosis = diagnosis && !ctx.verbose;
+  if (short_diagnosis) {
+    out += ShortDiagnosis(r, ctx);
+  } else if (diagnosis) {
+    out += VerboseDiagnosis(r, ctx);
   } else {
-    absl::StrAppend(&out, "Verdict: ", r.verdict() == pb::VERDICT_PASS ? "PASS" : "FAIL",
+    absl::StrAppend(&out, "Verdict: ", internal::StatusWord(r.verdict() == pb::VERDICT_PASS),
                     "  (reference ", ref, ", tolerance ", ToleranceText(r.tolerance()), ")\n");
     if (observed) {
       absl::StrAppend(&out, "\nObserved output vs ", ref, ":\n",
@@ -350,12 +489,14 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
       }
     }
   }
-  if (r.results_size() > 0) {
+  if (r.results_size() > 0 && !short_diagnosis) {
     const bool any_repeat = std::any_of(r.results().begin(), r.results().end(),
                                         [](const pb::ConfigResult& c) { return c.runs() > 1; });
-    const bool any_shared =
-        std::any_of(r.results().begin(), r.results().end(),
-                    [](const pb::ConfigResult& c) { return !c.shared_computation().empty(); });
+    // Shared GEMMs (a marker and footnotes) only with --verbose.
+    const bool any_shared = ctx.verbose && std::any_of(r.results().begin(), r.results().end(),
+                                                       [](const pb::ConfigResult& c) {
+                                                         return !c.shared_computation().empty();
+                                                       });
     std::vector<std::string> header = {"config",  "pass",          "mismatched", "max_abs",
                                        "max_ulp", "bitwise-equal", "elapsed"};
     if (any_repeat) header.push_back("deterministic");
@@ -382,7 +523,7 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
     }
     absl::StrAppend(&out, "\nConfigurations compared with ", observed ? "the observed output" : ref,
                     ":\n", t.Render("  "));
-    out += SharedFootnotes(r.results(), " (elapsed: epilogue only).");
+    if (any_shared) out += SharedFootnotes(r.results(), " (elapsed: epilogue only).");
   }
   std::string invariance;
   if (r.reference().has_batch_invariance()) {
@@ -396,6 +537,72 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
   if (!invariance.empty()) {
     out += "\nRows rerun in sub-batches (bits compared with the whole batch's):\n" + invariance;
   }
+  if (r.notes_size() > 0 && !short_diagnosis) {
+    out += "\nNotes:\n";
+    for (const std::string& n : r.notes()) absl::StrAppend(&out, "  - ", n, "\n");
+  }
+  return out;
+}
+
+std::string FormatCompareHuman(const pb::CompareResponse& r, const ReportContext& ctx) {
+  std::string out;
+  if (!r.headline().empty()) out += Wrap(r.headline(), "", "  ");
+  if (!out.empty()) out += "\n";
+  // The acceptance column only when the request had --accept.
+  const bool accept = !ctx.accept.empty();
+  std::vector<std::string> header = {"output", "best match", "confidence", "verdict"};
+  if (accept) header.push_back("accepted as");
+  Table t(header, /*left=*/2);
+  for (const pb::ComparedOutput& o : r.outputs()) {
+    const pb::Diagnosis& d = o.diagnosis();
+    const std::string verdict = internal::VerdictName(d.verdict());
+    std::vector<std::string> row = {o.name(), d.best().empty() ? "none explains it" : d.best(),
+                                    absl::StrFormat("%.2f", d.confidence()),
+                                    verdict.empty() ? "-" : verdict};
+    if (accept) row.push_back(d.accepted() ? d.accepted_as() : "no");
+    t.Add(std::move(row));
+  }
+  out += t.Render("  ");
+  if (r.has_pair()) {
+    const pb::OutputPair& p = r.pair();
+    const pb::Stats& s = p.stats();
+    out += Wrap(absl::StrCat(p.a(), " vs ", p.b(), ": max_abs ", G(s.max_abs()), ", max_ulp ",
+                             UlpText(s.max_ulp()), ", bitwise-equal ",
+                             FormatShare(s.bitwise_equal_count(), s.total()), "; rounding allows ",
+                             G(p.configs_max_abs() + p.expected_max_abs()), " (configurations ",
+                             G(p.configs_max_abs()), " apart, outputs ", G(p.expected_max_abs()),
+                             " from them); rounding: ", p.rounding() ? "yes" : "no"),
+                "  ", "    ");
+  }
+  if (!ctx.accept.empty()) {
+    absl::StrAppend(&out, "Verdict: ", internal::StatusWord(r.verdict() == pb::VERDICT_PASS),
+                    " (accept ", absl::StrJoin(ctx.accept, ", "), ")\n");
+  }
+  if (!ctx.verbose) return out;
+  // --verbose: each output's diagnosis, short, the advice both ways, notes.
+  for (const pb::ComparedOutput& o : r.outputs()) {
+    pb::VerifyResponse one;
+    *one.mutable_diagnosis() = o.diagnosis();
+    *one.mutable_observed_vs_reference() = o.vs_reference();
+    if (!ctx.accept.empty()) {
+      one.set_verdict(o.diagnosis().accepted() ? pb::VERDICT_PASS : pb::VERDICT_FAIL);
+    }
+    ReportContext one_ctx = ctx;
+    one_ctx.command = "diagnose";
+    absl::StrAppend(&out, "\n== ", o.name(), " ==\n", ShortDiagnosis(one, one_ctx));
+  }
+  if (r.has_pair()) {
+    const pb::OutputPair& p = r.pair();
+    std::string advice;
+    if (!p.advice_b_to_a().empty()) {
+      advice += Wrap(p.advice_b_to_a(), absl::StrCat("  ", p.b(), " -> ", p.a(), ": "), "    ");
+    }
+    if (!p.advice_a_to_b().empty()) {
+      advice += Wrap(p.advice_a_to_b(), absl::StrCat("  ", p.a(), " -> ", p.b(), ": "), "    ");
+    }
+    if (!advice.empty()) out += "\nWhat to change:\n" + advice;
+  }
+  if (!r.reference().empty()) absl::StrAppend(&out, "\nReference: ", r.reference(), "\n");
   if (r.notes_size() > 0) {
     out += "\nNotes:\n";
     for (const std::string& n : r.notes()) absl::StrAppend(&out, "  - ", n, "\n");

@@ -144,13 +144,20 @@ std::string VerdictDivergence(const pb::Diagnosis& d) {
 
 std::string NotCheckedReason() { return "not checked: the server went away before it"; }
 
+// A layer call named with its place in execution order, "#13
+// blocks.3.mlp.down (of 24 layer calls)": the index counted from 0, as the
+// JSON report's `first_divergence.index` and the Python client's `#13`.
+std::string NumberedCall(const std::vector<LayerResult>& layers, size_t i) {
+  return absl::StrCat("#", i, " ", layers[i].FullName(), " (of ", layers.size(),
+                      layers.size() == 1 ? " layer call)" : " layer calls)");
+}
+
 // The overall line of every report.
 std::string OverallText(const std::vector<LayerResult>& layers, const SweepSummary& s) {
   const size_t n = layers.size();
   if (s.first_divergence.has_value()) {
     const size_t i = *s.first_divergence;
-    return absl::StrCat("First divergence: ", layers[i].FullName(), " (layer call ", i + 1, " of ",
-                        n, "): ", s.layers[i].reason);
+    return absl::StrCat("First divergence: ", NumberedCall(layers, i), ": ", s.layers[i].reason);
   }
   int errors = 0, not_checked = 0;
   std::optional<size_t> first_failed;
@@ -162,8 +169,8 @@ std::string OverallText(const std::vector<LayerResult>& layers, const SweepSumma
   }
   if (first_failed.has_value()) {
     const size_t i = *first_failed;
-    return absl::StrCat("No divergence, but ", layers[i].FullName(), " (layer call ", i + 1, " of ",
-                        n, ") failed: ", s.layers[i].reason);
+    return absl::StrCat("No divergence, but ", NumberedCall(layers, i),
+                        " failed: ", s.layers[i].reason);
   }
   if (errors == 0 && not_checked == 0) {
     return s.consensus.has_value()

@@ -403,7 +403,7 @@ TEST(SummarizeTest, VerdictFailFailsTheLayerWithoutDiverging) {
   EXPECT_FALSE(s.first_divergence.has_value());
   EXPECT_EQ(SweepExitCode(layers, s), 1);
   EXPECT_THAT(FormatSweepText(layers, s, SweepOptions{}),
-              HasSubstr("No divergence, but l1 (layer call 2 of 2) failed: observed output not"));
+              HasSubstr("No divergence, but #1 l1 (of 2 layer calls) failed: observed output not"));
 }
 
 TEST(SummarizeTest, UnexplainedAndBoundRatioDiverge) {
@@ -445,7 +445,7 @@ TEST(SummarizeTest, DefectVerdictIsTheFirstDivergenceWithTheServersReason) {
   EXPECT_EQ(*s.first_divergence, 1u);
   EXPECT_EQ(SweepExitCode(layers, s), 1);
   EXPECT_THAT(FormatSweepText(layers, s, SweepOptions{}),
-              HasSubstr(absl::StrCat("First divergence: l1 (layer call 2 of 3): ", why)));
+              HasSubstr(absl::StrCat("First divergence: #1 l1 (of 3 layer calls): ", why)));
 
   const nlohmann::ordered_json j = SweepToJson(layers, s, SweepCounts{}, SweepOptions{});
   EXPECT_EQ(j["layers"][0]["diagnosis_verdict"], "rounding");
@@ -579,7 +579,7 @@ TEST(FormatSweepTextTest, RowPerCallThenFirstDivergence) {
   EXPECT_THAT(text, HasSubstr("[2,4]x[8,4]"));
   EXPECT_THAT(text, HasSubstr("l1#1"));
   EXPECT_THAT(text, HasSubstr("cpu:bf16:unfused = cpu:fp32:unfused"));
-  EXPECT_THAT(text, HasSubstr("First divergence: l1#1 (layer call 3 of 3): matches "
+  EXPECT_THAT(text, HasSubstr("First divergence: #2 l1#1 (of 3 layer calls): matches "
                               "cpu:bf16:unfused, while 2 of 3 layers match cpu:bf16:fused"));
   layers.pop_back();
   EXPECT_THAT(FormatSweepText(layers, Summarize(layers, SweepOptions{}), SweepOptions{}),

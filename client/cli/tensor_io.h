@@ -13,7 +13,9 @@
 //   TC_RETURN_IF_ERROR(WriteNpyFile("out/cpu_fp32_none.npy", y));
 //
 // Accepted `.npy` dtypes: `<f8`, `<f4`, `<f2`; `<u2` as bfloat16 bit
-// patterns only when the caller expects bfloat16, and `|u1` (or `<u1`) as
+// patterns only when the caller expects bfloat16, and so `<V2` (raw 2-byte
+// values: what `np.save` writes for an ml_dtypes bfloat16 array, whose
+// descr numpy cannot name); `|u1` (or `<u1`) as
 // FP8 bit patterns only when the caller expects float8_e4m3fn or
 // float8_e5m2 (numpy has neither, so such arrays are commonly saved as
 // `x.view(np.uint16)` / `x.view(np.uint8)`; the bits alone do not say which
@@ -54,6 +56,10 @@ struct TensorReadOptions {
   // What requires expected_dtype, for messages: "dtype float32 expected
   // (<expected_by>), found ...".
   std::string expected_by = "--dtype";
+  // How a message tells the user to name a dtype, followed by the dtype:
+  // "--dtype NAME=" (verify, diagnose, compare: "--dtype NAME=bf16") or
+  // "--dtype " (upload, which takes one dtype for every tensor).
+  std::string dtype_flag = "--dtype NAME=";
 };
 
 // Reads a CLI tensor argument: `path.npy` or `path.safetensors:TENSOR`.

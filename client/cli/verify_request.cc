@@ -1,6 +1,8 @@
 // The request of verify and diagnose from their flags (internal/verify_request.h).
 #include "client/cli/internal/verify_request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -24,14 +26,14 @@
 namespace tensorcheck::cli::internal {
 namespace {
 
-// Reads a tensor argument into `out`: a file's bytes, or a `sha256:`
-// argument's digest (client/cli/tensor_ref.h). `opts.expected_dtype`, when
-// set, is required; `requirement` says who requires it, for a digest whose
-// dtype is another.
-absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
-                        const TensorReadOptions& opts, absl::string_view requirement,
-                        const std::string& field, pb::Tensor* out, std::vector<HeldTensor>* held) {
-  const std::string arg = cl.Get(flag);
+// Reads tensor argument `arg` of flag --`flag` into `out`: a file's bytes,
+// or a `sha256:` argument's digest (client/cli/tensor_ref.h).
+// `opts.expected_dtype`, when set, is required; `requirement` says who
+// requires it, for a digest whose dtype is another.
+absl::Status LoadTensorArg(const std::string& arg, const std::string& flag,
+                           const TensorReadOptions& opts, absl::string_view requirement,
+                           const std::string& field, pb::Tensor* out,
+                           std::vector<HeldTensor>* held) {
   if (IsDigestArg(arg)) {
     // Already in the server's store: dtype and shape come from the argument.
     auto ref = ParseTensorRef(arg);
@@ -57,6 +59,13 @@ absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
     out->set_data(t->bytes().data(), t->bytes().size());
   }
   return absl::OkStatus();
+}
+
+// LoadTensorArg of the flag's last value.
+absl::Status LoadTensor(const CommandLine& cl, const std::string& flag,
+                        const TensorReadOptions& opts, absl::string_view requirement,
+                        const std::string& field, pb::Tensor* out, std::vector<HeldTensor>* held) {
+  return LoadTensorArg(cl.Get(flag), flag, opts, requirement, field, out, held);
 }
 
 // An operand (--input, --weight, --bias, --observed), of the dtype --dtype
@@ -279,27 +288,24 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
   return req;
 }
 
-absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
-                                               std::vector<HeldTensor>* held) {
-  const bool diagnose = cl.command == "diagnose";
-  for (const char* required : {"input", "weight"}) {
-    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
-  }
-  if (diagnose && !cl.Has("observed")) return Usage("diagnose needs --observed");
+namespace {
 
-  TC_ASSIGN_OR_RETURN(pb::VerifyRequest req,
-                      BuildRequestOptions(cl, diagnose ? "--candidates" : "--config"));
-  pb::LinearOp* op = req.mutable_op();
-
+// The --dtype NAME=DTYPE flags: NAME one of input, weight, bias, observed
+// and `extra_names` (compare's output names).
+absl::StatusOr<std::map<std::string, DType>> ParseDTypeFlags(
+    const CommandLine& cl, const std::vector<std::string>& extra_names = {}) {
   std::map<std::string, DType> dtypes;
   for (const std::string& v : cl.All("dtype")) {
     const size_t eq = v.find('=');
     const std::string name = v.substr(0, eq == std::string::npos ? v.size() : eq);
-    if (eq == std::string::npos ||
-        (name != "input" && name != "weight" && name != "bias" && name != "observed")) {
-      return Usage(absl::StrCat(
-          "--dtype: NAME=DTYPE with NAME one of input, weight, bias, observed expected, got '", v,
-          "'"));
+    const bool known = name == "input" || name == "weight" || name == "bias" ||
+                       name == "observed" ||
+                       std::find(extra_names.begin(), extra_names.end(), name) != extra_names.end();
+    if (eq == std::string::npos || !known) {
+      std::string names = "input, weight, bias, observed";
+      for (const std::string& n : extra_names) absl::StrAppend(&names, ", ", n);
+      return Usage(
+          absl::StrCat("--dtype: NAME=DTYPE with NAME one of ", names, " expected, got '", v, "'"));
     }
     auto d = ParseDType(v.substr(eq + 1));
     if (!d.ok()) return Usage(absl::StrCat("--dtype ", name, ": ", d.status().message()));
@@ -309,7 +315,12 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
     }
     dtypes[name] = *d;
   }
+  return dtypes;
+}
 
+// The layer's tensors: --input, --weight, --bias and the FP8 scales.
+absl::Status LoadLayer(const CommandLine& cl, const std::map<std::string, DType>& dtypes,
+                       pb::LinearOp* op, std::vector<HeldTensor>* held) {
   // The scales first: small, and a mistyped number fails before large
   // files are read.
   if (cl.Has("input-scale")) {
@@ -339,9 +350,144 @@ absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
   if (cl.Has("bias")) {
     TC_RETURN_IF_ERROR(LoadOperand(cl, "bias", dtypes, "op.bias", op->mutable_bias(), held));
   }
+  return absl::OkStatus();
+}
+
+// The --accept patterns (repeatable; also PATTERN,PATTERN), non-empty.
+absl::StatusOr<std::vector<std::string>> AcceptPatterns(const CommandLine& cl) {
+  std::vector<std::string> out;
+  for (const std::string& v : cl.All("accept")) {
+    std::vector<std::string> parts = absl::StrSplit(v, ',', absl::SkipWhitespace());
+    if (parts.empty()) {
+      return Usage(
+          absl::StrCat("--accept: a configuration (backend:precision[:bias], precision[:bias] or "
+                       "backend:precision, e.g. tf32 or cpu:bf16:unfused) expected, got '",
+                       v, "'"));
+    }
+    for (std::string& p : parts) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// A valid output name (NamedTensor.name): letters, digits, '_', '-', '.',
+// 1 to 64 characters.
+bool ValidOutputName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
+                                               std::vector<HeldTensor>* held) {
+  const bool diagnose = cl.command == "diagnose";
+  for (const char* required : {"input", "weight"}) {
+    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
+  }
+  if (diagnose && !cl.Has("observed")) return Usage("diagnose needs --observed");
+  TC_ASSIGN_OR_RETURN(std::vector<std::string> accept, AcceptPatterns(cl));
+  if (!accept.empty() && !cl.Has("observed")) {
+    return Usage("--accept needs --observed: it accepts or not the output your framework produced");
+  }
+
+  TC_ASSIGN_OR_RETURN(pb::VerifyRequest req, BuildRequestOptions(cl, "--config"));
+  for (const std::string& a : accept) req.add_accept(a);
+  TC_ASSIGN_OR_RETURN(const auto dtypes, ParseDTypeFlags(cl));
+  TC_RETURN_IF_ERROR(LoadLayer(cl, dtypes, req.mutable_op(), held));
   if (cl.Has("observed")) {
     TC_RETURN_IF_ERROR(
         LoadOperand(cl, "observed", dtypes, "observed", req.mutable_observed(), held));
+  }
+  return req;
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> ObservedNameAndFile(absl::string_view arg) {
+  // NAME=FILE when what precedes the first '=' is a name (a path would hold
+  // '/' or ':' before it, or nothing).
+  if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
+    const absl::string_view name = arg.substr(0, eq);
+    if (ValidOutputName(name)) {
+      return std::make_pair(std::string(name), std::string(arg.substr(eq + 1)));
+    }
+  }
+  if (IsDigestArg(arg)) {
+    return Usage(
+        absl::StrCat("--observed: a sha256: argument has no file name to call the output "
+                     "by; write NAME=",
+                     arg));
+  }
+  // FILE.safetensors:TENSOR: the tensor's name; FILE.npy: the file's stem.
+  absl::string_view stem = arg;
+  if (const size_t st = arg.find(".safetensors:"); st != absl::string_view::npos) {
+    stem = arg.substr(st + std::string(".safetensors:").size());
+  } else {
+    if (const size_t slash = stem.find_last_of('/'); slash != absl::string_view::npos) {
+      stem = stem.substr(slash + 1);
+    }
+    if (const size_t dot = stem.find_last_of('.'); dot != absl::string_view::npos && dot > 0) {
+      stem = stem.substr(0, dot);
+    }
+  }
+  if (!ValidOutputName(stem)) {
+    return Usage(absl::StrCat("--observed ", arg, ": '", stem,
+                              "' cannot name the output (letters, digits, '_', '-', '.', at most "
+                              "64): write NAME=",
+                              arg));
+  }
+  return std::make_pair(std::string(stem), std::string(arg));
+}
+
+absl::StatusOr<pb::CompareRequest> BuildCompareRequest(const CommandLine& cl,
+                                                       std::vector<HeldTensor>* held) {
+  for (const char* required : {"input", "weight"}) {
+    if (!cl.Has(required)) return Usage(absl::StrCat("--", required, " is required"));
+  }
+  const std::vector<std::string> observed = cl.All("observed");
+  if (observed.size() != 2) {
+    return Usage(absl::StrCat(
+        "compare needs exactly two --observed outputs (NAME=FILE or FILE), got ", observed.size()));
+  }
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const std::string& arg : observed) {
+    TC_ASSIGN_OR_RETURN(auto nf, ObservedNameAndFile(arg));
+    named.push_back(std::move(nf));
+  }
+  if (named[0].first == named[1].first) {
+    return Usage(absl::StrCat("--observed: both outputs are called '", named[0].first,
+                              "'; name them: --observed torch=", named[0].second,
+                              " --observed flax=", named[1].second));
+  }
+  TC_ASSIGN_OR_RETURN(std::vector<std::string> accept, AcceptPatterns(cl));
+  TC_ASSIGN_OR_RETURN(const pb::VerifyRequest options, BuildRequestOptions(cl, "--config"));
+  pb::CompareRequest req;
+  *req.mutable_op() = options.op();
+  *req.mutable_configs() = options.configs();
+  req.set_reference(options.reference());
+  if (options.has_output()) *req.mutable_output() = options.output();
+  for (const std::string& a : accept) req.add_accept(a);
+
+  TC_ASSIGN_OR_RETURN(const auto dtypes, ParseDTypeFlags(cl, {named[0].first, named[1].first}));
+  TC_RETURN_IF_ERROR(LoadLayer(cl, dtypes, req.mutable_op(), held));
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, file] = named[i];
+    TensorReadOptions opts;
+    std::string requirement;
+    // --dtype NAME=... for this output, else --dtype observed=... for both.
+    auto it = dtypes.find(name);
+    if (it == dtypes.end()) it = dtypes.find("observed");
+    if (it != dtypes.end()) {
+      opts.expected_dtype = it->second;
+      requirement = absl::StrCat("--dtype ", it->first, "=", DTypeShortName(it->second));
+    }
+    pb::NamedTensor* t = req.add_observed();
+    t->set_name(name);
+    TC_RETURN_IF_ERROR(LoadTensorArg(file, "observed", opts, requirement,
+                                     absl::StrCat("observed[", i, "]"), t->mutable_tensor(), held));
   }
   return req;
 }

@@ -60,6 +60,12 @@ std::unique_ptr<Executor> TransferExecutor();
 // prints the report and writes the files the flags ask for.
 int RunVerifyOrDiagnose(const CommandLine& cl, const Connection& server, double timeout);
 
+// compare: two outputs of one layer (--observed twice) diagnosed against
+// the same candidates and against each other (the Compare RPC); the text
+// or JSON report; kExitPass when their difference is rounding
+// (ExitCodeForCompare).
+int RunCompare(const CommandLine& cl, const Connection& server, double timeout);
+
 // verify and diagnose send tensors above 1 MiB by digest when the server
 // has a store (internal/tensor_transfer.h), and show progress on a terminal.
 //

@@ -100,8 +100,17 @@ absl::StatusOr<Connection> ConnectionFromFlags(const CommandLine& cl) {
   if (cl.Has("server")) {
     conn.target = cl.Get("server");
     if (conn.target.empty()) return Usage("--server: HOST:PORT expected");
+    if (cl.Has("target"))
+      conn.warnings.push_back("--target is deprecated and ignored here: --server is given");
+  } else if (cl.Has("target")) {
+    conn.target = cl.Get("target");
+    if (conn.target.empty()) return Usage("--target: HOST:PORT expected");
+    conn.warnings.push_back("--target is deprecated: use --server");
   } else if (std::string env = Env(kServerEnv); !env.empty()) {
     conn.target = std::move(env);
+  } else if (std::string old = Env(kDeprecatedServerEnv); !old.empty()) {
+    conn.target = std::move(old);
+    conn.warnings.push_back(absl::StrCat(kDeprecatedServerEnv, " is deprecated: set ", kServerEnv));
   }
 
   if (cl.Has("tls-cert") != cl.Has("tls-key")) {

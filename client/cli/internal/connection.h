@@ -6,6 +6,8 @@
 //   auto stub = pb::TensorCheck::NewStub(MakeChannel(conn, grpc::ChannelArguments()));
 //
 //   --server HOST:PORT   else $TENSORCHECK_SERVER, else localhost:50051
+//                        (--target and $TENSORCHECK_TARGET: deprecated
+//                        names of the same, read with a warning)
 //   --tls-ca FILE        PEM roots the server's certificate must chain to;
 //                        turns TLS on
 //   --tls-cert FILE      PEM client certificate chain (mTLS), with
@@ -24,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/cli/internal/command_line.h"
@@ -37,6 +40,8 @@ inline constexpr char kDefaultServer[] = "localhost:50051";
 // value counts as unset).
 inline constexpr char kServerEnv[] = "TENSORCHECK_SERVER";
 inline constexpr char kTokenEnv[] = "TENSORCHECK_TOKEN";
+// The deprecated name of kServerEnv, read when it is unset.
+inline constexpr char kDeprecatedServerEnv[] = "TENSORCHECK_TARGET";
 
 struct Connection {
   std::string target = kDefaultServer;
@@ -47,6 +52,10 @@ struct Connection {
   std::string token;
   // Where the token came from: "--token" or "TENSORCHECK_TOKEN" ("" without one).
   std::string token_source;
+
+  // Deprecated names the flags or the environment used ("--target is
+  // deprecated: use --server"), for the caller to print on stderr.
+  std::vector<std::string> warnings;
 
   // The target as error messages name it: "HOST:PORT", "HOST:PORT, TLS".
   std::string Describe() const;

@@ -86,24 +86,32 @@ void Progress::Loop() {
   }
 }
 
-void Progress::DrawLocked() {
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  std::string line = absl::StrCat("\r", label_, " ");
-  if (count_) {
-    absl::StrAppend(&line, std::min(done_.load(std::memory_order_relaxed), total_), "/", total_);
-  } else if (total_ > 0) {
-    const int64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
-    const double frac = static_cast<double>(done) / static_cast<double>(total_);
+std::string ProgressLine(absl::string_view label, int64_t done, int64_t total, bool count,
+                         double seconds) {
+  std::string line = absl::StrCat(label, " ");
+  if (count) {
+    absl::StrAppend(&line, std::min(done, total), "/", total);
+  } else if (total > 0) {
+    done = std::min(done, total);
+    const double frac = static_cast<double>(done) / static_cast<double>(total);
     const int filled = static_cast<int>(frac * kBarWidth);
     absl::StrAppend(&line, "[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'),
                     "] ", absl::StrFormat("%3.0f%% ", 100 * frac), Bytes(done), " / ",
-                    Bytes(total_));
+                    Bytes(total));
     if (seconds > 0) absl::StrAppend(&line, "  ", Bytes(done / seconds), "/s");
-  } else {
-    absl::StrAppend(&line, absl::StrFormat("%.0f s", seconds));
+    absl::StrAppend(&line, ", ");
   }
-  absl::StrAppend(&line, "\033[K");
+  // Every phase says how long it has lasted.
+  absl::StrAppend(&line, count ? ", " : "", absl::StrFormat("%.0f s", seconds));
+  return line;
+}
+
+void Progress::DrawLocked() {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::string line = absl::StrCat(
+      "\r", ProgressLine(label_, done_.load(std::memory_order_relaxed), total_, count_, seconds),
+      "\033[K");
   if (drawn_ && line == last_line_) return;  // nothing new to show
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);

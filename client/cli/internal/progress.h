@@ -1,6 +1,7 @@
-// A one-line progress display on stderr: a bar with bytes and rate for
-// hashing, uploads and reads, or the elapsed time while a long request
-// runs. Internal to client/cli.
+// A one-line progress display on stderr: the phase in words ("hashing",
+// "uploading 2 tensors", "waiting for the server's diagnosis"), a bar with
+// bytes and rate for hashing, uploads and reads, and the time the phase has
+// lasted. Internal to client/cli.
 //
 //   Progress progress(/*enabled=*/ProgressWanted(cl));
 //   progress.Begin("uploading 2 tensors", total_bytes);
@@ -25,7 +26,17 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/string_view.h"
+
 namespace tensorcheck::cli::internal {
+
+// The progress line (without the carriage return and erase codes):
+//   "hashing [######..................]  25% 1.0 GB / 4.0 GB  500.0 MB/s, 2 s"
+//   "waiting for the server's diagnosis 12 s"
+//   "layers 12/24, 30 s"
+// `count`: `total` counts items, not bytes; `total` 0: the time alone.
+std::string ProgressLine(absl::string_view label, int64_t done, int64_t total, bool count,
+                         double seconds);
 
 // Whether stderr is a terminal (and so whether a progress line is wanted,
 // unless --no-progress).

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "client/cli/report.h"
 #include "nlohmann/json.hpp"
 #include "tensorcheck/v1/tensorcheck.pb.h"
@@ -78,6 +79,41 @@ const char* VerdictName(pb::Diagnosis::Verdict v);
 // it (the word alone when it sent none); "" without a verdict. The server
 // decides both; the reports only show them.
 std::string VerdictLine(const pb::Diagnosis& d);
+
+// The diagnosis's answer in words, the first line of every report: the
+// server's headline, or from a server that predates it the verdict's
+// reason; "" when it sent neither.
+std::string Headline(const pb::Diagnosis& d);
+
+// The status words of the text, JUnit and GitHub reports: the proto's
+// verdict words, "PASS" and "FAIL".
+inline const char* StatusWord(bool pass) { return pass ? "PASS" : "FAIL"; }
+
+// With --accept: "Verdict: PASS (accept tf32): accepted as
+// cpu:tf32:unfused", or "Verdict: FAIL (accept fp32)"; `pass` is the
+// response's verdict.
+std::string AcceptLine(const pb::Diagnosis& d, bool pass, const std::vector<std::string>& accept);
+
+// Whether canonical configuration `config` (`backend:precision:bias`,
+// maybe `@options`) is one that `pattern` names: `backend:precision:bias`,
+// `backend:precision`, `precision:bias` or `precision` (the forms of
+// VerifyRequest.accept; a part left out matches any, and `fused` matches
+// `none`, where there is no bias). Only picks the ranking rows a report
+// shows: whether an output is accepted is the server's answer
+// (Diagnosis.accepted).
+bool ConfigMatches(absl::string_view config, absl::string_view pattern);
+
+// A framework's default configuration for a storage dtype, as a pattern
+// for ConfigMatches, and its label in the short ranking.
+struct FrameworkDefault {
+  const char* label;    // "PyTorch default"
+  const char* pattern;  // "fp32:fused"
+};
+// The PyTorch and JAX defaults for `storage` (fp32: fp32:fused and, on
+// Ampere+ GPUs, tf32:unfused; bf16 and fp16: that precision, fused and
+// unfused), the framework_hint rows of docs/numerics.md; none for other
+// dtypes.
+std::vector<FrameworkDefault> FrameworkDefaults(pb::DType storage);
 
 // Whether the verdict says something is wrong that the exit code does not
 // report: a defect or an unexplained output while a best match is named

@@ -35,15 +35,17 @@ int64_t SizeOf(const pb::Tensor& t) {
   return n;
 }
 
-struct Field {
-  const char* field;
-  const char* flag;
+}  // namespace
+
+struct TensorTransfer::Field {
+  std::string field;
+  std::string flag;
   pb::Tensor* tensor;
 };
 
-std::vector<Field> TensorFields(pb::VerifyRequest* req) {
-  std::vector<Field> f;
-  pb::LinearOp* op = req->mutable_op();
+namespace {
+
+void OpFields(pb::LinearOp* op, std::vector<TensorTransfer::Field>& f) {
   if (op->has_input()) f.push_back({"op.input", "--input", op->mutable_input()});
   if (op->has_weight()) f.push_back({"op.weight", "--weight", op->mutable_weight()});
   if (op->has_bias()) f.push_back({"op.bias", "--bias", op->mutable_bias()});
@@ -53,8 +55,6 @@ std::vector<Field> TensorFields(pb::VerifyRequest* req) {
   if (op->has_weight_scale()) {
     f.push_back({"op.weight_scale", "--weight-scale", op->mutable_weight_scale()});
   }
-  if (req->has_observed()) f.push_back({"observed", "--observed", req->mutable_observed()});
-  return f;
 }
 
 }  // namespace
@@ -119,8 +119,28 @@ std::optional<pb::MissingTensors> MissingTensorsOf(const grpc::Status& s) {
 }
 
 absl::StatusOr<bool> TensorTransfer::Prepare(pb::VerifyRequest* req, std::vector<HeldTensor> held) {
+  std::vector<Field> fields;
+  OpFields(req->mutable_op(), fields);
+  if (req->has_observed()) fields.push_back({"observed", "--observed", req->mutable_observed()});
+  return PrepareFields(std::move(fields), std::move(held));
+}
+
+absl::StatusOr<bool> TensorTransfer::Prepare(pb::CompareRequest* req,
+                                             std::vector<HeldTensor> held) {
+  std::vector<Field> fields;
+  OpFields(req->mutable_op(), fields);
+  for (int i = 0; i < req->observed_size(); ++i) {
+    pb::NamedTensor* t = req->mutable_observed(i);
+    fields.push_back({absl::StrCat("observed[", i, "]"), absl::StrCat("--observed ", t->name()),
+                      t->mutable_tensor()});
+  }
+  return PrepareFields(std::move(fields), std::move(held));
+}
+
+absl::StatusOr<bool> TensorTransfer::PrepareFields(std::vector<Field> fields,
+                                                   std::vector<HeldTensor> held) {
   blobs_.clear();
-  for (const Field& f : TensorFields(req)) {
+  for (const Field& f : fields) {
     Blob b;
     b.label = f.flag;
     b.field = f.field;

@@ -84,6 +84,8 @@ class TensorTransfer {
   // FAILED_PRECONDITION when the server lacks a `sha256:` argument's tensor
   // or has no store at all for one. `req` must outlive the TensorTransfer.
   absl::StatusOr<bool> Prepare(pb::VerifyRequest* req, std::vector<HeldTensor> held);
+  // The same for compare's request (its outputs held as "observed[i]").
+  absl::StatusOr<bool> Prepare(pb::CompareRequest* req, std::vector<HeldTensor> held);
 
   // Uploads again the tensors `missing` names (evicted since Prepare);
   // FAILED_PRECONDITION when one of them is a `sha256:` argument's.
@@ -96,7 +98,13 @@ class TensorTransfer {
 
   const TransferCounts& counts() const { return counts_; }
 
+  // A tensor field of a request: its name, the flag that gave it, where it
+  // sits.
+  struct Field;
+
  private:
+  absl::StatusOr<bool> PrepareFields(std::vector<Field> fields, std::vector<HeldTensor> held);
+
   StoreClient* store_;
   Executor* executor_;
   Progress* progress_;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,7 +32,7 @@ inline constexpr int64_t kInlineMaxBytes = int64_t{1} << 20;
 // request: the field has its dtype and shape but no data yet.
 struct HeldTensor {
   // The request field: "op.input", "op.weight", "op.bias", "op.input_scale",
-  // "op.weight_scale" or "observed".
+  // "op.weight_scale" or "observed" (compare: "observed[0]", "observed[1]").
   std::string field;
   Tensor tensor;
 };
@@ -45,9 +46,25 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
 
 // Builds the request from the flags; every client-side check happens here,
 // before anything is sent. With `held`, tensors above kInlineMaxBytes go
-// there instead of into the request (no copy of their bytes).
+// there instead of into the request (no copy of their bytes). --accept
+// (repeatable, also A,B) fills `accept` and needs --observed; diagnose's
+// --config and --candidates both name candidates.
 absl::StatusOr<pb::VerifyRequest> BuildRequest(const CommandLine& cl,
                                                std::vector<HeldTensor>* held = nullptr);
+
+// The name and file of a compare --observed argument: `NAME=FILE`, or the
+// file alone, named by its stem (`torch_y.npy` -> "torch_y") or, for
+// `FILE.safetensors:TENSOR`, by TENSOR. A name holds letters, digits, '_',
+// '-', '.' (at most 64); a `sha256:` argument needs NAME=.
+absl::StatusOr<std::pair<std::string, std::string>> ObservedNameAndFile(absl::string_view arg);
+
+// The request of `tensorcheck compare`: the layer as BuildRequest reads it,
+// exactly two --observed outputs with distinct names (held as
+// "observed[0]" and "observed[1]" when large), --config, --reference,
+// --accept, --top-k. `--dtype NAME=DTYPE` takes an output's name too, and
+// `--dtype observed=DTYPE` applies to both.
+absl::StatusOr<pb::CompareRequest> BuildCompareRequest(const CommandLine& cl,
+                                                       std::vector<HeldTensor>* held = nullptr);
 
 }  // namespace internal
 }  // namespace tensorcheck::cli
