@@ -168,10 +168,16 @@ func TestFormatDiagnosisShowsTheHeadlineFirst(t *testing.T) {
 	const advice = "Set torch.backends.cuda.matmul.allow_tf32 = False for fp32."
 	d := diagnosisFromProto(&pb.Diagnosis{
 		Best: "cpu:tf32:fused", Confidence: 0.95, Verdict: pb.Diagnosis_VERDICT_DEFECT,
+		Ranking: []*pb.RankedCandidate{{Config: "cpu:tf32:fused", Accepted: true,
+			FrameworkDefault: "JAX/Flax's default on Ampere+ GPUs for fp32 tensors"}},
 		VerdictReason: "Column 2 holds 64 disagreements where 0.8 are expected.", Headline: headline,
 		Advice: advice, Accepted: true, AcceptedAs: "cpu:tf32:fused", Explanation: "A paragraph.",
 		FrameworkHint: "PyTorch with allow_tf32.", Defect: &pb.Defect{WhereToLook: where},
 	})
+	if r := d.Ranking[0]; !r.Accepted || r.FrameworkDefault != "JAX/Flax's default on Ampere+ GPUs for fp32 tensors" {
+		t.Errorf("ranking[0] = %+v", r)
+	}
+	d.Ranking = nil
 	want := []string{
 		headline,
 		"Advice: " + advice,

@@ -369,6 +369,12 @@ type RankedCandidate struct {
 	Exact bool
 	// The kernel, as its backend reports it: the algorithm a sweep ran.
 	Details map[string]string
+	// Which frameworks compute this configuration by default for the
+	// storage dtype, the server's words ("PyTorch's default for fp32
+	// tensors"); "" when none does.
+	FrameworkDefault string
+	// Whether it matches a configuration of LinearRequest.Accept.
+	Accepted bool
 }
 
 // Localization is where the remaining differences sit.
@@ -547,6 +553,8 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 			SharedComputation:     c.SharedComputation,
 			Exact:                 c.Exact,
 			Details:               c.Details,
+			FrameworkDefault:      c.FrameworkDefault,
+			Accepted:              c.Accepted,
 		})
 	}
 	if l := p.Localization; l != nil {
