@@ -617,6 +617,56 @@ TEST_F(TensorFileTest, WrittenNpyReadsBack) {
   EXPECT_EQ(t->bytes(), src->bytes());
 }
 
+// np.save of an ml_dtypes bfloat16 array, [1.5, -2] (as the file
+// `np.save("y.npy", np.array([1.5, -2], dtype=ml_dtypes.bfloat16))` writes:
+// descr '<V2', raw 2-byte values). bf16 bits by hand: 1.5 = 0 01111111
+// 1000000 = 0x3fc0, -2 = 1 10000000 0000000 = 0xc000.
+std::string MlDtypesBf16Npy() {
+  const std::string header = "{'descr': '<V2', 'fortran_order': False, 'shape': (2,), }";
+  std::string padded = header + std::string(118 - header.size() - 1, ' ') + "\n";
+  return std::string("\x93NUMPY\x01\x00", 8) + std::string("\x76\x00", 2) + padded +
+         std::string("\xc0\x3f\x00\xc0", 4);
+}
+
+TEST_F(TensorFileTest, MlDtypesBf16NpyReadsAsBf16WithTheDTypeFlag) {
+  const std::string p = Write("y.npy", MlDtypesBf16Npy());
+  TensorReadOptions o;
+  o.expected_dtype = DType::kBFloat16;
+  auto t = ReadTensorArg(p, o);
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->dtype(), DType::kBFloat16);
+  ASSERT_EQ(t->numel(), 2);
+  EXPECT_EQ(t->GetDouble(0), 1.5);
+  EXPECT_EQ(t->GetDouble(1), -2.0);
+}
+
+TEST_F(TensorFileTest, MlDtypesBf16NpyWithoutTheDTypeFlagSaysWhichFlagToPass) {
+  const std::string p = Write("y.npy", MlDtypesBf16Npy());
+  EXPECT_THAT(ReadTensorArg(p),
+              StatusIs(kInvalid, p + ": dtype <V2 (raw 2-byte values, e.g. ml_dtypes bfloat16): "
+                                     "pass --dtype NAME=bf16"));
+  // upload takes one dtype for every tensor: its flag has no NAME=.
+  TensorReadOptions upload;
+  upload.dtype_flag = "--dtype ";
+  EXPECT_THAT(ReadTensorArg(p, upload),
+              StatusIs(kInvalid, p + ": dtype <V2 (raw 2-byte values, e.g. ml_dtypes bfloat16): "
+                                     "pass --dtype bf16"));
+  // Another dtype required: the mismatch says what the file holds.
+  TensorReadOptions f32;
+  f32.expected_dtype = DType::kFloat32;
+  EXPECT_THAT(ReadTensorArg(p, f32),
+              StatusIs(kInvalid, HasSubstr("found '<V2' (raw 2-byte values, e.g. ml_dtypes "
+                                           "bfloat16)")));
+}
+
+TEST(TensorIo, UploadsUint16MessageNamesUploadsDTypeFlag) {
+  TensorReadOptions upload;
+  upload.dtype_flag = "--dtype ";
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<u2", "(3,)"), Raw(kBf16Bits)), "b.npy", upload),
+              StatusIs(kInvalid, AllOf(HasSubstr("say so with --dtype bf16"),
+                                       ::testing::Not(HasSubstr("NAME=")))));
+}
+
 // A tensor of 2 MiB: its bytes are a pattern no two neighbouring words share.
 std::string PatternBytes(size_t n) {
   std::string b(n, '\0');

@@ -295,5 +295,128 @@ TEST_F(VerifyRequestTest, ScaleFlagsBelongToVerifyAndDiagnoseOnly) {
   EXPECT_THAT(Parse({"diagnose", "--input-scale", "1", "--weight-scale", "2"}), IsOk());
 }
 
+// ---- --accept, diagnose's candidates, compare (float32 files: x [2, 3],
+// w [4, 3], two outputs [2, 4]).
+
+class LayerFilesTest : public VerifyRequestTest {
+ protected:
+  void SetUp() override {
+    VerifyRequestTest::SetUp();
+    fx_ = Write("fx.npy", Npy("<f4", "(2, 3)", std::string(24, '\0')));
+    fw_ = Write("fw.npy", Npy("<f4", "(4, 3)", std::string(48, '\0')));
+    torch_ = Write("torch_y.npy", Npy("<f4", "(2, 4)", F32Bits({0x3f800000, 0, 0, 0, 0, 0, 0, 0})));
+    flax_ = Write("flax_y.npy", Npy("<f4", "(2, 4)", F32Bits({0x40000000, 0, 0, 0, 0, 0, 0, 0})));
+  }
+  std::vector<std::string> Layer(const char* command) const {
+    return {command, "--input", fx_, "--weight", fw_};
+  }
+  static absl::StatusOr<pb::CompareRequest> BuildCompare(const std::vector<std::string>& flags) {
+    auto cl = Parse(flags);
+    if (!cl.ok()) return cl.status();
+    return BuildCompareRequest(*cl);
+  }
+  std::string fx_, fw_, torch_, flax_;
+};
+
+TEST_F(LayerFilesTest, AcceptIsRepeatableAndLandsInTheRequest) {
+  for (const char* command : {"verify", "diagnose"}) {
+    auto req = Build(Plus(Layer(command), {"--observed", torch_, "--accept", "tf32", "--accept",
+                                           "cpu:bf16:unfused,fp32"}));
+    ASSERT_THAT(req, IsOk()) << command;
+    EXPECT_THAT(req->accept(), ElementsAre("tf32", "cpu:bf16:unfused", "fp32")) << command;
+  }
+  EXPECT_THAT(Build(Plus(Layer("verify"), {"--accept", "tf32"})),
+              StatusIs(kInvalid, HasSubstr("--accept needs --observed")));
+  EXPECT_THAT(Build(Plus(Layer("verify"), {"--observed", torch_, "--accept", ","})),
+              StatusIs(kInvalid, HasSubstr("--accept: a configuration")));
+  EXPECT_THAT(Parse({"sweep", "--accept", "tf32"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --accept for 'sweep'")));
+}
+
+TEST_F(LayerFilesTest, DiagnoseCandidatesAreConfigAndItsOlderNameCandidates) {
+  auto req = Build(Plus(Layer("diagnose"), {"--observed", torch_, "--config", "cpu:fp32",
+                                            "--candidates", "cpu:tf32:unfused,cpu:bf16"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_THAT(req->configs(), ElementsAre("cpu:fp32", "cpu:tf32:unfused", "cpu:bf16"));
+  // A bad one is named by --config, the one documented name.
+  EXPECT_THAT(Build(Plus(Layer("diagnose"), {"--observed", torch_, "--candidates", "cpu:fp33"})),
+              StatusIs(kInvalid, HasSubstr("--config")));
+  EXPECT_THAT(Parse({"verify", "--candidates", "cpu:fp32"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --candidates for 'verify'")));
+}
+
+TEST_F(LayerFilesTest, VerboseAndTargetAreFlags) {
+  EXPECT_THAT(Parse({"diagnose", "--verbose"}), IsOk());
+  EXPECT_THAT(Parse({"compare", "--verbose"}), IsOk());
+  EXPECT_THAT(Parse({"--target", "h:1", "capabilities"}), IsOk());
+  EXPECT_THAT(Parse({"sweep", "--verbose"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --verbose for 'sweep'")));
+  EXPECT_THAT(Parse({"compare", "--tolerance", "bound"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --tolerance for 'compare'")));
+}
+
+TEST_F(LayerFilesTest, CompareNamesOutputsByStemOrNameAndSendsBoth) {
+  auto req = BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed", flax_,
+                                                  "--config", "cpu:fp32", "--accept", "tf32"}));
+  ASSERT_THAT(req, IsOk());
+  ASSERT_EQ(req->observed_size(), 2);
+  EXPECT_EQ(req->observed(0).name(), "torch_y");
+  EXPECT_EQ(req->observed(1).name(), "flax_y");
+  EXPECT_EQ(req->observed(0).tensor().data(), F32Bits({0x3f800000, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(req->observed(1).tensor().data(), F32Bits({0x40000000, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_THAT(req->observed(1).tensor().shape(), ElementsAre(2, 4));
+  EXPECT_THAT(req->configs(), ElementsAre("cpu:fp32"));
+  EXPECT_THAT(req->accept(), ElementsAre("tf32"));
+  EXPECT_EQ(req->op().weight().dtype(), pb::DTYPE_FLOAT32);
+
+  req = BuildCompare(
+      Plus(Layer("compare"), {"--observed", "torch=" + torch_, "--observed", "flax=" + flax_}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->observed(0).name(), "torch");
+  EXPECT_EQ(req->observed(1).name(), "flax");
+}
+
+TEST_F(LayerFilesTest, CompareNeedsExactlyTwoDistinctlyNamedOutputs) {
+  EXPECT_THAT(BuildCompare(Plus(Layer("compare"), {"--observed", torch_})),
+              StatusIs(kInvalid, HasSubstr("exactly two --observed outputs")));
+  EXPECT_THAT(BuildCompare(Plus(Layer("compare"),
+                                {"--observed", torch_, "--observed", flax_, "--observed", torch_})),
+              StatusIs(kInvalid, HasSubstr("got 3")));
+  EXPECT_THAT(BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed", torch_})),
+              StatusIs(kInvalid, HasSubstr("both outputs are called 'torch_y'")));
+  EXPECT_THAT(BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed",
+                                                   "sha256:" + std::string(64, 'a') + ":f32:2x4"})),
+              StatusIs(kInvalid, HasSubstr("write NAME=sha256:")));
+}
+
+TEST_F(LayerFilesTest, CompareDTypeByOutputName) {
+  // bf16 bits in a <u2 file, named by --dtype flax=bf16.
+  const std::string bf = Write("flax_bf16.npy", Npy("<u2", "(2, 4)", std::string(16, '\0')));
+  auto req = BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed", "flax=" + bf,
+                                                  "--dtype", "flax=bf16"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->observed(1).tensor().dtype(), pb::DTYPE_BFLOAT16);
+  EXPECT_EQ(req->observed(0).tensor().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(
+      BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed", "flax=" + bf})),
+      StatusIs(kInvalid, HasSubstr("--dtype NAME=bf16")));
+  EXPECT_THAT(BuildCompare(Plus(Layer("compare"), {"--observed", torch_, "--observed", flax_,
+                                                   "--dtype", "jax=bf16"})),
+              StatusIs(kInvalid, HasSubstr("torch_y, flax_y")));
+}
+
+TEST(ObservedNameAndFileTest, StemsSafetensorsNamesAndExplicitNames) {
+  EXPECT_EQ(*ObservedNameAndFile("out/torch_y.npy"),
+            std::make_pair(std::string("torch_y"), std::string("out/torch_y.npy")));
+  EXPECT_EQ(*ObservedNameAndFile("caps.safetensors:flax.out"),
+            std::make_pair(std::string("flax.out"), std::string("caps.safetensors:flax.out")));
+  EXPECT_EQ(*ObservedNameAndFile("jax=dir/a=b.npy"),
+            std::make_pair(std::string("jax"), std::string("dir/a=b.npy")));
+  // What precedes '=' in a path is no name, and a stem that cannot be one
+  // asks for NAME=.
+  EXPECT_THAT(ObservedNameAndFile("dir/a=b.npy"),
+              StatusIs(kInvalid, HasSubstr("'a=b' cannot name the output")));
+}
+
 }  // namespace
 }  // namespace tensorcheck::cli::internal
