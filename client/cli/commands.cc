@@ -187,7 +187,6 @@ int RunVerifyOrDiagnose(const CommandLine& cl, const Connection& server, double 
   ReportContext ctx{cl.command};
   ctx.verbose = cl.Has("verbose");
   ctx.accept.assign(req->accept().begin(), req->accept().end());
-  ctx.storage_dtype = req->op().input().dtype();
   const auto deadline = DeadlineAfter(timeout);
   auto stub = MakeStub(server);
   Progress progress(ProgressWanted(cl));
@@ -264,7 +263,6 @@ int RunCompare(const CommandLine& cl, const Connection& server, double timeout) 
   ReportContext ctx{cl.command};
   ctx.verbose = cl.Has("verbose");
   ctx.accept.assign(req->accept().begin(), req->accept().end());
-  ctx.storage_dtype = req->op().input().dtype();
   const auto deadline = DeadlineAfter(timeout);
   auto stub = MakeStub(server);
   Progress progress(ProgressWanted(cl));

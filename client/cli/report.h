@@ -40,13 +40,8 @@ struct ReportContext {
   // is shown short (FormatHuman).
   bool verbose = false;
   // The --accept patterns sent (VerifyRequest.accept): the exit code is
-  // then the server's acceptance, and the short ranking keeps the rows they
-  // name.
+  // then the server's acceptance.
   std::vector<std::string> accept;
-  // The layer's storage dtype (the input's), which picks the PyTorch and
-  // JAX default configurations the short ranking keeps; unspecified: the
-  // observed output's compared dtype.
-  pb::DType storage_dtype = pb::DTYPE_UNSPECIFIED;
 };
 
 // The JSON report of docs/json-report.md: keys in the documented order,

@@ -250,6 +250,8 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
     r["shared_computation"] = c.shared_computation();
     r["exact"] = c.exact();
     r["details"] = DetailsJson(c.details());
+    r["framework_default"] = c.framework_default();
+    r["accepted"] = c.accepted();
     ranking.push_back(std::move(r));
   }
   j["ranking"] = std::move(ranking);

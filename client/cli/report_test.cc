@@ -108,11 +108,11 @@ TEST(VerifyResponseToJsonTest, RankingCarriesThePlausibilityTestAndSharedComputa
   const nlohmann::ordered_json& c1 = j["diagnosis"]["ranking"][0];
   std::vector<std::string> keys;
   for (const auto& item : c1.items()) keys.push_back(item.key());
-  EXPECT_THAT(keys,
-              ElementsAre("config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio",
-                          "equivalent", "disagreements", "expected_disagreements", "plausibility_p",
-                          "plausible", "consistent_fraction", "compared_elements", "ruled_out",
-                          "shared_computation", "exact", "details"));
+  EXPECT_THAT(
+      keys, ElementsAre("config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio",
+                        "equivalent", "disagreements", "expected_disagreements", "plausibility_p",
+                        "plausible", "consistent_fraction", "compared_elements", "ruled_out",
+                        "shared_computation", "exact", "details", "framework_default", "accepted"));
   EXPECT_EQ(c1["disagreements"], 3);
   EXPECT_EQ(c1["expected_disagreements"], 2.5);
   EXPECT_EQ(c1["plausibility_p"], 0.46);
@@ -761,6 +761,13 @@ pb::VerifyResponse FlaxCase() {
     c->set_shared_computation(x.shared);
     c->set_ruled_out(x.ruled_out);
     c->set_exact(x.bitwise == 1.0);
+    // The server's words for the fp32 defaults (with a bias).
+    const std::string config = x.config;
+    if (config == "cpu:fp32:fused") c->set_framework_default("PyTorch's default for fp32 tensors");
+    if (config == "cpu:fp32:unfused") c->set_framework_default("candle's default for fp32 tensors");
+    if (config == "cpu:tf32:unfused") {
+      c->set_framework_default("JAX/Flax's default on Ampere+ GPUs for fp32 tensors");
+    }
     pb::ConfigResult* res = r.add_results();
     res->set_config(x.config);
     res->set_shared_computation(x.shared);
@@ -771,9 +778,7 @@ pb::VerifyResponse FlaxCase() {
 
 TEST(FormatHumanTest, ShortDiagnosisOfTheFlaxCaseLeadsWithTheHeadlineInTwentyLines) {
   const pb::VerifyResponse r = FlaxCase();
-  ReportContext ctx("diagnose");
-  ctx.storage_dtype = pb::DTYPE_FLOAT32;
-  const std::string out = FormatHuman(r, ctx);
+  const std::string out = FormatHuman(r, ReportContext("diagnose"));
   const std::vector<std::string> lines = Lines(out);
   EXPECT_LE(lines.size(), 20u) << out;
   for (const std::string& line : lines) EXPECT_LE(line.size(), 100u) << line;
@@ -785,19 +790,19 @@ TEST(FormatHumanTest, ShortDiagnosisOfTheFlaxCaseLeadsWithTheHeadlineInTwentyLin
   EXPECT_THAT(out, HasSubstr("\nAdvice: To get PyTorch's default (strict fp32) in Flax, set"));
   EXPECT_THAT(out, HasSubstr("\nBest match: cpu:tf32:unfused (confidence 1.00): JAX/Flax default "
                              "on Ampere+: fp32 matmul in TF32,\n"));
-  // The top two rows, and the PyTorch default (row 6 of 9) with the
-  // server's reason it is ruled out; the JAX default is row 1.
+  // The top two rows, and the row of PyTorch's and candle's defaults (6 of
+  // 9) with the server's reason it is ruled out; JAX's default is row 1.
   EXPECT_THAT(out,
               HasSubstr("\n  rank  config                             bitwise-equal  bound_ratio\n"
-                        "  1     cpu:tf32:unfused = cpu:tf32:fused           100%"
-                        "            0  JAX default\n"
-                        "  2     cpu:fp16:fused = cpu:fp16:unfused          90.1%"
-                        "    0.0306764\n"
-                        "  6     cpu:fp32:fused = cpu:fp32:unfused             0%"
-                        "      235.475  PyTorch default\n"
-                        "        ruled out: only 1.4% of the compared elements lie within 4 "
-                        "predicted standard errors of it\n"
-                        "          (90% needed): not a summation-order difference\n"));
+                        "  1     cpu:tf32:unfused = cpu:tf32:fused           100%            0\n"
+                        "        JAX/Flax's default on Ampere+ GPUs for fp32 tensors\n"
+                        "  2     cpu:fp16:fused = cpu:fp16:unfused          90.1%    0.0306764\n"
+                        "  6     cpu:fp32:fused = cpu:fp32:unfused             0%      235.475\n"
+                        "        PyTorch's default for fp32 tensors; candle's default for fp32 "
+                        "tensors; ruled out: only 1.4%\n"
+                        "          of the compared elements lie within 4 predicted standard "
+                        "errors of it (90% needed): not a\n"
+                        "          summation-order difference\n"));
   EXPECT_EQ(RankRows(out), 3);
   // 9 rows of the same bits, 3 shown.
   EXPECT_EQ(lines.back(), "  (6 more ranked; --verbose shows every row)");
@@ -823,26 +828,21 @@ TEST(FormatHumanTest, VerboseDiagnosisOfTheFlaxCaseHasEveryTable) {
   EXPECT_THAT(out, HasSubstr("\nNotes:\n  - PyTorch may add the bias"));
 }
 
-TEST(FormatHumanTest, ShortRankingKeepsTheAcceptedRowAndTheBf16Defaults) {
+TEST(FormatHumanTest, ShortRankingKeepsTheRowsTheServerAccepts) {
   pb::VerifyResponse r = FlaxCase();
   r.set_verdict(pb::VERDICT_FAIL);
-  r.mutable_diagnosis()->set_accepted(false);
+  // --accept cpu:bf16: the server marks both bf16 candidates (row 9).
+  for (pb::RankedCandidate& c : *r.mutable_diagnosis()->mutable_ranking()) {
+    c.set_accepted(c.config().rfind("cpu:bf16:", 0) == 0);
+  }
   ReportContext ctx("diagnose");
   ctx.accept = {"cpu:bf16"};
-  // bf16 storage: PyTorch's default is bf16:fused, JAX's bf16:unfused, both
-  // in row 9 (they computed the same bits here).
-  ctx.storage_dtype = pb::DTYPE_BFLOAT16;
   const std::string out = FormatHuman(r, ctx);
   EXPECT_THAT(out, HasSubstr("\nVerdict: FAIL (accept cpu:bf16)\n"));
   EXPECT_THAT(out, HasSubstr("\n  9     cpu:bf16:fused = cpu:bf16:unfused             0%"
-                             "      1866.62  --accept cpu:bf16\n"
-                             "                                                                "
-                             "       PyTorch default\n"
-                             "                                                                "
-                             "       JAX default\n"
-                             "        ruled out: only 0.2% of the compared elements"));
-  EXPECT_EQ(RankRows(out), 3);
-  EXPECT_THAT(out, Not(HasSubstr("cpu:fp32:fused")));  // not a bf16 default
+                             "      1866.62\n"
+                             "        accepted; ruled out: only 0.2% of the compared elements"));
+  EXPECT_EQ(RankRows(out), 4);  // 1, 2, 6 (the defaults) and 9
   EXPECT_EQ(ExitCodeFor(r, ctx), 1);
 }
 
@@ -858,10 +858,11 @@ TEST(FormatHumanTest, VerifyWithAcceptLeadsWithTheHeadlineAndItsVerdictDecides) 
   const std::string out = FormatHuman(r, ctx);
   EXPECT_EQ(Lines(out)[0].rfind("Rounding, not a bug:", 0), 0u);
   EXPECT_THAT(out, HasSubstr("\nVerdict: PASS (accept tf32): accepted as cpu:tf32:unfused\n"));
-  EXPECT_THAT(out, HasSubstr("  1     cpu:tf32:unfused = cpu:tf32:fused           100%"
-                             "            0  --accept tf32\n"
-                             "                                                                "
-                             "       JAX default\n"));
+  // The server marks the accepted row; its note says so first.
+  EXPECT_THAT(out,
+              HasSubstr("  1     cpu:tf32:unfused = cpu:tf32:fused           100%            0\n"
+                        "        accepted; JAX/Flax's default on Ampere+ GPUs for fp32 "
+                        "tensors\n"));
   EXPECT_THAT(out, Not(HasSubstr("Tensor-likes")));
   EXPECT_THAT(out, Not(HasSubstr("Verdict: FAIL")));
   EXPECT_EQ(ExitCodeFor(r, ctx), 0);
@@ -908,21 +909,6 @@ TEST(ExitCodeForTest, DiagnoseWithAcceptFollowsTheServersVerdict) {
   EXPECT_EQ(ExitCodeFor(r, ctx), 3);
 }
 
-TEST(ConfigMatchesTest, EveryFormOfAnAcceptPattern) {
-  using internal::ConfigMatches;
-  EXPECT_TRUE(ConfigMatches("cpu:tf32:unfused", "tf32"));
-  EXPECT_FALSE(ConfigMatches("cpu:tf32rna:unfused", "tf32"));
-  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "cpu:bf16"));
-  EXPECT_FALSE(ConfigMatches("cublaslt:bf16:unfused", "cpu:bf16"));
-  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "bf16:unfused"));
-  EXPECT_FALSE(ConfigMatches("cpu:bf16:fused", "bf16:unfused"));
-  EXPECT_TRUE(ConfigMatches("cpu:bf16:unfused", "cpu:bf16:unfused"));
-  // Without a bias the placements compute one function: fused names none.
-  EXPECT_TRUE(ConfigMatches("cpu:fp32:none", "fp32:fused"));
-  EXPECT_FALSE(ConfigMatches("cpu:fp32:none", "fp32:unfused"));
-  EXPECT_TRUE(ConfigMatches("cublaslt:fp32:fused@algo=3", "cublaslt:fp32"));
-}
-
 TEST(VerifyResponseToJsonTest, DiagnosisCarriesHeadlineAdviceAndAcceptance) {
   pb::VerifyResponse r = FlaxCase();
   r.mutable_diagnosis()->set_accepted(true);
@@ -932,6 +918,8 @@ TEST(VerifyResponseToJsonTest, DiagnosisCarriesHeadlineAdviceAndAcceptance) {
   EXPECT_EQ(d["advice"], kFlaxAdvice);
   EXPECT_EQ(d["accepted"], true);
   EXPECT_EQ(d["accepted_as"], "cpu:tf32:unfused");
+  EXPECT_EQ(d["ranking"][9]["framework_default"], "PyTorch's default for fp32 tensors");
+  EXPECT_EQ(d["ranking"][9]["accepted"], false);
   // An older server's: empty and false.
   const nlohmann::ordered_json old = VerifyResponseToJson(DefectResponse())["diagnosis"];
   EXPECT_EQ(old["headline"], "");

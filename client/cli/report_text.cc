@@ -33,10 +33,8 @@ namespace {
 // A plain text table with left-aligned first column.
 class Table {
  public:
-  // The first `left` columns are left-aligned, the others right-aligned
-  // (the last one left-aligned too with `last_left`: a column of words).
-  explicit Table(std::vector<std::string> header, size_t left = 1, bool last_left = false)
-      : left_(left), last_left_(last_left) {
+  // The first `left` columns are left-aligned, the others right-aligned.
+  explicit Table(std::vector<std::string> header, size_t left = 1) : left_(left) {
     rows_.push_back(std::move(header));
   }
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
@@ -64,8 +62,7 @@ class Table {
           const std::string text = k < row[i].size() ? row[i][k] : "";
           const std::string pad(w[i] - text.size(), ' ');
           if (i > 0) line += "  ";
-          const bool left = i < left_ || (last_left_ && i + 1 == row.size());
-          line += left ? text + pad : pad + text;
+          line += i < left_ ? text + pad : pad + text;
         }
         // A continuation line has nothing after its last text.
         if (k > 0) line.erase(line.find_last_not_of(' ') + 1);
@@ -77,7 +74,6 @@ class Table {
 
  private:
   size_t left_;
-  bool last_left_;
   std::vector<std::vector<std::string>> rows_;
 };
 
@@ -282,70 +278,39 @@ std::string DiagnosisLead(const pb::VerifyResponse& r, const pb::Diagnosis& d,
   return out;
 }
 
-// The storage dtype that picks the framework defaults: the context's, else
-// the dtype the observed output was compared in.
-pb::DType StorageOf(const pb::VerifyResponse& r, const ReportContext& ctx) {
-  if (ctx.storage_dtype != pb::DTYPE_UNSPECIFIED) return ctx.storage_dtype;
-  return r.observed_vs_reference().compared_dtype();
-}
-
 // The short ranking: the first kShortRankingRows rows, and the rows holding
-// an accepted configuration (the one the server accepted, or one an
-// --accept pattern names) and the PyTorch and JAX defaults of the storage
-// dtype, each with its mark, and under each row the server's reason it
-// cannot be best.
-std::string ShortRanking(const pb::Diagnosis& d, pb::DType storage, const ReportContext& ctx) {
+// a candidate the server marks as accepted (--accept) or as a framework's
+// default for the storage dtype (RankedCandidate.accepted,
+// framework_default). Under each row one note, as the server words it:
+// accepted, whose default it is, why it cannot be best.
+std::string ShortRanking(const pb::Diagnosis& d) {
   const std::vector<internal::RankingRow> rows = internal::RankingRows(d);
-  std::vector<std::vector<std::string>> marks(rows.size());
-  auto row_of = [&](auto&& pred) -> int {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      for (const pb::RankedCandidate* c : rows[i].candidates) {
-        if (pred(c->config())) return static_cast<int>(i);
-      }
-    }
-    return -1;
-  };
-  for (const std::string& a : ctx.accept) {
-    const int i = row_of([&](const std::string& c) {
-      return (d.accepted() && c == d.accepted_as()) || internal::ConfigMatches(c, a);
-    });
-    if (i >= 0) marks[static_cast<size_t>(i)].push_back("--accept " + a);
-  }
-  for (const internal::FrameworkDefault& f : internal::FrameworkDefaults(storage)) {
-    const int i =
-        row_of([&](const std::string& c) { return internal::ConfigMatches(c, f.pattern); });
-    if (i >= 0) marks[static_cast<size_t>(i)].push_back(f.label);
-  }
-  // One mark per line keeps the table within kTextWidth; a row takes as
-  // many lines as it has marks.
-  Table t({"rank", "config", "bitwise-equal", "bound_ratio", ""}, /*left=*/2, /*last_left=*/true);
-  std::vector<size_t> heights;
-  std::vector<std::string> reasons;
+  Table t({"rank", "config", "bitwise-equal", "bound_ratio"}, /*left=*/2);
+  std::vector<std::string> notes;
   size_t shown = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (i >= kShortRankingRows && marks[i].empty()) continue;
+    std::vector<std::string> note;
+    bool accepted = false;
+    for (const pb::RankedCandidate* c : rows[i].candidates) {
+      accepted = accepted || c->accepted() || (d.accepted() && c->config() == d.accepted_as());
+      const std::string& f = c->framework_default();
+      if (!f.empty() && std::find(note.begin(), note.end(), f) == note.end()) note.push_back(f);
+    }
+    if (i >= kShortRankingRows && !accepted && note.empty()) continue;
+    if (accepted) note.insert(note.begin(), "accepted");
     const pb::RankedCandidate& c = *rows[i].candidates[0];
+    if (!c.ruled_out().empty()) note.push_back("ruled out: " + OneLine(c.ruled_out()));
     t.Add({absl::StrCat(i + 1), RowNames(rows[i]), FormatShare(c.bitwise_equal_fraction()),
-           c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-", absl::StrJoin(marks[i], "\n")});
-    heights.push_back(std::max<size_t>(1, marks[i].size()));
-    reasons.push_back(
-        c.ruled_out().empty()
-            ? ""
-            : Wrap(absl::StrCat("ruled out: ", OneLine(c.ruled_out())), "        ", "          "));
+           c.has_bound_ratio() ? G(c.bound_ratio().value()) : "-"});
+    notes.push_back(note.empty() ? "" : Wrap(absl::StrJoin(note, "; "), "        ", "          "));
     ++shown;
   }
-  // The table's lines, each row followed by its reason.
+  // The table's lines, each row followed by its note.
   const std::vector<std::string> lines = absl::StrSplit(t.Render("  "), '\n', absl::SkipEmpty());
   std::string out;
-  size_t k = 0;
-  auto put = [&](std::string line) {
-    line.erase(line.find_last_not_of(' ') + 1);
-    out += line + "\n";
-  };
-  if (!lines.empty()) put(lines[k++]);  // the header
-  for (size_t r = 0; r < heights.size(); ++r) {
-    for (size_t h = 0; h < heights[r] && k < lines.size(); ++h) put(lines[k++]);
-    out += reasons[r];
+  for (size_t k = 0; k < lines.size(); ++k) {
+    out += lines[k] + "\n";
+    if (k > 0 && k - 1 < notes.size()) out += notes[k - 1];
   }
   if (shown < rows.size()) {
     absl::StrAppend(&out, "  (", rows.size() - shown, " more ranked; --verbose shows every row)\n");
@@ -371,7 +336,7 @@ std::string ShortDiagnosis(const pb::VerifyResponse& r, const ReportContext& ctx
   if (!d.defect().where_to_look().empty()) {
     out += Wrap(d.defect().where_to_look(), "Where to look: ", "  ");
   }
-  if (d.ranking_size() > 0) out += "\n" + ShortRanking(d, StorageOf(r, ctx), ctx);
+  if (d.ranking_size() > 0) out += "\n" + ShortRanking(d);
   return out;
 }
 

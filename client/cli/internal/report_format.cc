@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "server/core/share_format.h"
 
 namespace tensorcheck::cli::internal {
@@ -136,45 +135,6 @@ std::string AcceptLine(const pb::Diagnosis& d, bool pass, const std::vector<std:
       absl::StrCat("Verdict: ", StatusWord(pass), " (accept ", absl::StrJoin(accept, ", "), ")");
   if (d.accepted()) absl::StrAppend(&out, ": accepted as ", d.accepted_as());
   return out;
-}
-
-bool ConfigMatches(absl::string_view config, absl::string_view pattern) {
-  const std::vector<absl::string_view> c = absl::StrSplit(config.substr(0, config.find('@')), ':');
-  const std::vector<absl::string_view> p = absl::StrSplit(pattern, ':');
-  if (c.size() < 2 || p.empty() || p.size() > 3) return false;
-  auto is_bias = [](absl::string_view s) { return s == "fused" || s == "unfused" || s == "none"; };
-  absl::string_view backend, precision, bias;
-  if (p.size() == 3) {
-    backend = p[0];
-    precision = p[1];
-    bias = p[2];
-  } else if (p.size() == 2 && is_bias(p[1])) {
-    precision = p[0];
-    bias = p[1];
-  } else if (p.size() == 2) {
-    backend = p[0];
-    precision = p[1];
-  } else {
-    precision = p[0];
-  }
-  const absl::string_view c_bias = c.size() > 2 ? c[2] : "none";
-  if (!backend.empty() && backend != c[0]) return false;
-  if (precision != c[1]) return false;
-  if (bias.empty() || bias == c_bias) return true;
-  return bias == "fused" && c_bias == "none";
-}
-
-std::vector<FrameworkDefault> FrameworkDefaults(pb::DType storage) {
-  switch (storage) {
-    case pb::DTYPE_FLOAT32:
-      return {{"PyTorch default", "fp32:fused"}, {"JAX default", "tf32:unfused"}};
-    case pb::DTYPE_BFLOAT16:
-      return {{"PyTorch default", "bf16:fused"}, {"JAX default", "bf16:unfused"}};
-    case pb::DTYPE_FLOAT16:
-      return {{"PyTorch default", "fp16:fused"}, {"JAX default", "fp16:unfused"}};
-    default:
-      return {};
-  }
 }
 
 bool VerdictWarns(const pb::Diagnosis& d) {

@@ -94,27 +94,6 @@ inline const char* StatusWord(bool pass) { return pass ? "PASS" : "FAIL"; }
 // response's verdict.
 std::string AcceptLine(const pb::Diagnosis& d, bool pass, const std::vector<std::string>& accept);
 
-// Whether canonical configuration `config` (`backend:precision:bias`,
-// maybe `@options`) is one that `pattern` names: `backend:precision:bias`,
-// `backend:precision`, `precision:bias` or `precision` (the forms of
-// VerifyRequest.accept; a part left out matches any, and `fused` matches
-// `none`, where there is no bias). Only picks the ranking rows a report
-// shows: whether an output is accepted is the server's answer
-// (Diagnosis.accepted).
-bool ConfigMatches(absl::string_view config, absl::string_view pattern);
-
-// A framework's default configuration for a storage dtype, as a pattern
-// for ConfigMatches, and its label in the short ranking.
-struct FrameworkDefault {
-  const char* label;    // "PyTorch default"
-  const char* pattern;  // "fp32:fused"
-};
-// The PyTorch and JAX defaults for `storage` (fp32: fp32:fused and, on
-// Ampere+ GPUs, tf32:unfused; bf16 and fp16: that precision, fused and
-// unfused), the framework_hint rows of docs/numerics.md; none for other
-// dtypes.
-std::vector<FrameworkDefault> FrameworkDefaults(pb::DType storage);
-
 // Whether the verdict says something is wrong that the exit code does not
 // report: a defect or an unexplained output while a best match is named
 // (without one, the diagnosis fails anyway). The GitHub report makes it a
