@@ -1,6 +1,7 @@
 #include "server/engine/diagnosis.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -478,15 +479,6 @@ struct Ranking {
       out.equivalent.push_back(in.candidates[top.members[j]].config.ToString());
     }
     out.framework_hint = FrameworkHint(top_c.config, in.storage_dtype, in.has_bias);
-    // Members of the class that mean something else in framework terms.
-    for (size_t j = 1; j < top.members.size(); ++j) {
-      const Config& eq = in.candidates[top.members[j]].config;
-      if (eq.precision != top_c.config.precision || eq.bias == top_c.config.bias) continue;
-      const std::string hint = FrameworkHint(eq, in.storage_dtype, in.has_bias);
-      if (hint != out.framework_hint && out.framework_hint.find(hint) == std::string::npos) {
-        absl::StrAppend(&out.framework_hint, "; equally: ", hint);
-      }
-    }
   }
 
   // Ties and the runner-up, by paired sign tests against best.
@@ -1114,8 +1106,9 @@ struct Ranking {
     }
     const std::string how = HowToMatch(*best, *wanted, in.storage_dtype, in.has_bias);
     if (how.empty()) return;
-    out.advice =
-        absl::StrCat("To get ", Described(*wanted), " instead of ", best->ToString(), ": ", how);
+    std::string step = how;
+    step[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(step[0])));
+    out.advice = absl::StrCat("To get ", Described(*wanted), ": ", step);
   }
 
   // Every candidate, class by class in rank order, with the evidence on

@@ -760,7 +760,7 @@ TEST_F(DiagnosisTest, FlaxCaseHeadlineSaysRoundingAndAdvisesTurningTf32Off) {
   // bias into the epilogue.
   EXPECT_THAT(d.advice, ::testing::StartsWith("To get cpu:fp32:fused (PyTorch's default"));
   EXPECT_THAT(d.advice, ::testing::HasSubstr("allow_tf32 = False"));
-  EXPECT_THAT(d.advice, ::testing::HasSubstr("jax_default_matmul_precision"));
+  EXPECT_THAT(d.advice, ::testing::HasSubstr("jax_default_matmul_precision='highest'"));
   EXPECT_THAT(d.advice, ::testing::HasSubstr("add the bias before the one rounding"));
   EXPECT_FALSE(d.accepted);
   // The error ratio's words agree with its value.

@@ -836,6 +836,7 @@ absl::StatusOr<CompareOutcome> Engine::CompareOutputs(
   pair.rounding =
       da.verdict == DiagnosisVerdict::kRounding && db.verdict == DiagnosisVerdict::kRounding;
   out.passed = da.accepted && db.accepted;
+  out.verdict_set = !request.accept.empty();
   CompareWords(request, &out);
   return out;
 }

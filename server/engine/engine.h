@@ -299,8 +299,9 @@ struct CompareOutcome {
   std::string reference;
   std::vector<int64_t> output_shape;
   std::vector<std::string> notes;
-  // Every output accepted (only meaningful with request.accept).
+  // With request.accept (verdict_set): every output accepted.
   bool passed = false;
+  bool verdict_set = false;
 };
 
 struct AvailableConfig {

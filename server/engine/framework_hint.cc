@@ -191,32 +191,22 @@ std::string HowToMatch(const Config& from, const Config& to, DType storage, bool
     }
     if (IsTf32(f) && t == Precision::kFp32) {
       steps.push_back(
-          "turn TF32 off: in PyTorch torch.backends.cuda.matmul.allow_tf32 = False "
-          "(torch.set_float32_matmul_precision('highest')), in JAX "
-          "jax.config.update('jax_default_matmul_precision', 'highest') or "
-          "precision=jax.lax.Precision.HIGHEST on the Dense layer or dot");
+          "turn TF32 off (PyTorch: torch.backends.cuda.matmul.allow_tf32 = False; JAX: "
+          "jax_default_matmul_precision='highest' or precision=HIGHEST)");
     } else if (f == Precision::kFp32 && t == Precision::kTf32) {
       steps.push_back(
-          "turn TF32 on: in PyTorch torch.backends.cuda.matmul.allow_tf32 = True "
-          "(torch.set_float32_matmul_precision('high')); JAX uses TF32 by default on Ampere+ "
-          "GPUs (jax_default_matmul_precision 'tensorfloat32')");
+          "turn TF32 on (PyTorch: torch.backends.cuda.matmul.allow_tf32 = True; JAX does by "
+          "default on Ampere+)");
     } else if (f == Precision::kFp16Acc && !IsTf32(t) && t != Precision::kFp64) {
       steps.push_back(
-          "accumulate in fp32, not fp16: cuBLAS compute type CUBLAS_COMPUTE_32F instead of "
-          "CUBLAS_COMPUTE_16F (in PyTorch "
-          "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False; in "
-          "TensorRT build the layer without FP16 accumulation)");
+          "accumulate in fp32 (cuBLAS CUBLAS_COMPUTE_32F; PyTorch: "
+          "allow_fp16_reduced_precision_reduction = False)");
     } else if (t == Precision::kFp64) {
-      steps.push_back(
-          "compute the reference in float64: x.double() @ w.double().T (+ b.double()), or "
-          "numpy float64");
+      steps.push_back("compute in float64 (x.double() @ w.double().T)");
     } else if ((f == Precision::kBf16 || f == Precision::kFp16) &&
                (t == Precision::kFp32 || IsTf32(t)) && storage == DType::kFloat32) {
-      steps.push_back(absl::StrCat("keep the tensors in float32: the output was computed from ",
-                                   PrecisionName(f),
-                                   " inputs (PyTorch: torch.autocast off or no .to(torch.",
-                                   f == Precision::kBf16 ? "bfloat16" : "float16",
-                                   "); JAX/Flax: dtype=jnp.float32 on the layer)"));
+      steps.push_back(absl::StrCat("keep the tensors in float32, not ", PrecisionName(f),
+                                   " (PyTorch: no autocast; Flax: dtype=jnp.float32)"));
     } else {
       // tf32rna/tf32trunc are kernel properties, fp32 accumulation of
       // 16-bit inputs under fp32 storage is a cast the user did: no switch.
@@ -226,15 +216,12 @@ std::string HowToMatch(const Config& from, const Config& to, DType storage, bool
   const bool bias_differs = has_bias && from.bias != to.bias;
   if (bias_differs && to.bias == BiasMode::kFused) {
     steps.push_back(
-        "add the bias before the one rounding: PyTorch's F.linear/torch.addmm does; in candle "
-        "compute in f32 and round once (x.to_dtype(F32)?.matmul(&w.t()?.to_dtype(F32)?)?"
-        ".broadcast_add(&b.to_dtype(F32)?)?.to_dtype(dtype)?); in JAX "
-        "jnp.dot(x, w, preferred_element_type=jnp.float32) + b.astype(jnp.float32), then "
-        ".astype(dtype)");
+        "add the bias before the one rounding (PyTorch's F.linear does; candle, JAX: matmul "
+        "into f32, add the bias in f32, round once)");
   } else if (bias_differs && to.bias == BiasMode::kUnfused) {
     steps.push_back(
-        "round the GEMM first, then add the bias: in PyTorch y = x @ w.T then y + b as two "
-        "ops (not F.linear or torch.addmm); candle's Linear and Flax's Dense already do");
+        "round the GEMM, then add the bias (PyTorch: x @ w.T, then + b; candle's Linear and "
+        "Flax's Dense do)");
   }
   if (steps.empty()) return "";
   std::string first = steps[0];

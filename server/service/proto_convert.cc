@@ -465,6 +465,8 @@ void DiagnosisToProto(const DiagnosisOutcome& d, const std::vector<int64_t>& sha
     pc->set_shared_computation(c.shared_computation);
     pc->set_exact(c.exact);
     pc->mutable_details()->insert(c.details.begin(), c.details.end());
+    pc->set_framework_default(c.framework_default);
+    pc->set_accepted(c.accepted);
   }
   pd->set_framework_hint(d.framework_hint);
   GroupsToProto(d.columns, pd->mutable_localization()->mutable_columns());
@@ -529,7 +531,7 @@ void ToProto(const CompareOutcome& o, v1::CompareResponse* p) {
   p->set_reference(o.reference);
   for (int64_t d : o.output_shape) p->add_output_shape(d);
   for (const std::string& n : o.notes) p->add_notes(n);
-  p->set_verdict(o.passed ? v1::VERDICT_PASS : v1::VERDICT_FAIL);
+  if (o.verdict_set) p->set_verdict(o.passed ? v1::VERDICT_PASS : v1::VERDICT_FAIL);
 }
 
 }  // namespace tensorcheck

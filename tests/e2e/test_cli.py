@@ -380,5 +380,35 @@ def test_diagnose_ranks_fp32_first_for_an_fp32_output(server, tmp_path):
         "config", "bitwise_equal_fraction", "max_ulp", "mean_ulp", "bound_ratio", "equivalent",
         "disagreements", "expected_disagreements", "plausibility_p", "plausible",
         "consistent_fraction", "compared_elements", "ruled_out", "shared_computation",
-        "exact", "details"}
+        "exact", "details", "framework_default", "accepted"}
     assert r.returncode == (0 if d["best"] is not None else 1)
+
+
+def test_readme_flax_case_reads_verdict_first_in_at_most_20_lines(server, tmp_path):
+    """README's Flax case (scripts/make_demo_tensors.py): the default text
+    opens with the server's headline, whose words agree with the JSON's
+    numbers, and fits in 20 lines; --accept tf32 passes it, exit 0."""
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run(["python3" if not (root / ".venv/bin/python").exists()
+                    else str(root / ".venv/bin/python"),
+                    str(root / "scripts/make_demo_tensors.py"), str(tmp_path)],
+                   check=True, capture_output=True)
+    args = ["--server", server, "diagnose", "--input", str(tmp_path / "x.npy"),
+            "--weight", str(tmp_path / "kernel.npy"), "--weight-layout", "in_out",
+            "--bias", str(tmp_path / "bias.npy"), "--observed", str(tmp_path / "flax_y.npy")]
+    text = run_cli(*args)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.rstrip("\n").split("\n")
+    assert len(lines) <= 20, text.stdout
+    report = json.loads(run_cli(*args, "--json").stdout)["diagnosis"]
+    assert lines[0].startswith("Rounding, not a bug: the output is cpu:tf32:unfused")
+    assert report["verdict"] == "rounding"
+    # "bit for bit" only where every element is bitwise equal.
+    best = next(c for c in report["ranking"] if c["config"] == report["best"])
+    assert ("bit for bit" in report["headline"]) == (best["bitwise_equal_fraction"] == 1.0)
+    assert "Cannot be told apart" not in text.stdout
+    accepted = run_cli(*args, "--accept", "tf32")
+    assert accepted.returncode == 0, accepted.stdout
+    refused = run_cli(*args, "--accept", "cpu:fp32:fused")
+    assert refused.returncode == 1, refused.stdout
+    assert "Not accepted" in refused.stdout.split("\n")[0] + refused.stdout.split("\n")[1]

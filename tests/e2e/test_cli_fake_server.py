@@ -377,7 +377,8 @@ def test_human_output_reads_like_torch(fake, files, tmp_path):
 
 def test_shared_computation_marks_the_epilogue_only_time(fake, files, tmp_path):
     _, addr = fake
-    r = cli(addr, "verify", *files, "--config", "cpu:fp32", "--config", "cpu:bf16")
+    # The shared GEMM's marker and footnote are --verbose's.
+    r = cli(addr, "verify", *files, "--config", "cpu:fp32", "--config", "cpu:bf16", "--verbose")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     fp32 = next(l for l in lines if l.startswith("  cpu:fp32 "))
@@ -397,8 +398,8 @@ def test_diagnose_reports_best_match(fake, files, tmp_path):
     assert list(f.requests[-1].configs) == ["cpu:tf32", "cpu:fp32"]
     assert "Best match: cpu:tf32:unfused (confidence 0.93)" in r.stdout
     assert "JAX/Flax default" in r.stdout
-    assert "::notice title=tensorcheck diagnose::best match cpu%3Atf32%3Aunfused" not in r.stdout
-    assert "::notice title=tensorcheck diagnose::best match cpu:tf32:unfused" in r.stdout
+    assert "::notice title=tensorcheck diagnose::PASS: best match cpu%3Atf32%3Aunfused" not in r.stdout
+    assert "::notice title=tensorcheck diagnose::PASS: best match cpu:tf32:unfused" in r.stdout
     cases = ET.parse(junit).getroot().find("testsuite").findall("testcase")
     assert cases[0].get("name") == "diagnosis" and cases[0].find("failure") is None
     r = cli(addr, "diagnose", *files, "--observed", str(tmp_path / "y.npy"), "--json")
@@ -409,7 +410,8 @@ def test_diagnose_reports_best_match(fake, files, tmp_path):
     first, second = d["ranking"]
     assert list(first)[6:] == ["disagreements", "expected_disagreements", "plausibility_p",
                                "plausible", "consistent_fraction", "compared_elements",
-                               "ruled_out", "shared_computation", "exact", "details"]
+                               "ruled_out", "shared_computation", "exact", "details",
+                               "framework_default", "accepted"]
     assert (first["disagreements"], first["expected_disagreements"], first["plausibility_p"],
             first["plausible"], first["consistent_fraction"], first["compared_elements"],
             first["ruled_out"], first["shared_computation"]) == (
@@ -423,7 +425,7 @@ def test_diagnose_text_shows_plausibility_ruled_out_and_shared_gemm(fake, files,
     _, addr = fake
     summary = tmp_path / "summary.md"
     r = cli(addr, "diagnose", *files, "--observed", str(tmp_path / "y.npy"), "--github",
-            env={"GITHUB_STEP_SUMMARY": str(summary)})
+            "--verbose", env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = next(l for l in lines if l.lstrip().startswith("rank"))

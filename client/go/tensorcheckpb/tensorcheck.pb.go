@@ -2578,9 +2578,9 @@ type OutputPair struct {
 	// Both outputs are rounding of their configurations.
 	Rounding bool `protobuf:"varint,4,opt,name=rounding,proto3" json:"rounding,omitempty"`
 	// The largest difference the two explaining configurations leave
-	// between their own outputs (max |best_a - best_b|), and the largest
-	// the outputs stray from them (max |a - best_a| + max |b - best_b|):
-	// their sum bounds max |a - b| when both are rounding.
+	// between their own outputs (max |best_a - best_b|), and that plus how
+	// far the outputs stray from them (max |a - best_a| + max |b - best_b|):
+	// expected_max_abs bounds max |a - b| when both are rounding.
 	ConfigsMaxAbs  float64 `protobuf:"fixed64,5,opt,name=configs_max_abs,json=configsMaxAbs,proto3" json:"configs_max_abs,omitempty"`
 	ExpectedMaxAbs float64 `protobuf:"fixed64,6,opt,name=expected_max_abs,json=expectedMaxAbs,proto3" json:"expected_max_abs,omitempty"`
 	// What to change in b's framework to match a, and in a's to match b
@@ -2684,7 +2684,8 @@ type CompareResponse struct {
 	Reference   string   `protobuf:"bytes,4,opt,name=reference,proto3" json:"reference,omitempty"`
 	OutputShape []int64  `protobuf:"varint,5,rep,packed,name=output_shape,json=outputShape,proto3" json:"output_shape,omitempty"`
 	Notes       []string `protobuf:"bytes,6,rep,name=notes,proto3" json:"notes,omitempty"`
-	// With CompareRequest.accept: every output accepted.
+	// With CompareRequest.accept: PASS when every output is accepted, else
+	// FAIL; UNSPECIFIED without accept.
 	Verdict              Verdict  `protobuf:"varint,7,opt,name=verdict,proto3,enum=tensorcheck.v1.Verdict" json:"verdict,omitempty"`
 	XXX_NoUnkeyedLiteral struct{} `json:"-"`
 	XXX_unrecognized     []byte   `json:"-"`

@@ -131,8 +131,8 @@ std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
                      const std::string& best_name) {
   if (!cls.is_consistent()) {
     return absl::StrFormat(
-        "only %s of the compared elements lie within %.0f predicted standard errors "
-        "of it (%.0f%% needed): not a summation-order difference",
+        "only %s of the compared elements within %.0f predicted standard errors (%.0f%% "
+        "needed): not a summation-order difference",
         FormatShare(cls.consistent, cls.counted), kConsistentZ, 100 * kConsistentShare);
   }
   if (!cls.is_plausible()) {
@@ -144,6 +144,11 @@ std::string RuledOut(const ClassScore& cls, bool is_best, bool tied, double z,
         cls.disagreements(), cls.expected_disagreements, cls.plausibility_p, kPlausibilityAlpha);
   }
   if (is_best || tied || best_name.empty()) return "";
+  if (std::isnan(z)) {
+    // Told apart by best's exact reproduction (SeparatedByExactness).
+    return absl::StrFormat("%s reproduces every bit; this differs in %d elements", best_name,
+                           cls.disagreements());
+  }
   return absl::StrFormat(
       "the observed output is closer to %s where the two differ (paired sign test "
       "z = %.1f)",
