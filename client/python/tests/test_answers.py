@@ -418,6 +418,7 @@ def test_pytest_shows_the_failing_test_line_and_the_headline_not_library_frames(
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "3 failed" in text, text
+
     # The answer, as the first line of each assertion's message ("E   ...").
     # Counted on the "E" lines only: pytest's short summary repeats the whole
     # message where it detects CI (the CI or BUILD_NUMBER variables) and
