@@ -8,6 +8,9 @@
 // with median times; cpu/wall is process CPU time over wall time (about
 // the number of threads that really ran at once). Compare runs on an
 // Executor of T threads (0: one per core), made once as the server does.
+// "+ near zero" is Compare again after one pair is made a sign flip near
+// zero: a billion-ULP figure, which adds the passes that find the elements
+// near zero (docs/numerics.md, "ULP figures and elements near zero").
 //
 //   stats_bench [--n=LOG2_ELEMENTS] [--reps=R] [--threads=T]
 #include <algorithm>
@@ -150,6 +153,13 @@ int Main(int argc, char** argv) {
   const Timing t_memcpy = Time(reps, run_memcpy);
   const Timing t_compare = Time(reps, [&] { run_compare(executor); });
   const Timing t_compare1 = Time(reps, [&] { run_compare(nullptr); });
+  // One sign flip near zero: a ULP distance in the billions, so Compare
+  // also looks for the elements near zero (diff_stats.h, NegligibleElements).
+  const DiffStats few_ulp = last;
+  e[0] = 1e-30f;
+  a[0] = -1e-30f;
+  run_compare(executor);
+  const Timing t_near = Time(reps, [&] { run_compare(executor); });
 
   const double in_bytes = 2.0 * static_cast<double>(bytes);
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -179,10 +189,16 @@ int Main(int argc, char** argv) {
                 threads == 0 ? " (auto)" : "");
   row(label, t_compare);
   row("Compare threads=1", t_compare1);
+  std::snprintf(label, sizeof(label), "+ near zero threads=%d", executor->size());
+  row(label, t_near);
   std::printf("target: Compare/memcpy >= 0.50 -> %s\n",
               bw_compare / bw_memcpy >= 0.5 ? "met" : "NOT met");
-  std::printf("(check: mismatched=%lld max_ulp=%llu)\n", static_cast<long long>(last.mismatched),
-              static_cast<unsigned long long>(last.max_ulp));
+  std::printf(
+      "(check: mismatched=%lld max_ulp=%llu; near zero: %lld element(s), %llu ULP besides)\n",
+      static_cast<long long>(few_ulp.mismatched), static_cast<unsigned long long>(few_ulp.max_ulp),
+      static_cast<long long>(last.negligible ? last.negligible->differing : 0),
+      static_cast<unsigned long long>(last.negligible ? last.negligible->significant_max_ulp
+                                                      : last.max_ulp));
   return 0;
 }
 

@@ -145,7 +145,7 @@ std::string HistogramSvg(const pb::Stats& s, const std::string& title) {
                   "\" text-anchor=\"end\">", caption, "</text>\n");
   out += "</svg>\n";
   absl::StrAppend(&out, "<p class=\"note\">", s.total(), " elements, max <span class=\"num\">",
-                  UlpText(s.max_ulp()), "</span> ulp, mean <span class=\"num\">", G(s.mean_ulp()),
+                  HeadlineUlpCell(s), "</span> ulp, mean <span class=\"num\">", G(s.mean_ulp()),
                   "</span> ulp, bitwise-equal <span class=\"num\">",
                   FormatShare(s.bitwise_equal_count(), s.total()), "</span>.</p></figure>\n");
   return out;

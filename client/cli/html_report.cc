@@ -22,6 +22,7 @@ namespace tensorcheck::cli {
 
 using internal::G;
 using internal::G3;
+using internal::HeadlineUlpCell;
 using internal::HeatmapFigure;
 using internal::HistogramSvg;
 using internal::UlpText;
@@ -395,7 +396,7 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
                     s.passed() ? "<span class=\"pass\">within tolerance</span>"
                                : "<span class=\"fail\">not within tolerance</span>",
                     ": mismatched ", Num(absl::StrCat(s.mismatched(), " / ", s.total())),
-                    ", max_abs ", Num(G(s.max_abs())), ", max_ulp ", Num(UlpText(s.max_ulp())),
+                    ", max_abs ", Num(G(s.max_abs())), ", max_ulp ", Num(HeadlineUlpCell(s)),
                     ", bitwise-equal ", Num(FormatShare(s.bitwise_equal_count(), s.total())),
                     "</dd>\n");
   }
@@ -443,10 +444,10 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
                              HtmlEscape(c.shared_computation()), "</code></span>"),
           "</td><td>", s.passed() ? "yes" : "no", "</td><td class=\"num\">", s.mismatched(), " / ",
           s.total(), "</td><td class=\"num\">", G(s.max_abs()), "</td><td class=\"num\">",
-          UlpText(s.max_ulp()), "</td><td class=\"num\">", G(s.mean_ulp()),
-          "</td><td class=\"num\">", FormatShare(s.bitwise_equal_count(), s.total()),
-          "</td><td class=\"num\">", s.has_bound_ratio() ? G(s.bound_ratio().value()) : "&ndash;",
-          "</td><td class=\"num\">", absl::StrFormat("%.1f ms", c.elapsed_ms()), "</td></tr>\n");
+          HeadlineUlpCell(s), "</td><td class=\"num\">", G(s.mean_ulp()), "</td><td class=\"num\">",
+          FormatShare(s.bitwise_equal_count(), s.total()), "</td><td class=\"num\">",
+          s.has_bound_ratio() ? G(s.bound_ratio().value()) : "&ndash;", "</td><td class=\"num\">",
+          absl::StrFormat("%.1f ms", c.elapsed_ms()), "</td></tr>\n");
     }
     out += "</table>\n";
   }

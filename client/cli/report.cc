@@ -18,6 +18,7 @@ namespace tensorcheck::cli {
 using internal::DTypeJson;
 using internal::G;
 using internal::Headline;
+using internal::HeadlineUlp;
 using internal::IndexText;
 using internal::OneLine;
 using internal::ReferenceName;
@@ -42,11 +43,13 @@ std::string ClosenessMessage(const pb::Stats& s, const pb::Tolerance& t) {
   if (!ulp && !bound && t.has_rtol()) {
     absl::StrAppend(&out, " (up to ", G(t.rtol().value()), " allowed)");
   }
-  absl::StrAppend(&out, "\nGreatest ULP distance: ", UlpText(s.max_ulp()));
+  // A ULP tolerance judged every element: its figure is the one shown.
+  absl::StrAppend(&out, "\nGreatest ULP distance: ", UlpText(ulp ? s.max_ulp() : HeadlineUlp(s)));
   if (ulp) absl::StrAppend(&out, " (up to ", t.max_ulp(), " allowed)");
   if (s.compared_dtype() != pb::DTYPE_UNSPECIFIED) {
     absl::StrAppend(&out, " in ", DTypeJson(s.compared_dtype()).get<std::string>());
   }
+  if (!ulp && s.has_negligible()) absl::StrAppend(&out, ", ", s.negligible().note());
   if (s.has_bound_ratio()) {
     absl::StrAppend(&out, "\nError / predicted error (",
                     s.bound_precision().empty() ? "error model" : s.bound_precision(),

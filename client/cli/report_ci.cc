@@ -16,6 +16,7 @@ namespace tensorcheck::cli {
 
 using internal::G;
 using internal::Headline;
+using internal::HeadlineUlpCell;
 using internal::kDefectListed;
 using internal::kRuledOutListed;
 using internal::PlausibleText;
@@ -305,7 +306,7 @@ std::string FormatGithubSummary(const pb::VerifyResponse& r, const ReportContext
         r.has_observed_vs_reference() && c.has_vs_observed() ? c.vs_observed() : c.vs_reference();
     absl::StrAppend(&out, "| `", Md(c.config()), "` | ", s.passed() ? "yes" : "no", " | ",
                     s.mismatched(), " / ", s.total(), " | ", G(s.max_abs()), " | ",
-                    UlpText(s.max_ulp()), " | ", FormatShare(s.bitwise_equal_count(), s.total()),
+                    HeadlineUlpCell(s), " | ", FormatShare(s.bitwise_equal_count(), s.total()),
                     " | ", absl::StrFormat("%.1f ms", c.elapsed_ms()),
                     c.shared_computation().empty()
                         ? ""

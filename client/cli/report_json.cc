@@ -19,6 +19,7 @@ using internal::JsonNumber;
 using internal::JsonStrings;
 using internal::JsonUlp;
 using internal::kUlpInfinite;
+using internal::NegligibleJson;
 using internal::PresetName;
 using internal::VerdictName;
 
@@ -51,6 +52,18 @@ nlohmann::ordered_json JsonStrings(const google::protobuf::RepeatedPtrField<std:
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
   for (const std::string& x : v) a.push_back(x);
   return a;
+}
+
+nlohmann::ordered_json NegligibleJson(const pb::Stats& s) {
+  if (!s.has_negligible()) return nullptr;
+  const pb::NegligibleElements& n = s.negligible();
+  nlohmann::ordered_json j;
+  j["below"] = JsonNumber(n.below());
+  j["differing"] = n.differing();
+  j["max_abs"] = JsonNumber(n.max_abs());
+  j["significant_max_ulp"] = JsonUlp(n.significant_max_ulp());
+  j["note"] = n.note();
+  return j;
 }
 
 }  // namespace internal
@@ -123,6 +136,7 @@ Json StatsJson(const pb::Stats& s) {
   j["bound_precision"] = s.bound_precision();
   j["compared_dtype"] = DTypeJson(s.compared_dtype());
   j["passed"] = s.passed();
+  j["negligible"] = NegligibleJson(s);
   return j;
 }
 

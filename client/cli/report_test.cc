@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -303,6 +304,45 @@ TEST(ClosenessMessageTest, NearlyAllMismatchedIsNotShownAsAll) {
   s.set_mismatched(94674);
   EXPECT_THAT(ClosenessMessage(s, pb::Tolerance()),
               HasSubstr("Mismatched elements: 94674 / 94674 (100%)"));
+}
+
+TEST(ClosenessMessageTest, UlpFigureLeavesOutElementsNearZeroUnlessTheToleranceCountedThem) {
+  pb::Stats s;
+  s.set_max_ulp(1901874441);
+  s.set_compared_dtype(pb::DTYPE_FLOAT32);
+  s.mutable_negligible()->set_significant_max_ulp(1);
+  s.mutable_negligible()->set_note("leaving out 3 elements near zero (the server's words)");
+  EXPECT_THAT(ClosenessMessage(s, pb::Tolerance()),
+              EndsWith("\nGreatest ULP distance: 1 in float32, leaving out 3 elements near zero "
+                       "(the server's words)"));
+  // A ULP tolerance judged every element: the figure it judged.
+  pb::Tolerance ulp;
+  ulp.set_preset(pb::Tolerance::PRESET_ULP);
+  ulp.set_max_ulp(4);
+  const std::string out = ClosenessMessage(s, ulp);
+  EXPECT_THAT(out, EndsWith("\nGreatest ULP distance: 1901874441 (up to 4 allowed) in float32"));
+  EXPECT_THAT(out, Not(HasSubstr("near zero")));
+  // Nothing left out: max_ulp as it is.
+  s.clear_negligible();
+  EXPECT_THAT(ClosenessMessage(s, pb::Tolerance()),
+              EndsWith("\nGreatest ULP distance: 1901874441 in float32"));
+}
+
+TEST(StatsJsonTest, NegligibleIsAnObjectOrNull) {
+  pb::VerifyResponse r;
+  pb::Stats* s = r.mutable_observed_vs_reference();
+  pb::NegligibleElements* n = s->mutable_negligible();
+  n->set_below(0.5);
+  n->set_differing(3);
+  n->set_max_abs(0.125);
+  n->set_significant_max_ulp(UINT64_MAX);
+  n->set_note("words");
+  nlohmann::ordered_json j = VerifyResponseToJson(r);
+  EXPECT_EQ(j["observed_vs_reference"]["negligible"],
+            nlohmann::ordered_json::parse(R"({"below": 0.5, "differing": 3, "max_abs": 0.125,
+                                              "significant_max_ulp": "inf", "note": "words"})"));
+  s->clear_negligible();
+  EXPECT_TRUE(VerifyResponseToJson(r)["observed_vs_reference"]["negligible"].is_null());
 }
 
 TEST(FormatGithubSummaryTest, RankingHasPlausibilitySharedGemmAndRuledOut) {

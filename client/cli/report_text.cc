@@ -18,6 +18,7 @@
 namespace tensorcheck::cli {
 
 using internal::G;
+using internal::HeadlineUlpCell;
 using internal::IndexText;
 using internal::kDefectListed;
 using internal::kRuledOutListed;
@@ -476,7 +477,7 @@ std::string FormatHuman(const pb::VerifyResponse& r, const ReportContext& ctx) {
                                       s.passed() ? "yes" : "no",
                                       absl::StrCat(s.mismatched(), " / ", s.total()),
                                       G(s.max_abs()),
-                                      UlpText(s.max_ulp()),
+                                      HeadlineUlpCell(s),
                                       FormatShare(s.bitwise_equal_count(), s.total()),
                                       std::move(elapsed)};
       if (any_repeat) {
@@ -532,7 +533,7 @@ std::string FormatCompareHuman(const pb::CompareResponse& r, const ReportContext
     const pb::OutputPair& p = r.pair();
     const pb::Stats& s = p.stats();
     out += Wrap(absl::StrCat(p.a(), " vs ", p.b(), ": max_abs ", G(s.max_abs()), ", max_ulp ",
-                             UlpText(s.max_ulp()), ", bitwise-equal ",
+                             HeadlineUlpCell(s), ", bitwise-equal ",
                              FormatShare(s.bitwise_equal_count(), s.total()), "; rounding allows ",
                              G(p.configs_max_abs() + p.expected_max_abs()), " (configurations ",
                              G(p.configs_max_abs()), " apart, outputs ", G(p.expected_max_abs()),

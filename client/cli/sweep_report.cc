@@ -201,6 +201,20 @@ const char* LayerStatusName(LayerStatus s) {
   return "error";
 }
 
+const char* LayerStatusWord(LayerStatus s) {
+  switch (s) {
+    case LayerStatus::kPassed:
+      return "PASS";
+    case LayerStatus::kFailed:
+      return "FAIL";
+    case LayerStatus::kError:
+      return "ERROR";
+    case LayerStatus::kNotChecked:
+      return "-";
+  }
+  return "ERROR";
+}
+
 SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOptions& options) {
   SweepSummary s;
   s.layers.resize(layers.size());
@@ -354,6 +368,7 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
     const pb::Stats* st = ok ? ShownStats(l) : nullptr;
     j["max_abs"] = st != nullptr ? JsonNumber(st->max_abs()) : Json(nullptr);
     j["max_ulp"] = st != nullptr ? JsonUlp(st->max_ulp()) : Json(nullptr);
+    j["negligible"] = st != nullptr ? NegligibleJson(*st) : Json(nullptr);
     j["bound_ratio"] = v.bound_ratio.has_value() ? JsonNumber(*v.bound_ratio) : Json(nullptr);
     j["columns"] = ok ? JsonGroups(Columns(l)) : Json::array();
     j["rows"] = ok ? JsonGroups(Rows(l)) : Json::array();
@@ -416,12 +431,11 @@ std::string FormatSweepText(const std::vector<LayerResult>& layers, const SweepS
     } else if (ok) {
       best = v.explained ? "pass" : "fail";
     }
-    std::string status = LayerStatusName(v.status);
-    if (v.status == LayerStatus::kFailed) status = "FAILED";
+    const std::string status = LayerStatusWord(v.status);
     rows.push_back(
         {l.FullName(), absl::StrCat(ShapeText(l.input_shape), "x", ShapeText(l.weight_shape)),
          std::string(DTypeShortName(l.dtype)), best, conf, status,
-         st != nullptr ? G(st->max_abs()) : "-", st != nullptr ? UlpText(st->max_ulp()) : "-",
+         st != nullptr ? G(st->max_abs()) : "-", st != nullptr ? HeadlineUlpCell(*st) : "-",
          v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-",
          // Only a failed layer's: for one explained bit for bit the
          // localization says where the runner-up would have differed.
@@ -534,11 +548,11 @@ std::string FormatSweepGithubSummary(const std::vector<LayerResult>& layers,
     const pb::Stats* st = ok ? ShownStats(l) : nullptr;
     const bool best = ok && l.response.has_diagnosis() && v.explained;
     absl::StrAppend(
-        &out, "| ", i + 1, " | `", Md(l.FullName()), "` | ",
+        &out, "| ", i, " | `", Md(l.FullName()), "` | ",
         best ? absl::StrCat("`", Md(BestText(l.response)), "`") : std::string("-"), " | ",
         best ? absl::StrFormat("%.2f", l.response.diagnosis().confidence()) : std::string("-"),
-        " | ", v.status == LayerStatus::kFailed ? "**failed**" : LayerStatusName(v.status), " | ",
-        st != nullptr ? UlpText(st->max_ulp()) : "-", " | ",
+        " | ", v.status == LayerStatus::kFailed ? "**FAIL**" : LayerStatusWord(v.status), " | ",
+        st != nullptr ? HeadlineUlpCell(*st) : "-", " | ",
         v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "-", " |\n");
   }
   return out + "\n";
@@ -594,11 +608,11 @@ std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepS
                             : summary.first_divergence == i ? " class=\"failed first\""
                                                             : " class=\"failed\"";
     absl::StrAppend(
-        &out, "<tr", row_class, "><td class=\"num\">", i + 1, "</td><td><a href=\"#layer-", i,
+        &out, "<tr", row_class, "><td class=\"num\">", i, "</td><td><a href=\"#layer-", i,
         "\"><code>", HtmlEscape(l.FullName()), "</code></a></td><td>",
         best ? absl::StrCat("<code>", HtmlEscape(BestText(l.response)), "</code>") : "&ndash;",
         "</td><td class=\"", v.status == LayerStatus::kPassed ? "pass" : "fail", "\">",
-        LayerStatusName(v.status), "</td><td class=\"num\">",
+        LayerStatusWord(v.status), "</td><td class=\"num\">",
         v.bound_ratio.has_value() ? G3(*v.bound_ratio) : "&ndash;", "</td><td>",
         HtmlEscape(v.reason), "</td></tr>\n");
   }
@@ -606,10 +620,10 @@ std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepS
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerResult& l = layers[i];
     const LayerVerdict& v = summary.layers[i];
-    absl::StrAppend(&out, "<section class=\"layer\" id=\"layer-", i, "\">\n<h2>", i + 1, ". <code>",
+    absl::StrAppend(&out, "<section class=\"layer\" id=\"layer-", i, "\">\n<h2>", i, ". <code>",
                     HtmlEscape(l.FullName()), "</code>: <span class=\"",
                     v.status == LayerStatus::kPassed ? "pass" : "fail", "\">",
-                    LayerStatusName(v.status), "</span></h2>\n");
+                    LayerStatusWord(v.status), "</span></h2>\n");
     if (!v.reason.empty()) absl::StrAppend(&out, "<p>", HtmlEscape(v.reason), "</p>\n");
     // The section's own headings sit one level below the layer's.
     out += absl::StrReplaceAll(

@@ -520,6 +520,13 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   layers[1].in_out = true;
   layers[2].layer = "lm_head";
   layers[0].uploaded_bytes = 64;
+  pb::NegligibleElements* n =
+      layers[0].response.mutable_observed_vs_reference()->mutable_negligible();
+  n->set_below(0.25);
+  n->set_differing(2);
+  n->set_max_abs(1e-7);
+  n->set_significant_max_ulp(1);
+  n->set_note("leaving out 2 elements near zero");
   const SweepSummary s = Summarize(layers, SweepOptions{});
   const nlohmann::ordered_json j = SweepToJson(layers, s, SweepCounts{128, 32}, SweepOptions{});
   std::vector<std::string> keys;
@@ -530,11 +537,12 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   for (auto it = j["layers"][0].begin(); it != j["layers"][0].end(); ++it) {
     layer_keys.push_back(it.key());
   }
-  EXPECT_THAT(layer_keys,
-              ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype",
-                          "status", "verdict", "diagnosis_verdict", "verdict_reason", "best",
-                          "confidence", "equivalent", "tied", "explained", "max_abs", "max_ulp",
-                          "bound_ratio", "columns", "rows", "explanation", "error", "report"));
+  EXPECT_THAT(
+      layer_keys,
+      ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype", "status",
+                  "verdict", "diagnosis_verdict", "verdict_reason", "best", "confidence",
+                  "equivalent", "tied", "explained", "max_abs", "max_ulp", "negligible",
+                  "bound_ratio", "columns", "rows", "explanation", "error", "report"));
   const auto& l0 = j["layers"][0];
   EXPECT_EQ(l0["name"], "blocks.0.fc");
   EXPECT_EQ(l0["dtype"], "bfloat16");
@@ -543,6 +551,10 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   EXPECT_EQ(l0["best"], "cpu:bf16:fused");
   EXPECT_EQ(l0["max_abs"], 0.5);
   EXPECT_EQ(l0["max_ulp"], 3);
+  EXPECT_EQ(l0["negligible"],
+            nlohmann::ordered_json::parse(R"({"below": 0.25, "differing": 2, "max_abs": 1e-07,
+                                              "significant_max_ulp": 1,
+                                              "note": "leaving out 2 elements near zero"})"));
   EXPECT_EQ(l0["report"]["uploaded_bytes"], 64);
   EXPECT_EQ(l0["report"]["diagnosis"]["best"], "cpu:bf16:fused");
   const auto& l1 = j["layers"][1];
@@ -552,6 +564,7 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   EXPECT_TRUE(l1["best"].is_null());
   EXPECT_TRUE(l1["confidence"].is_null());
   EXPECT_EQ(l1["max_ulp"], "inf");
+  EXPECT_TRUE(l1["negligible"].is_null());
   EXPECT_EQ(l1["bound_ratio"], 9.5);
   EXPECT_EQ(j["layers"][2]["status"], "not_checked");
   EXPECT_TRUE(j["layers"][2]["report"].is_null());
@@ -584,6 +597,39 @@ TEST(FormatSweepTextTest, RowPerCallThenFirstDivergence) {
   layers.pop_back();
   EXPECT_THAT(FormatSweepText(layers, Summarize(layers, SweepOptions{}), SweepOptions{}),
               HasSubstr("No divergence: all 2 layer calls explained by cpu:bf16:fused"));
+}
+
+TEST(FormatSweepTextTest, MaxUlpLeavesOutTheElementsNearZeroAndCountsThem) {
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:fp32:fused")};
+  pb::Stats* st = layers[0].response.mutable_observed_vs_reference();
+  st->set_max_ulp(1901874441);
+  st->mutable_negligible()->set_differing(3);
+  st->mutable_negligible()->set_significant_max_ulp(2);
+  const std::string text =
+      FormatSweepText(layers, Summarize(layers, SweepOptions{}), SweepOptions{});
+  EXPECT_THAT(text, HasSubstr("2 (3 near 0)"));
+  EXPECT_THAT(text, Not(HasSubstr("1901874441")));
+}
+
+TEST(FormatSweepTextTest, StatusWordsAndLayerNumbersAreThePythonClients) {
+  std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused"),
+                                     Diagnosed("l1", "cpu:bf16:unfused"),
+                                     Diagnosed("l2", "cpu:bf16:fused"), LayerResult{}};
+  layers[3].layer = "l3";
+  const SweepSummary s = Summarize(layers, SweepOptions{});
+  ASSERT_EQ(s.layers[1].status, LayerStatus::kFailed);
+  const std::string text = FormatSweepText(layers, s, SweepOptions{});
+  EXPECT_THAT(text, HasSubstr(" PASS "));
+  EXPECT_THAT(text, HasSubstr(" FAIL "));
+  EXPECT_THAT(text, Not(HasSubstr("FAILED")));
+  EXPECT_THAT(text, Not(HasSubstr("passed")));
+  const std::string md = FormatSweepGithubSummary(layers, s);
+  EXPECT_THAT(md, HasSubstr("| 0 | `l0` |"));
+  EXPECT_THAT(md, HasSubstr("| 1 | `l1` | `cpu:bf16:unfused` | 0.90 | **FAIL** |"));
+  EXPECT_THAT(md, HasSubstr("| 3 | `l3` | - | - | - |"));
+  const std::string html = FormatSweepHtml(layers, s, SweepOptions{});
+  EXPECT_THAT(html, HasSubstr("<h2>0. <code>l0</code>: <span class=\"pass\">PASS</span></h2>"));
+  EXPECT_THAT(html, HasSubstr("<h2>1. <code>l1</code>: <span class=\"fail\">FAIL</span></h2>"));
 }
 
 TEST(FormatSweepTextTest, ClassesOfMoreThanTwoAreCountedInTheTable) {

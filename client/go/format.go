@@ -398,6 +398,16 @@ func (r *Report) String() string {
 	return strings.Join(lines, "\n")
 }
 
+// ulpCell: the headline ULP figure of a comparison, "5", or "5 (2 near
+// 0)" when the server left two differing elements near zero out of it.
+func ulpCell(s *Stats) string {
+	text := ulpText(s.HeadlineMaxULP())
+	if s.Negligible != nil {
+		text += fmt.Sprintf(" (%d near 0)", s.Negligible.Differing)
+	}
+	return text
+}
+
 // statsLine: one comparison in a line, "observed vs cpu:fp64: 3 / 1024
 // outside tolerance torch, max_abs 0.00105, max 12 ULP".
 func statsLine(label string, s *Stats, preset string) string {
@@ -406,7 +416,7 @@ func statsLine(label string, s *Stats, preset string) string {
 		tolerance += " " + preset
 	}
 	line := fmt.Sprintf("%s: %d / %d outside %s, max_abs %s, max %s ULP", label, s.Mismatched,
-		s.Total, tolerance, gText(s.MaxAbs), ulpText(s.MaxULP))
+		s.Total, tolerance, gText(s.MaxAbs), ulpCell(s))
 	if s.BoundRatio != nil {
 		line += ", bound_ratio " + gText(*s.BoundRatio)
 	}
@@ -453,7 +463,7 @@ func (c *CompareResult) String() string {
 			rounding = "yes"
 		}
 		lines = append(lines, fmt.Sprintf("  %s vs %s: max_abs %s, max %s ULP; expected at most %s (rounding of both: %s)",
-			p.A, p.B, gText(p.Stats.MaxAbs), ulpText(p.Stats.MaxULP), gText(p.ExpectedMaxAbs), rounding))
+			p.A, p.B, gText(p.Stats.MaxAbs), ulpCell(p.Stats), gText(p.ExpectedMaxAbs), rounding))
 	}
 	if p != nil {
 		for _, a := range [][2]string{{p.B, p.AdviceBToA}, {p.A, p.AdviceAToB}} {

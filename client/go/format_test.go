@@ -248,3 +248,28 @@ func TestFormatDiagnosisRankingMatchesThePythonClientsMessage(t *testing.T) {
 		t.Errorf("FormatDiagnosis() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+func TestStatsLeaveElementsNearZeroOutOfTheULPFigure(t *testing.T) {
+	p := &pb.Stats{Total: 3, Mismatched: 1, MaxAbs: 0.5, MaxUlp: 1901874441,
+		Negligible: &pb.NegligibleElements{Below: 0.25, Differing: 3, MaxAbs: 6e-8,
+			SignificantMaxUlp: 2, Note: "leaving out 3 elements near zero"}}
+	s := statsFromProto(p)
+	if s.Negligible == nil || s.Negligible.Differing != 3 || s.Negligible.Note != "leaving out 3 elements near zero" {
+		t.Fatalf("Negligible = %+v", s.Negligible)
+	}
+	if got := s.HeadlineMaxULP(); got != 2 {
+		t.Errorf("HeadlineMaxULP() = %d, want 2", got)
+	}
+	if got, want := statsLine("observed vs cpu:fp64:none", s, "torch"),
+		"observed vs cpu:fp64:none: 1 / 3 outside tolerance torch, max_abs 0.5, max 2 (3 near 0) ULP"; got != want {
+		t.Errorf("statsLine = %q, want %q", got, want)
+	}
+	p.Negligible = nil
+	s = statsFromProto(p)
+	if s.Negligible != nil || s.HeadlineMaxULP() != 1901874441 {
+		t.Errorf("without negligible: %+v, %d", s.Negligible, s.HeadlineMaxULP())
+	}
+	if got := statsLine("x", s, "torch"); !strings.HasSuffix(got, "max 1901874441 ULP") {
+		t.Errorf("statsLine = %q", got)
+	}
+}

@@ -157,6 +157,34 @@ type Stats struct {
 	ComparedDType DType
 	// Whether this comparison passes the request's tolerance.
 	Passed bool
+	// The differing elements near zero the server left out of the
+	// headline ULP figure (HeadlineMaxULP); nil when none was.
+	Negligible *NegligibleElements
+}
+
+// NegligibleElements are the differing elements whose expected value is
+// negligible against the output's scale: |expected| < Below, 2^-10 of
+// the largest finite |expected| (docs/numerics.md, "ULP figures and
+// elements near zero"). Their ULP distances measure cancellation, not
+// rounding.
+type NegligibleElements struct {
+	Below     float64
+	Differing int64
+	// Their largest |actual - expected|.
+	MaxAbs float64
+	// The largest ULP distance over every other element.
+	SignificantMaxULP uint64
+	// The server's words for what was left out, printed after the figure.
+	Note string
+}
+
+// HeadlineMaxULP is the ULP figure to show: without the differing
+// elements near zero when the server left them out, else MaxULP.
+func (s *Stats) HeadlineMaxULP() uint64 {
+	if s.Negligible != nil {
+		return s.Negligible.SignificantMaxULP
+	}
+	return s.MaxULP
 }
 
 // ULPBucket counts elements whose ULP distance lies in [Lo, Hi].
@@ -490,6 +518,15 @@ func statsFromProto(p *pb.Stats) *Stats {
 		BoundPrecision:    p.BoundPrecision,
 		ComparedDType:     DType(p.ComparedDtype),
 		Passed:            p.Passed,
+	}
+	if n := p.Negligible; n != nil {
+		s.Negligible = &NegligibleElements{
+			Below:             n.Below,
+			Differing:         n.Differing,
+			MaxAbs:            n.MaxAbs,
+			SignificantMaxULP: n.SignificantMaxUlp,
+			Note:              n.Note,
+		}
 	}
 	for _, b := range p.UlpHistogram {
 		s.ULPHistogram = append(s.ULPHistogram, ULPBucket{Lo: b.Lo, Hi: b.Hi, Count: b.Count})

@@ -80,6 +80,14 @@ void StatsToProto(const DiffStats& s, const std::vector<int64_t>& shape, Precisi
   }
   p->set_compared_dtype(DTypeToProto(s.compared_dtype));
   p->set_passed(s.passed);
+  if (s.negligible.has_value()) {
+    v1::NegligibleElements* n = p->mutable_negligible();
+    n->set_below(s.negligible->below);
+    n->set_differing(s.negligible->differing);
+    n->set_max_abs(s.negligible->max_abs);
+    n->set_significant_max_ulp(s.negligible->significant_max_ulp);
+    n->set_note(NegligibleNote(*s.negligible));
+  }
 }
 
 Precision PrecisionOf(const std::string& config) {

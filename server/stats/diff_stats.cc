@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/core/float_formats.h"
+#include "server/core/status_macros.h"
 #include "server/stats/internal/block_kernels.h"
 #include "server/stats/internal/chunk_merge.h"
 #include "server/stats/internal/worst.h"
@@ -47,7 +50,141 @@ absl::Status Validate(const Tensor& actual, const Tensor& expected, const Compar
   return ValidateCompare(actual.numel(), expected.numel(), o);
 }
 
+// Per chunk of the negligible-element pass.
+struct NegligiblePart {
+  double scale = 0;  // largest finite |e|
+  int64_t differing = 0;
+  double max_abs = 0;
+  uint64_t significant_max_ulp = 0;
+};
+
+// Runs part(begin, end, &acc) over [0, total) in chunks on the executor,
+// each at most kCompareStopChunk long, and returns the chunks' results in
+// order; the stop signal's status when it fires.
+template <typename Part>
+absl::StatusOr<std::vector<NegligiblePart>> InChunks(int64_t total, const CompareOptions& o,
+                                                     int64_t threads, Part part) {
+  const int64_t chunks =
+      std::max<int64_t>({1, std::min<int64_t>(threads * 4, total / kMinElementsPerThread),
+                         (total + kCompareStopChunk - 1) / kCompareStopChunk});
+  std::vector<NegligiblePart> parts(static_cast<size_t>(chunks));
+  std::atomic<bool> stopped{false};
+  ParallelFor(o.executor, chunks, [&](int64_t c) {
+    if (stopped.load(std::memory_order_relaxed)) return;
+    if (o.stop != nullptr && o.stop->stop_requested()) {
+      stopped = true;
+      return;
+    }
+    part(total * c / chunks, total * (c + 1) / chunks, parts[static_cast<size_t>(c)]);
+  });
+  if (stopped) return o.stop->Check();
+  return parts;
+}
+
+// ulp.h's UlpDistance of two floats in fp32, without branches: the bits as
+// ordered integers (negative values mirrored, so +0 and -0 coincide), and
+// NaN kUlpInfinite from a number, 0 from NaN.
+uint64_t Fp32Distance(float a, float e) {
+  const auto ordered = [](float v) {
+    const uint32_t b = FloatBits(v);
+    const auto m = static_cast<int64_t>(b & 0x7fffffffu);
+    return (b >> 31) != 0 ? -m : m;
+  };
+  const int64_t diff = ordered(a) - ordered(e);
+  const auto d = static_cast<uint64_t>(diff < 0 ? -diff : diff);
+  const bool nan_a = std::isnan(a), nan_e = std::isnan(e);
+  return (nan_a | nan_e) ? ((nan_a & nan_e) ? 0 : kUlpInfinite) : d;
+}
+
+// The two passes of FindNegligible over `total` pairs read by
+// get_actual(i) and get_expected(i) (values in double), with ULP distances
+// from ulp(a, e): one for the largest finite |e|, one over the pairs with a
+// nonzero ULP distance.
+template <typename GetA, typename GetE, typename Ulp>
+absl::Status NegligiblePasses(int64_t total, GetA get_actual, GetE get_expected, Ulp ulp,
+                              const CompareOptions& o, int64_t threads, DiffStats* s) {
+  TC_ASSIGN_OR_RETURN(
+      std::vector<NegligiblePart> scales,
+      InChunks(total, o, threads, [&](int64_t begin, int64_t end, NegligiblePart& p) {
+        double m = 0;
+        for (int64_t i = begin; i < end; ++i) {
+          const double e = std::fabs(get_expected(i));
+          if (e > m && e <= std::numeric_limits<double>::max()) m = e;
+        }
+        p.scale = m;
+      }));
+  double scale = 0;
+  for (const NegligiblePart& p : scales) scale = std::max(scale, p.scale);
+  const double below = scale * kNegligibleBelowScale;
+  if (!(below > 0)) return absl::OkStatus();
+  TC_ASSIGN_OR_RETURN(
+      std::vector<NegligiblePart> parts,
+      InChunks(total, o, threads, [&](int64_t begin, int64_t end, NegligiblePart& p) {
+        // Without branches on the data: which elements are near zero, and
+        // which differ, is as random as the rounding.
+        int64_t differing = 0;
+        double max_abs = 0;
+        uint64_t significant = 0;
+        for (int64_t i = begin; i < end; ++i) {
+          const double a = get_actual(i);
+          const double e = get_expected(i);
+          const uint64_t d = ulp(a, e);
+          const bool near = (d != 0) & (std::fabs(e) < below) & std::isfinite(a);
+          differing += near;
+          max_abs = near ? std::max(max_abs, std::fabs(a - e)) : max_abs;
+          significant = near ? significant : std::max(significant, d);
+        }
+        p.differing = differing;
+        p.max_abs = max_abs;
+        p.significant_max_ulp = significant;
+      }));
+  NegligibleElements n;
+  n.below = below;
+  for (const NegligiblePart& p : parts) {
+    n.differing += p.differing;
+    n.max_abs = std::max(n.max_abs, p.max_abs);
+    n.significant_max_ulp = std::max(n.significant_max_ulp, p.significant_max_ulp);
+  }
+  if (n.differing > 0) s->negligible = n;
+  return absl::OkStatus();
+}
+
+// The differing elements of `s` whose expected value is negligible against
+// the output's scale (kNegligibleBelowScale). Only when the main pass found
+// a ULP distance of kNegligibleFromUlp or more: a smaller figure is read as
+// it is, and the common cases (bitwise equal, a few ULP) pay nothing.
+absl::Status FindNegligible(const Tensor& actual, const Tensor& expected, const CompareOptions& o,
+                            int64_t threads, DiffStats* s) {
+  if (s->max_ulp < kNegligibleFromUlp) return absl::OkStatus();
+  const int64_t total = actual.numel();
+  if (actual.dtype() == DType::kFloat32 && expected.dtype() == DType::kFloat32 &&
+      o.compared_dtype == DType::kFloat32) {
+    // fp32 read in place, the distance from the bits (ulp.h's rule).
+    const float* pa = actual.data<float>();
+    const float* pe = expected.data<float>();
+    return NegligiblePasses(
+        total, [pa](int64_t i) { return static_cast<double>(pa[i]); },
+        [pe](int64_t i) { return static_cast<double>(pe[i]); },
+        [](double a, double e) {
+          return Fp32Distance(static_cast<float>(a), static_cast<float>(e));
+        },
+        o, threads, s);
+  }
+  return NegligiblePasses(
+      total, [&actual](int64_t i) { return actual.GetDouble(i); },
+      [&expected](int64_t i) { return expected.GetDouble(i); },
+      [&o](double a, double e) { return UlpDistance(a, e, o.compared_dtype); }, o, threads, s);
+}
+
 }  // namespace
+
+std::string NegligibleNote(const NegligibleElements& n) {
+  const bool one = n.differing == 1;
+  return absl::StrFormat(
+      "leaving out %d element%s near zero (|expected| < %.1e, 2^-10 of the largest), which "
+      "differ%s by at most %.1e",
+      n.differing, one ? "" : "s", n.below, one ? "s" : "", n.max_abs);
+}
 
 absl::Status ValidateCompare(int64_t actual_numel, int64_t expected_numel,
                              const CompareOptions& o) {
@@ -190,6 +327,9 @@ absl::StatusOr<DiffStats> Compare(const Tensor& actual, const Tensor& expected,
   s = FinishDiffStats(total, totals, std::move(worst), options);
   if (s.mismatched > 0 && options.top_groups > 0) {
     internal::MergeGroups(accs, cols, options.top_groups, &s);
+  }
+  if (!s.bitwise_equal) {
+    TC_RETURN_IF_ERROR(FindNegligible(actual, expected, options, threads, &s));
   }
   return s;
 }

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -76,6 +77,28 @@ struct UlpBucket {
   int64_t count = 0;
 };
 
+// The differing elements whose expected value is negligible against the
+// output's scale: |e| < below = kNegligibleBelowScale * (largest finite
+// |e|). Their ULP distances measure cancellation, not rounding, and are
+// left out of the headline figure (docs/numerics.md, "ULP figures and
+// elements near zero").
+// Looked for only when the largest ULP distance is kNegligibleFromUlp or
+// more: one ULP at the output's scale is that many at the threshold, and a
+// smaller figure is read as it is.
+inline constexpr double kNegligibleBelowScale = 0x1p-10;
+inline constexpr uint64_t kNegligibleFromUlp = uint64_t{1} << 10;
+struct NegligibleElements {
+  double below = 0;
+  int64_t differing = 0;             // below `below` with differing bits
+  double max_abs = 0;                // their largest |a - e|
+  uint64_t significant_max_ulp = 0;  // the largest distance over the others
+};
+
+// "leaving out 3 elements near zero (|expected| < 2.4e-04, 2^-10 of the
+// largest), which differ by at most 6.0e-08": what a client prints after
+// significant_max_ulp.
+std::string NegligibleNote(const NegligibleElements& n);
+
 struct DiffStats {
   int64_t total = 0;
   int64_t finite = 0;      // pairs with both values finite
@@ -112,6 +135,9 @@ struct DiffStats {
   std::optional<double> bound_ratio;
   DType compared_dtype = DType::kFloat32;
   bool passed = true;  // mismatched == 0
+  // Set by Compare when some differing element is negligible; never by
+  // FinishDiffStats (the device comparison does not compute it yet).
+  std::optional<NegligibleElements> negligible;
 };
 
 struct CompareOptions {

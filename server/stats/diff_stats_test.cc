@@ -588,5 +588,134 @@ TEST(CompareTest, EmptyTensorsPassWithNoIndices) {
   EXPECT_TRUE(s.worst.empty());
 }
 
+// ------------------------------------------------ elements near zero
+
+// The largest finite |expected| is 4, so "near zero" is |e| < 4 * 2^-10 =
+// 2^-8. Every distance below is counted by hand from fp32 bit patterns.
+TEST(NegligibleTest, ElementsNearZeroAreLeftOutOfTheSignificantUlpFigure) {
+  const float below = std::ldexp(1.0f, -8);
+  const std::vector<float> expected = {
+      4.0f,                   // 1 ULP off: significant
+      1.0f,                   // 3 ULP off: significant
+      std::ldexp(1.0f, -9),   // sign flipped: near zero
+      std::ldexp(1.0f, -12),  // 2^-20 off, 2^15 of its ULPs: near zero
+      below,                  // equal
+      0.0f,                   // equal
+      below,                  // 5 ULP off, not < below: significant
+      kInfF,                  // equal, and not the scale
+  };
+  const std::vector<float> actual = {
+      Fp32Ulps(4.0f, 1),
+      Fp32Ulps(1.0f, 3),
+      -std::ldexp(1.0f, -9),
+      std::ldexp(1.0f, -12) + std::ldexp(1.0f, -20),
+      below,
+      0.0f,
+      Fp32Ulps(below, 5),
+      kInfF,
+  };
+  // fp32 tensors (read in place) and the same values stored as fp64
+  // (read through GetDouble), both compared in fp32.
+  const std::vector<double> actual64(actual.begin(), actual.end());
+  const std::vector<double> expected64(expected.begin(), expected.end());
+  for (const auto& [a, e] :
+       {std::pair(F32(actual), F32(expected)), std::pair(F64(actual64), F64(expected64))}) {
+    SCOPED_TRACE(DTypeName(a.dtype()));
+    DiffStats s = Cmp(a, e, Opts());
+    // +-2^-9 are 2 * (118 << 23) apart: the biased exponent of 2^-9 is 118.
+    EXPECT_EQ(s.max_ulp, 2u * (118u << 23));
+    ASSERT_TRUE(s.negligible.has_value());
+    EXPECT_EQ(s.negligible->below, 0x1p-8);
+    EXPECT_EQ(s.negligible->differing, 2);
+    EXPECT_EQ(s.negligible->max_abs, 0x1p-8);  // |-2^-9 - 2^-9|
+    EXPECT_EQ(s.negligible->significant_max_ulp, 5u);
+    EXPECT_EQ(NegligibleNote(*s.negligible),
+              "leaving out 2 elements near zero (|expected| < 3.9e-03, 2^-10 of the largest), "
+              "which differ by at most 3.9e-03");
+  }
+}
+
+TEST(NegligibleTest, ANanAmongTheOthersMakesTheSignificantFigureInfinite) {
+  DiffStats s = Cmp(F32({kNanF, 0x1p-20f}), F32({1.0f, 0x1p-21f}), Opts());
+  ASSERT_TRUE(s.negligible.has_value());
+  EXPECT_EQ(s.negligible->differing, 1);
+  EXPECT_EQ(s.negligible->significant_max_ulp, kUlpInfinite);
+}
+
+TEST(NegligibleTest, NotLookedForUnderTwoToTheTenUlp) {
+  // 2^-20 off by 1023 of its ULPs: near zero, but the figure is small
+  // enough to be read as it is.
+  DiffStats s = Cmp(F32({1.0f, Fp32Ulps(0x1p-20f, 1023)}), F32({1.0f, 0x1p-20f}), Opts());
+  EXPECT_EQ(s.max_ulp, 1023u);
+  EXPECT_FALSE(s.negligible.has_value());
+  s = Cmp(F32({1.0f, Fp32Ulps(0x1p-20f, 1024)}), F32({1.0f, 0x1p-20f}), Opts());
+  EXPECT_EQ(s.max_ulp, 1024u);
+  EXPECT_TRUE(s.negligible.has_value());
+}
+
+TEST(NegligibleTest, OneElementIsWordedInTheSingular) {
+  DiffStats s = Cmp(F32({1.0f, 0x1p-20f}), F32({1.0f, 0x1p-21f}), Opts());
+  ASSERT_TRUE(s.negligible.has_value());
+  EXPECT_EQ(s.negligible->differing, 1);
+  EXPECT_EQ(s.negligible->significant_max_ulp, 0u);
+  EXPECT_EQ(NegligibleNote(*s.negligible),
+            "leaving out 1 element near zero (|expected| < 9.8e-04, 2^-10 of the largest), "
+            "which differs by at most 4.8e-07");
+}
+
+TEST(NegligibleTest, AbsentWhenNoDifferingElementIsNearZero) {
+  // Bitwise equal.
+  EXPECT_FALSE(Cmp(F32({1.0f, 0x1p-20f}), F32({1.0f, 0x1p-20f}), Opts()).negligible);
+  // Differences only at the output's scale, large enough to be looked at.
+  EXPECT_FALSE(
+      Cmp(F32({Fp32Ulps(1.0f, 2000), 0x1p-20f}), F32({1.0f, 0x1p-20f}), Opts()).negligible);
+  // No scale at all: every expected value is zero (or not finite).
+  EXPECT_FALSE(Cmp(F32({1e-30f, kNanF}), F32({0.0f, kInfF}), Opts()).negligible);
+}
+
+// Across chunks and threads the figures are those of one plain loop over
+// the elements, written here from the definition.
+TEST(NegligibleTest, ThreadsAndChunksGiveThePlainLoopsFigures) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> off(-3, 3);
+  constexpr int64_t kN = 300000;
+  std::vector<float> e(kN), a(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    // One element in 64 is tiny: near zero against a scale of about 4.
+    // None is zero, so that a few ULPs either way keep the sign.
+    const float v = std::copysign(std::fabs(normal(rng)) + 0.01f, normal(rng));
+    e[i] = i % 64 == 0 ? v * 1e-5f : v;
+    a[i] = Fp32Ulps(e[i], i % 64 == 0 ? 1000 * off(rng) : off(rng));
+  }
+  double scale = 0;
+  for (float v : e) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  const double below = scale * 0x1p-10;
+  int64_t differing = 0;
+  double max_abs = 0;
+  uint64_t significant = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    if (a[i] == e[i]) continue;
+    const auto ulp = static_cast<uint64_t>(
+        std::llabs(static_cast<int64_t>(FloatBits(a[i])) - static_cast<int64_t>(FloatBits(e[i]))));
+    if (std::fabs(static_cast<double>(e[i])) < below) {
+      ++differing;
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i]) - e[i]));
+    } else {
+      significant = std::max(significant, ulp);
+    }
+  }
+  ASSERT_GT(differing, 0);
+  CompareOptions o = Opts();
+  o.executor = Pool(4);
+  DiffStats s = Cmp(F32(a), F32(e), o);
+  ASSERT_TRUE(s.negligible.has_value());
+  EXPECT_EQ(s.negligible->below, below);
+  EXPECT_EQ(s.negligible->differing, differing);
+  EXPECT_EQ(s.negligible->max_abs, max_abs);
+  EXPECT_EQ(s.negligible->significant_max_ulp, significant);
+  EXPECT_LE(significant, 3u);
+}
+
 }  // namespace
 }  // namespace tensorcheck

@@ -32,6 +32,7 @@ STATS_KEYS = {
     "bitwise_equal_count", "ulp_histogram", "nan_actual", "nan_expected",
     "inf_actual", "inf_expected", "nan_mismatch", "worst", "top_columns",
     "top_rows", "bound_ratio", "bound_precision", "compared_dtype", "passed",
+    "negligible",
 }
 CONFIG_RESULT_KEYS = {
     "config", "vs_reference", "vs_observed", "elapsed_ms", "details",

@@ -65,6 +65,7 @@ JSON_LAYER_KEYS = [
     "explained",
     "max_abs",
     "max_ulp",
+    "negligible",
     "bound_ratio",
     "columns",
     "rows",
@@ -296,7 +297,8 @@ def test_unfused_layer_is_the_first_divergence(server, tmp_path) -> None:
     # --github with --json: the annotations on stderr, the table appended.
     assert "::error title=tensorcheck sweep%3A blocks.0.down::" in r.stderr
     assert "## tensorcheck sweep: **FAIL**" in summary.read_text()
-    assert "| 2 | `blocks.0.down` |" in summary.read_text()
+    # Numbered from 0, as the first divergence's "#1".
+    assert "| 1 | `blocks.0.down` |" in summary.read_text()
     assert j["first_divergence"]["name"] == "blocks.0.down"
     assert j["first_divergence"]["index"] == 1
     assert j["layers"][1]["status"] == "failed"

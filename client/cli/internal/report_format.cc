@@ -27,6 +27,16 @@ std::string G(double v) {
 
 std::string UlpText(uint64_t v) { return v == kUlpInfinite ? "inf" : absl::StrCat(v); }
 
+uint64_t HeadlineUlp(const pb::Stats& s) {
+  return s.has_negligible() ? s.negligible().significant_max_ulp() : s.max_ulp();
+}
+
+std::string HeadlineUlpCell(const pb::Stats& s) {
+  std::string out = UlpText(HeadlineUlp(s));
+  if (s.has_negligible()) absl::StrAppend(&out, " (", s.negligible().differing(), " near 0)");
+  return out;
+}
+
 const char* PresetName(pb::Tolerance::Preset p) {
   switch (p) {
     case pb::Tolerance::PRESET_NUMPY:
@@ -94,7 +104,7 @@ std::string OneLine(const std::string& s) {
 std::string StatsSummaryLine(const pb::Stats& s) {
   return absl::StrCat("mismatched ", s.mismatched(), " / ", s.total(), " (",
                       FormatShare(s.mismatched(), s.total()), "), max_abs ", G(s.max_abs()),
-                      ", max_ulp ", UlpText(s.max_ulp()), ", bitwise-equal ",
+                      ", max_ulp ", HeadlineUlpCell(s), ", bitwise-equal ",
                       FormatShare(s.bitwise_equal_count(), s.total()));
 }
 

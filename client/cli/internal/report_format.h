@@ -40,6 +40,14 @@ std::string G(double v);
 // A ULP distance; kUlpInfinite as "inf".
 std::string UlpText(uint64_t v);
 
+// The headline ULP figure of a comparison: without the differing elements
+// near zero when the server left them out (Stats.negligible), else max_ulp.
+uint64_t HeadlineUlp(const pb::Stats& s);
+
+// HeadlineUlp for a table cell: "5", or "5 (2 near 0)" when two differing
+// elements near zero were left out.
+std::string HeadlineUlpCell(const pb::Stats& s);
+
 // Python tuple notation: (), (3,), (1, 3).
 template <typename Repeated>
 std::string IndexText(const Repeated& idx) {

@@ -68,8 +68,11 @@ struct LayerResult {
 
 enum class LayerStatus { kPassed, kFailed, kError, kNotChecked };
 
-// "passed", "failed", "error", "not_checked".
+// "passed", "failed", "error", "not_checked": the JSON's names.
 const char* LayerStatusName(LayerStatus s);
+// "PASS", "FAIL", "ERROR", "-": the words the tables and pages show, the
+// Python client's too (docs/model-checks.md).
+const char* LayerStatusWord(LayerStatus s);
 
 struct SweepOptions {
   // Diagnose (true) or Verify (false) per layer.

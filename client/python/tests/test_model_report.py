@@ -237,6 +237,22 @@ def test_summary_status_words_are_the_servers_and_rows_numbered_from_0() -> None
     assert "passed" not in "\n".join(lines) and "FAILED" not in "\n".join(lines)
 
 
+def test_summary_max_ulp_leaves_out_elements_near_zero_and_counts_them() -> None:
+    layer = _layer("a", FUSED)
+    r = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+    r.diagnosis.best = FUSED
+    r.observed_vs_reference.total = 8
+    r.observed_vs_reference.max_ulp = 1901874441
+    r.observed_vs_reference.negligible.differing = 3
+    r.observed_vs_reference.negligible.significant_max_ulp = 2
+    layer._fill(Report.from_proto(r))
+    report = ModelReport([layer])
+    row = report.summary().splitlines()[3]
+    assert "2 (3 near 0)" in row and "1901874441" not in row
+    d = report.to_dict()["layers"][0]
+    assert d["max_ulp"] == 1901874441 and d["negligible"]["significant_max_ulp"] == 2
+
+
 def test_a_model_failure_message_is_at_most_25_lines_headline_first() -> None:
     # 40 layer calls, every one a defect: the message lists the first few
     # and stays within 25 lines; the table is the report's.
@@ -306,6 +322,7 @@ _LAYER_KEYS = {
     "explained",
     "max_abs",
     "max_ulp",
+    "negligible",
     "bound_ratio",
     "columns",
     "rows",

@@ -127,6 +127,7 @@ STATS_KEYS = {
     "bound_precision",
     "compared_dtype",
     "passed",
+    "negligible",
 }
 
 
@@ -388,6 +389,7 @@ def test_diagnosis_to_dict():
         (pb.Element, tensorcheck.Element),
         (pb.Group, tensorcheck.Group),
         (pb.UlpBucket, tensorcheck.UlpBucket),
+        (pb.NegligibleElements, tensorcheck.NegligibleElements),
         (pb.GetCapabilitiesResponse, tensorcheck.Capabilities),
         (pb.BackendInfo, tensorcheck.BackendInfo),
         (pb.DeviceInfo, tensorcheck.DeviceInfo),
@@ -416,6 +418,54 @@ def test_failure_message_reads_like_torch():
     assert msg.startswith("Tensor-likes are not close!\n\nMismatched elements: 1 / 4 (25.0%)\n")
     assert "Greatest absolute difference: inf at index (1, 0) (up to 1e-05 allowed)" in msg
     assert "Greatest relative difference: nan at index (1, 0) (up to 1.3e-06 allowed)" in msg
+
+
+def _near_zero_left_out() -> pb.VerifyResponse:
+    r = _response()
+    r.observed_vs_reference.max_ulp = 1901874441
+    r.observed_vs_reference.negligible.CopyFrom(
+        pb.NegligibleElements(
+            below=2.4e-4,
+            differing=3,
+            max_abs=6e-8,
+            significant_max_ulp=1,
+            note="leaving out 3 elements near zero (the server's words)",
+        )
+    )
+    return r
+
+
+def test_negligible_is_read_and_is_an_object_or_null_in_json():
+    stats = tensorcheck.Report.from_proto(_near_zero_left_out()).observed_vs_reference
+    assert stats is not None and stats.negligible is not None
+    assert stats.max_ulp == 1901874441 and stats.headline_max_ulp == 1
+    assert stats.to_dict()["negligible"] == {
+        "below": 2.4e-4,
+        "differing": 3,
+        "max_abs": 6e-8,
+        "significant_max_ulp": 1,
+        "note": "leaving out 3 elements near zero (the server's words)",
+    }
+    plain = tensorcheck.Report.from_proto(_response()).observed_vs_reference
+    assert plain is not None and plain.negligible is None
+    assert plain.headline_max_ulp == plain.max_ulp
+    assert plain.to_dict()["negligible"] is None
+
+
+def test_failure_message_leaves_elements_near_zero_out_of_the_ulp_figure():
+    msg = format_mismatch(tensorcheck.Report.from_proto(_near_zero_left_out()))
+    assert (
+        "Greatest ULP distance: 1 in float32, "
+        "leaving out 3 elements near zero (the server's words)\n"
+    ) in msg
+    assert "1901874441" not in msg
+    # A ULP tolerance judged every element: its figure, and no note.
+    r = _near_zero_left_out()
+    r.tolerance.preset = pb.Tolerance.PRESET_ULP
+    r.tolerance.max_ulp = 4
+    msg = format_mismatch(tensorcheck.Report.from_proto(r))
+    assert "Greatest ULP distance: 1901874441 (up to 4 allowed)\n" in msg
+    assert "near zero" not in msg
 
 
 def test_capabilities_from_proto():

@@ -16,6 +16,7 @@ import pytest
 import tensorcheck
 from numerics import BF16, linear64, round_bf16, round_tf32
 from tensorcheck._pb import pb
+from tensorcheck._report import format_mismatch
 
 REPORT_KEYS = {
     "verdict",
@@ -68,6 +69,7 @@ STATS_KEYS = {
     "bound_precision",
     "compared_dtype",
     "passed",
+    "negligible",
 }
 TOLERANCE_KEYS = {"preset", "atol", "rtol", "max_ulp", "bound_factor", "nan_equal"}
 
@@ -134,6 +136,28 @@ def test_fp32_one_corrupted_element_is_found_where_it_is(client):
     assert report.tolerance.preset == "torch"
     assert report.tolerance.atol == pytest.approx(1e-5)
     assert report.tolerance.rtol == pytest.approx(1.3e-6)
+
+
+def test_elements_near_zero_are_left_out_of_the_headline_ulp_figure(client):
+    # y = x W^T exactly: 4, 2^-12 and 1. The largest |y| is 4, so "near
+    # zero" is |y| < 4 * 2^-10 = 2^-8, which 2^-12 is.
+    x = np.array([[1.0, 0.0]], np.float32)
+    w = np.array([[4.0, 0.0], [2.0**-12, 0.0], [1.0, 0.0]], np.float32)
+    observed = np.array([[4.0, -(2.0**-12), np.nextafter(np.float32(1), np.float32(2))]], np.float32)
+    report = client.verify_linear(x, w, observed=observed, configs=["cpu:fp32"])
+    ovr = report.observed_vs_reference
+    # +-2^-12 are 2 * (115 << 23) fp32 values apart (biased exponent 115).
+    assert ovr.max_ulp == 2 * (115 << 23)
+    n = ovr.negligible
+    assert n is not None
+    assert (n.below, n.differing, n.max_abs, n.significant_max_ulp) == (2.0**-8, 1, 2.0**-11, 1)
+    assert ovr.headline_max_ulp == 1
+    assert n.note == (
+        "leaving out 1 element near zero (|expected| < 3.9e-03, 2^-10 of the largest), "
+        "which differs by at most 4.9e-04"
+    )
+    assert "max 1 (1 near 0) ULP" in str(report)
+    assert f"Greatest ULP distance: 1 in float32, {n.note}" in format_mismatch(report)
 
 
 def test_fp16_observed_rounded_from_float64_is_bitwise_the_reference(client):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ._format import VERDICT_WORDS
+from ._format import VERDICT_WORDS, ulp_cell
 from ._node import _Node
 from ._pb import pb
 from ._report import _VERDICT_NAMES, Diagnosis, Stats
@@ -186,7 +186,7 @@ class CompareResult(_Node):
         p = self.pair
         if p is not None and p.stats is not None:
             lines.append(
-                f"  {p.a} vs {p.b}: max_abs {p.stats.max_abs:.3g}, max {p.stats.max_ulp} ULP; "
+                f"  {p.a} vs {p.b}: max_abs {p.stats.max_abs:.3g}, max {ulp_cell(p.stats)} ULP; "
                 f"expected at most {p.expected_max_abs:.3g} "
                 f"(rounding of both: {'yes' if p.rounding else 'no'})"
             )

@@ -77,6 +77,16 @@ def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
     return "<0.000001%" if percent < 50 else ">99.999999%"
 
 
+def ulp_cell(stats: Stats) -> str:
+    """The headline ULP figure for a table cell or a summary line: "5", or
+    "5 (2 near 0)" when the server left two differing elements near zero
+    out of it (Stats.negligible)."""
+    figure = "inf" if stats.headline_max_ulp == math.inf else str(stats.headline_max_ulp)
+    if stats.negligible is None:
+        return figure
+    return f"{figure} ({stats.negligible.differing} near 0)"
+
+
 def _fmt_index(index: Sequence[int]) -> str:
     return "(" + ", ".join(str(i) for i in index) + ("," if len(index) == 1 else "") + ")"
 
@@ -122,11 +132,13 @@ def format_mismatch(report: Report, *, worst_shown: int = 5) -> str:
             f"{_fmt_index(stats.max_rel_index)}"
         )
     if preset == "ulp":
+        # The tolerance counts every element: its figure is the one it judged.
         lines.append(f"Greatest ULP distance: {stats.max_ulp} (up to {tol.max_ulp} allowed)")
     else:
         lines.append(
-            f"Greatest ULP distance: {stats.max_ulp}"
+            f"Greatest ULP distance: {stats.headline_max_ulp}"
             + (f" in {stats.compared_dtype}" if stats.compared_dtype else "")
+            + (f", {stats.negligible.note}" if stats.negligible else "")
         )
     if stats.nan_mismatch:
         lines.append(f"NaN at different positions: {stats.nan_mismatch}")
@@ -349,7 +361,7 @@ def _stats_line(label: str, stats: Stats, preset: str) -> str:
     bound = "" if stats.bound_ratio is None else f", bound_ratio {stats.bound_ratio:.3g}"
     return (
         f"{label}: {stats.mismatched} / {stats.total} outside tolerance {preset}, "
-        f"max_abs {_g(stats.max_abs)}, max {stats.max_ulp} ULP{bound}"
+        f"max_abs {_g(stats.max_abs)}, max {ulp_cell(stats)} ULP{bound}"
     )
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from ._client import Client, _Transfer
 from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
 from ._node import _json, _json_float, _json_ulp
-from ._report import Report
+from ._report import NegligibleElements, Report
 from ._safetensors import save_safetensors
 from ._store import INLINE_MAX_BYTES, TensorRef
 
@@ -195,6 +195,9 @@ class LayerCheck:
     explained: bool = False
     max_abs: Optional[float] = None
     max_ulp: Union[int, float, None] = None
+    # The differing elements near zero that the server left out of the
+    # headline ULP figure (Stats.negligible), if any.
+    negligible: Optional[NegligibleElements] = None
     bound_ratio: Optional[float] = None
     columns: list[Any] = dataclasses.field(default_factory=list)
     rows: list[Any] = dataclasses.field(default_factory=list)
@@ -239,6 +242,7 @@ class LayerCheck:
         if stats is not None:
             self.max_abs = stats.max_abs
             self.max_ulp = stats.max_ulp
+            self.negligible = stats.negligible
             self.bound_ratio = stats.bound_ratio
         d = report.diagnosis
         if d is None:
@@ -276,6 +280,7 @@ class LayerCheck:
             "explained": self.explained,
             "max_abs": _json_float(self.max_abs),
             "max_ulp": None if self.max_ulp is None else _json_ulp(self.max_ulp),
+            "negligible": None if self.negligible is None else self.negligible.to_dict(),
             "bound_ratio": _json_float(self.bound_ratio),
             "columns": _json(self.columns),
             "rows": _json(self.rows),

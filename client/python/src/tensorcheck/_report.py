@@ -38,6 +38,7 @@ __all__ = [
     "Element",
     "Group",
     "UlpBucket",
+    "NegligibleElements",
     "Capabilities",
     "BackendInfo",
     "DeviceInfo",
@@ -142,6 +143,30 @@ class Group(_Node):
 
 
 @dataclass(frozen=True)
+class NegligibleElements(_Node):
+    """The differing elements near zero: |expected| < `below` (2^-10 of the
+    largest finite |expected|), left out of the headline ULP figure
+    (docs/numerics.md, "ULP figures and elements near zero")."""
+
+    below: float
+    differing: int
+    max_abs: float
+    significant_max_ulp: Ulp
+    note: str
+    _ulp_fields = ("significant_max_ulp",)
+
+    @classmethod
+    def from_proto(cls, m: pb.NegligibleElements) -> NegligibleElements:
+        return cls(
+            below=m.below,
+            differing=m.differing,
+            max_abs=m.max_abs,
+            significant_max_ulp=_ulp(m.significant_max_ulp),
+            note=m.note,
+        )
+
+
+@dataclass(frozen=True)
 class Stats(_Node):
     """Differences of `actual` against `expected`, the server's names (docs/json-report.md).
     Indices are tuples in the output's shape."""
@@ -173,6 +198,9 @@ class Stats(_Node):
     bound_precision: str
     compared_dtype: Optional[str]
     passed: bool
+    # Present when differing elements near zero are left out of the headline
+    # ULP figure (`significant_max_ulp`); max_ulp keeps the largest over all.
+    negligible: Optional[NegligibleElements] = None
     _ulp_fields = ("max_ulp",)
 
     @classmethod
@@ -205,7 +233,16 @@ class Stats(_Node):
             bound_precision=m.bound_precision,
             compared_dtype=dtype_name(m.compared_dtype),
             passed=m.passed,
+            negligible=(
+                NegligibleElements.from_proto(m.negligible) if m.HasField("negligible") else None
+            ),
         )
+
+    @property
+    def headline_max_ulp(self) -> Ulp:
+        """The ULP figure to show: significant_max_ulp when elements near
+        zero are left out, else max_ulp."""
+        return self.max_ulp if self.negligible is None else self.negligible.significant_max_ulp
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
