@@ -143,7 +143,9 @@ def test_elements_near_zero_are_left_out_of_the_headline_ulp_figure(client):
     # zero" is |y| < 4 * 2^-10 = 2^-8, which 2^-12 is.
     x = np.array([[1.0, 0.0]], np.float32)
     w = np.array([[4.0, 0.0], [2.0**-12, 0.0], [1.0, 0.0]], np.float32)
-    observed = np.array([[4.0, -(2.0**-12), np.nextafter(np.float32(1), np.float32(2))]], np.float32)
+    observed = np.array(
+        [[4.0, -(2.0**-12), np.nextafter(np.float32(1), np.float32(2))]], np.float32
+    )
     report = client.verify_linear(x, w, observed=observed, configs=["cpu:fp32"])
     ovr = report.observed_vs_reference
     # +-2^-12 are 2 * (115 << 23) fp32 values apart (biased exponent 115).
