@@ -3,18 +3,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/internal/connection.h"
 #include "client/cli/internal/output_files.h"
@@ -154,19 +159,88 @@ std::unique_ptr<Executor> TransferExecutor() {
 
 namespace {
 
+// A new x-request-id: 32 random hex digits.
+std::string NewRequestId() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += absl::StrFormat("%08x", rd());
+  return id;
+}
+
+// While a Verify, Diagnose or Compare call sent with `request_id` runs, asks
+// the server how far it has come (GetProgress) every half second and shows
+// "diagnosis: running the candidates 5/13, 12 s" on the progress line.
+// Nothing when the line is off; stops asking when the server does not
+// know the RPC (an older one) and when destroyed.
+class ServerProgressWatch {
+ public:
+  ServerProgressWatch(pb::TensorCheck::Stub* stub, std::string request_id, std::string what,
+                      Progress* progress)
+      : stub_(stub), id_(std::move(request_id)), what_(std::move(what)), progress_(progress) {
+    if (progress_->enabled()) thread_ = std::thread([this] { Loop(); });
+  }
+  ~ServerProgressWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  ServerProgressWatch(const ServerProgressWatch&) = delete;
+  ServerProgressWatch& operator=(const ServerProgressWatch&) = delete;
+
+ private:
+  static constexpr auto kEvery = std::chrono::milliseconds(500);
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      const auto next = std::chrono::steady_clock::now() + kEvery;
+      if (cv_.wait_until(lock, next, [this] { return stop_; })) return;
+      lock.unlock();
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      pb::GetProgressRequest req;
+      req.set_request_id(id_);
+      pb::GetProgressResponse resp;
+      const grpc::Status s = stub_->GetProgress(&ctx, req, &resp);
+      if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return;  // an older server
+      if (s.ok())
+        progress_->Update(absl::StrCat(what_, ": ", resp.phase()), resp.done(), resp.total());
+      lock.lock();
+    }
+  }
+
+  pb::TensorCheck::Stub* const stub_;
+  const std::string id_;
+  const std::string what_;
+  Progress* const progress_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string& command,
                                   const pb::VerifyRequest& req,
                                   std::chrono::system_clock::time_point deadline,
                                   Progress* progress, pb::VerifyResponse* resp) {
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
-  // The phase in words, with the elapsed time (internal/progress.h).
-  progress->Begin(command == "diagnose" || !req.accept().empty()
-                      ? "waiting for the server's diagnosis"
-                      : "waiting for the server's verification",
-                  /*total_bytes=*/0);
-  const grpc::Status s =
-      command == "diagnose" ? stub->Diagnose(&ctx, req, resp) : stub->Verify(&ctx, req, resp);
+  const std::string id = NewRequestId();
+  ctx.AddMetadata("x-request-id", id);
+  // The phase in words, with the elapsed time (internal/progress.h), then
+  // the server's phase and count.
+  const bool diagnosis = command == "diagnose" || !req.accept().empty();
+  progress->Begin(
+      diagnosis ? "waiting for the server's diagnosis" : "waiting for the server's verification",
+      /*total_bytes=*/0);
+  grpc::Status s;
+  {
+    ServerProgressWatch watch(stub, id, diagnosis ? "diagnosis" : "verification", progress);
+    s = command == "diagnose" ? stub->Diagnose(&ctx, req, resp) : stub->Verify(&ctx, req, resp);
+  }
   progress->End();
   return s;
 }
@@ -274,8 +348,14 @@ int RunCompare(const CommandLine& cl, const Connection& server, double timeout) 
   auto call = [&](pb::CompareResponse* resp) {
     grpc::ClientContext grpc_ctx;
     grpc_ctx.set_deadline(deadline);
+    const std::string id = NewRequestId();
+    grpc_ctx.AddMetadata("x-request-id", id);
     progress.Begin("waiting for the server's comparison", /*total_bytes=*/0);
-    const grpc::Status s = stub->Compare(&grpc_ctx, *req, resp);
+    grpc::Status s;
+    {
+      ServerProgressWatch watch(stub.get(), id, "comparison", &progress);
+      s = stub->Compare(&grpc_ctx, *req, resp);
+    }
     progress.End();
     return s;
   };

@@ -220,12 +220,14 @@ class Engine::DeviceExecution {
     TC_RETURN_IF_ERROR(UploadOperands());
     TC_RETURN_IF_ERROR(RunReference());
     TC_RETURN_IF_ERROR(PrepareErrorModel());
+    AdvanceProgress(plan_.progress);
     bool all_pass = true;
     for (size_t i = 0; i < plan_.configs.size(); ++i) {
       TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
       TC_ASSIGN_OR_RETURN(ConfigOutcome o, RunConfig(i));
       all_pass = all_pass && o.vs_reference.passed;
       outcome_.results.push_back(std::move(o));
+      AdvanceProgress(plan_.progress);
     }
     TC_RETURN_IF_ERROR(FinishReference());
     outcome_.passed =

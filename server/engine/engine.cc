@@ -506,9 +506,10 @@ absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
   return absl::OkStatus();
 }
 
-absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
-                                             const StopSignal* stop) const {
+absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request, const StopSignal* stop,
+                                             RequestProgress* progress) const {
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/false, stop));
+  plan.progress = progress;
   // Accepting a configuration is a diagnosis's answer.
   if (!request.accept.empty()) return DiagnosePlanned(request, plan, stop);
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, /*artifacts=*/nullptr));
@@ -516,12 +517,13 @@ absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request,
   return outcome;
 }
 
-absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request,
-                                               const StopSignal* stop) const {
+absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, const StopSignal* stop,
+                                               RequestProgress* progress) const {
   if (!request.observed) {
     return absl::InvalidArgumentError("observed: the output to diagnose is required, got none");
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/true, stop));
+  plan.progress = progress;
   return DiagnosePlanned(request, plan, stop);
 }
 
@@ -531,6 +533,7 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
   Artifacts artifacts;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, &artifacts));
   TC_RETURN_IF_ERROR(CheckStop(stop));
+  BeginProgress(plan.progress, "ranking the candidates", 0);
   DiagnosisInput in;
   in.observed = &*request.observed;
   in.reference = artifacts.evidence == nullptr ? &artifacts.reference : nullptr;
@@ -735,7 +738,7 @@ absl::Status CheckOutputName(const std::string& name, size_t i) {
 
 absl::StatusOr<CompareOutcome> Engine::CompareOutputs(
     const LinearRequest& request, const std::vector<std::pair<std::string, Tensor>>& observed,
-    const StopSignal* stop) const {
+    const StopSignal* stop, RequestProgress* progress) const {
   if (observed.size() != 2) {
     return InvalidFieldError("observed", "exactly two named outputs to compare",
                              absl::StrCat(observed.size()));
@@ -771,7 +774,7 @@ absl::StatusOr<CompareOutcome> Engine::CompareOutputs(
     one.top_k = request.top_k;
     one.top_groups = request.top_groups;
     one.accept = request.accept;
-    absl::StatusOr<VerifyOutcome> diagnosed = Diagnose(one, stop);
+    absl::StatusOr<VerifyOutcome> diagnosed = Diagnose(one, stop, progress);
     if (!diagnosed.ok()) {
       const absl::Status& st = diagnosed.status();
       // Errors about the output name which one.

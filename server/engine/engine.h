@@ -25,6 +25,7 @@
 #include "server/backends/device_session.h"
 #include "server/backends/linear_backend.h"
 #include "server/core/linear_config.h"
+#include "server/core/request_progress.h"
 #include "server/core/stop_signal.h"
 #include "server/core/tensor.h"
 #include "server/engine/batch_invariance.h"
@@ -321,15 +322,19 @@ class Engine {
   // NOT_FOUND (backend), FAILED_PRECONDITION (backend not on this host or
   // configuration unsupported), INTERNAL (device failure), and CANCELLED or
   // DEADLINE_EXCEEDED when `stop` fires (checked between configurations,
-  // repeats, GEMM tiles, statistics chunks; null: never stops).
+  // repeats, GEMM tiles, statistics chunks; null: never stops). `progress`
+  // (null: nobody asks) is told each phase and counts the reference and
+  // each configuration as it is run and compared.
   absl::StatusOr<VerifyOutcome> Verify(const LinearRequest& request,
-                                       const StopSignal* stop = nullptr) const;
+                                       const StopSignal* stop = nullptr,
+                                       RequestProgress* progress = nullptr) const;
 
   // Verify over the candidate set (request.configs, or the default set when
   // empty) and rank the candidates against the observed output, which is
   // required.
   absl::StatusOr<VerifyOutcome> Diagnose(const LinearRequest& request,
-                                         const StopSignal* stop = nullptr) const;
+                                         const StopSignal* stop = nullptr,
+                                         RequestProgress* progress = nullptr) const;
 
   // Two outputs of one layer (`observed`, by name; request.observed is
   // ignored), each diagnosed against the same candidates, and the two
@@ -337,7 +342,7 @@ class Engine {
   // Errors as Diagnose's, naming `observed[i]`.
   absl::StatusOr<CompareOutcome> CompareOutputs(
       const LinearRequest& request, const std::vector<std::pair<std::string, Tensor>>& observed,
-      const StopSignal* stop = nullptr) const;
+      const StopSignal* stop = nullptr, RequestProgress* progress = nullptr) const;
 
   // Host memory the engine may hold while running `request` beyond its
   // tensors: operand copies, accumulators, reference values, error-model

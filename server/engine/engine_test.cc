@@ -216,6 +216,20 @@ TEST_F(EngineTest, DuplicateConfigurationsRunOnce) {
   EXPECT_EQ(out->results[1].config, "cpu:fp32:unfused");
 }
 
+TEST_F(EngineTest, ProgressCountsTheReferenceAndEachConfigurationThenTheRanking) {
+  LinearRequest r = Request(2, 8, 3, /*bias=*/true);
+  r.configs = {"cpu:fp32", "cpu:bf16:fused", "cpu:bf16:unfused"};
+  RequestProgress progress;
+  ASSERT_THAT(engine_->Verify(r, /*stop=*/nullptr, &progress), IsOk());
+  RequestProgress::Snapshot s = progress.Get();
+  EXPECT_EQ(s.phase, "running the configurations");
+  EXPECT_EQ(s.done, 4);  // the reference and three configurations, all compared
+  EXPECT_EQ(s.total, 4);
+  r.observed = Random({2, 3}, 1.0, 4);
+  ASSERT_THAT(engine_->Diagnose(r, /*stop=*/nullptr, &progress), IsOk());
+  EXPECT_EQ(progress.Get().phase, "ranking the candidates");
+}
+
 TEST_F(EngineTest, NoBiasConfigurationsAreCanonicalNone) {
   LinearRequest r = Request(2, 8, 3, /*bias=*/false);
   r.configs = {"cpu:bf16:fused"};

@@ -219,6 +219,7 @@ class Engine::Execution {
     o.vs_reference = std::move(compared->stats[0]);
     if (req_.observed) o.vs_observed = std::move(compared->stats[1]);
     Keep(i, opts, std::move(compared->run.output), &o);
+    AdvanceProgress(plan_.progress);
     return o;
   }
 
@@ -228,7 +229,9 @@ class Engine::Execution {
     TC_RETURN_IF_ERROR(ShapeOutput(plan_.reference, run.output));
     reference_ = std::move(run);
     reference_ms_ = ms;
-    return PrepareErrorModel();
+    TC_RETURN_IF_ERROR(PrepareErrorModel());
+    AdvanceProgress(plan_.progress);
+    return absl::OkStatus();
   }
 
   // A host-side configuration's outcome: compared here, kept for a
@@ -236,7 +239,9 @@ class Engine::Execution {
   absl::StatusOr<ConfigOutcome> OutcomeOf(size_t i, RunResult run, double ms) {
     const Config& config = plan_.configs[i];
     TC_RETURN_IF_ERROR(ShapeOutput(config, run.output));
-    return Compared(config, std::move(run), ms, i);
+    absl::StatusOr<ConfigOutcome> o = Compared(config, std::move(run), ms, i);
+    if (o.ok()) AdvanceProgress(plan_.progress);
+    return o;
   }
 
   // Compares `run` (of `config`; plan index `index`, none for the
@@ -523,6 +528,10 @@ std::vector<std::string> Engine::Notes(const LinearRequest& req, const Plan& pla
 
 absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req, const Plan& plan,
                                           Artifacts* artifacts) const {
+  // The reference and each configuration, counted as each is compared.
+  BeginProgress(plan.progress,
+                artifacts != nullptr ? "running the candidates" : "running the configurations",
+                static_cast<int64_t>(plan.configs.size()) + 1);
   if (ComputeDevice* device = DeviceOf(plan)) return RunOnDevice(req, plan, artifacts, device);
   return Execution(options_, req, plan, artifacts).Run();
 }

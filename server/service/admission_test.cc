@@ -68,7 +68,8 @@ TEST(ByteBudgetTest, ConcurrentReservationsNeverExceedTheLimit) {
   EXPECT_EQ(budget.in_use(), 0);
 }
 
-// Runs until released or stopped; counts what it saw.
+// Runs until released (all runs, or the first `pass` of them) or stopped;
+// counts what it saw.
 class GatedBackend final : public LinearBackend {
  public:
   absl::string_view name() const override { return "gated"; }
@@ -80,8 +81,8 @@ class GatedBackend final : public LinearBackend {
   std::vector<DType> storage_dtypes() const override { return {DType::kFloat32}; }
   absl::StatusOr<RunResult> Run(const LinearProblem& p, const Config&,
                                 const RunOptions& options) override {
-    ++started;
-    while (!released) {
+    const int me = ++started;
+    while (!released && me > pass) {
       if (absl::Status s = CheckStop(options.stop); !s.ok()) {
         ++stopped;
         return s;
@@ -95,6 +96,7 @@ class GatedBackend final : public LinearBackend {
     return r;
   }
   std::atomic<bool> released{false};
+  std::atomic<int> pass{0};
   std::atomic<int> started{0}, stopped{0};
 };
 
@@ -120,12 +122,13 @@ v1::VerifyRequest GatedRequest(int64_t k = 4) {
 
 class GatedServiceTest : public ::testing::Test {
  protected:
-  void Start(ServiceOptions options) {
+  void Start(ServiceOptions options, bool share_computations = true) {
     auto backend = std::make_unique<GatedBackend>();
     gated_ = backend.get();
     ASSERT_TRUE(registry_.Register(std::move(backend)).ok());
     EngineOptions engine_options;
     engine_options.default_reference = "gated:fp32";
+    engine_options.share_computations = share_computations;
     auto engine = Engine::Create(engine_options, &registry_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(engine).value();
@@ -213,6 +216,46 @@ TEST_F(GatedServiceTest, FullQueueIsUnavailableWithARetryHintAndSaturationRecove
   EXPECT_TRUE(queued.get().status.ok());
   EXPECT_FALSE(Saturation().back()) << "readiness must recover once the queue has room";
   EXPECT_TRUE(Verify(GatedRequest()).status.ok());
+}
+
+TEST_F(GatedServiceTest, GetProgressCountsTheCallersRunsByItsRequestId) {
+  // Without sharing, the reference and the configuration run one by one.
+  Start(ServiceOptions{}, /*share_computations=*/false);
+  auto progress = [&](const std::string& id, v1::GetProgressResponse* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::GetProgressRequest req;
+    req.set_request_id(id);
+    return v1::TensorCheck::NewStub(channel_)->GetProgress(&ctx, req, out);
+  };
+  v1::VerifyRequest r = GatedRequest();
+  r.add_configs("gated:fp32");
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "ci:job/7");
+  auto call =
+      std::async(std::launch::async, [&] { return Verify(r, absl::Seconds(60), &context); });
+  WaitForStarted(1);  // the reference runs
+  v1::GetProgressResponse p;
+  ASSERT_TRUE(progress("ci:job/7", &p).ok());
+  EXPECT_EQ(p.method(), "Verify");
+  EXPECT_EQ(p.phase(), "running the configurations");
+  EXPECT_EQ(p.done(), 0);
+  EXPECT_EQ(p.total(), 2);  // the reference and gated:fp32
+  EXPECT_GE(p.elapsed_seconds(), 0);
+  gated_->pass = 1;
+  WaitForStarted(2);  // the reference compared, the configuration runs
+  ASSERT_TRUE(progress("ci:job/7", &p).ok());
+  EXPECT_EQ(p.done(), 1);
+  EXPECT_EQ(p.total(), 2);
+  // Another id, and one no call could have.
+  EXPECT_EQ(progress("ci:job/8", &p).error_code(), grpc::StatusCode::NOT_FOUND);
+  const grpc::Status bad = progress("", &p);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("request_id"));
+  gated_->released = true;
+  EXPECT_TRUE(call.get().status.ok());
+  // Finished: no longer in flight.
+  EXPECT_EQ(progress("ci:job/7", &p).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(GatedServiceTest, ClientCancelStopsTheRunningWork) {

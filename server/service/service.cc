@@ -216,6 +216,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   int64_t max_inline_output_bytes_ = 0;               // the request's; 0: the server's
   ServiceMetrics* metrics_ = nullptr;                 // null: metrics off
   absl::Time worker_start_ = absl::InfiniteFuture();  // when a worker took it
+  RequestProgress progress_;  // what GetProgress reports ("" until a worker takes it)
   Summary summary_;
   absl::Status status_;
   double elapsed_ms_ = 0;
@@ -460,6 +461,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
 
 void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* reservation) {
   call->worker_start_ = absl::Now();
+  call->progress_.Begin("checking the request", 0);
   if (saturated_ && pool_.queued() < pool_.max_queue()) NoteSaturation(false);
   bool retry_later = false;
   absl::Status status = Execute(call, reservation, &retry_later);
@@ -532,9 +534,10 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   TC_RETURN_IF_ERROR(call->stop_.Check());
   v1::VerifyResponse response;
   {
-    TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, call->method_ == LinearMethod::kDiagnose
-                                                   ? engine_->Diagnose(req, &call->stop_)
-                                                   : engine_->Verify(req, &call->stop_));
+    TC_ASSIGN_OR_RETURN(VerifyOutcome outcome,
+                        call->method_ == LinearMethod::kDiagnose
+                            ? engine_->Diagnose(req, &call->stop_, &call->progress_)
+                            : engine_->Verify(req, &call->stop_, &call->progress_));
     req = LinearRequest();  // the tensors go before the response is built
     ToProto(outcome, &response);
   }
@@ -595,7 +598,7 @@ absl::Status TensorCheckServiceImpl::ExecuteCompare(LinearCall* call,
   v1::CompareResponse response;
   {
     TC_ASSIGN_OR_RETURN(CompareOutcome outcome,
-                        engine_->CompareOutputs(req, in.observed, &call->stop_));
+                        engine_->CompareOutputs(req, in.observed, &call->stop_, &call->progress_));
     in = CompareInput();  // the tensors go before the response is built
     ToProto(outcome, &response);
   }
@@ -645,6 +648,48 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
   }
   FillCapabilities(response, caller->tenant != nullptr ? &caller->store : nullptr);
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetProgress(grpc::CallbackServerContext* context,
+                                                              const v1::GetProgressRequest* request,
+                                                              v1::GetProgressResponse* response) {
+  AttachRequestId(context);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<Caller> caller = Authenticate(*context, std::nullopt, "GetProgress");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  const std::string& id = request->request_id();
+  if (!UsableRequestId(id)) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "request_id: 1 to ", kMaxRequestIdLength,
+        " characters of [A-Za-z0-9._:/-] (the x-request-id the call was sent with), got \"",
+        id.substr(0, 64), id.size() > 64 ? "...\"" : "\""))));
+    return reactor;
+  }
+  bool found = false;
+  {
+    // Under calls_mu_: a tracked call is not deleted before Untrack.
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    for (const LinearCall* call : calls_) {
+      // Another tenant's call is not this caller's to watch.
+      if (call->request_id_ != id || call->tenant_ != caller->name()) continue;
+      const RequestProgress::Snapshot now = call->progress_.Get();
+      response->set_method(std::string(call->method()));
+      response->set_phase(now.phase.empty() ? "queued" : now.phase);
+      response->set_done(now.done);
+      response->set_total(now.total);
+      response->set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - call->start_));
+      found = true;
+      break;
+    }
+  }
+  reactor->Finish(found ? grpc::Status::OK
+                        : ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+                              "request_id: no Verify, Diagnose or Compare call of yours with id \"",
+                              id, "\" is in flight (not started, finished, or never sent)"))));
   return reactor;
 }
 

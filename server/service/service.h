@@ -137,11 +137,12 @@ class TensorCheckServiceImpl final
           v1::TensorCheck::WithRawCallbackMethod_Diagnose<
               v1::TensorCheck::WithRawCallbackMethod_Compare<
                   v1::TensorCheck::WithCallbackMethod_GetCapabilities<
-                      v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
-                          v1::TensorCheck::WithCallbackMethod_UploadTensor<
-                              v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
-                                  v1::TensorCheck::WithCallbackMethod_ReadTensor<
-                                      v1::TensorCheck::Service>>>>>>>> {
+                      v1::TensorCheck::WithCallbackMethod_GetProgress<
+                          v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
+                              v1::TensorCheck::WithCallbackMethod_UploadTensor<
+                                  v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
+                                      v1::TensorCheck::WithCallbackMethod_ReadTensor<
+                                          v1::TensorCheck::Service>>>>>>>>> {
  public:
   // `engine` must outlive the service.
   TensorCheckServiceImpl(const Engine* engine, ServiceOptions options);
@@ -159,6 +160,11 @@ class TensorCheckServiceImpl final
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
                                             const v1::GetCapabilitiesRequest* request,
                                             v1::GetCapabilitiesResponse* response) override;
+  // One of the caller's Verify, Diagnose or Compare calls in flight, by its
+  // request id: its phase and counts (RequestProgress).
+  grpc::ServerUnaryReactor* GetProgress(grpc::CallbackServerContext* context,
+                                        const v1::GetProgressRequest* request,
+                                        v1::GetProgressResponse* response) override;
 
   // The store RPCs (store_calls.cc, docs/api.md).
   grpc::ServerUnaryReactor* FindMissingTensors(grpc::CallbackServerContext* context,

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from concurrent import futures
@@ -70,6 +71,12 @@ class FakeServer:
         self.requests: list[Any] = []
         self.error: tuple[Any, str] | None = None
         self.delay_s = 0.0
+        # Diagnose answers only once GetProgress was asked this many times
+        # about it (0: at once); GetProgress answers the call's x-request-id.
+        self.hold_for_progress_polls = 0
+        self.progress_polls = 0
+        self.request_id: str | None = None
+        self._polled = threading.Condition()
 
     def _maybe_fail(self, context) -> bool:
         if self.delay_s:
@@ -135,6 +142,12 @@ class FakeServer:
 
     def Diagnose(self, request, context):
         self.requests.append(request)
+        with self._polled:
+            self.request_id = dict(context.invocation_metadata()).get("x-request-id")
+            self.progress_polls = 0
+            self._polled.notify_all()
+            self._polled.wait_for(lambda: self.progress_polls >= self.hold_for_progress_polls,
+                                  timeout=60)
         self._maybe_fail(context)
         r = self._response(request)
         m = self.m
@@ -164,6 +177,16 @@ class FakeServer:
             d.localization.outliers.add(index=[0, 1], actual=1.0, expected=9.0, ulp=300)
         return r
 
+    def GetProgress(self, request, context):
+        m = self.m
+        with self._polled:
+            if request.request_id != self.request_id:
+                context.abort(grpc.StatusCode.NOT_FOUND, "no such call in flight")
+            self.progress_polls += 1
+            self._polled.notify_all()
+        return m.GetProgressResponse(method="Diagnose", phase="running the candidates", done=5,
+                                     total=13, elapsed_seconds=2.0)
+
     def GetCapabilities(self, request, context):
         self._maybe_fail(context)
         m = self.m
@@ -192,6 +215,9 @@ def fake_server(pb) -> Iterator[tuple[FakeServer, str]]:
         def GetCapabilities(self, request, context):
             return fake.GetCapabilities(request, context)
 
+        def GetProgress(self, request, context):
+            return fake.GetProgress(request, context)
+
     svc.add_TensorCheckServicer_to_server(Servicer(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -204,6 +230,7 @@ def fake(fake_server) -> Iterator[tuple[FakeServer, str]]:
     f, addr = fake_server
     f.error = None
     f.delay_s = 0.0
+    f.hold_for_progress_polls = 0
     f.requests.clear()
     yield f, addr
 
@@ -387,6 +414,27 @@ def test_shared_computation_marks_the_epilogue_only_time(fake, files, tmp_path):
     assert "  * cpu:bf16 reused the GEMM of cpu:fp32 (elapsed: epilogue only)." in lines
     # 4 of 6 bitwise-equal; 6 of 6 is exactly all.
     assert "66.7%" in bf16 and "100%" in fp32 and "100.0%" not in r.stdout
+
+
+def test_a_long_diagnosis_shows_the_servers_phase_and_count_on_a_terminal(fake, files,
+                                                                           tmp_path):
+    from test_cli_store import run_with_tty_stderr
+
+    f, addr = fake
+    # The diagnosis answers after the CLI asked four times (every 500 ms):
+    # the phase is then past the line's quiet half second, and the CLI
+    # draws each answer before it asks again.
+    f.hold_for_progress_polls = 4
+    out, err = run_with_tty_stderr([str(CLI_BIN), "--server", addr, "diagnose", *files,
+                                    "--observed", str(tmp_path / "y.npy")], timeout=120)
+    assert "Best match: cpu:tf32:unfused" in out, err
+    assert "diagnosis: running the candidates 5/13, " in err, err
+    assert f.progress_polls >= 4 and len(f.request_id or "") == 32
+    # Not on a terminal (or with --no-progress): no line, and no questions.
+    f.hold_for_progress_polls = 0
+    r = cli(addr, "diagnose", *files, "--observed", str(tmp_path / "y.npy"))
+    assert r.returncode == 0, r.stderr
+    assert "running the candidates" not in r.stderr and f.progress_polls == 0
 
 
 def test_diagnose_reports_best_match(fake, files, tmp_path):

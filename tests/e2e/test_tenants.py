@@ -133,6 +133,50 @@ def test_a_tenant_cannot_see_or_use_another_tenants_tensor(server):
     assert not missing_for(server, "token-b", ref.tensor_digest())
 
 
+def test_a_tenant_cannot_watch_another_tenants_call(server):
+    # A's diagnosis runs; A sees its progress by its request id, B does not.
+    # Valid only while the call is in flight: A's answer before and after
+    # B's question shows it was; otherwise the case is run again, larger.
+    rng = np.random.default_rng(8)
+
+    def progress(token: str, rid: str) -> grpc.StatusCode:
+        with grpc.insecure_channel(server.address) as channel:
+            try:
+                pb_grpc.TensorCheckStub(channel).GetProgress(
+                    pb.GetProgressRequest(request_id=rid),
+                    metadata=(("authorization", f"Bearer {token}"),), timeout=30)
+            except grpc.RpcError as e:
+                return e.code()
+        return grpc.StatusCode.OK
+
+    for attempt, m in enumerate((64, 256, 1024, 2048)):
+        rid = f"tenants-test/{attempt}"
+        x = rng.standard_normal((m, 1024)).astype(np.float32)
+        w = rng.standard_normal((1024, 1024)).astype(np.float32)
+        y = (x @ w.T).astype(np.float32)
+        metadata = (("authorization", "Bearer token-a"), ("x-request-id", rid))
+        request = pb.VerifyRequest(observed=pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=y.shape,
+                                                      data=y.tobytes()))
+        request.op.input.CopyFrom(pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=x.shape,
+                                            data=x.tobytes()))
+        request.op.weight.CopyFrom(pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=w.shape,
+                                             data=w.tobytes()))
+        channel = grpc.insecure_channel(server.address,
+                                        options=[("grpc.max_send_message_length", 64 * MiB)])
+        call = pb_grpc.TensorCheckStub(channel).Diagnose.future(request, metadata=metadata,
+                                                                timeout=300)
+        while not call.done() and progress("token-a", rid) != grpc.StatusCode.OK:
+            pass
+        b_saw = progress("token-b", rid)
+        still_running = progress("token-a", rid) == grpc.StatusCode.OK
+        call.result()
+        channel.close()
+        assert b_saw == grpc.StatusCode.NOT_FOUND
+        if still_running:
+            return
+    pytest.fail("every diagnosis ended before it could be watched")
+
+
 def test_requests_per_minute_trip_with_a_retry_hint_and_recover(server):
     x, w = small_layer(3)
     with client(server, "token-l", max_retries=0) as c:

@@ -66,6 +66,19 @@ void Progress::BeginCount(std::string label, int64_t total_items) {
   active_ = true;
 }
 
+void Progress::Update(std::string label, int64_t done, int64_t total) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!active_) return;  // the phase ended first
+  label_ = std::move(label);
+  total_ = total;
+  count_ = total > 0;
+  done_.store(done, std::memory_order_relaxed);
+  // Drawn now, not at the next redraw: what the server said is on the
+  // line before the next question.
+  if (std::chrono::steady_clock::now() - start_ >= kQuiet) DrawLocked();
+}
+
 void Progress::End() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);

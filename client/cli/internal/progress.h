@@ -8,6 +8,7 @@
 //   ... progress.Advance(chunk.size());   // from any thread
 //   progress.End();                        // clears the line
 //   progress.BeginCount("layers", 24);      // "layers 12/24" as Advance(1) counts
+//   progress.Update("diagnosis: running the candidates", 5, 13);  // what the server said
 //
 // Disabled (stderr not a terminal, or --no-progress), it writes nothing and
 // starts no thread, so piped and captured stderr stays exactly as before.
@@ -56,6 +57,10 @@ class Progress {
   // Starts a phase that counts items: "layers 12/24".
   void BeginCount(std::string label, int64_t total_items);
   void Advance(int64_t bytes) { done_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Renames the phase begun last and sets its count, keeping its start:
+  // "diagnosis: running the candidates 5/13, 12 s" (`total` 0: the time
+  // alone). From any thread, as the server reports it.
+  void Update(std::string label, int64_t done, int64_t total);
   // Ends the phase and clears its line.
   void End();
 

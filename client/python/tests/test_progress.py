@@ -10,6 +10,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 
@@ -140,6 +141,114 @@ def test_progress_true_with_tqdm_draws_a_bar_per_phase(
         (f"tensorcheck uploading 2 tensors ({LARGE / MiB:.1f} MiB)", LARGE, LARGE, "B", True),
         ("tensorcheck diagnosing 2 outputs", 1, 1, "call", True),
     ]
+
+
+class _SlowDiagnosis(FakeStore):
+    """A Diagnose that answers once GetProgress was asked about it
+    `polls` times; GetProgress answers the call's own x-request-id."""
+
+    def __init__(self, polls: int) -> None:
+        super().__init__()
+        self.polls = polls
+        self.asked = 0
+        self.request_id: str | None = None
+        self.cv = threading.Condition()
+
+    def Diagnose(self, request: pb.VerifyRequest, context: Any) -> pb.VerifyResponse:
+        with self.cv:
+            self.request_id = dict(context.invocation_metadata()).get("x-request-id")
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: self.asked >= self.polls, timeout=TIMEOUT_S)
+        return pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+
+    def GetProgress(self, request: pb.GetProgressRequest, context: Any) -> pb.GetProgressResponse:
+        with self.cv:
+            if request.request_id != self.request_id:
+                context.abort(grpc.StatusCode.NOT_FOUND, "no such call in flight")
+            self.asked += 1
+            self.cv.notify_all()
+            # The reference and 4 of 12 candidates, then all 13.
+            done = 5 if self.asked < self.polls else 13
+        return pb.GetProgressResponse(
+            method="Diagnose", phase="running the candidates", done=done, total=13
+        )
+
+
+def test_the_servers_phase_and_count_come_while_it_works() -> None:
+    server = _SlowDiagnosis(polls=3)
+    with serve_in_process(server) as t, tensorcheck.Client(t, timeout=TIMEOUT_S) as client:
+        rec = _Record()
+        client.diagnose_linear(W[:4], W, observed=W[:4] @ W.T, progress=rec)
+    assert server.request_id is not None and len(server.request_id) == 32
+    # Each answer once (the same answer twice is not repeated), between the
+    # phase's start and its end.
+    assert rec.calls == [
+        ("diagnosing", 0, 1),
+        ("diagnosing: running the candidates", 5, 13),
+        ("diagnosing", 1, 1),
+    ] or rec.calls == [
+        ("diagnosing", 0, 1),
+        ("diagnosing: running the candidates", 5, 13),
+        ("diagnosing: running the candidates", 13, 13),
+        ("diagnosing", 1, 1),
+    ]
+
+
+def test_progress_true_shows_the_servers_count_in_the_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    bars: list[dict[str, Any]] = []
+
+    class FakeBar:
+        def __init__(self, **kw: Any) -> None:
+            self.__dict__.update(kw, n=0, closed=False, descs=[])
+            bars.append(self.__dict__)
+
+        def update(self, n: int) -> None:
+            self.n += n
+
+        def set_description(self, desc: str, refresh: bool = True) -> None:
+            self.descs.append(desc)
+
+        def refresh(self) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeBar))
+    server = _SlowDiagnosis(polls=2)
+    with serve_in_process(server) as t, tensorcheck.Client(t, timeout=TIMEOUT_S) as client:
+        client.diagnose_linear(W[:4], W, observed=W[:4] @ W.T, progress=True)
+    (bar,) = bars
+    assert bar["descs"][0] == "tensorcheck diagnosing: running the candidates"
+    assert (bar["total"], bar["n"], bar["unit"], bar["closed"]) == (13, 13, "candidate", True)
+
+
+def test_a_server_without_get_progress_is_asked_once() -> None:
+    # An older server answers GetProgress UNIMPLEMENTED: the client stops
+    # asking, and the call goes on.
+    class Older(FakeStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = 0
+            self.cv = threading.Condition()
+
+        def Diagnose(self, request: pb.VerifyRequest, context: Any) -> pb.VerifyResponse:
+            with self.cv:
+                self.cv.wait_for(lambda: self.asked >= 1, timeout=TIMEOUT_S)
+            return pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+
+        def GetProgress(self, request: pb.GetProgressRequest, context: Any) -> Any:
+            with self.cv:
+                self.asked += 1
+                self.cv.notify_all()
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    server = Older()
+    rec = _Record()
+    with serve_in_process(server) as t, tensorcheck.Client(t, timeout=TIMEOUT_S) as client:
+        client.diagnose_linear(W[:4], W, observed=W[:4] @ W.T, progress=rec)
+    assert server.asked == 1
+    assert rec.calls == [("diagnosing", 0, 1), ("diagnosing", 1, 1)]
 
 
 def test_a_call_that_fails_ends_its_phase(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

@@ -37,6 +37,8 @@ struct Engine::Plan {
   std::map<std::string, std::string> passed_over;
   // The request's accepted configurations (LinearRequest::accept).
   std::vector<ConfigPattern> accept;
+  // Where the run counts its steps for GetProgress; null: nobody asks.
+  RequestProgress* progress = nullptr;
 };
 
 // Per-element arrays a diagnosis reads; several candidates may hold the

@@ -46,6 +46,7 @@ import random
 import re
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -106,6 +107,8 @@ _MAX_RETRY_WAIT_S = 30.0
 # Up to this fraction is added to each wait, so that the clients a busy
 # server refused together do not all come back at the same instant.
 _RETRY_JITTER = 0.1
+# With progress=, how often the client asks the server how far a call got.
+_PROGRESS_POLL_S = 0.5
 # The codes whose refusals are transient when the server says so; anything
 # else is never retried, hint or not.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
@@ -1098,9 +1101,11 @@ class Client:
         request: Union[Message, bytes],
         deadline: Optional[float],
         response_type: type[_M],
+        request_id: Optional[str] = None,
     ) -> _M:
         """A unary call, retried after refusals that carry the retry hint.
-        `request` is a message, or for Verify/Diagnose the bytes of one."""
+        `request` is a message, or for Verify/Diagnose the bytes of one;
+        `request_id` is sent as its x-request-id."""
         # The generated stub (tensorcheck_pb2_grpc) has no type stubs;
         # `response_type` states what the method returns.
         if isinstance(request, bytes):
@@ -1111,7 +1116,10 @@ class Client:
         while True:
             left = time_left(deadline, method)
             try:
-                response: _M = stub_method(request, timeout=left, metadata=self._metadata)
+                metadata = self._metadata
+                if request_id is not None:
+                    metadata = (*(metadata or ()), ("x-request-id", request_id))
+                response: _M = stub_method(request, timeout=left, metadata=metadata)
                 return response
             except grpc.RpcError as e:
                 error = from_rpc_error(e, method)
@@ -1194,8 +1202,11 @@ class Client:
         misses = 0
         while True:
             prog.start(phase, 1, detail)
+            # While it runs, the server says how far it got (GetProgress).
+            request_id = uuid.uuid4().hex if prog.wants_server_progress else None
             try:
-                resp = self._unary(method, req, deadline, response_type)
+                with self._watching_progress(request_id, prog):
+                    resp = self._unary(method, req, deadline, response_type, request_id)
                 break
             except FailedPreconditionError as e:
                 if not e.missing_tensors or misses >= 2:
@@ -1210,6 +1221,37 @@ class Client:
                 req = inline
         prog.finish()
         return resp
+
+    @contextlib.contextmanager
+    def _watching_progress(self, request_id: Optional[str], prog: Progress) -> Iterator[None]:
+        """While the block runs, asks the server every half second how far
+        the call sent with `request_id` has come (GetProgress) and hands its
+        answer to `prog.server`. Nothing without an id; stops asking when
+        the server does not know the RPC (an older one)."""
+        if request_id is None:
+            yield
+            return
+        done = threading.Event()
+
+        def poll() -> None:
+            req = pb.GetProgressRequest(request_id=request_id)
+            while not done.wait(_PROGRESS_POLL_S):
+                try:
+                    p = self._stub.GetProgress(req, timeout=5.0, metadata=self._metadata)
+                except grpc.RpcError as e:
+                    if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        return
+                    continue  # not started yet, or finished: ask again or stop
+                if not done.is_set():
+                    prog.server(p.phase, p.done, p.total)
+
+        watcher = threading.Thread(target=poll, name="tensorcheck-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
 
     @contextlib.contextmanager
     def _calling(self, method: str) -> Iterator[None]:

@@ -17,10 +17,15 @@
   (done 0), as it advances, and as it ends (done == total). Phases are
   "hashing" and "uploading" (done and total in bytes; only when a tensor
   goes through the store), then "verifying", "diagnosing" (Diagnose, and
-  Compare's two diagnoses) with done/total 0/1 then 1/1.
+  Compare's two diagnoses) with done/total 0/1 then 1/1. While the server
+  works, what it says of the call (the GetProgress RPC, asked every half
+  second) comes as "diagnosing: running the candidates" with the
+  candidates compared and their number (the reference counts as one),
+  then "diagnosing: ranking the candidates" with 0/0.
 
-The client names candidate counts only when it knows them: the
-candidates the call lists; with none listed, the server picks them.
+The client names candidate counts before the call only when it knows
+them: the candidates the call lists; with none listed, the server picks
+them, and says how many while it runs.
 """
 
 from __future__ import annotations
@@ -62,6 +67,13 @@ class Progress:
     def close(self) -> None:
         """The call ended (also when it raised)."""
 
+    # Whether the client should ask the server how far a call got.
+    wants_server_progress = False
+
+    def server(self, phase: str, done: int, total: int) -> None:
+        """What the server says of the call in flight: its phase, and
+        `done` of `total` steps (total 0: not counted)."""
+
 
 class _Reporting(Progress):
     """Keeps the current phase, its counts and its start, under a lock;
@@ -75,12 +87,24 @@ class _Reporting(Progress):
         self._done = 0
         self._total = 0
         self._phases = 0
+        self._said: Optional[tuple[str, int, int]] = None  # the server's, last shown
+
+    wants_server_progress = True
+
+    def server(self, phase: str, done: int, total: int) -> None:
+        with self._lock:
+            said = (phase, int(done), int(total))
+            if self._phase is None or said == self._said:
+                return
+            self._said = said
+            self._served(*said)
 
     def start(self, phase: str, total: int, detail: str = "") -> None:
         with self._lock:
             if self._phase is not None:
                 self._ended()
             self._phase, self._total, self._done = phase, max(int(total), 0), 0
+            self._said = None
             self._phase_began = time.monotonic()
             self._phases += 1
             self._started(detail)
@@ -117,6 +141,9 @@ class _Reporting(Progress):
     def _started(self, detail: str) -> None:
         raise NotImplementedError
 
+    def _served(self, phase: str, done: int, total: int) -> None:
+        raise NotImplementedError
+
     def _advanced(self, step: int) -> None:
         raise NotImplementedError
 
@@ -136,6 +163,9 @@ class _Callback(_Reporting):
     def _advanced(self, step: int) -> None:
         assert self._phase is not None
         self._fn(self._phase, self._done, self._total)
+
+    def _served(self, phase: str, done: int, total: int) -> None:
+        self._fn(f"{self._phase}: {phase}", done, total)
 
     def _ended(self, failed: bool = False) -> None:
         # Nothing more to say: the last advance said done == total (a call
@@ -160,6 +190,12 @@ class _Lines(_Reporting):
     def _advanced(self, step: int) -> None:
         pass
 
+    def _served(self, phase: str, done: int, total: int) -> None:
+        # A line per step of the server's: its phase, its count, the time.
+        count = f" {done}/{total}" if total else ""
+        took = time.monotonic() - self._phase_began
+        self._write(f"{self._phase}: {phase}{count} ({took:.0f} s)")
+
     def _ended(self, failed: bool = False) -> None:
         now = time.monotonic()
         took = f"{now - self._phase_began:.2f} s"
@@ -177,6 +213,7 @@ class _Bars(_Reporting):
         super().__init__()
         self._tqdm = tqdm
         self._bar: Any = None
+        self._served_count = False  # the bar counts the server's steps
 
     def _started(self, detail: str) -> None:
         in_bytes = self._phase in ("hashing", "uploading")
@@ -190,10 +227,27 @@ class _Bars(_Reporting):
         )
 
     def _advanced(self, step: int) -> None:
-        if self._bar is not None:
+        if self._bar is None:
+            return
+        if self._served_count:  # the call ended: all of the server's steps
+            self._bar.n = self._bar.total
+            self._bar.refresh()
+        else:
             self._bar.update(step)
 
+    def _served(self, phase: str, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        self._bar.set_description(f"tensorcheck {self._phase}: {phase}", refresh=False)
+        if total > 0:
+            self._served_count = True
+            self._bar.unit = "candidate" if self._phase == "diagnosing" else "configuration"
+            self._bar.total = total
+            self._bar.n = done
+        self._bar.refresh()
+
     def _ended(self, failed: bool = False) -> None:
+        self._served_count = False
         if self._bar is not None:
             self._bar.close()
             self._bar = None
