@@ -11,6 +11,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,12 +20,15 @@
 #include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/service.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ByteBudgetTest, AdmitsWithinTheLimitAndReturnsOnRelease) {
   ByteBudget budget(100);
@@ -204,6 +208,9 @@ TEST_F(GatedServiceTest, FullQueueIsUnavailableWithARetryHintAndSaturationRecove
   auto queued = std::async(std::launch::async, [&] { return Verify(GatedRequest()); });
   // The queue holds one; wait until the second is in it.
   while (service_->requests_in_flight() < 2) absl::SleepFor(absl::Milliseconds(2));
+  // Full: readiness says so already, before any refusal (it is said just
+  // after the second is queued: wait for it).
+  while (Saturation().empty() || !Saturation().back()) absl::SleepFor(absl::Milliseconds(2));
   const Answer refused = Verify(GatedRequest());
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("queued"));
@@ -256,6 +263,29 @@ TEST_F(GatedServiceTest, GetProgressCountsTheCallersRunsByItsRequestId) {
   EXPECT_TRUE(call.get().status.ok());
   // Finished: no longer in flight.
   EXPECT_EQ(progress("ci:job/7", &p).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GatedServiceTest, AnExpiredDeadlineIsLoggedAsTheDeadlineNotAsACancel) {
+  auto stream = std::make_shared<std::ostringstream>();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*stream);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  Start(ServiceOptions{});
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "expires-7");
+  EXPECT_EQ(Verify(GatedRequest(), absl::Milliseconds(300), &context).status.error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The backend saw the stop; the line is written once gRPC is done.
+  while (gated_->stopped < 1) absl::SleepFor(absl::Milliseconds(2));
+  std::string log;
+  while (log.find("expires-7") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(2));
+    sink->flush();
+    log = stream->str();
+  }
+  spdlog::set_default_logger(previous);
+  EXPECT_THAT(log, HasSubstr("deadline passed"));
+  EXPECT_THAT(log, Not(HasSubstr("cancelled")));
 }
 
 TEST_F(GatedServiceTest, ClientCancelStopsTheRunningWork) {
@@ -316,6 +346,9 @@ TEST_F(GatedServiceTest, BusyByteBudgetIsResourceExhaustedWithAHintAndOverBudget
   const Answer busy = Verify(GatedRequest(65536));
   EXPECT_EQ(busy.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(busy.status.error_message(), HasSubstr("retry later"));
+  // Not what the running request holds: another tenant's, perhaps.
+  EXPECT_THAT(busy.status.error_message(),
+              Not(HasSubstr(std::to_string(service_->inflight_bytes()))));
   EXPECT_FALSE(busy.pushback.empty());
   // 5 MiB on the wire needs more than the whole budget: permanent.
   const Answer over = Verify(GatedRequest(262144));

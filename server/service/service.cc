@@ -114,7 +114,13 @@ class LinearCall final : public grpc::ServerUnaryReactor {
         start_(absl::Now()),
         stop_(deadline) {}
 
-  void OnCancel() override { stop_.Cancel(StopSignal::Reason::kClientCancelled); }
+  void OnCancel() override {
+    // gRPC cancels a call whose deadline has passed too: that is the stop
+    // signal's own deadline (DEADLINE_EXCEEDED, and so logged), not the
+    // client cancelling.
+    if (absl::Now() >= context_deadline_) return;
+    stop_.Cancel(StopSignal::Reason::kClientCancelled);
+  }
 
   void OnDone() override {
     const absl::StatusCode delivered = Delivered();
@@ -132,6 +138,10 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     if (pushback_ms > 0) {
       context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(pushback_ms));
     }
+    // The tenant's concurrent place is free once the answer is handed to
+    // gRPC, not when it has been delivered: a client that sends its next
+    // request as soon as it has this answer is never refused for it.
+    quota_slot_ = RequestQuotas::Slot();
     Finish(ToGrpcStatus(status));
   }
 
@@ -222,7 +232,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   double elapsed_ms_ = 0;
   std::string tenant_;              // empty: the server has no tenants
   StoreView store_;                 // the tenant's namespace of the store
-  RequestQuotas::Slot quota_slot_;  // the tenant's concurrent place, until done
+  RequestQuotas::Slot quota_slot_;  // the tenant's concurrent place, until answered
 };
 
 namespace {
@@ -254,10 +264,12 @@ absl::Status Refusal(ByteBudget::Outcome o, int64_t bytes, const ByteBudget& bud
         what, " needs about ", bytes, " bytes of server memory, more than its limit of ",
         budget.limit(), " bytes for all requests in flight (--max-inflight-bytes)"));
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("server busy: ", what, " needs about ", bytes, " bytes of server memory and ",
-                   budget.in_use(), " of its ", budget.limit(),
-                   " bytes are held by requests in flight; retry later"));
+  // Not how much is held: on a server shared by tenants that would tell
+  // one tenant of another's requests (docs/operations.md, "What a tenant
+  // can learn").
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "server busy: ", what, " needs about ", bytes, " bytes of server memory, more than the ",
+      "requests in flight leave of its limit of ", budget.limit(), " bytes now; retry later"));
 }
 
 }  // namespace
@@ -455,6 +467,9 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
     call->FinishWith(absl::UnavailableError(absl::StrCat("server busy: ", options_.max_queue,
                                                          " requests already queued; retry later")),
                      RetryPushbackMs(static_cast<int64_t>(pool_.max_queue()) + 1));
+  } else if (pool_.queued() >= pool_.max_queue()) {
+    // Full now: readiness says so before the next request is refused.
+    NoteSaturation(true);
   }
   return call;
 }

@@ -106,10 +106,13 @@ void TensorStore::RemoveFiles(const std::vector<Digest>& removed) {
 }
 
 absl::Status TensorStore::NoRoom(const Digest& digest) const {
+  // Not how much is held: on a server shared by tenants that figure would
+  // tell one tenant of another's uploads and holdings (docs/operations.md,
+  // "What a tenant can learn").
   return absl::ResourceExhaustedError(absl::StrCat(
       digest.ToString(), ": ", digest.size, " bytes do not fit the store's budget of ",
-      options_.budget_bytes, " bytes: ", bytes_used_,
-      " are held, and those in use by requests or uploads cannot be evicted; retry later"));
+      options_.budget_bytes,
+      " bytes now: what it holds in use by requests or uploads cannot be evicted; retry later"));
 }
 
 TensorStore::Blob TensorStore::Insert(const Digest& digest, std::string bytes) {

@@ -23,6 +23,7 @@ using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using ::tensorcheck::internal::Bytes;
 using ::tensorcheck::internal::Store;
@@ -92,6 +93,23 @@ TEST(TensorStoreTest, LookupsByDigestCountHitsAndMisses) {
               ElementsAre(DigestOf(b)));
   EXPECT_EQ(store->stats().hits, 3);
   EXPECT_EQ(store->stats().misses, 2);
+}
+
+TEST(TensorStoreTest, AFullStoresRefusalDoesNotSayHowMuchItHolds) {
+  // The same refusal whether 1500 or 1900 bytes are held: the figure would
+  // tell a tenant of another's uploads and holdings.
+  std::vector<std::string> messages;
+  for (int held : {1500, 1900}) {
+    auto store = Store(2000);
+    const std::string a = Bytes(held, 1), c = Bytes(1000, 3);
+    auto pa = store->Put(DigestOf(a), a);
+    ASSERT_THAT(pa, IsOk());
+    absl::StatusOr<TensorStore::Blob> refused = store->Put(DigestOf(c), c);
+    ASSERT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(std::string(refused.status().message()), Not(HasSubstr(std::to_string(held))));
+    messages.emplace_back(refused.status().message());
+  }
+  EXPECT_EQ(messages[0], messages[1]);
 }
 
 TEST(TensorStoreTest, PinnedTensorsAreNeverEvictedAndAFullPinnedStoreRefuses) {

@@ -37,6 +37,7 @@ TENANTS = [
     {"name": "verify-only", "token_sha256": [sha("token-v")], "rights": ["verify"]},
     {"name": "limited", "token_sha256": [sha("token-l")],
      "quota": {"requests_per_minute": 30, "stored_bytes": 3 * MiB}},
+    {"name": "serial", "token_sha256": [sha("token-s")], "quota": {"concurrent_requests": 1}},
 ]
 
 
@@ -175,6 +176,16 @@ def test_a_tenant_cannot_watch_another_tenants_call(server):
         if still_running:
             return
     pytest.fail("every diagnosis ended before it could be watched")
+
+
+def test_one_concurrent_request_admits_a_sequential_client_every_time(server):
+    # Each call starts once the previous answer is in: never two at once.
+    # The place is freed when the answer is handed to gRPC; freed only when
+    # it had been delivered, 25-37% of such calls were refused.
+    x, w = small_layer(3)
+    with client(server, "token-s", max_retries=0) as c:
+        for _ in range(60):
+            assert c.verify_linear(x, w, configs=["cpu:fp32"]).passed
 
 
 def test_requests_per_minute_trip_with_a_retry_hint_and_recover(server):
