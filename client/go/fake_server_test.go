@@ -57,6 +57,9 @@ type fakeServer struct {
 type fakeStore struct {
 	// The store RPCs answer UNIMPLEMENTED, as a server without a store.
 	off bool
+	// FindMissingTensors answers UNIMPLEMENTED although the store is there
+	// (as a proxy, or a request the server could not read, could).
+	findUnimplemented bool
 	// StoreInfo.chunk_bytes in GetCapabilities; 0: MaxChunkBytes.
 	chunkBytes int64
 	blobs      map[string][]byte      // hash -> bytes
@@ -179,7 +182,7 @@ func (f *fakeServer) missingInFields(fields []namedField) *pb.MissingTensors {
 func (f *fakeServer) FindMissingTensors(ctx context.Context, req *pb.FindMissingTensorsRequest) (*pb.FindMissingTensorsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.store.off {
+	if f.store.off || f.store.findUnimplemented {
 		return nil, status.Error(codes.Unimplemented, "no tensor store")
 	}
 	f.store.finds++
@@ -441,8 +444,9 @@ func (f *fakeServer) GetCapabilities(ctx context.Context, _ *pb.GetCapabilitiesR
 			StorageDtypes: []pb.DType{pb.DType_DTYPE_FLOAT32},
 			Device:        &pb.DeviceInfo{Name: "host"},
 		}},
-		Limits: &pb.Limits{MaxConfigs: 16, MaxMessageBytes: f.maxMessageBytes()},
-		Store:  f.storeInfo(),
+		Limits:      &pb.Limits{MaxConfigs: 16, MaxMessageBytes: f.maxMessageBytes()},
+		Store:       f.storeInfo(),
+		TensorStore: f.storeInfo() != nil,
 	}, nil
 }
 

@@ -478,8 +478,9 @@ func (c *Client) sendThroughStore(ctx context.Context, fields []tensorField, msg
 	if len(large) > 0 {
 		toSend, err := c.findMissing(ctx, order)
 		switch {
-		case Code(err) == codes.Unimplemented:
-			// A server without a store: the large tensors stay inline.
+		case Code(err) == codes.Unimplemented && !c.hasStore(ctx):
+			// A server without a store, by its own capabilities: the large
+			// tensors stay inline.
 			for _, d := range digests {
 				blobs[d.Hash].inline = true
 			}
@@ -557,6 +558,19 @@ func ownBlobs(blobs map[string]*blob, missing *pb.MissingTensors) ([]*blob, bool
 // server's max_message_bytes (GetCapabilities; false when that fails) and
 // this client's own (WithMaxMessageBytes); when it does not, msg is not to
 // be sent.
+// hasStore reports whether the server's capabilities say it has a tensor
+// store: the only word taken for "no store" (an UNIMPLEMENTED alone may
+// come from a proxy, or from a request the server could not read). True
+// when the capabilities cannot be had, so that the error is returned.
+func (c *Client) hasStore(ctx context.Context) bool {
+	var caps *pb.GetCapabilitiesResponse
+	err := c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
+		caps, err = c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{}, opts...)
+		return err
+	})
+	return err != nil || caps.GetTensorStore()
+}
+
 func (c *Client) inlineFits(ctx context.Context, msg proto.Message, large []*pb.Tensor,
 	digests []*pb.TensorDigest, blobs map[string]*blob) bool {
 	var caps *pb.GetCapabilitiesResponse

@@ -292,6 +292,21 @@ func TestStoreUnimplementedFallsBackToInline(t *testing.T) {
 	}
 }
 
+func TestStoreUnimplementedFromAServerWithAStoreIsReturnedNotTakenForNoStore(t *testing.T) {
+	fake, c := startFake(t)
+	fake.resp = &pb.VerifyResponse{Verdict: pb.Verdict_VERDICT_PASS}
+	fake.mu.Lock()
+	fake.store.findUnimplemented = true
+	fake.mu.Unlock()
+	_, err := c.VerifyLinear(storeCtx(t), largeRequest())
+	if Code(err) != codes.Unimplemented {
+		t.Fatalf("got %v, want the Unimplemented of FindMissingTensors", err)
+	}
+	if fake.lastReq != nil {
+		t.Errorf("the request was sent inline although the server has a store")
+	}
+}
+
 // checkChunks checks that each stream's messages carry at most limit bytes
 // at consecutive offsets, the first naming the digest, and returns the
 // streams' first offsets.

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -387,6 +389,46 @@ TEST_F(GatedServiceTest, UnparseableBytesAreInvalidArgument) {
   }
   gated_->released = true;
   EXPECT_TRUE(Verify(valid).status.ok());
+}
+
+TEST_F(GatedServiceTest, UnparseableBytesAreInvalidArgumentOnEveryOtherMethodToo) {
+  // Not gRPC's bare UNIMPLEMENTED, which a client would read as "no such
+  // RPC" (or, from FindMissingTensors, as "no store").
+  Start(ServiceOptions{});
+  v1::FindMissingTensorsRequest find;
+  find.add_digests()->set_hash(std::string(64, 'a'));
+  std::string truncated = find.SerializeAsString();
+  truncated.resize(truncated.size() - 3);
+  const std::string corrupt("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);
+  grpc::GenericStub stub(channel_);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"GetCapabilities", "GetCapabilitiesRequest"},
+      {"GetProgress", "GetProgressRequest"},
+      {"FindMissingTensors", "FindMissingTensorsRequest"},
+      {"QueryUploadStatus", "QueryUploadStatusRequest"},
+      {"ReadTensor", "ReadTensorRequest"}};
+  for (const auto& [method, message] : cases) {
+    for (const std::string& bytes : {corrupt, truncated}) {
+      if (bytes == truncated && method != "FindMissingTensors") continue;
+      SCOPED_TRACE(method);
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer request(&slice, 1), response;
+      std::promise<grpc::Status> done;
+      stub.UnaryCall(&context, "/tensorcheck.v1.TensorCheck/" + method, grpc::StubOptions(),
+                     &request, &response, [&](grpc::Status s) { done.set_value(s); });
+      const grpc::Status s = done.get_future().get();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr("not a valid tensorcheck.v1." + message));
+    }
+  }
+  // And the server serves the well-formed.
+  grpc::ClientContext context;
+  v1::GetCapabilitiesResponse caps;
+  EXPECT_TRUE(v1::TensorCheck::NewStub(channel_)
+                  ->GetCapabilities(&context, v1::GetCapabilitiesRequest(), &caps)
+                  .ok());
 }
 
 }  // namespace

@@ -27,6 +27,27 @@ constexpr int64_t kTrimAfterBytes = int64_t{16} << 20;
 
 }  // namespace
 
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* request) {
+  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes its own
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream input(&reader);
+  input.SetTotalBytesLimit(INT32_MAX);
+  if (!request->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request: the ", bytes.Length(), " bytes received are not a valid ", request->GetTypeName(),
+        " (truncated or corrupt protobuf, or a string field that is not UTF-8)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  const grpc::Status s = grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
+      message, out, &own_buffer);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("response: ", s.error_message()));
+  return absl::OkStatus();
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
@@ -239,22 +260,6 @@ namespace {
 
 std::string ShapeOf(const v1::Tensor& t) {
   return ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
-}
-
-// The request's bytes as a VerifyRequest or CompareRequest;
-// INVALID_ARGUMENT when they are not one (truncated, corrupt, invalid
-// UTF-8 in a string field).
-absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* request) {
-  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader consumes its own
-  grpc::ProtoBufferReader reader(&copy);
-  google::protobuf::io::CodedInputStream input(&reader);
-  input.SetTotalBytesLimit(INT32_MAX);
-  if (!request->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request: the ", bytes.Length(), " bytes received are not a valid ", request->GetTypeName(),
-        " (truncated or corrupt protobuf, or a string field that is not UTF-8)"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Refusal(ByteBudget::Outcome o, int64_t bytes, const ByteBudget& budget,
@@ -652,31 +657,39 @@ absl::Status TensorCheckServiceImpl::StoreLargeOutputs(const StoreView& store,
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetCapabilities(
-    grpc::CallbackServerContext* context, const v1::GetCapabilitiesRequest*,
-    v1::GetCapabilitiesResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
   AttachRequestId(context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<Caller> caller = Authenticate(*context, std::nullopt, "GetCapabilities");
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
-    return reactor;
+  v1::GetCapabilitiesRequest request;
+  v1::GetCapabilitiesResponse response;
+  absl::Status status = caller.status();
+  if (status.ok()) status = ParseRequest(*request_bytes, &request);
+  if (status.ok()) {
+    FillCapabilities(&response, caller->tenant != nullptr ? &caller->store : nullptr);
+    status = SerializeResponse(response, response_bytes);
   }
-  FillCapabilities(response, caller->tenant != nullptr ? &caller->store : nullptr);
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetProgress(grpc::CallbackServerContext* context,
-                                                              const v1::GetProgressRequest* request,
-                                                              v1::GetProgressResponse* response) {
+                                                              const grpc::ByteBuffer* request_bytes,
+                                                              grpc::ByteBuffer* response_bytes) {
   AttachRequestId(context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<Caller> caller = Authenticate(*context, std::nullopt, "GetProgress");
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpcStatus(caller.status()));
+  v1::GetProgressRequest request;
+  absl::Status parsed = caller.status();
+  if (parsed.ok()) parsed = ParseRequest(*request_bytes, &request);
+  if (!parsed.ok()) {
+    reactor->Finish(ToGrpcStatus(parsed));
     return reactor;
   }
-  const std::string& id = request->request_id();
+  v1::GetProgressResponse progress;
+  v1::GetProgressResponse* response = &progress;
+  const std::string& id = request.request_id();
   if (!UsableRequestId(id)) {
     reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
         "request_id: 1 to ", kMaxRequestIdLength,
@@ -701,10 +714,11 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetProgress(grpc::CallbackServ
       break;
     }
   }
-  reactor->Finish(found ? grpc::Status::OK
-                        : ToGrpcStatus(absl::NotFoundError(absl::StrCat(
-                              "request_id: no Verify, Diagnose or Compare call of yours with id \"",
-                              id, "\" is in flight (not started, finished, or never sent)"))));
+  reactor->Finish(ToGrpcStatus(
+      found ? SerializeResponse(progress, response_bytes)
+            : absl::NotFoundError(absl::StrCat(
+                  "request_id: no Verify, Diagnose or Compare call of yours with id \"", id,
+                  "\" is in flight (not started, finished, or never sent)"))));
   return reactor;
 }
 

@@ -49,6 +49,14 @@
 
 namespace tensorcheck {
 
+// The request's bytes as `request` (a VerifyRequest, a ReadTensorRequest,
+// ...); INVALID_ARGUMENT naming the message when they are not one
+// (truncated, corrupt, invalid UTF-8 in a string field).
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, google::protobuf::Message* request);
+
+// `message` serialized into `out`; INTERNAL when it cannot be.
+absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
+
 // Maps an absl::Status to a grpc::Status once, at the boundary, bounding
 // the message length.
 grpc::Status ToGrpcStatus(const absl::Status& status);
@@ -136,12 +144,12 @@ class TensorCheckServiceImpl final
     : public v1::TensorCheck::WithRawCallbackMethod_Verify<
           v1::TensorCheck::WithRawCallbackMethod_Diagnose<
               v1::TensorCheck::WithRawCallbackMethod_Compare<
-                  v1::TensorCheck::WithCallbackMethod_GetCapabilities<
-                      v1::TensorCheck::WithCallbackMethod_GetProgress<
-                          v1::TensorCheck::WithCallbackMethod_FindMissingTensors<
+                  v1::TensorCheck::WithRawCallbackMethod_GetCapabilities<
+                      v1::TensorCheck::WithRawCallbackMethod_GetProgress<
+                          v1::TensorCheck::WithRawCallbackMethod_FindMissingTensors<
                               v1::TensorCheck::WithCallbackMethod_UploadTensor<
-                                  v1::TensorCheck::WithCallbackMethod_QueryUploadStatus<
-                                      v1::TensorCheck::WithCallbackMethod_ReadTensor<
+                                  v1::TensorCheck::WithRawCallbackMethod_QueryUploadStatus<
+                                      v1::TensorCheck::WithRawCallbackMethod_ReadTensor<
                                           v1::TensorCheck::Service>>>>>>>>> {
  public:
   // `engine` must outlive the service.
@@ -157,26 +165,30 @@ class TensorCheckServiceImpl final
   grpc::ServerUnaryReactor* Compare(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  // The unary and server-streaming methods take their request as received
+  // bytes, as Verify does: bytes that are not their message get
+  // INVALID_ARGUMENT with a reason (ParseRequest), not gRPC's bare
+  // UNIMPLEMENTED.
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext* context,
-                                            const v1::GetCapabilitiesRequest* request,
-                                            v1::GetCapabilitiesResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   // One of the caller's Verify, Diagnose or Compare calls in flight, by its
   // request id: its phase and counts (RequestProgress).
   grpc::ServerUnaryReactor* GetProgress(grpc::CallbackServerContext* context,
-                                        const v1::GetProgressRequest* request,
-                                        v1::GetProgressResponse* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
   // The store RPCs (store_calls.cc, docs/api.md).
   grpc::ServerUnaryReactor* FindMissingTensors(grpc::CallbackServerContext* context,
-                                               const v1::FindMissingTensorsRequest* request,
-                                               v1::FindMissingTensorsResponse* response) override;
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<v1::UploadTensorRequest>* UploadTensor(
       grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) override;
   grpc::ServerUnaryReactor* QueryUploadStatus(grpc::CallbackServerContext* context,
-                                              const v1::QueryUploadStatusRequest* request,
-                                              v1::QueryUploadStatusResponse* response) override;
-  grpc::ServerWriteReactor<v1::ReadTensorResponse>* ReadTensor(
-      grpc::CallbackServerContext* context, const v1::ReadTensorRequest* request) override;
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadTensor(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request) override;
 
   // Upload streams (store_calls.cc) register while they live, with the
   // time of their last message, so that idle ones can be cancelled.

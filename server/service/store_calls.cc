@@ -70,11 +70,14 @@ struct StoreCallRecord {
   }
 };
 
-// FinishUnary, counting the call and its response.
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      const absl::Status& status, const StoreCallRecord& record,
-                                      const google::protobuf::Message& response) {
-  record.Done(status.code(), status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+// FinishUnary, with `response` serialized into `out` when `status` is OK,
+// counting the call and its response.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, absl::Status status,
+                                      const StoreCallRecord& record,
+                                      const google::protobuf::Message& response,
+                                      grpc::ByteBuffer* out) {
+  if (status.ok()) status = SerializeResponse(response, out);
+  record.Done(status.code(), status.ok() ? static_cast<int64_t>(out->Length()) : 0);
   return FinishUnary(context, status);
 }
 
@@ -258,7 +261,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 };
 
 // One ReadTensor stream: the pinned blob's range, a chunk at a time.
-class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
+class ReadCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   ReadCall(TensorStore::Blob blob, int64_t begin, int64_t end, StoreCallRecord record)
       : blob_(std::move(blob)), pos_(begin), end_(end), record_(std::move(record)) {
@@ -290,12 +293,20 @@ class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
     message_.set_offset(pos_);
     message_.set_data(blob_->data() + pos_, static_cast<size_t>(n));
     pos_ += n;
-    StartWrite(&message_);
+    // Serialized here, as the typed stream would (the one copy of the chunk).
+    bytes_.Clear();
+    if (absl::Status s = SerializeResponse(message_, &bytes_); !s.ok()) {
+      code_ = s.code();
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    StartWrite(&bytes_);
   }
 
   TensorStore::Blob blob_;  // pinned until the stream ends
   int64_t pos_, end_;
   v1::ReadTensorResponse message_;
+  grpc::ByteBuffer bytes_;  // message_ serialized, being written
   const StoreCallRecord record_;
   absl::StatusCode code_ = absl::StatusCode::kOk;
   int64_t sent_ = 0;  // tensor bytes whose write completed
@@ -304,34 +315,41 @@ class ReadCall final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
 }  // namespace
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
-    grpc::CallbackServerContext* context, const v1::FindMissingTensorsRequest* request,
-    v1::FindMissingTensorsResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* out) {
   AttachRequestId(context);
   StoreCallRecord record{options_.metrics, "FindMissingTensors", absl::Now(),
-                         static_cast<int64_t>(request->ByteSizeLong())};
+                         static_cast<int64_t>(request_bytes->Length())};
+  v1::FindMissingTensorsResponse answer;
+  v1::FindMissingTensorsResponse* response = &answer;
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
-  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response, out);
   record.tenant = caller->name();
-  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
+  v1::FindMissingTensorsRequest parsed;
+  const v1::FindMissingTensorsRequest* request = &parsed;
+  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
+    return FinishUnary(context, s, record, *response, out);
+  }
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response, out);
   if (request->digests_size() > kMaxDigestsPerCall) {
     return FinishUnary(context,
                        absl::InvalidArgumentError(
                            absl::StrCat("digests: at most ", kMaxDigestsPerCall,
                                         " per call expected, got ", request->digests_size())),
-                       record, *response);
+                       record, *response, out);
   }
   std::vector<Digest> digests;
   digests.reserve(static_cast<size_t>(request->digests_size()));
   for (int i = 0; i < request->digests_size(); ++i) {
     absl::StatusOr<Digest> d =
         DigestFromProto(request->digests(i), absl::StrCat("digests[", i, "]"));
-    if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
+    if (!d.ok()) return FinishUnary(context, d.status(), record, *response, out);
     digests.push_back(*std::move(d));
   }
   for (const Digest& d : caller->store.FindMissing(digests)) {
     DigestToProto(d, response->add_missing_digests());
   }
-  return FinishUnary(context, absl::OkStatus(), record, *response);
+  return FinishUnary(context, absl::OkStatus(), record, *response, out);
 }
 
 grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
@@ -354,26 +372,33 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
 }
 
 grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(
-    grpc::CallbackServerContext* context, const v1::QueryUploadStatusRequest* request,
-    v1::QueryUploadStatusResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* out) {
   AttachRequestId(context);
   StoreCallRecord record{options_.metrics, "QueryUploadStatus", absl::Now(),
-                         static_cast<int64_t>(request->ByteSizeLong())};
+                         static_cast<int64_t>(request_bytes->Length())};
+  v1::QueryUploadStatusResponse answer;
+  v1::QueryUploadStatusResponse* response = &answer;
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
-  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response, out);
   record.tenant = caller->name();
-  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response);
+  v1::QueryUploadStatusRequest parsed;
+  const v1::QueryUploadStatusRequest* request = &parsed;
+  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
+    return FinishUnary(context, s, record, *response, out);
+  }
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response, out);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
-  if (!d.ok()) return FinishUnary(context, d.status(), record, *response);
+  if (!d.ok()) return FinishUnary(context, d.status(), record, *response, out);
   const TensorStore::UploadStatus s = caller->store.QueryUpload(*d, request->upload_id());
   response->set_committed_size(s.committed);
   response->set_complete(s.complete);
-  return FinishUnary(context, absl::OkStatus(), record, *response);
+  return FinishUnary(context, absl::OkStatus(), record, *response, out);
 }
 
-grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTensor(
-    grpc::CallbackServerContext* context, const v1::ReadTensorRequest* request) {
-  class Refuse final : public grpc::ServerWriteReactor<v1::ReadTensorResponse> {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::ReadTensor(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes) {
+  class Refuse final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
    public:
     Refuse(const absl::Status& s, const StoreCallRecord& record) {
       record.Done(s.code(), 0);
@@ -383,10 +408,15 @@ grpc::ServerWriteReactor<v1::ReadTensorResponse>* TensorCheckServiceImpl::ReadTe
   };
   AttachRequestId(context);
   StoreCallRecord record{options_.metrics, "ReadTensor", absl::Now(),
-                         static_cast<int64_t>(request->ByteSizeLong())};
+                         static_cast<int64_t>(request_bytes->Length())};
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
   if (!caller.ok()) return new Refuse(caller.status(), record);
   record.tenant = caller->name();
+  v1::ReadTensorRequest parsed;
+  const v1::ReadTensorRequest* request = &parsed;
+  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
+    return new Refuse(s, record);
+  }
   if (options_.store == nullptr) return new Refuse(NoStore(), record);
   absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
   if (!d.ok()) return new Refuse(d.status(), record);

@@ -219,6 +219,9 @@ class FakeStore(pb_grpc.TensorCheckServicer):
         self.max_message_bytes = 256 * MiB
         # Verify returns op.input as the reference output.
         self.return_input = False
+        # FindMissingTensors answers UNIMPLEMENTED although the store is
+        # there (as a proxy, or a garbled request, could).
+        self.find_missing_unimplemented = False
 
     def _log(self, name: str) -> None:
         with self.lock:
@@ -235,8 +238,8 @@ class FakeStore(pb_grpc.TensorCheckServicer):
 
     def FindMissingTensors(self, request, context):
         self._log("FindMissingTensors")
-        if not self.has_store:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no store")
+        if not self.has_store or self.find_missing_unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no store" if not self.has_store else "")
         return pb.FindMissingTensorsResponse(
             missing_digests=[d for d in request.digests if d.hash not in self.blobs]
         )
@@ -414,7 +417,27 @@ def test_a_server_without_store_gets_tensors_inline(fake):
         client.verify_linear(x, w)  # remembered: not asked again
         with pytest.raises(tensorcheck.UnimplementedError):
             client.upload(w)
-    assert store.calls == ["FindMissingTensors", "Verify", "Verify", "FindMissingTensors"]
+    # The capabilities, not the UNIMPLEMENTED, said "no store".
+    assert store.calls == [
+        "FindMissingTensors",
+        "GetCapabilities",
+        "Verify",
+        "Verify",
+        "FindMissingTensors",
+    ]
+
+
+def test_an_unimplemented_from_a_server_with_a_store_is_raised_not_taken_for_no_store(fake):
+    # E.g. a proxy, or a request the server could not read: the server's
+    # capabilities say it has a store, so the client does not go inline.
+    store, target = fake
+    store.find_missing_unimplemented = True
+    x, w = _layer(2, 1024, 1024)
+    with tensorcheck.Client(target, timeout=60) as client:
+        with pytest.raises(tensorcheck.UnimplementedError):
+            client.verify_linear(x, w)
+        assert not client._store_absent
+    assert store.calls == ["FindMissingTensors", "GetCapabilities"]
 
 
 def test_chunks_offsets_and_upload_ids(fake):

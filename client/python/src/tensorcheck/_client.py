@@ -494,8 +494,9 @@ class Client:
 
     The tensor store: tensors above 1 MiB travel by digest through the
     server's store (see the module docstring and docs/api.md); a server
-    without one (FindMissingTensors UNIMPLEMENTED) is remembered, and this
-    client sends it everything inline from then on. A call's `timeout`
+    without one (FindMissingTensors UNIMPLEMENTED, and its capabilities
+    saying `tensor_store` false) is remembered, and this client sends it
+    everything inline from then on. A call's `timeout`
     covers its hashing, uploads, the request and the reads of returned
     outputs together.
 
@@ -576,7 +577,7 @@ class Client:
         self._digests = DigestMemo()
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
-        # FindMissingTensors answered UNIMPLEMENTED: no store, send inline.
+        # The server's capabilities said it has no store: send inline.
         self._store_absent = False
         # StoreInfo.chunk_bytes once known (capabilities()).
         self._chunk_bytes: Optional[int] = None
@@ -1336,7 +1337,17 @@ class Client:
             try:
                 missing = self._find_missing(list(unique.values()), deadline)
             except UnimplementedError:
-                # No store on this server: inline, now and from now on.
+                # Only the server's own word, its capabilities, says it has
+                # no store: then inline, now and from now on. Any other
+                # UNIMPLEMENTED (a proxy, a broken request) is raised.
+                caps = self._unary(
+                    "GetCapabilities",
+                    pb.GetCapabilitiesRequest(),
+                    deadline,
+                    pb.GetCapabilitiesResponse,
+                )
+                if caps.tensor_store:
+                    raise
                 self._store_absent = True
             else:
                 self._upload_refs(
