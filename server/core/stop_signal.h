@@ -29,6 +29,7 @@ class StopSignal {
     kNone,
     kClientCancelled,  // the client cancelled, or its connection went away
     kShutdown,         // the server is draining and the grace period ended
+    kDeadline,         // gRPC cancelled the call at (or just before) its deadline
   };
 
   // Stops only when cancelled.

@@ -22,6 +22,14 @@ TEST(StopSignalTest, NeverStopsUntilCancelled) {
   EXPECT_TRUE(IsStopStatus(stop.Check()));
 }
 
+TEST(StopSignalTest, ACancelAtTheDeadlineIsDeadlineExceeded) {
+  StopSignal stop;
+  stop.Cancel(StopSignal::Reason::kDeadline);
+  EXPECT_EQ(stop.Check().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(stop.Check().message().find("deadline passed"), absl::string_view::npos);
+  EXPECT_TRUE(IsStopStatus(stop.Check()));
+}
+
 TEST(StopSignalTest, FirstReasonIsKept) {
   StopSignal stop;
   stop.Cancel(StopSignal::Reason::kShutdown);

@@ -24,6 +24,8 @@ namespace {
 constexpr size_t kMaxStatusMessage = 2048;
 // Requests that held at least this much trim the heap when they end last.
 constexpr int64_t kTrimAfterBytes = int64_t{16} << 20;
+// A cancel this close to the call's deadline is taken for the deadline.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
 
 }  // namespace
 
@@ -136,11 +138,14 @@ class LinearCall final : public grpc::ServerUnaryReactor {
         stop_(deadline) {}
 
   void OnCancel() override {
-    // gRPC cancels a call whose deadline has passed too: that is the stop
-    // signal's own deadline (DEADLINE_EXCEEDED, and so logged), not the
-    // client cancelling.
-    if (absl::Now() >= context_deadline_) return;
-    stop_.Cancel(StopSignal::Reason::kClientCancelled);
+    // gRPC cancels a call whose deadline passes too, and the client's
+    // stack cancels it a little before the server's clock gets there (the
+    // server counts from when the call arrived): a cancel that close to
+    // the deadline is the deadline (DEADLINE_EXCEEDED, and so logged), not
+    // the client cancelling.
+    const bool at_deadline = absl::Now() + kDeadlineSlack >= context_deadline_;
+    stop_.Cancel(at_deadline ? StopSignal::Reason::kDeadline
+                             : StopSignal::Reason::kClientCancelled);
   }
 
   void OnDone() override {
