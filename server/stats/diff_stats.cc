@@ -81,21 +81,6 @@ absl::StatusOr<std::vector<NegligiblePart>> InChunks(int64_t total, const Compar
   return parts;
 }
 
-// ulp.h's UlpDistance of two floats in fp32, without branches: the bits as
-// ordered integers (negative values mirrored, so +0 and -0 coincide), and
-// NaN kUlpInfinite from a number, 0 from NaN.
-uint64_t Fp32Distance(float a, float e) {
-  const auto ordered = [](float v) {
-    const uint32_t b = FloatBits(v);
-    const auto m = static_cast<int64_t>(b & 0x7fffffffu);
-    return (b >> 31) != 0 ? -m : m;
-  };
-  const int64_t diff = ordered(a) - ordered(e);
-  const auto d = static_cast<uint64_t>(diff < 0 ? -diff : diff);
-  const bool nan_a = std::isnan(a), nan_e = std::isnan(e);
-  return (nan_a | nan_e) ? ((nan_a & nan_e) ? 0 : kUlpInfinite) : d;
-}
-
 // The two passes of FindNegligible over `total` pairs read by
 // get_actual(i) and get_expected(i) (values in double), with ULP distances
 // from ulp(a, e): one for the largest finite |e|, one over the pairs with a
@@ -159,14 +144,17 @@ absl::Status FindNegligible(const Tensor& actual, const Tensor& expected, const 
   const int64_t total = actual.numel();
   if (actual.dtype() == DType::kFloat32 && expected.dtype() == DType::kFloat32 &&
       o.compared_dtype == DType::kFloat32) {
-    // fp32 read in place, the distance from the bits (ulp.h's rule).
+    // fp32 read in place, the distance from the bits by the shared rule
+    // (element_rules.h), without rounding through UlpDistance's double.
     const float* pa = actual.data<float>();
     const float* pe = expected.data<float>();
+    const rules::BitLayout fp32 = rules::LayoutOf(rules::ElemType::kF32);
     return NegligiblePasses(
         total, [pa](int64_t i) { return static_cast<double>(pa[i]); },
         [pe](int64_t i) { return static_cast<double>(pe[i]); },
-        [](double a, double e) {
-          return Fp32Distance(static_cast<float>(a), static_cast<float>(e));
+        [&fp32](double a, double e) {
+          return rules::DistanceFromBits(FloatBits(static_cast<float>(a)),
+                                         FloatBits(static_cast<float>(e)), fp32);
         },
         o, threads, s);
   }
