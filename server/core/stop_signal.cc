@@ -20,11 +20,10 @@ absl::Status StopSignal::Check() const {
       s = absl::CancelledError(
           "the server is shutting down and the request did not finish within the grace period");
       break;
-    case Reason::kDeadline:
-      s = absl::DeadlineExceededError("the request's deadline passed before it finished");
-      break;
     case Reason::kNone:
       if (deadline_ == absl::InfiniteFuture() || absl::Now() < deadline_) return absl::OkStatus();
+      [[fallthrough]];
+    case Reason::kDeadline:
       s = absl::DeadlineExceededError("the request's deadline passed before it finished");
       break;
   }

@@ -570,14 +570,9 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   return Serialize(response, call);
 }
 
-template <typename Response>
-absl::Status TensorCheckServiceImpl::Serialize(const Response& response, LinearCall* call) const {
-  bool own_buffer = false;
-  const grpc::Status serialized = grpc::GenericSerialize<grpc::ProtoBufferWriter, Response>(
-      response, call->response_, &own_buffer);
-  if (!serialized.ok()) {
-    return absl::InternalError(absl::StrCat("response: ", serialized.error_message()));
-  }
+absl::Status TensorCheckServiceImpl::Serialize(const google::protobuf::Message& response,
+                                               LinearCall* call) const {
+  TC_RETURN_IF_ERROR(SerializeResponse(response, call->response_));
   const int64_t size = static_cast<int64_t>(call->response_->Length());
   if (size > engine_->options().limits.max_message_bytes) {
     call->response_->Clear();
@@ -692,8 +687,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetProgress(grpc::CallbackServ
     reactor->Finish(ToGrpcStatus(parsed));
     return reactor;
   }
-  v1::GetProgressResponse progress;
-  v1::GetProgressResponse* response = &progress;
+  v1::GetProgressResponse response;
   const std::string& id = request.request_id();
   if (!UsableRequestId(id)) {
     reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
@@ -710,17 +704,17 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::GetProgress(grpc::CallbackServ
       // Another tenant's call is not this caller's to watch.
       if (call->request_id_ != id || call->tenant_ != caller->name()) continue;
       const RequestProgress::Snapshot now = call->progress_.Get();
-      response->set_method(std::string(call->method()));
-      response->set_phase(now.phase.empty() ? "queued" : now.phase);
-      response->set_done(now.done);
-      response->set_total(now.total);
-      response->set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - call->start_));
+      response.set_method(std::string(call->method()));
+      response.set_phase(now.phase.empty() ? "queued" : now.phase);
+      response.set_done(now.done);
+      response.set_total(now.total);
+      response.set_elapsed_seconds(absl::ToDoubleSeconds(absl::Now() - call->start_));
       found = true;
       break;
     }
   }
   reactor->Finish(ToGrpcStatus(
-      found ? SerializeResponse(progress, response_bytes)
+      found ? SerializeResponse(response, response_bytes)
             : absl::NotFoundError(absl::StrCat(
                   "request_id: no Verify, Diagnose or Compare call of yours with id \"", id,
                   "\" is in flight (not started, finished, or never sent)"))));

@@ -242,8 +242,7 @@ class TensorCheckServiceImpl final
                               bool* retry_later);
   // Serialises `response` into the call's buffer; RESOURCE_EXHAUSTED over
   // the message limit.
-  template <typename Response>
-  absl::Status Serialize(const Response& response, LinearCall* call) const;
+  absl::Status Serialize(const google::protobuf::Message& response, LinearCall* call) const;
   // How long a refused client should wait before retrying: until about
   // `requests_ahead` more requests have finished (100 ms to 30 s).
   int64_t RetryPushbackMs(int64_t requests_ahead) const;

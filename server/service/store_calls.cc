@@ -320,36 +320,34 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
   AttachRequestId(context);
   StoreCallRecord record{options_.metrics, "FindMissingTensors", absl::Now(),
                          static_cast<int64_t>(request_bytes->Length())};
-  v1::FindMissingTensorsResponse answer;
-  v1::FindMissingTensorsResponse* response = &answer;
+  v1::FindMissingTensorsResponse response;
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
-  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response, out);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, response, out);
   record.tenant = caller->name();
-  v1::FindMissingTensorsRequest parsed;
-  const v1::FindMissingTensorsRequest* request = &parsed;
-  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
-    return FinishUnary(context, s, record, *response, out);
+  v1::FindMissingTensorsRequest request;
+  if (absl::Status s = ParseRequest(*request_bytes, &request); !s.ok()) {
+    return FinishUnary(context, s, record, response, out);
   }
-  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response, out);
-  if (request->digests_size() > kMaxDigestsPerCall) {
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, response, out);
+  if (request.digests_size() > kMaxDigestsPerCall) {
     return FinishUnary(context,
                        absl::InvalidArgumentError(
                            absl::StrCat("digests: at most ", kMaxDigestsPerCall,
-                                        " per call expected, got ", request->digests_size())),
-                       record, *response, out);
+                                        " per call expected, got ", request.digests_size())),
+                       record, response, out);
   }
   std::vector<Digest> digests;
-  digests.reserve(static_cast<size_t>(request->digests_size()));
-  for (int i = 0; i < request->digests_size(); ++i) {
+  digests.reserve(static_cast<size_t>(request.digests_size()));
+  for (int i = 0; i < request.digests_size(); ++i) {
     absl::StatusOr<Digest> d =
-        DigestFromProto(request->digests(i), absl::StrCat("digests[", i, "]"));
-    if (!d.ok()) return FinishUnary(context, d.status(), record, *response, out);
+        DigestFromProto(request.digests(i), absl::StrCat("digests[", i, "]"));
+    if (!d.ok()) return FinishUnary(context, d.status(), record, response, out);
     digests.push_back(*std::move(d));
   }
   for (const Digest& d : caller->store.FindMissing(digests)) {
-    DigestToProto(d, response->add_missing_digests());
+    DigestToProto(d, response.add_missing_digests());
   }
-  return FinishUnary(context, absl::OkStatus(), record, *response, out);
+  return FinishUnary(context, absl::OkStatus(), record, response, out);
 }
 
 grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
@@ -377,23 +375,21 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::QueryUploadStatus(
   AttachRequestId(context);
   StoreCallRecord record{options_.metrics, "QueryUploadStatus", absl::Now(),
                          static_cast<int64_t>(request_bytes->Length())};
-  v1::QueryUploadStatusResponse answer;
-  v1::QueryUploadStatusResponse* response = &answer;
+  v1::QueryUploadStatusResponse response;
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
-  if (!caller.ok()) return FinishUnary(context, caller.status(), record, *response, out);
+  if (!caller.ok()) return FinishUnary(context, caller.status(), record, response, out);
   record.tenant = caller->name();
-  v1::QueryUploadStatusRequest parsed;
-  const v1::QueryUploadStatusRequest* request = &parsed;
-  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
-    return FinishUnary(context, s, record, *response, out);
+  v1::QueryUploadStatusRequest request;
+  if (absl::Status s = ParseRequest(*request_bytes, &request); !s.ok()) {
+    return FinishUnary(context, s, record, response, out);
   }
-  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, *response, out);
-  absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
-  if (!d.ok()) return FinishUnary(context, d.status(), record, *response, out);
-  const TensorStore::UploadStatus s = caller->store.QueryUpload(*d, request->upload_id());
-  response->set_committed_size(s.committed);
-  response->set_complete(s.complete);
-  return FinishUnary(context, absl::OkStatus(), record, *response, out);
+  if (options_.store == nullptr) return FinishUnary(context, NoStore(), record, response, out);
+  absl::StatusOr<Digest> d = DigestFromProto(request.digest(), "digest");
+  if (!d.ok()) return FinishUnary(context, d.status(), record, response, out);
+  const TensorStore::UploadStatus s = caller->store.QueryUpload(*d, request.upload_id());
+  response.set_committed_size(s.committed);
+  response.set_complete(s.complete);
+  return FinishUnary(context, absl::OkStatus(), record, response, out);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::ReadTensor(
@@ -412,25 +408,24 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::ReadTensor(
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, record.method);
   if (!caller.ok()) return new Refuse(caller.status(), record);
   record.tenant = caller->name();
-  v1::ReadTensorRequest parsed;
-  const v1::ReadTensorRequest* request = &parsed;
-  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok()) {
+  v1::ReadTensorRequest request;
+  if (absl::Status s = ParseRequest(*request_bytes, &request); !s.ok()) {
     return new Refuse(s, record);
   }
   if (options_.store == nullptr) return new Refuse(NoStore(), record);
-  absl::StatusOr<Digest> d = DigestFromProto(request->digest(), "digest");
+  absl::StatusOr<Digest> d = DigestFromProto(request.digest(), "digest");
   if (!d.ok()) return new Refuse(d.status(), record);
-  if (request->limit() < 0) {
+  if (request.limit() < 0) {
     return new Refuse(
-        InvalidFieldError("limit", "0 (to the end) or more bytes", absl::StrCat(request->limit())),
+        InvalidFieldError("limit", "0 (to the end) or more bytes", absl::StrCat(request.limit())),
         record);
   }
   const int64_t size = d->size;
-  const int64_t begin = request->offset();
-  const int64_t end = request->limit() == 0 ? size : begin + request->limit();
-  if (begin < 0 || begin > size || request->limit() > size || end > size) {
+  const int64_t begin = request.offset();
+  const int64_t end = request.limit() == 0 ? size : begin + request.limit();
+  if (begin < 0 || begin > size || request.limit() > size || end > size) {
     return new Refuse(
-        absl::OutOfRangeError(absl::StrCat("offset ", begin, ", limit ", request->limit(),
+        absl::OutOfRangeError(absl::StrCat("offset ", begin, ", limit ", request.limit(),
                                            ": outside the ", size, " bytes of ", d->ToString())),
         record);
   }
