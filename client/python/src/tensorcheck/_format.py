@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Protocol, Union
 
 if TYPE_CHECKING:
-    from ._report import Defect, DefectGroup, Diagnosis, RankedCandidate, Report, Stats
+    from ._report import (
+        Defect,
+        DefectGroup,
+        Diagnosis,
+        NegligibleElements,
+        RankedCandidate,
+        Report,
+        Stats,
+    )
 
 __all__ = [
     "format_share",
@@ -77,14 +85,27 @@ def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
     return "<0.000001%" if percent < 50 else ">99.999999%"
 
 
-def ulp_cell(stats: Stats) -> str:
-    """The headline ULP figure for a table cell or a summary line: "5", or
-    "5 (2 near 0)" when the server left two differing elements near zero
-    out of it (Stats.negligible)."""
-    figure = "inf" if stats.headline_max_ulp == math.inf else str(stats.headline_max_ulp)
-    if stats.negligible is None:
-        return figure
-    return f"{figure} ({stats.negligible.differing} near 0)"
+class _UlpFigures(Protocol):
+    """What ulp_cell reads: Stats, and a model's LayerCheck."""
+
+    @property
+    def max_ulp(self) -> Union[int, float, None]: ...
+
+    @property
+    def negligible(self) -> Optional[NegligibleElements]: ...
+
+
+def ulp_cell(c: _UlpFigures) -> str:
+    """The headline ULP figure of a comparison for a table cell or a
+    summary line: "5", or "5 (2 near 0)" when the server left two differing
+    elements near zero out of it (`negligible`); "-" without a figure."""
+
+    def text(v: Union[int, float, None]) -> str:
+        return "-" if v is None else "inf" if v == math.inf else str(int(v))
+
+    if c.negligible is None:
+        return text(c.max_ulp)
+    return f"{text(c.negligible.significant_max_ulp)} ({c.negligible.differing} near 0)"
 
 
 def _fmt_index(index: Sequence[int]) -> str:

@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 
 import numpy as np
 
-from ._format import cap_lines, format_share
+from ._format import cap_lines, format_share, ulp_cell
 
 if TYPE_CHECKING:
     from ._model import LayerCheck, ModelComparison, ModelReport
@@ -39,15 +39,6 @@ def _ulp(v: Union[int, float, None]) -> str:
     if v is None:
         return "-"
     return "inf" if v == math.inf else str(int(v))
-
-
-def _layer_ulp(layer: LayerCheck) -> str:
-    """The layer's headline ULP figure: "5", or "5 (2 near 0)" when the
-    server left two differing elements near zero out of it."""
-    n = layer.negligible
-    if n is None:
-        return _ulp(layer.max_ulp)
-    return f"{_ulp(n.significant_max_ulp)} ({n.differing} near 0)"
 
 
 def _shape(s: tuple[int, ...]) -> str:
@@ -174,7 +165,7 @@ def format_summary(report: ModelReport) -> str:
             _best(layer),
             _status(layer),
             _num(layer.max_abs),
-            _layer_ulp(layer),
+            ulp_cell(layer),
             _num(layer.bound_ratio),
             _where(layer),
         ]
@@ -315,7 +306,7 @@ def write_junit(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None
         detail = (
             f"{_shape(layer.input_shape)} x {_shape(layer.weight_shape)} {layer.dtype}; "
             f"best {_best(layer)}; "
-            f"max_abs {_num(layer.max_abs)}, max_ulp {_layer_ulp(layer)}, "
+            f"max_abs {_num(layer.max_abs)}, max_ulp {ulp_cell(layer)}, "
             f"bound_ratio {_num(layer.bound_ratio)}"
         )
         if layer.status == "failed":
@@ -618,7 +609,7 @@ def _layer_section(
         f"({layer.weight_layout}), {layer.dtype}. "
         f"Best: <code>{html.escape(_best(layer, full=True))}</code>. "
         f'max_abs <span class="num">{_num(layer.max_abs)}</span>, '
-        f'max_ulp <span class="num">{_layer_ulp(layer)}</span>, '
+        f'max_ulp <span class="num">{ulp_cell(layer)}</span>, '
         f'bound_ratio <span class="num">{_num(layer.bound_ratio)}</span>, '
         f"differences at {html.escape(_where(layer))}.</p>",
     ]
@@ -655,7 +646,7 @@ def write_html(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
             f"<tr{' class=first' if layer is first else ''}><td>{i}</td>"
             f'<td><a href="#layer-{i}"><code>{html.escape(layer.label)}</code></a></td>'
             f"<td>{html.escape(_best(layer))}</td><td>{html.escape(_status(layer))}</td>"
-            f'<td class="num">{_num(layer.max_abs)}</td><td class="num">{_layer_ulp(layer)}</td>'
+            f'<td class="num">{_num(layer.max_abs)}</td><td class="num">{ulp_cell(layer)}</td>'
             f'<td class="num">{_num(layer.bound_ratio)}</td></tr>'
         )
     verdict = (
