@@ -563,12 +563,8 @@ func ownBlobs(blobs map[string]*blob, missing *pb.MissingTensors) ([]*blob, bool
 // come from a proxy, or from a request the server could not read). True
 // when the capabilities cannot be had, so that the error is returned.
 func (c *Client) hasStore(ctx context.Context) bool {
-	var caps *pb.GetCapabilitiesResponse
-	err := c.invoke(ctx, func(ctx context.Context, opts ...grpc.CallOption) (err error) {
-		caps, err = c.stub.GetCapabilities(ctx, &pb.GetCapabilitiesRequest{}, opts...)
-		return err
-	})
-	return err != nil || caps.GetTensorStore()
+	caps, err := c.Capabilities(ctx)
+	return err != nil || caps.TensorStore
 }
 
 func (c *Client) inlineFits(ctx context.Context, msg proto.Message, large []*pb.Tensor,
