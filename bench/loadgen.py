@@ -28,6 +28,13 @@ Request classes of the mixed phase (weights: --mix):
   cancel    a large request the client cancels after a random delay
             (--cancel-after, seconds);
   deadline  a large request with a short deadline (--deadline, seconds).
+With --big-requests N, a first phase sends N Verify requests of about
+--big-request-mib MiB each (almost all of it the weight) at once; a request
+refused with a retry hint is sent again after the hint, until it passes or
+--big-seconds run out. The phase reports the server's peak RSS (VmHWM) over
+idle right after it: the arithmetic of --max-inflight-bytes, receive
+buffers included (docs/operations.md). --requests 0 or --cancel-requests 0
+skips the mixed or the cancellation phase.
 The cancellation phase sends --cancel-requests "long" requests at once
 (Diagnose over every candidate on the large shape), cancelling half after
 --cancel-after and giving the other half a --deadline, then measures the
@@ -373,6 +380,9 @@ class Settings:
     quiet_seconds: float
     settle_seconds: float
     seed: int
+    big_requests: int = 0
+    big_request_bytes: int = 0
+    big_seconds: float = 120.0
 
 
 async def _small_ok(stub: Methods, workload: Workload, timeout: float = 60.0) -> Outcome:
@@ -484,6 +494,61 @@ async def mixed_phase(stub: Methods, workload: Workload, s: Settings, rng: rando
     return outcomes, summary
 
 
+def big_request(megabytes: float, seed: int) -> bytes:
+    """A serialized fp32 Verify over cpu:fp32 of about `megabytes` MiB,
+    almost all of it the weight (8 x 4096 -> N): cheap to compute, large
+    to receive."""
+    k = 4096
+    n = max(1, int(megabytes * MiB) // (4 * k))
+    rng = np.random.default_rng(seed)
+    return _linear_request(rng, (8, k, n), "fp32", ["cpu:fp32"]).SerializeToString()
+
+
+async def big_phase(stub: Methods, request: bytes, s: Settings, pid: Optional[int]) -> Any:
+    """--big-requests clients send one large request each, at once; a
+    refusal with a retry hint is retried after it until --big-seconds."""
+    start = time.monotonic()
+    end = start + s.big_seconds
+    attempts = 0
+    refused: list[Outcome] = []
+
+    async def client() -> Outcome:
+        nonlocal attempts
+        while True:
+            attempts += 1
+            left = max(0.001, end - time.monotonic())
+            o = await send(stub, "Verify", request, "big", min(s.request_timeout, left))
+            if o.code not in _REFUSALS or o.pushback_ms is None:
+                return o
+            refused.append(o)
+            if time.monotonic() + o.pushback_ms / 1e3 >= end:
+                return o
+            await asyncio.sleep(o.pushback_ms / 1e3)
+
+    outcomes = list(await asyncio.gather(*(client() for _ in range(s.big_requests))))
+    summary = summarize(outcomes)
+    summary.update(
+        {
+            "requests": len(outcomes),
+            "request_bytes": len(request),
+            "attempts": attempts,
+            "refusals_retried": dict(Counter(o.code for o in refused)),
+            "wall_seconds": round(time.monotonic() - start, 3),
+        }
+    )
+    mem = _memory(pid)
+    if mem is not None:
+        summary["hwm_bytes"] = mem["VmHWM"]
+    return outcomes, summary
+
+
+def _skipped_phase() -> dict[str, Any]:
+    summary = summarize([])
+    summary.update({"requests": 0, "wall_seconds": 0.0, "throughput_rps": 0.0, "ok_rps": 0.0})
+    summary["cancelled_or_expired"] = 0
+    return summary
+
+
 async def settle(pid: int, idle_rate: float, max_seconds: float) -> tuple[float, bool]:
     """Waits until the server's CPU rate over 0.5 s is back near idle (work
     left over from the mixed phase would count against the cancellation
@@ -581,6 +646,7 @@ async def run(server: Server, workload: Workload, s: Settings) -> dict[str, Any]
             "cancel_requests": s.cancel_requests,
             "quiet_seconds": s.quiet_seconds,
             "seed": s.seed,
+            "big_requests": s.big_requests,
         },
         "workload": {
             "small_request_bytes": len(workload.small_fp32),
@@ -601,25 +667,43 @@ async def run(server: Server, workload: Workload, s: Settings) -> dict[str, Any]
             idle_rate = await _cpu_rate(pid, s.quiet_seconds)
             memory["idle_cpu_rate"] = round(idle_rate, 4)
 
-        lag = LoopLag()
-        lag.start()
-        mixed, report["mixed"] = await mixed_phase(stub, workload, s, rng)
-        lag.stop()
-        report["mixed"]["loadgen_max_loop_lag_ms"] = _ms(lag.worst)
+        big: list[Outcome] = []
+        if s.big_requests:
+            request = big_request(s.big_request_bytes / MiB, s.seed)
+            big, report["big_phase"] = await big_phase(stub, request, s, pid)
+            if "hwm_bytes" in report["big_phase"] and "idle_rss_bytes" in memory:
+                report["big_phase"]["hwm_over_idle_bytes"] = (
+                    report["big_phase"]["hwm_bytes"] - memory["idle_rss_bytes"]
+                )
+            del request
+
+        mixed: list[Outcome] = []
+        if s.requests:
+            lag = LoopLag()
+            lag.start()
+            mixed, report["mixed"] = await mixed_phase(stub, workload, s, rng)
+            lag.stop()
+            report["mixed"]["loadgen_max_loop_lag_ms"] = _ms(lag.worst)
+        else:
+            report["mixed"] = _skipped_phase()
         mem = _memory(pid)
         if mem is not None:
             memory["after_load_rss_bytes"] = mem["VmRSS"]
 
         cancel_summary: dict[str, Any] = {}
-        if pid is not None:
-            waited, settled = await settle(pid, idle_rate or 0.0, s.settle_seconds)
-            cancel_summary.update({"settle_seconds": round(waited, 3), "settled": settled})
-        lag = LoopLag()
-        lag.start()
-        cancelled, phase = await cancel_phase(stub, workload, s, rng, pid, idle_rate)
-        lag.stop()
-        cancel_summary.update(phase)
-        cancel_summary["loadgen_max_loop_lag_ms"] = _ms(lag.worst)
+        cancelled: list[Outcome] = []
+        if s.cancel_requests:
+            if pid is not None:
+                waited, settled = await settle(pid, idle_rate or 0.0, s.settle_seconds)
+                cancel_summary.update({"settle_seconds": round(waited, 3), "settled": settled})
+            lag = LoopLag()
+            lag.start()
+            cancelled, phase = await cancel_phase(stub, workload, s, rng, pid, idle_rate)
+            lag.stop()
+            cancel_summary.update(phase)
+            cancel_summary["loadgen_max_loop_lag_ms"] = _ms(lag.worst)
+        else:
+            cancel_summary = _skipped_phase()
         report["cancel_phase"] = cancel_summary
 
         report.update(await answer_after(stub, workload, s.refusal_pause))
@@ -629,7 +713,7 @@ async def run(server: Server, workload: Workload, s: Settings) -> dict[str, Any]
             memory["hwm_bytes"] = mem["VmHWM"]
             memory["hwm_over_idle_bytes"] = mem["VmHWM"] - memory["idle_rss_bytes"]
         report["memory"] = memory or None
-        report["codes"] = dict(Counter(o.code for o in mixed + cancelled))
+        report["codes"] = dict(Counter(o.code for o in big + mixed + cancelled))
         report["server_alive"] = server.alive()
     return report
 
@@ -650,15 +734,27 @@ def format_report(r: dict[str, Any]) -> str:
         f"tensorcheck loadgen: server pid {srv['pid']} at {srv['address']}, "
         f"{st['clients']} clients, up to {st['requests']} requests in {st['seconds']:g} s"
     )
+    b = r.get("big_phase")
+    if b:
+        lines.append(
+            f"big phase: {b['requests']} requests of {_mib(b['request_bytes'])} at once, "
+            f"{b['attempts']} attempts in {b['wall_seconds']:.1f} s: "
+            + ", ".join(f"{c} {n}" for c, n in sorted(b["codes"].items()))
+            + f"; peak (VmHWM) {_mib(b.get('hwm_bytes'))} "
+            f"({_mib(b.get('hwm_over_idle_bytes'))} over idle)"
+        )
     m = r["mixed"]
     lines.append(
         f"mixed phase: {m['requests']} requests in {m['wall_seconds']:.1f} s: "
         f"{m['throughput_rps']:.1f} req/s ({m['ok_rps']:.1f} OK req/s)"
     )
-    codes = sorted({c for v in m["by_class"].values() for c in v["codes"]})
+    codes = sorted(
+        {c for v in m["by_class"].values() for c in v["codes"]} | set((b or {}).get("codes", {}))
+    )
     head = f"  {'class':<14}{'n':>4}  " + "".join(f"{c[:12]:>13}" for c in codes)
     lines.append(head + f"{'p50 ms':>9}{'p99 ms':>9}{'OK p50':>9}{'OK p99':>9}")
-    for cls, v in list(m["by_class"].items()) + list(r["cancel_phase"]["by_class"].items()):
+    classes = list((b or {}).get("by_class", {}).items()) + list(m["by_class"].items())
+    for cls, v in classes + list(r["cancel_phase"]["by_class"].items()):
         cells = "".join(f"{v['codes'].get(c, 0):>13}" for c in codes)
         extra = {c: n for c, n in v["codes"].items() if c not in codes}
         lines.append(
@@ -852,15 +948,37 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="most time to wait for the server to go quiet before the "
         "cancellation phase (default 30)",
     )
+    g.add_argument(
+        "--big-requests",
+        type=int,
+        default=0,
+        help="a first phase of this many large Verify requests at once (default 0: none)",
+    )
+    g.add_argument(
+        "--big-request-mib",
+        type=float,
+        default=200.0,
+        help="size of each big request, in MiB (default 200)",
+    )
+    g.add_argument(
+        "--big-seconds",
+        type=float,
+        default=120.0,
+        help="the big phase retries refusals with a hint until this (default 120)",
+    )
     g.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write the report as JSON to this file")
     args = p.parse_args(argv)
     if args.address and args.server_arg:
         p.error("--server-arg applies to a server this program starts, not to --address")
-    for name in ("clients", "requests"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    for name in ("seconds", "quiet_seconds", "request_timeout"):
+    if args.clients < 1:
+        p.error("--clients must be at least 1")
+    for name in ("requests", "big_requests"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be 0 or more")
+    if args.cancel_requests is not None and args.cancel_requests < 0:
+        p.error("--cancel-requests must be 0 or more")
+    for name in ("seconds", "quiet_seconds", "request_timeout", "big_request_mib", "big_seconds"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     try:
@@ -889,6 +1007,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         quiet_seconds=args.quiet_seconds,
         settle_seconds=args.settle_seconds,
         seed=args.seed,
+        big_requests=args.big_requests,
+        big_request_bytes=int(args.big_request_mib * MiB),
+        big_seconds=args.big_seconds,
     )
     workload = Workload.build(args.small, args.large, args.seed)
     if args.address:

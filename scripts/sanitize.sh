@@ -5,8 +5,9 @@
 #         C++ test (ctest) except the full-size diagnoses, then the e2e and
 #         Python suites against the sanitized server and CLI.
 #   tsan  build-tsan, ThreadSanitizer: the concurrency tests (the service
-#         and its worker pool on a live server, the tensor store's uploads
-#         and their threads, the statistics Executor,
+#         and its worker pool on a live server, draining streams, the
+#         tensor store's uploads and first reads after a restart, the idle
+#         trim, the metrics endpoint's loop, the statistics Executor,
 #         concurrent and multi-threaded statistics, the CPU backend's
 #         threads, the stop signal).
 #
@@ -87,7 +88,7 @@ run_asan() {
 # and shutdown with a gated backend), the worker pool, the statistics
 # executor, the stop signal, cancellation through the engine, and the
 # multi-threaded statistics and CPU backend.
-TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest|ServiceFatalErrorTest|ByteBudgetTest|GatedServiceTest|CancellationTest|TensorStoreTest|TensorStoreUploadTest|StoreCallsTest)\.'
+TSAN_TESTS='^(ExecutorTest|StopSignalTest|ServiceTest|ServiceFatalErrorTest|ByteBudgetTest|GatedServiceTest|CancellationTest|TensorStoreTest|TensorStoreUploadTest|StoreCallsTest|StoreDrainTest|RestartTest|IdleTrimTest|MetricsEndpointTest)\.'
 TSAN_TESTS+='|^CompareTest\.(Concurrent|Multithreaded|RowsSplitAcrossThreads)'
 TSAN_TESTS+='|^ErrorModelTest\.PerElementPassesAreBitwiseTheSameOnAnyExecutor$'
 TSAN_TESTS+='|^CpuBackendTest\.Fp16AccSplitsLargeProblemsAcrossThreadsBitwise$'

@@ -29,10 +29,11 @@ double ProcessCpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// The bound the cancellation contract promises on the CPU backend: about
-// 100 ms of work after the cancel, here summed over both cores of a CI host
-// (OpenBLAS and the statistics pool run two threads), with margin for the
-// allocator returning the request's memory.
+// The bound the cancellation contract promises on the CPU backend
+// (architecture.md, "Admission and cancellation"): at most the GEMM tile
+// in progress, 2^33 multiply-adds, about 0.2 s of CPU at 45 GMAC/s a core
+// however many cores share it, and a statistics chunk: under 0.3 s of
+// process CPU (all threads) after the cancel.
 // Instrumented statistics run several times slower under a sanitizer
 // (scripts/sanitize.sh): the bound scales with them.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -40,7 +41,7 @@ constexpr double kSanitizerSlowdown = 10;
 #else
 constexpr double kSanitizerSlowdown = 1;
 #endif
-constexpr double kMaxCpuSecondsAfterStop = 0.5 * kSanitizerSlowdown;
+constexpr double kMaxCpuSecondsAfterStop = 0.3 * kSanitizerSlowdown;
 
 class CancellationTest : public ::testing::Test {
  protected:

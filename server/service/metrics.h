@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace prometheus {
 class Collectable;
@@ -42,9 +43,6 @@ struct MetricFamily;
 template <typename T>
 class Family;
 }  // namespace prometheus
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace tensorcheck {
 
@@ -85,6 +83,14 @@ struct ServiceGauges {
   int64_t gpu_cache_hits = 0;
   int64_t gpu_cache_misses = 0;
   int64_t gpu_cache_evictions = 0;
+  // Credential files (docs/operations.md, "Rotating tokens and
+  // certificates"): contents refused by a reload (each distinct one once),
+  // and whether the files hold refused contents now (what is in force is
+  // then older than the files).
+  int64_t tls_sets_refused = 0;
+  bool tls_refusing = false;
+  int64_t tokens_files_refused = 0;
+  bool tokens_refusing = false;
 };
 
 class ServiceMetrics {
@@ -124,27 +130,69 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Counter>* sent_bytes_;
 };
 
+// What the metrics endpoint allows one connection, and how many it keeps
+// (docs/operations.md, "Metrics"). The defaults suit Prometheus, which
+// sends a request of a few hundred bytes at once and reads the answer at
+// once.
+struct MetricsEndpointOptions {
+  // A connection with no request under way (just opened, or between two
+  // requests on a kept-alive connection) is closed after this long.
+  absl::Duration idle_timeout = absl::Seconds(5);
+  // From a request's first byte to the last byte of its answer sent: a
+  // request whose header is still arriving then, or whose answer is not
+  // taken, is dropped with its connection.
+  absl::Duration request_timeout = absl::Seconds(10);
+  // Connections open at once. A new one beyond it closes the open one
+  // that has waited longest for an answer (idle, or its request still
+  // incomplete): a scrape, whose request arrives whole and is answered at
+  // once, still gets in.
+  int max_connections = 64;
+  // The longest request header; a longer one is answered 431 and closed.
+  int max_request_bytes = 8 << 10;
+};
+
 // The HTTP endpoint: GET /metrics answers `metrics` in Prometheus' text
 // format (prometheus-cpp's TextSerializer) while this lives, on its own
-// threads. Served by cpp-httplib rather than prometheus-cpp's Exposer: the
+// thread. Served by cpp-httplib rather than prometheus-cpp's Exposer: the
 // Exposer's civetweb starts its threads with a fixed 40 KiB stack, too
 // small for the static TLS of a process linked with cuBLASLt (92 KiB), so
 // on a CUDA build it could not start at all.
+//
+// Slow clients cannot starve a scrape. cpp-httplib's own loop hands each
+// connection to one of 8 worker threads until the connection ends, and
+// its read timeout is per read: 8 clients sending a byte every few
+// seconds held every worker for ever. Here one thread polls every
+// connection without blocking and buffers what arrives; only a complete
+// request header goes to cpp-httplib (its request parsing and routing),
+// which answers it from that buffer into another, at once; the same
+// thread then sends the answer as the socket takes it. A slow or silent
+// client costs a buffer and a socket, never a thread, and each is bounded
+// by MetricsEndpointOptions: idle and request timeouts, a header size and
+// a number of connections (beyond it the longest waiting is closed). A
+// request body is not waited for: bytes not yet received with the header
+// read as its end (the endpoint answers GET).
 class MetricsEndpoint {
  public:
   // `address` is "HOST:PORT" (port 0: a free one); UNAVAILABLE when it
-  // cannot be bound. `metrics` must outlive the endpoint.
-  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,
-                                                                ServiceMetrics* metrics);
+  // cannot be bound, INVALID_ARGUMENT for a malformed address or options.
+  // `metrics` must outlive the endpoint.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
+      const std::string& address, ServiceMetrics* metrics,
+      const MetricsEndpointOptions& options = MetricsEndpointOptions());
   ~MetricsEndpoint();
 
   // The port bound.
   int port() const { return port_; }
 
  private:
+  // cpp-httplib's server (request parsing, routing, the answer) and the
+  // polling loop that feeds it; metrics.cc.
+  class Http;
+
   MetricsEndpoint() = default;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;  // runs http_'s accept loop
+  std::unique_ptr<Http> http_;
+  int wake_fd_ = -1;    // an eventfd: the destructor's "stop" to the loop
+  std::thread thread_;  // runs the loop
   int port_ = 0;
 };
 

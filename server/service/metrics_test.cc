@@ -1,6 +1,7 @@
 // The metrics as a scrape sees them: the text exposition parsed back into
 // samples, after recording calls whose counts, bucket placements and sums
-// are worked out by hand here.
+// are worked out by hand here. Then the endpoint over HTTP, with slow,
+// silent and too many clients (metrics.h, docs/operations.md "Metrics").
 #include "server/service/metrics.h"
 
 #include <arpa/inet.h>
@@ -10,14 +11,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -245,25 +251,100 @@ TEST(ServiceMetricsTest, GaugesAreReadWhenScraped) {
   EXPECT_EQ(reads, 3);
 }
 
-// An HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole answer.
-std::string HttpGet(int port, const std::string& path) {
+// A TCP connection to 127.0.0.1:`port` whose reads give up after
+// `read_timeout` (the test's own guard against a hang); -1 when refused.
+int Connect(int port, absl::Duration read_timeout = absl::Seconds(60)) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv = absl::ToTimeval(read_timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
-  EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  return fd;
+}
+
+bool SendAll(int fd, absl::string_view bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// Everything `fd` receives until the server closes it, or until a read
+// gives up (the socket's SO_RCVTIMEO); `closed` says which.
+std::string ReadToEnd(int fd, bool* closed = nullptr) {
   std::string answer;
   char buffer[4096];
   ssize_t n;
   while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, static_cast<size_t>(n));
+  if (closed != nullptr) *closed = n == 0 || (n < 0 && errno == ECONNRESET);
+  return answer;
+}
+
+// Whether the server has closed `fd` (a read now would not block).
+bool ClosedByServer(int fd) {
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// An HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole answer, or
+// what came before the client gave up waiting (`client_timeout`).
+std::string HttpGet(int port, const std::string& path,
+                    absl::Duration client_timeout = absl::Seconds(60)) {
+  const int fd = Connect(port, client_timeout);
+  if (fd < 0) return "";
+  EXPECT_TRUE(SendAll(fd, absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n")));
+  std::string answer = ReadToEnd(fd);
   close(fd);
   return answer;
+}
+
+// Connections that send the start of a request and then one more byte of
+// a header every `every`, never finishing it: a slowloris. Each byte
+// comes well within cpp-httplib's default read timeout (5 s), which
+// alone never ends such a connection.
+class SlowClients {
+ public:
+  SlowClients(int port, int count, absl::Duration every) {
+    for (int i = 0; i < count; ++i) {
+      const int fd = Connect(port);
+      EXPECT_GE(fd, 0);
+      EXPECT_TRUE(SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: tensorcheck\r\nX-Slow: "));
+      fds_.push_back(fd);
+    }
+    trickle_ = std::thread([this, every] {
+      absl::MutexLock lock(&mu_);
+      while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), every)) {
+        for (int fd : fds_) SendAll(fd, "a");  // fails once the server closed it
+      }
+    });
+  }
+  ~SlowClients() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    trickle_.join();
+    for (int fd : fds_) close(fd);
+  }
+  const std::vector<int>& fds() const { return fds_; }
+
+ private:
+  std::vector<int> fds_;
+  absl::Mutex mu_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread trickle_;
+};
+
+std::unique_ptr<MetricsEndpoint> StartEndpoint(ServiceMetrics* metrics,
+                                               const MetricsEndpointOptions& options) {
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+      MetricsEndpoint::Start("127.0.0.1:0", metrics, options);
+  EXPECT_THAT(started, IsOk());
+  return started.ok() ? *std::move(started) : nullptr;
 }
 
 TEST(MetricsEndpointTest, ServesTheTextOverHttp) {
@@ -297,6 +378,128 @@ TEST(MetricsEndpointTest, APortInUseIsUnavailable) {
   ASSERT_THAT(first, IsOk());
   EXPECT_THAT(MetricsEndpoint::Start(absl::StrCat("127.0.0.1:", (*first)->port()), &metrics),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot serve metrics")));
+}
+
+TEST(MetricsEndpointTest, AScrapeIsAnsweredWhileSlowClientsHoldConnections) {
+  ServiceMetrics metrics;
+  metrics.Record(Call("Verify", "", absl::StatusCode::kOk, 0.1));
+  // Timeouts far away: the scrape must get through because slow clients
+  // hold no thread, not because they were cut off.
+  MetricsEndpointOptions options;
+  options.idle_timeout = absl::Minutes(10);
+  options.request_timeout = absl::Minutes(10);
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, options);
+  ASSERT_NE(endpoint, nullptr);
+  SlowClients slow(endpoint->port(), 32, absl::Seconds(1));
+  for (int i = 0; i < 3; ++i) {
+    // Starved, this would wait for ever: the client's own timeout ends it.
+    const std::string answer = HttpGet(endpoint->port(), "/metrics", absl::Seconds(60));
+    ASSERT_THAT(answer, HasSubstr("200 OK")) << "scrape " << i;
+    EXPECT_THAT(answer, HasSubstr("tensorcheck_requests_total")) << "scrape " << i;
+  }
+  for (int fd : slow.fds()) EXPECT_FALSE(ClosedByServer(fd)) << "the slow clients are held";
+}
+
+TEST(MetricsEndpointTest, AnIncompleteRequestIsClosedAtItsDeadline) {
+  ServiceMetrics metrics;
+  MetricsEndpointOptions options;
+  options.request_timeout = absl::Seconds(1);
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, options);
+  ASSERT_NE(endpoint, nullptr);
+  // A byte every 100 ms: no single read waits long, the whole header
+  // never ends. The read's guard is 60 times the deadline.
+  SlowClients slow(endpoint->port(), 1, absl::Milliseconds(100));
+  bool closed = false;
+  ReadToEnd(slow.fds()[0], &closed);
+  EXPECT_TRUE(closed) << "still open after 60 s";
+}
+
+TEST(MetricsEndpointTest, ASilentConnectionIsClosedWhenIdle) {
+  ServiceMetrics metrics;
+  MetricsEndpointOptions options;
+  options.idle_timeout = absl::Seconds(1);
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, options);
+  ASSERT_NE(endpoint, nullptr);
+  const int fd = Connect(endpoint->port());
+  ASSERT_GE(fd, 0);
+  bool closed = false;
+  EXPECT_EQ(ReadToEnd(fd, &closed), "");
+  EXPECT_TRUE(closed) << "still open after 60 s";
+  close(fd);
+}
+
+TEST(MetricsEndpointTest, PastTheConnectionCapTheLongestWaitingIsClosed) {
+  ServiceMetrics metrics;
+  MetricsEndpointOptions options;
+  options.max_connections = 4;
+  options.idle_timeout = absl::Minutes(10);
+  options.request_timeout = absl::Minutes(10);
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, options);
+  ASSERT_NE(endpoint, nullptr);
+  SlowClients slow(endpoint->port(), 4, absl::Seconds(1));
+  // The scrape is the fifth connection: the first slow one, waiting
+  // longest, makes room.
+  EXPECT_THAT(HttpGet(endpoint->port(), "/metrics"), HasSubstr("200 OK"));
+  bool closed = false;
+  ReadToEnd(slow.fds()[0], &closed);
+  EXPECT_TRUE(closed) << "the first slow client still open after 60 s";
+  for (size_t i = 1; i < slow.fds().size(); ++i) {
+    EXPECT_FALSE(ClosedByServer(slow.fds()[i])) << "slow client " << i;
+  }
+}
+
+TEST(MetricsEndpointTest, AKeptAliveConnectionIsAnsweredRequestAfterRequest) {
+  ServiceMetrics metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, MetricsEndpointOptions());
+  ASSERT_NE(endpoint, nullptr);
+  const int fd = Connect(endpoint->port());
+  ASSERT_GE(fd, 0);
+  // Two requests in one write (pipelined), a third after the first
+  // answers; the last one asks to close.
+  ASSERT_TRUE(SendAll(fd,
+                      "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+                      "GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n"));
+  std::string answers;
+  char buffer[4096];
+  while (answers.find("404 Not Found") == std::string::npos) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    ASSERT_GT(n, 0) << answers;
+    answers.append(buffer, static_cast<size_t>(n));
+  }
+  ASSERT_TRUE(SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+  bool closed = false;
+  answers += ReadToEnd(fd, &closed);
+  EXPECT_TRUE(closed);
+  close(fd);
+  const std::vector<std::string> statuses = absl::StrSplit(answers, "HTTP/1.1 ");
+  ASSERT_EQ(statuses.size(), 4u) << answers;  // before the first, and three answers
+  EXPECT_THAT(statuses[1], ::testing::StartsWith("200 OK"));
+  EXPECT_THAT(statuses[2], ::testing::StartsWith("404 Not Found"));
+  EXPECT_THAT(statuses[3], ::testing::StartsWith("200 OK"));
+}
+
+TEST(MetricsEndpointTest, AnOversizedHeaderIsRefused) {
+  ServiceMetrics metrics;
+  MetricsEndpointOptions options;
+  options.max_request_bytes = 1024;
+  std::unique_ptr<MetricsEndpoint> endpoint = StartEndpoint(&metrics, options);
+  ASSERT_NE(endpoint, nullptr);
+  const int fd = Connect(endpoint->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(
+      SendAll(fd, absl::StrCat("GET /metrics HTTP/1.1\r\nX-Big: ", std::string(2000, 'a'))));
+  bool closed = false;
+  EXPECT_THAT(ReadToEnd(fd, &closed), HasSubstr("431"));
+  EXPECT_TRUE(closed);
+  close(fd);
+}
+
+TEST(MetricsEndpointTest, BadOptionsAreInvalidArgument) {
+  ServiceMetrics metrics;
+  MetricsEndpointOptions options;
+  options.max_connections = 0;
+  EXPECT_THAT(MetricsEndpoint::Start("127.0.0.1:0", &metrics, options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_connections")));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "grpcpp/resource_quota.h"
 #include "server/backends/device_session.h"
 #include "server/core/status_macros.h"
+#include "server/service/idle_trim.h"
 #include "server/service/logging.h"
 #include "server/service/reflection.h"
 
@@ -111,6 +112,7 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
 
   auto server = std::unique_ptr<TensorCheckServer>(new TensorCheckServer());
   server->options_ = options;
+  ServeLargeBlocksFromTheirOwnMappings();  // memory back at once (idle_trim.h)
   // --cpu-threads -1 (the default): OpenBLAS runs each GEMM on the calling
   // worker alone when several workers run requests side by side. Its own
   // threads would otherwise take every core for one request's GEMM and
@@ -155,12 +157,12 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     if (!options.store_dir.empty()) {
       TC_ASSIGN_OR_RETURN(dir, StoreDir::Open(options.store_dir));
     }
-    std::vector<StoreDir::Dropped> dropped;
-    TC_ASSIGN_OR_RETURN(server->store_,
-                        TensorStore::Create(store_options, std::move(dir), &dropped));
-    for (const StoreDir::Dropped& d : dropped) {
+    // At start (evicted, misnamed, wrong size) and at a tensor's first
+    // use (corrupt) alike.
+    store_options.on_dropped = [](const StoreDir::Dropped& d) {
       LogEvent(spdlog::level::warn, "store file dropped", {{"path", d.path}, {"reason", d.reason}});
-    }
+    };
+    TC_ASSIGN_OR_RETURN(server->store_, TensorStore::Create(store_options, std::move(dir)));
     const TensorStore::Stats st = server->store_->stats();
     LogEvent(spdlog::level::info, "tensor store",
              {{"budget_bytes", store_options.budget_bytes},
@@ -230,10 +232,11 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   if (options.tls.enabled()) {
     // Checked here: gRPC's watcher would only log a bad file, and every
     // handshake would then fail.
-    TC_ASSIGN_OR_RETURN(const std::string about, CheckTlsFiles(options.tls));
+    TC_ASSIGN_OR_RETURN(server->tls_, ServedTls::Start(options.tls));
     LogEvent(spdlog::level::info, "TLS",
-             {{"files", about}, {"client_certificates", !options.tls.client_ca.empty()}});
-    credentials = TlsServerCredentials(options.tls, options.credentials_reload);
+             {{"files", server->tls_->about()},
+              {"client_certificates", !options.tls.client_ca.empty()}});
+    credentials = server->tls_->Credentials(options.credentials_reload);
   }
   builder.AddListeningPort(address, credentials, &server->port_);
   // gRPC sets SO_REUSEPORT by default: a second server on a taken port
@@ -242,8 +245,11 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
-  // Messages being received count against one memory quota: gRPC stops
-  // reading from connections rather than buffering past it.
+  // Messages being received count against one memory quota. In gRPC 1.51
+  // it is soft: past it gRPC cancels streams being received (RST_STREAM,
+  // RESOURCE_EXHAUSTED without a retry hint) rather than pausing reads, so
+  // it bounds receive buffers only roughly, on top of the in-flight budget
+  // (docs/operations.md, --max-inflight-bytes).
   grpc::ResourceQuota quota("tensorcheck");
   if (options.max_inflight_bytes > 0) {
     quota.Resize(
@@ -295,6 +301,36 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
                                     &server->health_port_);
     health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // A probe connects, asks once and goes, so connections here are kept
+    // short (docs/operations.md, "Probes and shutdown"): closed when idle for
+    // max_connection_idle or 30 s, the shorter; closed when they have not
+    // spoken HTTP/2 (sent SETTINGS) within that or 10 s, the shorter;
+    // pinged as on the API port; at most 4 calls at once on one (a Watch
+    // holds one for ever), ended by a 5-minute age (+10 s grace); 4 KiB
+    // messages. gRPC 1.51 has no cap on connections, and the health
+    // service runs on callbacks, not on the threads SetMaxThreads bounds.
+    absl::Duration health_idle = absl::Seconds(30);
+    if (options.max_connection_idle > absl::ZeroDuration()) {
+      health_idle = std::min(health_idle, options.max_connection_idle);
+    }
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, millis(health_idle));
+    health_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                      millis(std::min(health_idle, absl::Seconds(10))));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, millis(absl::Minutes(5)));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                      millis(absl::Seconds(10)));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
+    health_builder.SetMaxReceiveMessageSize(4 << 10);
+    if (options.keepalive_time > absl::ZeroDuration()) {
+      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options.keepalive_time));
+      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                                        millis(options.keepalive_timeout));
+    }
+    if (options.min_client_ping_interval > absl::ZeroDuration()) {
+      health_builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                                        millis(options.min_client_ping_interval));
+      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    }
     server->health_server_ = health_builder.BuildAndStart();
     if (server->health_server_ == nullptr || server->health_port_ == 0) {
       return CannotListen(options.host, options.health_port, "the health port");
@@ -305,7 +341,8 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     s->GetHealthCheckService()->SetServingStatus("", true);
     s->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   }
-  if (server->tokens_ != nullptr && options.credentials_reload > absl::ZeroDuration()) {
+  if ((server->tokens_ != nullptr || server->tls_ != nullptr) &&
+      options.credentials_reload > absl::ZeroDuration()) {
     // A Kubernetes Secret update swaps the mounted file; a poll sees it
     // whatever the way it was replaced.
     server->reloader_ = std::thread([raw, every = options.credentials_reload] {
@@ -332,14 +369,15 @@ TensorCheckServer::~TensorCheckServer() {
 }
 
 void TensorCheckServer::ReloadCredentials() {
-  if (options_.tls.enabled()) {
-    absl::StatusOr<std::string> about = CheckTlsFiles(options_.tls);
-    if (about.ok()) {
-      LogEvent(spdlog::level::info, "TLS files checked, served within the reload interval",
-               {{"files", *about}});
-    } else {
-      LogEvent(spdlog::level::err, "TLS files unusable, the ones in force stay",
-               {{"error", std::string(about.status().message())}});
+  if (tls_ != nullptr) {
+    const ServedTls::ReloadResult r = tls_->Reload();
+    if (r.outcome == ServedTls::Outcome::kReplaced) {
+      LogEvent(spdlog::level::info, "TLS files reloaded, served from the next handshake",
+               {{"files", r.about}});
+    } else if (r.outcome == ServedTls::Outcome::kRefused && r.new_error) {
+      // Once per refused set, not once per poll.
+      LogEvent(spdlog::level::err, "TLS files refused, the set in force stays",
+               {{"error", std::string(r.error.message())}});
     }
   }
   if (tokens_ == nullptr) return;
@@ -352,6 +390,7 @@ void TensorCheckServer::ReloadCredentials() {
       LogEvent(spdlog::level::err, "tokens file not reloaded, the tokens in force stay",
                {{"error", std::string(s.message())}});
       last_reload_error_ = s.ToString();
+      ++tokens_files_refused_;
     }
     return;
   }
@@ -385,6 +424,15 @@ ServiceGauges TensorCheckServer::ReadGauges() const {
     g.store_hits = st.hits;
     g.store_misses = st.misses;
     g.store_evictions = st.evictions;
+  }
+  if (tls_ != nullptr) {
+    g.tls_sets_refused = tls_->refused_sets();
+    g.tls_refusing = tls_->refusing();
+  }
+  if (tokens_ != nullptr) {
+    std::lock_guard<std::mutex> lock(reload_error_mu_);
+    g.tokens_files_refused = tokens_files_refused_;
+    g.tokens_refusing = !last_reload_error_.empty();
   }
   // Backends on one device share it: each device counts once.
   std::set<const ComputeDevice*> devices;

@@ -108,9 +108,11 @@ class TensorCheckServer {
   // Null when metrics are off.
   ServiceMetrics* metrics() const { return metrics_.get(); }
 
-  // Reads the tokens file again now (SIGHUP), and checks the TLS files
-  // (gRPC's watcher serves new ones within credentials_reload); a file
-  // that does not parse keeps what is in force, and the error is logged.
+  // Reads the tokens file and the TLS files again now (SIGHUP; the poll
+  // calls it every credentials_reload). A new TLS set that passes the
+  // check is served from the next handshake; a tokens file that does not
+  // parse, or a TLS set that fails the check (tls.h), keeps what is in
+  // force, and the error is logged and counted in the metrics.
   void ReloadCredentials();
   // The health-only port actually bound; 0 when off.
   int health_port() const { return health_port_; }
@@ -148,13 +150,17 @@ class TensorCheckServer {
   std::unique_ptr<TensorStore> store_;
   // Null without --tokens-file; outlives the service.
   std::unique_ptr<TokensFile> tokens_;
+  // The TLS set in force (null without TLS); outlives server_, whose
+  // credentials read its files.
+  std::unique_ptr<ServedTls> tls_;
   // Polls the credential files for changes until Shutdown.
   std::thread reloader_;
   std::mutex reload_mu_;
   std::condition_variable reload_cv_;
   bool reload_stop_ = false;  // guarded by reload_mu_
-  std::mutex reload_error_mu_;
-  std::string last_reload_error_;  // guarded by reload_error_mu_
+  mutable std::mutex reload_error_mu_;
+  std::string last_reload_error_;     // guarded by reload_error_mu_; "": the file is in force
+  int64_t tokens_files_refused_ = 0;  // guarded by reload_error_mu_
   // Outlives the service, which records calls in it.
   std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<TensorCheckServiceImpl> service_;

@@ -1,7 +1,5 @@
 #include "server/service/service.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,8 +20,6 @@ namespace tensorcheck {
 namespace {
 
 constexpr size_t kMaxStatusMessage = 2048;
-// Requests that held at least this much trim the heap when they end last.
-constexpr int64_t kTrimAfterBytes = int64_t{16} << 20;
 // A cancel this close to the call's deadline is taken for the deadline.
 constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
 
@@ -289,6 +285,9 @@ TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOpti
       options_(std::move(options)),
       budget_(options_.max_inflight_bytes),
       pool_(options_.workers, options_.max_queue) {
+  if (options_.trim_when_idle > absl::ZeroDuration()) {
+    idle_trim_ = std::make_unique<IdleTrim>(IdleTrim::Options{options_.trim_when_idle, nullptr});
+  }
   if (options_.store != nullptr) {
     tenant_store_ = std::make_unique<TenantStore>(options_.store);
     sweeper_ = std::thread([this] { SweepUploads(); });
@@ -304,24 +303,35 @@ TensorCheckServiceImpl::~TensorCheckServiceImpl() {
   if (sweeper_.joinable()) sweeper_.join();
 }
 
-void TensorCheckServiceImpl::WatchUpload(const void* key, grpc::CallbackServerContext* context,
+void TensorCheckServiceImpl::WatchStream(const void* key, grpc::CallbackServerContext* context,
                                          const std::atomic<int64_t>* last_activity_ns) {
-  std::lock_guard<std::mutex> lock(uploads_mu_);
-  uploads_[key] = UploadWatch{context, last_activity_ns, false};
+  if (idle_trim_ != nullptr) idle_trim_->CallStarted();
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_[key] = StreamWatch{context, last_activity_ns, false};
+  streams_open_.store(static_cast<int>(streams_.size()));
 }
 
-void TensorCheckServiceImpl::UnwatchUpload(const void* key) {
-  std::lock_guard<std::mutex> lock(uploads_mu_);
-  uploads_.erase(key);
+void TensorCheckServiceImpl::UnwatchStream(const void* key) {
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.erase(key);
+    streams_open_.store(static_cast<int>(streams_.size()));
+  }
+  // Taken and released so that WaitForIdle, between reading the count and
+  // waiting, cannot miss this notification.
+  { std::lock_guard<std::mutex> lock(calls_mu_); }
+  idle_cv_.notify_all();
+  if (idle_trim_ != nullptr) idle_trim_->CallEnded();
 }
 
 int TensorCheckServiceImpl::CancelIdleUploads(absl::Time now) {
   const int64_t limit_ns = absl::ToInt64Nanoseconds(options_.upload_idle);
   const int64_t now_ns = absl::ToUnixNanos(now);
   int cancelled = 0;
-  std::lock_guard<std::mutex> lock(uploads_mu_);
-  for (auto& [key, watch] : uploads_) {
-    if (!watch.cancelled && now_ns - watch.last_activity_ns->load() > limit_ns) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (auto& [key, watch] : streams_) {
+    if (watch.last_activity_ns == nullptr || watch.cancelled) continue;
+    if (now_ns - watch.last_activity_ns->load() > limit_ns) {
       watch.cancelled = true;
       watch.context->TryCancel();  // the bytes received stay, for resuming
       ++cancelled;
@@ -358,17 +368,25 @@ void TensorCheckServiceImpl::SweepUploads() {
 void TensorCheckServiceImpl::StartDraining() { draining_ = true; }
 
 void TensorCheckServiceImpl::CancelAll() {
-  std::lock_guard<std::mutex> lock(calls_mu_);
-  for (LinearCall* call : calls_) call->stop_.Cancel(StopSignal::Reason::kShutdown);
+  {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    for (LinearCall* call : calls_) call->stop_.Cancel(StopSignal::Reason::kShutdown);
+  }
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (auto& [key, watch] : streams_) {
+    if (!watch.cancelled) watch.context->TryCancel();  // an upload stays resumable
+    watch.cancelled = true;
+  }
 }
 
 bool TensorCheckServiceImpl::WaitForIdle(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(calls_mu_);
   return idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
-                             [this] { return in_flight_ == 0; });
+                             [this] { return in_flight_ == 0 && streams_open_.load() == 0; });
 }
 
 void TensorCheckServiceImpl::Track(LinearCall* call) {
+  if (idle_trim_ != nullptr) idle_trim_->CallStarted();
   std::lock_guard<std::mutex> lock(calls_mu_);
   ++in_flight_;
   calls_.insert(call);
@@ -381,6 +399,7 @@ void TensorCheckServiceImpl::Untrack(LinearCall* call) {
     calls_.erase(call);
   }
   idle_cv_.notify_all();
+  if (idle_trim_ != nullptr) idle_trim_->CallEnded();
 }
 
 void TensorCheckServiceImpl::NoteSaturation(bool saturated) {
@@ -453,8 +472,7 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
     call->quota_slot_ = *std::move(slot);
   }
   if (draining_) {
-    call->FinishWith(absl::UnavailableError("server is shutting down; retry on another replica"),
-                     RetryPushbackMs(/*requests_ahead=*/1));
+    call->FinishWith(ShuttingDown(), RetryPushbackMs(/*requests_ahead=*/1));
     return call;
   }
   // Before parsing: the received bytes and the parsed message.
@@ -506,14 +524,8 @@ void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* res
   }
   // The request's tensors and working memory are gone; its response is
   // held by gRPC until sent (at most the message limit).
-  const int64_t held = reservation->bytes();
   { ByteBudget::Reservation done(std::move(*reservation)); }
-  Untrack(call);
-  // glibc keeps freed memory in its arenas; after a large request, when no
-  // other runs, hand it back to the OS (docs/reliability.md compares this
-  // with jemalloc, tcmalloc and MALLOC_ARENA_MAX: RSS after a burst
-  // 64 MiB against 574 MiB without it).
-  if (held >= kTrimAfterBytes && requests_in_flight() == 0) malloc_trim(0);
+  Untrack(call);  // the heap is trimmed once the server is idle (idle_trim.h)
   call->FinishWith(status,
                    retry_later ? RetryPushbackMs(1) : 0);  // the call may be gone after this
 }

@@ -39,6 +39,7 @@
 #include "server/core/stop_signal.h"
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
+#include "server/service/idle_trim.h"
 #include "server/service/metrics.h"
 #include "server/service/proto_convert.h"
 #include "server/service/tenants.h"
@@ -73,6 +74,11 @@ absl::StatusOr<std::shared_ptr<const Tenant>> AuthenticateCall(
 // RESOURCE_EXHAUSTED refusals that a later retry can pass (milliseconds,
 // decimal). A refusal without it is permanent.
 inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
+// What a new call gets while the server drains (with a retry hint): the
+// client's retry goes to another replica.
+inline absl::Status ShuttingDown() {
+  return absl::UnavailableError("server is shutting down; retry on another replica");
+}
 
 // A fixed set of threads draining a bounded queue of tasks.
 class WorkerPool {
@@ -135,6 +141,9 @@ struct ServiceOptions {
   // quotas and store namespace apply. Null: no tokens, one shared store.
   // Must outlive the service.
   const TokensFile* tokens = nullptr;
+  // The heap's free memory goes back to the system once no call has run
+  // for this long after one ended (idle_trim.h); zero: never.
+  absl::Duration trim_when_idle = absl::Seconds(2);
 };
 
 class LinearCall;  // service.cc: one Verify, Diagnose or Compare call
@@ -190,23 +199,28 @@ class TensorCheckServiceImpl final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadTensor(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request) override;
 
-  // Upload streams (store_calls.cc) register while they live, with the
-  // time of their last message, so that idle ones can be cancelled.
-  void WatchUpload(const void* key, grpc::CallbackServerContext* context,
+  // Upload and read streams (store_calls.cc) register while they live,
+  // so that draining waits for them and CancelAll ends them; an upload
+  // also gives the time of its last message (null for a read), so that an
+  // idle one can be cancelled.
+  void WatchStream(const void* key, grpc::CallbackServerContext* context,
                    const std::atomic<int64_t>* last_activity_ns);
-  void UnwatchUpload(const void* key);
-  // Cancels the streams idle longer than upload_idle at `now`; how many.
+  void UnwatchStream(const void* key);
+  // Cancels the uploads idle longer than upload_idle at `now`; how many.
   int CancelIdleUploads(absl::Time now);
 
-  // New requests are answered UNAVAILABLE; in-flight ones go on.
+  // New requests and streams are answered UNAVAILABLE with a retry hint;
+  // those in flight go on.
   void StartDraining();
+  bool draining() const { return draining_; }
 
   // Stops every request in flight or queued (CANCELLED, "the server is
-  // shutting down"); they end at their next stop check.
+  // shutting down"), which ends at its next stop check, and cancels every
+  // upload and read stream.
   void CancelAll();
 
-  // Blocks until no request is queued or running, or until `deadline`;
-  // true when idle.
+  // Blocks until no request is queued or running and no upload or read
+  // stream is open, or until `deadline`; true when idle.
   bool WaitForIdle(absl::Time deadline);
 
   // The capabilities answer (also used by tests and the start-up log).
@@ -270,13 +284,15 @@ class TensorCheckServiceImpl final
   // upload streams, until destroyed.
   void SweepUploads();
 
-  struct UploadWatch {
+  struct StreamWatch {
     grpc::CallbackServerContext* context;
-    const std::atomic<int64_t>* last_activity_ns;  // Unix nanoseconds
+    const std::atomic<int64_t>* last_activity_ns;  // Unix nanoseconds; null: a read
     bool cancelled;
   };
-  std::mutex uploads_mu_;
-  std::map<const void*, UploadWatch> uploads_;  // guarded by uploads_mu_
+  std::mutex streams_mu_;
+  std::map<const void*, StreamWatch> streams_;  // guarded by streams_mu_
+  // streams_.size(), read by WaitForIdle under calls_mu_.
+  std::atomic<int> streams_open_{0};
 
   const Engine* engine_;
   ServiceOptions options_;
@@ -293,6 +309,8 @@ class TensorCheckServiceImpl final
   int in_flight_ = 0;
   std::set<LinearCall*> calls_;
   std::atomic<bool> saturated_{false};
+  // Told of every request and stream; null when trim_when_idle is zero.
+  std::unique_ptr<IdleTrim> idle_trim_;
   // Moving average of request times, for the retry hint.
   std::atomic<double> mean_request_ms_{1000};
   std::atomic<bool> fatal_reported_{false};

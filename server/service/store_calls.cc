@@ -95,18 +95,18 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, absl
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
  public:
   UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context, StoreView store,
-             bool draining, WorkerPool* pool, v1::UploadTensorResponse* response,
-             std::string request_id, std::string tenant)
+             WorkerPool* pool, v1::UploadTensorResponse* response, std::string request_id,
+             std::string tenant)
       : service_(service),
         context_(context),
         request_id_(std::move(request_id)),
         response_(response),
         pool_(pool),
-        session_(std::move(store), draining),
+        session_(std::move(store)),
         tenant_(std::move(tenant)),
         start_(absl::Now()) {
     last_activity_ns_ = absl::ToUnixNanos(start_);
-    service_->WatchUpload(this, context_, &last_activity_ns_);
+    service_->WatchStream(this, context_, &last_activity_ns_);
     read_outstanding_ = true;
     StartRead(&request_);
   }
@@ -136,7 +136,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   }
 
   void OnDone() override {
-    service_->UnwatchUpload(this);
+    service_->UnwatchStream(this);
     Log();
     StoreCallRecord{service_->metrics(), "UploadTensor", start_, received_, tenant_}.Done(
         status_.code(), static_cast<int64_t>(response_->ByteSizeLong()));
@@ -261,10 +261,18 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 };
 
 // One ReadTensor stream: the pinned blob's range, a chunk at a time.
+// Registered with the service while it lives, so that draining waits for
+// it.
 class ReadCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  ReadCall(TensorStore::Blob blob, int64_t begin, int64_t end, StoreCallRecord record)
-      : blob_(std::move(blob)), pos_(begin), end_(end), record_(std::move(record)) {
+  ReadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context,
+           TensorStore::Blob blob, int64_t begin, int64_t end, StoreCallRecord record)
+      : service_(service),
+        blob_(std::move(blob)),
+        pos_(begin),
+        end_(end),
+        record_(std::move(record)) {
+    service_->WatchStream(this, context, /*last_activity_ns=*/nullptr);
     Next();
   }
 
@@ -280,6 +288,7 @@ class ReadCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnDone() override {
     record_.Done(code_, sent_);
+    service_->UnwatchStream(this);
     delete this;
   }
 
@@ -303,6 +312,7 @@ class ReadCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     StartWrite(&bytes_);
   }
 
+  TensorCheckServiceImpl* const service_;
   TensorStore::Blob blob_;  // pinned until the stream ends
   int64_t pos_, end_;
   v1::ReadTensorResponse message_;
@@ -355,6 +365,10 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
   std::string request_id = AttachRequestId(context);
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, "UploadTensor");
   if (caller.ok() && options_.store == nullptr) caller = NoStore();
+  if (caller.ok() && draining_) {
+    caller = ShuttingDown();
+    context->AddTrailingMetadata(kRetryPushbackKey, std::to_string(RetryPushbackMs(1)));
+  }
   if (!caller.ok()) {
     StoreCallRecord{options_.metrics, "UploadTensor", absl::Now()}.Done(caller.status().code(), 0);
     // A reactor that refuses at once, reading nothing.
@@ -365,7 +379,7 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
     };
     return new Refuse(caller.status());
   }
-  return new UploadCall(this, context, caller->store, draining_.load(), &upload_pool_, response,
+  return new UploadCall(this, context, caller->store, &upload_pool_, response,
                         std::move(request_id), caller->name());
 }
 
@@ -413,6 +427,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::ReadTensor(
     return new Refuse(s, record);
   }
   if (options_.store == nullptr) return new Refuse(NoStore(), record);
+  if (draining_) {
+    context->AddTrailingMetadata(kRetryPushbackKey, std::to_string(RetryPushbackMs(1)));
+    return new Refuse(ShuttingDown(), record);
+  }
   absl::StatusOr<Digest> d = DigestFromProto(request.digest(), "digest");
   if (!d.ok()) return new Refuse(d.status(), record);
   if (request.limit() < 0) {
@@ -431,7 +449,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::ReadTensor(
   }
   absl::StatusOr<TensorStore::Blob> blob = caller->store.Get(*d);
   if (!blob.ok()) return new Refuse(blob.status(), record);
-  return new ReadCall(*std::move(blob), begin, end, record);
+  return new ReadCall(this, context, *std::move(blob), begin, end, record);
 }
 
 }  // namespace tensorcheck

@@ -713,5 +713,165 @@ TEST(StoreCallsNoStoreTest, WithoutAStoreTheStoreRpcsAreUnimplementedAndDigestsM
   (*server)->Wait();
 }
 
+// Draining (docs/operations.md, "Shutting down"): an upload and a read that
+// are open when the server starts shutting down get the grace period, as
+// requests do; new ones are refused UNAVAILABLE with a retry hint.
+class StoreDrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.store_bytes = 96 << 20;
+    auto server = TensorCheckServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = v1::TensorCheck::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Stores `bytes` with one stream, in 4 MiB chunks.
+  void Store(const std::string& bytes) {
+    grpc::ClientContext ctx;
+    v1::UploadTensorResponse resp;
+    auto w = stub_->UploadTensor(&ctx, &resp);
+    for (size_t off = 0; off < bytes.size(); off += kChunk) {
+      v1::UploadTensorRequest m;
+      if (off == 0) *m.mutable_digest() = DigestProto(bytes);
+      m.set_offset(static_cast<int64_t>(off));
+      m.set_data(bytes.substr(off, kChunk));
+      ASSERT_TRUE(w->Write(m));
+    }
+    w->WritesDone();
+    const grpc::Status s = w->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  // A whole ReadTensor of a stored tensor: its status and trailers.
+  grpc::Status ReadAll(const std::string& bytes,
+                       std::multimap<grpc::string_ref, grpc::string_ref>* trailers) {
+    grpc::ClientContext ctx;
+    v1::ReadTensorRequest r;
+    *r.mutable_digest() = DigestProto(bytes);
+    auto reader = stub_->ReadTensor(&ctx, r);
+    v1::ReadTensorResponse m;
+    while (reader->Read(&m)) {
+    }
+    const grpc::Status s = reader->Finish();
+    *trailers = ctx.GetServerTrailingMetadata();
+    return s;
+  }
+
+  // Waits until the server holds `committed` bytes of the upload.
+  void WaitForCommitted(const std::string& bytes, const std::string& upload_id, int64_t committed) {
+    for (;;) {
+      grpc::ClientContext ctx;
+      v1::QueryUploadStatusRequest q;
+      *q.mutable_digest() = DigestProto(bytes);
+      q.set_upload_id(upload_id);
+      v1::QueryUploadStatusResponse status;
+      ASSERT_TRUE(stub_->QueryUploadStatus(&ctx, q, &status).ok());
+      if (status.committed_size() == committed) return;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  std::unique_ptr<TensorCheckServer> server_;
+  std::unique_ptr<v1::TensorCheck::Stub> stub_;
+};
+
+TEST_F(StoreDrainTest, UploadsAndReadsInFlightGetTheGraceAndNewOnesAreRefusedWithAHint) {
+  const std::string probe = RandomBytes(1000, 1);
+  const std::string stored = RandomBytes(32 << 20, 2);  // more than HTTP/2's windows
+  const std::string uploading = RandomBytes(3 * kChunk, 3);
+  Store(probe);
+  Store(stored);
+
+  // An upload open, one chunk in.
+  grpc::ClientContext up_ctx;
+  v1::UploadTensorResponse up_resp;
+  auto writer = stub_->UploadTensor(&up_ctx, &up_resp);
+  v1::UploadTensorRequest first;
+  *first.mutable_digest() = DigestProto(uploading);
+  first.set_upload_id("draining");
+  first.set_data(uploading.substr(0, kChunk));
+  ASSERT_TRUE(writer->Write(first));
+  // A read open, one chunk out.
+  grpc::ClientContext read_ctx;
+  v1::ReadTensorRequest rr;
+  *rr.mutable_digest() = DigestProto(stored);
+  auto reader = stub_->ReadTensor(&read_ctx, rr);
+  v1::ReadTensorResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  std::string read = m.data();
+  // The server holds the upload's first chunk: the stream is in flight.
+  WaitForCommitted(uploading, "draining", kChunk);
+
+  std::atomic<bool> stopped{false};
+  std::thread shutdown([&] {
+    server_->Shutdown(absl::Seconds(120));
+    stopped = true;
+  });
+  // Draining has begun once a new read is refused; it carries the hint.
+  std::multimap<grpc::string_ref, grpc::string_ref> trailers;
+  grpc::Status refused;
+  while ((refused = ReadAll(probe, &trailers)).ok()) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("shutting down"));
+  EXPECT_EQ(trailers.count(kRetryPushbackKey), 1u);
+  {
+    grpc::ClientContext ctx;
+    v1::UploadTensorResponse resp;
+    auto w = stub_->UploadTensor(&ctx, &resp);
+    v1::UploadTensorRequest m2;
+    *m2.mutable_digest() = DigestProto(RandomBytes(100, 4));
+    w->Write(m2);
+    w->WritesDone();
+    const grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(ctx.GetServerTrailingMetadata().count(kRetryPushbackKey), 1u);
+  }
+  // Longer than the second the streams used to get before gRPC cut them
+  // (only the code before this fix needed it to fail; the checks below
+  // hold however long the pause).
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_FALSE(stopped);
+
+  // Both streams finish, whole.
+  for (int64_t off = kChunk; off < static_cast<int64_t>(uploading.size()); off += kChunk) {
+    v1::UploadTensorRequest c;
+    c.set_offset(off);
+    c.set_data(uploading.substr(static_cast<size_t>(off), kChunk));
+    ASSERT_TRUE(writer->Write(c));
+  }
+  writer->WritesDone();
+  const grpc::Status up = writer->Finish();
+  EXPECT_TRUE(up.ok()) << up.error_message();
+  EXPECT_EQ(up_resp.committed_size(), static_cast<int64_t>(uploading.size()));
+  while (reader->Read(&m)) read += m.data();
+  const grpc::Status rs = reader->Finish();
+  EXPECT_TRUE(rs.ok()) << rs.error_message();
+  EXPECT_TRUE(read == stored);
+  shutdown.join();
+  server_->Wait();
+}
+
+TEST_F(StoreDrainTest, AStreamThatOutlivesTheGraceIsCancelled) {
+  const std::string uploading = RandomBytes(2 * kChunk, 5);
+  grpc::ClientContext up_ctx;
+  v1::UploadTensorResponse up_resp;
+  auto writer = stub_->UploadTensor(&up_ctx, &up_resp);
+  v1::UploadTensorRequest first;
+  *first.mutable_digest() = DigestProto(uploading);
+  first.set_upload_id("never-finished");
+  first.set_data(uploading.substr(0, kChunk));
+  ASSERT_TRUE(writer->Write(first));
+  WaitForCommitted(uploading, "never-finished", kChunk);
+  server_->Shutdown(absl::Milliseconds(200));  // returns: the stream was cancelled
+  writer->WritesDone();
+  EXPECT_FALSE(writer->Finish().ok());
+  server_->Wait();
+}
+
 }  // namespace
 }  // namespace tensorcheck

@@ -19,9 +19,6 @@ absl::Status UploadSession::Open(const v1::UploadTensorRequest& first) {
                                                    first.upload_id().size()));
   }
   upload_id_ = first.upload_id();
-  if (draining_) {
-    return absl::UnavailableError("server is shutting down; retry on another replica");
-  }
   bool present = false;
   absl::StatusOr<std::unique_ptr<TensorStore::Upload>> upload =
       store_.StartUpload(digest_, upload_id_, &present);

@@ -3,7 +3,7 @@
 // rules are tested and fuzzed directly; the reactor in store_calls.cc only
 // moves messages in and the status out.
 //
-//   UploadSession session(StoreView{&tenants, ns}, /*draining=*/false);
+//   UploadSession session(StoreView{&tenants, ns});
 //   for (const auto& m : messages) {
 //     TC_RETURN_IF_ERROR(session.Take(m));
 //     if (session.finished()) break;          // the store already held it
@@ -39,7 +39,7 @@ inline constexpr size_t kMaxUploadIdLength = 128;
 class UploadSession {
  public:
   // Uploads into `store`'s namespace, which holds the tensor once stored.
-  UploadSession(StoreView store, bool draining) : store_(std::move(store)), draining_(draining) {}
+  explicit UploadSession(StoreView store) : store_(std::move(store)) {}
 
   // One message: the first opens (or resumes) the upload; every one may
   // carry a chunk. An error ends the stream.
@@ -68,7 +68,6 @@ class UploadSession {
   absl::Status Open(const v1::UploadTensorRequest& first);
 
   const StoreView store_;
-  const bool draining_;
   Digest digest_;
   std::string upload_id_;
   std::unique_ptr<TensorStore::Upload> upload_;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -106,19 +107,31 @@ absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) 
   return absl::OkStatus();
 }
 
-// The blob at `path`, read and hashed in one pass; the error's message is
-// the reason to drop the file.
-absl::StatusOr<std::string> ReadBlob(const std::string& path, const Digest& digest) {
+// Why a file of `actual` bytes is not the blob of `expected` bytes.
+std::string SizeMismatch(int64_t actual, int64_t expected) {
+  return absl::StrCat(actual < expected ? "truncated: " : "too long: ", actual,
+                      " bytes, the name says ", expected);
+}
+
+// The blob at `path`, read and hashed in one pass, adding what it reads to
+// `bytes_read`; the error's message is the reason to drop the file.
+absl::StatusOr<std::string> ReadBlob(const std::string& path, const Digest& digest,
+                                     std::atomic<int64_t>& bytes_read) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError(errno, "cannot open", path);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "cannot stat", path);
   if (st.st_size != digest.size) {
-    return absl::DataLossError(absl::StrCat(st.st_size < digest.size ? "truncated: " : "too long: ",
-                                            st.st_size, " bytes, the name says ", digest.size));
+    return absl::DataLossError(SizeMismatch(st.st_size, digest.size));
   }
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::string bytes(static_cast<size_t>(digest.size), '\0');
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(digest.size));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", digest.size, " bytes to read ", path));
+  }
   Sha256 hash;
   size_t done = 0;
   while (done < bytes.size()) {
@@ -133,6 +146,7 @@ absl::StatusOr<std::string> ReadBlob(const std::string& path, const Digest& dige
     }
     hash.Update(absl::string_view(&bytes[done], static_cast<size_t>(n)));
     done += static_cast<size_t>(n);
+    bytes_read.fetch_add(n, std::memory_order_relaxed);
   }
   char extra;
   ssize_t n;
@@ -181,7 +195,7 @@ absl::StatusOr<std::unique_ptr<StoreDir>> StoreDir::Open(const std::string& path
   }
   const std::string marker = (fs::path(path) / kMarker).string();
   if (!fs::exists(marker, ec)) {
-    // Only a directory this class made may be cleaned by LoadAll.
+    // Only a directory this class made may be cleaned by Scan.
     fs::directory_iterator it(path, ec);
     if (ec) return unusable(absl::StrCat("cannot list it: ", ec.message()));
     if (it != fs::directory_iterator()) {
@@ -209,7 +223,7 @@ absl::Status StoreDir::Write(const Digest& digest, absl::string_view bytes) {
                                                    " bytes given for ", digest.ToString(), " of ",
                                                    digest.size, " bytes"));
   }
-  const std::string final_path = (fs::path(path_) / FileName(digest)).string();
+  const std::string final_path = FilePath(digest);
   struct stat st;
   if (::lstat(final_path.c_str(), &st) == 0) return absl::OkStatus();
 
@@ -237,20 +251,44 @@ absl::Status StoreDir::Write(const Digest& digest, absl::string_view bytes) {
 
 absl::Status StoreDir::Remove(const Digest& digest) {
   if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
-  const std::string file = (fs::path(path_) / FileName(digest)).string();
+  const std::string file = FilePath(digest);
   if (::unlink(file.c_str()) != 0 && errno != ENOENT)
     return ErrnoError(errno, "cannot delete", file);
   return absl::OkStatus();
 }
 
-absl::StatusOr<StoreDir::LoadReport> StoreDir::LoadAll(const std::function<bool(Loaded&&)>& keep) {
+std::string StoreDir::FilePath(const Digest& digest) const {
+  return (fs::path(path_) / FileName(digest)).string();
+}
+
+absl::StatusOr<std::string> StoreDir::Read(const Digest& digest) {
+  if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
+  const std::string file = FilePath(digest);
+  absl::StatusOr<std::string> bytes = ReadBlob(file, digest, bytes_read_);
+  if (!bytes.ok() && !absl::IsResourceExhausted(bytes.status())) {
+    std::vector<Dropped> dropped;
+    Drop(file, std::string(bytes.status().message()), dropped);
+    return absl::Status(bytes.status().code(), dropped[0].reason);
+  }
+  return bytes;
+}
+
+absl::Status StoreDir::Touch(const Digest& digest, absl::Time used) {
+  if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
+  const std::string file = FilePath(digest);
+  const struct timespec times[2] = {{0, UTIME_OMIT}, absl::ToTimespec(used)};
+  if (::utimensat(AT_FDCWD, file.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT) {
+    return ErrnoError(errno, "cannot set the modification time of", file);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoreDir::ScanReport> StoreDir::Scan() {
   struct Candidate {
-    Digest digest;
-    std::string path;
+    Listed blob;
     std::string name;
-    struct timespec mtime;
   };
-  LoadReport report;
+  ScanReport report;
   std::vector<Candidate> blobs;
   std::error_code ec;
   fs::directory_iterator it(path_, ec);
@@ -282,38 +320,22 @@ absl::StatusOr<StoreDir::LoadReport> StoreDir::LoadAll(const std::function<bool(
            report.dropped);
       continue;
     }
-    blobs.push_back({*std::move(digest), file, name, st.st_mtim});
+    if (st.st_size != digest->size) {
+      Drop(file, SizeMismatch(st.st_size, digest->size), report.dropped);
+      continue;
+    }
+    blobs.push_back({{*std::move(digest), absl::TimeFromTimespec(st.st_mtim)}, name});
   }
   if (ec) {
     return absl::ErrnoToStatus(ec.value(),
                                absl::StrCat("store directory ", path_, ": cannot list it"));
   }
-
   std::sort(blobs.begin(), blobs.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec > b.mtime.tv_sec;
-    if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec > b.mtime.tv_nsec;
+    if (a.blob.used != b.blob.used) return a.blob.used < b.blob.used;
     return a.name < b.name;
   });
-  bool full = false;
-  for (Candidate& blob : blobs) {
-    if (full) {
-      ++report.left_on_disk;
-      continue;
-    }
-    absl::StatusOr<std::string> bytes = ReadBlob(blob.path, blob.digest);
-    if (!bytes.ok()) {
-      Drop(blob.path, std::string(bytes.status().message()), report.dropped);
-      continue;
-    }
-    const int64_t size = blob.digest.size;
-    if (!keep(Loaded{std::move(blob.digest), *std::move(bytes)})) {
-      full = true;
-      ++report.left_on_disk;
-      continue;
-    }
-    ++report.loaded;
-    report.loaded_bytes += size;
-  }
+  report.blobs.reserve(blobs.size());
+  for (Candidate& c : blobs) report.blobs.push_back(std::move(c.blob));
   return report;
 }
 

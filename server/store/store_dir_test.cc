@@ -73,15 +73,21 @@ class StoreDirTest : public ::testing::Test {
     return dir.ok() ? std::move(dir).value() : nullptr;
   }
 
-  // Every blob LoadAll hands over, accepting all of them.
-  std::vector<StoreDir::Loaded> LoadEverything(StoreDir& dir, StoreDir::LoadReport* report) {
-    std::vector<StoreDir::Loaded> got;
-    auto r = dir.LoadAll([&](StoreDir::Loaded&& blob) {
-      got.push_back(std::move(blob));
-      return true;
-    });
+  struct Loaded {
+    Digest digest;
+    std::string bytes;
+  };
+  // Every blob Scan lists, then read back (those Read drops left out).
+  std::vector<Loaded> LoadEverything(StoreDir& dir, StoreDir::ScanReport* report) {
+    std::vector<Loaded> got;
+    auto r = dir.Scan();
     EXPECT_THAT(r, IsOk());
-    if (r.ok() && report != nullptr) *report = *std::move(r);
+    if (!r.ok()) return got;
+    for (const StoreDir::Listed& blob : r->blobs) {
+      auto bytes = dir.Read(blob.digest);
+      if (bytes.ok()) got.push_back({blob.digest, *std::move(bytes)});
+    }
+    if (report != nullptr) *report = *std::move(r);
     return got;
   }
 
@@ -118,16 +124,15 @@ TEST_F(StoreDirTest, WrittenBlobsLoadBackInAFreshStoreDir) {
   }
   auto dir = OpenDir();  // as after a restart
   ASSERT_NE(dir, nullptr);
-  StoreDir::LoadReport report;
-  std::map<std::string, StoreDir::Loaded> got;
+  StoreDir::ScanReport report;
+  std::map<std::string, Loaded> got;
   for (auto& blob : LoadEverything(*dir, &report)) got[blob.bytes] = std::move(blob);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got["abc"].digest, (Digest{kAbcSha256, 3}));
   EXPECT_EQ(got[b].digest, DigestOf(b));
   EXPECT_EQ(got[c].digest, DigestOf(c));
-  EXPECT_EQ(report.loaded, 3);
-  EXPECT_EQ(report.loaded_bytes, 3 + 100000 + 4097);
-  EXPECT_EQ(report.left_on_disk, 0);
+  EXPECT_EQ(report.blobs.size(), 3u);
+  EXPECT_EQ(dir->bytes_read(), 3 + 100000 + 4097);
   EXPECT_THAT(report.dropped, IsEmpty());
 }
 
@@ -154,32 +159,39 @@ TEST_F(StoreDirTest, DamagedStrayAndTemporaryFilesAreDroppedAndDeleted) {
       absl::StrCat("sha256-", kAbcSha256), absl::StrCat(".tmp-", kAbcSha256, "-3-1-0")};
   for (const auto& name : stray) WriteFile(dir_ / name, "abc");
 
-  StoreDir::LoadReport report;
-  auto got = LoadEverything(*dir, &report);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].digest, DigestOf(good));
-  EXPECT_EQ(got[0].bytes, good);
-  EXPECT_EQ(report.loaded, 1);
+  // Scan reads no file: the flipped byte goes unseen, the wrong size not.
+  auto report = dir->Scan();
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(dir->bytes_read(), 0);
+  std::set<std::string> listed;
+  for (const auto& b : report->blobs) listed.insert(StoreDir::FileName(b.digest));
+  EXPECT_THAT(listed, UnorderedElementsAre(StoreDir::FileName(DigestOf(good)),
+                                           flipped_file.filename().string()));
+  // Reading finds it, deletes it, and says why.
+  EXPECT_THAT(dir->Read(DigestOf(flipped)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("corrupt: its SHA-256 is")));
+  auto read = dir->Read(DigestOf(good));
+  ASSERT_THAT(read, IsOk());
+  EXPECT_EQ(*read, good);
   // Everything else is gone from disk and reported with its reason.
   EXPECT_THAT(Names(dir_), ElementsAre(StoreDir::FileName(DigestOf(good))));
   std::map<std::string, std::string> reasons;
-  for (const auto& d : report.dropped) reasons[fs::path(d.path).filename().string()] = d.reason;
-  EXPECT_EQ(reasons.size(), 2 + stray.size());
+  for (const auto& d : report->dropped) reasons[fs::path(d.path).filename().string()] = d.reason;
+  EXPECT_EQ(reasons.size(), 1 + stray.size());
   EXPECT_THAT(reasons[cut_file.filename().string()], HasSubstr("truncated: 5999 bytes"));
-  EXPECT_THAT(reasons[flipped_file.filename().string()], HasSubstr("corrupt"));
   EXPECT_THAT(reasons["notes.txt"], HasSubstr("not a blob's file name"));
   EXPECT_THAT(reasons[upper], HasSubstr("not a blob's file name"));
   EXPECT_THAT(reasons[stray[2]], HasSubstr("not a blob's file name"));
   EXPECT_THAT(reasons[stray[3]], HasSubstr("not a blob's file name"));
   EXPECT_THAT(reasons[stray[4]], HasSubstr("temporary"));
-  for (const auto& d : report.dropped) EXPECT_THAT(d.path, HasSubstr(dir_.string()));
+  for (const auto& d : report->dropped) EXPECT_THAT(d.path, HasSubstr(dir_.string()));
 }
 
 TEST_F(StoreDirTest, FileLongerThanItsNameIsDropped) {
   auto dir = OpenDir();
   ASSERT_NE(dir, nullptr);
   WriteFile(dir_ / StoreDir::FileName(Digest{kAbcSha256, 3}), "abcd");
-  StoreDir::LoadReport report;
+  StoreDir::ScanReport report;
   EXPECT_THAT(LoadEverything(*dir, &report), IsEmpty());
   ASSERT_EQ(report.dropped.size(), 1u);
   EXPECT_THAT(report.dropped[0].reason, HasSubstr("too long: 4 bytes"));
@@ -191,7 +203,7 @@ TEST_F(StoreDirTest, SubdirectoryIsReportedAndLeftAlone) {
   ASSERT_NE(dir, nullptr);
   fs::create_directory(dir_ / "keepme");
   WriteFile(dir_ / "keepme" / "precious", "x");
-  StoreDir::LoadReport report;
+  StoreDir::ScanReport report;
   EXPECT_THAT(LoadEverything(*dir, &report), IsEmpty());
   ASSERT_EQ(report.dropped.size(), 1u);
   EXPECT_THAT(report.dropped[0].reason, HasSubstr("directory"));
@@ -230,7 +242,7 @@ TEST_F(StoreDirTest, EmptyBlobRoundTrips) {
   const Digest empty{kEmptySha256, 0};
   ASSERT_THAT(dir->Write(empty, ""), IsOk());
   EXPECT_EQ(fs::file_size(dir_ / absl::StrCat("sha256-", kEmptySha256, "-0")), 0u);
-  StoreDir::LoadReport report;
+  StoreDir::ScanReport report;
   auto got = LoadEverything(*dir, &report);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].digest, empty);
@@ -252,31 +264,61 @@ TEST_F(StoreDirTest, SixtyFourMebibyteBlobRoundTrips) {
   EXPECT_TRUE(got[0].bytes == big);  // not EXPECT_EQ: no 64 MiB failure message
 }
 
-TEST_F(StoreDirTest, LoadsNewestFirstAndStopsWhenKeepSaysFull) {
+TEST_F(StoreDirTest, ScanListsLeastRecentlyUsedFirstAndReadsNothing) {
   auto dir = OpenDir();
   ASSERT_NE(dir, nullptr);
   const std::string old_b = Bytes(100, 8), mid_b = Bytes(200, 9), new_b = Bytes(300, 10);
   const fs::file_time_type now = fs::file_time_type::clock::now();
   int age = 3;
-  for (const std::string* b : {&old_b, &mid_b, &new_b}) {
+  for (const std::string* b : {&new_b, &old_b, &mid_b}) {
     ASSERT_THAT(dir->Write(DigestOf(*b), *b), IsOk());
+  }
+  for (const std::string* b : {&old_b, &mid_b, &new_b}) {
     fs::last_write_time(dir_ / StoreDir::FileName(DigestOf(*b)), now - std::chrono::hours(age--));
   }
-  std::vector<int64_t> offered;
-  auto report = dir->LoadAll([&](StoreDir::Loaded&& blob) {
-    offered.push_back(static_cast<int64_t>(blob.bytes.size()));
-    return offered.size() < 2;  // room for one only
-  });
+  auto report = dir->Scan();
   ASSERT_THAT(report, IsOk());
-  EXPECT_THAT(offered, ElementsAre(300, 200));  // the third is never read
-  EXPECT_EQ(report->loaded, 1);
-  EXPECT_EQ(report->loaded_bytes, 300);
-  EXPECT_EQ(report->left_on_disk, 2);
+  std::vector<int64_t> order;
+  for (const auto& blob : report->blobs) order.push_back(blob.digest.size);
+  EXPECT_THAT(order, ElementsAre(100, 200, 300));
+  EXPECT_LT(report->blobs[0].used, report->blobs[1].used);
+  EXPECT_EQ(dir->bytes_read(), 0);  // start-up does not read the files
   EXPECT_THAT(report->dropped, IsEmpty());
-  // What was not loaded stays on disk for the next start.
-  std::vector<int64_t> all;
-  for (auto& blob : LoadEverything(*dir, nullptr)) all.push_back(blob.digest.size);
-  EXPECT_THAT(all, ElementsAre(300, 200, 100));
+}
+
+TEST_F(StoreDirTest, TouchSetsTheTimeOfUseThatScanOrdersBy) {
+  auto dir = OpenDir();
+  ASSERT_NE(dir, nullptr);
+  std::vector<Digest> d;
+  for (int i = 0; i < 4; ++i) {
+    const std::string b = Bytes(100 + i, 20 + i);
+    d.push_back(DigestOf(b));
+    ASSERT_THAT(dir->Write(d[i], b), IsOk());
+  }
+  // Used 2, 0, 3, 1, a nanosecond apart, in the past: the written order
+  // (and the clock) no longer count.
+  const absl::Time t0 = absl::FromUnixSeconds(1700000000);
+  int64_t n = 0;
+  for (int i : {2, 0, 3, 1}) ASSERT_THAT(dir->Touch(d[i], t0 + absl::Nanoseconds(n++)), IsOk());
+  auto report = dir->Scan();
+  ASSERT_THAT(report, IsOk());
+  std::vector<Digest> order;
+  for (const auto& blob : report->blobs) order.push_back(blob.digest);
+  EXPECT_THAT(order, ElementsAre(d[2], d[0], d[3], d[1]));
+  EXPECT_EQ(report->blobs[3].used, t0 + absl::Nanoseconds(3));
+  // A blob not on disk is fine; a malformed digest is not.
+  ASSERT_THAT(dir->Remove(d[0]), IsOk());
+  EXPECT_THAT(dir->Touch(d[0], t0), IsOk());
+  EXPECT_THAT(Names(dir_).count(StoreDir::FileName(d[0])), 0u);
+  EXPECT_THAT(dir->Touch(Digest{"../x", 3}, t0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(StoreDirTest, ReadingAFileThatIsGoneIsNotFound) {
+  auto dir = OpenDir();
+  ASSERT_NE(dir, nullptr);
+  EXPECT_THAT(dir->Read(Digest{kAbcSha256, 3}), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(dir->FilePath(Digest{kAbcSha256, 3}),
+            (dir_ / absl::StrCat("sha256-", kAbcSha256, "-3")).string());
 }
 
 TEST_F(StoreDirTest, OpenUnderARegularFileFailsNamingThePath) {

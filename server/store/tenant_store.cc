@@ -13,8 +13,9 @@ namespace {
 // Upload ids are the clients' to choose: each namespace has its own, so
 // that no tenant can resume, or ask after, another's upload. Tenant names
 // hold no newline.
+std::string UploadIdPrefix(const StoreNamespace& ns) { return absl::StrCat(ns.tenant, "\n"); }
 std::string NamespacedUploadId(const StoreNamespace& ns, const std::string& upload_id) {
-  return ns.whole_store() ? upload_id : absl::StrCat(ns.tenant, "\n", upload_id);
+  return ns.whole_store() ? upload_id : UploadIdPrefix(ns) + upload_id;
 }
 
 // What a digest the namespace does not hold gets: the store's own answer
@@ -34,6 +35,19 @@ absl::Status WithinQuota(const StoreNamespace& ns, const Digest& digest) {
                    "''s quota of ", ns.quota_bytes, " stored bytes"));
 }
 }  // namespace
+
+int64_t TenantStore::MakeRoom(const StoreNamespace& ns, Space* space, int64_t bytes,
+                              int64_t uploading) {
+  if (ns.quota_bytes <= 0 || space->bytes + uploading + bytes <= ns.quota_bytes) return 0;
+  Prune(space);
+  // The tenant's own least recently used make room, as the store's budget
+  // does for everyone.
+  while (space->bytes + uploading + bytes > ns.quota_bytes && !space->lru.empty()) {
+    const Digest oldest = space->lru.front();  // a copy: Release erases the element
+    Release(space, oldest);
+  }
+  return std::max<int64_t>(0, space->bytes + uploading + bytes - ns.quota_bytes);
+}
 
 bool TenantStore::Holds(Space* space, const Digest& digest) {
   auto it = space->held.find(digest);
@@ -124,15 +138,29 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TenantStore::StartUpload(
   *present = false;
   if (digest.size == 0) return store_->StartUpload(digest, upload_id, present);
   if (absl::Status s = WithinQuota(ns, digest); !s.ok()) return s;
-  bool held = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    held = Holds(&spaces_[ns.tenant], digest);
+  const std::string id = NamespacedUploadId(ns, upload_id);
+  // Held while the upload starts, so that two of the tenant's uploads
+  // starting at once cannot both take the last of its quota.
+  std::lock_guard<std::mutex> lock(mu_);
+  Space& space = spaces_[ns.tenant];
+  const bool held = Holds(&space, digest);
+  if (!held) {
+    // The tenant's other uploads, being written or kept for resuming,
+    // count against its quota as its stored tensors do: abandoned uploads
+    // cannot fill the store past the tenant's share.
+    const int64_t uploading = store_->UploadBytes(UploadIdPrefix(ns), digest, id);
+    if (MakeRoom(ns, &space, digest.size, uploading) > 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          digest.ToString(), ": ", digest.size, " bytes do not fit tenant '", ns.tenant,
+          "''s quota of ", ns.quota_bytes, " stored bytes beside its ", uploading,
+          " bytes of uploads in progress or interrupted; finish or resume those (or let them "
+          "expire, --partial-upload-seconds) first"));
+    }
   }
   // Held by this tenant: answered at once if the store still has it.
   // Otherwise every byte, even when another tenant stored the tensor.
   return store_->StartUpload(
-      digest, NamespacedUploadId(ns, upload_id), present,
+      digest, id, present,
       held ? TensorStore::IfPresent::kDone : TensorStore::IfPresent::kUploadAnyway);
 }
 
@@ -154,15 +182,11 @@ void TenantStore::Adopt(const StoreNamespace& ns, const Digest& digest) {
   std::lock_guard<std::mutex> lock(mu_);
   Space& space = spaces_[ns.tenant];
   if (Holds(&space, digest)) return;
-  if (ns.quota_bytes > 0 && space.bytes + digest.size > ns.quota_bytes) {
-    Prune(&space);
-    // The tenant's own least recently used make room, as the store's
-    // budget does for everyone.
-    while (space.bytes + digest.size > ns.quota_bytes && !space.lru.empty()) {
-      const Digest oldest = space.lru.front();  // a copy: Release erases the element
-      Release(&space, oldest);
-    }
-  }
+  // Its uploads still in progress count; the one that stored `digest` is
+  // over.
+  const int64_t uploading =
+      ns.quota_bytes > 0 ? store_->UploadBytes(UploadIdPrefix(ns), Digest{}, "") : 0;
+  MakeRoom(ns, &space, digest.size, uploading);
   space.lru.push_back(digest);
   space.held.emplace(digest, std::prev(space.lru.end()));
   space.bytes += digest.size;

@@ -7,10 +7,13 @@
 //
 // Each tenant may hold at most its quota of bytes (charged in full for
 // every tensor it holds, shared or not, so that the charge tells nothing
-// about the others): storing more drops the tenant's own least recently
-// used tensors, as the store's budget does for everyone; a tensor over
-// the quota by itself is RESOURCE_EXHAUSTED. A tensor no tenant holds any
-// more leaves the store.
+// about the others), its uploads included: one being written counts its
+// declared size, one interrupted and kept for resuming the bytes it
+// received. Storing or starting to upload more drops the tenant's own
+// least recently used tensors, as the store's budget does for everyone;
+// a tensor over the quota by itself is RESOURCE_EXHAUSTED, and so is an
+// upload that its other uploads leave no room for. A tensor no tenant
+// holds any more leaves the store.
 //
 // The namespace with an empty tenant name is the whole store, unchanged:
 // a server without tenants uses it.
@@ -96,6 +99,11 @@ class TenantStore {
   void Release(Space* space, Digest digest);
   // Forgets the tensors the store evicted. Needs mu_.
   void Prune(Space* space);
+  // Drops the namespace's least recently used tensors until `bytes` more
+  // fit its quota beside what it holds and its `uploading` bytes; the
+  // bytes still over the quota when nothing is left to drop (0: they fit).
+  // Needs mu_.
+  int64_t MakeRoom(const StoreNamespace& ns, Space* space, int64_t bytes, int64_t uploading);
   // Whether the namespace holds the tensor; refreshes it. Needs mu_.
   bool Holds(Space* space, const Digest& digest);
 

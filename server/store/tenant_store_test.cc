@@ -160,5 +160,81 @@ TEST(TenantStoreTest, OutputsPutForATenantAreItsAlone) {
   EXPECT_THAT(tenants.Get(kB, DigestOf(out)), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// What the probe did: a tenant with a small quota starts uploads and
+// abandons them half way, again and again.
+TEST(TenantStoreTest, AbandonedUploadsCountAgainstTheQuotaAndEvictNoOneElse) {
+  constexpr int64_t kMiB = 1 << 20;
+  auto store = Store(32 * kMiB);
+  TenantStore tenants(store.get());
+  const StoreNamespace a{"team-a", 4 * kMiB};
+  // Another tenant's 20 MiB.
+  std::vector<Digest> others;
+  for (int i = 0; i < 5; ++i) {
+    const std::string t = Bytes(4 * kMiB, 100 + i);
+    ASSERT_THAT(Upload(&tenants, kB, t, "b" + std::to_string(i)), IsOk());
+    others.push_back(DigestOf(t));
+  }
+  int started = 0;
+  int refused = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string t = Bytes(2 * kMiB, 200 + i);
+    bool present = false;
+    auto up = tenants.StartUpload(a, DigestOf(t), "a" + std::to_string(i), &present);
+    if (!up.ok()) {
+      EXPECT_THAT(up.status(),
+                  StatusIs(absl::StatusCode::kResourceExhausted,
+                           ::testing::HasSubstr("uploads in progress or interrupted")));
+      // Its own share, never the store's.
+      EXPECT_THAT(std::string(up.status().message()),
+                  ::testing::Not(::testing::HasSubstr(std::to_string(32 * kMiB))));
+      ++refused;
+      continue;
+    }
+    ++started;
+    ASSERT_THAT((*up)->Write(0, absl::string_view(t).substr(0, kMiB)), IsOk());
+    // Dropped unfinished: kept for resuming, holding the 1 MiB it received.
+  }
+  // 1 MiB each, and a new one reserves its 2 MiB: three fit 4 MiB.
+  EXPECT_EQ(started, 3);
+  EXPECT_EQ(refused, 13);
+  EXPECT_EQ(store->stats().partial_bytes, 3 * kMiB);
+  EXPECT_THAT(tenants.FindMissing(kB, others), IsEmpty());  // nothing of B's evicted
+  // B still uploads: the store has room.
+  EXPECT_THAT(Upload(&tenants, kB, Bytes(4 * kMiB, 300), "b-more"), IsOk());
+  // Resuming one of A's own is no new charge.
+  const std::string first = Bytes(2 * kMiB, 200);
+  bool present = false;
+  auto resumed = tenants.StartUpload(a, DigestOf(first), "a0", &present);
+  ASSERT_THAT(resumed, IsOk());
+  EXPECT_EQ((*resumed)->committed(), kMiB);
+  ASSERT_THAT((*resumed)->Write(kMiB, absl::string_view(first).substr(kMiB)), IsOk());
+  ASSERT_THAT((*resumed)->Finish(), IsOk());
+  tenants.Adopt(a, DigestOf(first));
+  EXPECT_EQ(tenants.bytes_held(a), 2 * kMiB);
+}
+
+TEST(TenantStoreTest, AnUploadDropsTheTenantsOwnOldestTensorsToFitBesideItsOtherUploads) {
+  constexpr int64_t kMiB = 1 << 20;
+  auto store = Store(32 * kMiB);
+  TenantStore tenants(store.get());
+  const StoreNamespace a{"team-a", 4 * kMiB};
+  const std::string old1 = Bytes(kMiB, 1), old2 = Bytes(kMiB, 2);
+  ASSERT_THAT(Upload(&tenants, a, old1, "o1"), IsOk());
+  ASSERT_THAT(Upload(&tenants, a, old2, "o2"), IsOk());
+  // An upload in progress of 2 MiB: 4 MiB charged, the quota.
+  const std::string writing = Bytes(2 * kMiB, 3);
+  bool present = false;
+  auto up = tenants.StartUpload(a, DigestOf(writing), "w", &present);
+  ASSERT_THAT(up, IsOk());
+  // One more MiB: the oldest stored tensor makes room, not the upload.
+  ASSERT_THAT(Upload(&tenants, a, Bytes(kMiB, 4), "n"), IsOk());
+  EXPECT_THAT(tenants.FindMissing(a, {DigestOf(old1), DigestOf(old2)}),
+              ElementsAre(DigestOf(old1)));
+  ASSERT_THAT((*up)->Write(0, writing), IsOk());
+  ASSERT_THAT((*up)->Finish(), IsOk());
+  tenants.Adopt(a, DigestOf(writing));
+  EXPECT_LE(tenants.bytes_held(a), 4 * kMiB);
+}
+
 }  // namespace
 }  // namespace tensorcheck

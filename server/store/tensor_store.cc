@@ -1,8 +1,10 @@
 #include "server/store/tensor_store.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/status_macros.h"
 #include "server/store/trailing_hasher.h"
@@ -19,6 +21,11 @@ bool IsEmptyBlob(const Digest& d) { return d.size == 0 && d.hash == kEmptySha256
 const TensorStore::Blob& EmptyBlob() {
   static const auto* empty = new TensorStore::Blob(std::make_shared<const std::string>());
   return *empty;
+}
+
+absl::Status NotInStore(const Digest& digest) {
+  return absl::NotFoundError(
+      absl::StrCat(digest.ToString(), " (", digest.size, " bytes) is not in the store"));
 }
 
 }  // namespace
@@ -56,14 +63,46 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Create(
                      " (the budget) expected, got ", options.max_tensor_bytes));
   }
   std::unique_ptr<TensorStore> store(new TensorStore(options));
-  if (dir != nullptr) {
-    // Loaded before dir_ is set: Put must not write them back.
-    absl::StatusOr<StoreDir::LoadReport> report = dir->LoadAll([&store](StoreDir::Loaded&& blob) {
-      return store->Put(blob.digest, std::move(blob.bytes), /*persist=*/false).ok();
-    });
-    if (!report.ok()) return report.status();
-    if (dropped != nullptr) *dropped = std::move(report->dropped);
-    store->dir_ = std::move(dir);
+  if (dir == nullptr) return store;
+  TC_ASSIGN_OR_RETURN(StoreDir::ScanReport scan, dir->Scan());
+  std::vector<StoreDir::Dropped> evicted = std::move(scan.dropped);
+  // What the store would hold had it run on under this budget: the most
+  // recently used first, while they fit; one over the tensor limit could
+  // never have been stored.
+  bool full = false;
+  for (auto it = scan.blobs.rbegin(); it != scan.blobs.rend(); ++it) {
+    const Digest& d = it->digest;
+    if (IsEmptyBlob(d)) continue;
+    const int64_t room = options.budget_bytes - store->bytes_used_;
+    if (d.size > store->max_tensor_bytes() || full || d.size > room) {
+      full = full || d.size <= store->max_tensor_bytes();
+      const std::string reason =
+          d.size > store->max_tensor_bytes()
+              ? absl::StrCat("over the limit of ", store->max_tensor_bytes(),
+                             " bytes per stored tensor; deleted")
+              : absl::StrCat("evicted at start: the budget of ", options.budget_bytes,
+                             " bytes is taken by tensors used more recently; deleted");
+      if (absl::Status s = dir->Remove(d); !s.ok()) {
+        evicted.push_back({dir->FilePath(d), absl::StrCat(reason, ", but: ", s.message())});
+      } else {
+        evicted.push_back({dir->FilePath(d), reason});
+      }
+      ++store->evictions_;
+      continue;
+    }
+    store->lru_.push_front(d);
+    Entry& e = store->entries_[d];
+    e.lru = store->lru_.begin();
+    e.used = it->used;
+    e.on_disk = true;
+    store->bytes_used_ += d.size;
+    store->last_used_ = std::max(store->last_used_, it->used);
+  }
+  store->dir_ = std::move(dir);
+  if (dropped != nullptr) {
+    *dropped = std::move(evicted);
+  } else if (options.on_dropped) {
+    for (const StoreDir::Dropped& d : evicted) options.on_dropped(d);
   }
   return store;
 }
@@ -71,7 +110,44 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Create(
 TensorStore::~TensorStore() = default;
 
 void TensorStore::Touch(std::map<Digest, Entry>::iterator it) {
-  lru_.splice(lru_.end(), lru_, it->second.lru);
+  Entry& e = it->second;
+  if (std::next(e.lru) == lru_.end()) return;  // already the most recent
+  lru_.splice(lru_.end(), lru_, e.lru);
+  e.used = NextUse();
+  if (e.on_disk && !e.stamp_pending) {
+    e.stamp_pending = true;
+    stamps_pending_.push_back(it->first);
+  }
+}
+
+absl::Time TensorStore::NextUse() {
+  // Strictly increasing, so that the files' order is the store's even when
+  // the clock stands still or steps back.
+  last_used_ = std::max(absl::Now(), last_used_ + absl::Nanoseconds(1));
+  return last_used_;
+}
+
+std::vector<TensorStore::Stamp> TensorStore::TakeStamps() {
+  std::vector<Stamp> stamps;
+  for (const Digest& d : stamps_pending_) {
+    auto it = entries_.find(d);
+    if (it == entries_.end() || !it->second.stamp_pending) continue;
+    it->second.stamp_pending = false;
+    stamps.emplace_back(d, it->second.used);
+  }
+  stamps_pending_.clear();
+  return stamps;
+}
+
+void TensorStore::ApplyStamps(const std::vector<Stamp>& stamps) {
+  // One utimensat per tensor whose place in the order changed. Failing
+  // costs only order: the file keeps an older time of use.
+  for (const auto& [digest, used] : stamps) dir_->Touch(digest, used).IgnoreError();
+}
+
+TensorStore::Blob TensorStore::Fill(Entry& entry, std::string&& bytes) {
+  if (entry.blob == nullptr) entry.blob = std::make_shared<const std::string>(std::move(bytes));
+  return entry.blob;
 }
 
 bool TensorStore::MakeRoom(int64_t bytes, std::vector<Digest>* removed) {
@@ -81,8 +157,9 @@ bool TensorStore::MakeRoom(int64_t bytes, std::vector<Digest>* removed) {
   std::vector<std::map<Digest, Entry>::iterator> victims;
   for (const Digest& d : lru_) {
     auto it = entries_.find(d);
-    // Pinned: a handle besides the store's own is alive.
-    if (it->second.blob.use_count() > 1) continue;
+    // Pinned: a handle besides the store's own is alive, or a Get is
+    // reading its file.
+    if (it->second.blob.use_count() > 1 || it->second.loading.valid()) continue;
     victims.push_back(it);
     freeable += d.size;
     if (bytes_used_ - freeable + bytes <= options_.budget_bytes) break;
@@ -100,8 +177,8 @@ bool TensorStore::MakeRoom(int64_t bytes, std::vector<Digest>* removed) {
 
 void TensorStore::RemoveFiles(const std::vector<Digest>& removed) {
   if (dir_ == nullptr) return;
-  // A file left behind is harmless: it is a valid blob, loaded (or not)
-  // at the next start.
+  // A file left behind costs disk only: it is a valid blob (or found not
+  // to be when read), listed at the next start and kept or evicted then.
   for (const Digest& d : removed) dir_->Remove(d).IgnoreError();
 }
 
@@ -115,12 +192,33 @@ absl::Status TensorStore::NoRoom(const Digest& digest) const {
       " bytes now: what it holds in use by requests or uploads cannot be evicted; retry later"));
 }
 
-TensorStore::Blob TensorStore::Insert(const Digest& digest, std::string bytes) {
+TensorStore::Blob TensorStore::Insert(const Digest& digest, std::string bytes, bool persist) {
   Blob blob = std::make_shared<const std::string>(std::move(bytes));
   lru_.push_back(digest);
-  entries_.emplace(digest, Entry{blob, std::prev(lru_.end())});
+  Entry& e = entries_[digest];
+  e.blob = blob;
+  e.lru = std::prev(lru_.end());
+  e.used = NextUse();
+  e.on_disk = persist && dir_ != nullptr;
   bytes_used_ += digest.size;
   return blob;
+}
+
+absl::Status TensorStore::Persist(const Digest& digest, const std::string& bytes) {
+  TC_RETURN_IF_ERROR(dir_->Write(digest, bytes));
+  // The file's mtime is when it was written; the order wants when the
+  // tensor was stored, which tensors used since then came after.
+  absl::Time used;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(digest);
+    if (it == entries_.end()) return absl::OkStatus();
+    it->second.on_disk = true;
+    it->second.stamp_pending = false;
+    used = it->second.used;
+  }
+  dir_->Touch(digest, used).IgnoreError();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorStore::Blob> TensorStore::Put(const Digest& digest, std::string&& bytes,
@@ -144,33 +242,107 @@ absl::StatusOr<TensorStore::Blob> TensorStore::Put(const Digest& digest, std::st
   }
   if (IsEmptyBlob(digest)) return EmptyBlob();
   Blob blob;
+  bool inserted = false;
   std::vector<Digest> removed;
+  std::vector<Stamp> stamps;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = entries_.find(digest); it != entries_.end()) {
       Touch(it);
-      return it->second.blob;
+      // On disk only so far: these bytes are verified, its file is not
+      // (rewritten by a Get reading it now that finds it corrupt, else
+      // checked at its first Get after the next restart).
+      blob = Fill(it->second, std::move(bytes));
+    } else {
+      if (!MakeRoom(digest.size, &removed)) return NoRoom(digest);
+      blob = Insert(digest, std::move(bytes), persist);
+      inserted = true;
     }
-    if (!MakeRoom(digest.size, &removed)) return NoRoom(digest);
-    blob = Insert(digest, std::move(bytes));
+    stamps = TakeStamps();
   }
+  ApplyStamps(stamps);
   RemoveFiles(removed);
-  if (persist && dir_ != nullptr) TC_RETURN_IF_ERROR(dir_->Write(digest, *blob));
+  if (!inserted) return blob;
+  if (persist && dir_ != nullptr) TC_RETURN_IF_ERROR(Persist(digest, *blob));
   return blob;
 }
 
 absl::StatusOr<TensorStore::Blob> TensorStore::Get(const Digest& digest) {
   if (IsEmptyBlob(digest)) return EmptyBlob();
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(digest);
-  if (it == entries_.end()) {
-    ++misses_;
-    return absl::NotFoundError(
-        absl::StrCat(digest.ToString(), " (", digest.size, " bytes) is not in the store"));
+  Blob blob;
+  std::optional<std::promise<absl::StatusOr<Blob>>> promise;  // this Get reads it
+  std::shared_future<absl::StatusOr<Blob>> another;           // another Get reads it
+  std::vector<Stamp> stamps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(digest);
+    if (it == entries_.end()) {
+      ++misses_;
+      return NotInStore(digest);
+    }
+    Entry& e = it->second;
+    if (e.blob != nullptr) {
+      ++hits_;
+      Touch(it);
+      blob = e.blob;
+      stamps = TakeStamps();
+    } else if (e.loading.valid()) {
+      another = e.loading;
+    } else {
+      promise.emplace();
+      e.loading = promise->get_future().share();
+    }
   }
-  ++hits_;
-  Touch(it);
-  return it->second.blob;
+  if (blob != nullptr) {
+    ApplyStamps(stamps);
+    return blob;
+  }
+  if (promise) return Load(digest, std::move(*promise));
+  absl::StatusOr<Blob> got = another.get();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(got.ok() ? hits_ : misses_);
+  return got;
+}
+
+absl::StatusOr<TensorStore::Blob> TensorStore::Load(const Digest& digest,
+                                                    std::promise<absl::StatusOr<Blob>> promise) {
+  // Outside the lock: a large tensor takes a while to read and hash.
+  absl::StatusOr<std::string> bytes = dir_->Read(digest);
+  const bool dropped = !bytes.ok() && !absl::IsResourceExhausted(bytes.status());
+  absl::StatusOr<Blob> result;
+  std::vector<Stamp> stamps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(digest);  // still there: loading pins it
+    if (it != entries_.end()) it->second.loading = {};
+    if (it == entries_.end()) {
+      result = NotInStore(digest);
+    } else if (bytes.ok() || it->second.blob != nullptr) {
+      // Verified, or filled meanwhile by a Put or an upload of the tensor.
+      result = bytes.ok() ? Fill(it->second, *std::move(bytes)) : it->second.blob;
+      Touch(it);
+      stamps = TakeStamps();
+    } else if (dropped) {
+      // As if evicted: the file is gone (Read deleted it).
+      result = NotInStore(digest);
+      bytes_used_ -= digest.size;
+      lru_.erase(it->second.lru);
+      entries_.erase(it);
+    } else {
+      result = bytes.status();  // out of memory: it stays on disk, unread
+    }
+    ++(result.ok() ? hits_ : misses_);
+  }
+  promise.set_value(result);
+  ApplyStamps(stamps);
+  if (dropped) {
+    if (options_.on_dropped) {
+      options_.on_dropped({dir_->FilePath(digest), std::string(bytes.status().message())});
+    }
+    // Held in memory all the same (filled meanwhile): on disk again.
+    if (result.ok()) Persist(digest, **result).IgnoreError();
+  }
+  return result;
 }
 
 bool TensorStore::Holds(const Digest& digest) const {
@@ -184,7 +356,8 @@ bool TensorStore::Discard(const Digest& digest) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(digest);
     if (it == entries_.end()) return true;
-    if (it->second.blob.use_count() > 1) return false;  // pinned
+    // Pinned: held by a request or a read, or being read from disk.
+    if (it->second.blob.use_count() > 1 || it->second.loading.valid()) return false;
     bytes_used_ -= digest.size;
     lru_.erase(it->second.lru);
     entries_.erase(it);
@@ -195,18 +368,23 @@ bool TensorStore::Discard(const Digest& digest) {
 
 std::vector<Digest> TensorStore::FindMissing(const std::vector<Digest>& digests) {
   std::vector<Digest> missing;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const Digest& d : digests) {
-    if (IsEmptyBlob(d)) continue;
-    auto it = entries_.find(d);
-    if (it == entries_.end()) {
-      ++misses_;
-      missing.push_back(d);
-    } else {
-      ++hits_;
-      Touch(it);
+  std::vector<Stamp> stamps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Digest& d : digests) {
+      if (IsEmptyBlob(d)) continue;
+      auto it = entries_.find(d);
+      if (it == entries_.end()) {
+        ++misses_;
+        missing.push_back(d);
+      } else {
+        ++hits_;
+        Touch(it);
+      }
     }
+    stamps = TakeStamps();
   }
+  ApplyStamps(stamps);
   return missing;
 }
 
@@ -269,6 +447,18 @@ absl::StatusOr<std::unique_ptr<TensorStore::Upload>> TensorStore::StartUpload(
   return std::unique_ptr<Upload>(new Upload(this, digest, std::move(partial)));
 }
 
+int64_t TensorStore::UploadBytes(absl::string_view id_prefix, const Digest& digest,
+                                 const std::string& upload_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes = 0;
+  for (const auto& [key, p] : partials_) {
+    if (!absl::StartsWith(key.second, id_prefix)) continue;
+    if (key.first == digest && key.second == upload_id) continue;
+    bytes += p->reserved;
+  }
+  return bytes;
+}
+
 TensorStore::UploadStatus TensorStore::QueryUpload(const Digest& digest,
                                                    const std::string& upload_id,
                                                    IfPresent if_present) {
@@ -324,8 +514,8 @@ absl::StatusOr<TensorStore::Blob> TensorStore::FinishUpload(const std::shared_pt
                                                      "; nothing stored"));
     }
     if (auto it = entries_.find(p->digest); it != entries_.end()) {
-      Touch(it);  // a concurrent upload of the same tensor won
-      blob = it->second.blob;
+      Touch(it);  // a concurrent upload of the same tensor won, or on disk only
+      blob = Fill(it->second, std::move(p->bytes));
     } else {
       blob = Insert(p->digest, std::move(p->bytes));
       ++uploads_;
@@ -333,7 +523,7 @@ absl::StatusOr<TensorStore::Blob> TensorStore::FinishUpload(const std::shared_pt
       stored = true;
     }
   }
-  if (stored && dir_ != nullptr) TC_RETURN_IF_ERROR(dir_->Write(p->digest, *blob));
+  if (stored && dir_ != nullptr) TC_RETURN_IF_ERROR(Persist(p->digest, *blob));
   return blob;
 }
 
@@ -399,7 +589,10 @@ TensorStore::Stats TensorStore::stats() const {
   Stats s;
   s.bytes_used = bytes_used_;
   s.tensors = static_cast<int64_t>(entries_.size());
-  for (const auto& [d, e] : entries_) s.largest = std::max(s.largest, d.size);
+  for (const auto& [d, e] : entries_) {
+    s.largest = std::max(s.largest, d.size);
+    if (e.blob == nullptr) ++s.unread;
+  }
   s.evictions = evictions_;
   s.hits = hits_;
   s.misses = misses_;

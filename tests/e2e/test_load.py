@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,17 @@ FIXED_MARGIN = 64 * MiB
 RETURNED_MARGIN = 160 * MiB
 
 # The server's contract: a cancelled or expired request stops computing
-# within ~100 ms of CPU on the CPU backend. Measured as the server's CPU
+# within the GEMM tile in progress, under 0.3 s of CPU on the CPU backend
+# (docs/architecture.md); averaged over a phase of cancels most stop
+# between tiles, so the mean is held to 0.1 s. Measured as the server's CPU
 # time (above idle) in the 2 s after the last cancellation, divided by the
 # phase's cancelled requests.
 CPU_PER_CANCELLED_S = 0.1
+
+# Memory after any burst: back within this of idle, this long after the
+# burst ends (docs/reliability.md, "Returning memory").
+BURST_RETURN_MARGIN = 64 * MiB
+BURST_RETURN_SECONDS = 10.0
 
 ALLOWED_CODES = {"OK", "UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED"}
 
@@ -85,6 +93,13 @@ def run_loadgen(server: ServerProcess, out: Path) -> tuple[dict, str]:
     text = r.stdout + r.stderr
     assert r.returncode == 0, f"loadgen failed ({r.returncode}):\n{text}"
     return json.loads(out.read_text()), text
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def small_request_passes(address: str) -> bool:
@@ -155,5 +170,77 @@ def test_mixed_load_and_cancellations_leave_the_server_bounded_and_serving(tmp_p
         if sanitized():
             pytest.skip("under a sanitizer: status codes and health checked; memory and CPU "
                         "figures would measure the sanitizer")
+    finally:
+        assert server.stop() == 0
+
+
+def test_memory_returns_near_idle_after_bursts_of_many_clients():
+    """64 clients at once, small requests and then long ones they cancel,
+    twice: each time RSS is back within BURST_RETURN_MARGIN of idle within
+    BURST_RETURN_SECONDS of the burst's end, although no request held a
+    large budget when it ended last."""
+    if sanitized():
+        pytest.skip("under a sanitizer RSS measures the sanitizer's allocator")
+    server = ServerProcess()
+    try:
+        assert small_request_passes(server.address)
+        idle = rss_bytes(server.proc.pid)
+        for burst in range(2):
+            cmd = [sys.executable, str(LOADGEN), "--address", server.address,
+                   "--clients", "64", "--requests", "200", "--mix", "small=1",
+                   "--cancel-requests", "32", "--seconds", "20", "--drain-seconds", "20",
+                   "--settle-seconds", "5", "--quiet-seconds", "1", "--seed", str(burst)]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+            assert r.returncode == 0, r.stdout + r.stderr
+            ended = time.monotonic()
+            while (rss := rss_bytes(server.proc.pid)) > idle + BURST_RETURN_MARGIN:
+                assert time.monotonic() - ended < BURST_RETURN_SECONDS, (
+                    f"burst {burst}: RSS {rss / MiB:.0f} MiB {BURST_RETURN_SECONDS:.0f} s "
+                    f"after it, idle {idle / MiB:.0f} MiB: more than "
+                    f"{BURST_RETURN_MARGIN / MiB:.0f} MiB not returned")
+                time.sleep(0.2)
+        assert small_request_passes(server.address)
+    finally:
+        assert server.stop() == 0
+
+
+# Peak memory under concurrent large requests, receive buffers included:
+# at most idle + RECEIVE_BOUND x the in-flight budget (docs/operations.md,
+# --max-inflight-bytes). Sized for CI: 10 requests of about 50 MiB at once
+# against a 256 MiB budget and a 64 MiB message limit.
+RECEIVE_BOUND = 1.1
+BIG_BUDGET = 256 * MiB
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gRPC 1.51 receives every unary message whole before the service can admit it, "
+    "and its resource quota is soft: receive buffers come on top of the budget "
+    "(docs/operations.md, --max-inflight-bytes)",
+)
+def test_concurrent_large_requests_keep_peak_memory_within_the_budget(tmp_path):
+    server = ServerProcess("--max-inflight-bytes", str(BIG_BUDGET), "--max-message-mb", "64")
+    try:
+        out = tmp_path / "big.json"
+        cmd = [sys.executable, str(LOADGEN), "--address", server.address,
+               "--server-pid", str(server.proc.pid), "--big-requests", "10",
+               "--big-request-mib", "50", "--big-seconds", "60", "--requests", "0",
+               "--cancel-requests", "0", "--quiet-seconds", "0.5", "--json", str(out)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        text = r.stdout + r.stderr
+        print(text)
+        assert r.returncode == 0, f"loadgen failed ({r.returncode}):\n{text}"
+        report = json.loads(out.read_text())
+        big = report["big_phase"]
+        # Refused requests are sent again after the hint: all pass in the end.
+        assert big["codes"] == {"OK": 10}, text
+        assert report["answers_after"] and report["server_alive"], text
+        if sanitized():
+            pytest.skip("under a sanitizer RSS measures the sanitizer's allocator")
+        idle = report["memory"]["idle_rss_bytes"]
+        bound = idle + RECEIVE_BOUND * BIG_BUDGET
+        assert big["hwm_bytes"] <= bound, (
+            f"peak RSS {big['hwm_bytes'] / MiB:.0f} MiB > idle {idle / MiB:.0f} MiB + "
+            f"{RECEIVE_BOUND} x budget {BIG_BUDGET / MiB:.0f} MiB\n{text}")
     finally:
         assert server.stop() == 0

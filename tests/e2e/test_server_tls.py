@@ -2,13 +2,14 @@
 mutual TLS"), with certificates made by openssl during the test: TLS works
 with the right CA and fails with a wrong one or in plaintext, mutual TLS
 needs a client certificate, a rotated certificate is served without a
-restart, bad files stop the start with the flag named, and the plaintext
+restart, a bad set (a broken CA bundle, a key that is not the
+certificate's) is refused, logged and counted while the set in force keeps
+serving, bad files stop the start with the flag named, and the plaintext
 health port answers probes."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +19,11 @@ import grpc
 import numpy as np
 import pytest
 import tensorcheck
-from e2e_support import SERVER_BIN, ServerProcess, run_cli
+from e2e_support import SERVER_BIN, ServerProcess, free_port, gauge, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "testing"))
 from certs import make_certs  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tls_server(c: dict[str, str], *extra: str) -> ServerProcess:
@@ -119,6 +114,70 @@ def test_a_rotated_certificate_is_served_without_a_restart(tmp_path):
         with pytest.raises(tensorcheck.UnavailableError):
             capabilities(server.address, tls(old))
         assert server.proc.poll() is None
+    finally:
+        assert server.stop() == 0
+
+
+GARBAGE_PEM = b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+
+
+def _rotate(path: Path, content: bytes) -> None:
+    """As a Secret update does it: a new file renamed over the old."""
+    (path.parent / f".{path.name}.tmp").write_bytes(content)
+    (path.parent / f".{path.name}.tmp").rename(path)
+
+
+def _wait_for_gauge(port: int, name: str, value: float, never: str) -> None:
+    deadline = time.monotonic() + 20
+    while gauge(port, name) != value:
+        assert time.monotonic() < deadline, never
+        time.sleep(0.2)
+
+
+def _handshakes_keep_working(address: str, credentials, polls: int) -> None:
+    """A fresh connection (a new handshake) per poll of the server's
+    one-second reload interval, each one must succeed."""
+    for _ in range(polls):
+        capabilities(address, credentials)
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("case", ["ca_garbage", "key_of_another_cert"])
+def test_a_bad_set_is_refused_counted_and_the_set_in_force_keeps_serving(tmp_path, case):
+    c = make_certs(tmp_path)
+    live = tmp_path / "live"
+    live.mkdir()
+    for name in ("server_cert", "server_key", "ca"):
+        shutil.copy(c[name], live / name)
+    metrics = free_port()
+    # No --tokens-file: a TLS-only server reloads (and logs) too.
+    server = ServerProcess("--tls-cert", str(live / "server_cert"), "--tls-key",
+                           str(live / "server_key"), "--tls-client-ca", str(live / "ca"),
+                           "--credentials-reload-seconds", "1", "--metrics-port", str(metrics))
+    refused = 'tensorcheck_credential_reloads_refused_total{credentials="tls"}'
+    stale = 'tensorcheck_credentials_stale{credentials="tls"}'
+    try:
+        capabilities(server.address, tls(c, client=True))
+        name, content, flag = {
+            "ca_garbage": ("ca", GARBAGE_PEM, "--tls-client-ca"),
+            "key_of_another_cert": ("server_key", Path(c["client_key"]).read_bytes(),
+                                    "--tls-key"),
+        }[case]
+        original = (live / name).read_bytes()
+        _rotate(live / name, content)
+        _wait_for_gauge(metrics, refused, 1, "the bad set was never refused")
+        assert gauge(metrics, stale) == 1
+        log = "\n".join(server.stdout + server.stderr)
+        assert "TLS files refused" in log and flag in log, log[-2000:]
+        # gRPC's watcher re-reads its files every second: handshakes over
+        # several of its polls must all use the set still in force.
+        _handshakes_keep_working(server.address, tls(c, client=True), polls=6)
+        assert gauge(metrics, refused) == 1  # counted once, not once per poll
+        # The good file back: nothing stale, nothing more refused.
+        _rotate(live / name, original)
+        _wait_for_gauge(metrics, stale, 0, "the good set was never taken back")
+        capabilities(server.address, tls(c, client=True))
+        assert gauge(metrics, refused) == 1
     finally:
         assert server.stop() == 0
 

@@ -110,42 +110,94 @@ def test_worked_example_digest():
         server.stop()
 
 
+def blob_file(store_dir: Path, ref: tensorcheck.TensorRef) -> Path:
+    return store_dir / f"sha256-{ref.digest.removeprefix('sha256:')}-{ref.size_bytes}"
+
+
+def find_missing(client: tensorcheck.Client, refs) -> list[str]:
+    missing = client._stub.FindMissingTensors(
+        pb.FindMissingTensorsRequest(
+            digests=[pb.TensorDigest(hash=r.digest, size_bytes=r.size_bytes) for r in refs]
+        ),
+        timeout=30,
+    )
+    return [d.hash for d in missing.missing_digests]
+
+
 def test_restart_with_store_dir_keeps_tensors_and_drops_a_corrupt_file(tmp_path):
+    """A restart lists the directory without reading it; a corrupt file is
+    found at its tensor's first use, deleted, logged, never served, and a
+    request naming it gets the missing-tensors error the clients answer by
+    uploading it again (docs/api.md, "The store itself")."""
     store_dir = tmp_path / "store"
     a = bf16_weights((512, 1024), seed=1)  # 1 MiB each
     b = bf16_weights((512, 1024), seed=2)
+    w = bf16_weights((1024, 1024), seed=3)  # 2 MiB: goes by digest
+    x = bf16_weights((4, 1024), seed=4)
     server = ServerProcess("--store-dir", str(store_dir))
     try:
         with tensorcheck.Client(server.address) as client:
-            ra, rb = client.upload(a), client.upload(b)
+            ra, rb, rw = client.upload(a), client.upload(b), client.upload(w)
             assert store_info(client).persistent
     finally:
         assert server.stop() == 0
-    # A flipped byte in b's file: dropped at the next start, never served.
-    b_file = store_dir / f"sha256-{rb.digest.removeprefix('sha256:')}-{rb.size_bytes}"
-    assert b_file.is_file(), sorted(p.name for p in store_dir.iterdir())
-    data = bytearray(b_file.read_bytes())
-    data[12345] ^= 1
-    b_file.write_bytes(bytes(data))
+    # A flipped byte in b's and w's files: dropped at first use, never served.
+    for ref in (rb, rw):
+        f = blob_file(store_dir, ref)
+        assert f.is_file(), sorted(p.name for p in store_dir.iterdir())
+        data = bytearray(f.read_bytes())
+        data[12345] ^= 1
+        f.write_bytes(bytes(data))
     server = ServerProcess("--store-dir", str(store_dir))
     try:
         with tensorcheck.Client(server.address) as client:
-            info = store_info(client)
-            assert info.tensor_count == 1
+            assert store_info(client).tensor_count == 3  # listed, not read yet
             assert np.array_equal(client.read_tensor(ra).view(np.uint16), a.view(np.uint16))
-            missing = client._stub.FindMissingTensors(
-                pb.FindMissingTensorsRequest(
-                    digests=[
-                        pb.TensorDigest(hash=r.digest, size_bytes=r.size_bytes) for r in (ra, rb)
-                    ]
-                ),
-                timeout=30,
-            )
-            assert [d.hash for d in missing.missing_digests] == [rb.digest]
-        assert any("store file dropped" in line for line in server.stderr + server.stdout)
+            with pytest.raises(tensorcheck.NotFoundError):
+                client.read_tensor(rb)
+            assert find_missing(client, (ra, rb)) == [rb.digest]
+            # w: "present", then missing when the request reads it; the
+            # client uploads it again and the request goes through.
+            r = client.verify_linear(x, w, configs=["cpu:bf16:fused"])
+            assert r.uploaded_bytes == w.nbytes
+            assert r.results[0].vs_reference.total == 4 * 1024
+        dropped = [line for line in server.stderr + server.stdout if "store file dropped" in line]
+        assert len(dropped) == 2, dropped
     finally:
         server.stop()
-    assert not b_file.exists()
+    assert not blob_file(store_dir, rb).exists()
+    assert blob_file(store_dir, rw).is_file()  # the good bytes, uploaded again
+
+
+def test_restart_with_a_smaller_budget_keeps_the_most_recently_used(tmp_path):
+    """Four tensors used in a known order; restarted with --store-bytes for
+    two, the two used last stay and the others' files are deleted."""
+    store_dir = tmp_path / "store"
+    arrays = [bf16_weights((512, 1024), seed=10 + i) for i in range(4)]  # 1 MiB each
+    use = [2, 0, 3, 1]  # least recently used first
+    server = ServerProcess("--store-dir", str(store_dir), "--store-bytes", str(4 * MiB))
+    try:
+        with tensorcheck.Client(server.address) as client:
+            refs = [client.upload(arr) for arr in arrays]
+            for i in use:
+                client.read_tensor(refs[i])
+    finally:
+        assert server.stop() == 0
+    server = ServerProcess("--store-dir", str(store_dir), "--store-bytes", str(2 * MiB))
+    try:
+        with tensorcheck.Client(server.address) as client:
+            missing = set(find_missing(client, refs))
+            kept = [i for i in range(4) if refs[i].digest not in missing]
+            assert sorted(kept) == sorted(use[-2:])
+            for i in kept:
+                back = client.read_tensor(refs[i]).view(np.uint16)
+                assert np.array_equal(back, arrays[i].view(np.uint16))
+        evicted = [line for line in server.stderr + server.stdout if "evicted at start" in line]
+        assert len(evicted) == 2, evicted
+    finally:
+        server.stop()
+    on_disk = [i for i in range(4) if blob_file(store_dir, refs[i]).exists()]
+    assert sorted(on_disk) == sorted(use[-2:])
 
 
 @large

@@ -87,7 +87,7 @@ void RunStream(FuzzedDataProvider& in, TensorStore& store, const std::string& tr
     next = store.QueryUpload(*d, id).committed;
   }
   TenantStore whole(&store);
-  UploadSession session(StoreView{&whole, {}}, /*draining=*/false);
+  UploadSession session(StoreView{&whole, {}});
   const int messages = in.ConsumeIntegralInRange<int>(1, 12);
   absl::Status status;
   for (int i = 0; i < messages && status.ok() && !session.finished(); ++i) {
