@@ -206,7 +206,9 @@ class Methods:
         }
 
     def __call__(self, method: str, request: bytes, timeout: float) -> Any:
-        return self._calls[method](request, timeout=timeout)
+        # The size declared, as the clients do (docs/api.md, "Request size").
+        metadata = (("tensorcheck-request-bytes", str(len(request))),)
+        return self._calls[method](request, timeout=timeout, metadata=metadata)
 
 
 def _tensor(a: np.ndarray, dtype: pb.DType) -> Any:

@@ -40,6 +40,9 @@ namespace tensorcheck::cli::internal {
 namespace {
 
 constexpr int kMaxMessageBytes = 1 << 30;  // the server's limit governs
+// Declares a request's serialized size, so that the server admits it for
+// that much before receiving it (docs/api.md, "Request size").
+constexpr char kRequestBytesKey[] = "tensorcheck-request-bytes";
 
 // Tensors hashed and uploaded at once.
 constexpr int kTransferThreads = 4;
@@ -230,6 +233,7 @@ grpc::Status CallVerifyOrDiagnose(pb::TensorCheck::Stub* stub, const std::string
   ctx.set_deadline(deadline);
   const std::string id = NewRequestId();
   ctx.AddMetadata("x-request-id", id);
+  ctx.AddMetadata(kRequestBytesKey, std::to_string(req.ByteSizeLong()));
   // The phase in words, with the elapsed time (internal/progress.h), then
   // the server's phase and count.
   const bool diagnosis = command == "diagnose" || !req.accept().empty();
@@ -350,6 +354,7 @@ int RunCompare(const CommandLine& cl, const Connection& server, double timeout) 
     grpc_ctx.set_deadline(deadline);
     const std::string id = NewRequestId();
     grpc_ctx.AddMetadata("x-request-id", id);
+    grpc_ctx.AddMetadata(kRequestBytesKey, std::to_string(req->ByteSizeLong()));
     progress.Begin("waiting for the server's comparison", /*total_bytes=*/0);
     grpc::Status s;
     {

@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/golang/protobuf/proto"
 	"github.com/golang/protobuf/ptypes/wrappers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,9 +32,11 @@ type fakeServer struct {
 	mu       sync.Mutex
 	lastReq  *pb.VerifyRequest
 	lastAuth []string
-	resp     *pb.VerifyResponse
-	err      error
-	block    bool
+	// The request size the client declared (tensorcheck-request-bytes).
+	lastDeclared []string
+	resp         *pb.VerifyResponse
+	err          error
+	block        bool
 
 	// The first refusals calls (any method) fail with refusalCode and, when
 	// pushback is not "", the grpc-retry-pushback-ms trailer. calls counts
@@ -395,7 +399,7 @@ func (f *fakeServer) Verify(ctx context.Context, req *pb.VerifyRequest) (*pb.Ver
 		}
 		return nil, st.Err()
 	}
-	f.lastReq, f.lastAuth = req, md.Get("authorization")
+	f.lastReq, f.lastAuth, f.lastDeclared = req, md.Get("authorization"), md.Get(requestBytesKey)
 	resp, err, block := f.resp, f.err, f.block
 	f.mu.Unlock()
 	if block {
@@ -524,6 +528,10 @@ func TestFakeReportMirrorsTheResponse(t *testing.T) {
 	}
 	if len(fake.lastAuth) != 1 || fake.lastAuth[0] != "Bearer s3cret" {
 		t.Errorf("authorization metadata = %q", fake.lastAuth)
+	}
+	// Its size declared, so that the server admits it before receiving it.
+	if want := strconv.Itoa(proto.Size(fake.lastReq)); len(fake.lastDeclared) != 1 || fake.lastDeclared[0] != want {
+		t.Errorf("%s metadata = %q, the request has %s bytes", requestBytesKey, fake.lastDeclared, want)
 	}
 	if !rep.Passed || rep.Tolerance.Preset != "torch" || rep.Tolerance.Atol == nil || *rep.Tolerance.Atol != 1e-5 ||
 		rep.Tolerance.Rtol != nil || len(rep.OutputShape) != 2 || rep.ObservedVsReference != nil || rep.Reference != nil {

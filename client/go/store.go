@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -444,6 +445,10 @@ type tensorField struct {
 // met by uploading them again and resending, once, then by sending them
 // inline when msg fits. It returns the bytes uploaded and the bytes named
 // by digest without uploading (Report.UploadedBytes, ReusedBytes).
+// requestBytesKey is the metadata that declares a Verify, Diagnose or
+// Compare request's serialized size.
+const requestBytesKey = "tensorcheck-request-bytes"
+
 func (c *Client) sendThroughStore(ctx context.Context, fields []tensorField, msg proto.Message,
 	call func(context.Context, ...grpc.CallOption) error) (uploaded, reused int64, err error) {
 	var large []*pb.Tensor
@@ -496,7 +501,12 @@ func (c *Client) sendThroughStore(ctx context.Context, fields []tensorField, msg
 		}
 	}
 
-	send := func() error { return c.invoke(ctx, call) }
+	// Its size declared, so that the server admits it for that much before
+	// receiving it (docs/api.md, "Request size").
+	send := func() error {
+		sized := metadata.AppendToOutgoingContext(ctx, requestBytesKey, strconv.Itoa(proto.Size(msg)))
+		return c.invoke(sized, call)
+	}
 	err = send()
 	if missing := missingTensors(err); missing != nil {
 		// Evicted (or never there) since FindMissingTensors: upload what

@@ -148,6 +148,7 @@ class GatedServiceTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.SetMaxReceiveMessageSize(64 << 20);
     builder.RegisterService(service_.get());
+    builder.RegisterCallbackGenericService(service_->linear_methods());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     channel_ =
@@ -164,11 +165,16 @@ class GatedServiceTest : public ::testing::Test {
     std::string pushback;  // the retry hint, "" when absent
   };
 
+  // As the clients send it: with its size declared
+  // (TensorCheckServiceImpl::kRequestBytesKey) unless `declare` is false.
   Answer Verify(const v1::VerifyRequest& r, absl::Duration timeout = absl::Seconds(60),
-                grpc::ClientContext* context = nullptr) {
+                grpc::ClientContext* context = nullptr, bool declare = true) {
     grpc::ClientContext own;
     grpc::ClientContext* ctx = context != nullptr ? context : &own;
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (declare) {
+      ctx->AddMetadata(TensorCheckServiceImpl::kRequestBytesKey, std::to_string(r.ByteSizeLong()));
+    }
     v1::VerifyResponse response;
     Answer a;
     a.status = v1::TensorCheck::NewStub(channel_)->Verify(ctx, r, &response);
@@ -362,6 +368,40 @@ TEST_F(GatedServiceTest, BusyByteBudgetIsResourceExhaustedWithAHintAndOverBudget
   EXPECT_TRUE(service_->WaitForIdle(absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(service_->inflight_bytes(), 0);
   EXPECT_TRUE(Verify(GatedRequest(65536)).status.ok());
+}
+
+// Requests are received only once admitted: one that declares its size is
+// refused before a byte of it is read when the budget has no room for it
+// now, and one that does not is admitted for as much as the message limit
+// (within the budget) while it is received, then for what it is.
+TEST_F(GatedServiceTest, ARequestIsReceivedOnlyOnceTheBudgetHoldsRoomForIt) {
+  ServiceOptions options;
+  options.workers = 2;
+  options.max_inflight_bytes = 8 << 20;
+  Start(options);
+  // Without a declared size and nothing in flight: read, then found over
+  // the whole budget (permanent), and a small one passes.
+  const Answer over = Verify(GatedRequest(262144), absl::Seconds(60), nullptr, /*declare=*/false);
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(over.status.error_message(), HasSubstr("--max-inflight-bytes"));
+  EXPECT_TRUE(over.pushback.empty());
+  EXPECT_EQ(service_->inflight_bytes(), 0);
+  auto running = std::async(std::launch::async, [&] { return Verify(GatedRequest(65536)); });
+  WaitForStarted(1);
+  // While it runs, an undeclared request would need the whole budget to be
+  // received: busy, with the hint; nothing of it is held.
+  const int64_t held = service_->inflight_bytes();
+  const Answer undeclared = Verify(GatedRequest(16), absl::Seconds(60), nullptr, /*declare=*/false);
+  EXPECT_EQ(undeclared.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_FALSE(undeclared.pushback.empty());
+  EXPECT_EQ(service_->inflight_bytes(), held);
+  // A small declared one fits beside it.
+  gated_->released = true;
+  EXPECT_TRUE(running.get().status.ok());
+  EXPECT_TRUE(Verify(GatedRequest(16)).status.ok());
+  EXPECT_TRUE(Verify(GatedRequest(16), absl::Seconds(60), nullptr, /*declare=*/false).status.ok());
+  EXPECT_TRUE(service_->WaitForIdle(absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(service_->inflight_bytes(), 0);
 }
 
 // Bytes that are not a VerifyRequest: INVALID_ARGUMENT with a reason (gRPC's

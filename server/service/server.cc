@@ -242,18 +242,24 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
   // gRPC sets SO_REUSEPORT by default: a second server on a taken port
   // would then start and share the port's connections with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // No flow-control window grown ahead of the reads: a request the byte
+  // budget has not admitted yet is not read (TensorCheckServiceImpl's
+  // linear_methods), and with BDP probing gRPC's windows grew to tens of
+  // MiB per stream on a fast link, buffered for requests refused anyway.
+  // A read in progress still gets a window as large as its message.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
-  // Messages being received count against one memory quota. In gRPC 1.51
-  // it is soft: past it gRPC cancels streams being received (RST_STREAM,
-  // RESOURCE_EXHAUSTED without a retry hint) rather than pausing reads, so
-  // it bounds receive buffers only roughly, on top of the in-flight budget
-  // (docs/operations.md, --max-inflight-bytes).
+  // The in-flight budget bounds what requests receive: each is admitted
+  // before its message is read (docs/api.md, "Request size"). gRPC's own
+  // memory quota is only a backstop, kept well above what admitted
+  // requests hold: past it gRPC 1.51 cancels streams being received
+  // (RESOURCE_EXHAUSTED without a retry hint) rather than pausing reads.
   grpc::ResourceQuota quota("tensorcheck");
   if (options.max_inflight_bytes > 0) {
-    quota.Resize(
-        static_cast<size_t>(std::max(options.max_inflight_bytes, limits.max_message_bytes)));
+    quota.Resize(static_cast<size_t>(
+        std::max(2 * options.max_inflight_bytes, 3 * limits.max_message_bytes)));
     builder.SetResourceQuota(quota);
   }
   auto millis = [](absl::Duration d) {
@@ -273,6 +279,7 @@ absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   }
   builder.RegisterService(server->service_.get());
+  builder.RegisterCallbackGenericService(server->service_->linear_methods());
   server->reflection_ = std::make_unique<ReflectionService>(
       std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
                                "grpc.reflection.v1alpha.ServerReflection"},

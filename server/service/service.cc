@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/rpc/status.pb.h"
@@ -20,6 +22,11 @@ namespace tensorcheck {
 namespace {
 
 constexpr size_t kMaxStatusMessage = 2048;
+// Bytes of server memory per byte of a request, until it is parsed: gRPC's
+// transport holds the message as it arrives and assembled, then the parsed
+// copy. Measured peaks over idle of one request: 2.92x for 50 MiB and 200
+// MiB (bench/loadgen.py --big-requests 1; docs/reliability.md).
+constexpr int64_t kHeldPerRequestByte = 3;
 // A cancel this close to the call's deadline is taken for the deadline.
 constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
 
@@ -120,18 +127,19 @@ size_t WorkerPool::queued() {
 // One Verify or Diagnose call: its reactor (OnCancel stops the work;
 // OnDone logs what the client actually got, then deletes the call), its
 // stop signal, and what the log line says of it.
-class LinearCall final : public grpc::ServerUnaryReactor {
+class LinearCall final : public grpc::ServerGenericBidiReactor {
  public:
-  LinearCall(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-             grpc::ByteBuffer* response, LinearMethod method, absl::Time deadline,
-             bool deadline_is_server_cap)
-      : context_(context),
-        request_(request),
-        response_(response),
+  LinearCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context,
+             LinearMethod method, absl::Time deadline, bool deadline_is_server_cap)
+      : service_(service),
+        context_(context),
         method_(method),
         deadline_is_server_cap_(deadline_is_server_cap),
         start_(absl::Now()),
         stop_(deadline) {}
+
+  // The request, read once admitted (StartLinear).
+  void OnReadDone(bool ok) override { service_->Received(this, ok); }
 
   void OnCancel() override {
     // gRPC cancels a call whose deadline passes too, and the client's
@@ -156,7 +164,7 @@ class LinearCall final : public grpc::ServerUnaryReactor {
   void FinishWith(const absl::Status& status, int64_t pushback_ms = 0) {
     status_ = status;
     elapsed_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start_);
-    if (status.ok()) response_bytes_ = static_cast<int64_t>(response_->Length());
+    if (status.ok()) response_bytes_ = static_cast<int64_t>(response_.Length());
     if (pushback_ms > 0) {
       context_->AddTrailingMetadata(kRetryPushbackKey, std::to_string(pushback_ms));
     }
@@ -164,7 +172,12 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     // gRPC, not when it has been delivered: a client that sends its next
     // request as soon as it has this answer is never refused for it.
     quota_slot_ = RequestQuotas::Slot();
-    Finish(ToGrpcStatus(status));
+    { ByteBudget::Reservation released(std::move(read_reservation_)); }
+    if (status.ok()) {
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      Finish(ToGrpcStatus(status));
+    }
   }
 
   absl::string_view method() const {
@@ -234,9 +247,12 @@ class LinearCall final : public grpc::ServerUnaryReactor {
     std::string configs, reference = "default", input = "?", weight = "?";
   };
 
+  TensorCheckServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  const grpc::ByteBuffer* request_;
-  grpc::ByteBuffer* const response_;
+  grpc::ByteBuffer request_;   // as received, until parsed
+  grpc::ByteBuffer response_;  // serialised, being sent
+  // What the request may take while it is received (StartLinear).
+  ByteBudget::Reservation read_reservation_;
   const LinearMethod method_;
   const bool deadline_is_server_cap_;
   const absl::Time start_;
@@ -280,11 +296,34 @@ absl::Status Refusal(ByteBudget::Outcome o, int64_t bytes, const ByteBudget& bud
 
 }  // namespace
 
+// Routes Verify, Diagnose and Compare (marked generic in the service) to
+// StartLinear; any other method the server does not know is UNIMPLEMENTED.
+class TensorCheckServiceImpl::LinearMethods final : public grpc::CallbackGenericService {
+ public:
+  explicit LinearMethods(TensorCheckServiceImpl* service) : service_(service) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    static const auto* const kMethods = new std::map<std::string, LinearMethod>{
+        {"/tensorcheck.v1.TensorCheck/Verify", LinearMethod::kVerify},
+        {"/tensorcheck.v1.TensorCheck/Diagnose", LinearMethod::kDiagnose},
+        {"/tensorcheck.v1.TensorCheck/Compare", LinearMethod::kCompare},
+    };
+    const auto it = kMethods->find(context->method());
+    if (it != kMethods->end()) return service_->StartLinear(context, it->second);
+    return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
+  }
+
+ private:
+  TensorCheckServiceImpl* const service_;
+};
+
 TensorCheckServiceImpl::TensorCheckServiceImpl(const Engine* engine, ServiceOptions options)
     : engine_(engine),
       options_(std::move(options)),
       budget_(options_.max_inflight_bytes),
       pool_(options_.workers, options_.max_queue) {
+  linear_methods_ = std::make_unique<LinearMethods>(this);
   if (options_.trim_when_idle > absl::ZeroDuration()) {
     idle_trim_ = std::make_unique<IdleTrim>(IdleTrim::Options{options_.trim_when_idle, nullptr});
   }
@@ -417,39 +456,18 @@ int64_t TensorCheckServiceImpl::RetryPushbackMs(int64_t requests_ahead) const {
   return static_cast<int64_t>(std::clamp(ms, 100.0, 30000.0));
 }
 
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::Verify(grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* request,
-                                                         grpc::ByteBuffer* response) {
-  return StartLinear(context, request, response, LinearMethod::kVerify);
-}
-
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::Diagnose(grpc::CallbackServerContext* context,
-                                                           const grpc::ByteBuffer* request,
-                                                           grpc::ByteBuffer* response) {
-  return StartLinear(context, request, response, LinearMethod::kDiagnose);
-}
-
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::Compare(grpc::CallbackServerContext* context,
-                                                          const grpc::ByteBuffer* request,
-                                                          grpc::ByteBuffer* response) {
-  return StartLinear(context, request, response, LinearMethod::kCompare);
-}
-
-grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServerContext* context,
-                                                              const grpc::ByteBuffer* request,
-                                                              grpc::ByteBuffer* response,
-                                                              LinearMethod method) {
+grpc::ServerGenericBidiReactor* TensorCheckServiceImpl::StartLinear(
+    grpc::GenericCallbackServerContext* context, LinearMethod method) {
   // The deadline: the client's, or the server's cap on one request.
   const absl::Time cap = absl::Now() + options_.max_request_time;
   absl::Time client = absl::InfiniteFuture();
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     client = absl::FromChrono(context->deadline());
   }
-  auto* call = new LinearCall(context, request, response, method, std::min(cap, client),
+  auto* call = new LinearCall(this, context, method, std::min(cap, client),
                               /*deadline_is_server_cap=*/cap < client);
   call->request_id_ = AttachRequestId(context);
   call->context_deadline_ = client;
-  call->request_bytes_ = static_cast<int64_t>(request->Length());
   call->metrics_ = options_.metrics;
   absl::StatusOr<Caller> caller =
       Authenticate(*context, method == LinearMethod::kVerify ? Right::kVerify : Right::kDiagnose,
@@ -475,14 +493,46 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
     call->FinishWith(ShuttingDown(), RetryPushbackMs(/*requests_ahead=*/1));
     return call;
   }
-  // Before parsing: the received bytes and the parsed message.
-  ByteBudget::Reservation reservation;
-  const int64_t parse_bytes = 2 * call->request_bytes_;
-  const ByteBudget::Outcome admitted = budget_.TryReserve(parse_bytes, &reservation);
+  // Before receiving: the bytes the request will take, for the size its
+  // client declares, else for as large a message as the limit allows
+  // (within the budget). Refused here, it is never received.
+  const int64_t max_message = engine_->options().limits.max_message_bytes;
+  int64_t declared = 0;
+  const auto& metadata = context->client_metadata();
+  if (auto it = metadata.find(kRequestBytesKey); it != metadata.end()) {
+    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &declared) ||
+        declared < 0 || declared > max_message) {
+      declared = 0;  // not a size it could send: as if not declared
+    }
+  }
+  int64_t read_bytes = kHeldPerRequestByte * (declared > 0 ? declared : max_message);
+  if (declared == 0 && budget_.limit() > 0) read_bytes = std::min(read_bytes, budget_.limit());
+  const ByteBudget::Outcome admitted = budget_.TryReserve(read_bytes, &call->read_reservation_);
   if (admitted != ByteBudget::Outcome::kAdmitted) {
-    call->FinishWith(Refusal(admitted, parse_bytes, budget_, "this request"),
+    call->FinishWith(Refusal(admitted, read_bytes, budget_, "this request"),
                      admitted == ByteBudget::Outcome::kBusy ? RetryPushbackMs(1) : 0);
     return call;
+  }
+  call->StartRead(&call->request_);
+  return call;
+}
+
+void TensorCheckServiceImpl::Received(LinearCall* call, bool ok) {
+  if (!ok) {
+    // The client half-closed without a message, or the call is gone.
+    call->FinishWith(absl::InvalidArgumentError("request: the call ended before its message"));
+    return;
+  }
+  call->request_bytes_ = static_cast<int64_t>(call->request_.Length());
+  // From what it may take to what it takes.
+  const int64_t parse_bytes = kHeldPerRequestByte * call->request_bytes_;
+  ByteBudget::Reservation reservation(std::move(call->read_reservation_));
+  const ByteBudget::Outcome admitted = budget_.TryResize(&reservation, parse_bytes);
+  if (admitted != ByteBudget::Outcome::kAdmitted) {
+    { ByteBudget::Reservation released(std::move(reservation)); }  // before the answer
+    call->FinishWith(Refusal(admitted, parse_bytes, budget_, "this request"),
+                     admitted == ByteBudget::Outcome::kBusy ? RetryPushbackMs(1) : 0);
+    return;
   }
   Track(call);
   auto held = std::make_shared<ByteBudget::Reservation>(std::move(reservation));
@@ -499,7 +549,6 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::StartLinear(grpc::CallbackServ
     // Full now: readiness says so before the next request is refused.
     NoteSaturation(true);
   }
-  return call;
 }
 
 void TensorCheckServiceImpl::Work(LinearCall* call, ByteBudget::Reservation* reservation) {
@@ -538,10 +587,10 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   LinearRequest req;
   {
     v1::VerifyRequest proto;
-    TC_RETURN_IF_ERROR(ParseRequest(*call->request_, &proto));
+    TC_RETURN_IF_ERROR(ParseRequest(call->request_, &proto));
     // The received bytes are not needed any more; gRPC would keep them
     // until the call ends.
-    const_cast<grpc::ByteBuffer*>(call->request_)->Clear();
+    call->request_.Clear();
     LinearCall::Summary& s = call->summary_;
     s.configs = absl::StrJoin(proto.configs(), ",");
     if (!proto.reference().empty()) s.reference = proto.reference();
@@ -584,10 +633,10 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
 
 absl::Status TensorCheckServiceImpl::Serialize(const google::protobuf::Message& response,
                                                LinearCall* call) const {
-  TC_RETURN_IF_ERROR(SerializeResponse(response, call->response_));
-  const int64_t size = static_cast<int64_t>(call->response_->Length());
+  TC_RETURN_IF_ERROR(SerializeResponse(response, &call->response_));
+  const int64_t size = static_cast<int64_t>(call->response_.Length());
   if (size > engine_->options().limits.max_message_bytes) {
-    call->response_->Clear();
+    call->response_.Clear();
     return absl::ResourceExhaustedError(
         absl::StrCat("response: ", size, " bytes exceed the message limit of ",
                      engine_->options().limits.max_message_bytes,
@@ -602,8 +651,8 @@ absl::Status TensorCheckServiceImpl::ExecuteCompare(LinearCall* call,
   CompareInput in;
   {
     v1::CompareRequest proto;
-    TC_RETURN_IF_ERROR(ParseRequest(*call->request_, &proto));
-    const_cast<grpc::ByteBuffer*>(call->request_)->Clear();
+    TC_RETURN_IF_ERROR(ParseRequest(call->request_, &proto));
+    call->request_.Clear();
     LinearCall::Summary& s = call->summary_;
     s.configs = absl::StrJoin(proto.configs(), ",");
     if (!proto.reference().empty()) s.reference = proto.reference();

@@ -16,6 +16,7 @@
 //
 //   TensorCheckServiceImpl service(engine.get(), ServiceOptions{});
 //   builder.RegisterService(&service);
+//   builder.RegisterCallbackGenericService(service.linear_methods());
 //   ...
 //   service.StartDraining();                 // on SIGTERM: refuse new work
 //   if (!service.WaitForIdle(deadline)) service.CancelAll();
@@ -35,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/core/stop_signal.h"
 #include "server/engine/engine.h"
@@ -150,30 +152,34 @@ class LinearCall;  // service.cc: one Verify, Diagnose or Compare call
 enum class LinearMethod { kVerify, kDiagnose, kCompare };
 
 class TensorCheckServiceImpl final
-    : public v1::TensorCheck::WithRawCallbackMethod_Verify<
-          v1::TensorCheck::WithRawCallbackMethod_Diagnose<
-              v1::TensorCheck::WithRawCallbackMethod_Compare<
-                  v1::TensorCheck::WithRawCallbackMethod_GetCapabilities<
-                      v1::TensorCheck::WithRawCallbackMethod_GetProgress<
-                          v1::TensorCheck::WithRawCallbackMethod_FindMissingTensors<
-                              v1::TensorCheck::WithCallbackMethod_UploadTensor<
-                                  v1::TensorCheck::WithRawCallbackMethod_QueryUploadStatus<
-                                      v1::TensorCheck::WithRawCallbackMethod_ReadTensor<
-                                          v1::TensorCheck::Service>>>>>>>>> {
+    : public v1::TensorCheck::WithGenericMethod_Verify<
+          v1::TensorCheck::WithGenericMethod_Diagnose<v1::TensorCheck::WithGenericMethod_Compare<
+              v1::TensorCheck::WithRawCallbackMethod_GetCapabilities<
+                  v1::TensorCheck::WithRawCallbackMethod_GetProgress<
+                      v1::TensorCheck::WithRawCallbackMethod_FindMissingTensors<
+                          v1::TensorCheck::WithCallbackMethod_UploadTensor<
+                              v1::TensorCheck::WithRawCallbackMethod_QueryUploadStatus<
+                                  v1::TensorCheck::WithRawCallbackMethod_ReadTensor<
+                                      v1::TensorCheck::Service>>>>>>>>> {
  public:
   // `engine` must outlive the service.
   TensorCheckServiceImpl(const Engine* engine, ServiceOptions options);
   ~TensorCheckServiceImpl() override;
 
-  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context,
-                                   const grpc::ByteBuffer* request,
-                                   grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* context,
-                                     const grpc::ByteBuffer* request,
-                                     grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Compare(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override;
+  // Verify, Diagnose and Compare: served by this generic service, which
+  // the server registers beside the service itself
+  // (builder.RegisterCallbackGenericService). It reads a call's request
+  // only once the byte budget holds room for it, so that requests not yet
+  // admitted are not received either: gRPC buffers about a flow-control
+  // window of each, not the whole message. A unary call and a stream of
+  // one message are the same on the wire. Other methods unknown to the
+  // service are UNIMPLEMENTED there.
+  grpc::CallbackGenericService* linear_methods() { return linear_methods_.get(); }
+  // The metadata key by which a client declares its request's serialized
+  // size (decimal bytes), so that it is admitted for that much before it
+  // is received; without it, up to the message limit is reserved while it
+  // is received. The size received is what counts afterwards.
+  static constexpr char kRequestBytesKey[] = "tensorcheck-request-bytes";
   // The unary and server-streaming methods take their request as received
   // bytes, as Verify does: bytes that are not their message get
   // INVALID_ARGUMENT with a reason (ParseRequest), not gRPC's bare
@@ -243,9 +249,14 @@ class TensorCheckServiceImpl final
  private:
   friend class LinearCall;
 
-  grpc::ServerUnaryReactor* StartLinear(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                                        LinearMethod method);
+  // A Verify, Diagnose or Compare call: authenticated, checked against
+  // the tenant's quotas and the draining flag, and admitted by the bytes
+  // its request may take before it is read.
+  grpc::ServerGenericBidiReactor* StartLinear(grpc::GenericCallbackServerContext* context,
+                                              LinearMethod method);
+  // Its request arrived (`ok`) or the stream ended without one: admitted
+  // by the bytes received, then queued.
+  void Received(LinearCall* call, bool ok);
   // The worker's part of a call; finishes it.
   void Work(LinearCall* call, ByteBudget::Reservation* reservation);
   // Parses, admits by bytes, runs and serialises; `retry_later` is set
@@ -309,6 +320,8 @@ class TensorCheckServiceImpl final
   int in_flight_ = 0;
   std::set<LinearCall*> calls_;
   std::atomic<bool> saturated_{false};
+  class LinearMethods;  // service.cc
+  std::unique_ptr<grpc::CallbackGenericService> linear_methods_;
   // Told of every request and stream; null when trim_when_idle is zero.
   std::unique_ptr<IdleTrim> idle_trim_;
   // Moving average of request times, for the retry hint.

@@ -576,6 +576,7 @@ TEST(ServiceFatalErrorTest, OnlyAMarkedFatalDeviceErrorCallsOnFatalOnce) {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterCallbackGenericService(service.linear_methods());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   auto stub = v1::TensorCheck::NewStub(

@@ -264,3 +264,38 @@ def test_a_call_that_fails_ends_its_phase(monkeypatch: pytest.MonkeyPatch, capsy
 def test_progress_must_be_a_bool_or_a_callable(offline_client: tensorcheck.Client) -> None:
     with pytest.raises(TypeError, match="^progress: expected None, a bool or a callable"):
         offline_client.diagnose_linear(W[:4], W, observed=W[:4], progress="yes")
+
+
+class _SizeRecorder(FakeStore):
+    """Records the request size each Verify, Diagnose and Compare declared
+    (tensorcheck-request-bytes) beside the size that arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[tuple[str, str | None, int]] = []
+
+    def _record(self, method: str, request: Any, context: Any) -> None:
+        declared = dict(context.invocation_metadata()).get("tensorcheck-request-bytes")
+        self.sizes.append((method, declared, request.ByteSize()))
+
+    def Verify(self, request: pb.VerifyRequest, context: Any) -> pb.VerifyResponse:
+        self._record("Verify", request, context)
+        return pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+
+    def Diagnose(self, request: pb.VerifyRequest, context: Any) -> pb.VerifyResponse:
+        self._record("Diagnose", request, context)
+        return pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+
+
+def test_requests_declare_their_size_for_the_servers_admission() -> None:
+    # The server admits a request for its declared size before it reads it
+    # (docs/api.md, "Request size"): the size must be the real one.
+    server = _SizeRecorder()
+    with serve_in_process(server) as t, tensorcheck.Client(t, timeout=TIMEOUT_S) as client:
+        client.verify_linear(W[:4], W, configs=["cpu:fp32"])
+        client.diagnose_linear(W[:4], W, observed=W[:4] @ W.T)
+    assert [m for m, _, _ in server.sizes] == ["Verify", "Diagnose"]
+    for method, declared, size in server.sizes:
+        # The bytes sent, which the client writes itself: their length
+        # prefixes may take a few more bytes than protobuf's canonical ones.
+        assert declared is not None and 0 <= int(declared) - size <= 16, (method, declared, size)

@@ -109,6 +109,12 @@ _MAX_RETRY_WAIT_S = 30.0
 _RETRY_JITTER = 0.1
 # With progress=, how often the client asks the server how far a call got.
 _PROGRESS_POLL_S = 0.5
+
+# The metadata by which Verify, Diagnose and Compare declare their request's
+# serialized size; the server admits the request for that much before it
+# receives it (docs/api.md, "Request size").
+REQUEST_BYTES_KEY = "tensorcheck-request-bytes"
+_SIZE_DECLARED = frozenset({"Verify", "Diagnose", "Compare"})
 # The codes whose refusals are transient when the server says so; anything
 # else is never retried, hint or not.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
@@ -1113,13 +1119,18 @@ class Client:
             stub_method: Any = self._serialized[method]
         else:
             stub_method = getattr(self._stub, method)
+        metadata = self._metadata
+        if request_id is not None:
+            metadata = (*(metadata or ()), ("x-request-id", request_id))
+        if method in _SIZE_DECLARED:
+            # So that the server admits it for its size before receiving it
+            # (docs/api.md, "Request size").
+            size = len(request) if isinstance(request, bytes) else request.ByteSize()
+            metadata = (*(metadata or ()), (REQUEST_BYTES_KEY, str(size)))
         retries = 0
         while True:
             left = time_left(deadline, method)
             try:
-                metadata = self._metadata
-                if request_id is not None:
-                    metadata = (*(metadata or ()), ("x-request-id", request_id))
                 response: _M = stub_method(request, timeout=left, metadata=metadata)
                 return response
             except grpc.RpcError as e:
