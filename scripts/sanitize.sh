@@ -98,7 +98,7 @@ run_tsan() {
   cmake -S . -B "$TSAN_BUILD_DIR" "${CMAKE_COMMON[@]}" -DTENSORCHECK_TSAN=ON >/dev/null
   cmake --build "$TSAN_BUILD_DIR" -j "$(nproc)" \
     --target core_test stats_test store_test service_test store_calls_test admission_test \
-    cancellation_test cpu_backend_test
+    cancellation_test cpu_backend_test idle_trim_test metrics_test
   lap "TSan build"
   # Debian's gRPC, Abseil, protobuf and OpenBLAS are not instrumented:
   # ignore_noninstrumented_modules keeps TSan from checking the memory
