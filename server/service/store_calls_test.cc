@@ -762,6 +762,21 @@ class StoreDrainTest : public ::testing::Test {
     return s;
   }
 
+  // An upload of `bytes` with its first chunk sent and held by the server:
+  // a stream in flight.
+  std::unique_ptr<grpc::ClientWriter<v1::UploadTensorRequest>> OpenUpload(
+      const std::string& bytes, const std::string& upload_id, grpc::ClientContext* ctx,
+      v1::UploadTensorResponse* response) {
+    auto writer = stub_->UploadTensor(ctx, response);
+    v1::UploadTensorRequest first;
+    *first.mutable_digest() = DigestProto(bytes);
+    first.set_upload_id(upload_id);
+    first.set_data(bytes.substr(0, kChunk));
+    EXPECT_TRUE(writer->Write(first));
+    WaitForCommitted(bytes, upload_id, kChunk);
+    return writer;
+  }
+
   // Waits until the server holds `committed` bytes of the upload.
   void WaitForCommitted(const std::string& bytes, const std::string& upload_id, int64_t committed) {
     for (;;) {
@@ -790,12 +805,7 @@ TEST_F(StoreDrainTest, UploadsAndReadsInFlightGetTheGraceAndNewOnesAreRefusedWit
   // An upload open, one chunk in.
   grpc::ClientContext up_ctx;
   v1::UploadTensorResponse up_resp;
-  auto writer = stub_->UploadTensor(&up_ctx, &up_resp);
-  v1::UploadTensorRequest first;
-  *first.mutable_digest() = DigestProto(uploading);
-  first.set_upload_id("draining");
-  first.set_data(uploading.substr(0, kChunk));
-  ASSERT_TRUE(writer->Write(first));
+  auto writer = OpenUpload(uploading, "draining", &up_ctx, &up_resp);
   // A read open, one chunk out.
   grpc::ClientContext read_ctx;
   v1::ReadTensorRequest rr;
@@ -804,8 +814,6 @@ TEST_F(StoreDrainTest, UploadsAndReadsInFlightGetTheGraceAndNewOnesAreRefusedWit
   v1::ReadTensorResponse m;
   ASSERT_TRUE(reader->Read(&m));
   std::string read = m.data();
-  // The server holds the upload's first chunk: the stream is in flight.
-  WaitForCommitted(uploading, "draining", kChunk);
 
   std::atomic<bool> stopped{false};
   std::thread shutdown([&] {
@@ -860,13 +868,7 @@ TEST_F(StoreDrainTest, AStreamThatOutlivesTheGraceIsCancelled) {
   const std::string uploading = RandomBytes(2 * kChunk, 5);
   grpc::ClientContext up_ctx;
   v1::UploadTensorResponse up_resp;
-  auto writer = stub_->UploadTensor(&up_ctx, &up_resp);
-  v1::UploadTensorRequest first;
-  *first.mutable_digest() = DigestProto(uploading);
-  first.set_upload_id("never-finished");
-  first.set_data(uploading.substr(0, kChunk));
-  ASSERT_TRUE(writer->Write(first));
-  WaitForCommitted(uploading, "never-finished", kChunk);
+  auto writer = OpenUpload(uploading, "never-finished", &up_ctx, &up_resp);
   server_->Shutdown(absl::Milliseconds(200));  // returns: the stream was cancelled
   writer->WritesDone();
   EXPECT_FALSE(writer->Finish().ok());
