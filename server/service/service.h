@@ -1,10 +1,11 @@
 // TensorCheckServiceImpl: the gRPC face of the engine. The only layer that
 // includes gRPC headers.
 //
-// Verify and Diagnose take the request as received bytes: the service
-// admits it by bytes (admission.h) before parsing, parses it itself (so a
-// message that is not a VerifyRequest is INVALID_ARGUMENT with a reason,
-// not gRPC's empty UNIMPLEMENTED), converts and validates it
+// Verify, Diagnose and Compare are read by the service itself (a generic
+// callback reactor): it admits a request by bytes (admission.h) before it
+// reads the message, parses it itself (so a message that is not a
+// VerifyRequest is INVALID_ARGUMENT with a reason, not gRPC's empty
+// UNIMPLEMENTED), converts and validates it
 // (proto_convert.h), and hands the work to a bounded worker pool (gRPC's
 // callback threads never run a GEMM). Each request carries a StopSignal:
 // its deadline (the client's, capped by max_request_time) and cancellation
