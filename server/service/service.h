@@ -158,7 +158,7 @@ class TensorCheckServiceImpl final
               v1::TensorCheck::WithRawCallbackMethod_GetCapabilities<
                   v1::TensorCheck::WithRawCallbackMethod_GetProgress<
                       v1::TensorCheck::WithRawCallbackMethod_FindMissingTensors<
-                          v1::TensorCheck::WithCallbackMethod_UploadTensor<
+                          v1::TensorCheck::WithRawCallbackMethod_UploadTensor<
                               v1::TensorCheck::WithRawCallbackMethod_QueryUploadStatus<
                                   v1::TensorCheck::WithRawCallbackMethod_ReadTensor<
                                       v1::TensorCheck::Service>>>>>>>>> {
@@ -198,8 +198,9 @@ class TensorCheckServiceImpl final
   grpc::ServerUnaryReactor* FindMissingTensors(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request,
                                                grpc::ByteBuffer* response) override;
-  grpc::ServerReadReactor<v1::UploadTensorRequest>* UploadTensor(
-      grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) override;
+  // Its messages arrive as bytes too, each parsed by the upload.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadTensor(grpc::CallbackServerContext* context,
+                                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* QueryUploadStatus(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) override;

@@ -92,15 +92,15 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, absl
 // Receiving, copying and hashing then overlap (docs/performance.md,
 // "Tensor store"). Finish is called exactly once, when no read is
 // outstanding and no task is running, as the last thing its caller does.
-class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
+class UploadCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadCall(TensorCheckServiceImpl* service, grpc::CallbackServerContext* context, StoreView store,
-             WorkerPool* pool, v1::UploadTensorResponse* response, std::string request_id,
+             WorkerPool* pool, grpc::ByteBuffer* response, std::string request_id,
              std::string tenant)
       : service_(service),
         context_(context),
         request_id_(std::move(request_id)),
-        response_(response),
+        out_(response),
         pool_(pool),
         session_(std::move(store)),
         tenant_(std::move(tenant)),
@@ -108,20 +108,33 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     last_activity_ns_ = absl::ToUnixNanos(start_);
     service_->WatchStream(this, context_, &last_activity_ns_);
     read_outstanding_ = true;
-    StartRead(&request_);
+    StartRead(&received_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     last_activity_ns_ = absl::ToUnixNanos(absl::Now());
     std::unique_lock<std::mutex> lock(mu_);
     read_outstanding_ = false;
+    if (ok) {
+      // Bytes that are not an UploadTensorRequest end the stream with
+      // INVALID_ARGUMENT and the reason, as on every other method; what
+      // arrived before stays resumable.
+      const absl::Status parsed = ParseRequest(received_bytes_, &request_);
+      received_bytes_.Clear();
+      if (!parsed.ok()) {
+        if (error_.ok()) error_ = parsed;
+        ended_ = true;  // read no more
+        if (!started_) return FinishLocked(std::move(lock), error_);
+        return Step(std::move(lock));
+      }
+    }
     if (!started_ && ok) {
       // The first message opens the upload, here: it may end the call at
       // once (a tensor already present), before any other read.
       started_ = true;
       absl::Status status = session_.Take(request_);
       request_.Clear();
-      if (status.ok() && session_.finished()) status = session_.End(response_);
+      if (status.ok() && session_.finished()) status = session_.End(&response_);
       if (!status.ok() || session_.finished()) {
         error_ = status;
         return FinishLocked(std::move(lock), status);
@@ -139,7 +152,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     service_->UnwatchStream(this);
     Log();
     StoreCallRecord{service_->metrics(), "UploadTensor", start_, received_, tenant_}.Done(
-        status_.code(), static_cast<int64_t>(response_->ByteSizeLong()));
+        status_.code(), static_cast<int64_t>(response_.ByteSizeLong()));
     delete this;
   }
 
@@ -165,11 +178,11 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
     }
     if (!ended_ && !read_outstanding_ && queue_.size() < kMaxQueued) {
       read_outstanding_ = true;
-      StartRead(&request_);
+      StartRead(&received_bytes_);
     }
     if (ended_ && queue_.empty() && !task_running_ && !read_outstanding_) {
       lock.unlock();
-      const absl::Status status = session_.End(response_);  // waits for the hash
+      const absl::Status status = session_.End(&response_);  // waits for the hash
       lock.lock();
       return FinishLocked(std::move(lock), status);
     }
@@ -187,7 +200,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
       const bool resume_reading = !ended_ && !read_outstanding_ && queue_.size() < kMaxQueued;
       if (resume_reading) {
         read_outstanding_ = true;
-        StartRead(&request_);
+        StartRead(&received_bytes_);
       }
       lock.unlock();
       const absl::Status status = session_.Take(m);
@@ -205,9 +218,10 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
 
   // Finishes the call with `status`; the lock is released first and
   // nothing of `this` is touched after Finish.
-  void FinishLocked(std::unique_lock<std::mutex> lock, const absl::Status& status) {
+  void FinishLocked(std::unique_lock<std::mutex> lock, absl::Status status) {
     if (finished_) return;
     finished_ = true;
+    if (status.ok()) status = SerializeResponse(response_, out_);
     status_ = status;
     received_ = std::max(received_, session_.received());
     session_.Release();
@@ -239,13 +253,15 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadTensorRequest>
   TensorCheckServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
   const std::string request_id_;
-  v1::UploadTensorResponse* const response_;
+  grpc::ByteBuffer* const out_;  // gRPC's: response_ serialised
+  v1::UploadTensorResponse response_;
   WorkerPool* const pool_;
   std::atomic<int64_t> last_activity_ns_{0};  // the last message's arrival
   UploadSession session_;                     // used by one thread at a time (the lock or the task)
   const std::string tenant_;
   const absl::Time start_;
-  v1::UploadTensorRequest request_;  // the outstanding read's
+  grpc::ByteBuffer received_bytes_;  // the outstanding read's
+  v1::UploadTensorRequest request_;  // received_bytes_ parsed
 
   std::mutex mu_;
   std::deque<v1::UploadTensorRequest> queue_;  // guarded by mu_
@@ -360,8 +376,8 @@ grpc::ServerUnaryReactor* TensorCheckServiceImpl::FindMissingTensors(
   return FinishUnary(context, absl::OkStatus(), record, response, out);
 }
 
-grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::UploadTensor(
-    grpc::CallbackServerContext* context, v1::UploadTensorResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* TensorCheckServiceImpl::UploadTensor(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   std::string request_id = AttachRequestId(context);
   absl::StatusOr<Caller> caller = Authenticate(*context, Right::kStore, "UploadTensor");
   if (caller.ok() && options_.store == nullptr) caller = NoStore();
@@ -372,7 +388,7 @@ grpc::ServerReadReactor<v1::UploadTensorRequest>* TensorCheckServiceImpl::Upload
   if (!caller.ok()) {
     StoreCallRecord{options_.metrics, "UploadTensor", absl::Now()}.Done(caller.status().code(), 0);
     // A reactor that refuses at once, reading nothing.
-    class Refuse final : public grpc::ServerReadReactor<v1::UploadTensorRequest> {
+    class Refuse final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
      public:
       explicit Refuse(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
       void OnDone() override { delete this; }

@@ -8,6 +8,7 @@ hundred small requests, each with a deadline.
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import numpy as np
@@ -17,7 +18,7 @@ grpc = pytest.importorskip("grpc")
 tensorcheck = pytest.importorskip("tensorcheck")
 
 from e2e_support import ServerProcess  # noqa: E402
-from tensorcheck._pb import pb  # noqa: E402
+from tensorcheck._pb import pb, pb_grpc  # noqa: E402
 
 VERIFY = "/tensorcheck.v1.TensorCheck/Verify"
 DIAGNOSE = "/tensorcheck.v1.TensorCheck/Diagnose"
@@ -140,3 +141,42 @@ def test_hostile_and_mutated_requests_get_errors_and_the_server_keeps_serving():
     finally:
         assert server.stop() == 0
     assert {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OK} <= seen
+
+
+def test_upload_messages_that_do_not_parse_are_invalid_argument_naming_the_message():
+    """UploadTensor's messages are parsed by the server too: bytes that are
+    not an UploadTensorRequest end the stream INVALID_ARGUMENT with the
+    reason, first message or later, and the server keeps serving."""
+    server = ServerProcess()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            upload = channel.stream_unary(
+                "/tensorcheck.v1.TensorCheck/UploadTensor",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+            corrupt = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+            data = bytes(range(256)) * 16
+            first = pb.UploadTensorRequest(
+                digest=pb.TensorDigest(
+                    hash="sha256:" + hashlib.sha256(data).hexdigest(), size_bytes=len(data)
+                ),
+                upload_id="bad-later",
+                data=data[:1024],
+            ).SerializeToString()
+            for messages in ([corrupt], [first, corrupt]):
+                with pytest.raises(grpc.RpcError) as e:
+                    upload(iter(messages), timeout=30)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "not a valid tensorcheck.v1.UploadTensorRequest" in e.value.details()
+            # What arrived before the bad message is kept for resuming.
+            query = pb.QueryUploadStatusRequest(
+                digest=pb.TensorDigest(
+                    hash="sha256:" + hashlib.sha256(data).hexdigest(), size_bytes=len(data)
+                ),
+                upload_id="bad-later",
+            )
+            stub = pb_grpc.TensorCheckStub(channel)
+            assert stub.QueryUploadStatus(query, timeout=30).committed_size == 1024
+    finally:
+        assert server.stop() == 0
