@@ -148,11 +148,6 @@ absl::StatusOr<std::string> CheckTls(const TlsFiles& files, const TlsSet& set) {
   return about;
 }
 
-absl::StatusOr<std::string> CheckTlsFiles(const TlsFiles& files) {
-  TC_ASSIGN_OR_RETURN(const TlsSet set, ReadTlsFiles(files));
-  return CheckTls(files, set);
-}
-
 namespace {
 constexpr char kCert[] = "cert.pem";
 constexpr char kKey[] = "key.pem";

@@ -61,9 +61,6 @@ absl::StatusOr<TlsSet> ReadTlsFiles(const TlsFiles& files);
 // flag and file (paths from `files`) and the problem.
 absl::StatusOr<std::string> CheckTls(const TlsFiles& files, const TlsSet& set);
 
-// ReadTlsFiles, then CheckTls.
-absl::StatusOr<std::string> CheckTlsFiles(const TlsFiles& files);
-
 // The set in force and its rotation (see the top of this file).
 // Thread-safe.
 class ServedTls {
