@@ -492,6 +492,21 @@ class RestartTest : public ::testing::Test {
 
   static constexpr int kUse[8] = {3, 0, 6, 1, 7, 2, 5, 4};
 
+  // Stores `tensors` (closed again, as by a restart, when this returns).
+  void StoreAll(int64_t budget, const std::vector<std::string>& tensors) {
+    auto store = Open(budget);
+    ASSERT_NE(store, nullptr);
+    for (const std::string& t : tensors) ASSERT_THAT(store->Put(DigestOf(t), t), IsOk());
+  }
+
+  // Corrupts the file of the stored `tensor`: its byte `at` XOR `mask`.
+  void FlipByte(const std::string& tensor, size_t at, char mask) {
+    std::fstream f(path_ + "/" + StoreDir::FileName(DigestOf(tensor)),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(tensor[at] ^ mask));
+  }
+
   std::string path_;
   StoreDir* dir_ = nullptr;  // the open store's
   std::mutex mu_;
@@ -543,18 +558,8 @@ TEST_F(RestartTest, AfterARestartTheLeastRecentlyUsedBeforeItIsEvictedFirst) {
 
 TEST_F(RestartTest, StartReadsNoFileAndACorruptOneIsDroppedAtItsFirstGet) {
   const std::string a = Bytes(5000, 1), b = Bytes(7000, 2);
-  {
-    auto store = Open(1 << 20);
-    ASSERT_NE(store, nullptr);
-    ASSERT_THAT(store->Put(DigestOf(a), a), IsOk());
-    ASSERT_THAT(store->Put(DigestOf(b), b), IsOk());
-  }
-  {
-    std::fstream f(path_ + "/" + StoreDir::FileName(DigestOf(b)),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(4321);
-    f.put(static_cast<char>(b[4321] ^ 1));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAll(1 << 20, {a, b}));
+  FlipByte(b, 4321, 1);
   std::vector<StoreDir::Dropped> dropped;
   auto store = Open(1 << 20, &dropped);
   ASSERT_NE(store, nullptr);
@@ -584,18 +589,8 @@ TEST_F(RestartTest, StartReadsNoFileAndACorruptOneIsDroppedAtItsFirstGet) {
 
 TEST_F(RestartTest, ConcurrentFirstGetsReadOnceAndNeverServeACorruptFile) {
   const std::string good = Bytes(1 << 20, 3), bad = Bytes(1 << 20, 4);
-  {
-    auto store = Open(8 << 20);
-    ASSERT_NE(store, nullptr);
-    ASSERT_THAT(store->Put(DigestOf(good), good), IsOk());
-    ASSERT_THAT(store->Put(DigestOf(bad), bad), IsOk());
-  }
-  {
-    std::fstream f(path_ + "/" + StoreDir::FileName(DigestOf(bad)),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(777777);
-    f.put(static_cast<char>(bad[777777] ^ 0x40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAll(8 << 20, {good, bad}));
+  FlipByte(bad, 777777, 0x40);
   auto store = Open(8 << 20);
   ASSERT_NE(store, nullptr);
   std::atomic<int> served_bad{0}, wrong_good{0};
