@@ -34,8 +34,8 @@
 
 #include "bench/bench_support.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

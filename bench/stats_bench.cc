@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
-#include "server/core/tensor.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck {

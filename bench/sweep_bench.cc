@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

@@ -25,7 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/service/server.h"
 #include "server/service/upload_session.h"
-#include "server/store/digest.h"
+#include "core/digest.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {

@@ -8,7 +8,7 @@
 
 #include <optional>
 
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck {

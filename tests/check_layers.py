@@ -5,16 +5,17 @@
     tests/check_layers.py --self-test        # a tree with a cycle must fail
 
 Reads the `#include "..."` and `#include <...>` lines of every C++ and CUDA
-file under server/ and client/cli/ and fails when
+file under core/, server/ and client/cli/ and fails when
 
-- a lower layer includes a higher one: core < stats < backends < engine <
-  service < server/main.cc (store sits beside stats);
+- core/ (shared by the server and its clients) includes anything but
+  core/;
+- a lower server layer includes a higher one: core < stats < backends <
+  engine < service < server/main.cc (store sits beside stats);
 - one backend includes another (backends/cpu and backends/cuda are
   siblings; only backends/builtin_backends.cc knows both, and a backend's
   tests may compare it with another);
-- the CLI includes anything of server/ but core and store/digest.h (it
-  talks to the server through proto/ only; a digest is how the wire names
-  a stored tensor);
+- the CLI includes anything of server/ (it uses core/ and talks to the
+  server through proto/ only);
 - a file outside server/service, client/ and proto/ includes a gRPC header;
 - a file outside server/backends/cuda includes a CUDA header.
 
@@ -31,7 +32,7 @@ import tempfile
 SOURCE_SUFFIXES = {".h", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 
-RANK = {"core": 0, "stats": 1, "store": 1, "backends": 2, "engine": 3, "service": 4}
+RANK = {"stats": 1, "store": 1, "backends": 2, "engine": 3, "service": 4}
 MAIN_RANK = 5
 
 GRPC = re.compile(r"^(grpcpp/|grpc/|grpc\+\+/)|\.grpc\.pb\.h$")
@@ -42,8 +43,10 @@ CUDA = re.compile(
 
 
 def layer_of(rel: str) -> tuple[str, int] | None:
-    """The layer name and rank of a repository path under server/."""
+    """The layer name and rank of a repository path under core/ or server/."""
     parts = rel.split("/")
+    if parts[0] == "core":
+        return ("core", 0)
     if parts[0] != "server":
         return None
     if len(parts) == 2:
@@ -63,7 +66,7 @@ def backend_of(rel: str) -> str | None:
 def violations(root: pathlib.Path) -> list[str]:
     found: list[str] = []
     files = []
-    for top in ("server", "client/cli"):
+    for top in ("core", "server", "client/cli"):
         base = root / top
         if base.is_dir():
             files += [p for p in base.rglob("*") if p.suffix in SOURCE_SUFFIXES]
@@ -80,13 +83,17 @@ def violations(root: pathlib.Path) -> list[str]:
                 found.append(f"{where}: gRPC outside server/service, client/ and proto/")
             if CUDA.search(target) and not rel.startswith("server/backends/cuda/"):
                 found.append(f"{where}: CUDA outside server/backends/cuda")
-            if not target.startswith("server/"):
+            if rel.startswith("core/"):
+                if "/" in target and not target.startswith("core/") and \
+                        target.split("/")[0] in ("server", "client", "proto"):
+                    found.append(f"{where}: core/ is shared by the server and its clients "
+                                 "and includes only core/")
+                continue
+            if not target.startswith(("server/", "core/")):
                 continue
             if rel.startswith("client/cli/"):
-                # server/store/digest.h: the wire's names for stored tensors.
-                if not (target.startswith("server/core/") or target == "server/store/digest.h"):
-                    found.append(f"{where}: the CLI may use server/core, "
-                                 "server/store/digest.h and proto/ only")
+                if target.startswith("server/"):
+                    found.append(f"{where}: the CLI may use core/ and proto/ only")
                 continue
             mine, theirs = layer_of(rel), layer_of(target)
             if mine is None or theirs is None:
@@ -105,24 +112,26 @@ def violations(root: pathlib.Path) -> list[str]:
 
 def self_test() -> int:
     """A cycle between stats and backends, gRPC in the engine, CUDA in
-    core and a CLI reaching into the service must all be reported."""
+    core, core reaching into the server and a CLI reaching into the
+    service must all be reported."""
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp)
         files = {
             "server/stats/error_model.h": '#include "server/backends/linear_backend.h"\n',
             "server/backends/linear_backend.h": '#include "server/stats/diff_stats.h"\n',
             "server/engine/engine.cc": "#include <grpcpp/grpcpp.h>\n",
-            "server/core/tensor.cc": "#include <cuda_runtime.h>\n",
+            "core/tensor.cc": "#include <cuda_runtime.h>\n",
             "server/backends/cpu/cpu_backend.cc": '#include "server/backends/cuda/x.h"\n',
             "client/cli/main.cc": '#include "server/service/dtype_proto.h"\n',
+            "core/dtype.h": '#include "server/stats/diff_stats.h"\n',
         }
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         found = violations(root)
     expected = ["server/stats/error_model.h", "server/engine/engine.cc",
-                "server/core/tensor.cc", "server/backends/cpu/cpu_backend.cc",
-                "client/cli/main.cc"]
+                "core/tensor.cc", "server/backends/cpu/cpu_backend.cc",
+                "client/cli/main.cc", "core/dtype.h"]
     missing = [e for e in expected if not any(f.startswith(e) for f in found)]
     # The allowed direction (backends -> stats) is not reported.
     wrong = [f for f in found if f.startswith("server/backends/linear_backend.h")]

@@ -32,8 +32,8 @@
 #include "client/cli/tensor_ref.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "server/core/dtype.h"
-#include "server/core/executor.h"
+#include "core/dtype.h"
+#include "core/executor.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {

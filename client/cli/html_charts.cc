@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/internal/report_format.h"
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

@@ -38,7 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/cli/report.h"
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/internal/tensor_file.h"
 #include "client/cli/tensor_io.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cli {
 

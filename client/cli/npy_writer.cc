@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/internal/tensor_file.h"
 #include "client/cli/tensor_io.h"
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 
 namespace tensorcheck::cli {
 

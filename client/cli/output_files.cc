@@ -15,9 +15,9 @@
 #include "client/cli/html_report.h"
 #include "client/cli/tensor_io.h"
 #include "proto/dtype_proto.h"
-#include "server/core/dtype.h"
-#include "server/core/status_macros.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

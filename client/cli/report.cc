@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/internal/report_format.h"
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 namespace tensorcheck::cli {
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/internal/report_format.h"
 #include "client/cli/report.h"
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 namespace tensorcheck::cli {
 

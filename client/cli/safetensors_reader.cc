@@ -15,7 +15,7 @@
 #include "client/cli/internal/tensor_file.h"
 #include "client/cli/tensor_io.h"
 #include "nlohmann/json.hpp"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cli {
 

@@ -40,8 +40,8 @@
 #include "client/cli/internal/verify_request.h"
 #include "client/cli/tensor_io.h"
 #include "proto/dtype_proto.h"
-#include "server/core/executor.h"
-#include "server/core/status_macros.h"
+#include "core/executor.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

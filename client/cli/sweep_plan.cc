@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "server/core/status_macros.h"
-#include "server/core/tensor.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

@@ -16,7 +16,7 @@
 #include "client/cli/internal/json_values.h"
 #include "client/cli/internal/report_format.h"
 #include "proto/dtype_proto.h"
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

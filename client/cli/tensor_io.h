@@ -34,8 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/dtype.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tensorcheck::cli {
 

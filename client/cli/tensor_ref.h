@@ -1,5 +1,5 @@
 // A tensor named by its digest on the command line (docs/api.md,
-// "Digests"); the SHA-256 that names it is server/store/digest.h's.
+// "Digests"); the SHA-256 that names it is core/digest.h's.
 //
 // A digest carries no dtype or shape, so the argument carries both:
 //
@@ -13,7 +13,7 @@
 //
 //   TC_ASSIGN_OR_RETURN(TensorRef r, ParseTensorRef(arg));
 //   std::cout << FormatTensorRef(r) << "\n";
-//   std::string hex = DigestOf(tensor.bytes()).hash;      // server/store/digest.h
+//   std::string hex = DigestOf(tensor.bytes()).hash;      // core/digest.h
 //
 // Errors (ParseTensorRef): INVALID_ARGUMENT saying which part is wrong and
 // what the form is; the caller prefixes the flag it came from.
@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/dtype.h"
-#include "server/store/digest.h"
+#include "core/dtype.h"
+#include "core/digest.h"
 
 namespace tensorcheck::cli {
 

@@ -19,9 +19,9 @@
 #include "client/cli/tensor_io.h"
 #include "client/cli/tensor_ref.h"
 #include "proto/dtype_proto.h"
-#include "server/core/dtype.h"
-#include "server/core/linear_config.h"
-#include "server/core/status_macros.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck {

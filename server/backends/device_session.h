@@ -43,9 +43,9 @@
 
 #include "absl/status/statusor.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/linear_config.h"
-#include "server/core/stop_signal.h"
-#include "server/core/tensor.h"
+#include "core/linear_config.h"
+#include "core/stop_signal.h"
+#include "core/tensor.h"
 #include "server/stats/diagnosis_passes.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck {
 

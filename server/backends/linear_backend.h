@@ -21,9 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/linear_config.h"
-#include "server/core/stop_signal.h"
-#include "server/core/tensor.h"
+#include "core/linear_config.h"
+#include "core/stop_signal.h"
+#include "core/tensor.h"
 
 namespace tensorcheck {
 

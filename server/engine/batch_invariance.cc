@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/status_macros.h"
-#include "server/core/stop_signal.h"
+#include "core/status_macros.h"
+#include "core/stop_signal.h"
 #include "server/stats/ulp.h"
 
 namespace tensorcheck {

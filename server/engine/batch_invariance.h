@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/linear_config.h"
+#include "core/linear_config.h"
 
 namespace tensorcheck {
 

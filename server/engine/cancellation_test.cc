@@ -10,7 +10,7 @@
 #include <cmath>
 #include <thread>
 
-#include "server/core/executor.h"
+#include "core/executor.h"
 #include "server/engine/engine.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"

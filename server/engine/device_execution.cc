@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/device_session.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/engine/internal/diagnosis_evidence.h"
 #include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"

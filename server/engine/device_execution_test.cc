@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "server/engine/engine.h"
 #include "tests/testing/stand_in_device.h"
 #include "tests/testing/stats_testing.h"

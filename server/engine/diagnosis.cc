@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/core/share_format.h"
-#include "server/core/status_macros.h"
+#include "core/share_format.h"
+#include "core/status_macros.h"
 #include "server/engine/internal/diagnosis_evidence.h"
 #include "server/stats/error_model.h"
 

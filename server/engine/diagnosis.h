@@ -62,8 +62,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/linear_config.h"
-#include "server/core/tensor.h"
+#include "core/linear_config.h"
+#include "core/tensor.h"
 #include "server/engine/engine.h"
 #include "server/stats/diagnosis_passes.h"
 #include "server/stats/diagnosis_rules.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "server/backends/linear_backend.h"
-#include "server/core/executor.h"
+#include "core/executor.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
 #include "tests/testing/ref_round.h"

@@ -27,8 +27,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/comparing_backend.h"
-#include "server/core/parallel.h"
-#include "server/core/status_macros.h"
+#include "core/parallel.h"
+#include "core/status_macros.h"
 #include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/error_model.h"

@@ -16,7 +16,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/backends/device_session.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/service/idle_trim.h"
 #include "server/service/logging.h"
 #include "server/service/reflection.h"

@@ -19,7 +19,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/executor.h"
+#include "core/executor.h"
 #include "server/engine/engine.h"
 #include "server/service/metrics.h"
 #include "server/service/reflection.h"

@@ -13,7 +13,7 @@
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "nlohmann/json.hpp"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/service/logging.h"
 #include "server/service/request_id.h"
 

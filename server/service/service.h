@@ -39,7 +39,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
-#include "server/core/stop_signal.h"
+#include "core/stop_signal.h"
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
 #include "server/service/idle_trim.h"

@@ -18,7 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/engine/engine.h"
 #include "server/service/request_id.h"
 #include "server/service/server.h"

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/service/logging.h"
 #include "server/service/request_id.h"
 #include "server/service/service.h"

@@ -16,7 +16,7 @@
 #include "google/rpc/status.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/server.h"
-#include "server/store/digest.h"
+#include "core/digest.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {

@@ -1,7 +1,7 @@
 #include "server/service/upload_session.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/service/proto_convert.h"
 
 namespace tensorcheck {

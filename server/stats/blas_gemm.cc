@@ -6,8 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "server/core/float_formats.h"
-#include "server/core/gemm_tiles.h"
+#include "core/float_formats.h"
+#include "core/gemm_tiles.h"
 
 namespace tensorcheck {
 namespace {

@@ -30,9 +30,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/core/linear_config.h"
-#include "server/core/stop_signal.h"
-#include "server/core/tensor.h"
+#include "core/linear_config.h"
+#include "core/stop_signal.h"
+#include "core/tensor.h"
 
 namespace tensorcheck {
 

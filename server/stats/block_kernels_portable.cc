@@ -17,7 +17,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "server/stats/internal/block_kernels.h"
 #include "server/stats/tolerance.h"
 

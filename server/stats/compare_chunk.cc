@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "server/stats/internal/block_kernels.h"
 
 namespace tensorcheck::internal {

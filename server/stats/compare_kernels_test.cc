@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/internal/block_kernels.h"
 #include "tests/testing/compare_testing.h"

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"
 

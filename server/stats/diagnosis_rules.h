@@ -15,7 +15,7 @@
 //                       pair_accumulation_sigma[i], flip_grid[i]);
 //   }
 //
-// Every function is TC_HOST_DEVICE (server/core/host_device.h), as in
+// Every function is TC_HOST_DEVICE (core/host_device.h), as in
 // error_model_rules.h, and includes nothing nvcc's device pass cannot
 // take. The integer sums (counts, ULP sums of capped distances, the
 // largest distance) are exact in any order; the floating ones
@@ -25,7 +25,7 @@
 
 #include <cstdint>
 
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 #include "server/stats/error_model_rules.h"
 
 namespace tensorcheck::rules {

@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/core/float_formats.h"
-#include "server/core/status_macros.h"
+#include "core/float_formats.h"
+#include "core/status_macros.h"
 #include "server/stats/internal/block_kernels.h"
 #include "server/stats/internal/chunk_merge.h"
 #include "server/stats/internal/worst.h"

@@ -1,5 +1,5 @@
 // Difference statistics between two tensors, in one pass that runs on an
-// executor the caller hands in (server/core/executor.h).
+// executor the caller hands in (core/executor.h).
 //
 //   CompareOptions opts;
 //   opts.tolerance = ResolveTolerance(TolerancePreset::kTorch, DType::kFloat32);
@@ -42,10 +42,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/dtype.h"
-#include "server/core/executor.h"
-#include "server/core/stop_signal.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/executor.h"
+#include "core/stop_signal.h"
+#include "core/tensor.h"
 #include "server/stats/tolerance.h"
 #include "server/stats/ulp.h"  // BitsIn, UlpDistance, UlpHistogramBucket
 

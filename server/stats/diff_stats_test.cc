@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
 #include "tests/testing/compare_testing.h"
 #include "tests/testing/status_matchers.h"
 

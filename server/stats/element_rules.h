@@ -13,22 +13,22 @@
 //   rules::FinitePairPasses<rules::ToleranceRule::kAbsPlusRel>(
 //       t, /*abs_diff=*/1e-3, /*abs_expected=*/1.0, /*bound=*/0, /*ulp=*/0);  // true
 //
-// Every function is TC_HOST_DEVICE (server/core/host_device.h): inline for a
+// Every function is TC_HOST_DEVICE (core/host_device.h): inline for a
 // host compiler, __host__ __device__ for nvcc. nvcc's device pass compiles
 // this header, so it includes nothing that pass cannot take (no Abseil, no
 // <string>) and keys the layouts by ElemType, not by DType
-// (server/core/dtype.h, which uses Abseil); internal/ulp_bits.h maps one to
+// (core/dtype.h, which uses Abseil); internal/ulp_bits.h maps one to
 // the other. Pure functions, safe from any thread. What the rules mean is
 // in docs/numerics.md.
 #pragma once
 
 #include <cstdint>
 
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 
 namespace tensorcheck::rules {
 
-// A compared type: the values of DType (server/core/dtype.h), in its order.
+// A compared type: the values of DType (core/dtype.h), in its order.
 enum class ElemType : int { kF64 = 0, kF32 = 1, kF16 = 2, kBF16 = 3 };
 
 // The bit layout of a compared type, for ordered-integer ULP distances.

@@ -2,7 +2,7 @@
 // by hand from each format's fields and against independent loops: the
 // layouts, the ULP distance (counted by nextafter steps), the histogram
 // bucket (the smallest power of two at or above a distance), the portable
-// intrinsics of server/core/host_device.h, and the tolerance rules at their
+// intrinsics of core/host_device.h, and the tolerance rules at their
 // boundaries. The device comparison's tests (CompareThreadTest,
 // NarrowPatternsTest) hold its code to the same definitions.
 #include "server/stats/element_rules.h"
@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "server/core/dtype.h"
-#include "server/core/host_device.h"
+#include "core/dtype.h"
+#include "core/host_device.h"
 #include "server/stats/internal/ulp_bits.h"
 
 namespace tensorcheck::rules {

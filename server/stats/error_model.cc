@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "server/core/parallel.h"
+#include "core/parallel.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/ulp.h"
 

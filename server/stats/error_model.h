@@ -50,9 +50,9 @@
 
 #include <cstdint>
 
-#include "server/core/dtype.h"
-#include "server/core/executor.h"
-#include "server/core/linear_config.h"
+#include "core/dtype.h"
+#include "core/executor.h"
+#include "core/linear_config.h"
 #include "server/stats/error_model_rules.h"
 
 namespace tensorcheck {

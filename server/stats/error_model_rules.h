@@ -15,7 +15,7 @@
 //   }
 //   rules::OutputSpacing(1.0, rules::ElemType::kBF16);  // 2^-7
 //
-// Every function is TC_HOST_DEVICE (server/core/host_device.h): inline for a
+// Every function is TC_HOST_DEVICE (core/host_device.h): inline for a
 // host compiler, __host__ __device__ for nvcc. nvcc's device pass compiles
 // this header, so it includes nothing that pass cannot take (no Abseil, no
 // <string>) and keys types by rules::ElemType (element_rules.h) and
@@ -37,18 +37,18 @@
 #include <cstdint>
 #include <cstring>
 
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck::rules {
 
 // The activations of the flip grid, as the int FlipConstants carries: the
-// values of tensorcheck::Activation (server/core/linear_config.h).
+// values of tensorcheck::Activation (core/linear_config.h).
 inline constexpr int kActivationNone = 0;
 inline constexpr int kActivationRelu = 1;
 inline constexpr int kActivationGeluTanh = 2;
 
-// The portable math these rules use (server/core/host_device.h).
+// The portable math these rules use (core/host_device.h).
 namespace error_math = ::tensorcheck::hd_math;
 
 // The largest finite float, and the smallest positive one.

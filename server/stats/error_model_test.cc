@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
 
 namespace tensorcheck {
 namespace {

@@ -8,7 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {

@@ -23,7 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck {

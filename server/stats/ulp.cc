@@ -1,6 +1,6 @@
 #include "server/stats/ulp.h"
 
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "server/stats/internal/ulp_bits.h"
 
 namespace tensorcheck {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck {

@@ -5,7 +5,7 @@
 
 #include <limits>
 
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 
 namespace tensorcheck {
 namespace {

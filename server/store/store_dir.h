@@ -54,7 +54,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/store/digest.h"
+#include "core/digest.h"
 
 namespace tensorcheck {
 

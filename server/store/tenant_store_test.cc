@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/store/internal/store_testing.h"
 #include "tests/testing/status_matchers.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/store/trailing_hasher.h"
 
 namespace tensorcheck {

@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "server/store/digest.h"
+#include "core/digest.h"
 
 namespace tensorcheck {
 

@@ -1,5 +1,5 @@
 // Fuzz target: the configuration-string parser (`backend:precision[:bias]`,
-// server/core/linear_config.h) and the other names a request or the CLI
+// core/linear_config.h) and the other names a request or the CLI
 // spells (precision, bias mode, activation, weight layout, dtype,
 // tolerance preset).
 //
@@ -15,8 +15,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/dtype.h"
-#include "server/core/linear_config.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
 #include "server/stats/tolerance.h"
 
 namespace tensorcheck {

@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "server/service/upload_session.h"
-#include "server/store/digest.h"
+#include "core/digest.h"
 #include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tests/fuzz/fuzz_support.h"

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "server/core/executor.h"
-#include "server/core/float_formats.h"
-#include "server/core/tensor.h"
+#include "core/executor.h"
+#include "core/float_formats.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "tests/testing/status_matchers.h"
 

@@ -1,6 +1,6 @@
 // An independent reference for rounding to binary floating-point formats,
 // written out from the formats' definitions (integer part and remainder of
-// the scaled value), not from server/core's float_formats: tests check the
+// the scaled value), not from core's float_formats: tests check the
 // code under test against it.
 //
 //   RefRound(x, kBf16Format)                 // nearest, ties to even

@@ -29,7 +29,7 @@
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/device_session.h"
 #include "server/backends/resident_cache.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/stats/diagnosis_passes.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/error_model.h"

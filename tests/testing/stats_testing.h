@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck::testing {

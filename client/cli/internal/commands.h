@@ -17,7 +17,7 @@
 #include "client/cli/internal/command_line.h"
 #include "client/cli/internal/connection.h"
 #include "grpcpp/grpcpp.h"
-#include "server/core/executor.h"
+#include "core/executor.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {

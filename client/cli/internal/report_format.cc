@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/tensor_io.h"
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 
 namespace tensorcheck::cli::internal {
 

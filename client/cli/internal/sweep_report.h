@@ -31,7 +31,7 @@
 
 #include "client/cli/report.h"
 #include "nlohmann/json.hpp"
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli::internal {

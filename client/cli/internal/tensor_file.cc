@@ -12,8 +12,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/status_macros.h"
-#include "server/core/tensor.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
 
 namespace tensorcheck::cli::internal {
 

@@ -21,8 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/tensor_io.h"
-#include "server/core/dtype.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
 
 // Tensor bytes are copied as they lie in the file (little-endian).
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tensor_io assumes a little-endian host");

@@ -11,8 +11,8 @@
 #include "client/cli/tensor_ref.h"
 #include "google/rpc/status.pb.h"
 #include "proto/dtype_proto.h"
-#include "server/core/dtype.h"
-#include "server/core/status_macros.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

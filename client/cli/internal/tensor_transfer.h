@@ -34,8 +34,8 @@
 #include "client/cli/internal/progress.h"
 #include "client/cli/internal/store_client.h"
 #include "client/cli/internal/verify_request.h"
-#include "server/core/executor.h"
-#include "server/core/tensor.h"
+#include "core/executor.h"
+#include "core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli::internal {

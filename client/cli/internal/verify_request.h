@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/internal/command_line.h"
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli {

@@ -21,9 +21,9 @@
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/fp16_accumulate.h"
 #include "server/backends/cpu/internal/fp8_accumulate.h"
-#include "server/core/float_formats.h"
-#include "server/core/fp8_scaling.h"
-#include "server/core/status_macros.h"
+#include "core/float_formats.h"
+#include "core/fp8_scaling.h"
+#include "core/status_macros.h"
 #include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {

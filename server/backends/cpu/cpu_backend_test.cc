@@ -33,7 +33,7 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // ---- An independent reference: rounding written out from the formats'
-// definitions (tests/testing/ref_round.h), not server/core's float_formats.
+// definitions (tests/testing/ref_round.h), not core's float_formats.
 
 using ::tensorcheck::testing::Format;
 using ::tensorcheck::testing::kBf16Format;

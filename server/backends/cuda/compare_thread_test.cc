@@ -20,7 +20,7 @@
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/compare_iteration.h"
 #include "server/backends/cuda/internal/compare_lean_path.h"
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 #include "tests/testing/stats_testing.h"

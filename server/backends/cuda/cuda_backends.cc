@@ -29,7 +29,7 @@
 #include "server/backends/cuda/cuda_device.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck {
 namespace cuda {

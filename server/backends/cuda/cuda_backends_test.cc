@@ -30,9 +30,9 @@
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/device_session.h"
-#include "server/core/float_formats.h"
-#include "server/core/status_macros.h"
-#include "server/core/tensor.h"
+#include "core/float_formats.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {

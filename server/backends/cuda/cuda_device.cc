@@ -27,7 +27,7 @@
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 #include "server/stats/error_model.h"
 
 namespace tensorcheck::cuda {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/backends/cuda/cuda_backends.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cuda/cuda_status.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cuda {
 namespace {

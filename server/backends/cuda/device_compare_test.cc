@@ -18,7 +18,7 @@
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_context.h"
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 #include "tests/testing/stats_testing.h"

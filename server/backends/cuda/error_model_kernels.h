@@ -95,7 +95,7 @@ cudaError_t LaunchMagnitudeOperands(const void* src, ElemType src_type, int64_t 
 // std::sqrt on float): sq_dot from the GEMM of the squares.
 cudaError_t LaunchSqrtInPlace(float* values, int64_t count, cudaStream_t stream);
 
-// dst[i] = RoundToTf32(src[i], mode) (server/core/tf32_rounding.h), `mode`
+// dst[i] = RoundToTf32(src[i], mode) (core/tf32_rounding.h), `mode`
 // a Tf32Rounding as int (0 nearest even, 1 ties away, 2 truncate). dst may
 // be src.
 cudaError_t LaunchRoundTf32(const float* src, float* dst, int64_t count, int mode,

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "server/core/dtype.h"
-#include "server/core/float_formats.h"
-#include "server/core/linear_config.h"
-#include "server/core/tf32_rounding.h"
+#include "core/dtype.h"
+#include "core/float_formats.h"
+#include "core/linear_config.h"
+#include "core/tf32_rounding.h"
 #include "server/stats/error_model.h"
 #include "server/stats/ulp.h"
 
@@ -379,7 +379,7 @@ TEST(ErrorModelRulesTest, ToFloatSaturatedKeepsNanAndInfinity) {
   EXPECT_EQ(rules::ToFloatSaturated(1.5), 1.5f);
 }
 
-// TF32 rounding (server/core/tf32_rounding.h, what LaunchRoundTf32 runs)
+// TF32 rounding (core/tf32_rounding.h, what LaunchRoundTf32 runs)
 // against hand-derived bit patterns: TF32 keeps 10 of fp32's 23 mantissa
 // bits, so 0x1000 is half its quantum (2^-11 at 1).
 TEST(Tf32RoundingTest, BitPatternsMatchHandDerivedRoundings) {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "server/core/linear_config.h"
-#include "server/core/tensor.h"
+#include "core/linear_config.h"
+#include "core/tensor.h"
 #include "server/engine/diagnosis.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/linear_config.h"
+#include "core/linear_config.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

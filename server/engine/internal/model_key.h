@@ -7,7 +7,7 @@
 #include <map>
 #include <tuple>
 
-#include "server/core/linear_config.h"
+#include "core/linear_config.h"
 #include "server/stats/error_model.h"
 
 namespace tensorcheck::internal {

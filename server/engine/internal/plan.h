@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "server/backends/linear_backend.h"
-#include "server/core/linear_config.h"
+#include "core/linear_config.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"

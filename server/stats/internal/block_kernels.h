@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/internal/ulp_bits.h"
 #include "server/stats/internal/worst.h"

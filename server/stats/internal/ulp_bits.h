@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "server/stats/element_rules.h"
 #include "server/stats/ulp.h"
 

@@ -53,7 +53,7 @@ def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
     One decimal, or as many more (up to 6) as it takes not to read 100.0 or
     0.0; beyond that "<0.000001%" and ">99.999999%". NaN is "nan%"; values
     outside [0, 1] get one decimal. The CLI's FormatShare
-    (server/core/share_format.h) follows the same rule.
+    (core/share_format.h) follows the same rule.
     """
     fraction = float(value)
     if whole is not None:

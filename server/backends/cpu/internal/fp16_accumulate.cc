@@ -17,8 +17,8 @@
 
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/split_rows.h"
-#include "server/core/float_formats.h"
-#include "server/core/status_macros.h"
+#include "core/float_formats.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::internal {
 namespace {

@@ -18,8 +18,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/core/linear_config.h"
-#include "server/core/stop_signal.h"
+#include "core/linear_config.h"
+#include "core/stop_signal.h"
 
 namespace tensorcheck::internal {
 

@@ -1,5 +1,5 @@
 // FP8 fast accumulation on the CPU: every output element's dot product
-// under FastAccumModel (server/core/fp8_scaling.h), k ascending.
+// under FastAccumModel (core/fp8_scaling.h), k ascending.
 //
 //   TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(x, w, WeightLayout::kOutIn, m, nb, k,
 //                                                  FastAccumModel{}, threads, c + j0,
@@ -14,9 +14,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/core/fp8_scaling.h"
-#include "server/core/linear_config.h"
-#include "server/core/stop_signal.h"
+#include "core/fp8_scaling.h"
+#include "core/linear_config.h"
+#include "core/stop_signal.h"
 
 namespace tensorcheck::internal {
 

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/stop_signal.h"
+#include "core/stop_signal.h"
 
 namespace tensorcheck::internal {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "server/backends/cuda/internal/kernel_args.h"
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/ulp.h"
 

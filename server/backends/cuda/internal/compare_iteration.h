@@ -23,7 +23,7 @@
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 
 namespace tensorcheck::cuda::cmp {
 

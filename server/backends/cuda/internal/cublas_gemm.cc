@@ -34,7 +34,7 @@
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/gemm_call.h"
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {

@@ -16,7 +16,7 @@
 // cuda_bf16.hpp): to nearest, ties to even, in one rounding, and a NaN
 // becomes the canonical 0x7fff (0x7fffffff when an fp16 NaN is widened).
 // The intrinsics the shared element rules need as well (CountLeadingZeros64,
-// AddRn, MulRn) are in server/core/host_device.h.
+// AddRn, MulRn) are in core/host_device.h.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -31,7 +31,7 @@
 #include <cstring>
 #include <limits>
 
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 
 namespace tensorcheck::cuda {
 
@@ -223,7 +223,7 @@ TC_HOST_DEVICE unsigned int Min(unsigned int a, unsigned int b) { return a < b ?
 TC_HOST_DEVICE unsigned int Max(unsigned int a, unsigned int b) { return a > b ? a : b; }
 TC_HOST_DEVICE ull Max(ull a, ull b) { return a > b ? a : b; }
 #endif
-// Classification and |v|: server/core/host_device.h's, shared with stats'
+// Classification and |v|: core/host_device.h's, shared with stats'
 // rules.
 using ::tensorcheck::hd_math::IsFinite;
 using ::tensorcheck::hd_math::IsInf;

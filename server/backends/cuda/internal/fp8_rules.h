@@ -43,8 +43,8 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "server/core/dtype.h"
-#include "server/core/linear_config.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
 
 namespace tensorcheck::cuda::internal {
 
@@ -90,7 +90,7 @@ struct Fp8Gemm {
   std::optional<DType> bias;
   Fp8ScaleMode scale_mode = Fp8ScaleMode::kTensor;
   // Wide operands are quantised on the host by the configuration's recipe
-  // (server/core/fp8_scaling.h), as the CPU backend does.
+  // (core/fp8_scaling.h), as the CPU backend does.
   bool quantise_input = false;
   bool quantise_weight = false;
   // An IN_OUT weight is transposed to OUT_IN ([n, k]) before the GEMM, so

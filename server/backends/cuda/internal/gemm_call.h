@@ -47,8 +47,8 @@
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/backends/linear_backend.h"
-#include "server/core/dtype.h"
-#include "server/core/linear_config.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
 
 namespace tensorcheck::cuda::internal {
 

@@ -77,9 +77,9 @@
 
 #include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
-#include "server/core/dtype.h"
-#include "server/core/linear_config.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
+#include "core/tensor.h"
 
 namespace tensorcheck::cuda::internal {
 

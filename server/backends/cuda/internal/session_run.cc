@@ -35,9 +35,9 @@
 #include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
-#include "server/core/float_formats.h"
-#include "server/core/fp8_scaling.h"
-#include "server/core/status_macros.h"
+#include "core/float_formats.h"
+#include "core/fp8_scaling.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -347,7 +347,7 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
   if (!rounding.empty()) parts.push_back(absl::StrCat(rounding, "device kernel, nearest-even"));
   if (!quantised.empty()) {
     parts.push_back(absl::StrCat(quantised, "host, current scaling (scaling=",
-                                 Fp8ScalingName(config.scaling), ", server/core/fp8_scaling.h)"));
+                                 Fp8ScalingName(config.scaling), ", core/fp8_scaling.h)"));
   }
   d["input_rounding"] = parts.empty() ? "none" : absl::StrJoin(parts, "; ");
   if (std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision)) {

@@ -1,4 +1,4 @@
-#include "server/core/request_progress.h"
+#include "core/request_progress.h"
 
 #include <gtest/gtest.h>
 

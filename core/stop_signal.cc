@@ -1,4 +1,4 @@
-#include "server/core/stop_signal.h"
+#include "core/stop_signal.h"
 
 #include "absl/strings/cord.h"
 

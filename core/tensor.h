@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/stop_signal.h"
+#include "core/stop_signal.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <tuple>
 #include <vector>
 
-#include "server/core/gemm_tiles.h"
-#include "server/core/status_macros.h"
+#include "core/gemm_tiles.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/core/fp8_scaling.h"
+#include "core/fp8_scaling.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

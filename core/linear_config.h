@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/dtype.h"
-#include "server/core/float_formats.h"
-#include "server/core/tensor.h"
+#include "core/dtype.h"
+#include "core/float_formats.h"
+#include "core/tensor.h"
 
 namespace tensorcheck {
 

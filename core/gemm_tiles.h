@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/core/stop_signal.h"
+#include "core/stop_signal.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/executor.h"
+#include "core/executor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/core/parallel.h"
+#include "core/parallel.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {

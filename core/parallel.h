@@ -1,5 +1,5 @@
 // ParallelChunks: a per-element pass split into contiguous chunks that run
-// on an Executor (server/core/executor.h).
+// on an Executor (core/executor.h).
 //
 //   ParallelChunks(count, executor, [&](int64_t begin, int64_t end) {
 //     for (int64_t i = begin; i < end; ++i) out[i] = f(in[i]);
@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/executor.h"
+#include "core/executor.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 
 #include <cassert>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/fp8_scaling.h"
+#include "core/fp8_scaling.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,4 +1,4 @@
-#include "server/store/digest.h"
+#include "core/digest.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

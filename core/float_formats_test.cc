@@ -1,4 +1,4 @@
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 
 #include <gtest/gtest.h>
 

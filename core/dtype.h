@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/store/digest.h"
+#include "core/digest.h"
 
 #include <openssl/evp.h>
 

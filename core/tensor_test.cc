@@ -1,4 +1,4 @@
-#include "server/core/tensor.h"
+#include "core/tensor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/float_formats.h"
+#include "core/float_formats.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {

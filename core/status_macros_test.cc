@@ -1,4 +1,4 @@
-#include "server/core/status_macros.h"
+#include "core/status_macros.h"
 
 #include <gtest/gtest.h>
 

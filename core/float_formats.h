@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "server/core/tf32_rounding.h"
+#include "core/tf32_rounding.h"
 
 namespace tensorcheck {
 

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/float_formats.h"
-#include "server/core/linear_config.h"
-#include "server/core/tensor.h"
+#include "core/float_formats.h"
+#include "core/linear_config.h"
+#include "core/tensor.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/dtype.h"
+#include "core/dtype.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"

@@ -1,4 +1,4 @@
-#include "server/core/executor.h"
+#include "core/executor.h"
 
 #include <algorithm>
 #include <atomic>

@@ -10,7 +10,7 @@
 //   RoundToTf32(1.00048828125f, Tf32Rounding::kTiesAway);     // 1 + 2^-10
 //   Tf32Bits(0x3f801fffu, Tf32Rounding::kTruncate);           // 0x3f800000
 //
-// TC_HOST_DEVICE (server/core/host_device.h): inline for a host compiler,
+// TC_HOST_DEVICE (core/host_device.h): inline for a host compiler,
 // __host__ __device__ for nvcc, whose device pass compiles this header (so
 // it includes no CUDA header and nothing of Abseil or <string>). Pure
 // functions, safe from any thread.
@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "server/core/host_device.h"
+#include "core/host_device.h"
 
 namespace tensorcheck {
 

@@ -1,4 +1,4 @@
-#include "server/core/share_format.h"
+#include "core/share_format.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/core/linear_config.h"
+#include "core/linear_config.h"
 
 #include <vector>
 
