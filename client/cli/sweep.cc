@@ -39,9 +39,9 @@
 #include "client/cli/internal/tensor_transfer.h"
 #include "client/cli/internal/verify_request.h"
 #include "client/cli/tensor_io.h"
-#include "proto/dtype_proto.h"
 #include "core/executor.h"
 #include "core/status_macros.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
 namespace {
@@ -131,6 +131,7 @@ absl::StatusOr<SweepInput> PrepareSweep(const CommandLine& cl) {
   if (cl.Has("bound-threshold")) {
     TC_ASSIGN_OR_RETURN(in.options.bound_threshold,
                         ParseDoubleFlag(cl, "bound-threshold", /*positive=*/true));
+    in.request_template.mutable_bound_threshold()->set_value(*in.options.bound_threshold);
   }
   if (cl.Has("jobs")) {
     TC_ASSIGN_OR_RETURN(int64_t jobs, ParseIntFlag(cl, "jobs", 1, kMaxJobs));

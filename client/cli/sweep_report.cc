@@ -15,8 +15,8 @@
 #include "client/cli/html_report.h"
 #include "client/cli/internal/json_values.h"
 #include "client/cli/internal/report_format.h"
-#include "proto/dtype_proto.h"
 #include "core/share_format.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
 namespace {
@@ -44,30 +44,6 @@ std::string G3(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.3g", v);
-}
-
-// The configurations a name stands for in the consensus: `b:p:none` (no
-// bias, so fused and unfused computed the same) agrees with both bias
-// modes of its precision.
-std::vector<std::string> Expand(const std::string& config) {
-  std::vector<std::string> out{config};
-  const std::vector<std::string> parts = absl::StrSplit(config, ':');
-  if (parts.size() == 3 && parts[2] == "none") {
-    out.push_back(absl::StrCat(parts[0], ":", parts[1], ":fused"));
-    out.push_back(absl::StrCat(parts[0], ":", parts[1], ":unfused"));
-  }
-  return out;
-}
-
-// The configurations a set of explaining ones agrees with, in order.
-std::vector<std::string> ExpandAll(const std::vector<std::string>& explaining) {
-  std::vector<std::string> out;
-  for (const std::string& e : explaining) {
-    for (std::string& x : Expand(e)) {
-      if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(std::move(x));
-    }
-  }
-  return out;
 }
 
 // "a = b": the best and the candidates that computed the same bits.
@@ -126,20 +102,6 @@ std::string WhereText(const LayerResult& l) {
     parts.push_back(absl::StrCat("row ", g.index(), " (", FormatShare(g.share()), ")"));
   }
   return absl::StrJoin(parts, ", ");
-}
-
-// Why a layer call diverges by its diagnosis' verdict alone: "defect" or
-// "unexplained" (docs/numerics.md, "Verdict") says something other than
-// rounding of the configuration it names, and the reason is the server's
-// sentence as it wrote it; "" for "rounding" and from a server that
-// predates the verdict.
-std::string VerdictDivergence(const pb::Diagnosis& d) {
-  if (d.verdict() != pb::Diagnosis::VERDICT_DEFECT &&
-      d.verdict() != pb::Diagnosis::VERDICT_UNEXPLAINED) {
-    return "";
-  }
-  if (!d.verdict_reason().empty()) return d.verdict_reason();
-  return absl::StrCat("the server's verdict is ", VerdictName(d.verdict()));
 }
 
 std::string NotCheckedReason() { return "not checked: the server went away before it"; }
@@ -243,37 +205,29 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
       v.reason = "server error: the response carries no verdict";
       continue;
     }
-    ++s.checked;
-    if (options.diagnose) {
-      const pb::Diagnosis& d = r.diagnosis();
-      v.explained = !d.best().empty();
-      if (v.explained) {
-        v.explaining.push_back(d.best());
-        for (const auto* list : {&d.equivalent(), &d.tied()}) {
-          for (const std::string& e : *list) {
-            if (std::find(v.explaining.begin(), v.explaining.end(), e) == v.explaining.end()) {
-              v.explaining.push_back(e);
-            }
-          }
-        }
-      }
-    } else {
-      v.explained = r.verdict() == pb::VERDICT_PASS;
+    if (!r.has_call()) {
+      v.status = LayerStatus::kError;
+      v.reason = "server error: the response carries no call decision";
+      continue;
     }
-    // Its error against the reference in units of what its output
-    // precision's error model predicts: about 1 is that precision.
+    ++s.checked;
+    // The server's decisions about this call (docs/model-checks.md,
+    // "The rules"); only the consensus spans calls and is decided here.
+    v.explained = r.call().explained();
+    v.explaining.assign(r.call().explaining().begin(), r.call().explaining().end());
+    if (!s.bound_threshold.has_value()) s.bound_threshold = r.call().bound_threshold();
     if (r.observed_vs_reference().has_bound_ratio()) {
       v.bound_ratio = r.observed_vs_reference().bound_ratio().value();
     }
   }
 
   // Pass 2: the consensus, the configuration explaining the most checked
-  // layers; among equals the one that is `best` most often, then the
-  // greatest name (as the Python client's ModelReport decides).
+  // layers; among equals the one that is `best` (first in `explaining`)
+  // most often, then the greatest name (docs/model-checks.md).
   if (options.diagnose) {
     std::map<std::string, int> count, best;
     for (const LayerVerdict& v : s.layers) {
-      for (const std::string& c : ExpandAll(v.explaining)) ++count[c];
+      for (const std::string& c : v.explaining) ++count[c];
       if (!v.explaining.empty()) ++best[v.explaining[0]];
     }
     for (const auto& [c, n] : count) {
@@ -294,25 +248,15 @@ SweepSummary Summarize(const std::vector<LayerResult>& layers, const SweepOption
     LayerVerdict& v = s.layers[i];
     if (l.rpc != LayerRpc::kOk || v.status == LayerStatus::kError) continue;
     const pb::VerifyResponse& r = l.response;
-    std::string reason;
-    if (options.diagnose) {
-      const std::vector<std::string> agrees = ExpandAll(v.explaining);
-      if (std::string verdict = VerdictDivergence(r.diagnosis()); !verdict.empty()) {
-        // The server's verdict comes first: it names what to look at.
-        reason = std::move(verdict);
-      } else if (!v.explained) {
-        reason = "no candidate explains its output";
-      } else if (s.consensus.has_value() &&
-                 std::find(agrees.begin(), agrees.end(), *s.consensus) == agrees.end()) {
-        reason = absl::StrCat("matches ", r.diagnosis().best(), ", while ", s.consensus_count,
-                              " of ", s.checked, " layers match ", *s.consensus);
-      }
+    // The call's own divergence first (the server's reason), then the
+    // consensus, then the server's bound_ratio decision.
+    std::string reason = r.call().divergence();
+    if (reason.empty() && v.explained && s.consensus.has_value() &&
+        std::find(v.explaining.begin(), v.explaining.end(), *s.consensus) == v.explaining.end()) {
+      reason = absl::StrCat("matches ", r.diagnosis().best(), ", while ", s.consensus_count, " of ",
+                            s.checked, " layers match ", *s.consensus);
     }
-    if (reason.empty() && v.bound_ratio.has_value() &&
-        !(*v.bound_ratio <= options.bound_threshold)) {
-      reason = absl::StrCat("bound_ratio ", G3(*v.bound_ratio), " exceeds ",
-                            G3(options.bound_threshold));
-    }
+    if (reason.empty() && r.call().bound_exceeded()) reason = r.call().bound_reason();
     // A divergence; a verdict of fail alone fails the layer call without
     // being one.
     v.diverged = !reason.empty();
@@ -574,7 +518,7 @@ std::string DepthChart(const std::vector<LayerResult>& layers, const SweepSummar
                                              : v.explaining[0],
                       layers[i].FullName()});
   }
-  return BoundRatioSvg(points, layers.size(), options.bound_threshold, s.first_divergence);
+  return BoundRatioSvg(points, layers.size(), s.bound_threshold.value_or(0), s.first_divergence);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/internal/sweep_plan.h"
 #include "client/cli/internal/sweep_report.h"
@@ -306,6 +307,45 @@ TEST(ReadSafetensorsIndexTest, KeepsMetadataAndOffsets) {
 
 // ---- reports
 
+// The server's decision about a call (CallDecision) as it makes it for
+// these layers, which have no bias: `b:p:none` is followed by both bias
+// placements, no best diverges, a bound_ratio over `threshold` exceeds it.
+void Decide(LayerResult* l, double threshold = 3) {
+  const pb::Diagnosis& d = l->response.diagnosis();
+  pb::CallDecision* call = l->response.mutable_call();
+  call->Clear();
+  call->set_bound_threshold(threshold);
+  const double ratio = l->response.observed_vs_reference().bound_ratio().value();
+  if (ratio > threshold) {
+    call->set_bound_exceeded(true);
+    call->set_bound_reason(absl::StrCat("bound_ratio ", ratio, " exceeds ", threshold));
+  }
+  if (!l->response.has_diagnosis()) {
+    call->set_explained(l->response.verdict() == pb::VERDICT_PASS);
+    return;
+  }
+  if (d.verdict() == pb::Diagnosis::VERDICT_DEFECT ||
+      d.verdict() == pb::Diagnosis::VERDICT_UNEXPLAINED) {
+    call->set_divergence(d.verdict_reason());
+  }
+  if (d.best().empty()) {
+    if (call->divergence().empty()) call->set_divergence("no candidate explains its output");
+    return;
+  }
+  call->set_explained(true);
+  std::vector<std::string> names{d.best()};
+  names.insert(names.end(), d.equivalent().begin(), d.equivalent().end());
+  names.insert(names.end(), d.tied().begin(), d.tied().end());
+  for (const std::string& n : names) {
+    call->add_explaining(n);
+    if (absl::EndsWith(n, ":none")) {
+      const std::string precision = n.substr(0, n.size() - 5);
+      call->add_explaining(precision + ":fused");
+      call->add_explaining(precision + ":unfused");
+    }
+  }
+}
+
 // A checked layer whose diagnosis names `best` (empty: none explains it).
 LayerResult Diagnosed(const std::string& name, const std::string& best, double bound_ratio = 1.0,
                       std::vector<std::string> equivalent = {}) {
@@ -332,6 +372,7 @@ LayerResult Diagnosed(const std::string& name, const std::string& best, double b
   } else {
     ref->set_max_ulp(UINT64_MAX);
   }
+  Decide(&l);
   return l;
 }
 
@@ -380,6 +421,7 @@ TEST(SummarizeTest, EquivalentAndTiedCountAsExplaining) {
                                      Diagnosed("l1", "cpu:tf32:fused", 1.0, {"cpu:fp32:fused"}),
                                      Diagnosed("l2", "cpu:fp32:fused")};
   layers[2].response.mutable_diagnosis()->add_tied("cpu:tf32:fused");
+  Decide(&layers[2]);
   const SweepSummary s = Summarize(layers, SweepOptions{});
   EXPECT_EQ(*s.consensus, "cpu:fp32:fused");
   EXPECT_TRUE(s.passed);
@@ -415,9 +457,9 @@ TEST(SummarizeTest, UnexplainedAndBoundRatioDiverge) {
   EXPECT_EQ(s.layers[2].reason, "no candidate explains its output");
   EXPECT_EQ(*s.layers[2].bound_ratio, 40);
   EXPECT_EQ(*s.first_divergence, 1u);
-  SweepOptions loose;
-  loose.bound_threshold = 10;
-  EXPECT_EQ(*Summarize(layers, loose).first_divergence, 2u);
+  // The server decides the threshold the request names.
+  for (LayerResult& l : layers) Decide(&l, 10);
+  EXPECT_EQ(*Summarize(layers, SweepOptions{}).first_divergence, 2u);
 }
 
 TEST(SummarizeTest, DefectVerdictIsTheFirstDivergenceWithTheServersReason) {
@@ -436,6 +478,7 @@ TEST(SummarizeTest, DefectVerdictIsTheFirstDivergenceWithTheServersReason) {
   pb::Diagnosis* d = layers[1].response.mutable_diagnosis();
   d->set_verdict(pb::Diagnosis::VERDICT_DEFECT);
   d->set_verdict_reason(why);
+  Decide(&layers[1]);
   const SweepSummary s = Summarize(layers, SweepOptions{});
   EXPECT_EQ(*s.consensus, "cpu:bf16:fused");
   EXPECT_EQ(s.layers[0].status, LayerStatus::kPassed);
@@ -461,6 +504,7 @@ TEST(SummarizeTest, UnexplainedVerdictWithABestMatchDiverges) {
   pb::Diagnosis* d = layers[0].response.mutable_diagnosis();
   d->set_verdict(pb::Diagnosis::VERDICT_UNEXPLAINED);
   d->set_verdict_reason("Unexplained: no candidate explains the bulk of the output.");
+  Decide(&layers[0]);
   const SweepSummary s = Summarize(layers, SweepOptions{});
   EXPECT_EQ(*s.first_divergence, 0u);
   EXPECT_EQ(s.layers[0].reason, "Unexplained: no candidate explains the bulk of the output.");
@@ -483,7 +527,10 @@ TEST(SummarizeTest, ServerWithoutVerdictKeepsTheOtherRules) {
 TEST(SummarizeTest, WithoutDiagnosisOnlyBoundRatioDiverges) {
   std::vector<LayerResult> layers = {Diagnosed("l0", "cpu:bf16:fused", 1.0),
                                      Diagnosed("l1", "cpu:bf16:fused", 4.5)};
-  for (LayerResult& l : layers) l.response.clear_diagnosis();
+  for (LayerResult& l : layers) {
+    l.response.clear_diagnosis();
+    Decide(&l);
+  }
   SweepOptions verify;
   verify.diagnose = false;
   const SweepSummary s = Summarize(layers, verify);

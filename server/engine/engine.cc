@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/parallel.h"
 #include "core/status_macros.h"
+#include "server/engine/call_decision.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/internal/fp8_operands.h"
 #include "server/engine/internal/plan.h"
@@ -511,9 +512,14 @@ absl::StatusOr<VerifyOutcome> Engine::Verify(const LinearRequest& request, const
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/false, stop));
   plan.progress = progress;
   // Accepting a configuration is a diagnosis's answer.
-  if (!request.accept.empty()) return DiagnosePlanned(request, plan, stop);
-  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, /*artifacts=*/nullptr));
-  TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
+  VerifyOutcome outcome;
+  if (!request.accept.empty()) {
+    TC_ASSIGN_OR_RETURN(outcome, DiagnosePlanned(request, plan, stop));
+  } else {
+    TC_ASSIGN_OR_RETURN(outcome, Run(request, plan, /*artifacts=*/nullptr));
+    TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
+  }
+  outcome.call = DecideCall(request, outcome);
   return outcome;
 }
 
@@ -524,7 +530,9 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, con
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/true, stop));
   plan.progress = progress;
-  return DiagnosePlanned(request, plan, stop);
+  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, DiagnosePlanned(request, plan, stop));
+  outcome.call = DecideCall(request, outcome);
+  return outcome;
 }
 
 absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& request,

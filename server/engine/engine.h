@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/device_session.h"
-#include "server/backends/linear_backend.h"
 #include "core/linear_config.h"
 #include "core/request_progress.h"
 #include "core/stop_signal.h"
 #include "core/tensor.h"
+#include "server/backends/device_session.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/batch_invariance.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
@@ -107,6 +107,11 @@ struct ToleranceRequest {
   std::string bound_precision;  // empty: natural precision of the dtype
 };
 
+// The bound_ratio above which a layer call diverges when the request
+// names none (docs/model-checks.md, "The rules"): three times the error its
+// output precision's model predicts.
+inline constexpr double kDefaultBoundThreshold = 3.0;
+
 struct LinearRequest {
   Tensor input;
   Tensor weight;
@@ -145,6 +150,9 @@ struct LinearRequest {
   // then diagnoses too; a pattern no configuration of the request matches
   // adds its configuration (both bias placements when it names none).
   std::vector<std::string> accept;
+  // The bound_ratio above which the call diverges (CallDecision); unset:
+  // kDefaultBoundThreshold.
+  std::optional<double> bound_threshold;
 };
 
 struct ConfigOutcome {
@@ -261,6 +269,28 @@ struct DiagnosisOutcome {
   std::string accepted_as;
 };
 
+// The decisions about one layer call that a whole-model check rests on
+// (docs/model-checks.md, "The rules"), made here so that every client
+// reads the same ones; clients keep only what spans calls (the consensus,
+// the first divergence). Filled by DecideCall (call_decision.h).
+struct CallDecision {
+  // Diagnose: some configuration explains the output; Verify: it passed.
+  bool explained = false;
+  // Every configuration that explains the output, best first: best, the
+  // equivalent and the tied ones, and without a bias `b:p:none` followed
+  // by `b:p:fused` and `b:p:unfused` (which compute the same then).
+  std::vector<std::string> explaining;
+  // Why the call diverges whatever the other calls say (a non-finite
+  // observed output, a "defect" or "unexplained" verdict, no explaining
+  // configuration); empty when none of these holds.
+  std::string divergence;
+  // The threshold applied, whether bound_ratio exceeds it (a NaN ratio
+  // does), and the sentence saying so.
+  double bound_threshold = 0;
+  bool bound_exceeded = false;
+  std::string bound_reason;
+};
+
 struct VerifyOutcome {
   bool passed = false;
   Tolerance tolerance;  // as applied to the output dtype
@@ -272,6 +302,8 @@ struct VerifyOutcome {
   std::vector<int64_t> output_shape;
   std::vector<std::string> notes;
   std::optional<DiagnosisOutcome> diagnosis;
+  // What a whole-model check needs of this call (call_decision.h).
+  CallDecision call;
 };
 
 // A configuration the engine can run here, with its backend.

@@ -369,6 +369,14 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   req.batch_sizes.assign(r.batch_invariance().batch_sizes().begin(),
                          r.batch_invariance().batch_sizes().end());
   req.accept.assign(r.accept().begin(), r.accept().end());
+  if (r.has_bound_threshold()) {
+    const double threshold = r.bound_threshold().value();
+    if (!(threshold > 0) || std::isinf(threshold)) {
+      return InvalidFieldError("bound_threshold", "a positive finite number",
+                               absl::StrCat(threshold));
+    }
+    req.bound_threshold = threshold;
+  }
   return req;
 }
 
@@ -515,6 +523,13 @@ void ToProto(const VerifyOutcome& o, v1::VerifyResponse* p) {
   for (int64_t d : o.output_shape) p->add_output_shape(d);
   for (const std::string& n : o.notes) p->add_notes(n);
   if (o.diagnosis) DiagnosisToProto(*o.diagnosis, o.output_shape, p->mutable_diagnosis());
+  v1::CallDecision* call = p->mutable_call();
+  call->set_explained(o.call.explained);
+  for (const std::string& c : o.call.explaining) call->add_explaining(c);
+  call->set_divergence(o.call.divergence);
+  call->set_bound_threshold(o.call.bound_threshold);
+  call->set_bound_exceeded(o.call.bound_exceeded);
+  call->set_bound_reason(o.call.bound_reason);
 }
 
 void ToProto(const CompareOutcome& o, v1::CompareResponse* p) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -113,6 +114,43 @@ TEST(ProtoConvertTest, MissingWeightNamesTheField) {
   *r.mutable_op()->mutable_input() = Fp32({1, 1}, {1});
   EXPECT_THAT(FromProto(r, RequestLimits{}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op.weight")));
+}
+
+TEST(ProtoConvertTest, BoundThresholdIsPositiveAndFiniteOrNamedInTheError) {
+  v1::VerifyRequest r;
+  *r.mutable_op()->mutable_input() = Fp32({1, 1}, {1});
+  *r.mutable_op()->mutable_weight() = Fp32({1, 1}, {1});
+  auto unset = FromProto(r, RequestLimits{});
+  ASSERT_THAT(unset, IsOk());
+  EXPECT_FALSE(unset->bound_threshold.has_value());
+  r.mutable_bound_threshold()->set_value(10);
+  auto ten = FromProto(r, RequestLimits{});
+  ASSERT_THAT(ten, IsOk());
+  EXPECT_EQ(ten->bound_threshold, 10.0);
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    r.mutable_bound_threshold()->set_value(bad);
+    EXPECT_THAT(FromProto(r, RequestLimits{}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bound_threshold")))
+        << bad;
+  }
+}
+
+TEST(ProtoConvertTest, TheCallDecisionReachesTheResponse) {
+  VerifyOutcome outcome;
+  outcome.call.explained = true;
+  outcome.call.explaining = {"cpu:bf16:none", "cpu:bf16:fused"};
+  outcome.call.divergence = "no candidate explains its output";
+  outcome.call.bound_threshold = 4;
+  outcome.call.bound_exceeded = true;
+  outcome.call.bound_reason = "bound_ratio 7.2 exceeds 4";
+  v1::VerifyResponse p;
+  ToProto(outcome, &p);
+  EXPECT_TRUE(p.call().explained());
+  EXPECT_THAT(p.call().explaining(), ElementsAre("cpu:bf16:none", "cpu:bf16:fused"));
+  EXPECT_EQ(p.call().divergence(), "no candidate explains its output");
+  EXPECT_EQ(p.call().bound_threshold(), 4);
+  EXPECT_TRUE(p.call().bound_exceeded());
+  EXPECT_EQ(p.call().bound_reason(), "bound_ratio 7.2 exceeds 4");
 }
 
 TEST(ProtoConvertTest, RankingEvidenceAndSharedComputationReachTheResponse) {

@@ -9,17 +9,16 @@
 //   std::cout << SweepToJson(layers, s, counts).dump(2);
 //   return SweepExitCode(layers, s);
 //
-// Divergence: a layer whose diagnosis verdict is "defect" or "unexplained"
-// (docs/numerics.md, "Verdict"; the reason is the server's verdict_reason,
-// verbatim), whose output no candidate explains, whose explaining
-// configurations (best, equivalent, tied) exclude the model's consensus
-// (the configuration explaining the most checked layers, when it explains
-// more than half of them), or whose bound_ratio (observed vs reference)
-// exceeds the threshold; the reason names the first of these that applies.
-// Without a diagnosis (Verify) only the last applies. A layer also fails,
-// without diverging, when its verdict is fail. A layer without a bias is explained by
-// `b:p:none`, which agrees with `b:p:fused` and `b:p:unfused` alike (the two differ only in the
-// bias).
+// Each response carries the server's decisions about its call
+// (CallDecision: which configurations explain it, whether it diverges on
+// its own and why, whether its bound_ratio exceeds the threshold); the
+// rules are docs/model-checks.md's "The rules". Summarize keeps only what
+// spans calls: the consensus (the configuration explaining the most
+// checked layers, when it explains more than half of them) and the first
+// divergence. A call diverges by its own divergence, else by explaining
+// configurations that exclude the consensus, else by its bound_ratio; the
+// reason names the first that applies. A layer also fails, without
+// diverging, when its verdict is fail.
 //
 // Thread-safe: no state.
 #pragma once
@@ -30,8 +29,8 @@
 #include <vector>
 
 #include "client/cli/report.h"
-#include "nlohmann/json.hpp"
 #include "core/dtype.h"
+#include "nlohmann/json.hpp"
 #include "tensorcheck/v1/tensorcheck.pb.h"
 
 namespace tensorcheck::cli::internal {
@@ -77,8 +76,10 @@ const char* LayerStatusWord(LayerStatus s);
 struct SweepOptions {
   // Diagnose (true) or Verify (false) per layer.
   bool diagnose = true;
-  // A layer whose bound_ratio exceeds this diverges.
-  double bound_threshold = 3.0;
+  // A layer whose bound_ratio exceeds this diverges; unset: the server's
+  // default. Sent with each request (VerifyRequest.bound_threshold): the
+  // server decides.
+  std::optional<double> bound_threshold;
 };
 
 // What Summarize makes of one layer call.
@@ -89,7 +90,8 @@ struct LayerVerdict {
   // observed_vs_reference.bound_ratio: the error against the reference in
   // units of the output precision's error model.
   std::optional<double> bound_ratio;
-  // Best, equivalent and tied (diagnose).
+  // The configurations explaining it, best first (the response's
+  // CallDecision.explaining: best, equivalent, tied, `b:p:none` expanded).
   std::vector<std::string> explaining;
   // Why it failed ("no candidate explains its output"); empty when it passed.
   std::string reason;
@@ -104,6 +106,8 @@ struct SweepSummary {
   std::optional<std::string> consensus;
   int consensus_count = 0;
   int checked = 0;
+  // The bound_ratio threshold the server applied (from the responses).
+  std::optional<double> bound_threshold;
   // The first layer call that diverged (index into the layers), if any.
   std::optional<size_t> first_divergence;
   // Every layer call passed.
