@@ -17,7 +17,10 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
   libopenblas-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev clang-format
-  golang-go golang-google-grpc-dev golang-goprotobuf-dev
+  golang-go golang-google-grpc-dev
+  # client/go: google.golang.org/protobuf, the golang/protobuf 1.5 shim grpc-go 1.33 marshals
+  # through (replaces golang-goprotobuf-dev, 1.3), and the plugins of tensorcheckpb/generate.sh
+  golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
   python3-venv chromium
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: clang, libFuzzer and its sanitizer runtimes
   ccache  # rebuilds (and the sanitizer and fuzz builds) of unchanged files from its cache

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
@@ -183,7 +184,9 @@ func WithMaxRetries(n int) Option {
 }
 
 // WithBlock makes Dial wait, within its context, until the connection is
-// up. Without it Dial returns at once and connects on the first call.
+// up. Without it Dial returns at once and connects on the first call. It
+// waits with the connection's GetState and WaitForStateChange, as gRPC's
+// deprecated grpc.WithBlock dial option does.
 func WithBlock() Option {
 	return func(o *options) { o.block = true }
 }
@@ -247,21 +250,55 @@ func Dial(ctx context.Context, server string, opts ...Option) (*Client, error) {
 	if o.creds != nil {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(o.creds))
 	} else {
+		// Deprecated since grpc-go 1.43 for
+		// WithTransportCredentials(insecure.NewCredentials()), but package
+		// credentials/insecure arrived in 1.34, after Debian 12's 1.33.
 		dialOpts = append(dialOpts, grpc.WithInsecure())
 	}
 	if o.token != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(o.token)))
 	}
-	if o.block {
-		dialOpts = append(dialOpts, grpc.WithBlock())
-	}
 	dialOpts = append(dialOpts, o.dialOptions...)
+	// Deprecated since grpc-go 1.63 for grpc.NewClient, which 1.33 lacks.
+	// DialContext starts connecting at once and resolves "host:port" with
+	// the passthrough resolver; NewClient would wait for the first call and
+	// resolve with DNS.
 	conn, err := grpc.DialContext(ctx, server, dialOpts...)
 	if err != nil {
 		return nil, unreachable(fromRPC(err, nil), server, from)
 	}
+	if o.block {
+		if err := waitReady(ctx, conn); err != nil {
+			conn.Close()
+			return nil, unreachable(fromRPC(err, nil), server, from)
+		}
+	}
 	return &Client{conn: conn, stub: pb.NewTensorCheckClient(conn), server: server, serverFrom: from,
 		maxRetries: o.maxRetries, maxMessageBytes: o.maxMessageBytes}, nil
+}
+
+// waitReady returns nil once conn is connected, or ctx's error when ctx
+// ends first: WithBlock. It is the loop grpc.WithBlock runs inside
+// grpc.DialContext, written with calls every grpc-go release this package
+// builds with has and none deprecates (grpc.WithBlock is deprecated since
+// grpc-go 1.64).
+func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if s == connectivity.Idle {
+			// An idle connection connects on ClientConn.Connect (grpc-go
+			// 1.41 and later) or on the first call; 1.33 has no Connect.
+			if c, ok := interface{}(conn).(interface{ Connect() }); ok {
+				c.Connect()
+			}
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return ctx.Err()
+		}
+	}
 }
 
 // invoke runs one RPC, sending it again while the server refuses it with a

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang/protobuf/proto"
-	"github.com/golang/protobuf/ptypes/wrappers"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
@@ -315,7 +315,7 @@ func TestReportStringWithoutADiagnosisStartsWithTheVerdict(t *testing.T) {
 		Reference: &pb.ConfigResult{Config: "cpu:fp64"},
 		Results: []*pb.ConfigResult{
 			{Config: "cpu:fp32:fused", VsReference: &pb.Stats{Passed: true, MaxAbs: 5.96e-8, MaxUlp: 1, Total: 8,
-				BoundRatio: &wrappers.DoubleValue{Value: 0.25}}},
+				BoundRatio: &wrapperspb.DoubleValue{Value: 0.25}}},
 			{Config: "cpu:bf16:fused", VsReference: &pb.Stats{MaxAbs: 0.0039, MaxUlp: 30000, Mismatched: 3, Total: 8}},
 		},
 	})

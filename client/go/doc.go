@@ -49,5 +49,6 @@
 // resend can reach different replicas) is sent once more with its tensors
 // inline when that fits the message limits (see VerifyLinear).
 //
-// The generated protocol code lives in the tensorcheckpb subpackage.
+// The generated protocol code lives in the tensorcheckpb subpackage:
+// google.golang.org/protobuf messages and grpc-go service stubs.
 package tensorcheck

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang/protobuf/proto"
-	"github.com/golang/protobuf/ptypes/wrappers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
@@ -500,11 +500,11 @@ func TestFakeReportMirrorsTheResponse(t *testing.T) {
 	fake, c := startFake(t, WithToken("s3cret"))
 	fake.resp = &pb.VerifyResponse{
 		Verdict:     pb.Verdict_VERDICT_PASS,
-		Tolerance:   &pb.Tolerance{Preset: pb.Tolerance_PRESET_TORCH, Atol: &wrappers.DoubleValue{Value: 1e-5}},
+		Tolerance:   &pb.Tolerance{Preset: pb.Tolerance_PRESET_TORCH, Atol: &wrapperspb.DoubleValue{Value: 1e-5}},
 		OutputShape: []int64{2, 2},
 		Results: []*pb.ConfigResult{
 			{Config: "cpu:fp32:fused", VsReference: &pb.Stats{MaxAbs: 0.25, MaxAbsIndex: []int64{1, 0},
-				BoundRatio: &wrappers.DoubleValue{Value: 0.9}, ComparedDtype: pb.DType_DTYPE_FLOAT32,
+				BoundRatio: &wrapperspb.DoubleValue{Value: 0.9}, ComparedDtype: pb.DType_DTYPE_FLOAT32,
 				Worst:        []*pb.Element{{Index: []int64{1, 0}, ActualBits: "0x3f800000", Ulp: 3}},
 				UlpHistogram: []*pb.UlpBucket{{Lo: 3, Hi: 4, Count: 1}}}},
 			{Config: "cpu:tf32:unfused", Output: &pb.Tensor{Dtype: pb.DType_DTYPE_FLOAT32, Shape: []int64{1},

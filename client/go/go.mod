@@ -3,6 +3,13 @@ module github.com/tensorcheck/tensorcheck/client/go
 go 1.19
 
 require (
-	github.com/golang/protobuf v1.4.1
-	google.golang.org/grpc v1.33.3
+	google.golang.org/grpc v1.64.1
+	google.golang.org/protobuf v1.34.1
+)
+
+require (
+	golang.org/x/net v0.26.0 // indirect
+	golang.org/x/sys v0.21.0 // indirect
+	golang.org/x/text v0.16.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
 )

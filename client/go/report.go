@@ -3,7 +3,8 @@ package tensorcheck
 import (
 	"strings"
 
-	"github.com/golang/protobuf/ptypes/wrappers"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
 
@@ -480,7 +481,7 @@ func batchInvarianceFromProto(p *pb.BatchInvariance) *BatchInvariance {
 	return b
 }
 
-func optFloat(v *wrappers.DoubleValue) *float64 {
+func optFloat(v *wrapperspb.DoubleValue) *float64 {
 	if v == nil {
 		return nil
 	}

@@ -4,7 +4,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/golang/protobuf/ptypes/wrappers"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	pb "github.com/tensorcheck/tensorcheck/client/go/tensorcheckpb"
 )
 
@@ -304,7 +305,7 @@ func (t *Tolerance) toProto() (*pb.Tolerance, error) {
 	for _, v := range []struct {
 		name string
 		p    *float64
-		dst  **wrappers.DoubleValue
+		dst  **wrapperspb.DoubleValue
 	}{{"tolerance.atol", t.Atol, &out.Atol}, {"tolerance.rtol", t.Rtol, &out.Rtol}} {
 		if v.p == nil {
 			continue
@@ -312,7 +313,7 @@ func (t *Tolerance) toProto() (*pb.Tolerance, error) {
 		if math.IsNaN(*v.p) || *v.p < 0 {
 			return nil, invalidArgument(v.name, "is %v, expected a number >= 0", *v.p)
 		}
-		*v.dst = &wrappers.DoubleValue{Value: *v.p}
+		*v.dst = &wrapperspb.DoubleValue{Value: *v.p}
 	}
 	if t.BoundFactor < 0 || math.IsNaN(t.BoundFactor) {
 		return nil, invalidArgument("tolerance.bound_factor", "is %v, expected a number >= 0", t.BoundFactor)

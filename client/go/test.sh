@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Vets and tests the Go client offline, in GOPATH mode against the system's
-# grpc-go and golang/protobuf (Debian: /usr/share/gocode). CI calls this.
+# grpc-go and google.golang.org/protobuf (Debian 12: grpc-go 1.33.3,
+# google.golang.org/protobuf 1.28.1 and the golang/protobuf 1.5.2 shim that
+# grpc-go 1.33 marshals with, under /usr/share/gocode). CI calls this.
 #
 #   client/go/test.sh [go test flags...]      e.g. client/go/test.sh -v -run Live
 #
@@ -31,10 +33,14 @@ if [[ -n "${unformatted}" ]]; then
   echo "${unformatted}" >&2
   exit 1
 fi
-# The committed generated code must match the proto (when protoc and the
-# protoc-gen-go 1.3 plugin are installed; CI images without them skip this).
+# The committed generated code must match the proto. generate.sh --check
+# fails when it is stale, and also when protoc-gen-go-grpc is missing or a
+# plugin is not the version the code was generated with; a machine without
+# protoc or protoc-gen-go skips the check and says so.
 if command -v protoc >/dev/null && command -v protoc-gen-go >/dev/null; then
   ./tensorcheckpb/generate.sh --check
+else
+  echo "test.sh: protoc or protoc-gen-go not installed: not checking tensorcheckpb against the proto" >&2
 fi
 go vet ./...
 go test "$@" ./...
