@@ -205,3 +205,42 @@ func TestLiveVerifyWithAcceptIsTheDiagnosisVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveCallDecisionCarriesTheServersThreshold(t *testing.T) {
+	c := liveClient(t)
+	l := newLiveLayer()
+	req := func(threshold *float64) *LinearRequest {
+		return &LinearRequest{
+			Input:          Float32Tensor(l.x, liveM, liveK),
+			Weight:         l.weightTensor,
+			Bias:           Float32Tensor(l.b, liveN),
+			Observed:       Float32Tensor(l.torch, liveM, liveN),
+			Configs:        []string{"cpu:fp32", "cpu:tf32"},
+			BoundThreshold: threshold,
+		}
+	}
+	rep, err := c.DiagnoseLinear(callCtx(t), req(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := rep.Call
+	if call == nil || !call.Explained || call.BoundThreshold != 3 || call.Divergence != "" {
+		t.Fatalf("default: call %+v, want explained with threshold 3 and no divergence", call)
+	}
+	if len(call.Explaining) == 0 || call.Explaining[0] != rep.Diagnosis.Best {
+		t.Errorf("explaining %q, want best %q first", call.Explaining, rep.Diagnosis.Best)
+	}
+	ten := 10.0
+	rep, err = c.DiagnoseLinear(callCtx(t), req(&ten))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Call == nil || rep.Call.BoundThreshold != 10 {
+		t.Errorf("threshold 10: call %+v", rep.Call)
+	}
+	zero := 0.0
+	if _, err := c.DiagnoseLinear(callCtx(t), req(&zero)); err == nil ||
+		!strings.Contains(err.Error(), "bound_threshold") {
+		t.Errorf("threshold 0: err %v, want one naming bound_threshold", err)
+	}
+}

@@ -29,6 +29,10 @@ type Report struct {
 	Reference *ConfigResult
 	// Set by DiagnoseLinear.
 	Diagnosis *Diagnosis
+	// The server's decisions about this call that a whole-model check rests
+	// on (docs/model-checks.md, "The rules"); nil from a server that sent
+	// none.
+	Call *CallDecision
 	// Numerics facts relevant to this request.
 	Notes []string
 	// Shape of every output, [..., N].
@@ -421,6 +425,7 @@ func reportFromProto(p *pb.VerifyResponse) *Report {
 		ObservedVsReference: statsFromProto(p.ObservedVsReference),
 		Reference:           configResultFromProto(p.Reference),
 		Diagnosis:           diagnosisFromProto(p.Diagnosis),
+		Call:                callDecisionFromProto(p.Call),
 		Notes:               p.Notes,
 		OutputShape:         p.OutputShape,
 	}
@@ -433,6 +438,40 @@ func reportFromProto(p *pb.VerifyResponse) *Report {
 		}
 	}
 	return r
+}
+
+// CallDecision is the server's decision about one layer call
+// (docs/api.md, "Layer-call decisions").
+type CallDecision struct {
+	// A configuration explains the observed output (with a diagnosis: Best
+	// is set; without: the verdict is PASS).
+	Explained bool
+	// Best first, then the equivalent and tied configurations; without a
+	// bias each "b:p:none" is followed by "b:p:fused" and "b:p:unfused".
+	Explaining []string
+	// Why the call diverges whatever the other calls say; "" when it does
+	// not.
+	Divergence string
+	// The bound_ratio threshold applied (LinearRequest.BoundThreshold, else
+	// the server's 3), whether the observed output's bound_ratio exceeds it,
+	// and the sentence saying so.
+	BoundThreshold float64
+	BoundExceeded  bool
+	BoundReason    string
+}
+
+func callDecisionFromProto(p *pb.CallDecision) *CallDecision {
+	if p == nil {
+		return nil
+	}
+	return &CallDecision{
+		Explained:      p.Explained,
+		Explaining:     p.Explaining,
+		Divergence:     p.Divergence,
+		BoundThreshold: p.BoundThreshold,
+		BoundExceeded:  p.BoundExceeded,
+		BoundReason:    p.BoundReason,
+	}
 }
 
 func configResultFromProto(p *pb.ConfigResult) *ConfigResult {

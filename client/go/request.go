@@ -112,6 +112,10 @@ type LinearRequest struct {
 	// (PASS: rounding of an accepted configuration, Diagnosis.AcceptedAs
 	// says which) instead of the tolerance's. Requires Observed.
 	Accept []string
+	// The bound_ratio above which the server decides this call diverges
+	// (Report.Call); nil: the server's default, 3. The server refuses one
+	// that is not positive and finite.
+	BoundThreshold *float64
 	// The configuration everything is compared with. "": the server's
 	// default reference (the fp64 configuration of its fastest backend:
 	// "cublaslt:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
@@ -190,12 +194,17 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 	if err != nil {
 		return nil, err
 	}
+	var boundThreshold *wrapperspb.DoubleValue
+	if r.BoundThreshold != nil {
+		boundThreshold = wrapperspb.Double(*r.BoundThreshold)
+	}
 	return &pb.VerifyRequest{
-		Op:        op,
-		Observed:  r.Observed.toProto(),
-		Configs:   r.Configs,
-		Reference: r.Reference,
-		Tolerance: tol,
+		Op:             op,
+		BoundThreshold: boundThreshold,
+		Observed:       r.Observed.toProto(),
+		Configs:        r.Configs,
+		Reference:      r.Reference,
+		Tolerance:      tol,
 		Output: &pb.OutputOptions{
 			ReturnOutputs: r.ReturnOutputs,
 			TopK:          r.TopK,
