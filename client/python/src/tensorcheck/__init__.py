@@ -20,6 +20,11 @@
         print(report)             # the server's answer first
         report.passed, report.to_dict()
 
+    # Options shared by many calls: one VerifyOptions, taken by every
+    # entry point (keyword arguments still work, and win over it).
+    opts = tensorcheck.VerifyOptions(tolerance="bound", accept=["tf32"], top_k=10)
+    tensorcheck.assert_linear_parity(x, w, b, observed=y, options=opts)
+
 The server's address is `server=` everywhere (`Client(server)`, the
 module's functions, tensorcheck.torch.check_linears), default
 $TENSORCHECK_SERVER, else localhost:50051.
@@ -77,8 +82,9 @@ from ._errors import (
     UnimplementedError,
     UnknownError,
 )
-from ._model import LayerCheck, ModelComparison, ModelReport, assert_model_parity, compare_models
-from ._progress import ProgressArg
+from ._model import LayerCheck, ModelComparison, ModelReport, compare_models
+from ._model_parity import assert_model_parity
+from ._options import VerifyOptions
 from ._report import (
     BackendInfo,
     BatchInvariance,
@@ -109,6 +115,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "VerifyOptions",
     "tls_credentials",
     "assert_linear_parity",
     "assert_model_parity",
@@ -180,13 +187,14 @@ def assert_linear_parity(
     token: Optional[str] = None,
     candidates: Union[None, str, Sequence[str]] = None,
     diagnose: bool = True,
-    accept: Union[None, str, Sequence[str]] = None,
     target: Optional[str] = None,
-    **verify_options: Any,
+    options: Optional[VerifyOptions] = None,
+    **overrides: Any,
 ) -> Report:
     """`Client(server, ...).assert_linear_parity(...)` on a one-off
     connection (server None: $TENSORCHECK_SERVER, else DEFAULT_SERVER;
-    token None: $TENSORCHECK_TOKEN, else none; `target=` is the deprecated
+    token None: $TENSORCHECK_TOKEN, else none; `timeout` is the
+    connection's default deadline per call; `target=` is the deprecated
     name of `server=`).
 
     Raises AssertionError, at most 25 lines, the server's answer first
@@ -194,9 +202,11 @@ def assert_linear_parity(
     and the diagnosis, when `observed` is not within the tolerance of the
     reference, or with `accept=` (e.g. ["tf32"], ["cpu:bf16:unfused"]) when
     the server does not accept it as rounding of one of those
-    configurations; returns the Report otherwise. `verify_options` are
-    Client.verify_linear's, e.g. x_scale= and w_scale= (the dequantisation
-    scales of an FP8 layer), progress=True.
+    configurations; returns the Report otherwise. `options` (a
+    VerifyOptions) and the keyword arguments `overrides` (its fields,
+    applied over it) are Client.verify_linear's, e.g. accept=, x_scale=
+    and w_scale= (the dequantisation scales of an FP8 layer),
+    progress=True.
     """
     __tracebackhide__ = True  # pytest: the failure is the test's line
     address = take_target(server, target)
@@ -208,8 +218,8 @@ def assert_linear_parity(
             observed=observed,
             candidates=candidates,
             diagnose=diagnose,
-            accept=accept,
-            **verify_options,
+            options=options,
+            **overrides,
         )
 
 
@@ -223,8 +233,9 @@ def compare_outputs(
     timeout: Optional[float] = None,
     tls: TlsArg = None,
     token: Optional[str] = None,
-    progress: ProgressArg = None,
-    **options: Any,
+    candidates: Union[None, str, Sequence[str]] = None,
+    options: Optional[VerifyOptions] = None,
+    **overrides: Any,
 ) -> CompareResult:
     """`Client(server, ...).compare_outputs(x, weight, bias, outputs, ...)`
     on a one-off connection: two outputs of one layer ({"torch": y1,
@@ -233,9 +244,11 @@ def compare_outputs(
         result = tensorcheck.compare_outputs(x, w, b, {"torch": y1, "flax": y2})
         print(result)      # the server's headline first, then a short summary
 
-    `options` are Client.compare_outputs' (candidates=, accept=,
-    weight_layout=, ...). ValueError for anything but exactly two named
-    outputs.
+    `candidates`, `options` and the keyword arguments `overrides`
+    (accept=, weight_layout=, progress=, ...) are Client.compare_outputs'.
+    ValueError for anything but exactly two named outputs.
     """
     with Client(server, timeout=timeout, tls=tls, token=token) as client:
-        return client.compare_outputs(x, weight, bias, outputs, progress=progress, **options)
+        return client.compare_outputs(
+            x, weight, bias, outputs, candidates=candidates, options=options, **overrides
+        )

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import numbers
 import os
 import random
 import re
@@ -67,11 +65,19 @@ from ._errors import (
     time_left,
 )
 from ._format import format_parity_failure
+from ._options import (
+    COMPARE_OPTION_NAMES,
+    VerifyOptions,
+    accept_list,
+    config_list,
+    fold_options,
+    non_negative,
+)
 from ._pb import pb, pb_grpc
-from ._progress import Progress, ProgressArg, make_progress, size_text
+from ._progress import Progress, make_progress, size_text
 from ._report import Report
 from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
-from ._tensors import FP8_DTYPES, as_array, as_scale, fill_proto, numpy_dtype, parse_dtype
+from ._tensors import FP8_DTYPES, as_array, numpy_dtype
 from ._wire import encode_request, named_path
 
 __all__ = [
@@ -123,25 +129,6 @@ _STORE_THREADS = 4
 # How the message of an unreachable server begins (then its address).
 _UNREACHABLE = "no answer from a tensorcheck server at"
 
-_LAYOUTS: dict[str, pb.WeightLayout] = {
-    "out_in": pb.WEIGHT_LAYOUT_OUT_IN,
-    "in_out": pb.WEIGHT_LAYOUT_IN_OUT,
-}
-_ACTIVATIONS: dict[str, pb.Activation] = {
-    "none": pb.ACTIVATION_NONE,
-    "relu": pb.ACTIVATION_RELU,
-    "gelu": pb.ACTIVATION_GELU_TANH,
-    "gelu_tanh": pb.ACTIVATION_GELU_TANH,
-}
-_PRESETS: dict[str, pb.Tolerance.Preset] = {
-    "torch": pb.Tolerance.PRESET_TORCH,
-    "numpy": pb.Tolerance.PRESET_NUMPY,
-    "polygraphy": pb.Tolerance.PRESET_POLYGRAPHY,
-    "explicit": pb.Tolerance.PRESET_EXPLICIT,
-    "ulp": pb.Tolerance.PRESET_ULP,
-    "bound": pb.Tolerance.PRESET_BOUND,
-}
-
 ArrayLike = Any  # numpy array, torch.Tensor, jax.Array, TensorRef
 TlsArg = Union[None, bool, grpc.ChannelCredentials]
 # A PEM file's path, or its contents.
@@ -152,52 +139,7 @@ Operand = Union[np.ndarray, TensorRef]
 # The gRPC service, "tensorcheck.v1.TensorCheck".
 _SERVICE = pb.DESCRIPTOR.services_by_name["TensorCheck"].full_name
 
-_T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
-
-
-def _choice(value: object, table: Mapping[str, _T], name: str) -> _T:
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: expected one of {sorted(table)}, got {type(value).__name__}")
-    key = value.lower()
-    if key not in table:
-        raise ValueError(f"{name}: unknown value {value!r}; expected one of {sorted(table)}")
-    return table[key]
-
-
-def _config_list(value: Union[None, str, Iterable[str]], name: str) -> list[str]:
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
-    out: list[str] = []
-    for i, spec in enumerate(items):
-        where = name if isinstance(value, str) else f"{name}[{i}]"
-        _check_spec(spec, where)
-        out.append(spec)
-    return out
-
-
-def _accept_list(value: Union[None, str, Iterable[str]]) -> list[str]:
-    """`accept=`: configurations written `backend:precision[:bias]`,
-    `precision[:bias]` or `backend:precision` (a part left out matches
-    any), checked in form here; the server judges the names."""
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
-    for i, spec in enumerate(items):
-        where = "accept" if isinstance(value, str) else f"accept[{i}]"
-        if not isinstance(spec, str):
-            raise TypeError(
-                f"{where}: expected a configuration such as 'tf32' or 'cpu:bf16:unfused', "
-                f"got {type(spec).__name__}"
-            )
-        parts = spec.split(":")
-        if not 1 <= len(parts) <= 3 or not all(p.strip() for p in parts):
-            raise ValueError(
-                f"{where}: {spec!r} is not of the form 'backend:precision[:bias]', "
-                "'precision[:bias]' or 'backend:precision' (e.g. 'tf32', 'cpu:bf16:unfused')"
-            )
-    return items
 
 
 def resolve_server(
@@ -255,58 +197,6 @@ def _resolve_server(
         )
         return os.environ[TARGET_ENV], _FROM_OLD_ENV
     return DEFAULT_SERVER, _FROM_DEFAULT
-
-
-def _check_spec(spec: object, name: str) -> None:
-    """`backend:precision[:bias]` in form; the server judges the names."""
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"{name}: expected a string 'backend:precision[:bias]', got {type(spec).__name__}"
-        )
-    parts = spec.split(":")
-    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
-        raise ValueError(
-            f"{name}: {spec!r} is not of the form 'backend:precision[:bias]' "
-            "(e.g. 'cpu:fp32', 'cublaslt:bf16:fused')"
-        )
-
-
-@overload
-def _non_negative(value: object, name: str, *, integer: Literal[True]) -> int: ...
-@overload
-def _non_negative(value: object, name: str, *, integer: Literal[False] = False) -> float: ...
-def _non_negative(value: object, name: str, *, integer: bool = False) -> Union[int, float]:
-    """`value` as a non-negative int (integer=True: an integral number, bool
-    excluded) or a finite non-negative float (any real number)."""
-    if integer:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name}: expected a non-negative value, got {value}")
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name}: expected a finite number, got {value}")
-    if value < 0:
-        raise ValueError(f"{name}: expected a non-negative value, got {value}")
-    return float(value)
-
-
-def _batch_sizes(value: object, enabled: bool) -> list[int]:
-    """`batch_sizes` as a list of positive ints; refused without
-    batch_invariance=True, where the server would ignore it. The server
-    checks the upper bounds (each at most M, at most 8 sizes)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(
-            f"batch_sizes: expected a sequence of positive integers, got {type(value).__name__}"
-        )
-    sizes = [_non_negative(v, "batch_sizes", integer=True) for v in value]
-    if 0 in sizes:
-        raise ValueError(f"batch_sizes: expected positive sizes, got {sizes}")
-    if sizes and not enabled:
-        raise ValueError("batch_sizes: only with batch_invariance=True")
-    return sizes
 
 
 # CompareRequest's output names (NamedTensor.name).
@@ -533,14 +423,14 @@ class Client:
         if not isinstance(target, str) or not target:
             raise ValueError(f"server: expected 'host:port', got {target!r}")
         if timeout is not None:
-            timeout = _non_negative(timeout, "timeout")
+            timeout = non_negative(timeout, "timeout")
             if timeout == 0:
                 raise ValueError("timeout: expected a positive number of seconds, got 0")
         if token is not None and (
             not isinstance(token, str) or not token or any(c in token for c in "\r\n")
         ):
             raise ValueError(f"{token_name}: expected a non-empty single-line string")
-        max_retries = _non_negative(max_retries, "max_retries", integer=True)
+        max_retries = non_negative(max_retries, "max_retries", integer=True)
         channel_options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -675,32 +565,8 @@ class Client:
         bias: Optional[ArrayLike] = None,
         *,
         observed: Optional[ArrayLike] = None,
-        weight_layout: str = "out_in",
-        activation: str = "none",
-        configs: Union[None, str, Sequence[str]] = None,
-        reference: Optional[str] = None,
-        tolerance: str = "torch",
-        atol: Optional[float] = None,
-        rtol: Optional[float] = None,
-        return_outputs: bool = False,
-        max_inline_output_bytes: int = 0,
-        output_dtype: Any = None,
-        max_ulp: Optional[int] = None,
-        bound_factor: Optional[float] = None,
-        bound_precision: Optional[str] = None,
-        nan_equal: bool = False,
-        top_k: int = 0,
-        top_groups: int = 0,
-        repeat: int = 0,
-        disallow_reduced_precision_reduction: bool = False,
-        algorithm_sweep: int = 0,
-        batch_invariance: bool = False,
-        batch_sizes: Sequence[int] = (),
-        x_scale: Any = None,
-        w_scale: Any = None,
-        accept: Union[None, str, Sequence[str]] = None,
-        timeout: Optional[float] = None,
-        progress: ProgressArg = None,
+        options: Optional[VerifyOptions] = None,
+        **overrides: Any,
     ) -> Report:
         """Runs y = act(x W^T + b) under each configuration and compares.
 
@@ -717,69 +583,13 @@ class Client:
           observed: the output your framework produced, [..., N]. With it
             the verdict is "observed is within tolerance of the reference";
             without it, "every configuration is".
-          weight_layout: "out_in" or "in_out".
-          activation: "none", "relu" or "gelu" (tanh form).
-          configs: "backend:precision[:bias]" strings, e.g. "cpu:tf32:fused".
-          reference: the configuration everything is compared with. None:
-            the server's default reference (the fp64 configuration of its
-            fastest backend: cublaslt:fp64 on a GPU host, cpu:fp64
-            elsewhere); the result names the one used
-            (`report.reference.config`).
-          tolerance: "torch" (torch.testing.assert_close defaults for the
-            dtype), "numpy", "polygraphy", "explicit" (needs atol and rtol),
-            "ulp" (needs max_ulp) or "bound".
-          atol, rtol: override the preset's values.
-          return_outputs: fill `report.results[i].output` and
-            `report.reference.output` with numpy arrays.
-          max_inline_output_bytes: returned outputs larger than this come
-            back by digest and are read from the server's store (0: the
-            server's default, 4 MiB); the arrays are the same either way.
-          output_dtype: dtype every configuration rounds its output to
-            (default: the input's; bfloat16 for FP8 inputs).
-          max_ulp, bound_factor, bound_precision, nan_equal: tolerance details.
-          top_k, top_groups: how many worst elements / columns / rows to list
-            (0: the server's default).
-          repeat: run each configuration this many times and report whether
-            the bits were identical (`results[i].deterministic`).
-          disallow_reduced_precision_reduction: cuBLAS flag for GPU backends.
-          algorithm_sweep: run each configuration that names no algorithm
-            with each of the first N algorithms its backend offers (0..16;
-            0: no sweep), as "...@algo=i" configurations; a backend with
-            one algorithm (cpu) runs it once. The diagnosis then names the
-            kernel that reproduced `observed` (`ranking[i].exact`,
-            `ranking[i].details`).
-          batch_invariance: also run every configuration on sub-batches of
-            x's rows (single rows, and `batch_sizes`) and report whether
-            each row keeps its bits (`results[i].batch_invariance`).
-          batch_sizes: sub-batch sizes besides 1, each 1..M (at most 8);
-            only with batch_invariance=True.
-          x_scale, w_scale: the dequantisation scales of FP8 x and weight,
-            as torch._scaled_mm(x, weight.T, scale_a=x_scale,
-            scale_b=w_scale) takes them: the layer computes
-            act((x * x_scale) (weight * w_scale)^T + bias). Real numbers
-            (a Python float, shape []) or array-likes of them (numpy,
-            torch on any device, JAX, lists), sent as float32 in the shape
-            given: [] or [1] per tensor; row-wise x_scale [M] or [M, 1]
-            and w_scale [N] or [N, 1] (out_in) / [1, N] (in_out). Required
-            when x and weight are FP8, refused otherwise; the server
-            checks the shapes. TypeError naming the argument for what is
-            not real numbers, ValueError for values beyond float32 and for
-            an element not finite and positive in float32 (the server's
-            rule, in its words: "w_scale[17]: a finite, positive float32
-            scale expected, got NaN").
-          accept: the configurations you accept, e.g. "tf32",
-            ["cpu:bf16:unfused"] (`backend:precision[:bias]`,
-            `precision[:bias]` or `backend:precision`; a part left out
-            matches any). Needs `observed`. The server then also diagnoses
-            the output (`report.diagnosis`), and the verdict is its
-            acceptance: PASS when the output is rounding of an accepted
-            configuration (`diagnosis.accepted`, `diagnosis.accepted_as`),
-            instead of the tolerance's.
-          timeout: this call's deadline in seconds (default: the client's),
-            for hashing, uploads, the request and reading outputs together.
-          progress: True for the phases (hashing, uploading, verifying) and
-            their times on stderr (a tqdm bar when tqdm is installed), or a
-            callable (phase, done, total); see tensorcheck._progress.
+          options: a tensorcheck.VerifyOptions: the configurations, the
+            reference, the tolerance, accept, the FP8 scales, the output
+            and run options, timeout and progress (its fields say each).
+          **overrides: any field of VerifyOptions as a keyword argument
+            (`configs=["cpu:tf32"]`, `tolerance="bound"`, `timeout=30`),
+            applied over `options`; TypeError naming a keyword that is
+            none.
 
         Any tensor may also be a `TensorRef` (from `Client.upload`).
 
@@ -787,39 +597,11 @@ class Client:
         server's answer first, `report.uploaded_bytes` /
         `report.reused_bytes` what went through the tensor store.
         """
-        prog = make_progress(progress)
-        req = self._request(
-            x,
-            weight,
-            bias,
-            observed=observed,
-            weight_layout=weight_layout,
-            activation=activation,
-            configs=_config_list(configs, "configs"),
-            reference=reference,
-            tolerance=tolerance,
-            atol=atol,
-            rtol=rtol,
-            return_outputs=return_outputs,
-            max_inline_output_bytes=max_inline_output_bytes,
-            output_dtype=output_dtype,
-            max_ulp=max_ulp,
-            bound_factor=bound_factor,
-            bound_precision=bound_precision,
-            nan_equal=nan_equal,
-            top_k=top_k,
-            top_groups=top_groups,
-            repeat=repeat,
-            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
-            algorithm_sweep=algorithm_sweep,
-            batch_invariance=batch_invariance,
-            batch_sizes=batch_sizes,
-            x_scale=x_scale,
-            w_scale=w_scale,
-            accept=_accept_list(accept),
-        )
+        opts = fold_options(options, overrides, "verify_linear")
+        prog = make_progress(opts.progress)
+        call = self._request(x, weight, bias, observed=observed, options=opts)
         with self._calling("Verify"), contextlib.closing(prog):
-            return self._run("Verify", req, timeout, prog)
+            return self._run("Verify", call, opts.timeout, prog)
 
     def diagnose_linear(
         self,
@@ -829,86 +611,36 @@ class Client:
         *,
         observed: Optional[ArrayLike] = None,
         candidates: Union[None, str, Sequence[str]] = None,
-        configs: Union[None, str, Sequence[str]] = None,
-        weight_layout: str = "out_in",
-        activation: str = "none",
-        reference: Optional[str] = None,
-        tolerance: str = "torch",
-        atol: Optional[float] = None,
-        rtol: Optional[float] = None,
-        return_outputs: bool = False,
-        max_inline_output_bytes: int = 0,
-        output_dtype: Any = None,
-        max_ulp: Optional[int] = None,
-        bound_factor: Optional[float] = None,
-        bound_precision: Optional[str] = None,
-        nan_equal: bool = False,
-        top_k: int = 0,
-        top_groups: int = 0,
-        repeat: int = 0,
-        disallow_reduced_precision_reduction: bool = False,
-        algorithm_sweep: int = 0,
-        batch_invariance: bool = False,
-        batch_sizes: Sequence[int] = (),
-        x_scale: Any = None,
-        w_scale: Any = None,
-        accept: Union[None, str, Sequence[str]] = None,
-        timeout: Optional[float] = None,
-        progress: ProgressArg = None,
+        options: Optional[VerifyOptions] = None,
+        **overrides: Any,
     ) -> Report:
         """Which configuration produced `observed`? (the Diagnose RPC)
 
         Same arguments as verify_linear; `observed` is required, and
-        `candidates` (alias `configs`) lists the configurations to rank
-        (None: every precision x bias mode the server's host supports).
-        The answer is in `report.diagnosis`: `headline` (the answer in one
-        sentence), `advice` (what to change), `best`, `confidence`,
-        `ranking`, `framework_hint`, `localization`, `explanation`; with
-        `accept=`, `accepted` and `accepted_as`, and the report's verdict
-        is the acceptance. `progress=True` shows the phases (hashing,
-        uploading, diagnosing) and their times.
+        `candidates` (the options' `configs` under another name; not both)
+        lists the configurations to rank (None: every precision x bias
+        mode the server's host supports). The answer is in
+        `report.diagnosis`: `headline` (the answer in one sentence),
+        `advice` (what to change), `best`, `confidence`, `ranking`,
+        `framework_hint`, `localization`, `explanation`; with `accept=`,
+        `accepted` and `accepted_as`, and the report's verdict is the
+        acceptance. `progress=True` shows the phases (hashing, uploading,
+        diagnosing) and their times.
         """
-        prog = make_progress(progress)
-        if candidates is not None and configs is not None:
+        opts = fold_options(options, overrides, "diagnose_linear")
+        prog = make_progress(opts.progress)
+        if candidates is not None and opts.configs is not None:
             raise TypeError("candidates: give either candidates= or configs=, not both")
         if observed is None:
             raise ValueError(
                 "observed: diagnose_linear needs the observed output "
                 "(the output your framework produced)"
             )
-        name = "candidates" if configs is None else "configs"
-        req = self._request(
-            x,
-            weight,
-            bias,
-            observed=observed,
-            weight_layout=weight_layout,
-            activation=activation,
-            configs=_config_list(candidates if configs is None else configs, name),
-            reference=reference,
-            tolerance=tolerance,
-            atol=atol,
-            rtol=rtol,
-            return_outputs=return_outputs,
-            max_inline_output_bytes=max_inline_output_bytes,
-            output_dtype=output_dtype,
-            max_ulp=max_ulp,
-            bound_factor=bound_factor,
-            bound_precision=bound_precision,
-            nan_equal=nan_equal,
-            top_k=top_k,
-            top_groups=top_groups,
-            repeat=repeat,
-            disallow_reduced_precision_reduction=disallow_reduced_precision_reduction,
-            algorithm_sweep=algorithm_sweep,
-            batch_invariance=batch_invariance,
-            batch_sizes=batch_sizes,
-            x_scale=x_scale,
-            w_scale=w_scale,
-            accept=_accept_list(accept),
-        )
+        if candidates is not None:
+            opts = dataclasses.replace(opts, configs=config_list(candidates, "candidates"))
+        call = self._request(x, weight, bias, observed=observed, options=opts)
         with self._calling("Diagnose"), contextlib.closing(prog):
-            return self._run("Diagnose", req, timeout, prog)
+            return self._run("Diagnose", call, opts.timeout, prog)
 
     def assert_linear_parity(
         self,
@@ -919,12 +651,12 @@ class Client:
         observed: ArrayLike,
         candidates: Union[None, str, Sequence[str]] = None,
         diagnose: bool = True,
-        accept: Union[None, str, Sequence[str]] = None,
-        **verify_options: Any,
+        options: Optional[VerifyOptions] = None,
+        **overrides: Any,
     ) -> Report:
         """Asserts that `observed` is within tolerance of the reference,
         or, with `accept=`, that it is rounding of an accepted
-        configuration (the server's acceptance; see verify_linear).
+        configuration (the server's acceptance; see VerifyOptions.accept).
 
         On failure raises AssertionError, at most 25 lines: the server's
         answer first (`Diagnosis.headline`, then its advice), then a
@@ -932,28 +664,20 @@ class Client:
         elements: N / M ...") or, with accept=, the verdict and the
         statistics, then the diagnosis (without accept=: the Diagnose RPC
         over `candidates`, default all; diagnose=False skips it). pytest
-        shows the test's own line, not this library's. Keyword arguments
-        are those of verify_linear (FP8 layers: x_scale= and w_scale=,
-        sent with both RPCs). Returns the Report on success.
+        shows the test's own line, not this library's. `options` and
+        the keyword arguments are those of verify_linear (FP8 layers:
+        x_scale= and w_scale=, sent with both RPCs; `configs` are the
+        Verify's). Returns the Report on success.
         """
         __tracebackhide__ = True  # pytest: the failure is the test's line
         if observed is None:
             raise ValueError("observed: assert_linear_parity needs the observed output")
-        unknown = set(verify_options) - _VERIFY_OPTIONS
-        if unknown:
-            raise TypeError(
-                f"assert_linear_parity() got unexpected keyword arguments {sorted(unknown)}"
-            )
-        timeout = verify_options.pop("timeout", None)
-        prog = make_progress(verify_options.pop("progress", None))
-        configs = _config_list(verify_options.pop("configs", None), "configs")
-        cands = _config_list(candidates, "candidates")
-        accepted = _accept_list(accept)
-        call = self._request(
-            x, weight, bias, observed=observed, configs=configs, accept=accepted, **verify_options
-        )
+        opts = fold_options(options, overrides, "assert_linear_parity")
+        prog = make_progress(opts.progress)
+        cands = config_list(candidates, "candidates")
+        call = self._request(x, weight, bias, observed=observed, options=opts)
         with self._calling("Verify"), contextlib.closing(prog):
-            report = self._run("Verify", call, timeout, prog)
+            report = self._run("Verify", call, opts.timeout, prog)
             if report.passed:
                 return report
             # With accept= the Verify answer carries a diagnosis among
@@ -971,7 +695,9 @@ class Client:
                 dreq.configs.extend(cands)
                 dreq.output.return_outputs = False
                 try:
-                    wider = self._run("Diagnose", call.with_request(dreq), timeout, prog).diagnosis
+                    wider = self._run(
+                        "Diagnose", call.with_request(dreq), opts.timeout, prog
+                    ).diagnosis
                 except Error as e:
                     if diagnosis is None:
                         unavailable = str(self._reachable(e, "Diagnose"))
@@ -988,18 +714,8 @@ class Client:
         outputs: Mapping[str, ArrayLike],
         *,
         candidates: Union[None, str, Sequence[str]] = None,
-        configs: Union[None, str, Sequence[str]] = None,
-        weight_layout: str = "out_in",
-        activation: str = "none",
-        reference: Optional[str] = None,
-        accept: Union[None, str, Sequence[str]] = None,
-        output_dtype: Any = None,
-        top_k: int = 0,
-        top_groups: int = 0,
-        x_scale: Any = None,
-        w_scale: Any = None,
-        timeout: Optional[float] = None,
-        progress: ProgressArg = None,
+        options: Optional[VerifyOptions] = None,
+        **overrides: Any,
     ) -> CompareResult:
         """Two outputs of one layer, e.g. PyTorch's and Flax's, each
         diagnosed against the same candidates, and their difference
@@ -1015,31 +731,21 @@ class Client:
         characters) to an output [..., N]; exactly two. The other
         arguments are diagnose_linear's (`candidates`, alias `configs`:
         None for the server's default set; `accept=`: the verdict is then
-        whether both outputs are accepted). Tensors above 1 MiB go through
-        the tensor store, as in verify_linear. ValueError for anything but
-        two well-named outputs of the layer's shape, before any call.
+        whether both outputs are accepted). Of `options`, the fields the
+        Compare RPC has no place for (the tolerance's, the output and run
+        options) are not used, and are TypeErrors as keyword arguments.
+        Tensors above 1 MiB go through the tensor store, as in
+        verify_linear. ValueError for anything but two well-named outputs
+        of the layer's shape, before any call.
         """
-        prog = make_progress(progress)
-        if candidates is not None and configs is not None:
+        opts = fold_options(options, overrides, "compare_outputs", taken=COMPARE_OPTION_NAMES)
+        prog = make_progress(opts.progress)
+        if candidates is not None and opts.configs is not None:
             raise TypeError("candidates: give either candidates= or configs=, not both")
         named = _named_outputs(outputs)
-        name = "candidates" if configs is None else "configs"
-        cands = _config_list(candidates if configs is None else configs, name)
-        vcall = self._request(
-            x,
-            weight,
-            bias,
-            observed=None,
-            configs=cands,
-            weight_layout=weight_layout,
-            activation=activation,
-            reference=reference,
-            output_dtype=output_dtype,
-            top_k=top_k,
-            top_groups=top_groups,
-            x_scale=x_scale,
-            w_scale=w_scale,
-        )
+        if candidates is not None:
+            opts = dataclasses.replace(opts, configs=config_list(candidates, "candidates"))
+        vcall = self._request(x, weight, bias, observed=None, options=opts, accept=None)
         placed = dict(vcall.tensors)
         xa, wa = placed["op.input"], placed["op.weight"]
         out_in = vcall.request.op.weight_layout == pb.WEIGHT_LAYOUT_OUT_IN
@@ -1060,11 +766,11 @@ class Client:
             configs=v.configs,
             reference=v.reference,
             output=pb.OutputOptions(top_k=v.output.top_k, top_groups=v.output.top_groups),
-            accept=_accept_list(accept),
+            accept=accept_list(opts.accept),
         )
         call = _Call(req, tensors)
         with self._calling("Compare"), contextlib.closing(prog):
-            deadline = self._deadline(timeout)
+            deadline = self._deadline(opts.timeout)
             transfer = _Transfer()
             resp = self._send("Compare", call, deadline, transfer, pb.CompareResponse, prog)
         return CompareResult._of_response(
@@ -1097,7 +803,7 @@ class Client:
         """One deadline for a call, retries, uploads and reads included:
         each attempt gets what is left of it."""
         if timeout is not None:
-            timeout = _non_negative(timeout, "timeout")
+            timeout = non_negative(timeout, "timeout")
         else:
             timeout = self._timeout
         return None if timeout is None else time.monotonic() + timeout
@@ -1535,56 +1241,22 @@ class Client:
         bias: Optional[ArrayLike],
         *,
         observed: Optional[ArrayLike],
-        configs: list[str],
-        weight_layout: str = "out_in",
-        activation: str = "none",
-        reference: Optional[str] = None,
-        tolerance: Optional[str] = "torch",
-        atol: Optional[float] = None,
-        rtol: Optional[float] = None,
-        return_outputs: bool = False,
-        max_inline_output_bytes: int = 0,
-        output_dtype: Any = None,
-        max_ulp: Optional[int] = None,
-        bound_factor: Optional[float] = None,
-        bound_precision: Optional[str] = None,
-        nan_equal: bool = False,
-        top_k: int = 0,
-        top_groups: int = 0,
-        repeat: int = 0,
-        disallow_reduced_precision_reduction: bool = False,
-        algorithm_sweep: int = 0,
-        batch_invariance: bool = False,
-        batch_sizes: Sequence[int] = (),
-        x_scale: Any = None,
-        w_scale: Any = None,
-        accept: Sequence[str] = (),
+        options: Optional[VerifyOptions] = None,
+        **overrides: Any,
     ) -> _Call:
-        # Options first: they are cheap to check and a typo should not cost
-        # a device-to-host copy of the tensors.
-        layout = _choice(weight_layout, _LAYOUTS, "weight_layout")
-        act = _choice(activation, _ACTIVATIONS, "activation")
-        if reference is not None:
-            _check_spec(reference, "reference")
-        if accept and observed is None:
+        """The checked Verify/Diagnose request of one layer: the options'
+        part (`overrides`, VerifyOptions fields, applied over `options`)
+        and the tensors, each checked against the others."""
+        # Options first (made, so checked): a typo should not cost a
+        # device-to-host copy of the tensors.
+        opts = fold_options(options, overrides, "_request")
+        req = opts._proto()
+        if req.accept and observed is None:
             raise ValueError(
                 "accept: needs observed= (the output whose configuration is to be accepted)"
             )
-        tol = self._tolerance(
-            tolerance, atol, rtol, max_ulp, bound_factor, bound_precision, nan_equal
-        )
-        out_dtype: Optional[pb.DType] = (
-            None if output_dtype is None else parse_dtype(output_dtype, "output_dtype")
-        )
-        top_k = _non_negative(top_k, "top_k", integer=True)
-        top_groups = _non_negative(top_groups, "top_groups", integer=True)
-        repeat = _non_negative(repeat, "repeat", integer=True)
-        sweep = _non_negative(algorithm_sweep, "algorithm_sweep", integer=True)
-        sizes = _batch_sizes(batch_sizes, bool(batch_invariance))
-        max_inline = _non_negative(max_inline_output_bytes, "max_inline_output_bytes", integer=True)
-        # A few numbers each: checked before the tensors too.
-        xs = None if x_scale is None else as_scale(x_scale, "x_scale")
-        ws = None if w_scale is None else as_scale(w_scale, "w_scale")
+        layout = req.op.weight_layout
+        weight_layout = opts.weight_layout
 
         xa = _operand(x, "x")
         wa = _operand(weight, "weight")
@@ -1628,96 +1300,4 @@ class Client:
             tensors.append(("op.bias", ba))
         if ya is not None:
             tensors.append(("observed", ya))
-        op = pb.LinearOp(weight_layout=layout, activation=act)
-        if out_dtype is not None:
-            op.output_dtype = out_dtype
-        # Inline in the options part of the request (`_Call.request`), so
-        # that the Diagnose of assert_linear_parity, a copy of it, has them.
-        if xs is not None:
-            fill_proto(op.input_scale, xs)
-        if ws is not None:
-            fill_proto(op.weight_scale, ws)
-        req = pb.VerifyRequest(
-            op=op,
-            configs=configs,
-            tolerance=tol,
-            repeat=repeat,
-            disallow_reduced_precision_reduction=bool(disallow_reduced_precision_reduction),
-            algorithm_sweep=sweep,
-            accept=list(accept),
-        )
-        if batch_invariance:
-            req.batch_invariance.enabled = True
-            req.batch_invariance.batch_sizes.extend(sizes)
-        if reference is not None:
-            # Unset otherwise: the server then applies its own default.
-            req.reference = reference
-        req.output.return_outputs = bool(return_outputs)
-        req.output.max_inline_output_bytes = max_inline
-        req.output.top_k = top_k
-        req.output.top_groups = top_groups
         return _Call(req, tensors)
-
-    @staticmethod
-    def _tolerance(
-        preset: Optional[str],
-        atol: Optional[float],
-        rtol: Optional[float],
-        max_ulp: Optional[int],
-        bound_factor: Optional[float],
-        bound_precision: Optional[str],
-        nan_equal: bool,
-    ) -> pb.Tolerance:
-        t = pb.Tolerance(
-            preset=_choice(preset or "torch", _PRESETS, "tolerance"), nan_equal=bool(nan_equal)
-        )
-        name = (preset or "torch").lower()
-        if atol is not None:
-            t.atol.value = _non_negative(atol, "atol")
-        if rtol is not None:
-            t.rtol.value = _non_negative(rtol, "rtol")
-        if name == "explicit" and (atol is None or rtol is None):
-            raise ValueError("atol: tolerance='explicit' needs both atol= and rtol=")
-        if max_ulp is not None:
-            t.max_ulp = _non_negative(max_ulp, "max_ulp", integer=True)
-        elif name == "ulp":
-            raise ValueError("max_ulp: tolerance='ulp' needs max_ulp= (0 means bitwise equal)")
-        if bound_factor is not None:
-            bf = _non_negative(bound_factor, "bound_factor")
-            if bf == 0:
-                raise ValueError("bound_factor: expected a positive number, got 0")
-            t.bound_factor = bf
-        if bound_precision is not None:
-            if not isinstance(bound_precision, str):
-                raise TypeError("bound_precision: expected a precision name such as 'tf32'")
-            t.bound_precision = bound_precision
-        return t
-
-
-_VERIFY_OPTIONS = {
-    "weight_layout",
-    "activation",
-    "configs",
-    "reference",
-    "tolerance",
-    "atol",
-    "rtol",
-    "return_outputs",
-    "max_inline_output_bytes",
-    "output_dtype",
-    "max_ulp",
-    "bound_factor",
-    "bound_precision",
-    "nan_equal",
-    "top_k",
-    "top_groups",
-    "repeat",
-    "disallow_reduced_precision_reduction",
-    "algorithm_sweep",
-    "batch_invariance",
-    "batch_sizes",
-    "x_scale",
-    "w_scale",
-    "timeout",
-    "progress",
-}

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from ._format import VERDICT_WORDS, ulp_cell
 from ._node import _Node
 from ._pb import pb
-from ._report import _VERDICT_NAMES, Diagnosis, Stats
+from ._report_nodes import _VERDICT_NAMES, Diagnosis, Stats
 
 __all__ = ["CompareResult", "ComparedOutput", "OutputPair"]
 

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, Protocol, Union
 
 if TYPE_CHECKING:
-    from ._report import (
+    from ._report_nodes import (
+        ConfigResult,
         Defect,
         DefectGroup,
         Diagnosis,
         NegligibleElements,
         RankedCandidate,
-        Report,
         Stats,
+        Tolerance,
     )
 
 __all__ = [
@@ -85,6 +86,33 @@ def format_share(value: Union[int, float], whole: Optional[int] = None) -> str:
     return "<0.000001%" if percent < 50 else ">99.999999%"
 
 
+class _Report(Protocol):
+    """What the messages read of a `tensorcheck.Report`. The Report
+    (tensorcheck._report) prints itself with this module, which therefore
+    names its parts (tensorcheck._report_nodes) but not the Report."""
+
+    @property
+    def verdict(self) -> Optional[str]: ...
+
+    @property
+    def accept(self) -> tuple[str, ...]: ...
+
+    @property
+    def tolerance(self) -> Tolerance: ...
+
+    @property
+    def observed_vs_reference(self) -> Optional[Stats]: ...
+
+    @property
+    def reference(self) -> Optional[ConfigResult]: ...
+
+    @property
+    def results(self) -> list[ConfigResult]: ...
+
+    @property
+    def diagnosis(self) -> Optional[Diagnosis]: ...
+
+
 class _UlpFigures(Protocol):
     """What ulp_cell reads: Stats, and a model's LayerCheck."""
 
@@ -116,7 +144,7 @@ def _fmt_num(v: Optional[float]) -> str:
     return "None" if v is None else repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def format_mismatch(report: Report, *, worst_shown: int = 5) -> str:
+def format_mismatch(report: _Report, *, worst_shown: int = 5) -> str:
     """The torch-style lines of a comparison that failed its tolerance
     (observed vs reference, else the first failing configuration), the
     `worst_shown` worst elements among them."""
@@ -386,7 +414,7 @@ def _stats_line(label: str, stats: Stats, preset: str) -> str:
     )
 
 
-def _verdict_line(report: Report) -> Optional[str]:
+def _verdict_line(report: _Report) -> Optional[str]:
     """ "Verdict: PASS (tolerance torch)" or, with accept=, "Verdict: FAIL
     (accept tf32)": the server's word and what it was decided on."""
     if report.verdict is None:
@@ -404,7 +432,7 @@ def _verdict_line(report: Report) -> Optional[str]:
 _RESULTS_SHOWN = 8
 
 
-def format_report(report: Report) -> str:
+def format_report(report: _Report) -> str:
     """str(report): the server's answer first (headline, advice), the
     verdict, the observed output and each configuration against the
     reference in a line each, then the diagnosis."""
@@ -428,7 +456,7 @@ def format_report(report: Report) -> str:
 
 
 def format_parity_failure(
-    report: Report, diagnosis: Optional[Diagnosis], diagnosis_error: Optional[str] = None
+    report: _Report, diagnosis: Optional[Diagnosis], diagnosis_error: Optional[str] = None
 ) -> str:
     """The AssertionError of assert_linear_parity, at most
     MESSAGE_MAX_LINES lines: the server's headline and advice first, then

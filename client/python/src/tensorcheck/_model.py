@@ -10,6 +10,11 @@ is a `ModelReport`: one `LayerCheck` per call in execution order, the
 model's consensus configuration and its first divergence; docs/model-checks.md
 describes the rules, the JSON form (the CLI's `tensorcheck sweep --json`
 prints the same keys) and the captures file.
+
+The modules stack without a loop: `_model_types` (what is captured and
+found per layer call), `_model_output` (how a report reads), this core,
+then the framework modules (`torch`, `flax`) that call it, and
+`_model_parity` (assert_model_parity), which reaches them.
 """
 
 from __future__ import annotations
@@ -29,19 +34,28 @@ import numpy as np
 
 from ._client import Client, _Transfer
 from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
-from ._node import _json, _json_float, _json_ulp
-from ._report import NegligibleElements, Report
+from ._model_output import (
+    describe_configs,
+    format_comparison,
+    format_summary,
+    write_html,
+    write_junit,
+)
+from ._model_types import ERROR, FAILED, PASSED, Capture, Captures, LayerCheck
+from ._options import VerifyOptions, fold_options
 from ._safetensors import save_safetensors
 from ._store import INLINE_MAX_BYTES, TensorRef
 
 __all__ = [
     "Capture",
+    "Captures",
     "LayerCheck",
     "ModelReport",
     "ModelComparison",
     "check_captures",
+    "check_weight_keys",
     "compare_models",
-    "assert_model_parity",
+    "describe_configs",
     "DEFAULT_BOUND_THRESHOLD",
     "DEFAULT_JOBS",
     "DEFAULT_TOLERANCE",
@@ -57,55 +71,6 @@ DEFAULT_JOBS = 4
 # than its precision explains"; "torch" (assert_close's rtol) would fail
 # every layer that adds its bias after rounding, where x·W and b cancel.
 DEFAULT_TOLERANCE = "bound"
-
-# LayerCheck.status values.
-PASSED, FAILED, ERROR, NOT_CHECKED = "passed", "failed", "error", "not_checked"
-
-
-@dataclasses.dataclass
-class Capture:
-    """One linear layer call as the model ran it: host arrays in the
-    model's dtype. The capturers hand every call of one parameter the same
-    array object, so that a weight used by several calls (a module called
-    twice, tied weights) is hashed and uploaded once (by id())."""
-
-    name: str
-    call: int
-    input: np.ndarray
-    weight: np.ndarray
-    bias: Optional[np.ndarray]
-    output: np.ndarray
-    weight_layout: str = "out_in"  # or "in_out" (a Flax kernel [K, N])
-
-    @property
-    def label(self) -> str:
-        """The name, with `#call` for a module's second and later calls
-        (the captures file's key prefix)."""
-        return self.name if self.call == 0 else f"{self.name}#{self.call}"
-
-
-class Captures:
-    """Collects captures in execution order, numbering each name's calls."""
-
-    def __init__(self) -> None:
-        self.items: list[Capture] = []
-        self._calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def add(
-        self,
-        name: str,
-        x: np.ndarray,
-        weight: np.ndarray,
-        bias: Optional[np.ndarray],
-        output: np.ndarray,
-        *,
-        weight_layout: str = "out_in",
-    ) -> None:
-        with self._lock:
-            call = self._calls[name]
-            self._calls[name] += 1
-            self.items.append(Capture(name, call, x, weight, bias, output, weight_layout))
 
 
 # --- `weights=` keys --------------------------------------------------------------
@@ -150,144 +115,6 @@ def check_weight_keys(weights: Mapping[Any, Any], known: Collection[str], where:
             f'(e.g. {{k.removeprefix("{prefix}"): v for k, v in sd.items()}})'
         )
     raise ValueError(message)
-
-
-@dataclasses.dataclass
-class LayerCheck:
-    """One layer call's check: what was sent, and what the server found.
-
-    `status` is "passed", "failed" (verdict fail under the tolerance, or a
-    divergence: see `divergence_reason`), "error" (the server refused this
-    layer's request: `error`) or "not_checked" (the run stopped before it,
-    e.g. the server went away). `configs_explaining` is the diagnosis'
-    best with its equivalents and ties: every configuration that explains
-    this output.
-
-    `verdict` is the tolerance's pass/fail; `diagnosis_verdict` the
-    server's "rounding", "defect" or "unexplained" (docs/numerics.md,
-    "Verdict") and `verdict_reason` its sentence, None from a server that
-    predates them. A "defect" or "unexplained" layer is a divergence whose
-    reason is `verdict_reason`. `headline` is the server's answer for the
-    layer in one sentence (its verdict reason from a server that predates
-    headlines) and `advice` what to change, which the messages print first
-    for a failed layer; neither is in to_dict() (the layer's `report` has
-    them).
-
-    In text, a layer call is `#index`, its 0-based position in execution
-    order (`ModelReport.layers`, the summary's `#` column and
-    `first_divergence.index` in to_dict()), and its status reads PASS,
-    FAIL, ERROR or "-" (not checked), the server's verdict words; `status`
-    itself keeps the JSON's values.
-    """
-
-    name: str
-    call: int
-    input_shape: tuple[int, ...]
-    weight_shape: tuple[int, ...]
-    weight_layout: str
-    dtype: str
-    status: str = NOT_CHECKED
-    verdict: Optional[str] = None
-    best: Optional[str] = None
-    confidence: Optional[float] = None
-    equivalent: list[str] = dataclasses.field(default_factory=list)
-    tied: list[str] = dataclasses.field(default_factory=list)
-    explained: bool = False
-    max_abs: Optional[float] = None
-    max_ulp: Union[int, float, None] = None
-    # The differing elements near zero that the server left out of the
-    # headline ULP figure (Stats.negligible), if any.
-    negligible: Optional[NegligibleElements] = None
-    bound_ratio: Optional[float] = None
-    columns: list[Any] = dataclasses.field(default_factory=list)
-    rows: list[Any] = dataclasses.field(default_factory=list)
-    explanation: str = ""
-    error: Optional[str] = None
-    nonfinite_outputs: int = 0
-    has_bias: bool = True
-    divergence_reason: Optional[str] = None
-    diagnosis_verdict: Optional[str] = None
-    verdict_reason: Optional[str] = None
-    headline: Optional[str] = None
-    advice: Optional[str] = None
-    report: Optional[Report] = dataclasses.field(default=None, repr=False)
-
-    @property
-    def label(self) -> str:
-        return self.name if self.call == 0 else f"{self.name}#{self.call}"
-
-    @property
-    def checked(self) -> bool:
-        return self.report is not None
-
-    @property
-    def configs_explaining(self) -> set[str]:
-        """best, equivalent and tied: every configuration that explains
-        this output. Without a bias, `b:p:none` stands for `b:p:fused` and
-        `b:p:unfused` too (they compute the same without one)."""
-        if not self.best:
-            return set()
-        names = {self.best, *self.equivalent, *self.tied}
-        if not self.has_bias:
-            for name in list(names):
-                backend, _, rest = name.rpartition(":")
-                if rest == "none":
-                    names.update((f"{backend}:fused", f"{backend}:unfused"))
-        return names
-
-    def _fill(self, report: Report) -> None:
-        self.report = report
-        self.verdict = report.verdict
-        stats = report.observed_vs_reference
-        if stats is not None:
-            self.max_abs = stats.max_abs
-            self.max_ulp = stats.max_ulp
-            self.negligible = stats.negligible
-            self.bound_ratio = stats.bound_ratio
-        d = report.diagnosis
-        if d is None:
-            return
-        self.best = d.best
-        self.confidence = d.confidence if d.best else None
-        self.equivalent = list(d.equivalent)
-        self.tied = list(d.tied)
-        self.explained = bool(d.best)
-        self.explanation = d.explanation
-        self.columns = list(d.localization.columns)
-        self.rows = list(d.localization.rows)
-        if d.verdict:
-            self.diagnosis_verdict = d.verdict
-            self.verdict_reason = d.verdict_reason
-        self.headline = d.lead or None
-        self.advice = d.advice or None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "call": self.call,
-            "input_shape": list(self.input_shape),
-            "weight_shape": list(self.weight_shape),
-            "weight_layout": self.weight_layout,
-            "dtype": self.dtype,
-            "status": self.status,
-            "verdict": self.verdict,
-            "diagnosis_verdict": self.diagnosis_verdict,
-            "verdict_reason": self.verdict_reason,
-            "best": self.best or None,
-            "confidence": _json_float(self.confidence),
-            "equivalent": list(self.equivalent),
-            "tied": list(self.tied),
-            "explained": self.explained,
-            "max_abs": _json_float(self.max_abs),
-            "max_ulp": None if self.max_ulp is None else _json_ulp(self.max_ulp),
-            "negligible": None if self.negligible is None else self.negligible.to_dict(),
-            "bound_ratio": _json_float(self.bound_ratio),
-            "columns": _json(self.columns),
-            "rows": _json(self.rows),
-            "explanation": self.explanation,
-            "error": self.error,
-            "report": None if self.report is None else self.report.to_dict(),
-        }
 
 
 # Diagnosis verdicts that make a layer a divergence: something other than
@@ -474,8 +301,6 @@ class ModelReport:
         }
 
     def summary(self) -> str:
-        from ._model_output import format_summary
-
         return format_summary(self)
 
     def __str__(self) -> str:
@@ -483,15 +308,11 @@ class ModelReport:
 
     def to_junit(self, path: Union[str, os.PathLike[str]]) -> None:
         """JUnit XML: one test case per layer call (failed: the reason)."""
-        from ._model_output import write_junit
-
         write_junit(self, path)
 
     def to_html(self, path: Union[str, os.PathLike[str]]) -> None:
         """One self-contained page: bound_ratio and best configuration
         across depth, then each layer's ranking, histogram and heatmap."""
-        from ._model_output import write_html
-
         write_html(self, path)
 
     def save_captures(self, path: Union[str, os.PathLike[str]], *, weights: bool = False) -> None:
@@ -574,25 +395,29 @@ def check_captures(
     *,
     client: Optional[Client] = None,
     server: Optional[str] = None,
-    configs: Union[None, str, Sequence[str]] = None,
     diagnose: bool = True,
-    tolerance: str = DEFAULT_TOLERANCE,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
     bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
-    timeout: Optional[float] = None,
     framework: str = "",
     model: str = "",
-    **verify_options: Any,
+    options: Optional[VerifyOptions] = None,
+    **overrides: Any,
 ) -> ModelReport:
     """Checks captured layer calls on a server; see the module docstring.
 
     `client` (a tensorcheck.Client) or `server` ("host:port", default
-    $TENSORCHECK_SERVER, else localhost:50051) says where. `configs`: the candidates (diagnose) or
-    configurations (verify) for every layer; None: all the server offers
-    (diagnose) / the server's default (verify). `timeout` bounds each
-    request. Other keywords go to diagnose_linear / verify_linear (e.g.
-    `reference`, `atol`, `return_outputs=True` for heatmaps in to_html).
+    $TENSORCHECK_SERVER, else localhost:50051) says where. `options` (a
+    tensorcheck.VerifyOptions) and the keyword arguments `overrides` (its
+    fields, applied over it) go to every layer call's diagnose_linear /
+    verify_linear (e.g. `reference`, `atol`, `return_outputs=True` for
+    heatmaps in to_html), with these differences: `configs` are the
+    candidates (diagnose) or configurations (verify) for every layer, None
+    all the server offers (diagnose) / the server's default (verify);
+    `tolerance` None is DEFAULT_TOLERANCE ("bound"); `timeout` bounds each
+    request (and the weights' uploads); each call's `weight_layout` is its
+    capture's (a TypeError as a keyword argument), and the options'
+    `progress` is not used: `progress` here is the layers' bar.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
@@ -600,6 +425,10 @@ def check_captures(
         raise TypeError("server: give either client= or server=, not both")
     if not (isinstance(bound_threshold, (int, float)) and bound_threshold > 0):
         raise ValueError(f"bound_threshold: expected a positive number, got {bound_threshold!r}")
+    if "weight_layout" in overrides:
+        raise TypeError("weight_layout: a model check takes each layer call's from its capture")
+    opts = fold_options(options, overrides, "check_captures")
+    opts = dataclasses.replace(opts, tolerance=opts.tolerance or DEFAULT_TOLERANCE, progress=None)
     layers = [
         LayerCheck(
             name=c.name,
@@ -623,22 +452,11 @@ def check_captures(
     if not captures:
         return report
     own = client is None
-    cl = Client(server, timeout=timeout) if own else client
+    cl = Client(server, timeout=opts.timeout) if own else client
     assert cl is not None
     started = time.monotonic()
     try:
-        _run(
-            cl,
-            captures,
-            report,
-            configs,
-            diagnose,
-            tolerance,
-            jobs,
-            progress,
-            timeout,
-            verify_options,
-        )
+        _run(cl, captures, report, opts, diagnose, jobs, progress)
     finally:
         if own:
             cl.close()
@@ -647,23 +465,37 @@ def check_captures(
     return report
 
 
+def model_check_overrides(
+    where: str, verify_options: Optional[Mapping[str, Any]], **given: Any
+) -> dict[str, Any]:
+    """The options of check_linears and check_denses, which take the
+    model's own keyword arguments: their `verify_options` mapping, and
+    those of `given` (configs=, tolerance=, timeout=) that are not None.
+    TypeError for one given both ways."""
+    overrides = dict(verify_options or {})
+    for name, value in given.items():
+        if value is None:
+            continue
+        if name in overrides:
+            raise TypeError(f"{where}() got multiple values for keyword argument {name!r}")
+        overrides[name] = value
+    return overrides
+
+
 def _run(
     cl: Client,
     captures: Sequence[Capture],
     report: ModelReport,
-    configs: Union[None, str, Sequence[str]],
+    options: VerifyOptions,
     diagnose: bool,
-    tolerance: str,
     jobs: int,
     progress: Optional[bool],
-    timeout: Optional[float],
-    verify_options: dict[str, Any],
 ) -> None:
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tensorcheck-model")
     try:
         method = "Diagnose" if diagnose else "Verify"
         try:
-            refs = _store_parameters(cl, captures, pool, report, timeout)
+            refs = _store_parameters(cl, captures, pool, report, options.timeout)
         except Error as e:
             if not _lost_server(e):
                 raise
@@ -682,20 +514,17 @@ def _run(
             c, layer = captures[i], report.layers[i]
             weight = refs.get(id(c.weight), c.weight)
             bias = None if c.bias is None else refs.get(id(c.bias), c.bias)
-            # Diagnose ranks `configs` as candidates; Verify runs them.
+            # Diagnose ranks the options' `configs` as candidates; Verify
+            # runs them.
             call = cl.diagnose_linear if diagnose else cl.verify_linear
-            which: dict[str, Any] = {"candidates" if diagnose else "configs": configs}
             try:
                 r = call(
                     c.input,
                     weight,
                     bias,
                     observed=c.output,
+                    options=options,
                     weight_layout=c.weight_layout,
-                    tolerance=tolerance,
-                    timeout=timeout,
-                    **which,
-                    **verify_options,
                 )
             except Error as e:
                 layer.error = str(e)
@@ -766,51 +595,6 @@ def _store_parameters(
 # --- two models side by side ------------------------------------------------------
 
 
-def _segments(report: ModelReport) -> list[tuple[str, list[LayerCheck]]]:
-    """Runs of consecutive layer calls explained by the same configuration
-    (the consensus where it explains a layer, else the layer's best)."""
-    consensus = report.consensus
-    runs: list[tuple[str, list[LayerCheck]]] = []
-    for layer in report.layers:
-        if not layer.checked:
-            label = "not checked"
-        elif layer.report is None or layer.report.diagnosis is None:
-            label = layer.status
-        elif not layer.explained:
-            label = "unexplained"
-        elif consensus is not None and consensus in layer.configs_explaining:
-            label = consensus
-        else:
-            label = layer.best or "unexplained"
-        if runs and runs[-1][0] == label:
-            runs[-1][1].append(layer)
-        else:
-            runs.append((label, [layer]))
-    return runs
-
-
-def describe_configs(report: ModelReport) -> str:
-    """What a model ran, in one line: "cpu:bf16:fused everywhere", or
-    "cpu:bf16:fused up to blocks.1.attn.out, cpu:bf16:unfused from
-    blocks.1.mlp.up on"."""
-    runs = _segments(report)
-    if not runs:
-        return "no linear layers"
-    if len(runs) == 1:
-        return f"{runs[0][0]} everywhere"
-    parts = []
-    for i, (label, ls) in enumerate(runs):
-        if i == 0:
-            parts.append(f"{label} up to {ls[-1].label}")
-        elif i == len(runs) - 1:
-            parts.append(f"{label} from {ls[0].label} on")
-        elif len(ls) == 1:
-            parts.append(f"{label} at {ls[0].label}")
-        else:
-            parts.append(f"{label} from {ls[0].label} to {ls[-1].label}")
-    return ", ".join(parts)
-
-
 @dataclasses.dataclass
 class ModelComparison:
     """Two ModelReports paired layer by layer (`compare_models`).
@@ -834,8 +618,6 @@ class ModelComparison:
         return None
 
     def summary(self) -> str:
-        from ._model_output import format_comparison
-
         return format_comparison(self)
 
     def __str__(self) -> str:
@@ -892,44 +674,3 @@ def compare_models(
         pairs.append((a, b))
     pairs.extend((None, b) for k, b in by_key.items() if k not in used)
     return ModelComparison((names[0], names[1]), (report_a, report_b), pairs)
-
-
-def assert_model_parity(report_or_model: Any, *args: Any, **kwargs: Any) -> ModelReport:
-    """Raises AssertionError naming the first diverging layer call and its
-    diagnosis; returns the ModelReport when every layer passed.
-
-    Takes a ModelReport, a torch.nn.Module (runs
-    `tensorcheck.torch.check_linears(model, *args, **kwargs)`) or a flax
-    Module (`tensorcheck.flax.check_denses(module, variables, *args,
-    **kwargs)`).
-
-    The message is at most 25 lines, the first diverging layer call's
-    answer from the server (its headline) first; pytest shows the test's
-    line, not this library's.
-    """
-    __tracebackhide__ = True  # pytest: the failure is the test's line
-    report = report_or_model
-    if not isinstance(report, ModelReport):
-        module = type(report_or_model).__module__ or ""
-        if "torch" in sys.modules and isinstance(report_or_model, sys.modules["torch"].nn.Module):
-            from .torch import check_linears
-
-            report = check_linears(report_or_model, *args, **kwargs)
-        elif (
-            module.startswith("flax")
-            or "flax.linen" in sys.modules
-            and isinstance(report_or_model, sys.modules["flax.linen"].Module)
-        ):
-            from .flax import check_denses
-
-            report = check_denses(report_or_model, *args, **kwargs)
-        else:
-            raise TypeError(
-                "assert_model_parity: expected a ModelReport, a torch.nn.Module or a "
-                f"flax.linen.Module, got {type(report_or_model).__name__}"
-            )
-    if report.passed:
-        return report
-    from ._model_output import failure_message
-
-    raise AssertionError(failure_message(report))

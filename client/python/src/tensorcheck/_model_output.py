@@ -9,18 +9,86 @@ import math
 import os
 import struct
 import zlib
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Protocol, Union
 from xml.etree import ElementTree
 
 import numpy as np
 
 from ._format import cap_lines, format_share, ulp_cell
+from ._model_types import Capture, LayerCheck
 
 if TYPE_CHECKING:
-    from ._model import LayerCheck, ModelComparison, ModelReport
-    from ._report import Diagnosis
+    from ._report_nodes import Diagnosis
 
-__all__ = ["format_summary", "format_comparison", "failure_message", "write_junit", "write_html"]
+__all__ = [
+    "describe_configs",
+    "format_summary",
+    "format_comparison",
+    "failure_message",
+    "write_junit",
+    "write_html",
+]
+
+
+class _ModelReport(Protocol):
+    """What the output reads of a `tensorcheck.ModelReport`. The
+    ModelReport (tensorcheck._model) prints itself with this module, which
+    therefore names its layers (tensorcheck._model_types) but not it."""
+
+    @property
+    def layers(self) -> list[LayerCheck]: ...
+
+    @property
+    def framework(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def bound_threshold(self) -> float: ...
+
+    @property
+    def error(self) -> Optional[str]: ...
+
+    @property
+    def uploaded_bytes(self) -> int: ...
+
+    @property
+    def reused_bytes(self) -> int: ...
+
+    @property
+    def sent_bytes(self) -> int: ...
+
+    @property
+    def elapsed_s(self) -> float: ...
+
+    @property
+    def captures(self) -> list[Capture]: ...
+
+    @property
+    def checked(self) -> list[LayerCheck]: ...
+
+    @property
+    def consensus(self) -> Optional[str]: ...
+
+    def first_divergence(self) -> Optional[LayerCheck]: ...
+
+
+class _ModelComparison(Protocol):
+    """What the output reads of a `tensorcheck.ModelComparison`."""
+
+    @property
+    def names(self) -> tuple[str, str]: ...
+
+    @property
+    def reports(self) -> tuple[_ModelReport, _ModelReport]: ...
+
+    @property
+    def pairs(self) -> list[tuple[Optional[LayerCheck], Optional[LayerCheck]]]: ...
+
+    @property
+    def first_difference(self) -> Optional[tuple[Optional[LayerCheck], Optional[LayerCheck]]]: ...
+
 
 _MAX_GROUPS_LISTED = 2
 
@@ -118,7 +186,7 @@ def _answer(layer: LayerCheck) -> str:
     return f"verdict {(layer.verdict or '-').upper()} under the tolerance"
 
 
-def _failed_lines(report: ModelReport) -> list[str]:
+def _failed_lines(report: _ModelReport) -> list[str]:
     """One line per failed (or refused) layer call, "  #13 blocks.3.mlp.down:
     FAIL: <the server's headline>", beneath it the model's rule it broke
     when that is not the server's verdict (a consensus it does not match,
@@ -147,9 +215,55 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_summary(report: ModelReport) -> str:
-    from ._model import describe_configs
+# --- text ---------------------------------------------------------------------
 
+
+def _segments(report: _ModelReport) -> list[tuple[str, list[LayerCheck]]]:
+    """Runs of consecutive layer calls explained by the same configuration
+    (the consensus where it explains a layer, else the layer's best)."""
+    consensus = report.consensus
+    runs: list[tuple[str, list[LayerCheck]]] = []
+    for layer in report.layers:
+        if not layer.checked:
+            label = "not checked"
+        elif layer.report is None or layer.report.diagnosis is None:
+            label = layer.status
+        elif not layer.explained:
+            label = "unexplained"
+        elif consensus is not None and consensus in layer.configs_explaining:
+            label = consensus
+        else:
+            label = layer.best or "unexplained"
+        if runs and runs[-1][0] == label:
+            runs[-1][1].append(layer)
+        else:
+            runs.append((label, [layer]))
+    return runs
+
+
+def describe_configs(report: _ModelReport) -> str:
+    """What a model ran, in one line: "cpu:bf16:fused everywhere", or
+    "cpu:bf16:fused up to blocks.1.attn.out, cpu:bf16:unfused from
+    blocks.1.mlp.up on"."""
+    runs = _segments(report)
+    if not runs:
+        return "no linear layers"
+    if len(runs) == 1:
+        return f"{runs[0][0]} everywhere"
+    parts = []
+    for i, (label, ls) in enumerate(runs):
+        if i == 0:
+            parts.append(f"{label} up to {ls[-1].label}")
+        elif i == len(runs) - 1:
+            parts.append(f"{label} from {ls[0].label} on")
+        elif len(ls) == 1:
+            parts.append(f"{label} at {ls[0].label}")
+        else:
+            parts.append(f"{label} from {ls[0].label} to {ls[-1].label}")
+    return ", ".join(parts)
+
+
+def format_summary(report: _ModelReport) -> str:
     title = " ".join(x for x in (report.framework, report.model) if x) or "model"
     if not report.layers:
         return (
@@ -211,9 +325,7 @@ def format_summary(report: ModelReport) -> str:
     return "\n".join(out)
 
 
-def format_comparison(cmp: ModelComparison) -> str:
-    from ._model import describe_configs
-
+def format_comparison(cmp: _ModelComparison) -> str:
     a_name, b_name = cmp.names
     out = [f"{n}: {describe_configs(r)}" for n, r in zip(cmp.names, cmp.reports)]
     first = cmp.first_difference
@@ -240,13 +352,11 @@ def format_comparison(cmp: ModelComparison) -> str:
     return "\n".join(out)
 
 
-def failure_message(report: ModelReport) -> str:
+def failure_message(report: _ModelReport) -> str:
     """The AssertionError text of assert_model_parity, at most 25 lines:
     the first diverging (or failing) layer call's answer from the server
     (its headline) first, then where it is and the rule it broke, its
     advice, what ran where, and the other failed layer calls."""
-    from ._model import describe_configs
-
     first = report.first_divergence()
     lines = []
     if first is None:
@@ -288,7 +398,7 @@ def failure_message(report: ModelReport) -> str:
     return "\n".join(cap_lines(lines))
 
 
-def write_junit(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
+def write_junit(report: _ModelReport, path: Union[str, os.PathLike[str]]) -> None:
     suite = ElementTree.Element(
         "testsuite",
         name=f"tensorcheck.model {report.model}".strip(),
@@ -375,7 +485,7 @@ def _chart_config(layer: LayerCheck) -> str:
     return layer.best or "none explains it"
 
 
-def _chart(report: ModelReport) -> str:
+def _chart(report: _ModelReport) -> str:
     """bound_ratio across depth, log scale, a point per layer call colored
     by the configuration explaining it; the threshold dashed, the first
     divergence ringed. A ratio of 0 (the output bitwise the reference's)
@@ -632,9 +742,7 @@ def _layer_section(
     return "\n".join(x for x in out if x)
 
 
-def write_html(report: ModelReport, path: Union[str, os.PathLike[str]]) -> None:
-    from ._model import describe_configs
-
+def write_html(report: _ModelReport, path: Union[str, os.PathLike[str]]) -> None:
     title = " ".join(x for x in ("tensorcheck", report.framework, report.model) if x)
     first = report.first_divergence()
     observed: dict[int, np.ndarray] = {}

@@ -35,9 +35,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional, TextIO, Union
+from typing import Any, NoReturn, Optional, TextIO, Union
 
-__all__ = ["Progress", "ProgressArg", "make_progress"]
+__all__ = ["Progress", "ProgressArg", "make_progress", "check_progress"]
 
 ProgressCallback = Callable[[str, int, int], None]
 ProgressArg = Union[None, bool, ProgressCallback]
@@ -266,6 +266,17 @@ def make_progress(arg: ProgressArg, stream: Optional[TextIO] = None) -> Progress
         return _Bars(tqdm)
     if callable(arg):
         return _Callback(arg)
+    _refuse(arg)
+
+
+def check_progress(arg: object) -> None:
+    """TypeError for what `progress=` does not take, as make_progress
+    raises it (without making anything)."""
+    if not (arg is None or isinstance(arg, bool) or callable(arg)):
+        _refuse(arg)
+
+
+def _refuse(arg: object) -> NoReturn:
     raise TypeError(
         f"progress: expected None, a bool or a callable (phase, done, total), "
         f"got {type(arg).__name__}"

@@ -26,11 +26,12 @@ from ._client import Client
 from ._model import (
     DEFAULT_BOUND_THRESHOLD,
     DEFAULT_JOBS,
-    DEFAULT_TOLERANCE,
     Captures,
     ModelReport,
     check_captures,
+    model_check_overrides,
 )
+from ._options import VerifyOptions
 from ._tensors import as_array
 
 __all__ = ["check_denses", "capture_denses"]
@@ -111,19 +112,24 @@ def check_denses(
     server: Optional[str] = None,
     configs: Union[None, str, list[str]] = None,
     diagnose: bool = True,
-    tolerance: str = DEFAULT_TOLERANCE,
+    tolerance: Optional[str] = None,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
     bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
     timeout: Optional[float] = None,
     method: Union[None, str, Callable[..., Any]] = None,
     verify_options: Optional[Mapping[str, Any]] = None,
+    options: Optional[VerifyOptions] = None,
     **kwargs: Any,
 ) -> ModelReport:
     """Checks every flax.linen.Dense call of one
     `module.apply(variables, *args, method=method, **kwargs)`; the other
-    arguments are those of `tensorcheck.torch.check_linears`. Layer names
-    are module paths joined with "." ("blocks_0.mlp.up")."""
+    arguments are those of `tensorcheck.torch.check_linears` (`options` a
+    tensorcheck.VerifyOptions for every layer call). Layer names are
+    module paths joined with "." ("blocks_0.mlp.up")."""
+    overrides = model_check_overrides(
+        "check_denses", verify_options, configs=configs, tolerance=tolerance, timeout=timeout
+    )
     captures = capture_denses(module, variables, *args, method=method, **kwargs)
     if not captures.items:
         warnings.warn(
@@ -134,14 +140,12 @@ def check_denses(
         captures.items,
         client=client,
         server=server,
-        configs=configs,
         diagnose=diagnose,
-        tolerance=tolerance,
         jobs=jobs,
         progress=progress,
         bound_threshold=bound_threshold,
-        timeout=timeout,
         framework="flax",
         model=type(module).__name__,
-        **dict(verify_options or {}),
+        options=options,
+        **overrides,
     )

@@ -30,12 +30,13 @@ from ._client import Client
 from ._model import (
     DEFAULT_BOUND_THRESHOLD,
     DEFAULT_JOBS,
-    DEFAULT_TOLERANCE,
     Captures,
     ModelReport,
     check_captures,
     check_weight_keys,
+    model_check_overrides,
 )
+from ._options import VerifyOptions
 from ._tensors import as_array, numpy_dtype, parse_dtype
 
 __all__ = ["check_linears", "capture_linears"]
@@ -188,27 +189,31 @@ def check_linears(
     server: Optional[str] = None,
     configs: Union[None, str, list[str]] = None,
     diagnose: bool = True,
-    tolerance: str = DEFAULT_TOLERANCE,
+    tolerance: Optional[str] = None,
     weights: Optional[Mapping[str, Any]] = None,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
     bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
     timeout: Optional[float] = None,
     verify_options: Optional[Mapping[str, Any]] = None,
+    options: Optional[VerifyOptions] = None,
     **kwargs: Any,
 ) -> ModelReport:
     """Checks every torch.nn.Linear call of one `model(*args, **kwargs)`.
 
     Args:
-      model, *args, **kwargs: the model and what to call it with.
+      model, *args, **kwargs: the model and what to call it with (the
+        keyword arguments are the model's: the options of the checks are
+        `options`, `verify_options` and the ones named here).
       client / server: a tensorcheck.Client, or "host:port" (default
         localhost:50051) for a connection of this call's own.
       configs: candidate configurations (diagnose) or configurations
-        (verify) for every layer; None: every one the server offers.
+        (verify) for every layer; None: the options', else every one the
+        server offers.
       diagnose: rank candidates per layer (Diagnose); False: Verify only.
-      tolerance: the tolerance preset of each layer's verdict; "bound"
-        (every element within its output precision's error bound) by
-        default, "torch" for assert_close's.
+      tolerance: the tolerance preset of each layer's verdict; None: the
+        options', else "bound" (every element within its output
+        precision's error bound); "torch" for assert_close's.
       weights: check against these parameters instead of the modules' own
         (a state_dict, or {name: {"weight": w, "bias": b}}): "my port ran
         with its weights; are its outputs those of the checkpoint's?".
@@ -220,13 +225,19 @@ def check_linears(
       jobs: requests in flight at once.
       progress: a progress bar on stderr (None: when stderr is a terminal).
       bound_threshold: a layer's bound_ratio above this is a divergence.
-      timeout: each request's deadline, seconds.
-      verify_options: more diagnose_linear/verify_linear keywords, e.g.
-        {"return_outputs": True} for heatmaps in report.to_html().
+      timeout: each request's deadline, seconds; None: the options'.
+      verify_options: fields of VerifyOptions by name, applied over
+        `options`, e.g. {"return_outputs": True} for heatmaps in
+        report.to_html().
+      options: a tensorcheck.VerifyOptions for every layer call (see
+        tensorcheck._model.check_captures for how a model check uses it).
 
     Returns a ModelReport (one row per layer call, execution order). A
     model without linear layers gives an empty report and a warning.
     """
+    overrides = model_check_overrides(
+        "check_linears", verify_options, configs=configs, tolerance=tolerance, timeout=timeout
+    )
     captures = capture_linears(model, *args, weights=weights, **kwargs)
     if not captures.items:
         warnings.warn(
@@ -237,14 +248,12 @@ def check_linears(
         captures.items,
         client=client,
         server=server,
-        configs=configs,
         diagnose=diagnose,
-        tolerance=tolerance,
         jobs=jobs,
         progress=progress,
         bound_threshold=bound_threshold,
-        timeout=timeout,
         framework="torch",
         model=type(model).__name__,
-        **dict(verify_options or {}),
+        options=options,
+        **overrides,
     )
