@@ -8,15 +8,18 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/backends/device_session.h"
-#include "core/status_macros.h"
 #include "server/service/idle_trim.h"
 #include "server/service/logging.h"
 #include "server/service/reflection.h"
@@ -70,6 +73,42 @@ absl::Status CannotListen(const std::string& host, int port, absl::string_view w
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host, ":", port, " (", what, "): ", why));
 }
+
+// A duration as gRPC's channel arguments take it, and a size as its
+// message limits do: an int, at most INT32_MAX.
+int Millis(absl::Duration d) {
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
+}
+int Int32(int64_t n) { return static_cast<int>(std::min<int64_t>(n, INT32_MAX)); }
+
+// Keepalive pings, on the API port and the health port alike.
+void AddKeepalive(const ServerOptions& options, std::vector<std::pair<std::string, int>>* args) {
+  if (options.keepalive_time > absl::ZeroDuration()) {
+    args->emplace_back(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));
+    args->emplace_back(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(options.keepalive_timeout));
+  }
+  if (options.min_client_ping_interval > absl::ZeroDuration()) {
+    args->emplace_back(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                       Millis(options.min_client_ping_interval));
+    args->emplace_back(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  }
+}
+
+// Sets up `builder` as `settings` say.
+void Apply(const TensorCheckServer::ChannelSettings& settings, grpc::ServerBuilder* builder) {
+  for (const auto& [name, value] : settings.arguments) builder->AddChannelArgument(name, value);
+  if (settings.max_receive_message_bytes) {
+    builder->SetMaxReceiveMessageSize(*settings.max_receive_message_bytes);
+  }
+  if (settings.max_send_message_bytes) {
+    builder->SetMaxSendMessageSize(*settings.max_send_message_bytes);
+  }
+  if (settings.resource_quota_bytes > 0) {
+    grpc::ResourceQuota quota("tensorcheck");  // the builder keeps a reference
+    quota.Resize(static_cast<size_t>(settings.resource_quota_bytes));
+    builder->SetResourceQuota(quota);
+  }
+}
 }  // namespace
 
 int64_t TensorCheckServer::DefaultStoreBytes() {
@@ -82,287 +121,266 @@ int64_t TensorCheckServer::DefaultStoreBytes() {
 
 absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Start(
     const ServerOptions& options) {
-  if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("port: 0..65535 expected, got ", options.port));
-  }
-  if (options.metrics_port < 0 || options.metrics_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_port: 0 (none) or 1..65535 expected, got ", options.metrics_port));
-  }
-  if (options.engine.stats_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stats_threads: 0 (one per core) or a positive count expected, got ",
-                     options.engine.stats_threads));
-  }
-  // How many threads this process runs, decided here and nowhere else.
-  // Requests run on `workers` threads (--threads; 0: one per core). Their
-  // statistics (Compare, the error model's per-element passes, the
-  // diagnosis scoring) fan out on ONE pool of `stats` threads shared by all
-  // requests (--stats-threads; 0: one per core), whose size counts the
-  // requesting worker: a worker works on its own statistics while the pool
-  // helps, so at most workers + stats - 1 threads are runnable at once,
-  // about 2 x cores with the defaults (3 on a 2-core host). When every
-  // request started its own threads, concurrent requests reached
-  // workers x cores (4 on that host, 64 on an 8-core one). Results do not
-  // depend on either size. (The cpu backend's OpenBLAS threads,
-  // --cpu-threads, run the GEMMs and are sized apart.)
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int workers = options.workers > 0 ? options.workers : hw;
-  const int stats = options.engine.stats_threads > 0 ? options.engine.stats_threads : hw;
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<TensorCheckServer> server, Build(options));
+  TC_RETURN_IF_ERROR(server->Listen());
+  return server;
+}
 
+absl::StatusOr<std::unique_ptr<TensorCheckServer>> TensorCheckServer::Build(
+    const ServerOptions& options) {
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const ThreadPlan threads = PlanThreads(options, hardware);
   auto server = std::unique_ptr<TensorCheckServer>(new TensorCheckServer());
   server->options_ = options;
+  server->options_.backends.cpu_threads = threads.cpu_threads;
+  server->workers_ = threads.workers;
   ServeLargeBlocksFromTheirOwnMappings();  // memory back at once (idle_trim.h)
-  // --cpu-threads -1 (the default): OpenBLAS runs each GEMM on the calling
-  // worker alone when several workers run requests side by side. Its own
-  // threads would otherwise take every core for one request's GEMM and
-  // spin between GEMMs against the other requests' statistics: a
-  // pipelined whole-model check of 17 small layers took 1.5x as long
-  // (docs/performance.md, "Whole-model checks"). One worker keeps them all.
-  if (server->options_.backends.cpu_threads == -1) {
-    server->options_.backends.cpu_threads = workers > 1 ? 1 : 0;
-  }
-  server->registry_ = std::make_unique<BackendRegistry>();
-  TC_RETURN_IF_ERROR(RegisterBuiltinBackends(server->registry_.get(), server->options_.backends));
-  TC_ASSIGN_OR_RETURN(server->stats_executor_, Executor::Create({/*threads=*/stats}));
-  EngineOptions engine_options = options.engine;
-  engine_options.executor = server->stats_executor_.get();
-  RequestLimits& limits = engine_options.limits;
-  limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_message_bytes);
-  TC_ASSIGN_OR_RETURN(server->engine_, Engine::Create(engine_options, server->registry_.get()));
+  TC_RETURN_IF_ERROR(server->MakeEngine(threads));
+  TC_RETURN_IF_ERROR(server->OpenStore());
+  TC_RETURN_IF_ERROR(server->OpenTokens());
+  TC_RETURN_IF_ERROR(server->MakeCredentials());
+  server->MakeService();
+  return server;
+}
 
-  if (options.max_inflight_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_inflight_bytes: 0 (unlimited) or a positive count expected, got ",
-                     options.max_inflight_bytes));
+absl::Status TensorCheckServer::MakeEngine(const ThreadPlan& threads) {
+  registry_ = std::make_unique<BackendRegistry>();
+  TC_RETURN_IF_ERROR(RegisterBuiltinBackends(registry_.get(), options_.backends));
+  TC_ASSIGN_OR_RETURN(stats_executor_, Executor::Create({/*threads=*/threads.stats_threads}));
+  EngineOptions engine_options = options_.engine;
+  engine_options.executor = stats_executor_.get();
+  engine_options.limits = EffectiveLimits(options_);
+  TC_ASSIGN_OR_RETURN(engine_, Engine::Create(engine_options, registry_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status TensorCheckServer::OpenStore() {
+  if (options_.store_bytes == 0) return absl::OkStatus();
+  TensorStore::Options store_options;
+  store_options.budget_bytes =
+      options_.store_bytes < 0 ? DefaultStoreBytes() : options_.store_bytes;
+  store_options.max_tensor_bytes =
+      std::min(options_.max_stored_tensor_bytes, store_options.budget_bytes);
+  store_options.partial_upload_ttl = options_.partial_upload_ttl;
+  std::unique_ptr<StoreDir> dir;
+  if (!options_.store_dir.empty()) {
+    TC_ASSIGN_OR_RETURN(dir, StoreDir::Open(options_.store_dir));
   }
-  if (options.max_request_time <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_request_time: a positive duration expected, got ",
-                     absl::FormatDuration(options.max_request_time)));
+  // At start (evicted, misnamed, wrong size) and at a tensor's first
+  // use (corrupt) alike.
+  store_options.on_dropped = [](const StoreDir::Dropped& d) {
+    LogEvent(spdlog::level::warn, "store file dropped", {{"path", d.path}, {"reason", d.reason}});
+  };
+  TC_ASSIGN_OR_RETURN(store_, TensorStore::Create(store_options, std::move(dir)));
+  const TensorStore::Stats st = store_->stats();
+  LogEvent(spdlog::level::info, "tensor store",
+           {{"budget_bytes", store_options.budget_bytes},
+            {"max_tensor_bytes", store_options.max_tensor_bytes},
+            {"dir", options_.store_dir},
+            {"loaded_tensors", st.tensors},
+            {"loaded_bytes", st.bytes_used}});
+  return absl::OkStatus();
+}
+
+absl::Status TensorCheckServer::OpenTokens() {
+  if (options_.tokens_file.empty()) return absl::OkStatus();
+  TC_ASSIGN_OR_RETURN(tokens_, TokensFile::Open(options_.tokens_file));
+  LogEvent(spdlog::level::info, "tokens file",
+           {{"path", options_.tokens_file}, {"tenants", tokens_->current()->all().size()}});
+  return absl::OkStatus();
+}
+
+absl::Status TensorCheckServer::MakeCredentials() {
+  if (!options_.tls.enabled()) {
+    credentials_ = grpc::InsecureServerCredentials();
+    return absl::OkStatus();
   }
-  if (options.store_bytes != 0) {
-    TensorStore::Options store_options;
-    store_options.budget_bytes =
-        options.store_bytes < 0 ? DefaultStoreBytes() : options.store_bytes;
-    if (options.max_stored_tensor_bytes <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_stored_tensor_bytes: a positive count expected, got ",
-                       options.max_stored_tensor_bytes));
-    }
-    store_options.max_tensor_bytes =
-        std::min(options.max_stored_tensor_bytes, store_options.budget_bytes);
-    store_options.partial_upload_ttl = options.partial_upload_ttl;
-    std::unique_ptr<StoreDir> dir;
-    if (!options.store_dir.empty()) {
-      TC_ASSIGN_OR_RETURN(dir, StoreDir::Open(options.store_dir));
-    }
-    // At start (evicted, misnamed, wrong size) and at a tensor's first
-    // use (corrupt) alike.
-    store_options.on_dropped = [](const StoreDir::Dropped& d) {
-      LogEvent(spdlog::level::warn, "store file dropped", {{"path", d.path}, {"reason", d.reason}});
-    };
-    TC_ASSIGN_OR_RETURN(server->store_, TensorStore::Create(store_options, std::move(dir)));
-    const TensorStore::Stats st = server->store_->stats();
-    LogEvent(spdlog::level::info, "tensor store",
-             {{"budget_bytes", store_options.budget_bytes},
-              {"max_tensor_bytes", store_options.max_tensor_bytes},
-              {"dir", options.store_dir},
-              {"loaded_tensors", st.tensors},
-              {"loaded_bytes", st.bytes_used}});
-  }
-  if (!options.tokens_file.empty()) {
-    TC_ASSIGN_OR_RETURN(server->tokens_, TokensFile::Open(options.tokens_file));
-    LogEvent(
-        spdlog::level::info, "tokens file",
-        {{"path", options.tokens_file}, {"tenants", server->tokens_->current()->all().size()}});
-  }
+  // Checked here: gRPC's watcher would only log a bad file, and every
+  // handshake would then fail.
+  TC_ASSIGN_OR_RETURN(tls_, ServedTls::Start(options_.tls));
+  LogEvent(spdlog::level::info, "TLS",
+           {{"files", tls_->about()}, {"client_certificates", !options_.tls.client_ca.empty()}});
+  credentials_ = tls_->Credentials(options_.credentials_reload);
+  return absl::OkStatus();
+}
+
+void TensorCheckServer::MakeService() {
   ServiceOptions service_options;
-  service_options.store = server->store_.get();
-  service_options.tokens = server->tokens_.get();
-  service_options.inline_output_bytes = options.inline_output_bytes;
-  if (options.upload_idle <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("upload_idle: a positive duration expected, got ",
-                     absl::FormatDuration(options.upload_idle)));
-  }
-  service_options.upload_idle = options.upload_idle;
-  service_options.workers = workers;
-  service_options.max_queue = options.max_queue;
-  service_options.max_inflight_bytes = options.max_inflight_bytes;
-  service_options.max_request_time = options.max_request_time;
+  service_options.store = store_.get();
+  service_options.tokens = tokens_.get();
+  service_options.inline_output_bytes = EffectiveInlineOutputBytes(options_);
+  service_options.upload_idle = options_.upload_idle;
+  service_options.workers = workers_;
+  service_options.max_queue = options_.max_queue;
+  service_options.max_inflight_bytes = options_.max_inflight_bytes;
+  service_options.max_request_time = options_.max_request_time;
   service_options.server_version = kServerVersion;
-  TensorCheckServer* raw = server.get();
-  service_options.on_fatal = [raw, cb = options.on_fatal](const absl::Status& s) {
+  service_options.on_fatal = [this, cb = options_.on_fatal](const absl::Status& s) {
     LogEvent(spdlog::level::critical, "fatal device error, going NOT_SERVING",
              {{"error", std::string(s.message())}});
-    raw->SetNotServing();
+    SetNotServing();
     if (cb) cb(s);
   };
-  service_options.on_saturation = [raw](bool saturated) {
+  service_options.on_saturation = [this](bool saturated) {
     LogEvent(spdlog::level::warn,
              saturated ? "queue full, readiness NOT_SERVING" : "queue has room, readiness SERVING");
-    raw->SetHealth(!saturated);
+    SetHealth(!saturated);
   };
-  if (options.metrics_port != 0) {
-    server->metrics_ = std::make_unique<ServiceMetrics>();
-    service_options.metrics = server->metrics_.get();
+  if (options_.metrics_port != 0) {
+    metrics_ = std::make_unique<ServiceMetrics>();
+    service_options.metrics = metrics_.get();
   }
-  server->service_ =
-      std::make_unique<TensorCheckServiceImpl>(server->engine_.get(), std::move(service_options));
-  if (server->metrics_ != nullptr) {
-    server->metrics_->SetGaugeSource([raw] { return raw->ReadGauges(); });
-    const std::string host = options.metrics_host.empty() ? options.host : options.metrics_host;
-    auto endpoint = MetricsEndpoint::Start(absl::StrCat(host, ":", options.metrics_port),
-                                           server->metrics_.get());
-    if (!endpoint.ok()) {
-      // The bind's own reason when there is one (a port taken).
-      const std::string why = WhyNotBindable(host, options.metrics_port);
-      if (why.empty()) return endpoint.status();
-      return absl::UnavailableError(absl::StrCat(
-          "cannot listen on ", host, ":", options.metrics_port, " (the metrics endpoint): ", why));
-    }
-    server->metrics_endpoint_ = std::move(*endpoint);
-  }
+  service_ = std::make_unique<TensorCheckServiceImpl>(engine_.get(), std::move(service_options));
+  if (metrics_ != nullptr) metrics_->SetGaugeSource([this] { return ReadGauges(); });
+}
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(options.host, ":", options.port);
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  if (options.tls.enabled()) {
-    // Checked here: gRPC's watcher would only log a bad file, and every
-    // handshake would then fail.
-    TC_ASSIGN_OR_RETURN(server->tls_, ServedTls::Start(options.tls));
-    LogEvent(spdlog::level::info, "TLS",
-             {{"files", server->tls_->about()},
-              {"client_certificates", !options.tls.client_ca.empty()}});
-    credentials = server->tls_->Credentials(options.credentials_reload);
+absl::Status TensorCheckServer::Listen() {
+  TC_RETURN_IF_ERROR(ListenMetrics());
+  TC_RETURN_IF_ERROR(ListenApi());
+  TC_RETURN_IF_ERROR(ListenHealth());
+  for (grpc::Server* s : {server_.get(), health_server_.get()}) {
+    if (s == nullptr) continue;
+    s->GetHealthCheckService()->SetServingStatus("", true);
+    s->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   }
-  builder.AddListeningPort(address, credentials, &server->port_);
+  StartReloader();
+  return absl::OkStatus();
+}
+
+absl::Status TensorCheckServer::ListenMetrics() {
+  if (metrics_ == nullptr) return absl::OkStatus();
+  const std::string host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
+  auto endpoint =
+      MetricsEndpoint::Start(absl::StrCat(host, ":", options_.metrics_port), metrics_.get());
+  if (!endpoint.ok()) {
+    // The bind's own reason when there is one (a port taken).
+    const std::string why = WhyNotBindable(host, options_.metrics_port);
+    if (why.empty()) return endpoint.status();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", host, ":", options_.metrics_port, " (the metrics endpoint): ", why));
+  }
+  metrics_endpoint_ = std::move(*endpoint);
+  return absl::OkStatus();
+}
+
+TensorCheckServer::ChannelSettings TensorCheckServer::ApiChannel(const ServerOptions& options) {
+  ChannelSettings settings;
+  auto& args = settings.arguments;
   // gRPC sets SO_REUSEPORT by default: a second server on a taken port
   // would then start and share the port's connections with the first.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  args.emplace_back(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // No flow-control window grown ahead of the reads: a request the byte
   // budget has not admitted yet is not read (TensorCheckServiceImpl's
   // linear_methods), and with BDP probing gRPC's windows grew to tens of
   // MiB per stream on a fast link, buffered for requests refused anyway.
   // A read in progress still gets a window as large as its message.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  const int max_message = static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX));
-  builder.SetMaxReceiveMessageSize(max_message);
-  builder.SetMaxSendMessageSize(max_message);
+  args.emplace_back(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  const int64_t message = EffectiveLimits(options).max_message_bytes;
+  settings.max_receive_message_bytes = Int32(message);
+  settings.max_send_message_bytes = Int32(message);
   // The in-flight budget bounds what requests receive: each is admitted
   // before its message is read (docs/api.md, "Request size"). gRPC's own
   // memory quota is only a backstop, kept well above what admitted
   // requests hold: past it gRPC 1.51 cancels streams being received
   // (RESOURCE_EXHAUSTED without a retry hint) rather than pausing reads.
-  grpc::ResourceQuota quota("tensorcheck");
   if (options.max_inflight_bytes > 0) {
-    quota.Resize(static_cast<size_t>(
-        std::max(2 * options.max_inflight_bytes, 3 * limits.max_message_bytes)));
-    builder.SetResourceQuota(quota);
+    const int64_t twice = options.max_inflight_bytes > std::numeric_limits<int64_t>::max() / 2
+                              ? std::numeric_limits<int64_t>::max()
+                              : 2 * options.max_inflight_bytes;
+    settings.resource_quota_bytes = std::max(twice, 3 * message);
   }
-  auto millis = [](absl::Duration d) {
-    return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
-  };
   if (options.max_connection_idle > absl::ZeroDuration()) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                               millis(options.max_connection_idle));
+    args.emplace_back(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(options.max_connection_idle));
   }
-  if (options.keepalive_time > absl::ZeroDuration()) {
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options.keepalive_time));
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, millis(options.keepalive_timeout));
-  }
-  if (options.min_client_ping_interval > absl::ZeroDuration()) {
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                               millis(options.min_client_ping_interval));
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  }
-  builder.RegisterService(server->service_.get());
-  builder.RegisterCallbackGenericService(server->service_->linear_methods());
-  server->reflection_ = std::make_unique<ReflectionService>(
+  AddKeepalive(options, &args);
+  return settings;
+}
+
+absl::Status TensorCheckServer::ListenApi() {
+  grpc::EnableDefaultHealthCheckService(true);  // on this port and the health port
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options_.host, ":", options_.port);
+  builder.AddListeningPort(address, credentials_, &port_);
+  Apply(ApiChannel(options_), &builder);
+  builder.RegisterService(service_.get());
+  builder.RegisterCallbackGenericService(service_->linear_methods());
+  reflection_ = std::make_unique<ReflectionService>(
       std::vector<std::string>{kServiceName, "grpc.health.v1.Health",
                                "grpc.reflection.v1alpha.ServerReflection"},
-      [raw](const ReflectionService::Metadata& metadata) {
-        if (raw->tokens_ == nullptr) return absl::OkStatus();
-        return AuthenticateCall(*raw->tokens_, metadata, Right::kReflection, "ServerReflectionInfo")
+      [this](const ReflectionService::Metadata& metadata) {
+        if (tokens_ == nullptr) return absl::OkStatus();
+        return AuthenticateCall(*tokens_, metadata, Right::kReflection, "ServerReflectionInfo")
             .status();
       });
-  builder.RegisterService(server->reflection_.get());
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return CannotListen(options.host, options.port, "the API");
+  builder.RegisterService(reflection_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return CannotListen(options_.host, options_.port, "the API");
   }
-  if (options.health_port != 0) {
-    if (options.health_port < 0 || options.health_port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("health_port: 0..65535 expected, got ", options.health_port));
-    }
-    // gRPC's default health service alone; every other method is
-    // UNIMPLEMENTED there (the generic service's default), which also gives
-    // the server the callback queue it needs to serve at all.
-    grpc::ServerBuilder health_builder;
-    server->health_unimplemented_ = std::make_unique<grpc::CallbackGenericService>();
-    health_builder.RegisterCallbackGenericService(server->health_unimplemented_.get());
-    const std::string health_address = absl::StrCat(options.host, ":", options.health_port);
-    health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
-                                    &server->health_port_);
-    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    // A probe connects, asks once and goes, so connections here are kept
-    // short (docs/operations.md, "Probes and shutdown"): closed when idle for
-    // max_connection_idle or 30 s, the shorter; closed when they have not
-    // spoken HTTP/2 (sent SETTINGS) within that or 10 s, the shorter;
-    // pinged as on the API port; at most 4 calls at once on one (a Watch
-    // holds one for ever), ended by a 5-minute age (+10 s grace); 4 KiB
-    // messages. gRPC 1.51 has no cap on connections, and the health
-    // service runs on callbacks, not on the threads SetMaxThreads bounds.
-    absl::Duration health_idle = absl::Seconds(30);
-    if (options.max_connection_idle > absl::ZeroDuration()) {
-      health_idle = std::min(health_idle, options.max_connection_idle);
-    }
-    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, millis(health_idle));
-    health_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                                      millis(std::min(health_idle, absl::Seconds(10))));
-    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, millis(absl::Minutes(5)));
-    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                                      millis(absl::Seconds(10)));
-    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
-    health_builder.SetMaxReceiveMessageSize(4 << 10);
-    if (options.keepalive_time > absl::ZeroDuration()) {
-      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options.keepalive_time));
-      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                                        millis(options.keepalive_timeout));
-    }
-    if (options.min_client_ping_interval > absl::ZeroDuration()) {
-      health_builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                                        millis(options.min_client_ping_interval));
-      health_builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    }
-    server->health_server_ = health_builder.BuildAndStart();
-    if (server->health_server_ == nullptr || server->health_port_ == 0) {
-      return CannotListen(options.host, options.health_port, "the health port");
-    }
+  return absl::OkStatus();
+}
+
+// A probe connects, asks once and goes, so connections here are kept short
+// (docs/operations.md, "Probes and shutdown"): closed when idle for
+// max_connection_idle or 30 s, the shorter; closed when they have not
+// spoken HTTP/2 (sent SETTINGS) within that or 10 s, the shorter; pinged
+// as on the API port; at most 4 calls at once on one (a Watch holds one for
+// ever), ended by a 5-minute age (+10 s grace); 4 KiB messages. gRPC 1.51
+// has no cap on connections, and the health service runs on callbacks, not
+// on the threads SetMaxThreads bounds.
+TensorCheckServer::ChannelSettings TensorCheckServer::HealthChannel(const ServerOptions& options) {
+  ChannelSettings settings;
+  auto& args = settings.arguments;
+  args.emplace_back(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  absl::Duration idle = absl::Seconds(30);
+  if (options.max_connection_idle > absl::ZeroDuration()) {
+    idle = std::min(idle, options.max_connection_idle);
   }
-  for (grpc::Server* s : {server->server_.get(), server->health_server_.get()}) {
-    if (s == nullptr) continue;
-    s->GetHealthCheckService()->SetServingStatus("", true);
-    s->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  args.emplace_back(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(idle));
+  args.emplace_back(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                    Millis(std::min(idle, absl::Seconds(10))));
+  args.emplace_back(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(absl::Minutes(5)));
+  args.emplace_back(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, Millis(absl::Seconds(10)));
+  args.emplace_back(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
+  settings.max_receive_message_bytes = 4 << 10;
+  AddKeepalive(options, &args);
+  return settings;
+}
+
+absl::Status TensorCheckServer::ListenHealth() {
+  if (options_.health_port == 0) return absl::OkStatus();
+  // gRPC's default health service alone; every other method is
+  // UNIMPLEMENTED there (the generic service's default), which also gives
+  // the server the callback queue it needs to serve at all.
+  grpc::ServerBuilder builder;
+  health_unimplemented_ = std::make_unique<grpc::CallbackGenericService>();
+  builder.RegisterCallbackGenericService(health_unimplemented_.get());
+  const std::string address = absl::StrCat(options_.host, ":", options_.health_port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &health_port_);
+  Apply(HealthChannel(options_), &builder);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    return CannotListen(options_.host, options_.health_port, "the health port");
   }
-  if ((server->tokens_ != nullptr || server->tls_ != nullptr) &&
-      options.credentials_reload > absl::ZeroDuration()) {
-    // A Kubernetes Secret update swaps the mounted file; a poll sees it
-    // whatever the way it was replaced.
-    server->reloader_ = std::thread([raw, every = options.credentials_reload] {
-      std::unique_lock<std::mutex> lock(raw->reload_mu_);
-      while (!raw->reload_cv_.wait_for(lock, absl::ToChronoMilliseconds(every),
-                                       [raw] { return raw->reload_stop_; })) {
-        lock.unlock();
-        raw->ReloadCredentials();
-        lock.lock();
-      }
-    });
+  return absl::OkStatus();
+}
+
+void TensorCheckServer::StartReloader() {
+  if ((tokens_ == nullptr && tls_ == nullptr) ||
+      options_.credentials_reload <= absl::ZeroDuration()) {
+    return;
   }
-  return server;
+  // A Kubernetes Secret update swaps the mounted file; a poll sees it
+  // whatever the way it was replaced.
+  reloader_ = std::thread([this, every = options_.credentials_reload] {
+    std::unique_lock<std::mutex> lock(reload_mu_);
+    while (!reload_cv_.wait_for(lock, absl::ToChronoMilliseconds(every),
+                                [this] { return reload_stop_; })) {
+      lock.unlock();
+      ReloadCredentials();
+      lock.lock();
+    }
+  });
 }
 
 TensorCheckServer::~TensorCheckServer() {

@@ -1,7 +1,9 @@
 // TensorCheckServer: builds the gRPC server (TensorCheck, health checking,
 // reflection) around an engine and its backends, and stops it gracefully.
+// Its options (server_options.h) are checked by Validate, before Start.
 //
 //   ServerOptions options;  options.port = 0;   // 0: pick a free port
+//   TC_RETURN_IF_ERROR(Validate(options));
 //   TC_ASSIGN_OR_RETURN(auto server, TensorCheckServer::Start(options));
 //   std::cout << "listening on " << server->address() << "\n";
 //   ...                                         // on SIGTERM:
@@ -11,18 +13,22 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/executor.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
-#include "core/executor.h"
 #include "server/engine/engine.h"
 #include "server/service/metrics.h"
 #include "server/service/reflection.h"
+#include "server/service/server_options.h"
 #include "server/service/service.h"
 #include "server/service/tls.h"
 
@@ -33,70 +39,42 @@ namespace tensorcheck {
 // `tensorcheck-server --version` prints.
 inline constexpr char kServerVersion[] = TENSORCHECK_VERSION;
 
-struct ServerOptions {
-  std::string host = "0.0.0.0";
-  int port = 50051;
-  // Worker threads running requests; 0: hardware concurrency.
-  int workers = 0;
-  int max_queue = 64;
-  // Host bytes all requests in flight may hold (admission by bytes,
-  // service/admission.h); also the size of gRPC's ResourceQuota for
-  // messages being received. 0: unlimited.
-  int64_t max_inflight_bytes = int64_t{4} << 30;
-  // The longest one request may run when its client set no shorter
-  // deadline.
-  absl::Duration max_request_time = absl::Seconds(300);
-  // Connections: an idle one (no call for this long) is closed; the
-  // server pings an idle connection every keepalive_time and drops it if
-  // no answer comes within keepalive_timeout; clients may ping as often as
-  // every min_client_ping_interval. Zero: gRPC's default.
-  absl::Duration max_connection_idle = absl::Minutes(5);
-  absl::Duration keepalive_time = absl::Minutes(1);
-  absl::Duration keepalive_timeout = absl::Seconds(20);
-  absl::Duration min_client_ping_interval = absl::Seconds(10);
-  // The tensor store (docs/api.md): its byte budget (0: no store; -1: a
-  // quarter of the host's memory, or of the container's limit), the
-  // largest tensor it takes (capped at the budget), a directory that keeps
-  // it across restarts (empty: memory only), how long an interrupted
-  // upload is kept, and the returned-output size above which outputs are
-  // answered by digest.
-  int64_t store_bytes = -1;
-  int64_t max_stored_tensor_bytes = int64_t{16} << 30;
-  std::string store_dir;
-  absl::Duration partial_upload_ttl = absl::Minutes(10);
-  int64_t inline_output_bytes = int64_t{4} << 20;
-  // An upload stream silent this long is cancelled (kept for resuming).
-  absl::Duration upload_idle = absl::Seconds(60);
-  BuiltinBackendOptions backends;
-  // Request limits (engine.limits; max_message_bytes is gRPC's message
-  // size too), the reference, statistics threads (engine.stats_threads:
-  // the size of the one statistics pool all requests share; 0: hardware
-  // concurrency). engine.executor is ignored: the server makes its own.
-  EngineOptions engine;
-  // Called when a request hits an error that leaves the device unusable.
-  std::function<void(const absl::Status&)> on_fatal;
-  // Prometheus metrics (docs/operations.md, "Metrics") at
-  // http://metrics_host:metrics_port/metrics; port 0: none. An empty host
-  // is `host`.
-  int metrics_port = 0;
-  std::string metrics_host;
-  // Bearer tokens to tenants (tenants.h, docs/operations.md "Tenants and
-  // tokens"); empty: no authentication, one shared store. Read again every
-  // credentials_reload when its content changed, and on
-  // ReloadCredentials() (SIGHUP).
-  std::string tokens_file;
-  absl::Duration credentials_reload = absl::Seconds(5);
-  // TLS on `port` (tls.h); off when tls.cert and tls.key are empty. The
-  // files are re-read every credentials_reload (at least a second).
-  TlsFiles tls;
-  // A second, plaintext port that serves only the health service, for
-  // probes that cannot speak TLS (Kubernetes' gRPC probes); 0: none.
-  int health_port = 0;
-};
-
 class TensorCheckServer {
  public:
+  // Build, then Listen. `options` are taken as Validate passed them
+  // (main.cc validates before it starts; tests set valid ones): Start does
+  // not check them again.
   static absl::StatusOr<std::unique_ptr<TensorCheckServer>> Start(const ServerOptions& options);
+
+  // Start's steps, apart so that all but the last can run (and be tested)
+  // without a port. Build makes everything from the options but the
+  // ports: the backends, the statistics pool and the engine (PlanThreads,
+  // EffectiveLimits), the tensor store and its directory, the tokens, the
+  // TLS credentials (files read and checked), the metrics and the service
+  // with its workers. An error here (a TLS file that does not load, a
+  // store directory it cannot use, an unknown default reference) comes
+  // before anything listens. Listen then binds the metrics endpoint, the
+  // API port (ApiChannel) and the health port (HealthChannel), in that
+  // order, marks health SERVING and starts the credential poll; once it
+  // failed, the server is only good for destruction.
+  static absl::StatusOr<std::unique_ptr<TensorCheckServer>> Build(const ServerOptions& options);
+  absl::Status Listen();
+
+  // How a port's gRPC server is set up: channel arguments (GRPC_ARG_*
+  // names and values, in the order they are set), message limits and the
+  // memory quota.
+  struct ChannelSettings {
+    std::vector<std::pair<std::string, int>> arguments;
+    std::optional<int> max_receive_message_bytes;  // none: gRPC's default
+    std::optional<int> max_send_message_bytes;
+    int64_t resource_quota_bytes = 0;  // 0: no quota
+  };
+  // The API port's: messages up to max_message_bytes, the quota above what
+  // the in-flight budget admits, the connection limits of the options.
+  static ChannelSettings ApiChannel(const ServerOptions& options);
+  // The health port's: short connections for probes (see server.cc).
+  static ChannelSettings HealthChannel(const ServerOptions& options);
+
   ~TensorCheckServer();
 
   // "HOST:PORT" with the port actually bound.
@@ -114,8 +92,10 @@ class TensorCheckServer {
   // parse, or a TLS set that fails the check (tls.h), keeps what is in
   // force, and the error is logged and counted in the metrics.
   void ReloadCredentials();
-  // The health-only port actually bound; 0 when off.
+  // The health-only port actually bound; 0 when off (or before Listen).
   int health_port() const { return health_port_; }
+  // Whether the API port serves TLS (Build loaded the files).
+  bool tls() const { return tls_ != nullptr; }
 
   // Health NOT_SERVING, new requests UNAVAILABLE, in-flight ones get until
   // `grace` to finish; those still running are then cancelled (they stop
@@ -131,6 +111,10 @@ class TensorCheckServer {
   const Engine& engine() const { return *engine_; }
   // Null when the server has no store.
   TensorStore* store() const { return store_.get(); }
+  // The worker pool's size, and the options as Build took them (with
+  // backends.cpu_threads resolved by PlanThreads).
+  int workers() const { return workers_; }
+  const ServerOptions& options() const { return options_; }
 
   // A quarter of the memory this process may use: the host's, or the
   // container's limit (cgroup v2 memory.max) when lower.
@@ -139,7 +123,20 @@ class TensorCheckServer {
  private:
   TensorCheckServer() = default;
 
+  // Build's steps, in order.
+  absl::Status MakeEngine(const ThreadPlan& threads);
+  absl::Status OpenStore();
+  absl::Status OpenTokens();
+  absl::Status MakeCredentials();
+  void MakeService();
+  // Listen's.
+  absl::Status ListenMetrics();
+  absl::Status ListenApi();
+  absl::Status ListenHealth();
+  void StartReloader();
+
   ServerOptions options_;
+  int workers_ = 0;
   int port_ = 0;
   std::unique_ptr<BackendRegistry> registry_;
   // The statistics pool of every request; declared before engine_ and
@@ -153,6 +150,8 @@ class TensorCheckServer {
   // The TLS set in force (null without TLS); outlives server_, whose
   // credentials read its files.
   std::unique_ptr<ServedTls> tls_;
+  // The API port's (TLS or plaintext), made by Build.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
   // Polls the credential files for changes until Shutdown.
   std::thread reloader_;
   std::mutex reload_mu_;
