@@ -1,6 +1,6 @@
+#include "core/status_macros.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/linear_backend.h"
-#include "core/status_macros.h"
 #ifdef TENSORCHECK_HAVE_CUDA
 #include "server/backends/cuda/cuda_backends.h"
 #endif

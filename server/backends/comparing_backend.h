@@ -6,8 +6,9 @@
 //
 //   if (ComparingBackend* c = backend->comparing()) {
 //     OutputComparison vs_ref{&reference, /*output_is_actual=*/true, opts};
+//     PreparedRun prepared = backend->Prepare(problem, config);
 //     TC_ASSIGN_OR_RETURN(ComparedRun r,
-//                         c->RunAndCompare(problem, config, {}, {vs_ref}, false));
+//                         c->RunAndCompare(problem, prepared, {}, {vs_ref}, false));
 //     r.stats[0].max_abs, ...
 //   }
 //
@@ -18,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/linear_backend.h"
 #include "core/tensor.h"
+#include "server/backends/linear_backend.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck {
@@ -42,10 +43,10 @@ class ComparingBackend {
  public:
   virtual ~ComparingBackend() = default;
 
-  // Runs as LinearBackend::Run, then the comparisons where the output is.
-  // Errors: Run's, and INVALID_ARGUMENT as Compare answers.
+  // Runs `prepared` as LinearBackend::Run, then the comparisons where the
+  // output is. Errors: Run's, and INVALID_ARGUMENT as Compare answers.
   virtual absl::StatusOr<ComparedRun> RunAndCompare(
-      const LinearProblem& problem, const Config& config, const RunOptions& options,
+      const LinearProblem& problem, const PreparedRun& prepared, const RunOptions& options,
       const std::vector<OutputComparison>& comparisons, bool return_output) = 0;
 };
 

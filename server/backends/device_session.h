@@ -9,9 +9,9 @@
 //   TC_ASSIGN_OR_RETURN(auto session, device->OpenSession(stop));
 //   TC_ASSIGN_OR_RETURN(ArrayRef x, session->Upload(input));
 //   TC_ASSIGN_OR_RETURN(ArrayRef w, session->Upload(weight));  // resident when it has a content id
-//   SessionOperands op{x, w, {}, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16, m, n,
-//   k}; TC_ASSIGN_OR_RETURN(SessionRun ref, session->Run(op, fp64_config, run_options));
-//   TC_ASSIGN_OR_RETURN(SessionRun y, session->Run(op, bf16_config, run_options));
+//   SessionOperands op{LayerShape{m, n, k}, x, w, {}};
+//   TC_ASSIGN_OR_RETURN(SessionRun ref, session->Run(op, fp64_prepared, run_options));
+//   TC_ASSIGN_OR_RETURN(SessionRun y, session->Run(op, bf16_prepared, run_options));
 //   TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(y.output, ref.output, {options}));
 //
 // Every array is a device array of the session, named by an ArrayRef and
@@ -42,10 +42,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/linear_backend.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "core/stop_signal.h"
 #include "core/tensor.h"
+#include "server/backends/linear_backend.h"
 #include "server/stats/diagnosis_passes.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/diff_stats.h"
@@ -59,15 +60,12 @@ struct ArrayRef {
   bool valid() const { return id >= 0; }
 };
 
-// A linear layer over arrays of the session (LinearProblem's fields).
-struct SessionOperands {
+// A linear layer over arrays of the session: its shape and its arrays
+// (LinearProblem's, on the device).
+struct SessionOperands : LayerShape {
   ArrayRef input;   // m*k elements
   ArrayRef weight;  // [n, k] (kOutIn) or [k, n] (kInOut)
   ArrayRef bias;    // [n], or invalid
-  WeightLayout layout = WeightLayout::kOutIn;
-  Activation activation = Activation::kNone;
-  DType output_dtype = DType::kFloat32;
-  int64_t m = 0, n = 0, k = 0;
 };
 
 // A run whose output stays on the device.
@@ -188,8 +186,10 @@ class DeviceSession {
   // the cache holds; kept there after when the budget allows).
   virtual absl::StatusOr<ArrayRef> Upload(const Tensor& t) = 0;
 
-  // LinearBackend::Run of config.backend (one of the device's backends).
-  virtual absl::StatusOr<SessionRun> Run(const SessionOperands& op, const Config& config,
+  // LinearBackend::Run of prepared.config().backend (one of the device's
+  // backends), prepared by it for this layer (LinearBackend::Prepare);
+  // a prepared run that is not OK answers its status.
+  virtual absl::StatusOr<SessionRun> Run(const SessionOperands& op, const PreparedRun& prepared,
                                          const RunOptions& options) = 0;
 
   virtual absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,

@@ -35,11 +35,49 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
   return absl::OkStatus();
 }
 
+PreparedRun::PreparedRun()
+    : status_(absl::FailedPreconditionError("configuration not prepared for this layer")) {}
+
+PreparedRun::PreparedRun(Config config, const LayerShape& shape, absl::Status status,
+                         std::shared_ptr<const State> state)
+    : config_(std::move(config)),
+      shape_(shape),
+      status_(std::move(status)),
+      state_(std::move(state)) {}
+
+PreparedRun LinearBackend::Prepare(const LinearProblem& layer, const Config& config) const {
+  absl::Status status = absl::OkStatus();
+  if (layer.input == nullptr || layer.weight == nullptr) {
+    status = absl::InvalidArgumentError("linear problem without input or weight");
+  }
+  if (status.ok()) status = Supports(config, layer.input->dtype());
+  if (status.ok() && layer.weight->dtype() != layer.input->dtype()) {
+    status = Supports(config, layer.weight->dtype());
+  }
+  if (status.ok()) status = SupportsProblem(layer, config);
+  return PreparedRun(config, layer.shape(), std::move(status));
+}
+
 absl::StatusOr<std::vector<AlgorithmInfo>> LinearBackend::Algorithms(
-    const LinearProblem& /*problem*/, const Config& /*config*/, const RunOptions& /*options*/,
+    const LinearProblem& /*problem*/, const PreparedRun& prepared, const RunOptions& /*options*/,
     int limit) {
+  TC_RETURN_IF_ERROR(prepared.status());
   if (limit < 1) return std::vector<AlgorithmInfo>{};
   return std::vector<AlgorithmInfo>{AlgorithmInfo{0, {{"algo", std::string(name())}}}};
+}
+
+absl::StatusOr<std::vector<AlgorithmInfo>> LinearBackend::Algorithms(const LinearProblem& problem,
+                                                                     const Config& config,
+                                                                     const RunOptions& options,
+                                                                     int limit) {
+  return Algorithms(problem, Prepare(problem, config), options, limit);
+}
+
+absl::StatusOr<RunResult> LinearBackend::Run(const LinearProblem& problem,
+                                             const PreparedRun& prepared,
+                                             const RunOptions& options) {
+  TC_RETURN_IF_ERROR(prepared.status());
+  return Run(problem, prepared.config(), options);
 }
 
 absl::Status WithConfigContext(const absl::Status& status, const Config& config) {
@@ -47,17 +85,29 @@ absl::Status WithConfigContext(const absl::Status& status, const Config& config)
 }
 
 absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
-                                     const std::vector<Config>& configs, const RunOptions& options,
-                                     const BatchConsumer& consume) {
-  for (size_t i = 0; i < configs.size(); ++i) {
-    absl::StatusOr<RunResult> result = Run(problem, configs[i], options);
+                                     const std::vector<PreparedRun>& runs,
+                                     const RunOptions& options, const BatchConsumer& consume) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StatusOr<RunResult> result = Run(problem, runs[i], options);
     if (!result.ok()) {
-      return WithConfigContext(result.status(), configs[i]);
+      return WithConfigContext(result.status(), runs[i].config());
     }
     absl::Status consumed = consume(i, *std::move(result));
     if (!consumed.ok()) return consumed;
   }
   return absl::OkStatus();
+}
+
+absl::Status LinearBackend::RunBatch(const LinearProblem& problem,
+                                     const std::vector<Config>& configs, const RunOptions& options,
+                                     const BatchConsumer& consume) {
+  std::vector<PreparedRun> runs;
+  runs.reserve(configs.size());
+  for (const Config& config : configs) {
+    runs.push_back(Prepare(problem, config));
+    if (!runs.back().ok()) return runs.back().status();
+  }
+  return RunBatch(problem, runs, options, consume);
 }
 
 absl::Status BackendRegistry::Register(std::unique_ptr<LinearBackend> backend) {

@@ -21,26 +21,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "core/stop_signal.h"
 #include "core/tensor.h"
 
 namespace tensorcheck {
 
-// y = act(x W^T + b) for x viewed as [m, k].
-struct LinearProblem {
+// y = act(x W^T + b) for x viewed as [m, k]: the layer's shape
+// (core/layer_shape.h) and its tensors.
+struct LinearProblem : LayerShape {
   const Tensor* input = nullptr;   // m*k elements, any leading shape
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
-  WeightLayout layout = WeightLayout::kOutIn;
-  const Tensor* bias = nullptr;  // nullptr or [n]
-  Activation activation = Activation::kNone;
-  DType output_dtype = DType::kFloat32;
-  int64_t m = 0;
-  int64_t n = 0;
-  int64_t k = 0;
+  const Tensor* bias = nullptr;    // nullptr or [n]
   // FP8 operands' dequantisation scales, float32: 1 element (per tensor)
-  // or m and n (row-wise); null with wide operands. Last, so that the
-  // positional initialisations of the fields above stay valid.
+  // or m and n (row-wise); null with wide operands.
   const Tensor* input_scale = nullptr;
   const Tensor* weight_scale = nullptr;
 };
@@ -94,6 +89,49 @@ struct DeviceDescription {
   std::string cublas_version;
 };
 
+// A configuration prepared for one layer (LinearBackend::Prepare): every
+// rule of its backend asked once (the lists, SupportsProblem's layer
+// rules, cuBLASLt's FP8 rules and its heuristic), with what they decided
+// kept for the run. The plan prepares each configuration once and hands
+// the PreparedRun to Run, RunBatch, Algorithms and a device session's Run,
+// which do not ask again. A copy shares the backend's state.
+//
+//   PreparedRun run = backend->Prepare(problem, config);
+//   if (!run.ok()) return run.status();         // FAILED_PRECONDITION, naming the rule
+//   TC_ASSIGN_OR_RETURN(RunResult r, backend->Run(problem, run, options));
+class PreparedRun {
+ public:
+  // What a backend keeps of its rules' answers (the CUDA backends: the
+  // FP8 GEMM they decided on).
+  struct State {
+    virtual ~State() = default;
+  };
+
+  // Not prepared: FAILED_PRECONDITION.
+  PreparedRun();
+  PreparedRun(Config config, const LayerShape& shape, absl::Status status,
+              std::shared_ptr<const State> state = nullptr);
+
+  // OK when the configuration runs the layer; else why not.
+  const absl::Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
+  const Config& config() const { return config_; }
+  // The layer it was prepared for.
+  const LayerShape& shape() const { return shape_; }
+  // The backend's state as its own type; null when there is none or it is
+  // of another type (prepared by another backend).
+  template <typename T>
+  const T* state() const {
+    return dynamic_cast<const T*>(state_.get());
+  }
+
+ private:
+  Config config_;
+  LayerShape shape_;
+  absl::Status status_;
+  std::shared_ptr<const State> state_;
+};
+
 class ComparingBackend;  // comparing_backend.h
 class ComputeDevice;     // device_session.h
 
@@ -141,7 +179,16 @@ class LinearBackend {
   // OK when `config` with inputs stored as `storage` can run; otherwise
   // FAILED_PRECONDITION (unsupported here) naming the configuration. The
   // default refuses an `algo` other than 0 unless selects_algorithms().
+  // The question without a layer (which configurations a host lists);
+  // for a layer, Prepare answers it.
   virtual absl::Status Supports(const Config& config, DType storage) const;
+
+  // `config` prepared for `layer` (its shape and its tensors' dtypes; no
+  // data is read): every rule asked once, the answer in the PreparedRun's
+  // status (FAILED_PRECONDITION naming the configuration and the rule).
+  // The default asks Supports for the input's and the weight's dtypes,
+  // then SupportsProblem. Thread-safe.
+  virtual PreparedRun Prepare(const LinearProblem& layer, const Config& config) const;
 
   // OK when `config` (which Supports accepts) can run this layer: the
   // rules on shapes, alignment and operand types that Supports cannot see
@@ -167,15 +214,28 @@ class LinearBackend {
   // change with the problem's shape, as a library's heuristic does). The
   // default is the one algorithm of a backend that does not select.
   // Errors as Run's; FAILED_PRECONDITION when no algorithm runs `problem`.
+  // `prepared` (for `problem`'s layer) names the configuration; a
+  // prepared run that is not OK answers its status.
   virtual absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
-                                                                const Config& config,
+                                                                const PreparedRun& prepared,
                                                                 const RunOptions& options,
                                                                 int limit);
+  // The same for `config`, prepared here.
+  absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
+                                                        const Config& config,
+                                                        const RunOptions& options, int limit);
 
   // Runs the layer. `problem` has been validated (shapes consistent, dtypes
   // supported). Errors: RESOURCE_EXHAUSTED (memory), INTERNAL (device).
   virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                         const RunOptions& options) = 0;
+
+  // Runs `prepared` (prepared for `problem`'s layer by this backend): what
+  // the engine calls. A prepared run that is not OK answers its status.
+  // The default runs prepared.config() as above; a backend that keeps
+  // state in its PreparedRun overrides it and asks no rule again.
+  virtual absl::StatusOr<RunResult> Run(const LinearProblem& problem, const PreparedRun& prepared,
+                                        const RunOptions& options);
 
   // Runs every configuration in `configs` on one problem and hands each
   // result to `consume` as soon as it is ready, so that the caller holds
@@ -187,9 +247,14 @@ class LinearBackend {
   // `shared_computation`; each output is still exactly what Run returns.
   // The first configuration's result is always delivered first; the rest
   // may come in another order. A failure's message names the
-  // configuration it came from. This default runs them one by one.
-  virtual absl::Status RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+  // configuration it came from. Each run is prepared for `problem`'s
+  // layer (Prepare); this default runs them one by one.
+  virtual absl::Status RunBatch(const LinearProblem& problem, const std::vector<PreparedRun>& runs,
                                 const RunOptions& options, const BatchConsumer& consume);
+  // The same for `configs`, each prepared here first (a refusal is
+  // returned before anything runs).
+  absl::Status RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+                        const RunOptions& options, const BatchConsumer& consume);
 };
 
 // Holds the backends by name; filled once at start-up, then read-only (so

@@ -99,8 +99,9 @@ class StandInBackend final : public LinearBackend {
                   : std::vector<Order>{Order::kForward, Order::kReverse, Order::kSplitK2};
   }
 
+  using LinearBackend::Algorithms;
   absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
-                                                        const Config& /*config*/,
+                                                        const PreparedRun& /*prepared*/,
                                                         const RunOptions& /*options*/,
                                                         int limit) override {
     std::vector<AlgorithmInfo> out;

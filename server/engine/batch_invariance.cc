@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -71,7 +72,7 @@ std::map<std::string, std::string> KernelDetails(
 }
 
 absl::StatusOr<BatchInvarianceOutcome> CheckBatchInvariance(LinearBackend& backend,
-                                                            const Config& config,
+                                                            const PreparedRun& prepared,
                                                             const LinearProblem& problem,
                                                             const std::vector<int64_t>& batch_sizes,
                                                             const RunOptions& options) {
@@ -79,7 +80,9 @@ absl::StatusOr<BatchInvarianceOutcome> CheckBatchInvariance(LinearBackend& backe
   once.repeat = 1;
   BatchInvarianceOutcome out;
   out.rows = problem.m;
-  TC_ASSIGN_OR_RETURN(RunResult whole, backend.Run(problem, config, once));
+  TC_ASSIGN_OR_RETURN(RunResult whole, backend.Run(problem, prepared, once));
+  // The sub-batches' layers, by their number of rows.
+  std::map<int64_t, PreparedRun> parts;
   out.full_batch_details = KernelDetails(whole.details);
   const RowComparison compare(whole.output, problem.n);
   const bool row_scales = problem.input_scale != nullptr && problem.input_scale->numel() > 1;
@@ -100,7 +103,11 @@ absl::StatusOr<BatchInvarianceOutcome> CheckBatchInvariance(LinearBackend& backe
         TC_ASSIGN_OR_RETURN(scale, RowsOf(*problem.input_scale, first, rows, 1, {rows}));
         part.input_scale = &*scale;
       }
-      TC_ASSIGN_OR_RETURN(RunResult run, backend.Run(part, config, once));
+      auto known = parts.find(rows);
+      if (known == parts.end()) {
+        known = parts.emplace(rows, backend.Prepare(part, prepared.config())).first;
+      }
+      TC_ASSIGN_OR_RETURN(RunResult run, backend.Run(part, known->second, once));
       ++sub.runs;
       if (first == 0) sub.details = KernelDetails(run.details);
       if (rows < size) {

@@ -5,7 +5,7 @@
 // `linear(x[:1])` (docs/numerics.md, "Batch invariance").
 //
 //   TC_ASSIGN_OR_RETURN(BatchInvarianceOutcome b,
-//                       CheckBatchInvariance(*backend, config, problem, {1, 8}, options));
+//                       CheckBatchInvariance(*backend, prepared, problem, {1, 8}, options));
 //   b.invariant, b.sub_batches[0].rows_differing, b.sub_batches[0].details["algo"]
 //
 // The whole batch runs once more (so its algorithm is reported beside the
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/linear_backend.h"
 #include "core/linear_config.h"
+#include "server/backends/linear_backend.h"
 
 namespace tensorcheck {
 
@@ -53,11 +53,13 @@ struct BatchInvarianceOutcome {
   std::vector<SubBatchOutcome> sub_batches;  // in the order of `batch_sizes`
 };
 
-// Runs `config` on the whole `problem` and on sub-batches of each size in
-// `batch_sizes` (each in 1..m, checked by the caller) and compares the rows.
-// Stops with options.stop's status between runs.
+// Runs `prepared` (its configuration prepared by `backend` for
+// `problem`) on the whole `problem`, and its configuration on sub-batches
+// of each size in `batch_sizes` (each in 1..m, checked by the caller;
+// prepared once per number of rows, a layer of its own) and compares the
+// rows. Stops with options.stop's status between runs.
 absl::StatusOr<BatchInvarianceOutcome> CheckBatchInvariance(LinearBackend& backend,
-                                                            const Config& config,
+                                                            const PreparedRun& prepared,
                                                             const LinearProblem& problem,
                                                             const std::vector<int64_t>& batch_sizes,
                                                             const RunOptions& options);

@@ -45,15 +45,16 @@ class ComparingCpu final : public LinearBackend, public ComparingBackend {
     return cpu_->Run(problem, config, options);
   }
 
-  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem, const Config& config,
-                                            const RunOptions& options,
+  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem,
+                                            const PreparedRun& prepared, const RunOptions& options,
                                             const std::vector<OutputComparison>& comparisons,
                                             bool return_output) override {
     ++compared_runs;
     last_return_output = return_output;
     last_comparisons = comparisons.size();
     if (fail) return absl::ResourceExhaustedError("stand-in device is full");
-    auto run = cpu_->Run(problem, config, options);
+    if (!prepared.ok()) return prepared.status();
+    auto run = cpu_->Run(problem, prepared.config(), options);
     if (!run.ok()) return run.status();
     ComparedRun out;
     for (const OutputComparison& c : comparisons) {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/backends/device_session.h"
 #include "core/status_macros.h"
+#include "server/backends/device_session.h"
 #include "server/engine/internal/diagnosis_evidence.h"
 #include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"
@@ -209,7 +209,7 @@ class Engine::DeviceExecution {
         plan_(plan),
         artifacts_(artifacts),
         device_(device) {
-    count_ = plan.m * plan.n;
+    count_ = plan.shape.m * plan.shape.n;
   }
 
   absl::StatusOr<VerifyOutcome> Run() {
@@ -238,7 +238,7 @@ class Engine::DeviceExecution {
       // The diagnosis's passes run on this session, over what it holds.
       artifacts_->evidence = std::make_unique<SessionEvidence>(
           std::move(session_), *req_.observed, observed_, reference_.output, std::move(candidates_),
-          plan_.output_dtype, plan_.n);
+          plan_.shape.output_dtype, plan_.shape.n);
     }
     return std::move(outcome_);
   }
@@ -265,18 +265,13 @@ class Engine::DeviceExecution {
     if (req_.observed) {
       TC_ASSIGN_OR_RETURN(observed_, session_->Upload(*req_.observed));
     }
-    op_.layout = req_.layout;
-    op_.activation = req_.activation;
-    op_.output_dtype = plan_.output_dtype;
-    op_.m = plan_.m;
-    op_.n = plan_.n;
-    op_.k = plan_.k;
+    op_.shape() = plan_.shape;
     return absl::OkStatus();
   }
 
   absl::Status RunReference() {
     const auto start = Clock::now();
-    auto run = session_->Run(op_, plan_.reference, plan_.run);
+    auto run = session_->Run(op_, plan_.reference_run, plan_.run);
     if (!run.ok()) return WithConfigContext(run.status(), plan_.reference);
     reference_ = *std::move(run);
     reference_ms_ = MillisSince(start);
@@ -314,7 +309,7 @@ class Engine::DeviceExecution {
   absl::StatusOr<ConfigOutcome> RunConfig(size_t i) {
     const Config& config = plan_.configs[i];
     const auto start = Clock::now();
-    auto run = session_->Run(op_, config, plan_.run);
+    auto run = session_->Run(op_, plan_.runs[i], plan_.run);
     if (!run.ok()) return WithConfigContext(run.status(), config);
     TC_ASSIGN_OR_RETURN(Options opts, OptionsFor(config));
     ConfigOutcome o = DescribeRun(config, run->run, 0);
@@ -394,8 +389,8 @@ class Engine::DeviceExecution {
     SessionModelSpec spec;
     spec.kind = SpecKind(kind);
     spec.precision = p;
-    spec.k = plan_.k;
-    spec.output_dtype = plan_.output_dtype;
+    spec.k = plan_.shape.k;
+    spec.output_dtype = plan_.shape.output_dtype;
     spec.unfused_bias = key.unfused;
     spec.inputs_exact =
         key.u_input == 0 && (key.kind == ModelKey::kSigma || key.kind == ModelKey::kBound);
@@ -437,12 +432,12 @@ class Engine::DeviceExecution {
     ArrayRef& grid = unfused ? unfused_grid_ : fused_grid_;
     if (grid.valid()) return grid;
     SessionFlipSpec spec;
-    spec.output_dtype = plan_.output_dtype;
+    spec.output_dtype = plan_.shape.output_dtype;
     spec.unfused_bias = unfused;
     spec.activation = req_.activation;
     spec.pre_bias = sums_.dot;
     spec.bias = op_.bias;
-    spec.cols = plan_.n;
+    spec.cols = plan_.shape.n;
     spec.count = count_;
     TC_ASSIGN_OR_RETURN(grid, session_->FlipGrid(spec));
     return grid;

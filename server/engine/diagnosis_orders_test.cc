@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "server/backends/linear_backend.h"
 #include "core/executor.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
 #include "tests/testing/ref_round.h"

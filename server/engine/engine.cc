@@ -164,46 +164,48 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     return InvalidFieldError("op.input.shape", "a non-empty [..., K] tensor",
                              ShapeString(x.shape()));
   }
-  plan.k = x.shape().back();
-  plan.m = x.numel() / plan.k;
+  plan.shape.layout = req.layout;
+  plan.shape.activation = req.activation;
+  plan.shape.k = x.shape().back();
+  plan.shape.m = x.numel() / plan.shape.k;
   if (w.rank() != 2) {
     return InvalidFieldError("op.weight.shape",
                              req.layout == WeightLayout::kOutIn ? "rank 2 [N, K]" : "rank 2 [K, N]",
                              ShapeString(w.shape()));
   }
   const int64_t w_k = req.layout == WeightLayout::kOutIn ? w.dim(1) : w.dim(0);
-  plan.n = req.layout == WeightLayout::kOutIn ? w.dim(0) : w.dim(1);
-  if (w_k != plan.k) {
+  plan.shape.n = req.layout == WeightLayout::kOutIn ? w.dim(0) : w.dim(1);
+  if (w_k != plan.shape.k) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "op.weight.shape: ", ShapeString(w.shape()), " does not match K=", plan.k,
+        "op.weight.shape: ", ShapeString(w.shape()), " does not match K=", plan.shape.k,
         " (the input's last dim) in layout ", WeightLayoutName(req.layout), "; expected ",
-        req.layout == WeightLayout::kOutIn ? absl::StrCat("[N, ", plan.k, "]")
-                                           : absl::StrCat("[", plan.k, ", N]")));
+        req.layout == WeightLayout::kOutIn ? absl::StrCat("[N, ", plan.shape.k, "]")
+                                           : absl::StrCat("[", plan.shape.k, ", N]")));
   }
-  if (plan.n == 0) {
+  if (plan.shape.n == 0) {
     return InvalidFieldError("op.weight.shape", "N >= 1", ShapeString(w.shape()));
   }
-  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.m, plan.n));
+  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.shape.m, plan.shape.n));
   if (req.bias) {
-    if (req.bias->rank() != 1 || req.bias->dim(0) != plan.n) {
-      return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.n, "] (N)"),
+    if (req.bias->rank() != 1 || req.bias->dim(0) != plan.shape.n) {
+      return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.shape.n, "] (N)"),
                                ShapeString(req.bias->shape()));
     }
   }
   // Output size and work, with checked arithmetic.
-  if (plan.m > options_.limits.max_output_elements / plan.n) {
+  if (plan.shape.m > options_.limits.max_output_elements / plan.shape.n) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("output [", plan.m, ", ", plan.n, "] exceeds the limit of ",
+        absl::StrCat("output [", plan.shape.m, ", ", plan.shape.n, "] exceeds the limit of ",
                      options_.limits.max_output_elements, " elements"));
   }
-  if (plan.m * plan.n > options_.limits.max_macs / plan.k) {
-    return absl::ResourceExhaustedError(absl::StrCat("problem M*N*K = ", plan.m, "*", plan.n, "*",
-                                                     plan.k, " exceeds the limit of ",
-                                                     options_.limits.max_macs, " multiply-adds"));
+  if (plan.shape.m * plan.shape.n > options_.limits.max_macs / plan.shape.k) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("problem M*N*K = ", plan.shape.m, "*", plan.shape.n, "*", plan.shape.k,
+                     " exceeds the limit of ", options_.limits.max_macs, " multiply-adds"));
   }
-  plan.output_dtype = req.output_dtype.value_or(DefaultOutputDType(x.dtype()));
+  plan.shape.output_dtype = req.output_dtype.value_or(DefaultOutputDType(x.dtype()));
   plan.output_shape.assign(x.shape().begin(), x.shape().end() - 1);
-  plan.output_shape.push_back(plan.n);
+  plan.output_shape.push_back(plan.shape.n);
   if (req.observed && req.observed->shape() != plan.output_shape) {
     return InvalidFieldError(
         "observed.shape",
@@ -228,10 +230,13 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   // Configurations: a diagnosis that names none takes the default set for
   // these operands, on backends that can run this layer.
   const LinearProblem layer = ProblemOf(req, plan);
+  // Default candidates come prepared for this layer; resolve takes them as
+  // they are, so that no rule is asked twice of a configuration.
+  std::vector<PreparedRun> prepared;
   const std::vector<std::string> config_specs =
       diagnose && req.configs.empty()
           ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                              fp8.scaling, layer, &plan.passed_over)
+                              fp8.scaling, layer, &plan.passed_over, &prepared)
           : req.configs;
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
@@ -250,9 +255,10 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     return InvalidFieldError("tolerance.bound_factor", "a finite value >= 0",
                              absl::StrCat(tr.bound_factor));
   }
-  plan.tolerance = ResolveTolerance(tr.preset, plan.output_dtype, tr.atol, tr.rtol, tr.max_ulp,
-                                    tr.bound_factor == 0 ? 1.0 : tr.bound_factor, tr.nan_equal);
-  plan.observed_bound_precision = NaturalPrecision(plan.output_dtype);
+  plan.tolerance =
+      ResolveTolerance(tr.preset, plan.shape.output_dtype, tr.atol, tr.rtol, tr.max_ulp,
+                       tr.bound_factor == 0 ? 1.0 : tr.bound_factor, tr.nan_equal);
+  plan.observed_bound_precision = NaturalPrecision(plan.shape.output_dtype);
   if (!tr.bound_precision.empty()) {
     auto p = ParsePrecision(tr.bound_precision);
     if (!p.ok()) {
@@ -265,7 +271,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   // Configurations.
   const bool has_bias = req.bias.has_value();
   auto resolve = [&](absl::string_view spec_text, absl::string_view field, Config* config,
-                     LinearBackend** backend) -> absl::Status {
+                     LinearBackend** backend, PreparedRun* run) -> absl::Status {
     TC_ASSIGN_OR_RETURN(ConfigSpec spec, ParseConfigSpec(spec_text, field));
     TC_ASSIGN_OR_RETURN(*backend, registry_->Find(spec.backend));
     if (has_bias && spec.bias == BiasMode::kNone) {
@@ -283,34 +289,38 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
           absl::StrCat(field, " '", spec_text, "': backend '", spec.backend,
                        "' is not available on this host: ", available.message()));
     }
-    absl::Status supported = (*backend)->Supports(*config, x.dtype());
-    if (supported.ok()) supported = (*backend)->SupportsProblem(layer, *config);
-    if (!supported.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(field, ": ", supported.message()));
+    auto known = absl::c_find_if(
+        prepared, [&](const PreparedRun& p) { return p.ok() && p.config() == *config; });
+    *run = known != prepared.end() ? *known : (*backend)->Prepare(layer, *config);
+    if (!run->ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(field, ": ", run->status().message()));
     }
     return absl::OkStatus();
   };
   const std::string& reference_spec =
       req.reference.empty() ? options_.default_reference : req.reference;
-  absl::Status reference =
-      resolve(reference_spec, "reference", &plan.reference, &plan.reference_backend);
+  absl::Status reference = resolve(reference_spec, "reference", &plan.reference,
+                                   &plan.reference_backend, &plan.reference_run);
   if (!reference.ok() && req.reference.empty() && absl::IsFailedPrecondition(reference) &&
       reference_spec != kHostReference) {
     // The default reference's backend does not take these operands (the
     // GPU backends and FP8 ones, until they do): the host's fp64.
-    reference = resolve(kHostReference, "reference", &plan.reference, &plan.reference_backend);
+    reference = resolve(kHostReference, "reference", &plan.reference, &plan.reference_backend,
+                        &plan.reference_run);
   }
   TC_RETURN_IF_ERROR(reference);
   for (size_t i = 0; i < config_specs.size(); ++i) {
     Config c;
     LinearBackend* b = nullptr;
-    TC_RETURN_IF_ERROR(resolve(config_specs[i], absl::StrCat("configs[", i, "]"), &c, &b));
+    PreparedRun run;
+    TC_RETURN_IF_ERROR(resolve(config_specs[i], absl::StrCat("configs[", i, "]"), &c, &b, &run));
     // The same configuration twice is run once.
     if (std::find(plan.configs.begin(), plan.configs.end(), c) != plan.configs.end()) {
       continue;
     }
     plan.configs.push_back(c);
     plan.backends.push_back(b);
+    plan.runs.push_back(std::move(run));
   }
   // Accepted configurations: each pattern that no configuration matches
   // adds its own (on the reference's backend when it names none; both
@@ -344,10 +354,12 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     for (const std::string& spec : specs) {
       Config c;
       LinearBackend* b = nullptr;
-      TC_RETURN_IF_ERROR(resolve(spec, field, &c, &b));
+      PreparedRun run;
+      TC_RETURN_IF_ERROR(resolve(spec, field, &c, &b, &run));
       if (std::find(plan.configs.begin(), plan.configs.end(), c) != plan.configs.end()) continue;
       plan.configs.push_back(c);
       plan.backends.push_back(b);
+      plan.runs.push_back(std::move(run));
     }
   }
   if (static_cast<int>(plan.configs.size()) > options_.limits.max_configs) {
@@ -366,15 +378,15 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   }
   if (req.algorithm_sweep > 0) TC_RETURN_IF_ERROR(SweepAlgorithms(req, req.algorithm_sweep, &plan));
   if (req.batch_invariance) {
-    TC_ASSIGN_OR_RETURN(plan.batch_sizes, BatchSizes(req.batch_sizes, plan.m, limits));
+    TC_ASSIGN_OR_RETURN(plan.batch_sizes, BatchSizes(req.batch_sizes, plan.shape.m, limits));
   } else if (!req.batch_sizes.empty()) {
     return absl::InvalidArgumentError(
         "batch_invariance.batch_sizes: given without batch_invariance.enabled");
   }
 
   plan.compare.tolerance = plan.tolerance;
-  plan.compare.compared_dtype = plan.output_dtype;
-  plan.compare.cols = plan.n;
+  plan.compare.compared_dtype = plan.shape.output_dtype;
+  plan.compare.cols = plan.shape.n;
   plan.compare.top_k = req.top_k == 0 ? 10 : req.top_k;
   plan.compare.top_groups = req.top_groups == 0 ? 5 : req.top_groups;
   plan.compare.executor = options_.executor;
@@ -391,7 +403,7 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
   const int64_t configs = static_cast<int64_t>(plan.configs.size() + 1);
   const int64_t batch_runs = static_cast<int64_t>(plan.batch_sizes.size()) + 1;
   const int64_t runs = configs * (plan.run.repeat + (plan.batch_sizes.empty() ? 0 : batch_runs));
-  const int64_t macs = plan.m * plan.n * plan.k;  // <= max_macs, checked above
+  const int64_t macs = plan.shape.m * plan.shape.n * plan.shape.k;  // <= max_macs, checked above
   if (macs > limits.max_work_macs / runs) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "work: M*N*K = ", macs, " multiply-adds x ", plan.configs.size(),
@@ -402,7 +414,7 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
         "or split the layer"));
   }
   int64_t sub_batch_runs = 0;
-  for (const int64_t size : plan.batch_sizes) sub_batch_runs += (plan.m + size - 1) / size;
+  for (const int64_t size : plan.batch_sizes) sub_batch_runs += (plan.shape.m + size - 1) / size;
   if (sub_batch_runs > limits.max_sub_batch_runs / configs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("batch_invariance: ", sub_batch_runs, " sub-batch runs per configuration x ",
@@ -419,7 +431,9 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
   int64_t bytes = results * per_result_stats;
   if (req.return_outputs) {
     const int64_t outputs = diagnose ? 2 : results;
-    bytes += outputs * (plan.m * plan.n * static_cast<int64_t>(ItemSize(plan.output_dtype)) + 64);
+    bytes += outputs * (plan.shape.m * plan.shape.n *
+                            static_cast<int64_t>(ItemSize(plan.shape.output_dtype)) +
+                        64);
   }
   if (bytes > limits.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -432,17 +446,12 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
 
 LinearProblem Engine::ProblemOf(const LinearRequest& req, const Plan& plan) {
   LinearProblem p;
+  p.shape() = plan.shape;
   p.input = &req.input;
   p.weight = &req.weight;
-  p.layout = req.layout;
   p.bias = req.bias ? &*req.bias : nullptr;
   p.input_scale = req.input_scale ? &*req.input_scale : nullptr;
   p.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
-  p.activation = req.activation;
-  p.output_dtype = plan.output_dtype;
-  p.m = plan.m;
-  p.n = plan.n;
-  p.k = plan.k;
   return p;
 }
 
@@ -450,13 +459,15 @@ absl::Status Engine::SweepAlgorithms(const LinearRequest& req, int sweep, Plan* 
   const LinearProblem problem = ProblemOf(req, *plan);
   std::vector<Config> configs;
   std::vector<LinearBackend*> backends;
+  std::vector<PreparedRun> runs;
   for (size_t i = 0; i < plan->configs.size(); ++i) {
     const Config& config = plan->configs[i];
     LinearBackend* backend = plan->backends[i];
     std::vector<Config> expanded = {config};
-    if (!config.algo.has_value() && backend->selects_algorithms()) {
+    const bool swept = !config.algo.has_value() && backend->selects_algorithms();
+    if (swept) {
       absl::StatusOr<std::vector<AlgorithmInfo>> algorithms =
-          backend->Algorithms(problem, config, plan->run, sweep);
+          backend->Algorithms(problem, plan->runs[i], plan->run, sweep);
       if (!algorithms.ok()) {
         return WithContext(algorithms.status(),
                            absl::StrCat("algorithm_sweep: configuration ", config.ToString()));
@@ -470,8 +481,15 @@ absl::Status Engine::SweepAlgorithms(const LinearRequest& req, int sweep, Plan* 
     }
     for (Config& c : expanded) {
       if (std::find(configs.begin(), configs.end(), c) != configs.end()) continue;
+      // Each `@algo=N` is a configuration of its own, prepared once.
+      PreparedRun run = swept ? backend->Prepare(problem, c) : plan->runs[i];
+      if (!run.ok()) {
+        return WithContext(run.status(),
+                           absl::StrCat("algorithm_sweep: configuration ", config.ToString()));
+      }
       configs.push_back(std::move(c));
       backends.push_back(backend);
+      runs.push_back(std::move(run));
     }
   }
   if (static_cast<int>(configs.size()) > options_.limits.max_swept_configs) {
@@ -482,6 +500,7 @@ absl::Status Engine::SweepAlgorithms(const LinearRequest& req, int sweep, Plan* 
   }
   plan->configs = std::move(configs);
   plan->backends = std::move(backends);
+  plan->runs = std::move(runs);
   return absl::OkStatus();
 }
 
@@ -489,10 +508,11 @@ absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
                                   VerifyOutcome* outcome) const {
   if (plan.batch_sizes.empty()) return absl::OkStatus();
   const LinearProblem problem = ProblemOf(req, plan);
-  auto check = [&](LinearBackend* backend, const Config& config,
+  auto check = [&](LinearBackend* backend, const PreparedRun& prepared,
                    ConfigOutcome* out) -> absl::Status {
+    const Config& config = prepared.config();
     absl::StatusOr<BatchInvarianceOutcome> batches =
-        CheckBatchInvariance(*backend, config, problem, plan.batch_sizes, plan.run);
+        CheckBatchInvariance(*backend, prepared, problem, plan.batch_sizes, plan.run);
     if (!batches.ok()) {
       return WithContext(batches.status(),
                          absl::StrCat("batch_invariance: configuration ", config.ToString()));
@@ -500,9 +520,9 @@ absl::Status Engine::CheckBatches(const LinearRequest& req, const Plan& plan,
     out->batch_invariance = *std::move(batches);
     return absl::OkStatus();
   };
-  TC_RETURN_IF_ERROR(check(plan.reference_backend, plan.reference, &outcome->reference));
+  TC_RETURN_IF_ERROR(check(plan.reference_backend, plan.reference_run, &outcome->reference));
   for (size_t i = 0; i < plan.configs.size(); ++i) {
-    TC_RETURN_IF_ERROR(check(plan.backends[i], plan.configs[i], &outcome->results[i]));
+    TC_RETURN_IF_ERROR(check(plan.backends[i], plan.runs[i], &outcome->results[i]));
   }
   return absl::OkStatus();
 }
@@ -547,7 +567,7 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
   in.reference = artifacts.evidence == nullptr ? &artifacts.reference : nullptr;
   in.reference_config = plan.reference.ToString();
   in.storage_dtype = request.input.dtype();
-  in.output_dtype = plan.output_dtype;
+  in.output_dtype = plan.shape.output_dtype;
   in.has_bias = request.bias.has_value();
   in.activation = request.activation;
   in.weight_layout = request.layout;
@@ -657,10 +677,12 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
          (int64_t{1} << 20);
 }
 
-std::vector<std::string> Engine::DefaultCandidates(
-    DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
-    const std::optional<LinearProblem>& layer,
-    std::map<std::string, std::string>* passed_over) const {
+std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
+                                                   bool has_bias, Activation activation,
+                                                   Fp8Scaling scaling,
+                                                   const std::optional<LinearProblem>& layer,
+                                                   std::map<std::string, std::string>* passed_over,
+                                                   std::vector<PreparedRun>* prepared) const {
   std::vector<std::string> out;
   // Wide operands: the wide precisions (an fp8 recipe is asked for by
   // name). FP8 operands: the fp8 precision of their formats, with and
@@ -688,22 +710,31 @@ std::vector<std::string> Engine::DefaultCandidates(
       // it, GPU backends before the CPU emulation. A device backend that
       // runs the configuration but not this layer is passed over, and why
       // is kept for the ranking.
+      // Without a layer, Supports answers; with one, the backend's lists
+      // (LinearBackend::Supports, which asks no rule of a backend's own)
+      // pass over what it never runs, and Prepare asks the rest once.
       std::string refused;
+      std::map<LinearBackend*, PreparedRun> runs;
       LinearBackend* chosen = FastestBackend(*registry_, [&](LinearBackend* backend) {
         spec.backend = std::string(backend->name());
         const Config config = ResolveConfig(spec, has_bias, activation, b);
-        if (!backend->Supports(config, storage).ok()) return false;
-        if (!layer.has_value()) return true;
-        const absl::Status on_layer = backend->SupportsProblem(*layer, config);
-        if (!on_layer.ok() && backend->kind() == BackendKind::kDevice && refused.empty()) {
-          refused = absl::StrCat(config.ToString(), ": ", on_layer.message());
+        if (!layer.has_value()) return backend->Supports(config, storage).ok();
+        if (!backend->LinearBackend::Supports(config, storage).ok()) return false;
+        PreparedRun run = backend->Prepare(*layer, config);
+        if (!run.ok() && backend->kind() == BackendKind::kDevice && refused.empty()) {
+          refused = absl::StrCat(config.ToString(), ": ", run.status().message());
         }
-        return on_layer.ok();
+        if (!run.ok()) return false;
+        runs[backend] = std::move(run);
+        return true;
       });
       if (chosen == nullptr) continue;
       spec.backend = std::string(chosen->name());
       const std::string c = ResolveConfig(spec, has_bias, activation, b).ToString();
-      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      if (std::find(out.begin(), out.end(), c) == out.end()) {
+        out.push_back(c);
+        if (prepared != nullptr && layer.has_value()) prepared->push_back(runs[chosen]);
+      }
       if (passed_over != nullptr && !refused.empty() && chosen->kind() != BackendKind::kDevice) {
         passed_over->emplace(c, refused);
       }

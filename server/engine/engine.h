@@ -392,12 +392,15 @@ class Engine {
   // SupportsProblem accepts it (cuBLASLt's FP8 shape rules, and whether
   // its heuristic has a kernel for the layer). `passed_over`, when given,
   // receives for each candidate that went to another backend that way the
-  // device configuration it replaces and the device's reason.
+  // device configuration it replaces and the device's reason. With
+  // `layer`, `prepared` (when given) receives each candidate prepared for
+  // it (LinearBackend::Prepare), so that the plan asks no rule again.
   std::vector<std::string> DefaultCandidates(
       DType storage, DType weight_storage, bool has_bias, Activation activation,
       Fp8Scaling scaling = Fp8Scaling::kTensor,
       const std::optional<LinearProblem>& layer = std::nullopt,
-      std::map<std::string, std::string>* passed_over = nullptr) const;
+      std::map<std::string, std::string>* passed_over = nullptr,
+      std::vector<PreparedRun>* prepared = nullptr) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/backends/comparing_backend.h"
 #include "core/parallel.h"
 #include "core/status_macros.h"
+#include "server/backends/comparing_backend.h"
 #include "server/engine/internal/model_key.h"
 #include "server/engine/internal/plan.h"
 #include "server/stats/error_model.h"
@@ -80,7 +80,7 @@ class Engine::Execution {
         plan_(plan),
         artifacts_(artifacts) {
     problem_ = ProblemOf(req, plan);
-    count_ = plan.m * plan.n;
+    count_ = plan.shape.m * plan.shape.n;
   }
 
   absl::StatusOr<VerifyOutcome> Run() {
@@ -120,7 +120,7 @@ class Engine::Execution {
     LinearBackend* backend = plan_.reference_backend;
     if (!share_ || backend->comparing() != nullptr) {
       const auto start = Clock::now();
-      auto run = backend->Run(problem_, plan_.reference, plan_.run);
+      auto run = backend->Run(problem_, plan_.reference_run, plan_.run);
       if (!run.ok()) return WithConfigContext(run.status(), plan_.reference);
       return OnReference(*std::move(run), MillisSince(start));
     }
@@ -143,7 +143,7 @@ class Engine::Execution {
         TC_ASSIGN_OR_RETURN(results_[i], RunAndCompare(comparing, i));
       } else if (!share_) {
         const auto start = Clock::now();
-        auto run = backend->Run(problem_, plan_.configs[i], plan_.run);
+        auto run = backend->Run(problem_, plan_.runs[i], plan_.run);
         if (!run.ok()) return WithConfigContext(run.status(), plan_.configs[i]);
         TC_ASSIGN_OR_RETURN(results_[i], OutcomeOf(i, *std::move(run), MillisSince(start)));
       } else if (std::find(batched.begin(), batched.end(), backend) == batched.end()) {
@@ -174,13 +174,13 @@ class Engine::Execution {
   // `with_reference`) as one batch of `backend`.
   absl::Status RunBatch(LinearBackend* backend, const std::vector<size_t>& members,
                         bool with_reference) {
-    std::vector<Config> configs;
-    if (with_reference) configs.push_back(plan_.reference);
-    for (size_t i : members) configs.push_back(plan_.configs[i]);
+    std::vector<PreparedRun> runs;
+    if (with_reference) runs.push_back(plan_.reference_run);
+    for (size_t i : members) runs.push_back(plan_.runs[i]);
     absl::Status consumer_status;
     auto last = Clock::now();
     absl::Status run = backend->RunBatch(
-        problem_, configs, plan_.run, [&](size_t index, RunResult result) -> absl::Status {
+        problem_, runs, plan_.run, [&](size_t index, RunResult result) -> absl::Status {
           const double ms = MillisSince(last);
           // A stop ends the batch here: RunBatch returns what we return.
           absl::Status s = CheckStop(plan_.run.stop);
@@ -211,7 +211,8 @@ class Engine::Execution {
     if (req_.observed) comparisons.push_back({&*req_.observed, false, opts.vs_observed});
     const bool need_output = req_.return_outputs || artifacts_ != nullptr;
     const auto start = Clock::now();
-    auto compared = comparing->RunAndCompare(problem_, config, plan_.run, comparisons, need_output);
+    auto compared =
+        comparing->RunAndCompare(problem_, plan_.runs[i], plan_.run, comparisons, need_output);
     const double ms = MillisSince(start);
     if (!compared.ok()) return WithConfigContext(compared.status(), config);
     if (need_output) TC_RETURN_IF_ERROR(ShapeOutput(config, compared->run.output));
@@ -326,8 +327,7 @@ class Engine::Execution {
     // a rounding of x.w (whichever way the producer added it).
     need_dot = need_dot || (bound_used_ && req_.observed && req_.bias);
     if (need_dot) dot_.resize(static_cast<size_t>(count_));
-    MagnitudeOperands operands{problem_.input, problem_.weight, problem_.layout, problem_.m,
-                               problem_.n,     problem_.k,      plan_.run.stop};
+    MagnitudeOperands operands{problem_.shape(), problem_.input, problem_.weight, plan_.run.stop};
     operands.input_scale = problem_.input_scale;
     operands.weight_scale = problem_.weight_scale;
     TC_RETURN_IF_ERROR(ComputeMagnitudeSums(
@@ -360,8 +360,8 @@ class Engine::Execution {
       if (it != models_.end()) return it->second;
     }
     ErrorModelInput in;
-    in.k = plan_.k;
-    in.output_dtype = plan_.output_dtype;
+    in.k = plan_.shape.k;
+    in.output_dtype = plan_.shape.output_dtype;
     in.unfused_bias = key.unfused;
     in.abs_dot = abs_dot_.data();
     in.sq_dot = sq_dot_.data();
@@ -425,16 +425,16 @@ class Engine::Execution {
     if (grid) return grid;
     std::vector<double> bias;
     if (with_bias) {
-      bias.resize(static_cast<size_t>(plan_.n));
+      bias.resize(static_cast<size_t>(plan_.shape.n));
       ToDouble(*req_.bias, bias.data());
     }
     FlipGridInput in;
-    in.output_dtype = plan_.output_dtype;
+    in.output_dtype = plan_.shape.output_dtype;
     in.unfused_bias = unfused;
     in.activation = req_.activation;
     in.pre_bias = dot_.data();
     in.bias = with_bias ? bias.data() : nullptr;
-    in.cols = plan_.n;
+    in.cols = plan_.shape.n;
     in.count = count_;
     in.executor = executor_;
     auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(count_));
@@ -517,10 +517,10 @@ std::vector<std::string> Engine::Notes(const LinearRequest& req, const Plan& pla
         "GELU is the tanh approximation (as cuBLASLt's epilogue); the erf "
         "form differs by up to ~1e-3 relative.");
   }
-  if (req.observed && req.observed->dtype() != plan.output_dtype) {
+  if (req.observed && req.observed->dtype() != plan.shape.output_dtype) {
     notes.push_back(absl::StrCat("observed is ", DTypeName(req.observed->dtype()),
                                  " but configurations round their outputs to ",
-                                 DTypeName(plan.output_dtype),
+                                 DTypeName(plan.shape.output_dtype),
                                  "; set output_dtype to compare like with like."));
   }
   return notes;

@@ -10,7 +10,7 @@
 // a time (stats/blas_gemm.h, PlanWeightBlocks: at most about 64 MiB), never
 // whole; the sums are bit for bit those of one sgemm over the whole weight:
 //
-//   MagnitudeOperands op{&x, &w, WeightLayout::kOutIn, m, n, k};
+//   MagnitudeOperands op{LayerShape{m, n, k, WeightLayout::kOutIn}, &x, &w};
 //   std::vector<float> sq(m * n);
 //   TC_RETURN_IF_ERROR(ComputeMagnitudeSums(op, MagnitudeSums{nullptr, sq.data()}));
 //
@@ -22,17 +22,18 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "core/stop_signal.h"
 #include "core/tensor.h"
 
 namespace tensorcheck {
 
-struct MagnitudeOperands {
+// The layer's shape (its m, n, k and layout are read; activation and
+// output dtype play no part in the sums) and its operands.
+struct MagnitudeOperands : LayerShape {
   const Tensor* input = nullptr;   // m*k elements, any leading shape
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
-  WeightLayout layout = WeightLayout::kOutIn;
-  int64_t m = 0, n = 0, k = 0;
   // Checked between weight blocks and GEMM tiles; a stop returns its
   // status (null: never).
   const StopSignal* stop = nullptr;

@@ -48,7 +48,7 @@ TEST(ComputeMagnitudeSumsTest, MatchesNaiveLoopInBothLayouts) {
   for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     SCOPED_TRACE(WeightLayoutName(layout));
     const MagnitudeOperands op{
-        &x.t, layout == WeightLayout::kOutIn ? &w.t : &w_in_out, layout, m, n, k};
+        {m, n, k, layout}, &x.t, layout == WeightLayout::kOutIn ? &w.t : &w_in_out};
     std::vector<float> abs_dot(static_cast<size_t>(m * n));
     std::vector<float> sq_dot(abs_dot.size()), dot(abs_dot.size());
     ASSERT_THAT(ComputeMagnitudeSums(op, abs_dot.data(), sq_dot.data(), dot.data()), IsOk());
@@ -83,7 +83,7 @@ TEST(ComputeMagnitudeSumsTest, Fp8OperandsAreSummedDequantised) {
   const Tensor x = fp8(m * k), w = fp8(n * k);
   const Tensor sx = *FromDoubles(DType::kFloat32, {m}, std::vector<double>{0.5, -0.25, 2.0});
   const Tensor sw = *FromDoubles(DType::kFloat32, {1}, std::vector<double>{0.125});
-  MagnitudeOperands op{&x, &w, WeightLayout::kOutIn, m, n, k};
+  MagnitudeOperands op{{m, n, k, WeightLayout::kOutIn}, &x, &w};
   op.input_scale = &sx;
   op.weight_scale = &sw;
   std::vector<float> abs_dot(static_cast<size_t>(m * n)), sq_dot(abs_dot.size()),
@@ -110,7 +110,7 @@ TEST(ComputeMagnitudeSumsTest, Fp8OperandsAreSummedDequantised) {
 TEST(ComputeMagnitudeSumsTest, NullOutputIsInvalidArgument) {
   const Values x = Normal(1, 1, 1), w = Normal(1, 1, 2);
   float one = 0.0f;
-  EXPECT_THAT(ComputeMagnitudeSums(MagnitudeOperands{&x.t, &w.t, WeightLayout::kOutIn, 1, 1, 1},
+  EXPECT_THAT(ComputeMagnitudeSums(MagnitudeOperands{{1, 1, 1, WeightLayout::kOutIn}, &x.t, &w.t},
                                    nullptr, &one),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -118,7 +118,7 @@ TEST(ComputeMagnitudeSumsTest, NullOutputIsInvalidArgument) {
 TEST(ComputeMagnitudeSumsTest, OnlyTheAskedSumsAreWritten) {
   const Values x = Normal(2, 3, 3), w = Normal(2, 3, 4);
   std::vector<float> sq(4, -1.0f);
-  ASSERT_THAT(ComputeMagnitudeSums(MagnitudeOperands{&x.t, &w.t, WeightLayout::kOutIn, 2, 2, 3},
+  ASSERT_THAT(ComputeMagnitudeSums(MagnitudeOperands{{2, 2, 3, WeightLayout::kOutIn}, &x.t, &w.t},
                                    MagnitudeSums{nullptr, sq.data(), nullptr}),
               IsOk());
   for (float v : sq) EXPECT_GT(v, 0.0f);
@@ -127,7 +127,7 @@ TEST(ComputeMagnitudeSumsTest, OnlyTheAskedSumsAreWritten) {
 TEST(ComputeMagnitudeSumsTest, MismatchedShapesAreInvalidArgument) {
   const Values x = Normal(2, 3, 5), w = Normal(2, 4, 6);
   std::vector<float> a(4), s(4);
-  EXPECT_THAT(ComputeMagnitudeSums(MagnitudeOperands{&x.t, &w.t, WeightLayout::kOutIn, 2, 2, 3},
+  EXPECT_THAT(ComputeMagnitudeSums(MagnitudeOperands{{2, 2, 3, WeightLayout::kOutIn}, &x.t, &w.t},
                                    a.data(), s.data()),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -260,8 +260,8 @@ TEST(ComputeMagnitudeSumsTest, TinyBlocksGiveTheUnblockedSumsBitForBit) {
     const Tensor in_out = TransposedTensor(w32, n, k, dtype);
     for (const WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << WeightLayoutName(layout));
-      MagnitudeOperands op{&xt, layout == WeightLayout::kOutIn ? &out_in : &in_out, layout, m, n,
-                           k};
+      MagnitudeOperands op{
+          {m, n, k, layout}, &xt, layout == WeightLayout::kOutIn ? &out_in : &in_out};
       op.block_columns = int64_t{1} << 40;
       const Sums want = MustSum(op);
       op.block_columns = 5;
@@ -286,7 +286,7 @@ TEST(ComputeMagnitudeSumsTest, BlockedSumsMatchNaiveLoop) {
   const int64_t m = 16, n = 229, k = 8192;
   const Values x = Normal(m, k, 23), w = Normal(n, k, 24);
   const Tensor in_out = TransposedTensor(w, n, k, DType::kFloat32);
-  MagnitudeOperands op{&x.t, &in_out, WeightLayout::kInOut, m, n, k};
+  MagnitudeOperands op{{m, n, k, WeightLayout::kInOut}, &x.t, &in_out};
   op.block_columns = 64;
   const Sums got = MustSum(op);
   for (int64_t i = 0; i < m; ++i) {
@@ -309,7 +309,7 @@ TEST(ComputeMagnitudeSumsTest, StopBeforeABlockIsReturned) {
   const Values x = Normal(16, 8192, 25), w = Normal(229, 8192, 26);
   StopSignal stop;
   stop.Cancel(StopSignal::Reason::kClientCancelled);
-  MagnitudeOperands op{&x.t, &w.t, WeightLayout::kOutIn, 16, 229, 8192, &stop};
+  MagnitudeOperands op{{16, 229, 8192, WeightLayout::kOutIn}, &x.t, &w.t, &stop};
   op.block_columns = 5;
   std::vector<float> a(16 * 229), s(16 * 229);
   EXPECT_THAT(ComputeMagnitudeSums(op, a.data(), s.data()), StatusIs(absl::StatusCode::kCancelled));

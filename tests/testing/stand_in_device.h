@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/device_session.h"
 #include "server/backends/resident_cache.h"
-#include "core/status_macros.h"
 #include "server/stats/diagnosis_passes.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/error_model.h"
@@ -154,11 +154,12 @@ class StandInSession : public DeviceSession {
     return Add(t.Clone(), /*reserve=*/true);
   }
 
-  absl::StatusOr<SessionRun> Run(const SessionOperands& op, const Config& config,
+  absl::StatusOr<SessionRun> Run(const SessionOperands& op, const PreparedRun& prepared,
                                  const RunOptions& options) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
+    TC_RETURN_IF_ERROR(prepared.status());
     TC_ASSIGN_OR_RETURN(LinearProblem problem, Problem(op));
-    TC_ASSIGN_OR_RETURN(RunResult run, device_->cpu()->Run(problem, config, options));
+    TC_ASSIGN_OR_RETURN(RunResult run, device_->cpu()->Run(problem, prepared.config(), options));
     ++counters_.runs;
     SessionRun out;
     TC_ASSIGN_OR_RETURN(out.output, Add(std::move(run.output), /*reserve=*/true));
@@ -183,8 +184,7 @@ class StandInSession : public DeviceSession {
     TC_RETURN_IF_ERROR(make(abs_dot, &out.abs_dot, &sums.abs_dot));
     TC_RETURN_IF_ERROR(make(sq_dot, &out.sq_dot, &sums.sq_dot));
     TC_RETURN_IF_ERROR(make(dot, &out.dot, &sums.dot));
-    const MagnitudeOperands operands{&At(op.input), &At(op.weight), op.layout, op.m,
-                                     op.n,          op.k,           stop_};
+    const MagnitudeOperands operands{op.shape(), &At(op.input), &At(op.weight), stop_};
     TC_RETURN_IF_ERROR(ComputeMagnitudeSums(operands, sums));
     return out;
   }
@@ -340,15 +340,10 @@ class StandInSession : public DeviceSession {
   }
   absl::StatusOr<LinearProblem> Problem(const SessionOperands& op) const {
     LinearProblem p;
+    p.shape() = op.shape();
     p.input = &At(op.input);
     p.weight = &At(op.weight);
     p.bias = op.bias.valid() ? &At(op.bias) : nullptr;
-    p.layout = op.layout;
-    p.activation = op.activation;
-    p.output_dtype = op.output_dtype;
-    p.m = op.m;
-    p.n = op.n;
-    p.k = op.k;
     return p;
   }
 

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/backends/cpu/internal/allocate.h"
-#include "server/backends/cpu/internal/fp16_accumulate.h"
-#include "server/backends/cpu/internal/fp8_accumulate.h"
 #include "core/float_formats.h"
 #include "core/fp8_scaling.h"
 #include "core/status_macros.h"
+#include "server/backends/cpu/internal/allocate.h"
+#include "server/backends/cpu/internal/fp16_accumulate.h"
+#include "server/backends/cpu/internal/fp8_accumulate.h"
 #include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
@@ -654,11 +654,18 @@ absl::StatusOr<RunResult> CpuBackend::Run(const LinearProblem& problem, const Co
   return result;
 }
 
-absl::Status CpuBackend::RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
-                                  const RunOptions& options, const BatchConsumer& consume) {
+absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
+                                  const std::vector<PreparedRun>& runs, const RunOptions& options,
+                                  const BatchConsumer& consume) {
   // Repeated runs check each configuration's own determinism.
   if (options.repeat > 1) {
-    return LinearBackend::RunBatch(problem, configs, options, consume);
+    return LinearBackend::RunBatch(problem, runs, options, consume);
+  }
+  std::vector<Config> configs;
+  configs.reserve(runs.size());
+  for (const PreparedRun& run : runs) {
+    TC_RETURN_IF_ERROR(run.status());
+    configs.push_back(run.config());
   }
   TC_RETURN_IF_ERROR(CheckProblem(problem));
   // Configurations grouped by arithmetic, groups in the order of their

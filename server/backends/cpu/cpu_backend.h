@@ -42,6 +42,7 @@ class CpuBackend final : public LinearBackend {
   BiasMode default_bias_mode() const override { return BiasMode::kFused; }
   std::vector<DType> storage_dtypes() const override;
 
+  using LinearBackend::Run;
   absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                 const RunOptions& options) override;
 
@@ -49,7 +50,8 @@ class CpuBackend final : public LinearBackend {
   // stored values unchanged share an fp32 GEMM (bf16 tensors under fp32,
   // tf32, tf32rna, tf32trunc and bf16), and the fused and unfused variants
   // of one precision share theirs; each then runs its own epilogue.
-  absl::Status RunBatch(const LinearProblem& problem, const std::vector<Config>& configs,
+  using LinearBackend::RunBatch;
+  absl::Status RunBatch(const LinearProblem& problem, const std::vector<PreparedRun>& runs,
                         const RunOptions& options, const BatchConsumer& consume) override;
 
  private:

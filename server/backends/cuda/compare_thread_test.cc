@@ -1,4 +1,4 @@
-// What one thread of the device totals pass does (compare_thread.h), run on
+// What one thread of the device totals pass does (internal/compare_thread.h), run on
 // the host as a single thread over whole tensors, against stats' Compare
 // (itself tested against hand-derived values in diff_stats_test.cc). The
 // kernels add only the reductions across threads, which DeviceStatsTest
@@ -6,7 +6,7 @@
 // lean path's bookkeeping (bitmasks, packed histogram, maxima found per
 // vector, the switch between the lean and the general path) on any host,
 // in a build without CUDA too.
-#include "server/backends/cuda/compare_thread.h"
+#include "server/backends/cuda/internal/compare_thread.h"
 
 #include <gtest/gtest.h>
 
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/compare_iteration.h"
 #include "server/backends/cuda/internal/compare_lean_path.h"
-#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 #include "tests/testing/stats_testing.h"

@@ -25,11 +25,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_device.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
-#include "core/status_macros.h"
 
 namespace tensorcheck {
 namespace cuda {
@@ -128,9 +128,10 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return out;
   }
 
-  // The FP8 rules (internal/fp8_rules.h) first, for their reasons: the
-  // cublas backend and E5M2 x E5M2 are refused naming the rule, not as a
-  // precision missing from the list.
+  // Without a layer (a host's list of configurations; Prepare asks the
+  // same rules with the layer, once). The FP8 rules (internal/fp8_rules.h)
+  // first, for their reasons: the cublas backend and E5M2 x E5M2 are
+  // refused naming the rule, not as a precision missing from the list.
   absl::Status Supports(const Config& config, DType storage) const override {
     if (IsFp8(config.precision) || IsFp8(storage)) {
       internal::Fp8Query q;
@@ -142,25 +143,30 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return LinearBackend::Supports(config, storage);
   }
 
-  // The FP8 rules that need the layer (alignment of k and n, the bias
-  // type for the output, row-wise scales' device support), then, for
+  // Every rule once, for the layer: the FP8 rules (internal/fp8_rules.h;
+  // first, for their reasons, as Supports; with the layer: alignment of k
+  // and n, the bias type for the output, row-wise scales' device support),
+  // the backend's lists for the input's and the weight's dtypes, then, for
   // cuBLASLt on a device, whether its heuristic has a kernel for this
-  // layer at all: the library's own answer, not a prediction.
+  // layer at all: the library's own answer, not a prediction. The FP8
+  // GEMM the rules decided is kept in the PreparedRun for the run.
+  PreparedRun Prepare(const LinearProblem& problem, const Config& config) const override {
+    auto state = std::make_shared<internal::CudaPrepared>();
+    absl::Status status = AskRules(problem, config, state.get());
+    return PreparedRun(config, problem.shape(), std::move(status), std::move(state));
+  }
+
   absl::Status SupportsProblem(const LinearProblem& problem, const Config& config) const override {
-    const internal::LayerTypes layer = internal::LayerOf(problem);
-    if (IsFp8(config.precision) || IsFp8(layer.input) || IsFp8(layer.weight)) {
-      TC_RETURN_IF_ERROR(
-          internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())).status());
-    }
-    return HasKernel(layer, config);
+    return Prepare(problem, config).status();
   }
 
   // cuBLASLt: its heuristic's list; cuBLAS: cublasGemmAlgo_t's values
   // (internal/gemm_call.h).
   bool selects_algorithms() const override { return true; }
 
+  using LinearBackend::Algorithms;
   absl::StatusOr<std::vector<AlgorithmInfo>> Algorithms(const LinearProblem& problem,
-                                                        const Config& config,
+                                                        const PreparedRun& prepared,
                                                         const RunOptions& options,
                                                         int limit) override;
 
@@ -174,13 +180,18 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
 
   absl::StatusOr<RunResult> Run(const LinearProblem& problem, const Config& config,
                                 const RunOptions& options) override {
-    TC_ASSIGN_OR_RETURN(ComparedRun r, RunAndCompare(problem, config, options, {},
+    return Run(problem, Prepare(problem, config), options);
+  }
+
+  absl::StatusOr<RunResult> Run(const LinearProblem& problem, const PreparedRun& prepared,
+                                const RunOptions& options) override {
+    TC_ASSIGN_OR_RETURN(ComparedRun r, RunAndCompare(problem, prepared, options, {},
                                                      /*return_output=*/true));
     return std::move(r.run);
   }
 
-  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem, const Config& config,
-                                            const RunOptions& options,
+  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem,
+                                            const PreparedRun& prepared, const RunOptions& options,
                                             const std::vector<OutputComparison>& comparisons,
                                             bool return_output) override;
 
@@ -199,9 +210,9 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return internal::ComputeCapability{device_->probe.cc_major, device_->probe.cc_minor};
   }
 
-  // What Run and Algorithms check before the device: the operands, the
-  // configuration's backend and whether this backend runs it.
-  absl::Status CheckRequest(const LinearProblem& problem, const Config& config) const {
+  // Prepare's rules, in order; `state` receives the FP8 GEMM.
+  absl::Status AskRules(const LinearProblem& problem, const Config& config,
+                        internal::CudaPrepared* state) const {
     if (problem.input == nullptr || problem.weight == nullptr) {
       return absl::InvalidArgumentError("linear problem without input or weight");
     }
@@ -209,23 +220,52 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
       return absl::InvalidArgumentError(
           absl::StrCat("configuration ", config.ToString(), " given to the ", name(), " backend"));
     }
-    TC_RETURN_IF_ERROR(Supports(config, problem.input->dtype()));
-    TC_RETURN_IF_ERROR(Supports(config, problem.weight->dtype()));
-    return absl::OkStatus();
+    const internal::LayerTypes layer = internal::LayerOf(problem);
+    if (internal::InvolvesFp8(config, layer)) {
+      TC_ASSIGN_OR_RETURN(
+          state->fp8, internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())));
+    }
+    TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.input));
+    if (layer.weight != layer.input) {
+      TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.weight));
+    }
+    return HasKernel(layer, config, state->fp8);
+  }
+
+  // What Run and Algorithms check before the device: that `prepared` is
+  // OK, this backend's, and for `problem`'s layer. Its state.
+  absl::StatusOr<const internal::CudaPrepared*> CheckRequest(const LinearProblem& problem,
+                                                             const PreparedRun& prepared) const {
+    TC_RETURN_IF_ERROR(prepared.status());
+    const Config& config = prepared.config();
+    const internal::CudaPrepared* state = prepared.state<internal::CudaPrepared>();
+    if (config.backend != name() || state == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
+                                                     " not prepared by the ", name(), " backend"));
+    }
+    if (problem.input == nullptr || problem.weight == nullptr) {
+      return absl::InvalidArgumentError("linear problem without input or weight");
+    }
+    if (prepared.shape() != problem.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
+                                                     ": prepared for another layer than this one"));
+    }
+    return state;
   }
 
   // OK unless cuBLASLt's heuristic answers "no algorithm" for `config` on
   // `layer` (FAILED_PRECONDITION with its message). Asked on a lane that
   // is free now; with every lane busy, or on any other error, the run
   // decides instead. Answers are kept per configuration and layer shape.
-  absl::Status HasKernel(const internal::LayerTypes& layer, const Config& config) const {
+  absl::Status HasKernel(const internal::LayerTypes& layer, const Config& config,
+                         const std::optional<internal::Fp8Gemm>& fp8) const {
     if (flavor_ != Flavor::kLt || !device_->init.ok()) return absl::OkStatus();
     Config any = config;
     any.algo.reset();
     const std::string key = absl::StrCat(
         any.ToString(), "|", layer.m, "x", layer.k, "x", layer.n, "|", DTypeName(layer.input), "|",
         DTypeName(layer.weight), "|", layer.bias.has_value() ? DTypeName(*layer.bias) : "-", "|",
-        DTypeName(layer.output), "|", static_cast<int>(layer.layout), "|",
+        DTypeName(layer.output_dtype), "|", static_cast<int>(layer.layout), "|",
         static_cast<int>(layer.activation));
     {
       std::lock_guard<std::mutex> lock(kernels_mu_);
@@ -235,7 +275,7 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     absl::StatusOr<std::unique_ptr<CudaSession>> session = device_->compute->OpenCudaSession(&now);
     if (!session.ok()) return absl::OkStatus();
     absl::StatusOr<std::vector<AlgorithmInfo>> listed =
-        internal::AlgorithmsOnSession(**session, layer, any, RunOptions{}, 1);
+        internal::AlgorithmsOnSession(**session, layer, any, fp8, RunOptions{}, 1);
     absl::Status answer = absl::OkStatus();
     if (!listed.ok()) {
       (void)(*session)->Checked(listed.status());
@@ -257,8 +297,10 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
 };
 
 absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
-    const LinearProblem& problem, const Config& config, const RunOptions& options, int limit) {
-  TC_RETURN_IF_ERROR(CheckRequest(problem, config));
+    const LinearProblem& problem, const PreparedRun& prepared, const RunOptions& options,
+    int limit) {
+  TC_ASSIGN_OR_RETURN(const internal::CudaPrepared* state, CheckRequest(problem, prepared));
+  const Config& config = prepared.config();
   if (problem.input->numel() != problem.m * problem.k ||
       problem.weight->numel() != problem.n * problem.k ||
       (problem.bias != nullptr && problem.bias->numel() != problem.n)) {
@@ -272,15 +314,17 @@ absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
   // uploaded.
   TC_ASSIGN_OR_RETURN(std::unique_ptr<CudaSession> session,
                       device_->compute->OpenCudaSession(options.stop));
-  auto algorithms = internal::AlgorithmsOnSession(*session, layer, config, options, limit);
+  auto algorithms =
+      internal::AlgorithmsOnSession(*session, layer, config, state->fp8, options, limit);
   if (!algorithms.ok()) return session->Checked(algorithms.status());
   return algorithms;
 }
 
 absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
-    const LinearProblem& problem, const Config& config, const RunOptions& options,
+    const LinearProblem& problem, const PreparedRun& prepared, const RunOptions& options,
     const std::vector<OutputComparison>& comparisons, bool return_output) {
-  TC_RETURN_IF_ERROR(CheckRequest(problem, config));
+  TC_RETURN_IF_ERROR(CheckRequest(problem, prepared).status());
+  const Config& config = prepared.config();
   int64_t mn = 0;
   if (problem.m < 0 || problem.n < 0 || __builtin_mul_overflow(problem.m, problem.n, &mn)) {
     return absl::InvalidArgumentError(
@@ -328,13 +372,8 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
     TC_ASSIGN_OR_RETURN(scales.input, session->Upload(*x_scale));
     TC_ASSIGN_OR_RETURN(scales.weight, session->Upload(*w_scale));
   }
-  op.layout = problem.layout;
-  op.activation = problem.activation;
-  op.output_dtype = problem.output_dtype;
-  op.m = problem.m;
-  op.n = problem.n;
-  op.k = problem.k;
-  TC_ASSIGN_OR_RETURN(SessionRun run, session->RunWithScales(op, scales, config, options));
+  op.shape() = problem.shape();
+  TC_ASSIGN_OR_RETURN(SessionRun run, session->RunWithScales(op, scales, prepared, options));
   ComparedRun compared;
   for (size_t c = 0; c < comparisons.size(); ++c) {
     TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*comparisons[c].other));

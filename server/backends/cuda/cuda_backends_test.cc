@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/float_formats.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/device_session.h"
-#include "core/float_formats.h"
-#include "core/status_macros.h"
-#include "core/tensor.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -412,7 +412,7 @@ TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt
                     layer.weight = IsFp8(storage) ? Fp8OperandsOf(p).weight : storage;
                     if (bias) layer.bias = IsFp8(storage) ? DType::kBFloat16 : storage;
                     layer.activation = act;
-                    layer.output = out;
+                    layer.output_dtype = out;
                     layer.layout = (built + refused_by_rules) % 2 == 0 ? WeightLayout::kOutIn
                                                                        : WeightLayout::kInOut;
                     layer.m = 64;
@@ -705,7 +705,7 @@ TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
   l->b = *FromDoubles(DType::kBFloat16, {n}, b);
   l->has_bias = true;
   l->problem = LinearProblem{
-      &l->x, &l->w, WeightLayout::kOutIn, &l->b, Activation::kNone, DType::kBFloat16, m, n, k};
+      {m, n, k, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16}, &l->x, &l->w, &l->b};
   auto fused =
       Backend("cublaslt")->Run(l->problem, {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
   auto unfused =
@@ -830,7 +830,7 @@ TEST_F(CudaGpuTest, GpuTf32InputRoundingThatMatchesCublas) {
       l->x = *FromDoubles(DType::kFloat32, {m, k}, x);
       l->w = *FromDoubles(DType::kFloat32, {n, k}, w);
       l->problem = LinearProblem{
-          &l->x, &l->w, WeightLayout::kOutIn, nullptr, Activation::kNone, DType::kFloat32, m, n, k};
+          {m, n, k, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32}, &l->x, &l->w};
       auto gpu = Backend(name)->Run(l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
       ASSERT_THAT(gpu, IsOk());
       double best = -1;
@@ -904,8 +904,8 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
   for (const char* name : {"cublaslt", "cublas"}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(absl::StrCat(name, " ", c.what));
-      l->problem = LinearProblem{
-          &l->x, &l->w, WeightLayout::kOutIn, nullptr, Activation::kNone, c.out, m, n, 1};
+      l->problem =
+          LinearProblem{{m, n, 1, WeightLayout::kOutIn, Activation::kNone, c.out}, &l->x, &l->w};
       auto r = Backend(name)->Run(l->problem, {name, c.p, BiasMode::kNone}, {});
       ASSERT_THAT(r, IsOk());
       int wrong = 0;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/device_compare.h"
-#include "core/status_macros.h"
 
 namespace tensorcheck {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/backends/linear_backend.h"
 #include "core/tensor.h"
+#include "server/backends/linear_backend.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck {

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_status.h"
-#include "core/status_macros.h"
 
 namespace tensorcheck::cuda {
 namespace {

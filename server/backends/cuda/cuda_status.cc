@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "server/backends/cuda/cuda_backends.h"
 #include "core/status_macros.h"
+#include "server/backends/cuda/cuda_backends.h"
 
 namespace tensorcheck {
 

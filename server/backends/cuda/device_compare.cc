@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/backends/cuda/cuda_status.h"
 #include "core/status_macros.h"
+#include "server/backends/cuda/cuda_status.h"
 
 namespace tensorcheck::cuda {
 namespace {

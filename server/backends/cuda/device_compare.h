@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/backends/cuda/device_compare_kernels.h"
-#include "server/backends/cuda/internal/compare_args.h"  // DeviceArray, ToElem
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "server/backends/cuda/device_compare_kernels.h"
+#include "server/backends/cuda/internal/compare_args.h"  // DeviceArray, ToElem
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck::cuda {

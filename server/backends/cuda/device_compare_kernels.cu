@@ -8,17 +8,17 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backends/cuda/compare_thread.h"
 #include "server/backends/cuda/device_compare_kernels.h"
 #include "server/backends/cuda/internal/compare_iteration.h"
 #include "server/backends/cuda/internal/compare_lean_path.h"
+#include "server/backends/cuda/internal/compare_thread.h"
 #include "server/backends/cuda/narrow_patterns.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda {
 namespace {
 
-using namespace cmp;  // what each thread does: compare_thread.h and internal/compare_*.h
+using namespace cmp;  // what each thread does: internal/compare_thread.h and internal/compare_*.h
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_context.h"
-#include "core/tensor.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 #include "tests/testing/stats_testing.h"
@@ -194,9 +194,10 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
     }
     opts.error_bound = bound.data();
 
-    auto run = comparing->RunAndCompare(layer->problem, LtConfig(precision), {},
-                                        {{&other, true, opts}, {&other, false, opts}},
-                                        /*return_output=*/true);
+    auto run =
+        comparing->RunAndCompare(layer->problem, lt->Prepare(layer->problem, LtConfig(precision)),
+                                 {}, {{&other, true, opts}, {&other, false, opts}},
+                                 /*return_output=*/true);
     ASSERT_THAT(run, IsOk());
     ASSERT_EQ(run->stats.size(), 2u);
     EXPECT_EQ(run->run.details.at("statistics"), "device");
@@ -235,8 +236,9 @@ TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
   ASSERT_THAT(base, IsOk());
   CompareOptions opts;
   opts.cols = 16;
-  auto run = lt->comparing()->RunAndCompare(layer->problem, LtConfig(Precision::kFp32), {},
-                                            {{&base->output, true, opts}}, false);
+  auto run = lt->comparing()->RunAndCompare(layer->problem,
+                                            lt->Prepare(layer->problem, LtConfig(Precision::kFp32)),
+                                            {}, {{&base->output, true, opts}}, false);
   ASSERT_THAT(run, IsOk());
   EXPECT_EQ(run->run.output.numel(), 0);
   ASSERT_EQ(run->stats.size(), 1u);
@@ -299,8 +301,9 @@ TEST(DeviceStatsTest, BadComparisonIsInvalidArgumentBeforeTheDevice) {
   auto layer = MakeLayer(4, 6, 8, DType::kFloat32, 3);
   Tensor wrong = *FromDoubles(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
   CompareOptions opts;
-  auto run = lt->comparing()->RunAndCompare(layer->problem, LtConfig(Precision::kFp32), {},
-                                            {{&wrong, true, opts}}, false);
+  auto run = lt->comparing()->RunAndCompare(layer->problem,
+                                            lt->Prepare(layer->problem, LtConfig(Precision::kFp32)),
+                                            {}, {{&wrong, true, opts}}, false);
   EXPECT_THAT(run.status(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      ::testing::HasSubstr("same number of elements")));
 }

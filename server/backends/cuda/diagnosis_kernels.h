@@ -3,7 +3,7 @@
 // the very per-element rules the host's passes run
 // (server/stats/diagnosis_rules.h), on values widened exactly to double and
 // ULP distances counted in the compared type as the device comparison
-// counts them (compare_thread.h's element access, element_rules.h's
+// counts them (internal/compare_thread.h's element access, element_rules.h's
 // DistanceFromBits), which equal the host's DiagnosisUlp.
 //
 //   const int blocks = DiagnosisBlocks(count);  // partials to read back

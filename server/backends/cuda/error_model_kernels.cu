@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backends/cuda/error_model_kernels.h"
 #include "core/tf32_rounding.h"
+#include "server/backends/cuda/error_model_kernels.h"
 #include "server/stats/error_model_rules.h"
 
 namespace tensorcheck::cuda {

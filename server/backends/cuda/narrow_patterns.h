@@ -20,9 +20,9 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "server/backends/cuda/internal/device_intrinsics.h"  // Vec16
 #include "server/backends/cuda/internal/elem_type.h"
-#include "core/host_device.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda::narrow {

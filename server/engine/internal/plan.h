@@ -7,8 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "server/backends/linear_backend.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/engine.h"
 #include "server/stats/diff_stats.h"
@@ -18,13 +19,18 @@ namespace tensorcheck {
 
 // Everything decided before running anything.
 struct Engine::Plan {
-  int64_t m = 0, n = 0, k = 0;
-  DType output_dtype = DType::kFloat32;
-  std::vector<int64_t> output_shape;
+  // The layer: m, n, k from the tensors, the request's layout and
+  // activation, the output dtype it asked for or the default.
+  LayerShape shape;
+  std::vector<int64_t> output_shape;  // the input's leading dims, then N
   Config reference;
   LinearBackend* reference_backend = nullptr;
+  // The reference prepared for the layer by its backend
+  // (LinearBackend::Prepare, asked once per configuration).
+  PreparedRun reference_run;
   std::vector<Config> configs;
   std::vector<LinearBackend*> backends;
+  std::vector<PreparedRun> runs;  // configs[i] prepared by backends[i]
   Tolerance tolerance;
   Precision observed_bound_precision = Precision::kFp32;
   CompareOptions compare;

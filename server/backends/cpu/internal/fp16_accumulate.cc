@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "server/backends/cpu/internal/allocate.h"
-#include "server/backends/cpu/internal/split_rows.h"
 #include "core/float_formats.h"
 #include "core/status_macros.h"
+#include "server/backends/cpu/internal/allocate.h"
+#include "server/backends/cpu/internal/split_rows.h"
 
 namespace tensorcheck::internal {
 namespace {

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "server/backends/cuda/internal/kernel_args.h"
 #include "core/dtype.h"
+#include "server/backends/cuda/internal/kernel_args.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/ulp.h"
 

@@ -19,11 +19,11 @@
 
 #include <cstdint>
 
-#include "server/backends/cuda/compare_thread.h"
+#include "core/host_device.h"
+#include "server/backends/cuda/internal/compare_thread.h"
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
-#include "core/host_device.h"
 
 namespace tensorcheck::cuda::cmp {
 

@@ -1,8 +1,9 @@
 // CudaSession: one request on a lane of the CudaComputeDevice (internal to
-// this folder; cuda_device.h says what a session holds). cuda_device.cc
-// has the arrays, copies, the error model, the comparisons and a
-// diagnosis's passes (diagnosis_kernels.h);
-// session_run.cc the runs of a configuration and the magnitude sums.
+// this folder; cuda_device.h says what a session holds).
+// cuda_session_arrays.cc has the arrays, copies, the error model and the
+// comparisons; cuda_session_diagnosis.cc a diagnosis's passes
+// (diagnosis_kernels.h); session_run.cc the runs of a configuration and
+// the magnitude sums. The device (lanes, budget) is cuda_device.cc.
 //
 // Arrays are the session's own (stream-ordered allocations, freed with
 // the session or by Free) or resident (pinned in the device's cache for
@@ -36,6 +37,10 @@
 
 namespace tensorcheck::cuda {
 
+// The alignment of a session's arrays and of the halves of a lane's
+// staging buffer, in bytes.
+inline constexpr int64_t kDeviceAlign = 256;
+
 // FP8 operands' dequantisation scales on a session: float32 arrays of 1
 // element each (per tensor) or m and n (row-wise). Invalid: none.
 struct SessionScales {
@@ -49,7 +54,7 @@ class CudaSession final : public DeviceSession {
   ~CudaSession() override;
 
   absl::StatusOr<ArrayRef> Upload(const Tensor& t) override;
-  absl::StatusOr<SessionRun> Run(const SessionOperands& op, const Config& config,
+  absl::StatusOr<SessionRun> Run(const SessionOperands& op, const PreparedRun& prepared,
                                  const RunOptions& options) override;
   absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,
                                                   bool sq_dot, bool dot) override;
@@ -75,7 +80,7 @@ class CudaSession final : public DeviceSession {
 
   // Run, with FP8 operands' scales (uploaded to this session).
   absl::StatusOr<SessionRun> RunWithScales(const SessionOperands& op, const SessionScales& scales,
-                                           const Config& config, const RunOptions& options);
+                                           const PreparedRun& prepared, const RunOptions& options);
 
   // ---- for session_run.cc
 
@@ -152,23 +157,27 @@ class CudaSession final : public DeviceSession {
 
 namespace internal {
 
-// CudaSession::Run: the configuration's GEMM (and epilogue) over the
-// session's operands, `options.repeat` times compared bit for bit. FP8
-// operands need `scales`.
+// What a CUDA backend's Prepare decided (PreparedRun's state): the FP8
+// GEMM (fp8_rules.h), asked once, when the configuration or an operand
+// involves FP8; nullopt otherwise.
+struct CudaPrepared final : PreparedRun::State {
+  std::optional<Fp8Gemm> fp8;
+};
+
+// CudaSession::Run: the prepared configuration's GEMM (and epilogue) over
+// the session's operands, `options.repeat` times compared bit for bit.
+// FP8 operands need `scales`. INVALID_ARGUMENT when `prepared` is not a
+// CUDA backend's; its status when it is not OK.
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& session, const SessionOperands& op,
-                                        const SessionScales& scales, const Config& config,
+                                        const SessionScales& scales, const PreparedRun& prepared,
                                         const RunOptions& options);
 
-// A layer by its dtypes and shape: what a configuration's algorithms
-// depend on.
-struct LayerTypes {
+// A layer by its shape and its operands' dtypes: what a configuration's
+// algorithms depend on.
+struct LayerTypes : LayerShape {
   DType input = DType::kFloat32;
   DType weight = DType::kFloat32;
   std::optional<DType> bias;
-  WeightLayout layout = WeightLayout::kOutIn;
-  Activation activation = Activation::kNone;
-  DType output = DType::kFloat32;
-  int64_t m = 0, n = 0, k = 0;
 };
 
 // `problem`'s layer.
@@ -177,6 +186,9 @@ LayerTypes LayerOf(const LinearProblem& problem);
 // What the FP8 rules (fp8_rules.h) are asked about `config` on `layer`.
 Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
                     std::optional<ComputeCapability> device);
+
+// Whether the FP8 rules apply: an fp8 precision, or an FP8 operand.
+bool InvolvesFp8(const Config& config, const LayerTypes& layer);
 
 // Every cuBLASLt descriptor a run of `config` on `layer` builds, on a
 // device of capability `cc` with a `workspace_bytes` workspace, built and
@@ -190,11 +202,11 @@ absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
 // LinearBackend::Algorithms of config.backend (its `algo` ignored): the
 // GEMM RunOnSession would prepare, asked for its algorithms only, on the
 // session's lane; no operand needs to be on the device.
-absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& session,
-                                                               const LayerTypes& layer,
-                                                               const Config& config,
-                                                               const RunOptions& options,
-                                                               int limit);
+// `fp8` is the FP8 GEMM the configuration's Prepare decided (nullopt
+// when it involves no FP8).
+absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(
+    CudaSession& session, const LayerTypes& layer, const Config& config,
+    const std::optional<Fp8Gemm>& fp8, const RunOptions& options, int limit);
 
 // CudaSession::MagnitudeSums: fp32 GEMMs (CUBLAS_COMPUTE_32F_PEDANTIC) of
 // x, |x| and x^2 with W, |W| and W^2.

@@ -121,8 +121,8 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
 
   // The layer: layout, dimensions, D and the bias.
   const Fp8Layer& l = *q.layer;
-  if (IsFp8(l.output)) {
-    return refuse("an FP8 output (", DTypeName(l.output),
+  if (IsFp8(l.output_dtype)) {
+    return refuse("an FP8 output (", DTypeName(l.output_dtype),
                   ") is not written: the service returns wide outputs, and cuBLASLt writes no "
                   "FP8 D with outer-vector scaling");
   }
@@ -143,8 +143,8 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
   // D: the output dtype when cuBLASLt writes it, else fp32 (a kernel then
   // rounds D to the output once, as the epilogue would have).
   std::vector<DType> candidates;
-  if (IsWideD(l.output)) candidates.push_back(l.output);
-  if (l.output != DType::kFloat32) candidates.push_back(DType::kFloat32);
+  if (IsWideD(l.output_dtype)) candidates.push_back(l.output_dtype);
+  if (l.output_dtype != DType::kFloat32) candidates.push_back(DType::kFloat32);
   std::vector<std::string> why;
   for (DType d : candidates) {
     const DType bias_type = BiasTypeFor(d);
@@ -167,7 +167,7 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
   return refuse(
       "no D type of cuBLASLt's FP8 GEMM (cublasLtMatmul's FP8 type table: bf16 D "
       "with a bf16 bias, fp16 with fp16, fp32 with bf16; 16-byte aligned) gives the ",
-      DTypeName(l.output), " output: ", absl::StrJoin(why, "; "));
+      DTypeName(l.output_dtype), " output: ", absl::StrJoin(why, "; "));
 }
 
 }  // namespace tensorcheck::cuda::internal

@@ -7,7 +7,8 @@
 //   Fp8Query q;
 //   q.config = config;                       // cublaslt:fp8e4m3:fused@scaling=row
 //   q.input = DType::kBFloat16;              // wide: quantised by the recipe
-//   q.layer = Fp8Layer{WeightLayout::kOutIn, DType::kBFloat16, DType::kBFloat16, m, n, k};
+//   q.layer = Fp8Layer{LayerShape{m, n, k, WeightLayout::kOutIn, Activation::kNone,
+//                                 DType::kBFloat16}, DType::kBFloat16};
 //   q.device = ComputeCapability{9, 0};
 //   TC_ASSIGN_OR_RETURN(Fp8Gemm gemm, CheckFp8Gemm(q));
 //   // gemm.d == kBFloat16, gemm.scale_mode == Fp8ScaleMode::kOuterVector, ...
@@ -44,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
 
 namespace tensorcheck::cuda::internal {
@@ -63,12 +65,11 @@ enum class Fp8ScaleMode {
 // "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F", "..._OUTER_VEC_32F".
 const char* Fp8ScaleModeName(Fp8ScaleMode mode);
 
-// The layer, where it is known (Run knows it; Supports does not).
-struct Fp8Layer {
-  WeightLayout layout = WeightLayout::kOutIn;
-  DType output = DType::kBFloat16;
+// The layer, where it is known (Run knows it; Supports does not): its
+// shape (the rules read m, n, k, layout and output_dtype) and the bias's
+// dtype.
+struct Fp8Layer : LayerShape {
   std::optional<DType> bias;  // nullopt: no bias
-  int64_t m = 0, n = 0, k = 0;
 };
 
 // What the rules are asked about. Unknown parts (nullopt) are not checked.

@@ -42,7 +42,9 @@ Fp8Query WideQuery(Precision p, Fp8Scaling scaling = Fp8Scaling::kTensor) {
   q.config = Fp8Config("cublaslt", p, scaling);
   q.input = DType::kBFloat16;
   q.weight = DType::kBFloat16;
-  q.layer = Fp8Layer{WeightLayout::kOutIn, DType::kBFloat16, std::nullopt, 32, 64, 128};
+  q.layer =
+      Fp8Layer{LayerShape{32, 64, 128, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16},
+               std::nullopt};
   q.device = kHopper;
   return q;
 }
@@ -137,7 +139,7 @@ TEST(Fp8RulesTest, RowScalingOffComputeCapability90IsFailedPrecondition) {
 
 TEST(Fp8RulesTest, Fp8OutputOrBiasIsFailedPrecondition) {
   Fp8Query q = WideQuery(Precision::kFp8E4M3);
-  q.layer->output = DType::kFloat8E4M3Fn;
+  q.layer->output_dtype = DType::kFloat8E4M3Fn;
   EXPECT_THAT(CheckFp8Gemm(q), StatusIs(absl::StatusCode::kFailedPrecondition,
                                         HasSubstr("an FP8 output (float8_e4m3fn)")));
   q = WideQuery(Precision::kFp8E4M3);
@@ -163,7 +165,7 @@ TEST(Fp8RulesTest, Float32BiasIsFailedPreconditionForEveryD) {
                        AllOf(HasSubstr("a bfloat16 D takes a bfloat16 bias, and the layer's "
                                        "float32 bias would be rounded"),
                              HasSubstr("a float32 D takes a bfloat16 bias"))));
-  q.layer->output = DType::kFloat32;
+  q.layer->output_dtype = DType::kFloat32;
   EXPECT_THAT(CheckFp8Gemm(q), StatusIs(absl::StatusCode::kFailedPrecondition,
                                         HasSubstr("gives the float32 output")));
 }
@@ -248,7 +250,7 @@ TEST(Fp8RulesTest, InOutWeightIsTransposedToTn) {
 TEST(Fp8RulesTest, Fp16OutputWithABf16BiasWritesAnFp32D) {
   // fp16 D takes an fp16 bias; fp32 D a bf16 one, then one rounding to fp16.
   Fp8Query q = WideQuery(Precision::kFp8E4M3);
-  q.layer->output = DType::kFloat16;
+  q.layer->output_dtype = DType::kFloat16;
   q.layer->bias = DType::kBFloat16;
   auto g = CheckFp8Gemm(q);
   ASSERT_THAT(g, IsOk());
@@ -264,7 +266,7 @@ TEST(Fp8RulesTest, Fp16OutputWithABf16BiasWritesAnFp32D) {
 TEST(Fp8RulesTest, Float32AndFloat64OutputsWriteAnFp32DWithABf16Bias) {
   for (DType out : {DType::kFloat32, DType::kFloat64}) {
     Fp8Query q = WideQuery(Precision::kFp8E4M3);
-    q.layer->output = out;
+    q.layer->output_dtype = out;
     q.layer->bias = DType::kBFloat16;
     auto g = CheckFp8Gemm(q);
     ASSERT_THAT(g, IsOk()) << DTypeName(out);

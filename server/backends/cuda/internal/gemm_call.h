@@ -44,11 +44,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/dtype.h"
+#include "core/linear_config.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/backends/linear_backend.h"
-#include "core/dtype.h"
-#include "core/linear_config.h"
 
 namespace tensorcheck::cuda::internal {
 

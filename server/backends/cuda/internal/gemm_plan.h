@@ -75,11 +75,11 @@
 
 #include <optional>
 
-#include "server/backends/cuda/cuda_kernels.h"
-#include "server/backends/cuda/internal/fp8_rules.h"
 #include "core/dtype.h"
 #include "core/linear_config.h"
 #include "core/tensor.h"
+#include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/internal/fp8_rules.h"
 
 namespace tensorcheck::cuda::internal {
 

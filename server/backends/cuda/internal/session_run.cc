@@ -27,6 +27,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/float_formats.h"
+#include "core/fp8_scaling.h"
+#include "core/status_macros.h"
 #include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/error_model_kernels.h"
@@ -35,9 +38,6 @@
 #include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
-#include "core/float_formats.h"
-#include "core/fp8_scaling.h"
-#include "core/status_macros.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -107,8 +107,10 @@ DeviceTraits TraitsOf(const CudaComputeDevice& device) {
           ComputeCapability{device.probe().cc_major, device.probe().cc_minor}};
 }
 
+// `fp8`: the FP8 GEMM the configuration's Prepare decided, required when
+// it involves FP8 (the rules are not asked again here).
 absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const RunOptions& options,
-                               const DeviceTraits& device) {
+                               const DeviceTraits& device, const std::optional<Fp8Gemm>& fp8) {
   RunSetup r;
   r.lt = config.backend == "cublaslt";
   if (!r.lt && config.backend != "cublas") {
@@ -123,8 +125,12 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
         "configuration ", config.ToString(), ": the GPU backends need 1 <= m, n, k <= ", INT_MAX,
         ", got m=", m, " n=", n, " k=", k));
   }
-  if (IsFp8(config.precision) || IsFp8(l.input) || IsFp8(l.weight)) {
-    TC_ASSIGN_OR_RETURN(const Fp8Gemm gemm, CheckFp8Gemm(Fp8QueryOf(config, l, device.cc)));
+  if (InvolvesFp8(config, l)) {
+    if (!fp8.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "configuration ", config.ToString(), ": its FP8 GEMM was not prepared for this layer"));
+    }
+    const Fp8Gemm& gemm = *fp8;
     r.plan = MakeFp8Plan(gemm);
     r.bias_type = gemm.bias.value_or(gemm.d);
     // OUT_IN as stored, IN_OUT once transposed: TN.
@@ -136,7 +142,8 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
   // are exact in TF32, and fp32's plan then rounds nothing either.
   const std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision);
   const Precision planned = tf32 ? Precision::kFp32 : config.precision;
-  r.plan = MakePlan(planned, l.input, l.weight, l.output, r.lt ? l.bias : std::optional<DType>());
+  r.plan =
+      MakePlan(planned, l.input, l.weight, l.output_dtype, r.lt ? l.bias : std::optional<DType>());
   r.round = tf32 && r.plan.ab == DType::kFloat32 ? tf32 : std::nullopt;
   r.bias_type = !l.bias.has_value() ? r.plan.d : (r.lt ? r.plan.d : *l.bias);
   r.a_transposed = l.layout == WeightLayout::kOutIn;
@@ -377,7 +384,7 @@ GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_
   ops.n = l.n;
   ops.k = l.k;
   ops.a_transposed = setup.a_transposed;
-  ops.out = l.output;
+  ops.out = l.output_dtype;
   ops.bias_type = setup.bias_type;
   ops.activation = l.activation;
   ops.stream = stream;
@@ -410,12 +417,7 @@ LayerTypes LayerOf(const LinearProblem& problem) {
   layer.input = problem.input->dtype();
   layer.weight = problem.weight->dtype();
   if (problem.bias != nullptr) layer.bias = problem.bias->dtype();
-  layer.layout = problem.layout;
-  layer.activation = problem.activation;
-  layer.output = problem.output_dtype;
-  layer.m = problem.m;
-  layer.n = problem.n;
-  layer.k = problem.k;
+  layer.shape() = problem.shape();
   return layer;
 }
 
@@ -425,14 +427,25 @@ Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
   q.config = config;
   q.input = layer.input;
   q.weight = layer.weight;
-  q.layer = Fp8Layer{layer.layout, layer.output, layer.bias, layer.m, layer.n, layer.k};
+  q.layer = Fp8Layer{layer.shape(), layer.bias};
   q.device = device;
   return q;
 }
 
+bool InvolvesFp8(const Config& config, const LayerTypes& layer) {
+  return IsFp8(config.precision) || IsFp8(layer.input) || IsFp8(layer.weight);
+}
+
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& op,
-                                        const SessionScales& scales, const Config& config,
+                                        const SessionScales& scales, const PreparedRun& prepared,
                                         const RunOptions& options) {
+  TC_RETURN_IF_ERROR(prepared.status());
+  const CudaPrepared* state = prepared.state<CudaPrepared>();
+  if (state == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("configuration ", prepared.config().ToString(),
+                                                   ": not prepared by a CUDA backend"));
+  }
+  const Config& config = prepared.config();
   TC_ASSIGN_OR_RETURN(const CudaSession::Array* x, s.Get(op.input, "op.input"));
   TC_ASSIGN_OR_RETURN(const CudaSession::Array* w, s.Get(op.weight, "op.weight"));
   const CudaSession::Array* bias = nullptr;
@@ -444,13 +457,9 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   layer.input = x->dtype;
   layer.weight = w->dtype;
   if (bias != nullptr) layer.bias = bias->dtype;
-  layer.layout = op.layout;
-  layer.activation = op.activation;
-  layer.output = op.output_dtype;
-  layer.m = m;
-  layer.n = n;
-  layer.k = k;
-  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(config, layer, options, TraitsOf(s.device())));
+  layer.shape() = op.shape();
+  TC_ASSIGN_OR_RETURN(const RunSetup setup,
+                      SetUp(config, layer, options, TraitsOf(s.device()), state->fp8));
   if (x->count != m * k || w->count != n * k || (bias != nullptr && bias->count != n)) {
     return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
                                                    ": tensor sizes do not match m=", m, " n=", n,
@@ -535,14 +544,12 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   return result;
 }
 
-absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(CudaSession& s,
-                                                               const LayerTypes& layer,
-                                                               const Config& config,
-                                                               const RunOptions& options,
-                                                               int limit) {
+absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(
+    CudaSession& s, const LayerTypes& layer, const Config& config,
+    const std::optional<Fp8Gemm>& fp8, const RunOptions& options, int limit) {
   Config c = config;
   c.algo.reset();  // the list is the same whichever entry the configuration names
-  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, TraitsOf(s.device())));
+  TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, TraitsOf(s.device()), fp8));
   if (!setup.lt) return CublasAlgorithms(limit);
   return LtAlgorithms(PlaceholderOperands(setup, layer, c, s.stream()), s.ctx(), options, limit,
                       c.ToString(), s.device().probe().description.name);
@@ -554,8 +561,13 @@ absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
                               std::map<std::string, std::string>* details) {
   Config c = config;
   c.algo.reset();
+  // Descriptors alone, outside a prepared run: the FP8 rules asked here.
+  std::optional<Fp8Gemm> fp8;
+  if (InvolvesFp8(c, layer)) {
+    TC_ASSIGN_OR_RETURN(fp8, CheckFp8Gemm(Fp8QueryOf(c, layer, cc)));
+  }
   TC_ASSIGN_OR_RETURN(const RunSetup setup,
-                      SetUp(c, layer, options, DeviceTraits{/*tf32_disabled=*/false, cc}));
+                      SetUp(c, layer, options, DeviceTraits{/*tf32_disabled=*/false, cc}, fp8));
   if (!setup.lt) return absl::OkStatus();  // cublasGemmEx takes no descriptors
   return BuildLtDescriptors(PlaceholderOperands(setup, layer, c, /*stream=*/nullptr),
                             static_cast<uint64_t>(workspace_bytes), options, details);
