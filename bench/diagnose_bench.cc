@@ -33,9 +33,9 @@
 #include <string>
 
 #include "bench/bench_support.h"
-#include "server/backends/linear_backend.h"
 #include "core/executor.h"
 #include "core/float_formats.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

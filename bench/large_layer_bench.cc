@@ -40,10 +40,10 @@
 
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/backends/linear_backend.h"
 #include "core/executor.h"
 #include "core/float_formats.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

@@ -21,8 +21,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
-#include "server/backends/linear_backend.h"
 #include "core/float_formats.h"
+#include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 
 namespace tensorcheck {

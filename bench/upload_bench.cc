@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "core/digest.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/server.h"
 #include "server/service/upload_session.h"
-#include "core/digest.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {

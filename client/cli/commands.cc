@@ -30,10 +30,10 @@
 #include "client/cli/report.h"
 #include "client/cli/tensor_io.h"
 #include "client/cli/tensor_ref.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
 #include "core/dtype.h"
 #include "core/executor.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {

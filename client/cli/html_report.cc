@@ -15,8 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/internal/html_charts.h"
 #include "client/cli/internal/report_format.h"
-#include "proto/dtype_proto.h"
 #include "core/share_format.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli {
 

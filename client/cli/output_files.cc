@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/html_report.h"
 #include "client/cli/tensor_io.h"
-#include "proto/dtype_proto.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/internal/tensor_file.h"
 #include "client/cli/tensor_io.h"
-#include "nlohmann/json.hpp"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace tensorcheck::cli {
 

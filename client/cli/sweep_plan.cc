@@ -14,9 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "nlohmann/json.hpp"
 
 namespace tensorcheck::cli::internal {
 namespace {

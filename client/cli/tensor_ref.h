@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dtype.h"
 #include "core/digest.h"
+#include "core/dtype.h"
 
 namespace tensorcheck::cli {
 

@@ -18,10 +18,10 @@
 #include "absl/strings/string_view.h"
 #include "client/cli/tensor_io.h"
 #include "client/cli/tensor_ref.h"
-#include "proto/dtype_proto.h"
 #include "core/dtype.h"
 #include "core/linear_config.h"
 #include "core/status_macros.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
 namespace {

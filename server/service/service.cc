@@ -9,11 +9,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "google/rpc/status.pb.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "nlohmann/json.hpp"
-#include "core/status_macros.h"
 #include "server/service/logging.h"
 #include "server/service/request_id.h"
 

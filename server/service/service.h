@@ -37,9 +37,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/stop_signal.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
-#include "core/stop_signal.h"
 #include "server/engine/engine.h"
 #include "server/service/admission.h"
 #include "server/service/idle_trim.h"

@@ -15,10 +15,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/backends/linear_backend.h"
-#include "core/status_macros.h"
 #include "server/engine/engine.h"
 #include "server/service/request_id.h"
 #include "server/service/server.h"

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "server/service/logging.h"
 #include "server/service/request_id.h"
 #include "server/service/service.h"

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/digest.h"
 #include "google/rpc/status.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/server.h"
-#include "core/digest.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck {

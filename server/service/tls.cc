@@ -20,9 +20,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
-#include "core/status_macros.h"
 
 namespace tensorcheck {
 

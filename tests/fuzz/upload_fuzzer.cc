@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/service/upload_session.h"
 #include "core/digest.h"
+#include "server/service/upload_session.h"
 #include "server/store/tenant_store.h"
 #include "server/store/tensor_store.h"
 #include "tests/fuzz/fuzz_support.h"

@@ -16,8 +16,8 @@
 #include "absl/strings/string_view.h"
 #include "client/cli/internal/command_line.h"
 #include "client/cli/internal/connection.h"
-#include "grpcpp/grpcpp.h"
 #include "core/executor.h"
+#include "grpcpp/grpcpp.h"
 #include "tensorcheck/v1/tensorcheck.grpc.pb.h"
 
 namespace tensorcheck::cli::internal {

@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/tensor_ref.h"
-#include "google/rpc/status.pb.h"
-#include "proto/dtype_proto.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "google/rpc/status.pb.h"
+#include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
 namespace {
