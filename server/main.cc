@@ -195,19 +195,10 @@ bool Given(const absl::Flag<T>& flag) {
 
 // A renamed option from its two flags (server_options.h, ResolveFlag): a
 // size, the old flag in bytes or (shift 20) MiB.
+// The old flag is an int64_t or an int.
+template <typename Old>
 absl::StatusOr<int64_t> Size(const absl::Flag<tensorcheck::ByteSize>& flag,
-                             const absl::Flag<int64_t>& old_flag, int shift,
-                             std::set<std::string>* old_names) {
-  const std::string name = Dashed(flag);
-  const std::string old_name = Dashed(old_flag);
-  TC_ASSIGN_OR_RETURN(const int64_t old_bytes,
-                      tensorcheck::ScaleFlagValue(old_name, absl::GetFlag(old_flag), shift));
-  return tensorcheck::ResolveFlag(
-      tensorcheck::FlagValue<int64_t>{name, absl::GetFlag(flag).bytes, Given(flag)},
-      tensorcheck::FlagValue<int64_t>{old_name, old_bytes, Given(old_flag)}, old_names);
-}
-absl::StatusOr<int64_t> Size(const absl::Flag<tensorcheck::ByteSize>& flag,
-                             const absl::Flag<int>& old_flag, int shift,
+                             const absl::Flag<Old>& old_flag, int shift,
                              std::set<std::string>* old_names) {
   const std::string name = Dashed(flag);
   const std::string old_name = Dashed(old_flag);
