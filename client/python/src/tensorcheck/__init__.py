@@ -88,6 +88,7 @@ from ._options import VerifyOptions
 from ._report import (
     BackendInfo,
     BatchInvariance,
+    CallDecision,
     Capabilities,
     ConfigResult,
     Defect,
@@ -148,6 +149,7 @@ __all__ = [
     "Group",
     "UlpBucket",
     "NegligibleElements",
+    "CallDecision",
     "Capabilities",
     "BackendInfo",
     "DeviceInfo",

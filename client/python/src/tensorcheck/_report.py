@@ -22,6 +22,7 @@ from ._pb import pb
 from ._report_nodes import (
     _VERDICT_NAMES,
     BatchInvariance,
+    CallDecision,
     ConfigResult,
     Defect,
     DefectElement,
@@ -44,6 +45,7 @@ from ._tensors import ReadTensor
 # offers them as it always did.
 __all__ = [
     "Report",
+    "CallDecision",
     "Stats",
     "ConfigResult",
     "BatchInvariance",
@@ -81,11 +83,20 @@ def _report_field(m: pb.VerifyResponse, name: str, read: Optional[ReadTensor]) -
         return [ConfigResult.from_proto(r, f"results[{i}]", read) for i, r in enumerate(m.results)]
     if name == "diagnosis":
         return Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None
+    if name == "call":
+        return CallDecision.from_proto(m.call) if m.HasField("call") else None
     raise AssertionError(name)
 
 
 # The Report fields that a report the Client built converts on first access.
-_CONVERTED_ON_ACCESS = ("tolerance", "observed_vs_reference", "reference", "results", "diagnosis")
+_CONVERTED_ON_ACCESS = (
+    "tolerance",
+    "observed_vs_reference",
+    "reference",
+    "results",
+    "diagnosis",
+    "call",
+)
 _CONVERT_LOCK = threading.Lock()
 
 
@@ -126,7 +137,10 @@ class Report(_Node):
     uploaded_bytes: int = 0
     reused_bytes: int = 0
     accept: tuple[str, ...] = ()
-    _not_json = ("accept",)
+    # The server's decisions about this call for a whole-model check (not
+    # part of to_dict(), as in the CLI's JSON).
+    call: Optional[CallDecision] = None
+    _not_json = ("accept", "call")
 
     @classmethod
     def from_proto(cls, m: pb.VerifyResponse, read: Optional[ReadTensor] = None) -> Report:

@@ -38,6 +38,7 @@ __all__ = [
     "Group",
     "UlpBucket",
     "NegligibleElements",
+    "CallDecision",
 ]
 
 # UINT64_MAX on the wire: the ULP distance of NaN against a number.
@@ -157,6 +158,33 @@ class NegligibleElements(_Node):
             max_abs=m.max_abs,
             significant_max_ulp=_ulp(m.significant_max_ulp),
             note=m.note,
+        )
+
+
+@dataclass(frozen=True)
+class CallDecision(_Node):
+    """The server's decisions about one layer call that a whole-model check
+    rests on (docs/api.md, "Layer-call decisions"; docs/model-checks.md,
+    "The rules"): the configurations explaining the output (best first),
+    why the call diverges on its own ("" when it does not), and whether
+    its bound_ratio exceeds the request's threshold."""
+
+    explained: bool
+    explaining: list[str]
+    divergence: str
+    bound_threshold: float
+    bound_exceeded: bool
+    bound_reason: str
+
+    @classmethod
+    def from_proto(cls, m: pb.CallDecision) -> CallDecision:
+        return cls(
+            explained=m.explained,
+            explaining=list(m.explaining),
+            divergence=m.divergence,
+            bound_threshold=m.bound_threshold,
+            bound_exceeded=m.bound_exceeded,
+            bound_reason=m.bound_reason,
         )
 
 
