@@ -31,7 +31,8 @@ double ProcessCpuSeconds() {
 
 // The bound the cancellation contract promises on the CPU backend
 // (architecture.md, "Admission and cancellation"): at most the GEMM tile
-// in progress, 2^33 multiply-adds, about 0.2 s of CPU at 45 GMAC/s a core
+// in progress, 2^32 multiply-adds, about 0.1 s of CPU at 45 GMAC/s a core
+// (0.28 s at 15.6)
 // however many cores share it, and a statistics chunk (measured 0.01-0.22 s
 // of process CPU, all threads, after the cancel). The bound has room for a
 // loaded CI host, where the same work takes more CPU time: 0.31 s was seen

@@ -12,15 +12,16 @@
 namespace tensorcheck {
 namespace {
 
-// Tiles of about 0.1 s on two idle cores (fp32 OpenBLAS runs about twice
-// as many multiply-adds a second as fp64): a stop waits for the tile in
-// progress. Each BLAS call packs its operands again, so smaller tiles cost
-// more: a 1024x4096x4096 fp32 product (2^34) took 1.4-1.5x the single
-// call in tiles of 2^29 multiply-adds, 1.25x in 2^31, 1.07-1.1x in 2^32
-// and 1.02-1.06x in 2^33, the size kept (bench/gemm_bench,
+// Tiles of about 0.1 s on two idle cores of a fast host (fp32 OpenBLAS
+// runs about twice as many multiply-adds a second as fp64), 0.3 CPU-s on a
+// core of 15.6 GMAC/s: a stop waits for the tile in progress. Each BLAS
+// call packs its operands again, so smaller tiles cost more: a
+// 1024x4096x4096 fp32 product (2^34) took 1.4-1.5x the single call in
+// tiles of 2^29 multiply-adds, 1.25x in 2^31, 1.07-1.1x in 2^32 (the size
+// kept: 2^33, 1.02-1.06x, took 0.55 CPU-s a tile on a slow host) (bench/gemm_bench,
 // docs/performance.md).
-constexpr int64_t kFloatTileMacs = int64_t{1} << 33;
-constexpr int64_t kDoubleTileMacs = int64_t{1} << 32;
+constexpr int64_t kFloatTileMacs = int64_t{1} << 32;
+constexpr int64_t kDoubleTileMacs = int64_t{1} << 31;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -115,9 +115,9 @@ void WidenWeightBlock(const Tensor& weight, WeightLayout layout, int64_t j0, int
 // out bit for bit as from a single block of all n columns (cpu_backend_test
 // and magnitude_sums_test check it with the narrowest blocks the plan
 // allows) while that single block's product is one BLAS call: under
-// BlasGemm's tiles of 2^33 (fp32) or 2^32 (fp64) multiply-adds, which a
-// Llama-3-70B lm_head at m = 4 is. Larger products are cut into tiles, as
-// before blocks, and a tile's columns then depend on its block's width.
+// BlasGemm's tiles of 2^32 (fp32) or 2^31 (fp64) multiply-adds, which a
+// Llama-3-70B lm_head at m = 4 is (8192 x 128256 x 4 = 2^32 x 0.98). Larger products are cut into
+// tiles, as before blocks, and a tile's columns then depend on its block's width.
 absl::Status BlasGemmBlock(const float* x, const float* w_block, WeightLayout layout, int64_t m,
                            int64_t n, int64_t k, int64_t j0, int64_t nb, int64_t padded,
                            float* scratch, float* c, const StopSignal* stop);
