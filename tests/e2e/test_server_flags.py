@@ -73,22 +73,16 @@ def help_entries() -> dict[str, str]:
             for name, help_text, default in entries}
 
 
-def test_new_names_take_sizes_and_durations():
-    caps = capabilities("--max-message=8MiB", "--max-inline-tensor=3M", "--store-size=64MiB",
-                        "--max-stored-tensor=5MB", "--partial-upload-ttl=1m30s",
-                        "--max-inline-output=2KiB")
-    assert caps.limits.max_message_bytes == 8 * MiB
-    assert caps.limits.max_tensor_bytes == 3 * MiB
-    assert caps.store.budget_bytes == 64 * MiB
-    assert caps.store.max_tensor_bytes == 5_000_000
-    assert caps.store.partial_upload_seconds == 90
-    assert caps.store.inline_output_bytes == 2048
-
-
-def test_old_names_keep_their_units():
-    caps = capabilities("--max-message-mb=8", "--max-tensor-mb=3", "--store-bytes=67108864",
-                        "--max-tensor-bytes=5000000", "--partial-upload-seconds=90",
-                        "--inline-output-bytes=2048")
+@pytest.mark.parametrize("flags", [
+    # The new names take sizes and durations ...
+    ("--max-message=8MiB", "--max-inline-tensor=3M", "--store-size=64MiB",
+     "--max-stored-tensor=5MB", "--partial-upload-ttl=1m30s", "--max-inline-output=2KiB"),
+    # ... and the old names keep their units.
+    ("--max-message-mb=8", "--max-tensor-mb=3", "--store-bytes=67108864",
+     "--max-tensor-bytes=5000000", "--partial-upload-seconds=90", "--inline-output-bytes=2048"),
+], ids=["new_names_take_sizes_and_durations", "old_names_keep_their_units"])
+def test_both_spellings_set_the_same_limits(flags):
+    caps = capabilities(*flags)
     assert caps.limits.max_message_bytes == 8 * MiB
     assert caps.limits.max_tensor_bytes == 3 * MiB
     assert caps.store.budget_bytes == 64 * MiB
