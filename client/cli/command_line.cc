@@ -19,10 +19,11 @@ enum Cmd : unsigned {
   kUpload = 8,
   kSweep = 16,
   kHealth = 32,
-  kCompare = 64
+  kCompare = 64,
+  kRender = 128
 };
 constexpr unsigned kRun = kVerify | kDiagnose;
-constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep | kHealth | kCompare;
+constexpr unsigned kAll = kRun | kCaps | kUpload | kSweep | kHealth | kCompare | kRender;
 // The flags sweep shares with verify and diagnose.
 constexpr unsigned kCheck = kRun | kSweep;
 // The layer's flags (tensors and op options), which compare shares too.
@@ -45,7 +46,9 @@ constexpr FlagSpec kFlags[] = {
     {"tls-key", true, kAll},
     {"token", true, kAll},
     {"timeout", true, kAll},
-    {"json", false, kCheck | kCaps | kCompare},
+    {"json", false, kCheck | kCaps | kCompare | kRender},
+    // render: the table on stdout (the default when no output is named).
+    {"text", false, kRender},
     {"help", false, kAll},
     {"input", true, kLayer},
     {"weight", true, kLayer},
@@ -83,14 +86,16 @@ constexpr FlagSpec kFlags[] = {
     {"algorithm-sweep", true, kRun},
     {"batch-invariance", false, kRun},
     {"batch-sizes", true, kRun},
-    {"junit", true, kCheck},
-    {"github", false, kCheck},
+    // The reports of a check; render draws a sweep's from its JSON.
+    {"junit", true, kCheck | kRender},
+    {"github", false, kCheck | kRender},
     {"save-outputs", true, kRun},
     // --html FILE: client/cli/html_report.h.
-    {"html", true, kCheck},
+    {"html", true, kCheck | kRender},
     // sweep (client/cli/internal/sweep_plan.h).
     {"weights", true, kSweep},
-    {"captures", true, kSweep},
+    // render: the observed outputs of --html's heatmaps.
+    {"captures", true, kSweep | kRender},
     {"map", true, kSweep},
     {"bound-threshold", true, kSweep},
     {"jobs", true, kSweep},
@@ -107,6 +112,7 @@ unsigned CommandBit(const std::string& c) {
   if (c == "sweep") return kSweep;
   if (c == "health") return kHealth;
   if (c == "compare") return kCompare;
+  if (c == "render") return kRender;
   return 0;
 }
 
@@ -131,13 +137,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
         if (CommandBit(arg) == 0) {
           return Usage(
               absl::StrCat("unknown command '", arg,
-                           "': verify, diagnose, compare, sweep, upload, capabilities or health "
-                           "expected"));
+                           "': verify, diagnose, compare, sweep, render, upload, capabilities or "
+                           "health expected"));
         }
         cl.command = arg;
         continue;
       }
-      if (cl.command == "upload") {
+      if (cl.command == "upload" || cl.command == "render") {
         cl.args.push_back(arg);
         continue;
       }

@@ -302,6 +302,22 @@ struct Comparison {
 
 std::string HtmlEscape(absl::string_view s) { return MarkupEscape(s, /*escape_whitespace=*/false); }
 
+std::string HeatmapCandidate(const pb::VerifyResponse& r) {
+  const pb::Diagnosis& d = r.diagnosis();
+  if (!d.best().empty()) return d.best();
+  return d.ranking_size() > 0 ? d.ranking(0).config() : "";
+}
+
+void KeepDrawnOutputs(pb::VerifyResponse* r, const ReportContext& ctx, bool has_observed) {
+  // Without an observed output every configuration is drawn against the
+  // reference: all outputs stay.
+  if (!has_observed && !r->has_observed_vs_reference()) return;
+  const std::string heat = ctx.command == "diagnose" ? HeatmapCandidate(*r) : "";
+  for (pb::ConfigResult& c : *r->mutable_results()) {
+    if (heat.empty() || c.config() != heat) c.clear_output();
+  }
+}
+
 std::string HtmlStyleSheet() { return kCss; }
 
 std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
@@ -359,12 +375,8 @@ std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& 
       absl::StrAppend(&out, "<dt>Framework hint</dt><dd>", HtmlEscape(d.framework_hint()),
                       "</dd>\n");
     }
-    if (!d.best().empty()) {
-      heat_config = d.best();
-      heat_is_best = true;
-    } else if (d.ranking_size() > 0) {
-      heat_config = d.ranking(0).config();
-    }
+    heat_config = HeatmapCandidate(r);
+    heat_is_best = !d.best().empty();
   } else {
     const bool pass = r.verdict() == pb::VERDICT_PASS;
     absl::StrAppend(

@@ -121,6 +121,19 @@ std::string FormatHtml(const pb::VerifyResponse& r, const ReportContext& ctx,
 std::string FormatHtmlSection(const pb::VerifyResponse& r, const ReportContext& ctx,
                               const Tensor* observed, const HtmlOptions& options = {});
 
+// The candidate whose output the first heatmap of a diagnosis compares
+// with the observed output: the best, else the top of the ranking (which
+// explains nothing); empty when the ranking is empty.
+std::string HeatmapCandidate(const pb::VerifyResponse& r);
+
+// Clears every returned output that FormatHtmlSection does not draw, so
+// that a response kept for a later page (`tensorcheck sweep --html`, whose
+// JSON report carries the responses) holds only those: with an observed
+// output (`has_observed`, or the response's observed_vs_reference), the
+// reference's and, for `diagnose`, the HeatmapCandidate's; without one,
+// every output (each configuration is drawn against the reference).
+void KeepDrawnOutputs(pb::VerifyResponse* r, const ReportContext& ctx, bool has_observed);
+
 // One layer call on the chart of bound_ratio across depth.
 struct DepthPoint {
   // Its place in execution order, from 0.

@@ -375,6 +375,29 @@ TEST(FormatHtmlTest, DiagnosePageHasSummaryRankingHistogramsAndHeatmaps) {
   EXPECT_EQ(Count(page, "<circle class=\"largest\""), 2);
 }
 
+TEST(KeepDrawnOutputsTest, KeepsTheOutputsThePageDrawsAndTheSamePage) {
+  Fixture f = DiagnoseFixture();
+  const std::string page = FormatHtml(f.response, Ctx("diagnose"), &f.observed);
+  pb::VerifyResponse kept = f.response;
+  KeepDrawnOutputs(&kept, Ctx("diagnose"), /*has_observed=*/true);
+  EXPECT_TRUE(kept.reference().has_output());
+  for (const pb::ConfigResult& c : kept.results()) {
+    EXPECT_EQ(c.has_output(), c.config() == "cpu:fp32:none") << c.config();
+  }
+  EXPECT_EQ(FormatHtml(kept, Ctx("diagnose"), &f.observed), page);
+  // No best: the top of the ranking's output is the one drawn.
+  kept = f.response;
+  kept.mutable_diagnosis()->clear_best();
+  const std::string no_best = FormatHtml(kept, Ctx("diagnose"), &f.observed);
+  KeepDrawnOutputs(&kept, Ctx("diagnose"), /*has_observed=*/true);
+  EXPECT_EQ(FormatHtml(kept, Ctx("diagnose"), &f.observed), no_best);
+  // Verify against an observed output draws the reference's alone.
+  kept = f.response;
+  KeepDrawnOutputs(&kept, Ctx("verify"), /*has_observed=*/true);
+  for (const pb::ConfigResult& c : kept.results()) EXPECT_FALSE(c.has_output()) << c.config();
+  EXPECT_TRUE(kept.reference().has_output());
+}
+
 TEST(FormatHtmlTest, NullBestSaysNoCandidateExplainsTheOutput) {
   Fixture f = DiagnoseFixture();
   f.response.mutable_diagnosis()->clear_best();

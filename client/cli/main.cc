@@ -9,6 +9,7 @@
 //   tensorcheck capabilities
 //   tensorcheck upload w.npy m.safetensors:fc.weight
 //   tensorcheck sweep --weights model.safetensors --captures captures.safetensors
+//   tensorcheck render report.json --junit report.xml --html report.html
 //   tensorcheck health --service tensorcheck.v1.TensorCheck
 //   TENSORCHECK_TOKEN=... tensorcheck --server tc.example:443 --tls-ca ca.pem
 //       capabilities
@@ -25,7 +26,9 @@
 // --junit, --save-outputs and --html; tensors above 1 MiB go by digest
 // through the server's store (internal/tensor_transfer.h,
 // internal/store_client.h), `sha256:` arguments are tensor_ref.h; sweep.cc
-// runs `sweep` (internal/sweep_plan.h, internal/sweep_report.h).
+// runs `sweep` (internal/sweep_plan.h, internal/sweep_report.h) and
+// `render`, which draws a sweep's reports from its JSON report with the
+// renderer sweep uses (internal/sweep_render.h).
 #include <grpc/grpc.h>
 
 #include <iostream>
@@ -45,6 +48,7 @@ using internal::ParseDoubleFlag;
 using internal::RunCapabilities;
 using internal::RunCompare;
 using internal::RunHealth;
+using internal::RunRender;
 using internal::RunSweep;
 using internal::RunUpload;
 using internal::RunVerifyOrDiagnose;
@@ -67,6 +71,8 @@ Commands:
   capabilities  what the server can run, its device and limits
   upload        put tensors into the server's store; print their digests
   sweep         check every linear layer of a model from a captures file
+  render        a sweep's table, JUnit, GitHub summary and HTML page from its
+                JSON report (no server)
   health        the server's status from the gRPC health service
 
 Global flags:
@@ -359,7 +365,9 @@ the layer call's index I counted from 0, as the JSON report's
 first_divergence.index and the Python client's #I (--json: the report of docs/model-checks.md; --junit FILE:
 one test case per layer call; --html FILE: one page with bound_ratio across
 depth and every layer call's report; --github: annotations and a Markdown
-summary appended to $GITHUB_STEP_SUMMARY).
+summary appended to $GITHUB_STEP_SUMMARY). The JSON report carries every
+layer call's response (with --html, the outputs the page draws):
+`tensorcheck render` draws the other outputs from it again.
 
 )";
 
@@ -372,6 +380,41 @@ constexpr const char kSweepExitCodes[] =
   3  server unreachable or server-side error, also when the server goes away
      in the middle: the report shows what was checked, the rest not_checked;
      UNAUTHENTICATED and PERMISSION_DENIED (--token) too
+)";
+
+constexpr const char kRenderUsage[] =
+    R"(Usage: tensorcheck render REPORT.json [--text] [--json] [--junit FILE] [--html FILE]
+    [--github] [--captures FILE]
+
+Renders the report of `tensorcheck sweep --json` (or of the Python client's
+ModelReport.to_dict()) as sweep itself does: the same table, JSON, JUnit,
+GitHub summary and HTML page, made by the same code from the layer calls'
+responses the report carries (docs/model-checks.md, "tensorcheck render").
+Needs no server. REPORT.json may be - for stdin.
+
+  --text                 print the table (the default when no other output
+                         is named)
+  --json                 print the JSON report (the same keys, decided again
+                         from the responses)
+  --junit FILE           write JUnit XML, one test case per layer call
+  --html FILE            write the page: bound_ratio across depth and every
+                         layer call's report; heatmaps need the outputs the
+                         report's responses carry (a sweep run with --html
+                         keeps them) and --captures
+  --github               print GitHub Actions annotations (to stderr with
+                         --json) and append a Markdown summary to the file
+                         named by $GITHUB_STEP_SUMMARY when it is set
+  --captures FILE        with --html: the captures file the sweep read; its
+                         '{layer call}.output' tensors are the observed
+                         outputs the heatmaps compare
+
+Exit codes: those the sweep gave for these results
+  0  every layer call passed
+  1  a layer call failed (diverged)
+  2  a request the server rejected; or a bad report file (the message names
+     the JSON path, e.g. layers[3].response), a bad --captures file, a file
+     that could not be written, bad flags
+  3  a server-side error, or layer calls not checked
 )";
 
 constexpr const char kHealthUsage[] =
@@ -415,6 +458,8 @@ int Main(int argc, char** argv) {
       std::cout << kUploadUsage << kConnectionFlags << kExitCodes;
     } else if (cl->command == "sweep") {
       std::cout << kSweepUsage << kConnectionFlags << kSweepExitCodes;
+    } else if (cl->command == "render") {
+      std::cout << kRenderUsage;
     } else if (cl->command == "health") {
       std::cout << kHealthUsage << kConnectionFlags << kExitCodes;
     } else {
@@ -426,6 +471,8 @@ int Main(int argc, char** argv) {
     std::cerr << kMainUsage << kConnectionFlags << kExitCodes;
     return kExitUsage;
   }
+  // render reads a file: no server, no deadline.
+  if (cl->command == "render") return RunRender(*cl);
   const auto server = ConnectionFromFlags(*cl);
   if (!server.ok()) {
     std::cerr << "tensorcheck: " << server.status().message() << "\n"

@@ -10,6 +10,11 @@
 // --jobs workers take the layer calls in execution order; once the server
 // has gone (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) no further call is
 // started, and those left are reported not_checked.
+//
+// The results go to RenderSweep (internal/sweep_render.h), which `render`
+// (also here) feeds with the results it reads back from a JSON report:
+// one renderer for both. With --html the responses keep the outputs the
+// page draws, so that the JSON report can draw it again.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -35,6 +40,7 @@
 #include "client/cli/internal/progress.h"
 #include "client/cli/internal/store_client.h"
 #include "client/cli/internal/sweep_plan.h"
+#include "client/cli/internal/sweep_render.h"
 #include "client/cli/internal/sweep_report.h"
 #include "client/cli/internal/tensor_transfer.h"
 #include "client/cli/internal/verify_request.h"
@@ -52,10 +58,6 @@ constexpr int64_t kMaxJobs = 64;
 // detail (serialized) to its caller.
 constexpr absl::string_view kMissingTensorsPayload =
     "type.googleapis.com/tensorcheck.v1.MissingTensors";
-
-// Heatmap colour scales per layer call's section, so that ids stay unique
-// on the page.
-constexpr int kHeatmapIdsPerLayer = 64;
 
 // What the files say, checked, before anything is sent.
 struct SweepInput {
@@ -429,20 +431,17 @@ bool SweepRunner::RunLayer(size_t i, LayerResult* out) {
   out->rpc = LayerRpc::kOk;
   out->response = *std::move(resp);
   if (html_) {
+    // The page's heatmaps draw the reference's output and the best
+    // candidate's: those stay in the response (and so in the JSON report,
+    // which `tensorcheck render --html` draws the same page from), the
+    // rest go.
+    KeepDrawnOutputs(&out->response, ReportContext{in_.options.diagnose ? "diagnose" : "verify"},
+                     /*has_observed=*/true);
     const absl::Status read = ReadOutputsByDigest(&out->response, &store_, &quiet);
     if (!read.ok()) {
       std::cerr << "tensorcheck: warning: " << p.call.name.Full() << ": " << read.message() << "\n";
     }
-    HtmlOptions opts;
-    opts.first_heatmap_id = static_cast<int>(i) * kHeatmapIdsPerLayer;
-    opts.max_heatmaps = std::min(opts.max_heatmaps, kHeatmapIdsPerLayer);
-    out->html_section = FormatHtmlSection(
-        out->response, ReportContext{in_.options.diagnose ? "diagnose" : "verify"}, output.get(),
-        opts);
   }
-  // The outputs were for the page; the reports need only the statistics.
-  out->response.mutable_reference()->clear_output();
-  for (pb::ConfigResult& c : *out->response.mutable_results()) c.clear_output();
   return true;
 }
 
@@ -465,6 +464,50 @@ void SweepRunner::AttributeWeights(std::vector<LayerResult>& layers) const {
           weight.blob.digest.size_bytes();
     }
   }
+}
+
+// The outputs `sweep` and `render` share: --json, --junit, --html,
+// --github.
+SweepRenderRequest RenderRequestFromFlags(const CommandLine& cl, bool text) {
+  SweepRenderRequest want;
+  want.text = text;
+  want.json = cl.Has("json");
+  want.junit = cl.Has("junit");
+  want.html = cl.Has("html");
+  want.github = cl.Has("github");
+  return want;
+}
+
+// Renders the report (RenderSweep, the one renderer) and writes it: the
+// table or the JSON on stdout, the annotations on stdout (stderr beside
+// the JSON), the Markdown summary appended to $GITHUB_STEP_SUMMARY, the
+// --junit and --html files. Returns SweepExitCode, or kExitUsage when a
+// file could not be written (and everything passed) or the rendering
+// failed (a bad --captures file).
+int WriteSweepReports(SweepReport report, const SweepRenderRequest& want, const CommandLine& cl,
+                      absl::string_view command) {
+  auto rendered = RenderSweep(std::move(report), want);
+  if (!rendered.ok()) {
+    std::cerr << "tensorcheck: " << command << ": " << rendered.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::cout << rendered->stdout_text;
+  int code = rendered->exit_code;
+  if (want.github) {
+    (want.json ? std::cerr : std::cout) << rendered->github_annotations;
+    if (const char* file = std::getenv("GITHUB_STEP_SUMMARY"); file != nullptr && file[0] != '\0') {
+      const absl::Status w = WriteTextFile(file, rendered->github_summary, /*append=*/true);
+      if (!w.ok()) std::cerr << "tensorcheck: warning: " << w.message() << "\n";
+    }
+  }
+  absl::Status files;
+  if (want.junit) files.Update(WriteTextFile(cl.Get("junit"), rendered->junit, /*append=*/false));
+  if (want.html) files.Update(WriteTextFile(cl.Get("html"), rendered->html, /*append=*/false));
+  if (!files.ok()) {
+    std::cerr << "tensorcheck: " << files.message() << "\n";
+    if (code == kExitPass) code = kExitUsage;
+  }
+  return code;
 }
 
 }  // namespace
@@ -522,36 +565,48 @@ int RunSweep(const CommandLine& cl, const Connection& server, double timeout) {
   }
   runner.AttributeWeights(layers);
 
-  const SweepSummary summary = Summarize(layers, in->options);
-  if (cl.Has("json")) {
-    std::cout << SweepToJson(layers, summary, runner.counts(), in->options).dump(2) << "\n";
-  } else {
-    std::cout << FormatSweepText(layers, summary, in->options);
-  }
-  int code = fatal.ok() ? SweepExitCode(layers, summary)
-                        : ExitCodeForGrpc(static_cast<grpc::StatusCode>(fatal.code()));
-  if (cl.Has("github")) {
-    (cl.Has("json") ? std::cerr : std::cout) << FormatSweepGithubAnnotations(layers, summary);
-    if (const char* file = std::getenv("GITHUB_STEP_SUMMARY"); file != nullptr && file[0] != '\0') {
-      const absl::Status w =
-          WriteTextFile(file, FormatSweepGithubSummary(layers, summary), /*append=*/true);
-      if (!w.ok()) std::cerr << "tensorcheck: warning: " << w.message() << "\n";
+  SweepRenderRequest want = RenderRequestFromFlags(cl, /*text=*/!cl.Has("json"));
+  want.captures = in->captures;
+  const int code = WriteSweepReports(SweepReport{std::move(layers), runner.counts(), in->options},
+                                     want, cl, "sweep");
+  // Nothing was checked: the failure that stopped it says how it ended.
+  return fatal.ok() ? code : ExitCodeForGrpc(static_cast<grpc::StatusCode>(fatal.code()));
+}
+
+int RunRender(const CommandLine& cl) {
+  auto fail = [](absl::string_view message) {
+    std::cerr << "tensorcheck: render: " << message << "\n";
+    if (message.rfind("--", 0) == 0 || message.rfind("REPORT.json ", 0) == 0) {
+      std::cerr << "(see tensorcheck render --help)\n";
     }
+    return kExitUsage;
+  };
+  if (cl.args.size() != 1) {
+    return fail(absl::StrCat("REPORT.json (a file, or - for stdin) expected once, got ",
+                             cl.args.size(), " arguments"));
   }
-  absl::Status files;
-  if (cl.Has("junit")) {
-    files.Update(
-        WriteTextFile(cl.Get("junit"), FormatSweepJUnit(layers, summary), /*append=*/false));
+  if (cl.Has("text") && cl.Has("json")) {
+    return fail("--text and --json both print to stdout: give one");
   }
-  if (cl.Has("html")) {
-    files.Update(WriteTextFile(cl.Get("html"), FormatSweepHtml(layers, summary, in->options),
-                               /*append=*/false));
+  const std::string path = cl.args[0];
+  std::ostringstream text;
+  if (path == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return fail(absl::StrCat(path, ": cannot be read"));
+    text << in.rdbuf();
   }
-  if (!files.ok()) {
-    std::cerr << "tensorcheck: " << files.message() << "\n";
-    if (code == kExitPass) code = kExitUsage;
-  }
-  return code;
+  auto report = ParseSweepReport(text.str());
+  if (!report.ok()) return fail(absl::StrCat(path, ": ", report.status().message()));
+  // Without an output flag, the table, as `sweep` prints it.
+  const bool any =
+      cl.Has("text") || cl.Has("json") || cl.Has("junit") || cl.Has("html") || cl.Has("github");
+  SweepRenderRequest want = RenderRequestFromFlags(cl, /*text=*/cl.Has("text") || !any);
+  want.captures = cl.Get("captures");
+  if (cl.Has("captures") && want.captures.empty()) return fail("--captures: a file expected");
+  if (cl.Has("captures") && !want.html) return fail("--captures is for --html's heatmaps");
+  return WriteSweepReports(*std::move(report), want, cl, "render");
 }
 
 }  // namespace tensorcheck::cli::internal

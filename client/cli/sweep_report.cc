@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -16,6 +17,10 @@
 #include "client/cli/internal/json_values.h"
 #include "client/cli/internal/report_format.h"
 #include "core/share_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/type_resolver_util.h"
 #include "proto/dtype_proto.h"
 
 namespace tensorcheck::cli::internal {
@@ -102,6 +107,32 @@ std::string WhereText(const LayerResult& l) {
     parts.push_back(absl::StrCat("row ", g.index(), " (", FormatShare(g.share()), ")"));
   }
   return absl::StrJoin(parts, ", ");
+}
+
+// The response in protobuf's JSON mapping (lowerCamelCase names, default
+// values left out, enums by name, 64-bit integers and bytes as strings),
+// map entries (`details`) sorted by key: printed from the deterministic
+// serialization, so that the same response always prints the same text
+// (MessageToJsonString follows the map's own order, which is not).
+Json ResponseJson(const pb::VerifyResponse& r) {
+  std::string binary;
+  {
+    google::protobuf::io::StringOutputStream stream(&binary);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    r.SerializeToCodedStream(&coded);
+  }
+  constexpr char kTypeUrlPrefix[] = "type.googleapis.com";
+  const std::unique_ptr<google::protobuf::util::TypeResolver> resolver(
+      google::protobuf::util::NewTypeResolverForDescriptorPool(kTypeUrlPrefix,
+                                                               r.GetDescriptor()->file()->pool()));
+  std::string text;
+  const auto printed = google::protobuf::util::BinaryToJsonString(
+      resolver.get(), absl::StrCat(kTypeUrlPrefix, "/", r.GetDescriptor()->full_name()), binary,
+      &text);
+  // Only a string that is not UTF-8 fails, and a parsed response holds none.
+  if (!printed.ok()) return Json(nullptr);
+  return Json::parse(text);
 }
 
 std::string NotCheckedReason() { return "not checked: the server went away before it"; }
@@ -333,6 +364,14 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
     } else {
       j["report"] = nullptr;
     }
+    // What `tensorcheck render` rebuilds the layer call from: the failed
+    // RPC's code (the exit code tells a rejected request from a server
+    // error) and the whole response.
+    j["error_code"] =
+        l.rpc == LayerRpc::kError
+            ? Json(absl::StatusCodeToString(static_cast<absl::StatusCode>(l.error_code)))
+            : Json(nullptr);
+    j["response"] = l.rpc == LayerRpc::kOk ? ResponseJson(r) : Json(nullptr);
     arr.push_back(std::move(j));
   }
   out["layers"] = std::move(arr);
@@ -353,6 +392,11 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
   out["passed"] = summary.passed;
   out["uploaded_bytes"] = counts.uploaded_bytes;
   out["reused_bytes"] = counts.reused_bytes;
+  // The run's options that the rendering needs and the responses do not
+  // carry (tensorcheck render).
+  out["diagnose"] = options.diagnose;
+  out["bound_threshold"] =
+      options.bound_threshold.has_value() ? Json(*options.bound_threshold) : Json(nullptr);
   return out;
 }
 

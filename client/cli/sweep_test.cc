@@ -578,18 +578,19 @@ TEST(SweepToJsonTest, KeysAndValuesAsDocumented) {
   const nlohmann::ordered_json j = SweepToJson(layers, s, SweepCounts{128, 32}, SweepOptions{});
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-  EXPECT_THAT(keys, ElementsAre("layers", "first_divergence", "consensus", "layers_checked",
-                                "layers_total", "passed", "uploaded_bytes", "reused_bytes"));
+  EXPECT_THAT(
+      keys, ElementsAre("layers", "first_divergence", "consensus", "layers_checked", "layers_total",
+                        "passed", "uploaded_bytes", "reused_bytes", "diagnose", "bound_threshold"));
   std::vector<std::string> layer_keys;
   for (auto it = j["layers"][0].begin(); it != j["layers"][0].end(); ++it) {
     layer_keys.push_back(it.key());
   }
-  EXPECT_THAT(
-      layer_keys,
-      ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype", "status",
-                  "verdict", "diagnosis_verdict", "verdict_reason", "best", "confidence",
-                  "equivalent", "tied", "explained", "max_abs", "max_ulp", "negligible",
-                  "bound_ratio", "columns", "rows", "explanation", "error", "report"));
+  EXPECT_THAT(layer_keys,
+              ElementsAre("name", "call", "input_shape", "weight_shape", "weight_layout", "dtype",
+                          "status", "verdict", "diagnosis_verdict", "verdict_reason", "best",
+                          "confidence", "equivalent", "tied", "explained", "max_abs", "max_ulp",
+                          "negligible", "bound_ratio", "columns", "rows", "explanation", "error",
+                          "report", "error_code", "response"));
   const auto& l0 = j["layers"][0];
   EXPECT_EQ(l0["name"], "blocks.0.fc");
   EXPECT_EQ(l0["dtype"], "bfloat16");

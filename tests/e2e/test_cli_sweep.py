@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import subprocess
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from e2e_support import ServerProcess, run_cli
+from e2e_support import CLI_BIN, ServerProcess, run_cli
 
 BF16 = ml_dtypes.bfloat16
 ST_DTYPES = {
@@ -72,6 +73,8 @@ JSON_LAYER_KEYS = [
     "explanation",
     "error",
     "report",
+    "error_code",
+    "response",
 ]
 
 
@@ -208,6 +211,8 @@ def test_correct_model_passes_with_weights_uploaded_once(
         "passed",
         "uploaded_bytes",
         "reused_bytes",
+        "diagnose",
+        "bound_threshold",
     ]
     assert [(layer["name"], layer["call"]) for layer in j["layers"]] == [
         ("blocks.0.up", 0),
@@ -265,6 +270,116 @@ def test_correct_model_passes_with_weights_uploaded_once(
     assert j2["uploaded_bytes"] == 0
     weight_bytes = sum(a.nbytes for a in weights.values())
     assert j2["reused_bytes"] >= weight_bytes
+
+
+def render(*args: str, **kw):
+    return run_cli("render", *args, **kw)
+
+
+def annotations(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("::")]
+
+
+def test_render_draws_the_sweeps_own_reports_from_its_json(server, tmp_path) -> None:
+    """`tensorcheck render` of a sweep's JSON report writes, byte for
+    byte, the JUnit, GitHub summary and HTML page the sweep wrote: one
+    renderer (docs/model-checks.md, "tensorcheck render")."""
+    weights = make_weights()
+    w_path, c_path = tmp_path / "model.safetensors", tmp_path / "captures.safetensors"
+    write_safetensors(w_path, weights)
+    write_safetensors(c_path, run_model(weights, how={"blocks.0.down": unfused}))
+    junit, html, summary = (
+        tmp_path / "sweep.xml",
+        tmp_path / "sweep.html",
+        tmp_path / "sweep.md",
+    )
+    r, j = sweep_json(
+        server,
+        w_path,
+        c_path,
+        "--junit",
+        str(junit),
+        "--html",
+        str(html),
+        "--github",
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert r.returncode == 1, r.stderr
+    assert j["diagnose"] is True and j["bound_threshold"] is None
+    # --html keeps the outputs the page draws: the reference's and the best's.
+    for layer in j["layers"]:
+        response = layer["response"]
+        assert response["call"]["explaining"], layer["name"]
+        assert response["reference"]["output"]["data"]
+        drawn = [c["config"] for c in response["results"] if "output" in c]
+        assert drawn == [layer["best"]], layer["name"]
+    report = tmp_path / "report.json"
+    report.write_text(r.stdout)
+
+    junit2, html2, summary2 = tmp_path / "r.xml", tmp_path / "r.html", tmp_path / "r.md"
+    rr = render(
+        str(report),
+        "--junit",
+        str(junit2),
+        "--html",
+        str(html2),
+        "--github",
+        "--captures",
+        str(c_path),
+        env={"GITHUB_STEP_SUMMARY": str(summary2)},
+    )
+    assert rr.returncode == r.returncode, rr.stderr
+    assert junit2.read_bytes() == junit.read_bytes()
+    assert summary2.read_bytes() == summary.read_bytes()
+    page = html.read_bytes()
+    assert page.count(b"data:image/png;base64,") >= 8  # two heatmaps per layer call
+    assert html2.read_bytes() == page
+    # Without --json the annotations go to stdout; the sweep's went to stderr.
+    assert annotations(rr.stdout) == annotations(r.stderr) != []
+
+    # The JSON back, and the table of a sweep that printed one.
+    again = render(str(report), "--json")
+    assert again.returncode == 1, again.stderr
+    assert again.stdout == r.stdout
+    table = sweep(server, "--weights", str(w_path), "--captures", str(c_path))
+    assert table.returncode == 1, table.stderr
+    # REPORT.json may be - for stdin.
+    text = subprocess.run(
+        [str(CLI_BIN), "render", "-"],
+        input=r.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert text.returncode == 1, text.stderr
+    assert text.stdout == table.stdout
+
+
+def test_render_of_a_bad_report_is_an_input_error_naming_the_field(
+    server, model, tmp_path
+) -> None:
+    w_path, c_path, _ = model
+    r, j = sweep_json(server, w_path, c_path)
+    assert r.returncode == 0, r.stderr
+    j["layers"][2]["response"]["diagnosis"] = "cpu:bf16:fused"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(j))
+    rr = render(str(bad))
+    assert rr.returncode == 2
+    assert f"tensorcheck: render: {bad}: layers[2].response: " in rr.stderr
+    assert "diagnosis" in rr.stderr
+    del j["layers"][1]["dtype"]
+    bad.write_text(json.dumps(j))
+    assert "layers[1].dtype: missing" in render(str(bad)).stderr
+    bad.write_text(r.stdout[: len(r.stdout) // 2])
+    rr = render(str(bad))
+    assert rr.returncode == 2 and "not JSON" in rr.stderr
+    # --captures is for --html's heatmaps.
+    good = tmp_path / "good.json"
+    good.write_text(r.stdout)
+    rr = render(str(good), "--captures", str(c_path))
+    assert rr.returncode == 2 and "--captures" in rr.stderr
+    assert render(str(good)).returncode == 0
 
 
 def test_text_table_ends_with_the_consensus(server, model) -> None:

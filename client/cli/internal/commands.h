@@ -87,4 +87,11 @@ int RunHealth(const CommandLine& cl, const Connection& server, double timeout);
 // (client/cli/sweep.cc, docs/model-checks.md).
 int RunSweep(const CommandLine& cl, const Connection& server, double timeout);
 
+// render REPORT.json: the text table, JSON, JUnit, GitHub summary and HTML
+// page of a sweep's JSON report, rendered by the code `sweep` renders its
+// own with (internal/sweep_render.h); no server. Its exit code is the one
+// the sweep gave for those results (SweepExitCode); kExitUsage for a bad
+// report file, naming the JSON path of what is wrong.
+int RunRender(const CommandLine& cl);
+
 }  // namespace tensorcheck::cli::internal

@@ -3,6 +3,9 @@
 // summary, and one HTML page (docs/model-checks.md). Internal to
 // client/cli; pure functions over the responses, testable without a server.
 //
+// (internal/sweep_render.h's RenderSweep is the one caller that renders
+// them all, for `sweep` and `render` alike.)
+//
 //   std::vector<LayerResult> layers = ...;   // one per layer call, in order
 //   SweepSummary s = Summarize(layers, SweepOptions{});
 //   std::cout << FormatSweepText(layers, s);
@@ -58,7 +61,8 @@ struct LayerResult {
   // This call's tensors by digest: uploaded for it, or already stored.
   int64_t uploaded_bytes = 0;
   int64_t reused_bytes = 0;
-  // Its section of the --html page (FormatHtmlSection), when wanted.
+  // Its section of the --html page (FormatHtmlSection), made by
+  // RenderSweep from `response` when the page is wanted.
   std::string html_section;
 
   // "lm_head" or "lm_head#2".
@@ -124,7 +128,10 @@ struct SweepCounts {
 };
 
 // The JSON report (docs/model-checks.md): keys shared with the Python
-// client's ModelReport.to_dict().
+// client's ModelReport.to_dict(). Each layer call's `response` (protobuf's
+// JSON mapping, map entries sorted) and `error_code`, and the top's
+// `diagnose` and `bound_threshold`, are what ParseSweepReport
+// (internal/sweep_render.h) rebuilds the results from.
 nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
                                    const SweepSummary& summary, const SweepCounts& counts,
                                    const SweepOptions& options);
