@@ -394,6 +394,10 @@ def test_model():
     resp.diagnosis.best = "cpu:fp32:fused"
     resp.diagnosis.headline = "Not rounding: MODEL HEADLINE."
     resp.diagnosis.verdict = pb.Diagnosis.VERDICT_DEFECT
+    resp.call.explained = True
+    resp.call.explaining.append("cpu:fp32:fused")
+    resp.call.divergence = "the server's verdict is defect"
+    resp.call.bound_threshold = 3.0
     layer = LayerCheck("fc", 0, (4, 3), (8, 3), "out_in", "float32")
     layer._fill(Report.from_proto(resp))
     tensorcheck.assert_model_parity(ModelReport([layer]))

@@ -19,11 +19,26 @@ from tensorcheck._pb import pb
 from tensorcheck._report import Report
 
 
-def _layer(name: str, best: str, bound_ratio: Optional[float], diagnose: bool = True) -> LayerCheck:
+def _layer(
+    name: str,
+    best: str,
+    bound_ratio: Optional[float],
+    diagnose: bool = True,
+    *,
+    bound_reason: str = "",
+) -> LayerCheck:
+    """A layer call's answer, with the server's decisions about it
+    (`call`) as it makes them at threshold 3: explained by `best`
+    (Verify: by its pass), `bound_reason` when the ratio exceeds 3."""
     resp = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
     if diagnose:
         resp.diagnosis.best = best
         resp.diagnosis.confidence = 0.9
+        resp.call.explaining.append(best)
+    resp.call.explained = True
+    resp.call.bound_threshold = 3.0
+    resp.call.bound_exceeded = bool(bound_reason)
+    resp.call.bound_reason = bound_reason
     stats = resp.observed_vs_reference
     stats.total = 8
     if bound_ratio is not None:
@@ -38,7 +53,12 @@ def _three_calls() -> ModelReport:
         [
             _layer("blocks.0.up", "cpu:bf16:fused", 0.0),
             _layer("blocks.1.up", "cpu:bf16:fused", 0.5),
-            _layer("blocks.2.mlp.down_proj", "cpu:bf16:unfused", 4.0),
+            _layer(
+                "blocks.2.mlp.down_proj",
+                "cpu:bf16:unfused",
+                4.0,
+                bound_reason="bound_ratio 4 exceeds 3",
+            ),
         ],
         bound_threshold=3.0,
     )
@@ -82,7 +102,12 @@ def test_the_first_divergence_at_the_right_edge_is_labelled_inside() -> None:
         [
             _layer("blocks.0.up", "cpu:bf16:fused", 0.5),
             _layer("blocks.1.up", "cpu:bf16:fused", 0.5),
-            _layer("blocks.2.mlp.down_proj", "cpu:bf16:unfused", 4.0),
+            _layer(
+                "blocks.2.mlp.down_proj",
+                "cpu:bf16:unfused",
+                4.0,
+                bound_reason="bound_ratio 4 exceeds 3",
+            ),
         ],
         bound_threshold=3.0,
     )
@@ -100,9 +125,9 @@ def test_the_first_divergence_at_the_right_edge_is_labelled_inside() -> None:
 def test_infinity_sits_on_the_top_line_and_nan_is_left_out() -> None:
     report = ModelReport(
         [
-            _layer("l0", "a", math.inf),
+            _layer("l0", "a", math.inf, bound_reason="bound_ratio inf exceeds 3"),
             _layer("l1", "a", 2.0),
-            _layer("l2", "a", math.nan),
+            _layer("l2", "a", math.nan, bound_reason="bound_ratio nan exceeds 3"),
         ],
         bound_threshold=3.0,
     )

@@ -557,9 +557,10 @@ def test_non_finite_output_is_reported_for_its_layer(client: tensorcheck.Client)
     assert str(nonfinite[NONFINITE_LAYER]) in first.divergence_reason
     assert first.status in ("failed", "error")
     assert all(la.status == "passed" for la in report.layers[:index])
+    # The server's reason (CallDecision.divergence), for the output it observed.
     with pytest.raises(
         AssertionError,
-        match=rf"layer call #{index} {NONFINITE_LAYER} \(of \d+, numbered from 0\): its captured",
+        match=rf"layer call #{index} {NONFINITE_LAYER} \(of \d+, numbered from 0\): its observed",
     ):
         tensorcheck.assert_model_parity(report)
 

@@ -16,6 +16,7 @@ import pytest
 
 import tensorcheck
 from tensorcheck._model import LayerCheck, ModelReport
+from tensorcheck._model_types import NO_CALL_DECISION
 from tensorcheck._pb import pb
 from tensorcheck._report import Report
 
@@ -28,14 +29,29 @@ def _layer(
     equivalent: tuple[str, ...] = (),
     *,
     bound_ratio: Optional[float] = None,
-    has_bias: bool = True,
     verdict: int = pb.VERDICT_PASS,
     diagnosis_verdict: int = pb.Diagnosis.VERDICT_UNSPECIFIED,
     verdict_reason: str = "",
     headline: str = "",
     advice: str = "",
+    explaining: Optional[tuple[str, ...]] = None,
+    divergence: str = "",
+    bound_reason: str = "",
 ) -> LayerCheck:
+    """A layer call's Diagnose answer, written by hand, with the server's
+    decisions about it (`call`, docs/api.md) as each case states them:
+    explained when it names a `best`; `explaining` (default: best, then
+    `equivalent`); its own `divergence` and the `bound_reason` of a
+    bound_ratio over the threshold, 3, as the server words them."""
     resp = pb.VerifyResponse(verdict=verdict)
+    resp.call.explained = bool(best)
+    if explaining is None:
+        explaining = (best, *equivalent) if best else ()
+    resp.call.explaining.extend(explaining)
+    resp.call.divergence = divergence
+    resp.call.bound_threshold = 3.0
+    resp.call.bound_exceeded = bool(bound_reason)
+    resp.call.bound_reason = bound_reason
     resp.diagnosis.best = best
     resp.diagnosis.verdict = diagnosis_verdict
     resp.diagnosis.verdict_reason = verdict_reason
@@ -47,7 +63,7 @@ def _layer(
     stats.total = 8
     if bound_ratio is not None:
         stats.bound_ratio.value = bound_ratio
-    layer = LayerCheck(name, 0, (2, 4), (8, 4), "out_in", "bfloat16", has_bias=has_bias)
+    layer = LayerCheck(name, 0, (2, 4), (8, 4), "out_in", "bfloat16")
     layer._fill(Report.from_proto(resp))
     return layer
 
@@ -73,7 +89,8 @@ def test_equivalents_and_a_bias_free_layer_agree_with_the_consensus() -> None:
     layers = [
         _layer("a", "cpu:fp32:fused", (FUSED,)),
         _layer("b", FUSED),
-        _layer("lm_head", "cpu:bf16:none", has_bias=False),
+        # Without a bias the server lists fused and unfused after none.
+        _layer("lm_head", "cpu:bf16:none", explaining=("cpu:bf16:none", FUSED, UNFUSED)),
     ]
     report = ModelReport(layers)
     assert report.consensus == FUSED
@@ -84,8 +101,14 @@ def test_equivalents_and_a_bias_free_layer_agree_with_the_consensus() -> None:
 def test_unexplained_and_bound_ratio_rules_and_their_order() -> None:
     layers = [
         _layer("a", FUSED, bound_ratio=1.0),
-        _layer("b", FUSED, bound_ratio=3.5),
-        _layer("c", "", bound_ratio=9.0),
+        _layer("b", FUSED, bound_ratio=3.5, bound_reason="bound_ratio 3.5 exceeds 3"),
+        _layer(
+            "c",
+            "",
+            bound_ratio=9.0,
+            divergence="no candidate explains its output",
+            bound_reason="bound_ratio 9 exceeds 3",
+        ),
     ]
     report = ModelReport(layers)
     first = report.first_divergence()
@@ -95,6 +118,59 @@ def test_unexplained_and_bound_ratio_rules_and_their_order() -> None:
     # A looser threshold leaves b; c stays unexplained.
     first = report.first_divergence(threshold=4)
     assert first is not None and first.name == "c"
+
+
+def test_a_nan_bound_ratio_over_the_threshold_diverges_as_the_server_decided() -> None:
+    # NaN is not at most 3: the server says it exceeds it, and so does a
+    # what-if threshold (docs/model-checks.md, "The rules").
+    nan = float("nan")
+    layers = [
+        _layer("a", FUSED, bound_ratio=1.0),
+        _layer("b", FUSED, bound_ratio=nan, bound_reason="bound_ratio nan exceeds 3"),
+    ]
+    report = ModelReport(layers)
+    first = report.first_divergence()
+    assert first is not None and first.name == "b"
+    assert first.divergence_reason == "bound_ratio nan exceeds 3"
+    assert [layer.status for layer in layers] == ["passed", "failed"]
+    first = report.first_divergence(threshold=1e9)
+    assert first is not None and first.divergence_reason == "bound_ratio nan exceeds 1e+09"
+
+
+def test_the_bound_ratio_is_the_servers_decision_at_the_runs_threshold() -> None:
+    # At the run's threshold the report reads the server's decision and
+    # never applies the rule again: a call the server did not find over it
+    # (written so by hand here, 3.5 without bound_exceeded) passes.
+    layers = [_layer("a", FUSED, bound_ratio=3.5)]
+    assert ModelReport(layers).first_divergence() is None
+    # A report made at another threshold than the run's is a what-if,
+    # judged by the rule: 3.5 is not at most 2.
+    report = ModelReport([_layer("a", FUSED, bound_ratio=3.5)], bound_threshold=2.0)
+    first = report.first_divergence()
+    assert first is not None and first.divergence_reason == "bound_ratio 3.5 exceeds 2"
+    assert report.layers[0].status == "failed"
+
+
+def test_a_response_without_call_decisions_is_an_error_naming_the_field() -> None:
+    # A server that predates CallDecision: its calls are not judged (the
+    # rules' per-call part is the server's), so they are errors, and the
+    # others' consensus and divergences stand without them.
+    old = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
+    old.diagnosis.best = UNFUSED
+    old.diagnosis.confidence = 0.9
+    legacy = LayerCheck("old", 0, (2, 4), (8, 4), "out_in", "bfloat16")
+    legacy._fill(Report.from_proto(old))
+    report = ModelReport([_layer("a", FUSED), legacy, _layer("c", FUSED)])
+    assert legacy.status == "error" and not legacy.checked
+    assert legacy.error == NO_CALL_DECISION
+    assert "VerifyResponse.call" in legacy.error
+    assert not legacy.explained and legacy.configs_explaining == set()
+    assert report.consensus == FUSED and report.first_divergence() is None
+    assert not report.passed
+    d = report.to_dict()
+    assert d["layers_checked"] == 2 and d["layers"][1]["status"] == "error"
+    assert d["layers"][1]["error"] == legacy.error and d["layers"][1]["best"] is None
+    assert f"\n  #1 old: ERROR: {legacy.error}\n" in report.summary()
 
 
 # The server's sentence for a defect, as it writes them (docs/numerics.md, "Verdict").
@@ -124,8 +200,15 @@ def test_a_defect_verdict_is_a_divergence_with_the_servers_reason() -> None:
             diagnosis_verdict=pb.Diagnosis.VERDICT_DEFECT,
             verdict_reason=_DEFECT_REASON,
             headline=_DEFECT_HEADLINE,
+            divergence=_DEFECT_REASON,
         ),
-        _layer("c", FUSED, bound_ratio=9.0, diagnosis_verdict=rounding),
+        _layer(
+            "c",
+            FUSED,
+            bound_ratio=9.0,
+            diagnosis_verdict=rounding,
+            bound_reason="bound_ratio 9 exceeds 3",
+        ),
     ]
     report = ModelReport(layers)
     assert report.consensus == FUSED
@@ -167,7 +250,11 @@ def test_an_unexplained_verdict_with_a_best_match_diverges() -> None:
     layers = [
         _layer("a", FUSED),
         _layer(
-            "b", FUSED, diagnosis_verdict=pb.Diagnosis.VERDICT_UNEXPLAINED, verdict_reason=reason
+            "b",
+            FUSED,
+            diagnosis_verdict=pb.Diagnosis.VERDICT_UNEXPLAINED,
+            verdict_reason=reason,
+            divergence=reason,
         ),
         _layer("c", FUSED),
     ]
@@ -241,6 +328,9 @@ def test_summary_max_ulp_leaves_out_elements_near_zero_and_counts_them() -> None
     layer = _layer("a", FUSED)
     r = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
     r.diagnosis.best = FUSED
+    r.call.explained = True
+    r.call.explaining.append(FUSED)
+    r.call.bound_threshold = 3.0
     r.observed_vs_reference.total = 8
     r.observed_vs_reference.max_ulp = 1901874441
     r.observed_vs_reference.negligible.differing = 3
@@ -263,6 +353,7 @@ def test_a_model_failure_message_is_at_most_25_lines_headline_first() -> None:
             FUSED,
             diagnosis_verdict=defect,
             verdict_reason=f"Reason {i}.",
+            divergence=f"Reason {i}.",
             headline=f"Not rounding: layer {i}. Look at column {i}.",
         )
         for i in range(40)
@@ -303,6 +394,8 @@ _REPORT_KEYS = {
     "reused_bytes",
     "sent_bytes",
     "error",
+    "diagnose",
+    "bound_threshold",
 }
 _LAYER_KEYS = {
     "name",
@@ -329,6 +422,8 @@ _LAYER_KEYS = {
     "explanation",
     "error",
     "report",
+    "error_code",
+    "response",
 }
 
 

@@ -32,10 +32,13 @@ Y = np.full((2, 3), 4.0, np.float32)
 
 class RecordingServer(pb_grpc.TensorCheckServicer):
     """Keeps every Verify, Diagnose and Compare request; answers that the
-    output passed and is rounding of cpu:fp32:fused."""
+    output passed and is rounding of cpu:fp32:fused, with the decisions
+    about the call at the request's bound_threshold (else
+    `default_bound_threshold`, the real server's 3)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, Any]] = []
+        self.default_bound_threshold = 3.0
         self._lock = threading.Lock()
 
     def _record(self, method: str, request: Any) -> None:
@@ -52,6 +55,15 @@ class RecordingServer(pb_grpc.TensorCheckServicer):
                 confidence=1.0,
                 verdict=pb.Diagnosis.VERDICT_ROUNDING,
                 accepted=bool(request.accept),
+            ),
+            call=pb.CallDecision(
+                explained=True,
+                explaining=["cpu:fp32:fused"],
+                bound_threshold=(
+                    request.bound_threshold.value
+                    if request.HasField("bound_threshold")
+                    else self.default_bound_threshold
+                ),
             ),
         )
 
@@ -297,7 +309,56 @@ def test_a_model_option_given_twice_is_a_type_error(recorded):
     servicer, target, client = recorded
     with pytest.raises(TypeError, match="multiple values for keyword argument 'configs'"):
         _check_linears(client, configs=["cpu:fp32"], verify_options={"configs": ["cpu:tf32"]})
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'bound_threshold'"):
+        _check_linears(client, bound_threshold=4, verify_options={"bound_threshold": 5})
     assert servicer.requests == []
+
+
+@pytest.mark.parametrize(
+    "value, exc, pattern",
+    [
+        (0, ValueError, r"^bound_threshold: expected a positive number, got 0$"),
+        (-1.5, ValueError, r"^bound_threshold: expected a positive number, got -1.5$"),
+        (float("inf"), ValueError, r"^bound_threshold: expected a finite number, got inf$"),
+        (float("nan"), ValueError, r"^bound_threshold: expected a finite number, got nan$"),
+        ("3", TypeError, r"^bound_threshold: expected a positive number, got str$"),
+        (True, TypeError, r"^bound_threshold: expected a positive number, got bool$"),
+    ],
+)
+def test_bound_threshold_is_a_positive_finite_number(recorded, value, exc, pattern):
+    servicer, target, client = recorded
+    with pytest.raises(exc, match=pattern):
+        tensorcheck.VerifyOptions(bound_threshold=value)
+    with pytest.raises(exc, match=pattern):
+        _check_captures(client, bound_threshold=value)
+    assert servicer.requests == []
+
+
+def test_a_model_check_sends_its_bound_threshold_and_reports_the_one_applied(recorded):
+    servicer, target, client = recorded
+    servicer.default_bound_threshold = 2.5  # a server whose default is not 3
+    caps = [Capture("fc", 0, X, W, None, Y)]
+    opts = tensorcheck.VerifyOptions(bound_threshold=4)
+    reports = [
+        check_captures(caps, client=client, progress=False),
+        check_captures(caps, client=client, progress=False, bound_threshold=5),
+        check_captures(caps, client=client, progress=False, options=opts),
+        # A keyword wins over the options.
+        check_captures(caps, client=client, progress=False, options=opts, bound_threshold=6),
+    ]
+    requests = [req for _, req in servicer.requests]
+    assert [req.HasField("bound_threshold") for req in requests] == [False, True, True, True]
+    assert [req.bound_threshold.value for req in requests[1:]] == [5, 4, 6]
+    # The report records the threshold sent (None: none) and, applied, the
+    # server's own where none was.
+    assert [r.bound_threshold for r in reports] == [None, 5, 4, 6]
+    assert [r.applied_bound_threshold for r in reports] == [2.5, 5, 4, 6]
+    assert [r.to_dict()["bound_threshold"] for r in reports] == [None, 5, 4, 6]
+    assert all(r.passed for r in reports)
+    # A single layer's request carries it too; Report.call says what applied.
+    report = client.verify_linear(X, W, observed=Y, bound_threshold=7)
+    assert servicer.requests[-1][1].bound_threshold.value == 7
+    assert report.call is not None and report.call.bound_threshold == 7
 
 
 def test_compare_outputs_ignores_the_options_compare_has_no_place_for(recorded):

@@ -184,6 +184,9 @@ def _response() -> pb.VerifyResponse:
     r.reference.config = "cpu:fp64:fused"
     r.diagnosis.best = "cpu:fp32:fused"
     r.diagnosis.ranking.add(config="cpu:fp32:fused", max_ulp=2)
+    r.call.explained = True
+    r.call.explaining.append("cpu:fp32:fused")
+    r.call.bound_threshold = 3.0
     return r
 
 
@@ -200,6 +203,8 @@ def test_a_report_converted_on_access_equals_the_one_converted_at_once():
     assert lazy.results[0].vs_observed.max_ulp == eager.results[0].vs_observed.max_ulp
     assert lazy.results is lazy.results  # converted once, then kept
     assert lazy.diagnosis.best == "cpu:fp32:fused"
+    assert lazy.call == eager.call and lazy.call is not None
+    assert lazy.call.explaining == ["cpu:fp32:fused"]
     assert dataclasses.asdict(_lazy()) == dataclasses.asdict(eager)
     assert dataclasses.replace(_lazy(), reused_bytes=7).reused_bytes == 7
 

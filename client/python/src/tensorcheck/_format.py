@@ -136,6 +136,24 @@ def ulp_cell(c: _UlpFigures) -> str:
     return f"{text(c.negligible.significant_max_ulp)} ({c.negligible.differing} near 0)"
 
 
+def stats_summary_line(stats: Stats) -> str:
+    """A comparison on one line, "mismatched 40 / 1024 (3.9%), max_abs
+    0.0625, max_ulp 6, bitwise-equal 68.4%": the CLI's words
+    (client/cli/internal/report_format.h, StatsSummaryLine), which the
+    JSON report of a Verify-only model check shows for each layer call."""
+    total = stats.total
+    return (
+        f"mismatched {stats.mismatched} / {total} ({format_share(stats.mismatched, total)}), "
+        f"max_abs {_g6(stats.max_abs)}, max_ulp {ulp_cell(stats)}, "
+        f"bitwise-equal {format_share(stats.bitwise_equal_count, total)}"
+    )
+
+
+def _g6(v: float) -> str:
+    """Six significant digits, as C's %.6g ("nan", "inf", "-inf" too)."""
+    return f"{v:.6g}"
+
+
 def _fmt_index(index: Sequence[int]) -> str:
     return "(" + ", ".join(str(i) for i in index) + ("," if len(index) == 1 else "") + ")"
 

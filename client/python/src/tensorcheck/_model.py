@@ -41,7 +41,15 @@ from ._model_output import (
     write_html,
     write_junit,
 )
-from ._model_types import ERROR, FAILED, PASSED, Capture, Captures, LayerCheck
+from ._model_types import (
+    DEFAULT_BOUND_THRESHOLD,
+    ERROR,
+    FAILED,
+    PASSED,
+    Capture,
+    Captures,
+    LayerCheck,
+)
 from ._options import VerifyOptions, fold_options
 from ._safetensors import save_safetensors
 from ._store import INLINE_MAX_BYTES, TensorRef
@@ -61,9 +69,6 @@ __all__ = [
     "DEFAULT_TOLERANCE",
 ]
 
-# A layer whose error is this many times what its configuration's error
-# model predicts is a divergence (docs/numerics.md: about 1 is ordinary).
-DEFAULT_BOUND_THRESHOLD = 3.0
 # Requests in flight at once.
 DEFAULT_JOBS = 4
 # A layer's verdict: is every element within the error bound of its output
@@ -117,44 +122,53 @@ def check_weight_keys(weights: Mapping[Any, Any], known: Collection[str], where:
     raise ValueError(message)
 
 
-# Diagnosis verdicts that make a layer a divergence: something other than
-# rounding of the configuration the server names (docs/numerics.md, "Verdict").
-_DIVERGING_VERDICTS = ("defect", "unexplained")
-
-
-def _own_divergence(layer: LayerCheck) -> Optional[str]:
-    """Why this layer diverges by itself, whatever the other layers do: its
-    captured output is not finite, or the server's verdict is "defect" or
-    "unexplained" (the reason is the server's sentence, verbatim); None
-    when neither applies."""
-    if not layer.checked:
+def _over_threshold(layer: LayerCheck, threshold: Optional[float]) -> Optional[str]:
+    """Why the layer call's bound_ratio is over `threshold` (None: the one
+    its request sent, or the server's default) as "bound_ratio 7.2 exceeds
+    3", or None when it is not."""
+    call = layer.report.call if layer.report is not None else None
+    assert call is not None, "only a checked layer call is judged"
+    if threshold is None or threshold == call.bound_threshold:
+        # The server decided it, at the threshold the request sent.
+        return call.bound_reason if call.bound_exceeded else None
+    # Any other threshold is a what-if (first_divergence(threshold=t), a
+    # report made with another bound_threshold) that the response cannot
+    # carry: the one place where the client applies a per-call rule, the
+    # server's own (docs/model-checks.md, "The rules"): a bound_ratio not
+    # at most the threshold exceeds it, NaN included.
+    ratio = layer.bound_ratio
+    if ratio is None or ratio <= threshold:
         return None
-    if layer.nonfinite_outputs:
-        return f"its captured output holds {layer.nonfinite_outputs} non-finite value(s)"
-    if layer.diagnosis_verdict in _DIVERGING_VERDICTS:
-        return layer.verdict_reason or f"the server's verdict is {layer.diagnosis_verdict}"
-    return None
+    return f"bound_ratio {ratio:.3g} exceeds {threshold:g}"
 
 
 def _divergence(
-    layer: LayerCheck, threshold: float, consensus: Optional[str], explained_by: int, checked: int
+    layer: LayerCheck,
+    threshold: Optional[float],
+    consensus: Optional[str],
+    explained_by: int,
+    checked: int,
+    expected: Optional[set[str]] = None,
 ) -> Optional[str]:
-    """Why this layer is a divergence, or None when it is not."""
-    if not layer.checked:
-        return None
-    own = _own_divergence(layer)
-    if own is not None:
-        return own
-    if layer.report is not None and layer.report.diagnosis is not None:
-        if not layer.explained:
-            return "no candidate explains its output"
-        if consensus is not None and consensus not in layer.configs_explaining:
+    """Why a checked layer call diverges, the first that applies: its own
+    divergence (the server's `call.divergence`), the configurations
+    explaining it exclude the `expected` ones, else the consensus
+    (`explained_by` of the `checked` layer calls match it), or its
+    bound_ratio is over `threshold`; None when none applies."""
+    call = layer.report.call if layer.report is not None else None
+    assert call is not None, "only a checked layer call is judged"
+    if call.divergence:
+        return call.divergence
+    # Only a diagnosed call names configurations (Verify: `explaining` is empty).
+    if call.explained and call.explaining:
+        if expected is not None:
+            if not expected & set(call.explaining):
+                return f"matches {layer.best}, not the expected {', '.join(sorted(expected))}"
+        elif consensus is not None and consensus not in call.explaining:
             return (
                 f"matches {layer.best}, while {explained_by} of {checked} layers match {consensus}"
             )
-    if layer.bound_ratio is not None and layer.bound_ratio > threshold:
-        return f"bound_ratio {layer.bound_ratio:.3g} exceeds {threshold:g}"
-    return None
+    return _over_threshold(layer, threshold)
 
 
 @dataclasses.dataclass
@@ -169,6 +183,17 @@ class ModelReport:
     report.to_dict(), report.to_junit(path), report.to_html(path)
     report.save_captures(path)    # for `tensorcheck sweep --captures`
 
+    The server decides each layer call's part (`layer.report.call`:
+    which configurations explain it, whether it diverges on its own,
+    whether its bound_ratio exceeds the threshold); the report decides
+    only what spans calls, the consensus and the first divergence
+    (docs/model-checks.md, "The rules"). `bound_threshold` is the
+    threshold the run sent with each request (None: none, the server's
+    default, DEFAULT_BOUND_THRESHOLD, applied; `applied_bound_threshold`
+    says which one was), `diagnose` whether it diagnosed each layer call
+    (else Verify only): the run's options that to_dict() records, as
+    `tensorcheck sweep --json` does.
+
     `error` is set when the run stopped early (the server went away):
     the layers after it are "not_checked". `uploaded_bytes` counts what
     went to the tensor store (weights, large activations), `sent_bytes`
@@ -179,13 +204,14 @@ class ModelReport:
     layers: list[LayerCheck]
     framework: str = ""
     model: str = ""
-    bound_threshold: float = DEFAULT_BOUND_THRESHOLD
+    bound_threshold: Optional[float] = None
     error: Optional[str] = None
     uploaded_bytes: int = 0
     reused_bytes: int = 0
     sent_bytes: int = 0
     elapsed_s: float = 0.0
     captures: list[Capture] = dataclasses.field(default_factory=list, repr=False)
+    diagnose: bool = True
 
     def __post_init__(self) -> None:
         self._grade()
@@ -193,37 +219,51 @@ class ModelReport:
     # --- the rules --------------------------------------------------------
 
     def _consensus(self) -> tuple[Optional[str], int, int]:
-        """(config, layers it explains, layers checked with a diagnosis)."""
-        diagnosed = [
-            layer
-            for layer in self.layers
-            if layer.report is not None and layer.report.diagnosis is not None
-        ]
+        """(config, layer calls it explains, layer calls checked)."""
+        checked = self.checked
         votes: Counter[str] = Counter()
-        for layer in diagnosed:
-            votes.update(layer.configs_explaining)
+        bests: Counter[str] = Counter()
+        for layer in checked:
+            call = layer.report.call if layer.report is not None else None
+            assert call is not None
+            votes.update(call.explaining)
+            if call.explaining:
+                bests[call.explaining[0]] += 1
         if not votes:
-            return None, 0, len(diagnosed)
-        # Most layers first; among equals, the one that is `best` most often.
-        bests = Counter(layer.best for layer in diagnosed if layer.best)
+            return None, 0, len(checked)
+        # Most layers first; among equals, the one that is `best` most
+        # often, then the greater name.
         config, count = max(votes.items(), key=lambda kv: (kv[1], bests[kv[0]], kv[0]))
-        if 2 * count <= len(diagnosed):
-            return None, count, len(diagnosed)
-        return config, count, len(diagnosed)
+        if 2 * count <= len(checked):
+            return None, count, len(checked)
+        return config, count, len(checked)
+
+    @property
+    def applied_bound_threshold(self) -> float:
+        """The bound_ratio threshold the layer calls are judged by: the
+        run's (`bound_threshold`), else the one the server applied by
+        default (its responses name it), else DEFAULT_BOUND_THRESHOLD."""
+        if self.bound_threshold is not None:
+            return self.bound_threshold
+        for layer in self.layers:
+            call = None if layer.report is None else layer.report.call
+            if call is not None:
+                return call.bound_threshold
+        return DEFAULT_BOUND_THRESHOLD
 
     @property
     def consensus(self) -> Optional[str]:
-        """The configuration explaining the most layer calls, when it
-        explains more than half of those diagnosed; else None."""
+        """The configuration explaining the most checked layer calls, when
+        it explains more than half of them; else None."""
         return self._consensus()[0]
 
     def _grade(self) -> None:
-        consensus, count, diagnosed = self._consensus()
+        consensus, count, checked = self._consensus()
         for layer in self.layers:
             if not layer.checked:
                 continue
             layer.divergence_reason = _divergence(
-                layer, self.bound_threshold, consensus, count, diagnosed
+                layer, self.bound_threshold, consensus, count, checked
             )
             diverged = layer.divergence_reason is not None
             layer.status = FAILED if diverged or layer.verdict == "fail" else PASSED
@@ -231,29 +271,26 @@ class ModelReport:
     def first_divergence(
         self, threshold: Optional[float] = None, expected: Union[None, str, Iterable[str]] = None
     ) -> Optional[LayerCheck]:
-        """The first layer call (in execution order) whose output no
-        candidate explains, whose diagnosis verdict is "defect" or
-        "unexplained", whose bound_ratio exceeds `threshold` (default the
-        run's, 3), or that matches only configurations other than the
-        `expected` ones (default: the consensus). None when there is none.
-        Its `divergence_reason` says which rule it broke."""
+        """The first layer call (in execution order) that diverges: by the
+        server's decision about it alone (non-finite output, a "defect" or
+        "unexplained" verdict, no candidate explaining it), by matching
+        only configurations other than the `expected` ones (default: the
+        consensus), or by a bound_ratio over the threshold. None when
+        there is none. Its `divergence_reason` says which rule it broke.
+
+        `threshold` None is the run's (`bound_threshold`), at which the
+        server decided each layer call's bound_ratio; any other is a what-if
+        the responses cannot answer, judged here by the server's rule: a
+        bound_ratio not at most `threshold` (NaN included) exceeds it."""
         threshold = self.bound_threshold if threshold is None else float(threshold)
-        consensus, count, diagnosed = self._consensus()
+        want = None
+        if expected is not None:
+            want = {expected} if isinstance(expected, str) else set(expected)
+        consensus, count, checked = self._consensus()
         for layer in self.layers:
-            if expected is not None and layer.checked and layer.explained:
-                want = {expected} if isinstance(expected, str) else set(expected)
-                own = _own_divergence(layer)
-                if own is not None:
-                    layer.divergence_reason = own
-                    return layer
-                if not (want & layer.configs_explaining):
-                    layer.divergence_reason = (
-                        f"matches {layer.best}, not the expected {', '.join(sorted(want))}"
-                    )
-                    return layer
-                reason = _divergence(layer, threshold, None, 0, diagnosed)
-            else:
-                reason = _divergence(layer, threshold, consensus, count, diagnosed)
+            if not layer.checked:
+                continue
+            reason = _divergence(layer, threshold, consensus, count, checked, want)
             if reason is not None:
                 layer.divergence_reason = reason
                 return layer
@@ -298,6 +335,8 @@ class ModelReport:
             "reused_bytes": self.reused_bytes,
             "sent_bytes": self.sent_bytes,
             "error": self.error,
+            "diagnose": self.diagnose,
+            "bound_threshold": self.bound_threshold,
         }
 
     def summary(self) -> str:
@@ -380,10 +419,6 @@ class _Progress:
             self._stream.flush()
 
 
-def _nonfinite(arr: np.ndarray) -> int:
-    return int(arr.size - np.count_nonzero(np.isfinite(arr.astype(np.float32, copy=False))))
-
-
 def _lost_server(e: BaseException) -> bool:
     """An error after which no further request can succeed: the server went
     away, or the caller's deadline passed."""
@@ -398,7 +433,7 @@ def check_captures(
     diagnose: bool = True,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
-    bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
+    bound_threshold: Optional[float] = None,
     framework: str = "",
     model: str = "",
     options: Optional[VerifyOptions] = None,
@@ -418,15 +453,18 @@ def check_captures(
     request (and the weights' uploads); each call's `weight_layout` is its
     capture's (a TypeError as a keyword argument), and the options'
     `progress` is not used: `progress` here is the layers' bar.
+    `bound_threshold` is the options' field of that name (a keyword wins):
+    each request's, the server deciding each layer call's bound_ratio by it;
+    None: the options', else the server's default (3).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
     if client is not None and server is not None:
         raise TypeError("server: give either client= or server=, not both")
-    if not (isinstance(bound_threshold, (int, float)) and bound_threshold > 0):
-        raise ValueError(f"bound_threshold: expected a positive number, got {bound_threshold!r}")
     if "weight_layout" in overrides:
         raise TypeError("weight_layout: a model check takes each layer call's from its capture")
+    if bound_threshold is not None:
+        overrides = {**overrides, "bound_threshold": bound_threshold}
     opts = fold_options(options, overrides, "check_captures")
     opts = dataclasses.replace(opts, tolerance=opts.tolerance or DEFAULT_TOLERANCE, progress=None)
     layers = [
@@ -437,8 +475,6 @@ def check_captures(
             weight_shape=tuple(c.weight.shape),
             weight_layout=c.weight_layout,
             dtype=str(c.input.dtype),
-            nonfinite_outputs=_nonfinite(c.output),
-            has_bias=c.bias is not None,
         )
         for c in captures
     ]
@@ -446,8 +482,9 @@ def check_captures(
         layers,
         framework=framework,
         model=model,
-        bound_threshold=float(bound_threshold),
+        bound_threshold=opts.bound_threshold,
         captures=list(captures),
+        diagnose=diagnose,
     )
     if not captures:
         return report
@@ -528,6 +565,7 @@ def _run(
                 )
             except Error as e:
                 layer.error = str(e)
+                layer.error_code = e.code.name
                 if _lost_server(e):
                     stop.set()
                     with lock:

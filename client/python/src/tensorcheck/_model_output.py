@@ -45,7 +45,7 @@ class _ModelReport(Protocol):
     def model(self) -> str: ...
 
     @property
-    def bound_threshold(self) -> float: ...
+    def applied_bound_threshold(self) -> float: ...
 
     @property
     def error(self) -> Optional[str]: ...
@@ -503,7 +503,7 @@ def _chart(report: _ModelReport) -> str:
     for _, _, config, _ in pts:
         if config not in configs:
             configs.append(config)
-    threshold = report.bound_threshold
+    threshold = report.applied_bound_threshold
     finite = [r for _, r, _, _ in pts if 0 < r < math.inf]
     zeros = any(r <= 0 for _, r, _, _ in pts)
     infs = any(r == math.inf for _, r, _, _ in pts)

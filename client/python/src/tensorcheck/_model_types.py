@@ -15,13 +15,36 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from ._format import stats_summary_line
 from ._node import _json, _json_float, _json_ulp
 from ._report import NegligibleElements, Report
 
-__all__ = ["Capture", "Captures", "LayerCheck", "PASSED", "FAILED", "ERROR", "NOT_CHECKED"]
+__all__ = [
+    "Capture",
+    "Captures",
+    "LayerCheck",
+    "PASSED",
+    "FAILED",
+    "ERROR",
+    "NOT_CHECKED",
+    "NO_CALL_DECISION",
+    "DEFAULT_BOUND_THRESHOLD",
+]
 
 # LayerCheck.status values.
 PASSED, FAILED, ERROR, NOT_CHECKED = "passed", "failed", "error", "not_checked"
+
+# The server's default bound_ratio threshold (VerifyRequest.bound_threshold,
+# docs/api.md): a layer call whose error is more than this many times what
+# its precision's error model predicts diverges (docs/numerics.md: about 1
+# is ordinary). A run that names no threshold gets it; the server decides.
+DEFAULT_BOUND_THRESHOLD = 3.0
+
+# The `error` of a layer call whose response carries no decisions about it.
+NO_CALL_DECISION = (
+    "the server's response carries no call decision (VerifyResponse.call): the server "
+    "predates it, so the call cannot be judged; upgrade the server"
+)
 
 
 @dataclasses.dataclass
@@ -76,10 +99,13 @@ class LayerCheck:
 
     `status` is "passed", "failed" (verdict fail under the tolerance, or a
     divergence: see `divergence_reason`), "error" (the server refused this
-    layer's request: `error`) or "not_checked" (the run stopped before it,
-    e.g. the server went away). `configs_explaining` is the diagnosis'
-    best with its equivalents and ties: every configuration that explains
-    this output.
+    layer's request, or answered without its decisions: `error`) or
+    "not_checked" (the run stopped before it, e.g. the server went away).
+    `explained` and `configs_explaining` are the server's decisions about
+    the call (`report.call`, docs/api.md, "Layer-call decisions"): whether
+    a configuration explains this output (Verify only: whether its verdict
+    is pass), and every one that does (the diagnosis' best with its
+    equivalents and ties).
 
     `verdict` is the tolerance's pass/fail; `diagnosis_verdict` the
     server's "rounding", "defect" or "unexplained" (docs/numerics.md,
@@ -121,8 +147,9 @@ class LayerCheck:
     rows: list[Any] = dataclasses.field(default_factory=list)
     explanation: str = ""
     error: Optional[str] = None
-    nonfinite_outputs: int = 0
-    has_bias: bool = True
+    # The gRPC status code's name of `error` ("UNAVAILABLE"), for a request
+    # that failed.
+    error_code: Optional[str] = None
     divergence_reason: Optional[str] = None
     diagnosis_verdict: Optional[str] = None
     verdict_reason: Optional[str] = None
@@ -136,25 +163,28 @@ class LayerCheck:
 
     @property
     def checked(self) -> bool:
-        return self.report is not None
+        """The server answered this call with its decisions about it."""
+        return self.report is not None and self.report.call is not None
 
     @property
     def configs_explaining(self) -> set[str]:
-        """best, equivalent and tied: every configuration that explains
-        this output. Without a bias, `b:p:none` stands for `b:p:fused` and
-        `b:p:unfused` too (they compute the same without one)."""
-        if not self.best:
-            return set()
-        names = {self.best, *self.equivalent, *self.tied}
-        if not self.has_bias:
-            for name in list(names):
-                backend, _, rest = name.rpartition(":")
-                if rest == "none":
-                    names.update((f"{backend}:fused", f"{backend}:unfused"))
-        return names
+        """Every configuration that explains this output, as the server
+        decided (`report.call.explaining`: best, equivalent and tied;
+        without a bias `b:p:none` stands for `b:p:fused` and `b:p:unfused`
+        too); empty when none does or the call was not checked."""
+        call = None if self.report is None else self.report.call
+        return set() if call is None else set(call.explaining)
 
     def _fill(self, report: Report) -> None:
         self.report = report
+        call = report.call
+        if call is None:
+            # A server that predates CallDecision: the rules' per-call
+            # decisions are its to make, so the call cannot be judged here.
+            self.status = ERROR
+            self.error = NO_CALL_DECISION
+            return
+        self.explained = call.explained
         self.verdict = report.verdict
         stats = report.observed_vs_reference
         if stats is not None:
@@ -164,12 +194,21 @@ class LayerCheck:
             self.bound_ratio = stats.bound_ratio
         d = report.diagnosis
         if d is None:
+            # Verify only: where the observed output differs from the
+            # reference, and that comparison on one line (docs/model-checks.md,
+            # "The JSON report").
+            if stats is not None:
+                self.columns = list(stats.top_columns)
+                self.rows = list(stats.top_rows)
+                ref = report.reference.config if report.reference is not None else ""
+                self.explanation = (
+                    f"observed vs {ref or 'the reference'}: {stats_summary_line(stats)}"
+                )
             return
         self.best = d.best
         self.confidence = d.confidence if d.best else None
         self.equivalent = list(d.equivalent)
         self.tied = list(d.tied)
-        self.explained = bool(d.best)
         self.explanation = d.explanation
         self.columns = list(d.localization.columns)
         self.rows = list(d.localization.rows)
@@ -205,4 +244,7 @@ class LayerCheck:
             "explanation": self.explanation,
             "error": self.error,
             "report": None if self.report is None else self.report.to_dict(),
+            "error_code": self.error_code,
+            # The whole response, in protobuf's JSON mapping.
+            "response": None if self.report is None else self.report._response_dict(),
         }

@@ -145,6 +145,17 @@ def non_negative(value: object, name: str, *, integer: bool = False) -> Union[in
     return float(value)
 
 
+def positive(value: object, name: str) -> float:
+    """`value` as a finite positive float (any real number, bool excluded)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a positive number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value}")
+    if value <= 0:
+        raise ValueError(f"{name}: expected a positive number, got {value}")
+    return float(value)
+
+
 def batch_size_list(value: object, enabled: bool) -> list[int]:
     """`batch_sizes` as a list of positive ints; refused without
     batch_invariance=True, where the server would ignore it. The server
@@ -258,6 +269,13 @@ class VerifyOptions:
     bound_precision: Optional[str] = None
     """The precision whose error bound applies (tolerance "bound"), e.g.
     "tf32"."""
+
+    bound_threshold: Optional[float] = None
+    """The bound_ratio threshold of the server's decision about the call
+    (`report.call.bound_exceeded`, docs/api.md, "Layer-call decisions"):
+    a bound_ratio not at most this (NaN included) exceeds it. A positive,
+    finite number; None: the server's default, 3. The whole-model checks'
+    `bound_threshold=` is this field."""
 
     nan_equal: bool = False
     """NaN against NaN counts as equal."""
@@ -389,6 +407,9 @@ class VerifyOptions:
         req.output.max_inline_output_bytes = max_inline
         req.output.top_k = top_k
         req.output.top_groups = top_groups
+        if self.bound_threshold is not None:
+            # Unset otherwise: the server then applies its own default.
+            req.bound_threshold.value = positive(self.bound_threshold, "bound_threshold")
         return req
 
     def _tolerance(self) -> pb.Tolerance:
@@ -408,10 +429,7 @@ class VerifyOptions:
         elif name == "ulp":
             raise ValueError("max_ulp: tolerance='ulp' needs max_ulp= (0 means bitwise equal)")
         if self.bound_factor is not None:
-            bf = non_negative(self.bound_factor, "bound_factor")
-            if bf == 0:
-                raise ValueError("bound_factor: expected a positive number, got 0")
-            t.bound_factor = bf
+            t.bound_factor = positive(self.bound_factor, "bound_factor")
         if self.bound_precision is not None:
             if not isinstance(self.bound_precision, str):
                 raise TypeError("bound_precision: expected a precision name such as 'tf32'")

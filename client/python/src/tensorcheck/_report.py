@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Optional
 
+from google.protobuf import json_format
+
 from ._capabilities import BackendInfo, Capabilities, DeviceInfo, Limits, StoreInfo
 from ._format import format_diagnosis as format_diagnosis
 from ._format import format_mismatch, format_report
@@ -83,9 +85,14 @@ def _report_field(m: pb.VerifyResponse, name: str, read: Optional[ReadTensor]) -
         return [ConfigResult.from_proto(r, f"results[{i}]", read) for i, r in enumerate(m.results)]
     if name == "diagnosis":
         return Diagnosis.from_proto(m.diagnosis) if m.HasField("diagnosis") else None
-    if name == "call":
-        return CallDecision.from_proto(m.call) if m.HasField("call") else None
     raise AssertionError(name)
+
+
+def _call_decision(m: pb.VerifyResponse) -> Optional[CallDecision]:
+    """Report.call, converted with the report at once by both paths: a few
+    fields, and a field with a default (a class attribute, so never missing
+    from an instance: __getattr__ would not be asked for it)."""
+    return CallDecision.from_proto(m.call) if m.HasField("call") else None
 
 
 # The Report fields that a report the Client built converts on first access.
@@ -95,7 +102,6 @@ _CONVERTED_ON_ACCESS = (
     "reference",
     "results",
     "diagnosis",
-    "call",
 )
 _CONVERT_LOCK = threading.Lock()
 
@@ -146,12 +152,16 @@ class Report(_Node):
     def from_proto(cls, m: pb.VerifyResponse, read: Optional[ReadTensor] = None) -> Report:
         """The report of a response; `read` fetches outputs returned by
         digest (the Client passes its ReadTensor)."""
-        return cls(
+        report = cls(
             verdict=_VERDICT_NAMES.get(m.verdict),
             output_shape=tuple(m.output_shape),
             notes=list(m.notes),
+            call=_call_decision(m),
             **{name: _report_field(m, name, read) for name in _CONVERTED_ON_ACCESS},
         )
+        # Kept for _response_dict, as the report converted on access keeps it.
+        report.__dict__["_response"] = m
+        return report
 
     @classmethod
     def _of_response(
@@ -187,6 +197,7 @@ class Report(_Node):
             uploaded_bytes=uploaded_bytes,
             reused_bytes=reused_bytes,
             accept=accept,
+            call=_call_decision(m),
             _response=m,
         )
         return report
@@ -208,6 +219,15 @@ class Report(_Node):
     def __getstate__(self) -> dict[str, Any]:
         # pickle and copy: every field converted, not the response.
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def _response_dict(self) -> Optional[dict[str, Any]]:
+        """The response this report was made from, in protobuf's JSON
+        mapping (lowerCamelCase names, default values left out): the
+        `response` of a layer call in ModelReport.to_dict(), as `tensorcheck
+        sweep --json` prints it. None for a report that was copied or
+        unpickled (they keep the fields, not the response)."""
+        m = self.__dict__.get("_response")
+        return None if m is None else json_format.MessageToDict(m)
 
     @property
     def passed(self) -> bool:

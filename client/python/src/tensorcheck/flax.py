@@ -24,7 +24,6 @@ import numpy as np
 
 from ._client import Client
 from ._model import (
-    DEFAULT_BOUND_THRESHOLD,
     DEFAULT_JOBS,
     Captures,
     ModelReport,
@@ -115,7 +114,7 @@ def check_denses(
     tolerance: Optional[str] = None,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
-    bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
+    bound_threshold: Optional[float] = None,
     timeout: Optional[float] = None,
     method: Union[None, str, Callable[..., Any]] = None,
     verify_options: Optional[Mapping[str, Any]] = None,
@@ -128,7 +127,12 @@ def check_denses(
     tensorcheck.VerifyOptions for every layer call). Layer names are
     module paths joined with "." ("blocks_0.mlp.up")."""
     overrides = model_check_overrides(
-        "check_denses", verify_options, configs=configs, tolerance=tolerance, timeout=timeout
+        "check_denses",
+        verify_options,
+        configs=configs,
+        tolerance=tolerance,
+        timeout=timeout,
+        bound_threshold=bound_threshold,
     )
     captures = capture_denses(module, variables, *args, method=method, **kwargs)
     if not captures.items:
@@ -143,7 +147,6 @@ def check_denses(
         diagnose=diagnose,
         jobs=jobs,
         progress=progress,
-        bound_threshold=bound_threshold,
         framework="flax",
         model=type(module).__name__,
         options=options,

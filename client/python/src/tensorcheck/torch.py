@@ -28,7 +28,6 @@ import torch
 
 from ._client import Client
 from ._model import (
-    DEFAULT_BOUND_THRESHOLD,
     DEFAULT_JOBS,
     Captures,
     ModelReport,
@@ -193,7 +192,7 @@ def check_linears(
     weights: Optional[Mapping[str, Any]] = None,
     jobs: int = DEFAULT_JOBS,
     progress: Optional[bool] = None,
-    bound_threshold: float = DEFAULT_BOUND_THRESHOLD,
+    bound_threshold: Optional[float] = None,
     timeout: Optional[float] = None,
     verify_options: Optional[Mapping[str, Any]] = None,
     options: Optional[VerifyOptions] = None,
@@ -224,7 +223,10 @@ def check_linears(
         strip when they all carry one ("model.", "module.").
       jobs: requests in flight at once.
       progress: a progress bar on stderr (None: when stderr is a terminal).
-      bound_threshold: a layer's bound_ratio above this is a divergence.
+      bound_threshold: the bound_ratio threshold sent with each request
+        (VerifyOptions.bound_threshold): a layer call whose bound_ratio is
+        not at most it diverges, as the server decides; None: the
+        options', else the server's default, 3.
       timeout: each request's deadline, seconds; None: the options'.
       verify_options: fields of VerifyOptions by name, applied over
         `options`, e.g. {"return_outputs": True} for heatmaps in
@@ -236,7 +238,12 @@ def check_linears(
     model without linear layers gives an empty report and a warning.
     """
     overrides = model_check_overrides(
-        "check_linears", verify_options, configs=configs, tolerance=tolerance, timeout=timeout
+        "check_linears",
+        verify_options,
+        configs=configs,
+        tolerance=tolerance,
+        timeout=timeout,
+        bound_threshold=bound_threshold,
     )
     captures = capture_linears(model, *args, weights=weights, **kwargs)
     if not captures.items:
@@ -251,7 +258,6 @@ def check_linears(
         diagnose=diagnose,
         jobs=jobs,
         progress=progress,
-        bound_threshold=bound_threshold,
         framework="torch",
         model=type(model).__name__,
         options=options,
