@@ -88,6 +88,20 @@ std::string internal::ErrorRatioMeaning(double ratio) {
 namespace {
 
 // The families (precisions) of the candidates, in the order offered.
+// Elements of `t` that are inf or NaN.
+int64_t CountNonFinite(const Tensor& t) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  std::vector<double> chunk(static_cast<size_t>(std::min(t.numel(), kChunk)));
+  int64_t count = 0;
+  for (int64_t begin = 0; begin < t.numel(); begin += kChunk) {
+    const int64_t n = std::min(kChunk, t.numel() - begin);
+    WidenRange(t, begin, n, chunk.data());
+    count +=
+        std::count_if(chunk.begin(), chunk.begin() + n, [](double v) { return !std::isfinite(v); });
+  }
+  return count;
+}
+
 std::string FamiliesTried(const DiagnosisInput& in) {
   std::vector<std::string> names;
   for (const DiagnosisCandidate& c : in.candidates) {
@@ -1062,6 +1076,17 @@ struct Ranking {
                              "within %.1f predicted standard errors of it",
                              Described(*best), ElementThresholdSigma(total));
         out.headline = absl::StrCat("Rounding, not a bug: ", what, ".");
+        // Rounding of inputs that already hold an inf or NaN, or of a sum
+        // that overflows the output precision, is still rounding; said so,
+        // so that the sentence does not hide the non-finite values a
+        // whole-model check counts as a divergence (docs/model-checks.md).
+        if (const int64_t nonfinite = CountNonFinite(*in.observed); nonfinite > 0) {
+          absl::StrAppend(&out.headline, " But ", nonfinite, " of its ", total,
+                          " elements are inf or NaN, and ", best->ToString(),
+                          " computes them so too: look for an inf or NaN in the input, weight "
+                          "or bias, or a value beyond ",
+                          DTypeName(in.output_dtype), "'s range.");
+        }
         if (out.accepted) {
           absl::StrAppend(&out.headline, " Accepted (", AcceptList(), ").");
         } else if (!in.accept.empty()) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <tuple>
@@ -512,6 +513,27 @@ TEST_F(DiagnosisTest, AWeightElementTimesTwoIsADefectInItsOutputColumn) {
   EXPECT_THAT(d.defect->where_to_look, ::testing::HasSubstr("bias element 5"));
   EXPECT_THAT(d.verdict_reason, ::testing::StartsWith("Defect: cpu:bf16:fused"));
   EXPECT_THAT(d.explanation, ::testing::StartsWith(d.verdict_reason));
+}
+
+// A weight element that is inf in the request too: every configuration
+// computes the inf column the framework did, so the verdict is rounding,
+// and the headline says how many elements are not finite (one output
+// column for every row: 64 of 64 x 96) rather than hiding them.
+TEST_F(DiagnosisTest, AnInfWeightIsRoundingThatSaysItsNonFiniteElements) {
+  LinearRequest r = MakeRequest(64, 256, 96, DType::kBFloat16, 41);
+  const int64_t k = 256, n0 = 5, k0 = 17;
+  std::vector<double> w(static_cast<size_t>(r.weight.numel()));
+  for (int64_t i = 0; i < r.weight.numel(); ++i) w[static_cast<size_t>(i)] = r.weight.GetDouble(i);
+  w[static_cast<size_t>(n0 * k + k0)] = std::numeric_limits<double>::infinity();
+  r.weight = *FromDoubles(DType::kBFloat16, {96, k}, w);
+  r.observed = Observed(r, kBf16Fused, Order::kPairwise);
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  ASSERT_EQ(d.verdict, DiagnosisVerdict::kRounding) << d.explanation;
+  EXPECT_THAT(d.headline, ::testing::StartsWith("Rounding, not a bug: "));
+  EXPECT_THAT(d.headline, ::testing::HasSubstr("But 64 of its 6144 elements are inf or NaN"));
+  EXPECT_THAT(d.headline, ::testing::HasSubstr("beyond bfloat16's range"));
 }
 
 // The same in fp32, where another summation order flips almost every
