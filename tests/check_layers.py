@@ -17,7 +17,10 @@ file under core/, server/ and client/cli/ and fails when
 - the CLI includes anything of server/ (it uses core/ and talks to the
   server through proto/ only);
 - a file outside server/service, client/ and proto/ includes a gRPC header;
-- a file outside server/backends/cuda includes a CUDA header.
+- a file outside server/backends/cuda includes a CUDA header;
+- a header outside an `internal/` folder includes one inside it (a
+  public header may not expose its folder's internals), or a file
+  outside the folder that holds an `internal/` includes from it.
 
 Standard library only: CTest runs it with the system's python3.
 """
@@ -83,6 +86,12 @@ def violations(root: pathlib.Path) -> list[str]:
                 found.append(f"{where}: gRPC outside server/service, client/ and proto/")
             if CUDA.search(target) and not rel.startswith("server/backends/cuda/"):
                 found.append(f"{where}: CUDA outside server/backends/cuda")
+            if "/internal/" in target and target.startswith(("server/", "core/", "client/")):
+                owner = target.split("/internal/")[0] + "/"
+                if not rel.startswith(owner):
+                    found.append(f"{where}: internal to {owner}")
+                elif path.suffix == ".h" and "/internal/" not in rel:
+                    found.append(f"{where}: a public header exposes {owner}internal/")
             if rel.startswith("core/"):
                 if "/" in target and not target.startswith("core/") and \
                         target.split("/")[0] in ("server", "client", "proto"):
@@ -124,6 +133,10 @@ def self_test() -> int:
             "server/backends/cpu/cpu_backend.cc": '#include "server/backends/cuda/x.h"\n',
             "client/cli/main.cc": '#include "server/service/dtype_proto.h"\n',
             "core/dtype.h": '#include "server/stats/diff_stats.h"\n',
+            "server/backends/cuda/kernels.h": '#include "server/backends/cuda/internal/k.h"\n',
+            "server/engine/plan.cc": '#include "server/backends/cuda/internal/k.h"\n',
+            # Allowed: an implementation file using its own folder's internals.
+            "server/backends/cuda/kernels.cu": '#include "server/backends/cuda/internal/k.h"\n',
         }
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -131,10 +144,12 @@ def self_test() -> int:
         found = violations(root)
     expected = ["server/stats/error_model.h", "server/engine/engine.cc",
                 "core/tensor.cc", "server/backends/cpu/cpu_backend.cc",
-                "client/cli/main.cc", "core/dtype.h"]
+                "client/cli/main.cc", "core/dtype.h", "server/backends/cuda/kernels.h",
+                "server/engine/plan.cc"]
     missing = [e for e in expected if not any(f.startswith(e) for f in found)]
     # The allowed direction (backends -> stats) is not reported.
-    wrong = [f for f in found if f.startswith("server/backends/linear_backend.h")]
+    wrong = [f for f in found if f.startswith(("server/backends/linear_backend.h",
+                                              "server/backends/cuda/kernels.cu"))]
     for line in found:
         print("self-test found:", line)
     if missing or wrong:

@@ -179,7 +179,7 @@ void FlipGrid(const FlipGridInput& in, float* grid);
 // ---- The per-request constants of the per-element rules
 // (error_model_rules.h). The functions above run those rules on the host
 // with these constants; the device kernels
-// (server/backends/cuda/error_model_kernels.h) run the same rules per
+// (server/backends/cuda/internal/error_model_kernels.h) run the same rules per
 // thread with the same constants, so that their results are the host's.
 //
 //   DeviceSigmaArgs args;                              // a device launch

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "server/backends/cuda/cuda_status.h"
-#include "server/backends/cuda/device_compare.h"
+#include "server/backends/cuda/internal/device_compare.h"
 
 namespace tensorcheck {
 namespace {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/internal/cuda_kernels.h"
 
 namespace tensorcheck::cuda {
 namespace {

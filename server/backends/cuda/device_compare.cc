@@ -1,4 +1,4 @@
-#include "server/backends/cuda/device_compare.h"
+#include "server/backends/cuda/internal/device_compare.h"
 
 #include <cstring>
 #include <utility>

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backends/cuda/device_compare_kernels.h"
 #include "server/backends/cuda/internal/compare_iteration.h"
 #include "server/backends/cuda/internal/compare_lean_path.h"
 #include "server/backends/cuda/internal/compare_thread.h"
-#include "server/backends/cuda/narrow_patterns.h"
+#include "server/backends/cuda/internal/device_compare_kernels.h"
+#include "server/backends/cuda/internal/narrow_patterns.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda {

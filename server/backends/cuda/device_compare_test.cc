@@ -2,7 +2,7 @@
 // backends' RunAndCompare must report what Compare reports for the same
 // output and tensor (Compare itself is tested against hand-derived values
 // in diff_stats_test.cc). Gpu* tests skip without a device.
-#include "server/backends/cuda/device_compare.h"
+#include "server/backends/cuda/internal/device_compare.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backends/cuda/diagnosis_kernels.h"
 #include "server/backends/cuda/internal/compare_thread.h"
+#include "server/backends/cuda/internal/diagnosis_kernels.h"
 #include "server/stats/diagnosis_rules.h"
 #include "server/stats/element_rules.h"
 #include "server/stats/error_model_rules.h"

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/tf32_rounding.h"
-#include "server/backends/cuda/error_model_kernels.h"
+#include "server/backends/cuda/internal/error_model_kernels.h"
 #include "server/stats/error_model_rules.h"
 
 namespace tensorcheck::cuda {

@@ -4,7 +4,7 @@
 // for fp32 against counting std::nextafter steps; and against the shared
 // rule they restate in 32-bit arithmetic (element_rules.h's
 // DistanceFromBits), which the rank checks hold as well.
-#include "server/backends/cuda/narrow_patterns.h"
+#include "server/backends/cuda/internal/narrow_patterns.h"
 
 #include <gtest/gtest.h>
 

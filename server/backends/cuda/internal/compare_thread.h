@@ -34,7 +34,7 @@
 #include "server/backends/cuda/internal/device_intrinsics.h"
 #include "server/backends/cuda/internal/elem_type.h"
 #include "server/backends/cuda/internal/kernel_args.h"
-#include "server/backends/cuda/narrow_patterns.h"
+#include "server/backends/cuda/internal/narrow_patterns.h"
 #include "server/stats/element_rules.h"
 
 namespace tensorcheck::cuda::cmp {

@@ -31,9 +31,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "server/backends/cuda/cuda_kernels.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/compare_args.h"
+#include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 
 namespace tensorcheck::cuda::internal {

@@ -78,7 +78,7 @@
 #include "core/dtype.h"
 #include "core/linear_config.h"
 #include "core/tensor.h"
-#include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
 
 namespace tensorcheck::cuda::internal {

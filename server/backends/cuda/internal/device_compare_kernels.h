@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "server/backends/cuda/cuda_kernels.h"
+#include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/kernel_args.h"
 
 namespace tensorcheck::cuda {

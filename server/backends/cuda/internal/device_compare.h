@@ -26,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "server/backends/cuda/device_compare_kernels.h"
 #include "server/backends/cuda/internal/compare_args.h"  // DeviceArray, ToElem
+#include "server/backends/cuda/internal/device_compare_kernels.h"
 #include "server/stats/diff_stats.h"
 
 namespace tensorcheck::cuda {
