@@ -5,6 +5,11 @@ The server binary is $TENSORCHECK_SERVER_BIN, default
 `tensorcheck-server --host 127.0.0.1 --port 0`, which prints
 `listening on HOST:PORT` on stdout; tests that need it are skipped, with the
 reason, when it is missing.
+
+The CLI, which ModelReport.to_junit/to_html run (`tensorcheck render`), is
+$TENSORCHECK_CLI_BIN (as in tests/e2e and scripts/test.sh), else
+$TENSORCHECK_CLI, default <repo>/build/client/cli/tensorcheck: the `cli`
+fixture sets $TENSORCHECK_CLI to it for the test, or skips it.
 """
 
 from __future__ import annotations
@@ -26,12 +31,36 @@ import tensorcheck
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SERVER_BIN = REPO / "build" / "server" / "tensorcheck-server"
+DEFAULT_CLI_BIN = REPO / "build" / "client" / "cli" / "tensorcheck"
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
 _START_TIMEOUT_S = 60.0
 
 
 def server_bin() -> Path:
     return Path(os.environ.get("TENSORCHECK_SERVER_BIN") or DEFAULT_SERVER_BIN)
+
+
+def cli_bin() -> Path:
+    return Path(
+        os.environ.get("TENSORCHECK_CLI_BIN")
+        or os.environ.get("TENSORCHECK_CLI")
+        or DEFAULT_CLI_BIN
+    )
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tensorcheck CLI, as $TENSORCHECK_CLI for the test (where
+    ModelReport.to_junit/to_html find it); skips the test when it is not
+    built."""
+    path = cli_bin()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.skip(
+            f"tensorcheck CLI not found at {path}: ModelReport.to_junit/to_html run its "
+            "`tensorcheck render`; build it (cmake --build build) or set TENSORCHECK_CLI_BIN"
+        )
+    monkeypatch.setenv("TENSORCHECK_CLI", str(path))
+    return path
 
 
 def _dial_host(host: str) -> str:

@@ -9,9 +9,10 @@ docs/model-checks.md. A ModelReport built from those answers, as
 its response through the Client's path, the run's options), gives the
 same object from to_dict(): the per-call decisions the server's, the
 consensus and the first divergence Python's own, by the same rules as the
-CLI's. Python's text summary and JUnit file are its own renderings, not
-the CLI's table (docs/model-checks.md), so summary.txt and junit.xml are
-the CLI's alone.
+CLI's. Its JUnit file (to_junit) is what `tensorcheck render` draws from
+that JSON, so it is junit.xml byte for byte (those tests run the CLI: the
+`cli` fixture, conftest.py). Python's text summary is its own, not the
+CLI's table (docs/model-checks.md), so summary.txt is the CLI's alone.
 """
 
 from __future__ import annotations
@@ -108,3 +109,11 @@ def test_the_per_call_decisions_are_the_responses(case: str) -> None:
         assert layer.configs_explaining == set(call.get("explaining", []))
         if call.get("divergence") or call.get("boundExceeded"):
             assert layer.status == j["status"] == "failed"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_to_junit_is_the_clis_junit_byte_for_byte(case: str, cli: Path, tmp_path: Path) -> None:
+    golden = json.loads((GOLDEN / case / "report.json").read_text())
+    path = tmp_path / "junit.xml"
+    _report(golden).to_junit(path)
+    assert path.read_bytes() == (GOLDEN / case / "junit.xml").read_bytes()

@@ -1,11 +1,13 @@
 """ModelReport: the divergence rules on hand-built diagnoses, and the
-report's outputs (to_dict, to_junit, to_html, save_captures, which the
-CLI's `tensorcheck sweep` reads) on a small torch model."""
+report's outputs (to_dict, save_captures, which the CLI's `tensorcheck
+sweep` reads, and to_junit, to_html and to_github, which the CLI's
+`tensorcheck render` draws from to_dict(): the `cli` fixture, conftest.py)
+on a small torch model."""
 
 from __future__ import annotations
 
 import json
-import os
+import pickle
 import struct
 import subprocess
 import xml.etree.ElementTree as ET
@@ -378,6 +380,85 @@ def test_compare_models_describes_where_each_model_changes() -> None:
     assert "First difference: y:" in text
 
 
+# --- the artifacts `tensorcheck render` draws --------------------------------------------
+
+
+def test_without_the_cli_to_junit_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    report = ModelReport([_layer("a", FUSED)])
+    path = tmp_path / "model.xml"
+    monkeypatch.delenv("TENSORCHECK_CLI", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `tensorcheck` there
+    with pytest.raises(tensorcheck.CliNotFoundError) as e:
+        report.to_junit(path)
+    assert isinstance(e.value, tensorcheck.Error)
+    message = str(e.value)
+    assert "no `tensorcheck` on PATH and TENSORCHECK_CLI is unset" in message
+    assert "tensorcheck render" in message and "cmake --build build" in message
+    # A TENSORCHECK_CLI that names nothing: that path, in the message.
+    nowhere = tmp_path / "nowhere" / "tensorcheck"
+    monkeypatch.setenv("TENSORCHECK_CLI", str(nowhere))
+    with pytest.raises(tensorcheck.CliNotFoundError) as e:
+        report.to_html(path)
+    assert str(e.value).startswith(
+        f"FAILED_PRECONDITION (render): TENSORCHECK_CLI={nowhere}: no executable file there."
+    )
+    assert not path.exists()
+
+
+def test_a_report_render_cannot_read_raises_the_clis_message(cli: Path, tmp_path: Path) -> None:
+    # The CLI checks FP8 layers one by one but a model's layer calls in
+    # its four float dtypes only: render names the JSON path it rejects.
+    fp8 = LayerCheck("fp8", 0, (2, 4), (8, 4), "out_in", "float8_e4m3fn")
+    fp8._fill(_layer("fp8", FUSED).report)  # type: ignore[arg-type]
+    path = tmp_path / "model.xml"
+    with pytest.raises(tensorcheck.InvalidArgumentError, match=r"layers\[0\]\.dtype: .*float8"):
+        ModelReport([fp8]).to_junit(path)
+    assert not path.exists()
+
+
+def test_a_rejected_request_renders_as_an_error_case(cli: Path, tmp_path: Path) -> None:
+    # render exits 2 for this report's result (a request the server
+    # rejected), as it does for a report it cannot read: the file tells
+    # them apart.
+    rejected = LayerCheck("g", 0, (2, 4), (8, 4), "out_in", "bfloat16", status="error")
+    rejected.error = "INVALID_ARGUMENT (Diagnose): op.bias: 3 elements, expected 8"
+    rejected.error_code = "INVALID_ARGUMENT"
+    path = tmp_path / "model.xml"
+    ModelReport([_layer("a", FUSED), rejected]).to_junit(path)
+    suite = ET.parse(path).getroot().findall("testsuite")[0]
+    assert (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("2", "1", "0")
+    error = suite.findall("testcase")[1].find("error")
+    assert error is not None and error.get("message") == rejected.error
+
+
+def test_to_github_returns_the_annotations_and_appends_the_summary(
+    cli: Path, tmp_path: Path
+) -> None:
+    report = ModelReport([_layer("a", FUSED), _layer("odd", UNFUSED), _layer("c", FUSED)])
+    summary = tmp_path / "summary.md"
+    summary.write_text("before\n")
+    annotations = report.to_github(summary)
+    reason = f"matches {UNFUSED}, while 2 of 3 layers match {FUSED}"
+    # One per failed layer call, then the run's line.
+    assert annotations.splitlines() == [
+        f"::error title=tensorcheck sweep%3A odd::{reason}",
+        f"::error title=tensorcheck sweep::First divergence: #1 odd (of 3 layer calls): {reason}",
+    ]
+    text = summary.read_text()
+    assert text.startswith("before\n")
+    assert "| 1 | `odd` | `cpu:bf16:unfused` | 0.90 | **FAIL** |" in text
+
+
+def test_a_report_without_its_responses_is_not_rendered(tmp_path: Path) -> None:
+    # An unpickled report keeps the fields, not the response render reads.
+    layer = _layer("a", FUSED)
+    layer.report = pickle.loads(pickle.dumps(layer.report))
+    with pytest.raises(ValueError, match="layer call a: its report no longer holds"):
+        ModelReport([layer]).to_junit(tmp_path / "model.xml")
+
+
 # --- the outputs, on a small torch model --------------------------------------------------
 
 torch = pytest.importorskip("torch")
@@ -461,20 +542,23 @@ def test_rows_per_call_and_the_json_keys(net_report: tuple[ModelReport, Any, Any
 
 
 def test_junit_has_one_case_per_layer_call(
-    net_report: tuple[ModelReport, Any, Any], tmp_path: Path
+    net_report: tuple[ModelReport, Any, Any], cli: Path, tmp_path: Path
 ) -> None:
     report, _, _ = net_report
     path = tmp_path / "model.xml"
     report.to_junit(path)
-    suite = ET.parse(path).getroot()
-    assert suite.tag == "testsuite" and suite.get("tests") == "4"
+    root = ET.parse(path).getroot()
+    # render's JUnit: one <testsuite> in <testsuites>.
+    assert root.tag == "testsuites" and len(root.findall("testsuite")) == 1
+    suite = root.findall("testsuite")[0]
+    assert suite.get("tests") == "4"
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["up", "down", "up#1", "down#1"]
     assert not suite.findall(".//failure")
 
 
 def test_html_is_one_self_contained_page(
-    net_report: tuple[ModelReport, Any, Any], tmp_path: Path
+    net_report: tuple[ModelReport, Any, Any], cli: Path, tmp_path: Path
 ) -> None:
     report, _, _ = net_report
     path = tmp_path / "model.html"
@@ -485,6 +569,31 @@ def test_html_is_one_self_contained_page(
     for label in ("up", "down", "up#1", "down#1"):
         assert label in page
     assert "http://" not in page and "https://" not in page  # nothing outside the page
+
+
+@pytest.mark.parametrize("max_inline", [0, 1], ids=["inline", "by_digest"])
+def test_html_draws_heatmaps_of_the_observed_outputs(
+    target: str, cli: Path, tmp_path: Path, max_inline: int
+) -> None:
+    # The observed outputs go to render as a captures file, the returned
+    # ones in the responses: inline (0: the server's default size, above
+    # these outputs), or, at 1 byte, every one by digest, which the client
+    # read and gives render as data, as `sweep --html` does.
+    import tensorcheck.torch
+
+    torch.manual_seed(0)
+    net = _Net().to(torch.bfloat16)
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    options = {"return_outputs": True, "max_inline_output_bytes": max_inline}
+    report = tensorcheck.torch.check_linears(net, x, server=target, verify_options=options)
+    responses = [layer["response"] for layer in report.to_dict()["layers"]]
+    assert ["digest" in r["reference"]["output"] for r in responses] == [bool(max_inline)] * 4
+    path = tmp_path / "model.html"
+    report.to_html(path)
+    page = path.read_text()
+    # Per layer call, |observed - reference| and |observed - best|.
+    assert page.count('href="data:image/png;base64,') == 8
+    assert "no heatmap" not in page
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -515,14 +624,8 @@ def test_save_captures_writes_the_calls_in_order(
 
 
 def test_the_cli_sweeps_the_captures_python_wrote(
-    net_report: tuple[ModelReport, Any, Any], target: str, tmp_path: Path
+    net_report: tuple[ModelReport, Any, Any], target: str, cli: Path, tmp_path: Path
 ) -> None:
-    repo = Path(__file__).resolve().parents[3]
-    cli = Path(
-        os.environ.get("TENSORCHECK_CLI_BIN") or repo / "build" / "client" / "cli" / "tensorcheck"
-    )
-    if not cli.exists():
-        pytest.skip(f"no CLI at {cli}")
     report, _, _ = net_report
     path = tmp_path / "captures.safetensors"
     report.save_captures(path, weights=True)

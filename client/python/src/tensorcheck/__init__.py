@@ -41,7 +41,9 @@ tensor store by themselves (uploaded once, then named by digest);
 
 Whole models: `tensorcheck.torch.check_linears(model, *args)` and
 `tensorcheck.flax.check_denses(module, variables, *args)` check every
-linear layer call and return a `ModelReport` (docs/model-checks.md).
+linear layer call and return a `ModelReport` (docs/model-checks.md); its
+JUnit XML and HTML page (`to_junit`, `to_html`) are drawn by the
+tensorcheck CLI's `tensorcheck render` ($TENSORCHECK_CLI, else on PATH).
 
 Files: `tensorcheck.save_safetensors(path, {name: array})` and
 `tensorcheck.load_safetensors(path)` (bfloat16 and FP8 included).
@@ -85,6 +87,7 @@ from ._errors import (
 from ._model import LayerCheck, ModelComparison, ModelReport, compare_models
 from ._model_parity import assert_model_parity
 from ._options import VerifyOptions
+from ._render import CliNotFoundError
 from ._report import (
     BackendInfo,
     BatchInvariance,
@@ -174,6 +177,7 @@ __all__ = [
     "UnavailableError",
     "DataLossError",
     "UnauthenticatedError",
+    "CliNotFoundError",
 ]
 
 

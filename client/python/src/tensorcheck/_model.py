@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -34,13 +35,7 @@ import numpy as np
 
 from ._client import Client, _Transfer
 from ._errors import DeadlineExceededError, Error, UnavailableError, UnimplementedError
-from ._model_output import (
-    describe_configs,
-    format_comparison,
-    format_summary,
-    write_html,
-    write_junit,
-)
+from ._model_output import describe_configs, format_comparison, format_summary
 from ._model_types import (
     DEFAULT_BOUND_THRESHOLD,
     ERROR,
@@ -51,6 +46,7 @@ from ._model_types import (
     LayerCheck,
 )
 from ._options import VerifyOptions, fold_options
+from ._render import outputs_inline, render
 from ._safetensors import save_safetensors
 from ._store import INLINE_MAX_BYTES, TensorRef
 
@@ -180,7 +176,9 @@ class ModelReport:
     report.consensus              # "cpu:bf16:fused": what most layers match
     report.passed                 # every layer passed, every one checked
     print(report.summary())       # the table
-    report.to_dict(), report.to_junit(path), report.to_html(path)
+    report.to_dict()              # the JSON report
+    report.to_junit(path), report.to_html(path), report.to_github()
+                                  # drawn from it by `tensorcheck render`
     report.save_captures(path)    # for `tensorcheck sweep --captures`
 
     The server decides each layer call's part (`layer.report.call`:
@@ -195,7 +193,8 @@ class ModelReport:
     `tensorcheck sweep --json` does.
 
     `error` is set when the run stopped early (the server went away):
-    the layers after it are "not_checked". `uploaded_bytes` counts what
+    the layer call whose request failed is "error", those not sent yet
+    "not_checked". `uploaded_bytes` counts what
     went to the tensor store (weights, large activations), `sent_bytes`
     that plus the tensors sent inline in the requests: what this run put
     on the wire in tensors.
@@ -345,14 +344,71 @@ class ModelReport:
     def __str__(self) -> str:
         return self.summary()
 
-    def to_junit(self, path: Union[str, os.PathLike[str]]) -> None:
-        """JUnit XML: one test case per layer call (failed: the reason)."""
-        write_junit(self, path)
+    # --- the artifacts `tensorcheck render` draws from to_dict() ----------------
+    #
+    # One renderer per artifact (docs/model-checks.md, "tensorcheck render"):
+    # the CLI's, which `tensorcheck sweep` writes its own with. It is found
+    # as `cli=` says, else $TENSORCHECK_CLI, else `tensorcheck` on PATH
+    # (tensorcheck.CliNotFoundError when it is not there).
 
-    def to_html(self, path: Union[str, os.PathLike[str]]) -> None:
-        """One self-contained page: bound_ratio and best configuration
-        across depth, then each layer's ranking, histogram and heatmap."""
-        write_html(self, path)
+    def _render_dict(self) -> dict[str, Any]:
+        """to_dict(), which render reads: each checked layer call's
+        response is what it decides the rest from again."""
+        d = self.to_dict()
+        for layer, j in zip(self.layers, d["layers"]):
+            if layer.report is not None and j["response"] is None:
+                raise ValueError(
+                    f"layer call {layer.label}: its report no longer holds the server's response "
+                    "(a copied or unpickled report), which tensorcheck render draws from"
+                )
+        return d
+
+    def to_junit(
+        self, path: Union[str, os.PathLike[str]], *, cli: Union[None, str, os.PathLike[str]] = None
+    ) -> None:
+        """Writes the JUnit XML of `tensorcheck render --junit`: one test
+        case per layer call (a failed one with its reason, an `error` one
+        as an error, a `not_checked` one skipped)."""
+        render(self._render_dict(), {"--junit": path}, cli=cli)
+
+    def to_html(
+        self, path: Union[str, os.PathLike[str]], *, cli: Union[None, str, os.PathLike[str]] = None
+    ) -> None:
+        """Writes the page of `tensorcheck render --html`: bound_ratio across
+        depth, the table of layer calls, then each layer call's report
+        (ranking, histograms, and, for a check run with
+        `return_outputs=True`, heatmaps of the observed output, which go to
+        render as a temporary captures file)."""
+        d = self._render_dict()
+        for layer, j in zip(self.layers, d["layers"]):
+            if layer.report is not None and j["response"] is not None:
+                j["response"] = outputs_inline(j["response"], layer.report)
+        # The observed outputs matter only beside outputs the responses carry.
+        carried = any(
+            "output" in (j["response"] or {}).get("reference", {})
+            or any("output" in r for r in (j["response"] or {}).get("results", []))
+            for j in d["layers"]
+        )
+        if not carried or len(self.captures) != len(self.layers):
+            render(d, {"--html": path}, cli=cli)
+            return
+        with tempfile.TemporaryDirectory(prefix="tensorcheck-html-") as tmp:
+            captures = os.path.join(tmp, "outputs.safetensors")
+            self._write_captures(captures, inputs=False)
+            render(d, {"--html": path}, captures=captures, cli=cli)
+
+    def to_github(
+        self,
+        summary: Union[None, str, os.PathLike[str]] = None,
+        *,
+        cli: Union[None, str, os.PathLike[str]] = None,
+    ) -> str:
+        """The GitHub Actions output of `tensorcheck render --github`:
+        returns the annotations (an `::error` line per failed layer call;
+        print them in the job's log) and appends the Markdown summary to
+        `summary`, default $GITHUB_STEP_SUMMARY (none when unset)."""
+        env = None if summary is None else {"GITHUB_STEP_SUMMARY": os.fspath(summary)}
+        return render(self._render_dict(), {}, ["--github"], env=env, cli=cli).stdout
 
     def save_captures(self, path: Union[str, os.PathLike[str]], *, weights: bool = False) -> None:
         """Writes the captures file of docs/model-checks.md: `{layer}.input`
@@ -365,9 +421,17 @@ class ModelReport:
                 "save_captures: this report holds no captures (a report built "
                 "from JSON, or a model without linear layers)"
             )
+        self._write_captures(path, weights=weights)
+
+    def _write_captures(
+        self, path: Union[str, os.PathLike[str]], *, inputs: bool = True, weights: bool = False
+    ) -> None:
+        """save_captures' file; without `inputs`, the outputs alone (the
+        observed outputs that `tensorcheck render --captures` reads)."""
         tensors: dict[str, np.ndarray] = {}
         for c in self.captures:
-            tensors[f"{c.label}.input"] = c.input
+            if inputs:
+                tensors[f"{c.label}.input"] = c.input
             tensors[f"{c.label}.output"] = c.output
             if weights and c.call == 0:
                 kind = "weight" if c.weight_layout == "out_in" else "kernel"
@@ -564,14 +628,16 @@ def _run(
                     weight_layout=c.weight_layout,
                 )
             except Error as e:
+                # Its RPC failed: `error`, also when the server went away
+                # (then the calls not yet sent stay `not_checked`), as the
+                # CLI's sweep marks it (docs/model-checks.md, "The rules").
+                layer.status = ERROR
                 layer.error = str(e)
                 layer.error_code = e.code.name
                 if _lost_server(e):
                     stop.set()
                     with lock:
                         report.error = report.error or str(e)
-                else:
-                    layer.status = ERROR
                 return
             finally:
                 bar.step()

@@ -1,32 +1,23 @@
-"""How a ModelReport reads: the text table, the pytest message, JUnit XML
-and the HTML page (docs/model-checks.md shows each)."""
+"""How a ModelReport reads in Python: its text summary, a comparison of
+two models, and the pytest message (docs/model-checks.md).
+
+The artifacts (JUnit XML, the HTML page, the GitHub summary) are not
+drawn here: the CLI's `tensorcheck render` draws them from the JSON report
+(tensorcheck._render), one renderer for both clients."""
 
 from __future__ import annotations
 
-import base64
-import html
 import math
-import os
-import struct
-import zlib
-from typing import TYPE_CHECKING, Optional, Protocol, Union
-from xml.etree import ElementTree
-
-import numpy as np
+from typing import Optional, Protocol
 
 from ._format import cap_lines, format_share, ulp_cell
-from ._model_types import Capture, LayerCheck
-
-if TYPE_CHECKING:
-    from ._report_nodes import Diagnosis
+from ._model_types import LayerCheck
 
 __all__ = [
     "describe_configs",
     "format_summary",
     "format_comparison",
     "failure_message",
-    "write_junit",
-    "write_html",
 ]
 
 
@@ -45,9 +36,6 @@ class _ModelReport(Protocol):
     def model(self) -> str: ...
 
     @property
-    def applied_bound_threshold(self) -> float: ...
-
-    @property
     def error(self) -> Optional[str]: ...
 
     @property
@@ -61,9 +49,6 @@ class _ModelReport(Protocol):
 
     @property
     def elapsed_s(self) -> float: ...
-
-    @property
-    def captures(self) -> list[Capture]: ...
 
     @property
     def checked(self) -> list[LayerCheck]: ...
@@ -103,17 +88,11 @@ def _num(v: Optional[float]) -> str:
     return f"{v:.3g}"
 
 
-def _ulp(v: Union[int, float, None]) -> str:
-    if v is None:
-        return "-"
-    return "inf" if v == math.inf else str(int(v))
-
-
 def _shape(s: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in s) + "]"
 
 
-def _best(layer: LayerCheck, full: bool = False) -> str:
+def _best(layer: LayerCheck) -> str:
     """The configuration explaining a layer call, with its confidence;
     those computing the same bits on its inputs are one entry ("a = b";
     more than two in the table as "a (+5 same bits)", as the CLI's)."""
@@ -123,7 +102,7 @@ def _best(layer: LayerCheck, full: bool = False) -> str:
         return "(verify only)"
     if not layer.best:
         return "none explains it"
-    if full or len(layer.equivalent) <= 1:
+    if len(layer.equivalent) <= 1:
         text = " = ".join([layer.best, *layer.equivalent])
     else:
         text = f"{layer.best} (+{len(layer.equivalent)} same bits)"
@@ -153,17 +132,8 @@ def _sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def _explanation_after(reason: Optional[str], explanation: str) -> str:
-    """The diagnosis' explanation without the server's verdict sentence it
-    opens with (docs/numerics.md, "Verdict") when that sentence is the
-    divergence reason shown just before it."""
-    if reason and explanation.startswith(reason):
-        return explanation[len(reason) :].lstrip()
-    return explanation
-
-
 # A layer call's status as text: the server's verdict words (PASS, FAIL),
-# ERROR for a request the server refused, "-" for one not checked.
+# ERROR for one whose request failed, "-" for one not checked.
 _STATUS_WORDS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "not_checked": "-"}
 # Failed layer calls a summary or a failure message lists one line each.
 _FAILED_LISTED = 8
@@ -396,394 +366,3 @@ def failure_message(report: _ModelReport) -> str:
             lines.extend(_failed_lines(report))
         lines.append("The table of every layer call: print(report.summary()) on the ModelReport.")
     return "\n".join(cap_lines(lines))
-
-
-def write_junit(report: _ModelReport, path: Union[str, os.PathLike[str]]) -> None:
-    suite = ElementTree.Element(
-        "testsuite",
-        name=f"tensorcheck.model {report.model}".strip(),
-        tests=str(len(report.layers)),
-        failures=str(sum(layer.status == "failed" for layer in report.layers)),
-        errors=str(sum(layer.status == "error" for layer in report.layers)),
-        skipped=str(sum(layer.status == "not_checked" for layer in report.layers)),
-        time=f"{report.elapsed_s:.3f}",
-    )
-    first = report.first_divergence()
-    for layer in report.layers:
-        case = ElementTree.SubElement(
-            suite, "testcase", classname="tensorcheck.model", name=layer.label
-        )
-        detail = (
-            f"{_shape(layer.input_shape)} x {_shape(layer.weight_shape)} {layer.dtype}; "
-            f"best {_best(layer)}; "
-            f"max_abs {_num(layer.max_abs)}, max_ulp {ulp_cell(layer)}, "
-            f"bound_ratio {_num(layer.bound_ratio)}"
-        )
-        if layer.status == "failed":
-            why = _answer(layer)
-            if layer is first:
-                why = "first divergence: " + why
-            node = ElementTree.SubElement(case, "failure", message=why)
-            more = [
-                f"Rule: {_sentence(layer.divergence_reason)}"
-                if layer.divergence_reason and layer.divergence_reason != layer.headline
-                else "",
-                f"Advice: {layer.advice}" if layer.advice else "",
-                layer.explanation,
-            ]
-            node.text = "\n".join([detail, *(m for m in more if m)])
-        elif layer.status == "error":
-            node = ElementTree.SubElement(case, "error", message=layer.error or "error")
-            node.text = detail
-        elif layer.status == "not_checked":
-            ElementTree.SubElement(
-                case, "skipped", message=f"not checked: {layer.error or report.error or 'stopped'}"
-            )
-        else:
-            ElementTree.SubElement(case, "system-out").text = detail
-    ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
-
-
-# --- the HTML page ------------------------------------------------------------------
-
-# The chart of bound_ratio across depth is the picture `tensorcheck sweep
-# --html` draws (client/cli/html_charts.cc, BoundRatioSvg): the same axis,
-# places, colours and legend, so that a model reads alike from either client.
-_PALETTE = ["#4f7cc9", "#2da44e", "#bf8700", "#8250df", "#1b7c83", "#d4a72c", "#e16f24", "#57606a"]
-ZERO_CAPTION = "0 (bit-exact) shown at the floor"
-INF_CAPTION = "inf shown at the top"
-_FONT_PX = 11.0
-_STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;color:#222;box-sizing:border-box;width:100%;
-max-width:1800px;margin:0 auto;padding:16px 24px}
-p{max-width:120ch}
-h1{font-size:22px}h2{font-size:17px;margin-top:32px;border-top:1px solid #ccc;padding-top:12px}
-table{border-collapse:collapse;margin:8px 0}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f2f2f2;white-space:nowrap}.fail{color:#b00020;font-weight:600}.ok{color:#1b7f2a}
-.note{color:#555}.num{white-space:nowrap}
-.first{background:#fff1f1}code{font-size:13px}
-svg{max-width:100%;height:auto}
-svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#1f2328}
-"""
-
-
-def _g6(v: float) -> str:
-    """A coordinate as the CLI writes one (absl::StrCat: six significant digits)."""
-    return f"{v:.6g}"
-
-
-def _text_width(text: str) -> float:
-    """An upper bound on the width of `text` in the charts' 11 px font:
-    0.64 em a character, as the CLI's SvgTextWidth."""
-    return 0.64 * _FONT_PX * len(text)
-
-
-def _chart_config(layer: LayerCheck) -> str:
-    if layer.report is not None and layer.report.diagnosis is None:
-        return "(verify only)"
-    return layer.best or "none explains it"
-
-
-def _chart(report: _ModelReport) -> str:
-    """bound_ratio across depth, log scale, a point per layer call colored
-    by the configuration explaining it; the threshold dashed, the first
-    divergence ringed. A ratio of 0 (the output bitwise the reference's)
-    has no logarithm: the axis gains a decade at the bottom, labelled 0,
-    and zeros sit on that floor, hollow, the legend saying so; an infinite
-    ratio sits on the top line."""
-    pts = [
-        (i, layer.bound_ratio, _chart_config(layer), layer.label)
-        for i, layer in enumerate(report.layers)
-        if layer.bound_ratio is not None and not math.isnan(layer.bound_ratio)
-    ]
-    if not pts:
-        return '<p class="note">No layer call has a bound_ratio to chart.</p>'
-    configs: list[str] = []
-    for _, _, config, _ in pts:
-        if config not in configs:
-            configs.append(config)
-    threshold = report.applied_bound_threshold
-    finite = [r for _, r, _, _ in pts if 0 < r < math.inf]
-    zeros = any(r <= 0 for _, r, _, _ in pts)
-    infs = any(r == math.inf for _, r, _, _ in pts)
-    ylo = math.floor(math.log10(min([threshold, *finite])))
-    yhi = math.ceil(math.log10(max([threshold, *finite])))
-    if yhi <= ylo:
-        yhi = ylo + 1
-    if zeros:
-        ylo -= 1  # the floor holds the zeros
-    width, height, left, right, top, bottom = 900, 320, 64, 20, 16, 40
-    plot_w, plot_h = width - left - right, height - top - bottom
-    n = len(report.layers)
-
-    def x_of(i: int) -> float:
-        return left + (plot_w / 2 if n <= 1 else plot_w * i / (n - 1))
-
-    def y_of(r: float) -> float:
-        if not r > 0:
-            return top + plot_h
-        if r == math.inf:
-            return top
-        return top + plot_h * (1 - (math.log10(r) - ylo) / (yhi - ylo))
-
-    def colour(config: str) -> str:
-        return _PALETTE[min(configs.index(config), 7)]
-
-    legend = [(c, colour(c)) for c in configs]
-    if zeros:
-        legend.append((ZERO_CAPTION, ""))
-    if infs:
-        legend.append((INF_CAPTION, ""))
-    full_height = height + 22 * len(legend)
-    out = [
-        f'<svg class="depth" width="{width}" height="{full_height}" '
-        f'viewBox="0 0 {width} {full_height}" role="img" aria-label="bound_ratio across depth">',
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
-        'stroke="#d0d7de"/>',
-    ]
-    # Every decade a grid line; at most 10 of them labelled (the floor of
-    # zeros always), so that labels never overlap.
-    decades = yhi - ylo
-    step = (decades + 9) // 10
-    for k in range(decades + 1):
-        grid_y = top + plot_h * (1 - k / decades)
-        line = (
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{_g6(grid_y)}" y2="{_g6(grid_y)}" '
-            'stroke="#eaeef2"/>'
-        )
-        if k % step == 0 or (zeros and k == 0):
-            label = "0" if zeros and k == 0 else _num(10.0 ** (ylo + k))
-            line += (
-                f'<text class="tick" x="{left - 6}" y="{_g6(grid_y + 4)}" text-anchor="end">'
-                f"{label}</text>"
-            )
-        out.append(line)
-    t = y_of(threshold)
-    out.append(
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{_g6(t)}" y2="{_g6(t)}" stroke="#cf222e" '
-        f'stroke-dasharray="4 3"/><text x="{left + plot_w - 4}" y="{_g6(t - 4)}" '
-        f'text-anchor="end" fill="#cf222e">threshold {_num(threshold)}</text>'
-    )
-    mid = top + plot_h // 2
-    out.append(
-        f'<text x="{_g6(left + plot_w / 2)}" y="{height - 8}" text-anchor="middle">'
-        f"layer call (execution order, 1 to {n})</text>"
-        f'<text x="14" y="{mid}" text-anchor="middle" transform="rotate(-90 14 {mid})">'
-        "bound_ratio (log)</text>"
-    )
-    first = report.first_divergence()
-    first_index = report.layers.index(first) if first is not None else None
-    for i, ratio, config, name in pts:
-        x, y = x_of(i), y_of(ratio)
-        fill = colour(config) if 0 < ratio < math.inf else "#fff"  # hollow: 0 or inf
-        out.append(
-            f'<circle cx="{_g6(x)}" cy="{_g6(y)}" r="4" fill="{fill}"'
-            f' stroke="{colour(config)}" stroke-width="1.5"><title>{html.escape(name)}: '
-            f"{html.escape(config)}, bound_ratio {_num(ratio)}</title></circle>"
-        )
-        if i == first_index:
-            # The label on the side of the ring with room for it, inside the picture.
-            label = f"first divergence: {name}"
-            flip = x + 12 + _text_width(label) > width - 4
-            anchor = ' text-anchor="end"' if flip else ""
-            ly = y + 20 if y - 8 < 14 else y - 8
-            out.append(
-                f'<circle cx="{_g6(x)}" cy="{_g6(y)}" r="9" fill="none" stroke="#cf222e" '
-                f'stroke-width="2"/><text x="{_g6(x - 12 if flip else x + 12)}" y="{_g6(ly)}"'
-                f'{anchor} fill="#cf222e">{html.escape(label)}</text>'
-            )
-    for k, (text, swatch) in enumerate(legend):
-        y = height + 22 * k + 6
-        out.append(
-            f'<circle cx="{left + 6}" cy="{y}" r="5" fill="{swatch or "#fff"}" '
-            f'stroke="{swatch or "#57606a"}" stroke-width="1.5"/><text x="{left + 18}" '
-            f'y="{y + 4}">{html.escape(text)}</text>'
-        )
-    out.append("</svg>")
-    return "\n".join(out)
-
-
-def _histogram(layer: LayerCheck) -> str:
-    stats = layer.report.observed_vs_reference if layer.report is not None else None
-    if stats is None or not stats.ulp_histogram:
-        return ""
-    buckets = stats.ulp_histogram
-    most = max(b.count for b in buckets) or 1
-    bw, h = 36, 110
-    out = [f'<svg width="{bw * len(buckets) + 10}" height="{h + 34}">']
-    for i, b in enumerate(buckets):
-        bh = (h - 10) * b.count / most
-        name = _ulp(b.lo) if b.lo == b.hi else f"{_ulp(b.lo)}-{_ulp(b.hi)}"
-        out.append(
-            f'<rect x="{5 + i * bw}" y="{h - bh:.1f}" width="{bw - 6}" height="{bh:.1f}" '
-            f'fill="#1f77b4"><title>{b.count} element(s) {name} ULP</title></rect>'
-            f'<text x="{5 + i * bw + (bw - 6) / 2}" y="{h + 14}" font-size="10" '
-            f'text-anchor="middle">{name}</text>'
-        )
-    out.append(
-        f'<text x="5" y="{h + 30}" font-size="11">ULP distance to the fp64 reference '
-        "(element counts)</text></svg>"
-    )
-    return "".join(out)
-
-
-def _png_gray(cells: np.ndarray) -> bytes:
-    """An 8-bit grayscale PNG (zlib from the standard library)."""
-    rows, cols = cells.shape
-    raw = b"".join(b"\x00" + cells[r].tobytes() for r in range(rows))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    ihdr = struct.pack(">IIBBBBB", cols, rows, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
-
-
-def _heatmap(layer: LayerCheck, observed: Optional[np.ndarray], max_cells: int = 256) -> str:
-    """|observed - best candidate| over the output as a matrix, max-pooled,
-    when the best candidate's output came back (return_outputs=True)."""
-    if observed is None or layer.report is None or not layer.best:
-        return ""
-    best = next((r for r in layer.report.results if r.config == layer.best), None)
-    if best is None or best.output is None:
-        return (
-            '<p class="note">No heatmap: run the check with return_outputs=True to '
-            "draw |observed &minus; best| per element.</p>"
-        )
-    n = observed.shape[-1]
-    a = observed.astype(np.float64).reshape(-1, n)
-    e = best.output.astype(np.float64).reshape(-1, n)
-    diff = np.abs(a - e)
-    diff[np.isnan(diff)] = np.inf
-    rows, cols = diff.shape
-    gr, gc = min(rows, max_cells), min(cols, max_cells)
-    ri = np.linspace(0, rows, gr + 1).astype(int)
-    ci = np.linspace(0, cols, gc + 1).astype(int)
-    pooled = np.maximum.reduceat(np.maximum.reduceat(diff, ri[:-1], axis=0), ci[:-1], axis=1)
-    finite = pooled[np.isfinite(pooled)]
-    top = float(finite.max()) if finite.size else 0.0
-    scaled = np.where(np.isfinite(pooled), pooled / top if top > 0 else 0.0, 1.0)
-    cells = (255 - np.clip(scaled, 0, 1) * 255).astype(np.uint8)
-    png = base64.b64encode(_png_gray(cells)).decode()
-    scale = max(1, 512 // max(gr, gc))
-    return (
-        f"<p>|observed &minus; {html.escape(layer.best)}| ({rows}&times;{cols}, black = "
-        f"{_num(top)}, white = equal):</p>"
-        f'<img alt="heatmap of {html.escape(layer.label)}" width="{gc * scale}" '
-        f'height="{gr * scale}" style="image-rendering:pixelated;border:1px solid #ccc" '
-        f'src="data:image/png;base64,{png}">'
-    )
-
-
-def _ranking(d: Diagnosis) -> str:
-    rows = []
-    for rank, group in enumerate(d.ranking_groups(), 1):
-        r = group[0]
-        names = " = ".join(f"<code>{html.escape(g.config)}</code>" for g in group)
-        rows.append(
-            f"<tr><td>{rank}</td><td>{names}</td><td>{'yes' if r.plausible else 'no'}</td>"
-            f'<td class="num">{format_share(r.bitwise_equal_fraction)}</td>'
-            f'<td class="num">{_ulp(r.max_ulp)}</td>'
-            f'<td class="num">{_num(r.mean_ulp)}</td><td class="num">{_num(r.bound_ratio)}</td>'
-            f"<td>{html.escape(r.ruled_out)}</td></tr>"
-        )
-    return (
-        "<table><tr><th>rank</th><th>configuration(s)</th><th>plausible</th>"
-        "<th>bitwise equal</th><th>max_ulp</th><th>mean_ulp</th><th>bound_ratio</th>"
-        "<th>ruled out because</th></tr>" + "".join(rows) + "</table>"
-    )
-
-
-def _layer_section(
-    i: int, layer: LayerCheck, first: Optional[LayerCheck], observed: Optional[np.ndarray]
-) -> str:
-    cls = (
-        "fail"
-        if layer.status in ("failed", "error")
-        else "ok"
-        if layer.status == "passed"
-        else "note"
-    )
-    out = [
-        f'<h2 id="layer-{i}"{" class=first" if layer is first else ""}>{i}. '
-        f"<code>{html.escape(layer.label)}</code> "
-        f'<span class="{cls}">{html.escape(_status(layer))}</span></h2>',
-        f"<p>{_shape(layer.input_shape)} &middot; {_shape(layer.weight_shape)} "
-        f"({layer.weight_layout}), {layer.dtype}. "
-        f"Best: <code>{html.escape(_best(layer, full=True))}</code>. "
-        f'max_abs <span class="num">{_num(layer.max_abs)}</span>, '
-        f'max_ulp <span class="num">{ulp_cell(layer)}</span>, '
-        f'bound_ratio <span class="num">{_num(layer.bound_ratio)}</span>, '
-        f"differences at {html.escape(_where(layer))}.</p>",
-    ]
-    if layer.divergence_reason:
-        out.append(
-            f'<p class="fail">{"First divergence: " if layer is first else ""}'
-            f"{html.escape(_sentence(layer.divergence_reason))}</p>"
-        )
-    if layer.error:
-        out.append(f'<p class="fail">{html.escape(layer.error)}</p>')
-    d = layer.report.diagnosis if layer.report is not None else None
-    if d is not None:
-        explanation = _explanation_after(layer.divergence_reason, d.explanation)
-        if explanation:
-            out.append(f"<p>{html.escape(explanation)}</p>")
-        if d.ranking:
-            out.append(_ranking(d))
-    out.append(_histogram(layer))
-    out.append(_heatmap(layer, observed))
-    return "\n".join(x for x in out if x)
-
-
-def write_html(report: _ModelReport, path: Union[str, os.PathLike[str]]) -> None:
-    title = " ".join(x for x in ("tensorcheck", report.framework, report.model) if x)
-    first = report.first_divergence()
-    observed: dict[int, np.ndarray] = {}
-    if len(report.captures) == len(report.layers):
-        observed = {i: c.output for i, c in enumerate(report.captures)}
-    overview = []
-    for i, layer in enumerate(report.layers):
-        overview.append(
-            f"<tr{' class=first' if layer is first else ''}><td>{i}</td>"
-            f'<td><a href="#layer-{i}"><code>{html.escape(layer.label)}</code></a></td>'
-            f"<td>{html.escape(_best(layer))}</td><td>{html.escape(_status(layer))}</td>"
-            f'<td class="num">{_num(layer.max_abs)}</td><td class="num">{ulp_cell(layer)}</td>'
-            f'<td class="num">{_num(layer.bound_ratio)}</td></tr>'
-        )
-    verdict = (
-        f'<p class="fail">First divergence: <a href="#layer-{report.layers.index(first)}">'
-        f"<code>{html.escape(first.label)}</code></a>: "
-        f"{html.escape(_sentence(first.divergence_reason or ''))}</p>"
-        if first is not None
-        else '<p class="ok">No divergence.</p>'
-    )
-    stopped = (
-        f'<p class="fail">Stopped early: {html.escape(report.error)}</p>' if report.error else ""
-    )
-    page = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-        f"<p>{len(report.checked)} of {len(report.layers)} layer calls checked. "
-        f"Configurations: {html.escape(describe_configs(report))}.</p>",
-        verdict,
-        stopped,
-        _chart(report),
-        "<table><tr><th>#</th><th>layer</th><th>best (confidence)</th><th>status</th>"
-        "<th>max_abs</th><th>max_ulp</th><th>bound_ratio</th></tr>"
-        + "".join(overview)
-        + "</table>",
-    ]
-    for i, layer in enumerate(report.layers):
-        page.append(_layer_section(i, layer, first, observed.get(i)))
-    page.append("</body></html>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(x for x in page if x))

@@ -98,9 +98,10 @@ class LayerCheck:
     """One layer call's check: what was sent, and what the server found.
 
     `status` is "passed", "failed" (verdict fail under the tolerance, or a
-    divergence: see `divergence_reason`), "error" (the server refused this
-    layer's request, or answered without its decisions: `error`) or
-    "not_checked" (the run stopped before it, e.g. the server went away).
+    divergence: see `divergence_reason`), "error" (its request failed: the
+    server refused it or went away during it; or the server answered
+    without its decisions: `error`) or "not_checked" (the run stopped
+    before sending it, e.g. the server went away).
     `explained` and `configs_explaining` are the server's decisions about
     the call (`report.call`, docs/api.md, "Layer-call decisions"): whether
     a configuration explains this output (Verify only: whether its verdict
