@@ -208,6 +208,16 @@ absl::StatusOr<SweepReport> ParseSweepReport(absl::string_view json_text) {
     }
     report.options.bound_threshold = threshold->get<double>();
   }
+  for (auto [key, field] : {std::pair{"framework", &report.options.framework},
+                            std::pair{"model", &report.options.model}}) {
+    // Optional: what was checked (the Python client's report names it).
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string()) {
+      return Bad(key, absl::StrCat("a string expected, found ", it->dump()));
+    }
+    *field = it->get<std::string>();
+  }
   TC_ASSIGN_OR_RETURN(const Json* uploaded, Key(j, "", "uploaded_bytes"));
   TC_ASSIGN_OR_RETURN(report.counts.uploaded_bytes, Count(*uploaded, "uploaded_bytes"));
   TC_ASSIGN_OR_RETURN(const Json* reused, Key(j, "", "reused_bytes"));

@@ -340,6 +340,29 @@ TEST(RenderSweepTest, JsonReportRoundTripsAndRendersTheSamePage) {
   EXPECT_EQ(keys, (std::vector<std::string>{"algo", "blas", "k", "m", "z"}));
 }
 
+TEST(RenderSweepTest, TheFrameworkAndModelTitleThePageAndRoundTrip) {
+  SweepReport report = *ParseSweepReport(
+      Broken(R"("diagnose": true)", R"("diagnose": true, "framework": "torch", "model": "gpt2")"));
+  EXPECT_EQ(report.options.framework, "torch");
+  EXPECT_EQ(report.options.model, "gpt2");
+  SweepRenderRequest want;
+  want.json = want.html = true;
+  auto out = RenderSweep(report, want);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->html, HasSubstr("<title>tensorcheck torch gpt2 report</title>"));
+  EXPECT_THAT(out->html, HasSubstr("<h1>tensorcheck torch gpt2</h1>"));
+  const auto j = nlohmann::ordered_json::parse(out->stdout_text);
+  EXPECT_EQ(j["framework"], "torch");
+  EXPECT_EQ(j["model"], "gpt2");
+  // Without them: the sweep's own title, and no keys.
+  auto plain = RenderSweep(*ParseSweepReport(kValidReport), want);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(plain->html, HasSubstr("<h1>tensorcheck sweep</h1>"));
+  EXPECT_FALSE(nlohmann::ordered_json::parse(plain->stdout_text).contains("model"));
+  EXPECT_EQ(ParseError(Broken(R"("diagnose": true)", R"("diagnose": true, "model": 7)")),
+            "model: a string expected, found 7");
+}
+
 TEST(RenderSweepTest, CapturesWithoutTheLayersOutputIsAnError) {
   SweepRenderRequest want;
   want.html = true;

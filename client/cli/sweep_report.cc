@@ -397,6 +397,8 @@ nlohmann::ordered_json SweepToJson(const std::vector<LayerResult>& layers,
   out["diagnose"] = options.diagnose;
   out["bound_threshold"] =
       options.bound_threshold.has_value() ? Json(*options.bound_threshold) : Json(nullptr);
+  if (!options.framework.empty()) out["framework"] = options.framework;
+  if (!options.model.empty()) out["model"] = options.model;
   return out;
 }
 
@@ -569,13 +571,19 @@ std::string DepthChart(const std::vector<LayerResult>& layers, const SweepSummar
 
 std::string FormatSweepHtml(const std::vector<LayerResult>& layers, const SweepSummary& summary,
                             const SweepOptions& options) {
+  // "tensorcheck sweep", or what was checked: "tensorcheck torch gpt2".
+  std::string title = "tensorcheck";
+  for (const std::string* part : {&options.framework, &options.model}) {
+    if (!part->empty()) absl::StrAppend(&title, " ", *part);
+  }
+  if (title == "tensorcheck") title = "tensorcheck sweep";
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-      "<title>tensorcheck sweep report</title>\n";
-  absl::StrAppend(&out, "<style>", HtmlStyleSheet(),
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  absl::StrAppend(&out, "<title>", HtmlEscape(title), " report</title>\n<style>", HtmlStyleSheet(),
                   "section.layer { border-top: 2px solid #8c959f; margin-top: 2em; }\n"
-                  "</style>\n</head>\n<body>\n<h1>tensorcheck sweep</h1>\n");
+                  "</style>\n</head>\n<body>\n<h1>",
+                  HtmlEscape(title), "</h1>\n");
   absl::StrAppend(&out, "<p class=\"", summary.passed ? "pass" : "fail", "\">",
                   HtmlEscape(OverallText(layers, summary)), "</p>\n");
   out += "<h2>bound_ratio across depth</h2>\n<figure>\n";

@@ -84,6 +84,11 @@ struct SweepOptions {
   // default. Sent with each request (VerifyRequest.bound_threshold): the
   // server decides.
   std::optional<double> bound_threshold;
+  // What was checked, for the page's title ("tensorcheck torch gpt2"):
+  // the Python client's ModelReport sets them; the JSON carries them when
+  // set, and the page says "tensorcheck sweep" without them.
+  std::string framework;
+  std::string model;
 };
 
 // What Summarize makes of one layer call.

@@ -418,6 +418,18 @@ def test_a_report_render_cannot_read_raises_the_clis_message(cli: Path, tmp_path
     assert not path.exists()
 
 
+def test_the_page_is_titled_by_the_framework_and_model(cli: Path, tmp_path: Path) -> None:
+    report = ModelReport([_layer("a", FUSED)], framework="torch", model="gpt2")
+    assert (report.to_dict()["framework"], report.to_dict()["model"]) == ("torch", "gpt2")
+    path = tmp_path / "model.html"
+    report.to_html(path)
+    page = path.read_text()
+    assert "<title>tensorcheck torch gpt2 report</title>" in page
+    assert "<h1>tensorcheck torch gpt2</h1>" in page
+    # Unnamed: no keys, the sweep's own title.
+    assert "model" not in ModelReport([_layer("a", FUSED)]).to_dict()
+
+
 def test_a_rejected_request_renders_as_an_error_case(cli: Path, tmp_path: Path) -> None:
     # render exits 2 for this report's result (a request the server
     # rejected), as it does for a report it cannot read: the file tells
@@ -477,6 +489,9 @@ _REPORT_KEYS = {
     "error",
     "diagnose",
     "bound_threshold",
+    # Set for a torch or Flax model's report.
+    "framework",
+    "model",
 }
 _LAYER_KEYS = {
     "name",

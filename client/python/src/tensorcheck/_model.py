@@ -314,6 +314,9 @@ class ModelReport:
         """The JSON object of docs/model-checks.md (`tensorcheck sweep --json`
         prints the same keys)."""
         first = self.first_divergence()
+        # What was checked titles the rendered page; the keys are there
+        # only when set, as the CLI writes them.
+        named = {k: v for k, v in (("framework", self.framework), ("model", self.model)) if v}
         return {
             "layers": [layer.to_dict() for layer in self.layers],
             "first_divergence": (
@@ -336,6 +339,7 @@ class ModelReport:
             "error": self.error,
             "diagnose": self.diagnose,
             "bound_threshold": self.bound_threshold,
+            **named,
         }
 
     def summary(self) -> str:
