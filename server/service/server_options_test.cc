@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 
@@ -111,6 +112,9 @@ struct BadValue {
   std::function<void(ServerOptions&)> set;
   std::string message;
 };
+
+// The case's name and message, not the struct's bytes, in test logs.
+void PrintTo(const BadValue& v, std::ostream* os) { *os << v.name << ": " << v.message; }
 
 class BadValueTest : public ::testing::TestWithParam<BadValue> {};
 
