@@ -37,8 +37,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +68,11 @@ struct SessionOperands : LayerShape {
   ArrayRef input;   // m*k elements
   ArrayRef weight;  // [n, k] (kOutIn) or [k, n] (kInOut)
   ArrayRef bias;    // [n], or invalid
+  // FP8 operands' dequantisation scales (LinearProblem's), float32; invalid
+  // with wide operands. A device session that takes FP8 operands by
+  // another call (CudaSession::RunWithScales) ignores them.
+  ArrayRef input_scale;
+  ArrayRef weight_scale;
 };
 
 // A run whose output stays on the device.
@@ -164,6 +171,28 @@ struct SessionScoreSpec {
   DType compared = DType::kFloat32;  // the dtype ULPs are counted in
 };
 
+// What a session does beyond the calls every session answers; the engine
+// asks before it shares work (docs/architecture.md, "The life of a
+// request").
+struct SessionCapabilities {
+  // RunBatch runs one GEMM for the configurations that multiply the same
+  // operands in the same arithmetic (LinearBackend::RunBatch of their
+  // backend), marking the results that reused it in shared_computation.
+  bool batched_runs = false;
+  // Compare is a function of its arrays' bytes alone, so that the
+  // statistics of bitwise-equal outputs against the same arrays may be
+  // answered from an earlier comparison instead of a second pass.
+  bool cached_comparisons = false;
+  // The arrays are in host memory (HostDevice, server/backends/cpu/
+  // host_device.h): nothing travels, and a run's details say nothing of a
+  // device.
+  bool host_memory = false;
+};
+
+// Receives RunBatch's runs one at a time: `index` into its `runs`. A non-OK
+// status stops the batch and is returned by RunBatch.
+using SessionBatchConsumer = std::function<absl::Status(size_t index, SessionRun run)>;
+
 // What a session did, for the run's details and the tests of the plan.
 struct SessionCounters {
   int64_t uploads = 0;  // tensors copied to the device
@@ -191,6 +220,21 @@ class DeviceSession {
   // a prepared run that is not OK answers its status.
   virtual absl::StatusOr<SessionRun> Run(const SessionOperands& op, const PreparedRun& prepared,
                                          const RunOptions& options) = 0;
+
+  // Run of every one of `runs`, each result handed to `consume` as it is
+  // ready, the first first (LinearBackend::RunBatch's contract). With
+  // capabilities().batched_runs the session shares GEMMs between them;
+  // this default runs them one by one.
+  virtual absl::Status RunBatch(const SessionOperands& op, const std::vector<PreparedRun>& runs,
+                                const RunOptions& options, const SessionBatchConsumer& consume) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      absl::StatusOr<SessionRun> run = Run(op, runs[i], options);
+      if (!run.ok()) return WithConfigContext(run.status(), runs[i].config());
+      absl::Status s = consume(i, *std::move(run));
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 
   virtual absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,
                                                           bool sq_dot, bool dot) = 0;
@@ -228,6 +272,20 @@ class DeviceSession {
   // ScorePass.
   virtual absl::StatusOr<rules::ScoreSums> Score(const SessionScoreSpec& spec) = 0;
 
+  // Score of each spec, in order; a session may score them side by side
+  // (each candidate's sums are still added in element order). This
+  // default scores them one by one.
+  virtual absl::StatusOr<std::vector<rules::ScoreSums>> ScoreAll(
+      const std::vector<SessionScoreSpec>& specs) {
+    std::vector<rules::ScoreSums> sums;
+    for (const SessionScoreSpec& spec : specs) {
+      absl::StatusOr<rules::ScoreSums> s = Score(spec);
+      if (!s.ok()) return s.status();
+      sums.push_back(*s);
+    }
+    return sums;
+  }
+
   // PairedPass (`sigma`: best's pair sigma).
   virtual absl::StatusOr<rules::PairedSums> Paired(ArrayRef observed, ArrayRef best,
                                                    ArrayRef runner, ArrayRef sigma, ArrayRef mask,
@@ -244,6 +302,13 @@ class DeviceSession {
 
   // The mask on the host, one byte per element (counted as a download).
   virtual absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) = 0;
+
+  // Gives an array's memory back before the session ends, when the
+  // caller reads it no more (an output compared and not kept). The
+  // default keeps it until the session ends.
+  virtual void Release(ArrayRef /*array*/) {}
+
+  virtual SessionCapabilities capabilities() const { return {}; }
 
   virtual SessionCounters counters() const = 0;
 };

@@ -1,10 +1,11 @@
 // A stand-in compute device for testing the engine's device plan without a
-// GPU: a LinearBackend of kind kDevice ("standin") whose ComputeDevice
-// keeps a session's arrays in host memory and computes with the host's
-// own functions (the CPU emulation, ComputeMagnitudeSums, the error model,
-// Compare), so its results equal the host execution's bit for bit. What
-// it records is the plan: what was uploaded, what came from the resident
-// cache, what was downloaded, against a byte budget like a GPU's.
+// GPU: a LinearBackend of kind kDevice ("standin") whose ComputeDevice is
+// the production host session (server/backends/cpu/host_device.h) with
+// the books of a device kept around it, so its results equal the host's
+// bit for bit. What it records is the plan: what was uploaded, what came
+// from the resident cache, what was downloaded, against a byte budget like
+// a GPU's. Like a GPU's session it has no capabilities beyond every
+// session's: each configuration runs and is compared on its own.
 //
 //   BackendRegistry registry;
 //   auto device = std::make_shared<testing::StandInDevice>(/*budget_bytes=*/64 << 20);
@@ -16,8 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,12 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/cpu/host_device.h"
 #include "server/backends/device_session.h"
 #include "server/backends/resident_cache.h"
-#include "server/stats/diagnosis_passes.h"
 #include "server/stats/diff_stats.h"
-#include "server/stats/error_model.h"
-#include "server/stats/magnitude_sums.h"
 
 namespace tensorcheck::testing {
 
@@ -44,7 +41,13 @@ class StandInDevice : public ComputeDevice {
   // (CudaComputeDevice): OpenSession waits for one to close, checking the
   // stop signal, and each StandInBackend::Run holds a session of its own.
   explicit StandInDevice(int64_t budget_bytes, int lanes = 0)
-      : budget_(budget_bytes), lanes_(lanes), cache_(budget_bytes), cpu_(*CpuBackend::Create({})) {}
+      : budget_(budget_bytes),
+        lanes_(lanes),
+        cache_(budget_bytes),
+        cpu_(*CpuBackend::Create({})),
+        host_(HostDevice::Options{
+            [this](absl::string_view) -> absl::StatusOr<LinearBackend*> { return cpu_.get(); },
+            nullptr}) {}
 
   absl::StatusOr<std::unique_ptr<DeviceSession>> OpenSession(const StopSignal* stop) override;
 
@@ -107,6 +110,8 @@ class StandInDevice : public ComputeDevice {
   int open_ = 0;  // sessions open now
   ResidentCache cache_;
   std::unique_ptr<CpuBackend> cpu_;
+  // Runs every configuration on cpu_ (whatever backend it names).
+  HostDevice host_;
   mutable std::mutex mu_;
   int64_t in_use_ = 0;
   int64_t peak_ = 0;
@@ -116,8 +121,10 @@ class StandInDevice : public ComputeDevice {
 
 class StandInSession : public DeviceSession {
  public:
-  StandInSession(StandInDevice* device, const StopSignal* stop) : device_(device), stop_(stop) {}
+  StandInSession(StandInDevice* device, const StopSignal* stop)
+      : device_(device), stop_(stop), host_(device->host_.OpenHostSession(stop)) {}
   ~StandInSession() override {
+    host_.reset();
     handles_.clear();  // unpins before the budget is given back
     device_->Release(reserved_, counters_);
   }
@@ -145,213 +152,135 @@ class StandInSession : public DeviceSession {
                             Tensor::Borrow(resident->dtype(), t.shape(), resident->raw(),
                                            resident->nbytes(), nullptr));
         handles_.push_back(*std::move(h));
-        return Add(std::move(view), /*reserve=*/false);
+        return host_->Adopt(std::move(view));
       }
-      return Add(t.Clone(), /*reserve=*/true);
+      TC_RETURN_IF_ERROR(Reserve(bytes));
+      return host_->Upload(t);
     }
     ++counters_.uploads;
     counters_.upload_bytes += bytes;
-    return Add(t.Clone(), /*reserve=*/true);
+    TC_RETURN_IF_ERROR(Reserve(bytes));
+    return host_->Upload(t);
   }
 
   absl::StatusOr<SessionRun> Run(const SessionOperands& op, const PreparedRun& prepared,
                                  const RunOptions& options) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    TC_RETURN_IF_ERROR(prepared.status());
-    TC_ASSIGN_OR_RETURN(LinearProblem problem, Problem(op));
-    TC_ASSIGN_OR_RETURN(RunResult run, device_->cpu()->Run(problem, prepared.config(), options));
+    TC_ASSIGN_OR_RETURN(SessionRun run, host_->Run(op, prepared, options));
     ++counters_.runs;
-    SessionRun out;
-    TC_ASSIGN_OR_RETURN(out.output, Add(std::move(run.output), /*reserve=*/true));
-    run.output = Tensor();
-    out.run = std::move(run);
-    return out;
+    TC_RETURN_IF_ERROR(ReserveArray(run.output));
+    return run;
   }
 
   absl::StatusOr<SessionMagnitudes> MagnitudeSums(const SessionOperands& op, bool abs_dot,
                                                   bool sq_dot, bool dot) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    const int64_t mn = op.m * op.n;
-    SessionMagnitudes out;
-    ::tensorcheck::MagnitudeSums sums;
-    auto make = [&](bool wanted, ArrayRef* ref, float** data) -> absl::Status {
-      if (!wanted) return absl::OkStatus();
-      TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {mn}));
-      TC_ASSIGN_OR_RETURN(*ref, Add(std::move(t), /*reserve=*/true));
-      *data = arrays_[static_cast<size_t>(ref->id)].data<float>();
-      return absl::OkStatus();
-    };
-    TC_RETURN_IF_ERROR(make(abs_dot, &out.abs_dot, &sums.abs_dot));
-    TC_RETURN_IF_ERROR(make(sq_dot, &out.sq_dot, &sums.sq_dot));
-    TC_RETURN_IF_ERROR(make(dot, &out.dot, &sums.dot));
-    const MagnitudeOperands operands{op.shape(), &At(op.input), &At(op.weight), stop_};
-    TC_RETURN_IF_ERROR(ComputeMagnitudeSums(operands, sums));
+    TC_ASSIGN_OR_RETURN(SessionMagnitudes out, host_->MagnitudeSums(op, abs_dot, sq_dot, dot));
+    for (ArrayRef a : {out.abs_dot, out.sq_dot, out.dot}) TC_RETURN_IF_ERROR(ReserveArray(a));
     return out;
   }
 
   absl::StatusOr<SessionModel> ErrorModel(const SessionModelSpec& spec) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    ErrorModelInput in = ModelInputOf(spec);
-    in.abs_dot = spec.abs_dot.valid() ? At(spec.abs_dot).data<float>() : nullptr;
-    in.sq_dot = spec.sq_dot.valid() ? At(spec.sq_dot).data<float>() : nullptr;
-    in.pre_bias = spec.pre_bias.valid() ? At(spec.pre_bias).data<float>() : nullptr;
-    in.value = Doubles(spec.value);
-    TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {spec.count}));
-    float* v = t.data<float>();
-    SessionModel m;
-    switch (spec.kind) {
-      case SessionModelSpec::kSigma:
-        m.sum_sq = PredictSigma(in, v);
-        break;
-      case SessionModelSpec::kPairSigma:
-        m.sum_sq = PredictPairSigma(in, v);
-        break;
-      case SessionModelSpec::kPairAccumulation:
-        PredictPairAccumulationSigma(in, v);
-        break;
-      case SessionModelSpec::kBound:
-        HardBound(in, 1.0, v);
-        break;
-    }
+    TC_ASSIGN_OR_RETURN(SessionModel m, host_->ErrorModel(spec));
     ++counters_.model_arrays;
-    TC_ASSIGN_OR_RETURN(m.values, Add(std::move(t), /*reserve=*/true));
+    TC_RETURN_IF_ERROR(ReserveArray(m.values));
     return m;
   }
 
   absl::StatusOr<ArrayRef> FlipGrid(const SessionFlipSpec& spec) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    FlipGridInput in = FlipInputOf(spec);
-    in.pre_bias = At(spec.pre_bias).data<float>();
-    in.bias = spec.bias.valid() ? Doubles(spec.bias) : nullptr;
-    TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {spec.count}));
-    ::tensorcheck::FlipGrid(in, t.data<float>());
-    return Add(std::move(t), /*reserve=*/true);
+    TC_ASSIGN_OR_RETURN(ArrayRef grid, host_->FlipGrid(spec));
+    TC_RETURN_IF_ERROR(ReserveArray(grid));
+    return grid;
   }
 
   absl::StatusOr<DiffStats> Compare(ArrayRef actual, ArrayRef expected,
                                     const SessionCompare& compare) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    CompareOptions options = compare.options;
-    options.predicted_sigma = compare.sigma.valid() ? At(compare.sigma).data<float>() : nullptr;
-    options.error_bound = compare.bound.valid() ? At(compare.bound).data<float>() : nullptr;
     ++counters_.comparisons;
-    return ::tensorcheck::Compare(At(actual), At(expected), options);
+    return host_->Compare(actual, expected, compare);
   }
 
   absl::StatusOr<Tensor> Download(ArrayRef array) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
+    TC_ASSIGN_OR_RETURN(Tensor t, host_->Download(array));
     ++counters_.downloads;
-    counters_.download_bytes += static_cast<int64_t>(At(array).nbytes());
-    Tensor t = At(array).Clone();
-    TC_RETURN_IF_ERROR(t.Reshape({t.numel()}));
+    counters_.download_bytes += static_cast<int64_t>(t.nbytes());
     return t;
   }
 
-  // The diagnosis's passes: stats' host passes over the session's arrays.
+  // The diagnosis's passes: the host session's, counted.
 
   absl::StatusOr<bool> SameBits(ArrayRef a, ArrayRef b) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return SameBitsPass(At(a), At(b));
+    return host_->SameBits(a, b);
   }
 
   absl::StatusOr<ArrayRef> NewMask(int64_t count) override {
     TC_RETURN_IF_ERROR(CheckStop(stop_));
-    // Accounted as a float array of a quarter the elements; the bytes
-    // themselves live in masks_.
-    TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(DType::kFloat32, {(count + 3) / 4}));
-    TC_ASSIGN_OR_RETURN(ArrayRef ref, Add(std::move(t), /*reserve=*/true));
-    masks_[ref.id].assign(static_cast<size_t>(count), 0);
-    return ref;
+    // Accounted as a float array of a quarter the elements.
+    TC_RETURN_IF_ERROR(Reserve((count + 3) / 4 * 4));
+    return host_->NewMask(count);
   }
 
   absl::StatusOr<int64_t> MarkConsistent(ArrayRef mask, ArrayRef observed, ArrayRef candidate,
                                          ArrayRef pair_sigma, DType compared) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return MarkConsistentPass(At(observed), At(candidate), At(pair_sigma).data<float>(), compared,
-                              &masks_.at(mask.id));
+    return host_->MarkConsistent(mask, observed, candidate, pair_sigma, compared);
   }
 
   absl::StatusOr<rules::ScoreSums> Score(const SessionScoreSpec& spec) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return ScorePass({&At(spec.observed), &At(spec.candidate), At(spec.pair_sigma).data<float>(),
-                      At(spec.pair_accumulation_sigma).data<float>(),
-                      spec.flip_grid.valid() ? At(spec.flip_grid).data<float>() : nullptr,
-                      MaskData(spec.mask), spec.compared});
+    return host_->Score(spec);
   }
 
   absl::StatusOr<rules::PairedSums> Paired(ArrayRef observed, ArrayRef best, ArrayRef runner,
                                            ArrayRef sigma, ArrayRef mask, DType compared) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return PairedPass(At(observed), At(best), At(runner), At(sigma).data<float>(), MaskData(mask),
-                      compared);
+    return host_->Paired(observed, best, runner, sigma, mask, compared);
   }
 
   absl::StatusOr<DifferingCounts> Differing(ArrayRef a, ArrayRef b, ArrayRef mask, int64_t cols,
                                             DType compared) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return DifferingPass(At(a), At(b), MaskData(mask), cols, compared);
+    return host_->Differing(a, b, mask, cols, compared);
   }
 
   absl::StatusOr<rules::ErrorSums> ErrorVsReference(ArrayRef observed, ArrayRef reference,
                                                     ArrayRef sigma_vs_reference,
                                                     ArrayRef mask) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
     ++counters_.diagnosis_passes;
-    return ErrorPass(At(observed), At(reference), At(sigma_vs_reference).data<float>(),
-                     MaskData(mask));
+    return host_->ErrorVsReference(observed, reference, sigma_vs_reference, mask);
   }
 
   absl::StatusOr<std::vector<uint8_t>> DownloadMask(ArrayRef mask) override {
-    TC_RETURN_IF_ERROR(CheckStop(stop_));
-    const std::vector<uint8_t>& m = masks_.at(mask.id);
+    TC_ASSIGN_OR_RETURN(std::vector<uint8_t> m, host_->DownloadMask(mask));
     ++counters_.downloads;
     counters_.download_bytes += static_cast<int64_t>(m.size());
     return m;
   }
 
+  // Capabilities: none beyond every session's, as a GPU's (each
+  // configuration runs and is compared on its own); arrays kept until the
+  // session ends.
   SessionCounters counters() const override { return counters_; }
 
  private:
-  const uint8_t* MaskData(ArrayRef mask) const {
-    return mask.valid() ? masks_.at(mask.id).data() : nullptr;
+  absl::Status Reserve(int64_t bytes) {
+    TC_RETURN_IF_ERROR(device_->Reserve(bytes));
+    reserved_ += bytes;
+    return absl::OkStatus();
   }
-  absl::StatusOr<ArrayRef> Add(Tensor t, bool reserve) {
-    if (reserve) {
-      const int64_t bytes = static_cast<int64_t>(t.nbytes());
-      TC_RETURN_IF_ERROR(device_->Reserve(bytes));
-      reserved_ += bytes;
-    }
-    arrays_.push_back(std::move(t));
-    return ArrayRef{static_cast<int>(arrays_.size()) - 1};
-  }
-  const Tensor& At(ArrayRef a) const { return arrays_.at(static_cast<size_t>(a.id)); }
-  const double* Doubles(ArrayRef a) {
-    std::vector<double>& d = doubles_[a.id];
-    if (d.empty()) {
-      d.resize(static_cast<size_t>(At(a).numel()));
-      ToDouble(At(a), d.data());
-    }
-    return d.data();
-  }
-  absl::StatusOr<LinearProblem> Problem(const SessionOperands& op) const {
-    LinearProblem p;
-    p.shape() = op.shape();
-    p.input = &At(op.input);
-    p.weight = &At(op.weight);
-    p.bias = op.bias.valid() ? &At(op.bias) : nullptr;
-    return p;
+  // A new array of the host session, counted against the budget.
+  absl::Status ReserveArray(ArrayRef a) {
+    if (!a.valid()) return absl::OkStatus();
+    TC_ASSIGN_OR_RETURN(const Tensor* t, host_->Get(a));
+    return Reserve(static_cast<int64_t>(t->nbytes()));
   }
 
   StandInDevice* device_;
   const StopSignal* stop_;
-  std::vector<Tensor> arrays_;
-  std::map<int, std::vector<double>> doubles_;
-  std::map<int, std::vector<uint8_t>> masks_;
+  std::unique_ptr<HostSession> host_;
   std::vector<ResidentCache::Handle> handles_;
   int64_t reserved_ = 0;
   SessionCounters counters_;
