@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,7 @@ class SessionEvidence final : public DiagnosisEvidence {
   absl::StatusOr<std::vector<rules::ScoreSums>> Score(const std::vector<size_t>& candidates,
                                                       bool every_element) override {
     TC_ASSIGN_OR_RETURN(const ArrayRef mask, Mask());
-    std::vector<rules::ScoreSums> sums;
+    std::vector<SessionScoreSpec> specs;
     for (size_t c : candidates) {
       const CandidateArrays& a = candidates_[c];
       SessionScoreSpec spec;
@@ -98,10 +99,9 @@ class SessionEvidence final : public DiagnosisEvidence {
       spec.flip_grid = a.flip_grid;
       spec.mask = every_element ? ArrayRef{} : mask;
       spec.compared = compared_;
-      TC_ASSIGN_OR_RETURN(rules::ScoreSums s, session_->Score(spec));
-      sums.push_back(s);
+      specs.push_back(spec);
     }
-    return sums;
+    return session_->ScoreAll(specs);
   }
 
   absl::StatusOr<rules::PairedSums> Paired(size_t best, size_t runner) override {
@@ -159,7 +159,7 @@ class SessionEvidence final : public DiagnosisEvidence {
   }
 
   void Describe(std::map<std::string, std::string>* details) const override {
-    DescribeCounters(session_->counters(), details);
+    if (!session_->capabilities().host_memory) DescribeCounters(session_->counters(), details);
   }
 
   // The session's counters as a result's details (session_*).
@@ -217,23 +217,26 @@ class Engine::DeviceExecution {
     outcome_.output_shape = plan_.output_shape;
     outcome_.observed_bound_precision = plan_.observed_bound_precision;
     TC_ASSIGN_OR_RETURN(session_, device_->OpenSession(plan_.run.stop));
+    caps_ = session_->capabilities();
+    results_.resize(plan_.configs.size());
     TC_RETURN_IF_ERROR(UploadOperands());
-    TC_RETURN_IF_ERROR(RunReference());
-    TC_RETURN_IF_ERROR(PrepareErrorModel());
-    AdvanceProgress(plan_.progress);
-    bool all_pass = true;
-    for (size_t i = 0; i < plan_.configs.size(); ++i) {
-      TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
-      TC_ASSIGN_OR_RETURN(ConfigOutcome o, RunConfig(i));
-      all_pass = all_pass && o.vs_reference.passed;
-      outcome_.results.push_back(std::move(o));
-      AdvanceProgress(plan_.progress);
+    if (share_ && caps_.batched_runs) {
+      TC_RETURN_IF_ERROR(RunBatched());
+    } else {
+      TC_RETURN_IF_ERROR(RunOneByOne());
     }
     TC_RETURN_IF_ERROR(FinishReference());
+    bool all_pass = true;
+    for (std::optional<ConfigOutcome>& r : results_) {
+      all_pass = all_pass && r->vs_reference.passed;
+      outcome_.results.push_back(*std::move(r));
+    }
     outcome_.passed =
         outcome_.observed_vs_reference ? outcome_.observed_vs_reference->passed : all_pass;
     outcome_.notes = Engine::Notes(req_, plan_);
-    SessionEvidence::DescribeCounters(session_->counters(), &outcome_.reference.details);
+    if (!caps_.host_memory) {
+      SessionEvidence::DescribeCounters(session_->counters(), &outcome_.reference.details);
+    }
     if (artifacts_ != nullptr && req_.observed) {
       // The diagnosis's passes run on this session, over what it holds.
       artifacts_->evidence = std::make_unique<SessionEvidence>(
@@ -252,15 +255,35 @@ class Engine::DeviceExecution {
     ModelArray sigma, bound, pair;
     SessionCompare vs_reference, vs_observed;
   };
+  // Statistics of one comparison, keyed by what determines them: the
+  // output's class (outputs of one class are bitwise equal), which side of
+  // which comparison, and the error-model arrays it reads.
+  struct StatsKey {
+    std::string output_class;
+    bool vs_observed = false;
+    int sigma = -1;
+    int bound = -1;
+    bool operator<(const StatsKey& o) const {
+      return std::tie(output_class, vs_observed, sigma, bound) <
+             std::tie(o.output_class, o.vs_observed, o.sigma, o.bound);
+    }
+  };
 
   // ---- Steps.
 
-  // The operands and the observed output, each copied once.
+  // The operands, their scales and the observed output, each copied once
+  // (a host session reads them in place).
   absl::Status UploadOperands() {
     TC_ASSIGN_OR_RETURN(op_.input, session_->Upload(req_.input));
     TC_ASSIGN_OR_RETURN(op_.weight, session_->Upload(req_.weight));
     if (req_.bias) {
       TC_ASSIGN_OR_RETURN(op_.bias, session_->Upload(*req_.bias));
+    }
+    if (req_.input_scale) {
+      TC_ASSIGN_OR_RETURN(op_.input_scale, session_->Upload(*req_.input_scale));
+    }
+    if (req_.weight_scale) {
+      TC_ASSIGN_OR_RETURN(op_.weight_scale, session_->Upload(*req_.weight_scale));
     }
     if (req_.observed) {
       TC_ASSIGN_OR_RETURN(observed_, session_->Upload(*req_.observed));
@@ -269,12 +292,65 @@ class Engine::DeviceExecution {
     return absl::OkStatus();
   }
 
-  absl::Status RunReference() {
+  // The reference, then each configuration on its own.
+  absl::Status RunOneByOne() {
     const auto start = Clock::now();
     auto run = session_->Run(op_, plan_.reference_run, plan_.run);
     if (!run.ok()) return WithConfigContext(run.status(), plan_.reference);
-    reference_ = *std::move(run);
-    reference_ms_ = MillisSince(start);
+    TC_RETURN_IF_ERROR(OnReference(*std::move(run), MillisSince(start)));
+    for (size_t i = 0; i < plan_.configs.size(); ++i) {
+      TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
+      const auto config_start = Clock::now();
+      auto config_run = session_->Run(op_, plan_.runs[i], plan_.run);
+      if (!config_run.ok()) return WithConfigContext(config_run.status(), plan_.configs[i]);
+      TC_ASSIGN_OR_RETURN(ConfigOutcome o, Compared(i, *std::move(config_run), 0));
+      o.elapsed_ms = MillisSince(config_start);
+      results_[i] = std::move(o);
+      AdvanceProgress(plan_.progress);
+    }
+    return absl::OkStatus();
+  }
+
+  // The reference and every configuration as one batch of the session
+  // (SessionCapabilities::batched_runs: one GEMM per arithmetic on the
+  // CPU backend), each compared as it arrives, the reference first.
+  absl::Status RunBatched() {
+    std::vector<PreparedRun> runs;
+    runs.reserve(plan_.configs.size() + 1);
+    runs.push_back(plan_.reference_run);
+    for (const PreparedRun& r : plan_.runs) runs.push_back(r);
+    absl::Status consumer_status;
+    auto last = Clock::now();
+    absl::Status run = session_->RunBatch(op_, runs, plan_.run,
+                                          [&](size_t index, SessionRun result) -> absl::Status {
+                                            const double ms = MillisSince(last);
+                                            // A stop ends the batch here: RunBatch returns what we
+                                            // return.
+                                            absl::Status s = CheckStop(plan_.run.stop);
+                                            if (s.ok() && index == 0) {
+                                              s = OnReference(std::move(result), ms);
+                                            } else if (s.ok()) {
+                                              auto o = Compared(index - 1, std::move(result), ms);
+                                              if (o.ok()) {
+                                                results_[index - 1] = *std::move(o);
+                                                AdvanceProgress(plan_.progress);
+                                              } else {
+                                                s = o.status();
+                                              }
+                                            }
+                                            consumer_status = s;
+                                            last = Clock::now();
+                                            return s;
+                                          });
+    if (!consumer_status.ok()) return consumer_status;
+    return run;  // the backend's error names its configuration
+  }
+
+  absl::Status OnReference(SessionRun run, double ms) {
+    reference_ = std::move(run);
+    reference_ms_ = ms;
+    TC_RETURN_IF_ERROR(PrepareErrorModel());
+    AdvanceProgress(plan_.progress);
     return absl::OkStatus();
   }
 
@@ -285,7 +361,8 @@ class Engine::DeviceExecution {
     for (const Config& c : plan_.configs) {
       need_dot = need_dot || (c.bias == BiasMode::kUnfused && req_.bias.has_value());
     }
-    // As the host's: the observed output's bound allows an unfused bias.
+    // The observed output's bound allows its bias to have been added after
+    // a rounding of x.w (whichever way the producer added it).
     need_dot = need_dot || (bound_used_ && req_.observed && req_.bias);
     TC_ASSIGN_OR_RETURN(sums_,
                         session_->MagnitudeSums(op_, bound_used_, /*sq_dot=*/true, need_dot));
@@ -304,48 +381,78 @@ class Engine::DeviceExecution {
     return absl::OkStatus();
   }
 
-  // A configuration: run, compared with the reference and the observed
-  // output on the device.
-  absl::StatusOr<ConfigOutcome> RunConfig(size_t i) {
+  // Configuration i's run, compared with the reference and the observed
+  // output; kept for a diagnosis, downloaded when asked for, else given
+  // back.
+  absl::StatusOr<ConfigOutcome> Compared(size_t i, SessionRun run, double ms) {
     const Config& config = plan_.configs[i];
-    const auto start = Clock::now();
-    auto run = session_->Run(op_, plan_.runs[i], plan_.run);
-    if (!run.ok()) return WithConfigContext(run.status(), config);
     TC_ASSIGN_OR_RETURN(Options opts, OptionsFor(config));
-    ConfigOutcome o = DescribeRun(config, run->run, 0);
+    ConfigOutcome o = DescribeRun(config, run.run, ms);
+    const std::string output_class = OutputClass(config, run.run);
     TC_ASSIGN_OR_RETURN(o.vs_reference,
-                        session_->Compare(run->output, reference_.output, opts.vs_reference));
+                        CachedCompare(output_class, /*vs_observed=*/false, run.output,
+                                      reference_.output, opts.vs_reference));
     if (req_.observed) {
-      TC_ASSIGN_OR_RETURN(DiffStats s, session_->Compare(observed_, run->output, opts.vs_observed));
+      TC_ASSIGN_OR_RETURN(DiffStats s, CachedCompare(output_class, /*vs_observed=*/true, observed_,
+                                                     run.output, opts.vs_observed));
       o.vs_observed = std::move(s);
     }
-    o.elapsed_ms = MillisSince(start);
-    o.details["statistics"] = "device";
-    if (artifacts_ != nullptr) TC_RETURN_IF_ERROR(Keep(i, opts, run->output));
+    if (!caps_.host_memory) o.details["statistics"] = "device";
+    if (artifacts_ != nullptr) TC_RETURN_IF_ERROR(Keep(i, opts, run.output));
     if (req_.return_outputs) {
-      TC_ASSIGN_OR_RETURN(o.output, DownloadOutput(run->output));
+      TC_ASSIGN_OR_RETURN(o.output, DownloadOutput(run.output));
     }
+    if (artifacts_ == nullptr) session_->Release(run.output);
     return o;
   }
 
   // The reference's own outcome: against itself, and the observed output
-  // against it, with its own precision's arrays (as the host does).
+  // against it, with its own precision's arrays.
   absl::Status FinishReference() {
     TC_ASSIGN_OR_RETURN(Options opts, OptionsFor(plan_.reference));
     ConfigOutcome o = DescribeRun(plan_.reference, reference_.run, reference_ms_);
+    const std::string output_class = OutputClass(plan_.reference, reference_.run);
     TC_ASSIGN_OR_RETURN(o.vs_reference,
-                        session_->Compare(reference_.output, reference_.output, opts.vs_reference));
+                        CachedCompare(output_class, /*vs_observed=*/false, reference_.output,
+                                      reference_.output, opts.vs_reference));
     if (req_.observed) {
-      TC_ASSIGN_OR_RETURN(DiffStats s,
-                          session_->Compare(observed_, reference_.output, opts.vs_observed));
+      TC_ASSIGN_OR_RETURN(DiffStats s, CachedCompare(output_class, /*vs_observed=*/true, observed_,
+                                                     reference_.output, opts.vs_observed));
       o.vs_observed = std::move(s);
     }
-    o.details["statistics"] = "device";
+    if (!caps_.host_memory) o.details["statistics"] = "device";
     if (req_.return_outputs) {
       TC_ASSIGN_OR_RETURN(o.output, DownloadOutput(reference_.output));
     }
     outcome_.reference = std::move(o);
     return absl::OkStatus();
+  }
+
+  // ---- Comparing.
+
+  // What makes outputs bitwise equal, when the session's comparisons may
+  // be cached (SessionCapabilities::cached_comparisons) and sharing is
+  // on: the GEMM (the configuration's own or the one it reused) and the
+  // epilogue. Empty: compare every time.
+  std::string OutputClass(const Config& config, const RunResult& run) const {
+    if (!share_ || !caps_.cached_comparisons) return std::string();
+    return absl::StrCat(run.shared_computation.empty() ? config.ToString() : run.shared_computation,
+                        "|", BiasModeName(config.bias));
+  }
+
+  // Compare, or the statistics of an earlier comparison known to give the
+  // same ones.
+  absl::StatusOr<DiffStats> CachedCompare(const std::string& output_class, bool vs_observed,
+                                          ArrayRef actual, ArrayRef expected,
+                                          const SessionCompare& compare) {
+    if (output_class.empty()) return session_->Compare(actual, expected, compare);
+    const StatsKey key{output_class, vs_observed, compare.sigma.id,
+                       bound_used_ ? compare.bound.id : -1};
+    auto it = stats_.find(key);
+    if (it != stats_.end()) return it->second;
+    TC_ASSIGN_OR_RETURN(DiffStats s, session_->Compare(actual, expected, compare));
+    stats_.emplace(key, s);
+    return s;
   }
 
   // ---- Keeping what a diagnosis reads.
@@ -354,13 +461,13 @@ class Engine::DeviceExecution {
     TC_ASSIGN_OR_RETURN(Tensor t, session_->Download(array));
     if (t.numel() != count_) {
       return absl::InternalError(
-          absl::StrCat("device output of ", t.numel(), " elements, expected ", count_));
+          absl::StrCat("output of ", t.numel(), " elements, expected ", count_));
     }
     TC_RETURN_IF_ERROR(t.Reshape(plan_.output_shape));
     return t;
   }
 
-  // What a diagnosis reads of configuration i, kept on the device.
+  // What a diagnosis reads of configuration i, kept on the session.
   absl::Status Keep(size_t i, const Options& opts, ArrayRef output) {
     if (!req_.observed) return absl::OkStatus();
     const Config& config = plan_.configs[i];
@@ -378,8 +485,8 @@ class Engine::DeviceExecution {
 
   // ---- The error model.
 
-  // Precision `p`'s array of `kind`, once per key (as the host shares
-  // them; every time when sharing is off).
+  // Precision `p`'s array of `kind`: once per key when sharing (equal keys
+  // give equal arrays, whichever precision asked), every time otherwise.
   absl::StatusOr<ModelArray> Model(ModelKey::Kind kind, Precision p, bool unfused) {
     const ModelKey key = keys_.Of(kind, p, unfused);
     if (share_) {
@@ -406,6 +513,8 @@ class Engine::DeviceExecution {
     return array;
   }
 
+  // Compare options of a configuration, against the reference and for the
+  // observed output against it.
   absl::StatusOr<Options> OptionsFor(const Config& config) {
     const bool unfused = config.bias == BiasMode::kUnfused;
     Options o;
@@ -426,6 +535,7 @@ class Engine::DeviceExecution {
     return o;
   }
 
+  // The output grid where two summation orders part, for a bias mode.
   absl::StatusOr<ArrayRef> FlipGridFor(bool unfused) {
     const bool with_bias = req_.bias.has_value();
     unfused = unfused && with_bias;
@@ -443,6 +553,8 @@ class Engine::DeviceExecution {
     return grid;
   }
 
+  // Only the bound preset reads the hard bound; other presets skip its
+  // arrays.
   const bool bound_used_;
   const bool share_;
   const LinearRequest& req_;
@@ -452,13 +564,16 @@ class Engine::DeviceExecution {
   int64_t count_ = 0;
 
   std::unique_ptr<DeviceSession> session_;
+  SessionCapabilities caps_;
   SessionOperands op_;
   ArrayRef observed_;
   SessionRun reference_;
   double reference_ms_ = 0;
+  std::vector<std::optional<ConfigOutcome>> results_;  // plan order
   SessionMagnitudes sums_;
   internal::ModelKeys keys_{req_.input, req_.weight};
   std::map<ModelKey, ModelArray> models_;
+  std::map<StatsKey, DiffStats> stats_;
   std::vector<CandidateArrays> candidates_{plan_.configs.size()};
   ArrayRef fused_grid_, unfused_grid_;
   VerifyOutcome outcome_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/parallel.h"
 #include "core/status_macros.h"
+#include "server/backends/cpu/host_device.h"
 #include "server/engine/call_decision.h"
 #include "server/engine/diagnosis.h"
 #include "server/engine/internal/fp8_operands.h"
@@ -135,6 +136,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     TC_ASSIGN_OR_RETURN(resolved.default_reference, FastestFp64Reference(*registry));
   }
   auto engine = std::unique_ptr<Engine>(new Engine(resolved, registry));
+  // Requests that no one device runs whole run on the host, each
+  // configuration on its own backend.
+  HostDevice::Options host;
+  host.resolve = [registry](absl::string_view name) { return registry->Find(name); };
+  host.executor = resolved.executor;
+  engine->host_device_ = std::make_unique<HostDevice>(std::move(host));
   // The default reference must resolve on this host.
   TC_ASSIGN_OR_RETURN(ConfigSpec spec,
                       ParseConfigSpec(resolved.default_reference, "default reference"));

@@ -446,6 +446,9 @@ class Engine {
 
   EngineOptions options_;
   const BackendRegistry* registry_;
+  // The host as a device (server/backends/cpu/host_device.h): where a
+  // request runs that no one device runs whole.
+  std::unique_ptr<ComputeDevice> host_device_;
 };
 
 // Multi-dimensional index of flat element `flat` in `shape` (row-major).

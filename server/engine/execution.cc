@@ -533,7 +533,12 @@ absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req, const Plan& 
                 artifacts != nullptr ? "running the candidates" : "running the configurations",
                 static_cast<int64_t>(plan.configs.size()) + 1);
   if (ComputeDevice* device = DeviceOf(plan)) return RunOnDevice(req, plan, artifacts, device);
-  return Execution(options_, req, plan, artifacts).Run();
+  // Backends that compare where they compute keep this execution's road
+  // (for now); every other request runs on the host device.
+  bool comparing = plan.reference_backend->comparing() != nullptr;
+  for (LinearBackend* backend : plan.backends) comparing = comparing || backend->comparing();
+  if (comparing) return Execution(options_, req, plan, artifacts).Run();
+  return RunOnDevice(req, plan, artifacts, host_device_.get());
 }
 
 }  // namespace tensorcheck
