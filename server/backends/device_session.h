@@ -1,9 +1,10 @@
-// DeviceSession: one request's whole verification where a device backend
-// computes (docs/architecture.md, "A request on the device"). The engine
-// uploads the request's tensors once, then asks for runs, the error
-// model's magnitude sums and arrays, comparisons and the flip grid on
-// arrays that stay on the device; only statistics come back unless it
-// downloads an array.
+// DeviceSession: one request's whole verification where it is computed
+// (docs/architecture.md, "A request on the device"): a GPU's, or the
+// host's (HostDevice, server/backends/cpu/host_device.h), which runs every
+// request no one device runs whole. The engine uploads the request's
+// tensors once, then asks for runs, the error model's magnitude sums and
+// arrays, comparisons and the flip grid on arrays that stay on the device;
+// only statistics come back unless it downloads an array.
 //
 //   ComputeDevice* device = backend->compute_device();   // null: host only
 //   TC_ASSIGN_OR_RETURN(auto session, device->OpenSession(stop));

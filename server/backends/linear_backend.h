@@ -132,8 +132,7 @@ class PreparedRun {
   std::shared_ptr<const State> state_;
 };
 
-class ComparingBackend;  // comparing_backend.h
-class ComputeDevice;     // device_session.h
+class ComputeDevice;  // device_session.h
 
 // Where a backend computes. A host emulation (the CPU backend) reproduces a
 // precision exactly up to summation order; a device backend runs the real
@@ -167,10 +166,6 @@ class LinearBackend {
 
   // The device, for GPU backends.
   virtual DeviceDescription device() const { return {}; }
-
-  // Non-null when the backend compares its outputs where they are computed
-  // (GPU backends: on the device); see comparing_backend.h.
-  virtual ComparingBackend* comparing() { return nullptr; }
 
   // Non-null for a backend on a device that runs a whole request there
   // (device_session.h); backends on one device return the same one.

@@ -1,16 +1,32 @@
-// Engine::DeviceExecution: a whole request on one device, as one session
-// (server/backends/device_session.h; docs/architecture.md, "A request on
-// the device"). The request's tensors are uploaded once (the weight comes
-// from the device's resident cache when it is stored there); the
-// reference, every configuration, the error model's magnitude sums and
-// arrays, the flip grid and every comparison run on the device; only the
-// statistics come back, and the outputs the client asked for. A
-// diagnosis keeps the session open after the run: its per-element passes
-// run there too (SessionEvidence), and only their sums come back.
+// Engine::DeviceExecution: every request, as one session of one device
+// (server/backends/device_session.h; docs/architecture.md, "The life of a
+// request"): the device that runs the reference and every configuration
+// whole (a GPU's: "A request on the device"), else the host's
+// (server/backends/cpu/host_device.h), where each configuration runs on
+// its own backend. The request's tensors are uploaded once (a host
+// session reads them in place; a device serves a stored weight from its
+// resident cache); the reference, every configuration, the error model's
+// magnitude sums and arrays, the flip grid and every comparison run on the
+// session; only the statistics come back, and the outputs the client
+// asked for. A diagnosis keeps the session open after the run: its
+// per-element passes run there too (SessionEvidence), and only their sums
+// come back.
 //
-// It computes what Engine::Execution computes on the host (the same
-// comparisons, with the same error-model arrays, shared by the same keys);
-// the sums are added in the device's order.
+// Work that several configurations have in common is done once when
+// EngineOptions::share_computations is on (the default):
+//   - error-model arrays are computed once per set of parameters that
+//     determine them (bf16 tensors under fp32, tf32 and bf16 have equal
+//     ones; internal/model_key.h);
+//   - where the session batches runs (SessionCapabilities::batched_runs,
+//     the host's), the reference and the configurations run as one batch:
+//     the CPU backend runs one GEMM per arithmetic (docs/numerics.md,
+//     "Shared computations");
+//   - where its comparisons may be cached (cached_comparisons, the
+//     host's), outputs known to be bitwise equal (same GEMM, same
+//     epilogue) are compared once per error-model array and the
+//     statistics copied.
+// With it off, every configuration runs and is compared on its own, as
+// diagnose_bench's baseline does.
 #include <chrono>
 #include <map>
 #include <memory>
@@ -579,6 +595,54 @@ class Engine::DeviceExecution {
   VerifyOutcome outcome_;
 };
 
+ConfigOutcome DescribeRun(const Config& config, const RunResult& run, double ms) {
+  ConfigOutcome o;
+  o.config = config.ToString();
+  o.elapsed_ms = ms;
+  o.details = run.details;
+  o.deterministic = run.deterministic;
+  o.runs = run.runs;
+  o.shared_computation = run.shared_computation;
+  return o;
+}
+
+std::vector<std::string> Engine::Notes(const LinearRequest& req, const Plan& plan) {
+  std::vector<std::string> notes;
+  bool sixteen_bit_fused = false, gpu = false;
+  for (LinearBackend* backend : plan.backends) {
+    gpu = gpu || backend->kind() == BackendKind::kDevice;
+  }
+  gpu = gpu || plan.reference_backend->kind() == BackendKind::kDevice;
+  for (const Config& c : plan.configs) {
+    if ((c.precision == Precision::kBf16 || c.precision == Precision::kFp16) &&
+        c.bias == BiasMode::kFused) {
+      sixteen_bit_fused = true;
+    }
+  }
+  if (sixteen_bit_fused) {
+    notes.push_back(
+        "PyTorch may add the bias at output precision (not in the fp32 "
+        "epilogue) in split-K kernels with 16-bit inputs.");
+  }
+  if (gpu) {
+    notes.push_back(
+        "cuBLAS is bitwise reproducible run to run only for one stream and "
+        "one architecture/SM count.");
+  }
+  if (req.activation == Activation::kGeluTanh) {
+    notes.push_back(
+        "GELU is the tanh approximation (as cuBLASLt's epilogue); the erf "
+        "form differs by up to ~1e-3 relative.");
+  }
+  if (req.observed && req.observed->dtype() != plan.shape.output_dtype) {
+    notes.push_back(absl::StrCat("observed is ", DTypeName(req.observed->dtype()),
+                                 " but configurations round their outputs to ",
+                                 DTypeName(plan.shape.output_dtype),
+                                 "; set output_dtype to compare like with like."));
+  }
+  return notes;
+}
+
 ComputeDevice* Engine::DeviceOf(const Plan& plan) const {
   if (!options_.device_sessions) return nullptr;
   ComputeDevice* device = plan.reference_backend->compute_device();
@@ -589,10 +653,17 @@ ComputeDevice* Engine::DeviceOf(const Plan& plan) const {
   return device;
 }
 
-absl::StatusOr<VerifyOutcome> Engine::RunOnDevice(const LinearRequest& req, const Plan& plan,
-                                                  Artifacts* artifacts,
-                                                  ComputeDevice* device) const {
-  return DeviceExecution(options_, req, plan, artifacts, device).Run();
+absl::StatusOr<VerifyOutcome> Engine::Run(const LinearRequest& req, const Plan& plan,
+                                          Artifacts* artifacts) const {
+  // The reference and each configuration, counted as each is compared.
+  BeginProgress(plan.progress,
+                artifacts != nullptr ? "running the candidates" : "running the configurations",
+                static_cast<int64_t>(plan.configs.size()) + 1);
+  // On the one device that runs it whole, else on the host.
+  ComputeDevice* device = DeviceOf(plan);
+  return DeviceExecution(options_, req, plan, artifacts,
+                         device != nullptr ? device : host_device_.get())
+      .Run();
 }
 
 }  // namespace tensorcheck

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -382,6 +383,48 @@ TEST_F(DeviceExecutionTest, WithoutAnObservedOutputOnlyTheOperandsTravel) {
   EXPECT_FALSE(out->observed_vs_reference.has_value());
   EXPECT_EQ(device_->last_counters().uploads, 3);
   EXPECT_THAT(out->results[0].config, HasSubstr("standin:fp32"));
+}
+
+// A device configuration with a host reference: the request runs on the
+// host device, the device configuration through its backend's Run, and
+// its output is compared on the host, as the same configuration of the
+// CPU backend is.
+TEST_F(DeviceExecutionTest, ADeviceConfigurationWithAHostReferenceIsComparedOnTheHost) {
+  LinearRequest r = Request();
+  r.reference = "cpu:fp64";
+  r.configs = {"standin:tf32:unfused"};
+  r.return_outputs = true;
+  auto mixed = engine_->Verify(r);
+  ASSERT_THAT(mixed, IsOk());
+  EXPECT_EQ(device_->sessions(), 0);
+  EXPECT_EQ(mixed->reference.details.count("session"), 0u);
+  r.configs = {"cpu:tf32:unfused"};
+  auto host = engine_->Verify(r);
+  ASSERT_THAT(host, IsOk());
+  ASSERT_EQ(mixed->results.size(), 1u);
+  const ConfigOutcome& m = mixed->results[0];
+  const ConfigOutcome& h = host->results[0];
+  EXPECT_EQ(m.details.count("statistics"), 0u);
+  ::tensorcheck::testing::ExpectSameStats(m.vs_reference, h.vs_reference);
+  ASSERT_TRUE(m.vs_observed.has_value() && h.vs_observed.has_value());
+  ::tensorcheck::testing::ExpectSameStats(*m.vs_observed, *h.vs_observed);
+  ASSERT_TRUE(m.output.has_value() && h.output.has_value());
+  EXPECT_EQ(m.output->shape(), (std::vector<int64_t>{24, 40}));
+  ASSERT_EQ(m.output->nbytes(), h.output->nbytes());
+  EXPECT_EQ(std::memcmp(m.output->raw(), h.output->raw(), h.output->nbytes()), 0);
+  EXPECT_EQ(mixed->passed, host->passed);
+}
+
+TEST_F(DeviceExecutionTest, ADiagnosisMixingDeviceAndHostRanksOnTheHost) {
+  LinearRequest r = RequestObservingBf16();
+  r.reference = "cpu:fp64";
+  r.configs = {"standin:fp32", "standin:bf16:unfused", "cpu:fp16acc"};
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(device_->sessions(), 0);
+  ASSERT_TRUE(out->diagnosis.has_value() && out->diagnosis->best.has_value());
+  EXPECT_EQ(*out->diagnosis->best, "standin:bf16:unfused");
+  EXPECT_EQ(out->reference.details.count("session_diagnosis_passes"), 0u);
 }
 
 }  // namespace

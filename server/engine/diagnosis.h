@@ -115,7 +115,7 @@ double ElementThresholdSigma(int64_t count);
 
 // A candidate. Its per-element arrays (output, pair_sigma and the others)
 // are read only by HostEvidence; a diagnosis whose evidence is elsewhere
-// (on a device) leaves them null.
+// (on the run's session: the engine's) leaves them null.
 struct DiagnosisCandidate {
   Config config;
   const Tensor* output = nullptr;           // shaped like the observed output
@@ -163,9 +163,9 @@ struct DiagnosisInput {
 
 // The per-element passes a ranking reads (stats' diagnosis_passes.h, one
 // rule per element from stats' diagnosis_rules.h), over the candidates'
-// outputs and arrays wherever they are: on the host (HostEvidence) or on
-// the device that computed them (the engine's device execution), so that
-// only sums come back. Candidates are indices into
+// outputs and arrays wherever they are: in arrays the caller holds
+// (HostEvidence) or on the session that computed them (the engine's
+// execution, on a device or the host), so that only sums come back. Candidates are indices into
 // DiagnosisInput::candidates. The explained set starts empty and grows
 // with Explain; the passes that say so read only its elements. Errors:
 // the device's (RESOURCE_EXHAUSTED, CANCELLED, ...).

@@ -571,7 +571,6 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
   BeginProgress(plan.progress, "ranking the candidates", 0);
   DiagnosisInput in;
   in.observed = &*request.observed;
-  in.reference = artifacts.evidence == nullptr ? &artifacts.reference : nullptr;
   in.reference_config = plan.reference.ToString();
   in.storage_dtype = request.input.dtype();
   in.output_dtype = plan.shape.output_dtype;
@@ -583,7 +582,6 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
   in.top_groups = plan.compare.top_groups;
   in.executor = options_.executor;
   in.accept = plan.accept;
-  auto data = [](const SharedFloats& f) { return f != nullptr ? f->data() : nullptr; };
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     DiagnosisCandidate c;
     c.config = plan.configs[i];
@@ -591,18 +589,13 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
     c.vs_observed = &*outcome.results[i].vs_observed;
     c.vs_reference = &outcome.results[i].vs_reference;
     c.shared_computation = outcome.results[i].shared_computation;
-    // The host arrays, where the run kept them there (not on a device).
-    if (artifacts.evidence == nullptr) {
-      c.output = &artifacts.outputs[i];
-      c.pair_sigma = data(artifacts.pair_sigma[i]);
-      c.pair_accumulation_sigma = data(artifacts.pair_accumulation_sigma[i]);
-      c.sigma_vs_reference = data(artifacts.sigma_vs_reference[i]);
-      c.flip_grid = data(artifacts.flip_grid[i]);
-    }
     in.candidates.push_back(c);
   }
-  // Over the host arrays unless the run left its evidence on a device.
-  if (artifacts.evidence == nullptr) artifacts.evidence = HostEvidence(in);
+  // The candidates' arrays stay on the run's session, which the evidence
+  // reads (and holds until it is reset below).
+  if (artifacts.evidence == nullptr) {
+    return absl::InternalError("diagnosis: the run kept no evidence");
+  }
   TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
   artifacts.evidence->Describe(&outcome.reference.details);
   for (RankedCandidate& ranked : outcome.diagnosis->ranking) {

@@ -81,18 +81,21 @@ struct EngineOptions {
   // docs/numerics.md, "The reference"), resolved by Create; options()
   // then holds the resolved one.
   std::string default_reference;
-  // Do work that configurations have in common once: one GEMM for the
-  // configurations that multiply the same operands in the same arithmetic
-  // (LinearBackend::RunBatch), one error-model array per set of parameters,
-  // one comparison per bitwise-equal output. Off: every configuration runs
-  // and is compared on its own (a baseline for diagnose_bench).
+  // Do work that configurations have in common once: one error-model
+  // array per set of parameters, and where the session can
+  // (SessionCapabilities: the host's) one GEMM for the configurations that
+  // multiply the same operands in the same arithmetic (RunBatch) and one
+  // comparison per bitwise-equal output. Off: every configuration runs and
+  // is compared on its own (a baseline for diagnose_bench).
   bool share_computations = true;
   // Run a request whose reference and configurations are all on one
   // device as one session there (device_session.h): operands uploaded
   // once, weights resident, the error model and every comparison on the
-  // device. Off: the host runs the reference's and the error model's host
-  // parts and each device configuration compares on its own (the
-  // baseline of gpu_bench).
+  // device. Off, and for a request that mixes devices: a session of the
+  // host device (server/backends/cpu/host_device.h), where each device
+  // configuration runs on its own session of its device through its
+  // backend's Run, and its output is compared on the host (the baseline
+  // of gpu_bench).
   bool device_sessions = true;
 };
 
@@ -409,10 +412,11 @@ class Engine {
   Engine(const EngineOptions& options, const BackendRegistry* registry)
       : options_(options), registry_(registry) {}
 
-  struct Plan;            // internal/plan.h
-  struct Artifacts;       // internal/plan.h
-  class Execution;        // execution.cc: on the host, or a device per configuration
-  class DeviceExecution;  // device_execution.cc: the whole request on one device
+  struct Plan;       // internal/plan.h
+  struct Artifacts;  // internal/plan.h
+  // device_execution.cc: a whole request as one session of a device (the
+  // one that runs it whole, or the host's).
+  class DeviceExecution;
   // Validates `request` and decides what runs: request.configs, or for a
   // diagnosis that names none the default candidates for this layer.
   absl::StatusOr<Plan> MakePlan(const LinearRequest& request, bool diagnose,
@@ -424,15 +428,14 @@ class Engine {
                                                 const StopSignal* stop) const;
   // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
   absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;
-  // With `artifacts`, keeps what a diagnosis needs (outputs, error models).
-  // On one device (DeviceOf) when the plan allows, else on the host.
+  // With `artifacts`, keeps what a diagnosis needs (its evidence, on the
+  // session). On one device (DeviceOf) when the plan allows, else on the
+  // host device.
   absl::StatusOr<VerifyOutcome> Run(const LinearRequest& request, const Plan& plan,
                                     Artifacts* artifacts) const;
   // The device that runs the reference and every configuration of `plan`,
   // when one does and device sessions are on; null otherwise.
   ComputeDevice* DeviceOf(const Plan& plan) const;
-  absl::StatusOr<VerifyOutcome> RunOnDevice(const LinearRequest& request, const Plan& plan,
-                                            Artifacts* artifacts, ComputeDevice* device) const;
   // The layer of `request` as backends take it, sized by `plan`.
   static LinearProblem ProblemOf(const LinearRequest& request, const Plan& plan);
   // Replaces each configuration of `plan` that names no algorithm, on a

@@ -1,9 +1,10 @@
 // The `cublaslt` and `cublas` backends: one class for both, which differ
 // in the GEMM call only (cuda_backends.h says what each computes). Both
 // run on the device's sessions (cuda_device.h): a request the engine runs
-// whole on the device opens one session for everything; Run and
-// RunAndCompare, for a configuration whose reference is elsewhere, open
-// one for the configuration alone.
+// whole on the device opens one session for everything; Run, for a
+// configuration of a request the host runs (one that mixes backends, or a
+// batch-invariance run), opens one for the configuration alone and brings
+// its output back.
 #include "server/backends/cuda/cuda_backends.h"
 
 #include <algorithm>
@@ -26,7 +27,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
-#include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_device.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
@@ -74,17 +74,7 @@ absl::StatusOr<const Tensor*> ScalesFor(const Tensor* scale, const char* name, i
   return scale;
 }
 
-// A host array of `count` floats (an error-model array of the caller's)
-// on the device; none for null.
-absl::StatusOr<ArrayRef> UploadFloats(DeviceSession& session, const float* data, int64_t count) {
-  if (data == nullptr) return ArrayRef{};
-  TC_ASSIGN_OR_RETURN(Tensor view,
-                      Tensor::Borrow(DType::kFloat32, {count}, data,
-                                     static_cast<size_t>(count) * sizeof(float), nullptr));
-  return session.Upload(view);
-}
-
-class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
+class CudaLinearBackend final : public LinearBackend {
  public:
   CudaLinearBackend(Flavor flavor, std::shared_ptr<CudaDevice> device)
       : flavor_(flavor), device_(std::move(device)) {}
@@ -172,8 +162,6 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
 
   DeviceDescription device() const override { return device_->probe.description; }
 
-  ComparingBackend* comparing() override { return this; }
-
   ComputeDevice* compute_device() override {
     return device_->init.ok() ? device_->compute.get() : nullptr;
   }
@@ -183,17 +171,10 @@ class CudaLinearBackend final : public LinearBackend, public ComparingBackend {
     return Run(problem, Prepare(problem, config), options);
   }
 
+  // On a session of its own: the operands uploaded, the run, the output
+  // downloaded.
   absl::StatusOr<RunResult> Run(const LinearProblem& problem, const PreparedRun& prepared,
-                                const RunOptions& options) override {
-    TC_ASSIGN_OR_RETURN(ComparedRun r, RunAndCompare(problem, prepared, options, {},
-                                                     /*return_output=*/true));
-    return std::move(r.run);
-  }
-
-  absl::StatusOr<ComparedRun> RunAndCompare(const LinearProblem& problem,
-                                            const PreparedRun& prepared, const RunOptions& options,
-                                            const std::vector<OutputComparison>& comparisons,
-                                            bool return_output) override;
+                                const RunOptions& options) override;
 
  private:
   // cuBLASLt's FP8 GEMM, on this device (or, without one, on one that
@@ -320,9 +301,9 @@ absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
   return algorithms;
 }
 
-absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
-    const LinearProblem& problem, const PreparedRun& prepared, const RunOptions& options,
-    const std::vector<OutputComparison>& comparisons, bool return_output) {
+absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
+                                                 const PreparedRun& prepared,
+                                                 const RunOptions& options) {
   TC_RETURN_IF_ERROR(CheckRequest(problem, prepared).status());
   const Config& config = prepared.config();
   int64_t mn = 0;
@@ -330,14 +311,9 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
     return absl::InvalidArgumentError(
         absl::StrCat("configuration ", config.ToString(), ": m*n overflows or is negative"));
   }
-  // Bad comparisons and scales are the caller's error, answered before the
-  // device.
-  for (const OutputComparison& c : comparisons) {
-    if (c.other == nullptr) return absl::InvalidArgumentError("comparison without a tensor");
-    TC_RETURN_IF_ERROR(ValidateCompare(mn, c.other->numel(), c.options));
-  }
   // FP8 operands' scales (wide operands under an fp8 configuration are
-  // quantised on the session, with their own).
+  // quantised on the session, with their own): the caller's error,
+  // answered before the device.
   const bool fp8_operands = IsFp8(problem.input->dtype()) || IsFp8(problem.weight->dtype());
   std::optional<Tensor> x_spread, w_spread;
   const Tensor* x_scale = nullptr;
@@ -350,9 +326,9 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   }
   if (!device_->init.ok()) return absl::FailedPreconditionError(device_->init.message());
 
-  // Where a request's time goes, in the details: "host_prepare_ms" (a
-  // lane), "device_ms" (uploads, the run, the statistics) and
-  // "host_finish_ms" (the output back).
+  // Where a run's time goes, in the details: "host_prepare_ms" (a lane),
+  // "device_ms" (uploads and the run) and "host_finish_ms" (the output
+  // back).
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return absl::StrFormat("%.3f", std::chrono::duration<double, std::milli>(b - a).count());
@@ -374,29 +350,16 @@ absl::StatusOr<ComparedRun> CudaLinearBackend::RunAndCompare(
   }
   op.shape() = problem.shape();
   TC_ASSIGN_OR_RETURN(SessionRun run, session->RunWithScales(op, scales, prepared, options));
-  ComparedRun compared;
-  for (size_t c = 0; c < comparisons.size(); ++c) {
-    TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*comparisons[c].other));
-    SessionCompare sc{comparisons[c].options, {}, {}};
-    TC_ASSIGN_OR_RETURN(sc.sigma, UploadFloats(*session, sc.options.predicted_sigma, mn));
-    TC_ASSIGN_OR_RETURN(sc.bound, UploadFloats(*session, sc.options.error_bound, mn));
-    const bool actual = comparisons[c].output_is_actual;
-    TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(actual ? run.output : other,
-                                                      actual ? other : run.output, sc));
-    compared.stats.push_back(std::move(s));
-  }
   const auto t_finish = Clock::now();
-  if (return_output) {
-    TC_ASSIGN_OR_RETURN(run.run.output, session->Download(run.output));
-    TC_RETURN_IF_ERROR(run.run.output.Reshape({problem.m, problem.n}));
-  }
-  compared.run = std::move(run.run);
-  std::map<std::string, std::string>& details = compared.run.details;
-  if (comparisons.empty()) details.erase("statistics");
+  TC_ASSIGN_OR_RETURN(run.run.output, session->Download(run.output));
+  TC_RETURN_IF_ERROR(run.run.output.Reshape({problem.m, problem.n}));
+  RunResult result = std::move(run.run);
+  std::map<std::string, std::string>& details = result.details;
+  details.erase("statistics");
   details["host_prepare_ms"] = ms(t_prepare, t_device);
   details["device_ms"] = ms(t_device, t_finish);
   details["host_finish_ms"] = ms(t_finish, Clock::now());
-  return compared;
+  return result;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Statistics on the device against stats' Compare on the host: the GPU
-// backends' RunAndCompare must report what Compare reports for the same
-// output and tensor (Compare itself is tested against hand-derived values
-// in diff_stats_test.cc). Gpu* tests skip without a device.
+// Statistics on the device against stats' Compare on the host: a GPU
+// session's Compare of a configuration's output must report what Compare
+// reports for the same output and tensor (Compare itself is tested against
+// hand-derived values in diff_stats_test.cc). Gpu* tests skip without a
+// device.
 #include "server/backends/cuda/internal/device_compare.h"
 
 #include <gmock/gmock.h>
@@ -11,14 +12,16 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "core/tensor.h"
-#include "server/backends/comparing_backend.h"
 #include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_context.h"
+#include "server/backends/device_session.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 #include "tests/testing/stats_testing.h"
@@ -70,6 +73,66 @@ std::unique_ptr<Layer> MakeLayer(int64_t m, int64_t n, int64_t k, DType out, uin
 }
 
 Config LtConfig(Precision p) { return Config{"cublaslt", p, BiasMode::kFused}; }
+
+// One comparison of a run's output on the device: Compare(output, other)
+// when output_is_actual, else Compare(other, output); the options'
+// predicted_sigma and error_bound are host arrays, uploaded.
+struct OutputComparison {
+  const Tensor* other = nullptr;
+  bool output_is_actual = true;
+  CompareOptions options;
+};
+
+struct ComparedRun {
+  Tensor output;  // empty unless asked for
+  std::vector<DiffStats> stats;
+  SessionCounters counters;
+};
+
+// `count` floats of the caller's on the session; none for null.
+absl::StatusOr<ArrayRef> UploadFloats(DeviceSession& session, const float* data, int64_t count) {
+  if (data == nullptr) return ArrayRef{};
+  TC_ASSIGN_OR_RETURN(Tensor view,
+                      Tensor::Borrow(DType::kFloat32, {count}, data,
+                                     static_cast<size_t>(count) * sizeof(float), nullptr));
+  return session.Upload(view);
+}
+
+// `config` run on a session of cuBLASLt's device, its output compared
+// there as the engine's device execution compares it.
+absl::StatusOr<ComparedRun> RunAndCompare(LinearBackend* lt, const LinearProblem& problem,
+                                          const Config& config,
+                                          const std::vector<OutputComparison>& comparisons,
+                                          bool return_output) {
+  ComputeDevice* device = lt->compute_device();
+  if (device == nullptr) return absl::FailedPreconditionError("no device");
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSession> session, device->OpenSession(nullptr));
+  SessionOperands op;
+  TC_ASSIGN_OR_RETURN(op.input, session->Upload(*problem.input));
+  TC_ASSIGN_OR_RETURN(op.weight, session->Upload(*problem.weight));
+  if (problem.bias != nullptr) {
+    TC_ASSIGN_OR_RETURN(op.bias, session->Upload(*problem.bias));
+  }
+  op.shape() = problem.shape();
+  TC_ASSIGN_OR_RETURN(SessionRun run, session->Run(op, lt->Prepare(problem, config), {}));
+  const int64_t mn = problem.m * problem.n;
+  ComparedRun out;
+  for (const OutputComparison& c : comparisons) {
+    TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*c.other));
+    SessionCompare sc{c.options, {}, {}};
+    TC_ASSIGN_OR_RETURN(sc.sigma, UploadFloats(*session, c.options.predicted_sigma, mn));
+    TC_ASSIGN_OR_RETURN(sc.bound, UploadFloats(*session, c.options.error_bound, mn));
+    TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(c.output_is_actual ? run.output : other,
+                                                      c.output_is_actual ? other : run.output, sc));
+    out.stats.push_back(std::move(s));
+  }
+  out.counters = session->counters();
+  if (return_output) {
+    TC_ASSIGN_OR_RETURN(out.output, session->Download(run.output));
+    TC_RETURN_IF_ERROR(out.output.Reshape({problem.m, problem.n}));
+  }
+  return out;
+}
 
 // What one scenario does to the GPU output to make the other tensor.
 struct Scenario {
@@ -124,8 +187,6 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
   LinearBackend* lt = Lt();
   ASSERT_NE(lt, nullptr);
   if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
-  ComparingBackend* comparing = lt->comparing();
-  ASSERT_NE(comparing, nullptr);
 
   const std::vector<Scenario> scenarios = {
       {"fp32 torch, NaN and inf", 96, 80, DType::kFloat32, DType::kFloat32, TolerancePreset::kTorch,
@@ -194,19 +255,17 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
     }
     opts.error_bound = bound.data();
 
-    auto run =
-        comparing->RunAndCompare(layer->problem, lt->Prepare(layer->problem, LtConfig(precision)),
-                                 {}, {{&other, true, opts}, {&other, false, opts}},
-                                 /*return_output=*/true);
+    auto run = RunAndCompare(lt, layer->problem, LtConfig(precision),
+                             {{&other, true, opts}, {&other, false, opts}},
+                             /*return_output=*/true);
     ASSERT_THAT(run, IsOk());
     ASSERT_EQ(run->stats.size(), 2u);
-    EXPECT_EQ(run->run.details.at("statistics"), "device");
-    // The device run is the same computation as the first: bit for bit.
-    ASSERT_EQ(run->run.output.nbytes(), base->output.nbytes());
-    ASSERT_EQ(std::memcmp(run->run.output.raw(), base->output.raw(), base->output.nbytes()), 0);
+    // The session's run is the same computation as the first: bit for bit.
+    ASSERT_EQ(run->output.nbytes(), base->output.nbytes());
+    ASSERT_EQ(std::memcmp(run->output.raw(), base->output.raw(), base->output.nbytes()), 0);
 
-    auto host_forward = Compare(run->run.output, other, opts);
-    auto host_backward = Compare(other, run->run.output, opts);
+    auto host_forward = Compare(run->output, other, opts);
+    auto host_backward = Compare(other, run->output, opts);
     ASSERT_THAT(host_forward, IsOk());
     ASSERT_THAT(host_backward, IsOk());
     {
@@ -236,11 +295,11 @@ TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
   ASSERT_THAT(base, IsOk());
   CompareOptions opts;
   opts.cols = 16;
-  auto run = lt->comparing()->RunAndCompare(layer->problem,
-                                            lt->Prepare(layer->problem, LtConfig(Precision::kFp32)),
-                                            {}, {{&base->output, true, opts}}, false);
+  auto run = RunAndCompare(lt, layer->problem, LtConfig(Precision::kFp32),
+                           {{&base->output, true, opts}}, /*return_output=*/false);
   ASSERT_THAT(run, IsOk());
-  EXPECT_EQ(run->run.output.numel(), 0);
+  EXPECT_EQ(run->output.numel(), 0);
+  EXPECT_EQ(run->counters.downloads, 0);
   ASSERT_EQ(run->stats.size(), 1u);
   EXPECT_TRUE(run->stats[0].bitwise_equal);
   EXPECT_EQ(run->stats[0].total, 8 * 16);
@@ -295,15 +354,15 @@ TEST(DeviceStatsTest, GpuToleranceLimitIsRoundedAsOnTheHost) {
   ExpectSameStats(*on_device, *host);
 }
 
-TEST(DeviceStatsTest, BadComparisonIsInvalidArgumentBeforeTheDevice) {
+TEST(DeviceStatsTest, GpuBadComparisonIsInvalidArgument) {
   LinearBackend* lt = Lt();
   ASSERT_NE(lt, nullptr);
+  if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
   auto layer = MakeLayer(4, 6, 8, DType::kFloat32, 3);
   Tensor wrong = *FromDoubles(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
   CompareOptions opts;
-  auto run = lt->comparing()->RunAndCompare(layer->problem,
-                                            lt->Prepare(layer->problem, LtConfig(Precision::kFp32)),
-                                            {}, {{&wrong, true, opts}}, false);
+  auto run = RunAndCompare(lt, layer->problem, LtConfig(Precision::kFp32), {{&wrong, true, opts}},
+                           /*return_output=*/false);
   EXPECT_THAT(run.status(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      ::testing::HasSubstr("same number of elements")));
 }

@@ -1,6 +1,6 @@
 // What the engine decides before running a request (Engine::Plan) and what
 // a run keeps for a diagnosis (Engine::Artifacts). Shared by engine.cc,
-// which makes the plan, and execution.cc, which carries it out.
+// which makes the plan, and device_execution.cc, which carries it out.
 #pragma once
 
 #include <map>
@@ -47,36 +47,11 @@ struct Engine::Plan {
   RequestProgress* progress = nullptr;
 };
 
-// Per-element arrays a diagnosis reads; several candidates may hold the
-// same one (equal error-model parameters on this request).
-using SharedFloats = std::shared_ptr<const std::vector<float>>;
-
-// What a run keeps for a diagnosis, per configuration (results order).
+// What a run keeps for a diagnosis: the evidence the ranking reads, over
+// the arrays the run left on its session (the candidates' outputs and
+// error-model arrays).
 struct Engine::Artifacts {
-  Tensor reference;
-  std::vector<Tensor> outputs;
-  // Predicted standard error of observed - candidate under "the observed
-  // output is this configuration in another summation order", and its
-  // accumulation part alone.
-  std::vector<SharedFloats> pair_sigma;
-  std::vector<SharedFloats> pair_accumulation_sigma;
-  // Predicted standard error of the configuration against the exact result.
-  std::vector<SharedFloats> sigma_vs_reference;
-  // The output grid where two summation orders part (FlipGrid), for the
-  // configuration's bias mode.
-  std::vector<SharedFloats> flip_grid;
-  // Where the arrays above stay on a device instead (a device execution
-  // fills this and leaves them empty): the passes a ranking reads.
   std::unique_ptr<DiagnosisEvidence> evidence;
-
-  // Room for `n` configurations' outputs and arrays.
-  void Resize(size_t n) {
-    outputs.resize(n);
-    pair_sigma.resize(n);
-    pair_accumulation_sigma.resize(n);
-    sigma_vs_reference.resize(n);
-    flip_grid.resize(n);
-  }
 };
 
 // What every outcome reports about its run: the configuration, its
