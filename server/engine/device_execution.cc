@@ -319,8 +319,10 @@ class Engine::DeviceExecution {
       const auto config_start = Clock::now();
       auto config_run = session_->Run(op_, plan_.runs[i], plan_.run);
       if (!config_run.ok()) return WithConfigContext(config_run.status(), plan_.configs[i]);
-      TC_ASSIGN_OR_RETURN(ConfigOutcome o, Compared(i, *std::move(config_run), 0));
-      o.elapsed_ms = MillisSince(config_start);
+      const double run_ms = MillisSince(config_start);
+      TC_ASSIGN_OR_RETURN(ConfigOutcome o, Compared(i, *std::move(config_run), run_ms));
+      // On a device the time includes the statistics (docs/json-report.md).
+      if (!caps_.host_memory) o.elapsed_ms = MillisSince(config_start);
       results_[i] = std::move(o);
       AdvanceProgress(plan_.progress);
     }
