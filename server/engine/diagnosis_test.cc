@@ -925,6 +925,36 @@ TEST(FrameworkHintTest, FitsTheBiasAndTheBackend) {
             "");
 }
 
+// fp32 tensors multiplied in one bf16 pass are JAX/XLA on TPU with the
+// default precision, not "PyTorch's bf16 default" (that is bf16 tensors);
+// the way back to fp32 is the precision switch, the tensors being fp32.
+TEST(FrameworkHintTest, OneBf16PassOnFp32TensorsNamesTpu) {
+  const Config tpu{"cpu", Precision::kBf16, BiasMode::kUnfused};
+  const std::string hint = FrameworkHint(tpu, DType::kFloat32, true);
+  EXPECT_THAT(hint, ::testing::StartsWith("fp32 tensors multiplied in one bf16 pass"));
+  EXPECT_THAT(hint, ::testing::HasSubstr("JAX/XLA on TPU with the default precision"));
+  EXPECT_THAT(hint, ::testing::Not(::testing::HasSubstr("PyTorch")));
+  EXPECT_THAT(FrameworkHint({"cpu", Precision::kBf16, BiasMode::kNone}, DType::kFloat32, false),
+              ::testing::HasSubstr("JAX/XLA on TPU"));
+  EXPECT_EQ(FrameworkDefault(tpu, DType::kFloat32, true),
+            "JAX/XLA's default on TPU for fp32 tensors");
+  // The epilogue form is a cuBLAS compute type, no framework's default.
+  const Config fused{"cpu", Precision::kBf16, BiasMode::kFused};
+  EXPECT_THAT(FrameworkHint(fused, DType::kFloat32, true),
+              ::testing::HasSubstr("CUBLAS_COMPUTE_32F_FAST_16BF"));
+  EXPECT_EQ(FrameworkDefault(fused, DType::kFloat32, true), "");
+  EXPECT_THAT(FrameworkHint({"cpu", Precision::kFp16, BiasMode::kFused}, DType::kFloat32, true),
+              ::testing::HasSubstr("CUBLAS_COMPUTE_32F_FAST_16F"));
+  // bf16 tensors keep their own hint.
+  EXPECT_THAT(FrameworkHint(tpu, DType::kBFloat16, true), ::testing::HasSubstr("candle"));
+  const std::string advice =
+      HowToMatch(tpu, {"cpu", Precision::kFp32, BiasMode::kFused}, DType::kFloat32, true);
+  EXPECT_THAT(advice, ::testing::StartsWith(
+                          "Multiply the float32 tensors in float32, not one bf16 pass (JAX, "
+                          "TPU's default: precision=HIGHEST"));
+  EXPECT_THAT(advice, ::testing::HasSubstr("; and add the bias before the one rounding"));
+}
+
 TEST(ConfigPatternTest, PartsLeftOutMatchAny) {
   auto tf32 = ParseConfigPattern("tf32");
   ASSERT_THAT(tf32, IsOk());

@@ -92,6 +92,22 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
     case Precision::kBf16:
     case Precision::kFp16: {
       const std::string name = c.precision == Precision::kBf16 ? "bf16" : "fp16";
+      if (storage == DType::kFloat32 || storage == DType::kFloat64) {
+        // Wider tensors multiplied in one 16-bit pass: a platform's or a
+        // library's choice, not the tensors' dtype.
+        const std::string pass =
+            absl::StrCat(s, " tensors multiplied in one ", name, " pass (inputs rounded to ", name,
+                         ", fp32 accumulation)");
+        if (c.precision == Precision::kFp16) {
+          return absl::StrCat(pass, ": cuBLAS's CUBLAS_COMPUTE_32F_FAST_16F", bias, cpu);
+        }
+        if (storage == DType::kFloat32 && (unfused || !has_bias)) {
+          return absl::StrCat(pass,
+                              ": JAX/XLA on TPU with the default precision (precision=DEFAULT)",
+                              unfused ? ", the bias added as its own op" : "", bias, cpu);
+        }
+        return absl::StrCat(pass, ": cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF", bias, cpu);
+      }
       if (!has_bias) {
         return absl::StrCat(name, " inputs, fp32 accumulation, output rounded to ", name,
                             ": the default of PyTorch, JAX/Flax and candle for ", name, " tensors",
@@ -136,6 +152,9 @@ std::string FrameworkDefault(const Config& c, DType storage, bool has_bias) {
       }
       if (c.precision == Precision::kTf32 && (unfused || !has_bias)) {
         names.push_back("JAX/Flax's default on Ampere+ GPUs");
+      }
+      if (c.precision == Precision::kBf16 && (unfused || !has_bias)) {
+        names.push_back("JAX/XLA's default on TPU");
       }
       break;
     case DType::kBFloat16:
@@ -205,8 +224,13 @@ std::string HowToMatch(const Config& from, const Config& to, DType storage, bool
       steps.push_back("compute in float64 (x.double() @ w.double().T)");
     } else if ((f == Precision::kBf16 || f == Precision::kFp16) &&
                (t == Precision::kFp32 || IsTf32(t)) && storage == DType::kFloat32) {
-      steps.push_back(absl::StrCat("keep the tensors in float32, not ", PrecisionName(f),
-                                   " (PyTorch: no autocast; Flax: dtype=jnp.float32)"));
+      // fp32 tensors that met one 16-bit pass: the platform's default
+      // (JAX on TPU) or a cast on the way (autocast, a bf16 Flax dtype).
+      steps.push_back(
+          absl::StrCat("multiply the float32 tensors in float32, not one ", PrecisionName(f),
+                       " pass (JAX, TPU's default: precision=HIGHEST or "
+                       "jax_default_matmul_precision='highest'; PyTorch: no autocast; Flax: "
+                       "dtype=jnp.float32)"));
     } else {
       // tf32rna/tf32trunc are kernel properties, fp32 accumulation of
       // 16-bit inputs under fp32 storage is a cast the user did: no switch.
