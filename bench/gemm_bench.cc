@@ -13,6 +13,16 @@
 // each at M=1921, K=4096, N=3072, fp16 storage; prints scalar/fast. The
 // scalar run takes minutes; select with
 //   build-cpu/bench/gemm_bench --benchmark_filter=Fp16Acc
+//
+// FP8 (`cpu:fp8e4m3` with row-wise scaling, bf16 operands quantised by the
+// recipe, M=256, K=4096, N=1024): BM_Fp8Split (split accumulation, an
+// fp32 GEMM of the exact products), BM_Fp8Fast (fast accumulation, the
+// AVX2 kernel where the CPU has it) and BM_Fp8FastScalar (fast
+// accumulation by FastAccumDot per element, forced with
+// TENSORCHECK_FP8ACC_SCALAR=1); prints fast/split and scalar/fast (best
+// of each benchmark's iterations) and whether the fast outputs agree bit
+// for bit. The scalar run takes tens of seconds; select with
+//   build-cpu/bench/gemm_bench --benchmark_filter=Fp8
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -223,6 +233,78 @@ void BM_Fp16AccScalar(benchmark::State& state) {
   RunFp16Acc(state, true, &g_fp16acc_scalar, &g_fp16acc_scalar_out);
 }
 
+// ---- cpu:fp8e4m3, split vs fast accumulation (vector and scalar).
+
+constexpr int64_t kFp8M = 256;
+constexpr int64_t kFp8K = 4096;
+constexpr int64_t kFp8N = 1024;
+
+const AccData& GetFp8Data() {
+  static const AccData* data = [] {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto fill = [&](int64_t count) {
+      std::vector<float> v(static_cast<size_t>(count));
+      for (float& f : v) f = normal(rng);
+      return v;
+    };
+    auto* d = new AccData;
+    d->x = *FromFloats(DType::kBFloat16, {kFp8M, kFp8K}, fill(kFp8M * kFp8K));
+    d->w = *FromFloats(DType::kBFloat16, {kFp8N, kFp8K}, fill(kFp8N * kFp8K));
+    return d;
+  }();
+  return *data;
+}
+
+// Best time of each FP8 benchmark, and the last output of the fast ones.
+double g_fp8_split = 0, g_fp8_fast = 0, g_fp8_scalar = 0;
+std::vector<uint8_t> g_fp8_fast_out, g_fp8_scalar_out;
+
+void RunFp8(benchmark::State& state, bool fast, bool scalar, double* best,
+            std::vector<uint8_t>* out) {
+  const AccData& d = GetFp8Data();
+  auto backend = CpuBackend::Create({});
+  if (!backend.ok()) {
+    state.SkipWithError(std::string(backend.status().message()).c_str());
+    return;
+  }
+  LinearProblem p;
+  p.input = &d.x;
+  p.weight = &d.w;
+  p.output_dtype = DType::kBFloat16;
+  p.m = kFp8M;
+  p.n = kFp8N;
+  p.k = kFp8K;
+  Config config{"cpu", Precision::kFp8E4M3, BiasMode::kNone};
+  config.scaling = Fp8Scaling::kRow;
+  config.fast_accum = fast;
+  if (scalar) setenv("TENSORCHECK_FP8ACC_SCALAR", "1", 1);
+  *best = std::numeric_limits<double>::infinity();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = (*backend)->Run(p, config, RunOptions{});
+    *best = std::min(*best, Seconds(t0, std::chrono::steady_clock::now()));
+    if (!r.ok()) {
+      state.SkipWithError(std::string(r.status().message()).c_str());
+      *best = 0;
+      break;
+    }
+    if (out != nullptr) {
+      const auto* bytes = static_cast<const uint8_t*>(r->output.raw());
+      out->assign(bytes, bytes + r->output.nbytes());
+    }
+  }
+  if (scalar) unsetenv("TENSORCHECK_FP8ACC_SCALAR");
+}
+
+void BM_Fp8Split(benchmark::State& state) { RunFp8(state, false, false, &g_fp8_split, nullptr); }
+void BM_Fp8Fast(benchmark::State& state) {
+  RunFp8(state, true, false, &g_fp8_fast, &g_fp8_fast_out);
+}
+void BM_Fp8FastScalar(benchmark::State& state) {
+  RunFp8(state, true, true, &g_fp8_scalar, &g_fp8_scalar_out);
+}
+
 // Fixed iterations (~0.2-0.7 s per GEMM on 2 cores; ~15 s in all).
 BENCHMARK(BM_BareSgemm)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_CpuBackendFp32)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
@@ -230,6 +312,10 @@ BENCHMARK(BM_PairedBackendVsBare)->Unit(benchmark::kMillisecond)->Iterations(10)
 // One run each: the scalar path takes minutes on 2 cores.
 BENCHMARK(BM_Fp16AccFast)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 BENCHMARK(BM_Fp16AccScalar)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+BENCHMARK(BM_Fp8Split)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
+BENCHMARK(BM_Fp8Fast)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
+// One run: the scalar model takes tens of seconds.
+BENCHMARK(BM_Fp8FastScalar)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 
 }  // namespace
 }  // namespace tensorcheck
@@ -264,6 +350,23 @@ int main(int argc, char** argv) {
                                                                              : "DIFFER");
   } else if (tensorcheck::g_fp16acc_fast > 0) {
     std::printf("cpu:fp16acc 1921x4096->3072: fast %.2f s\n", tensorcheck::g_fp16acc_fast);
+  }
+  using tensorcheck::g_fp8_fast;
+  using tensorcheck::g_fp8_scalar;
+  using tensorcheck::g_fp8_split;
+  if (g_fp8_split > 0 && g_fp8_fast > 0) {
+    std::printf(
+        "cpu:fp8e4m3 (row scaling) 256x4096->1024: split %.3f s, fast %.3f s, "
+        "ratio fast/split = %.1fx (target <= 5)\n",
+        g_fp8_split, g_fp8_fast, g_fp8_fast / g_fp8_split);
+  }
+  if (g_fp8_fast > 0 && g_fp8_scalar > 0) {
+    std::printf(
+        "cpu:fp8e4m3 fast accumulation 256x4096->1024: new %.3f s, old (scalar) %.2f s, "
+        "new/old = %.4f (speed-up %.0fx), outputs %s\n",
+        g_fp8_fast, g_fp8_scalar, g_fp8_fast / g_fp8_scalar, g_fp8_scalar / g_fp8_fast,
+        tensorcheck::g_fp8_fast_out == tensorcheck::g_fp8_scalar_out ? "bitwise identical"
+                                                                     : "DIFFER");
   }
   return 0;
 }

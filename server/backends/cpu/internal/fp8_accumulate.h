@@ -6,9 +6,16 @@
 //                                                  /*ldc=*/n, stop));
 //
 // x [m, k] and w ([nb, k] or [k, ldw]) hold FP8 values (unscaled) as
-// floats; acc[i * ldc + j] gets the model's sums. Rows are split over
-// `threads` threads and worked through in slices, checking `stop` before
-// each; a stop returns its status.
+// floats; acc[i * ldc + j] gets the model's sums, bit for bit
+// FastAccumDot's. An AVX2 kernel (eight output columns per register, the
+// model's operations in fp32 where they are exact) runs where the CPU has
+// AVX2, for models of up to 23 accumulator bits whose group sums fit fp32
+// (the default 13/32 does); rows of x and columns of w that hold inf, NaN
+// or values no FP8 format has, and other models, go through FastAccumDot
+// per element, which TENSORCHECK_FP8ACC_SCALAR=1 forces for everything.
+// Rows are split over `threads` threads and worked through in slices,
+// checking `stop` before each; a stop returns its status.
+// RESOURCE_EXHAUSTED when the packed weight cannot be allocated.
 #pragma once
 
 #include <cstdint>
