@@ -81,9 +81,10 @@ void FastAccumRowsScalar(const float* x, const float* w, bool out_in, int64_t ro
 
 #define TC_AVX2_TARGET __attribute__((target("avx2,fma")))
 
-// Register tile: kMr rows x kNv * 8 columns.
-constexpr int kFp8AccMr = 2;
-constexpr int kFp8AccNv = 2;
+// Register tile: kMr rows x kNv * 8 columns. 4 x 8 ran about 20% faster
+// than 2 x 16 and 1.6x faster than 1 x 32 at 256x4096->1024 (one thread).
+constexpr int kFp8AccMr = 4;
+constexpr int kFp8AccNv = 1;
 constexpr int64_t kFp8AccNr = 8 * kFp8AccNv;
 
 // The vector kernel's slices: a few tens of milliseconds on one core.
@@ -217,7 +218,8 @@ TC_AVX2_TARGET void Fp8AccRowsAvx2(const float* x, const float* w, bool out_in, 
       if (count == kMr) {
         Fp8AccTile<kMr>(xr, wp, k, group, bits, out, pbuf);
       } else {
-        Fp8AccTile<1>(xr, wp, k, group, bits, out, pbuf);
+        // The last rows of a slice, one at a time.
+        for (int r = 0; r < count; ++r) Fp8AccTile<1>(xr + r, wp, k, group, bits, out + r, pbuf);
       }
       const int64_t cols = std::min(kNr, nb - jr);
       for (int r = 0; r < count; ++r) std::copy(out[r], out[r] + cols, acc + rows[r] * ldc + jr);
