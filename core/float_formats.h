@@ -61,6 +61,11 @@ inline uint16_t FloatToBf16Bits(float f) {
 
 inline float RoundToBf16(float f) { return Bf16BitsToFloat(FloatToBf16Bits(f)); }
 
+// Toward zero: the low 16 bits cleared, as XLA's multi-pass dot algorithms
+// cut the high parts (a NaN whose payload sits in those bits becomes an
+// infinity there too).
+inline float TruncateToBf16(float f) { return BitsToFloat(FloatBits(f) & 0xffff0000u); }
+
 // ---- fp16: 1 sign, 5 exponent, 10 mantissa bits; max 65504.
 
 float Fp16BitsToFloat(uint16_t bits);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -37,7 +38,15 @@ constexpr std::pair<absl::string_view, Precision> kPrecisionNames[] = {
     {"fp8e5m2", Precision::kFp8E5M2},
     {"fp8e4m3e5m2", Precision::kFp8E4M3E5M2},
     {"fp8e5m2e4m3", Precision::kFp8E5M2E4M3},
+    {"bf16x3", Precision::kBf16x3},
+    {"bf16x6", Precision::kBf16x6},
+    {"bf16x9", Precision::kBf16x9},
+    {"tf32x3", Precision::kTf32x3},
 };
+
+// `jax=` aliases: jax.lax.DotAlgorithmPreset names whose computation one
+// precision emulates (docs/numerics.md, "Multi-pass precisions").
+constexpr absl::string_view kJaxAliasPrefix = "jax=";
 
 constexpr std::pair<absl::string_view, Fp8Scaling> kScalingNames[] = {
     {"tensor", Fp8Scaling::kTensor},
@@ -72,8 +81,79 @@ absl::string_view NameOf(Enum e, const std::pair<absl::string_view, Enum> (&tabl
 }  // namespace
 
 absl::string_view PrecisionName(Precision p) { return NameOf(p, kPrecisionNames); }
+
+const std::vector<JaxPreset>& JaxPresetPrecisions() {
+  static const auto* presets = new std::vector<JaxPreset>{
+      {"F64_F64_F64", Precision::kFp64},        {"F32_F32_F32", Precision::kFp32},
+      {"TF32_TF32_F32", Precision::kTf32},      {"TF32_TF32_F32_X3", Precision::kTf32x3},
+      {"BF16_BF16_F32", Precision::kBf16},      {"BF16_BF16_F32_X3", Precision::kBf16x3},
+      {"BF16_BF16_F32_X6", Precision::kBf16x6}, {"BF16_BF16_F32_X9", Precision::kBf16x9},
+      {"F16_F16_F32", Precision::kFp16},
+  };
+  return *presets;
+}
+
+absl::string_view JaxPresetName(Precision p) {
+  for (const JaxPreset& preset : JaxPresetPrecisions()) {
+    if (preset.precision == p) return preset.name;
+  }
+  return "";
+}
+
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  if (absl::StartsWith(name, kJaxAliasPrefix)) {
+    const absl::string_view preset = name.substr(kJaxAliasPrefix.size());
+    std::string known;
+    for (const JaxPreset& p : JaxPresetPrecisions()) {
+      if (p.name == preset) return p.precision;
+      absl::StrAppend(&known, known.empty() ? "" : ", ", p.name);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown JAX dot-algorithm preset '", preset,
+                                                   "' in precision '", name,
+                                                   "': expected jax= followed by one of ", known));
+  }
   return ParseNamed(name, kPrecisionNames, "precision");
+}
+
+MultiPassScheme MultiPassSchemeOf(Precision p) {
+  MultiPassScheme s;
+  switch (p) {
+    case Precision::kBf16x6:
+      // xla/hlo/transforms/dot_algorithm_rewriter.cc, RewriteF32ToBF16X6.
+      s.parts = 3;
+      s.products = {{1, 1}, {0, 2}, {2, 0}, {0, 1}, {1, 0}, {0, 0}};
+      break;
+    case Precision::kBf16x9:
+      // xla/backends/gpu/codegen/triton/dot_algorithms.cc, EmitBF16x9Matmul.
+      s.parts = 3;
+      s.products = {{2, 2}, {1, 2}, {2, 1}, {1, 1}, {2, 0}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+      break;
+    case Precision::kTf32x3:
+      // Triton's F32DotTC pass (TF32x3), as XLA's TF32_TF32_F32_X3 runs it.
+      s.tf32 = true;
+      s.products = {{1, 0}, {0, 1}, {0, 0}};
+      break;
+    default:
+      // kBf16x3: dot_algorithm_rewriter.cc, RewriteF32ToBF16X3.
+      s.products = {{1, 0}, {0, 1}, {0, 0}};
+      break;
+  }
+  return s;
+}
+
+void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts) {
+  float rest = v;
+  for (int i = 0; i + 1 < scheme.parts; ++i) {
+    const float part =
+        scheme.tf32 ? RoundToTf32(rest, Tf32Rounding::kTiesAway) : TruncateToBf16(rest);
+    parts[i] = part;
+    // Exact: `part` is `rest` with its low bits cleared, or (TF32
+    // ties-away) rounded at a bit that `rest` has; the difference fits in
+    // fp32 (Sterbenz when the rounding carries into a new binade).
+    rest = rest - part;
+  }
+  parts[scheme.parts - 1] =
+      scheme.tf32 ? RoundToTf32(rest, Tf32Rounding::kTruncate) : RoundToBf16(rest);
 }
 
 absl::string_view Fp8ScalingName(Fp8Scaling s) { return NameOf(s, kScalingNames); }
@@ -139,6 +219,19 @@ PrecisionInfo GetPrecisionInfo(Precision p) {
     case Precision::kFp8E4M3E5M2:
     case Precision::kFp8E5M2E4M3:
       return {kE5M2U, kFp32U, false, std::nullopt};
+    // Multi-pass: the residual of the split and the products left out, as
+    // an input unit: per product a relative error of mean square
+    // (2/3) u_input^2 (docs/numerics.md, "Multi-pass precisions", measured
+    // over 2e6 Gaussian pairs: rms 1.29e-5 for bf16x3, 6.0e-8 bf16x6,
+    // 7.5e-8 tf32x3, 0 for bf16x9, whose three parts hold every bit).
+    case Precision::kBf16x3:
+      return {0x1p-16, kFp32U, false, std::nullopt};
+    case Precision::kBf16x6:
+      return {0x1.4p-24, kFp32U, false, std::nullopt};
+    case Precision::kBf16x9:
+      return {0.0, kFp32U, false, std::nullopt};
+    case Precision::kTf32x3:
+      return {0x1.8p-24, kFp32U, false, std::nullopt};
   }
   return {0.0, kFp32U, false, std::nullopt};
 }
@@ -156,7 +249,12 @@ int InputSignificandBits(Precision p) {
     case Precision::kFp16Acc:
       return 11;
     case Precision::kBf16:
+    case Precision::kBf16x3:
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
       return 8;
+    case Precision::kTf32x3:
+      return 11;
     case Precision::kFp8E4M3:
       return 4;
     case Precision::kFp8E5M2:
@@ -189,6 +287,17 @@ float RoundInput(Precision p, float v) {
     case Precision::kFp8E5M2E4M3:
       // Unscaled: the input's format as is (the recipes scale first).
       return RoundToDType(v, Fp8OperandsOf(p).input);
+    case Precision::kBf16x3:
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
+    case Precision::kTf32x3: {
+      const MultiPassScheme scheme = MultiPassSchemeOf(p);
+      float parts[3] = {0, 0, 0};
+      SplitMultiPass(scheme, v, parts);
+      // Largest first: exact (the parts hold disjoint bits of v, or v's
+      // bits and one rounding of the rest).
+      return (parts[0] + parts[1]) + parts[2];
+    }
   }
   return v;
 }
@@ -216,12 +325,39 @@ bool StorageExactIn(Precision p, DType storage) {
       // FP8 storage is multiplied as it is (the engine checks the formats
       // match the precision's); wide inputs are quantised.
       return IsFp8(storage);
+    // Multi-pass: exact when no product it leaves out can be non-zero.
+    // bf16 values are their own high part (every other part 0); fp16's 11
+    // bits fill a TF32 high part, and bf16x6's high and middle parts.
+    // bf16x9 forms every product of parts that hold every bit of an fp32
+    // value (parts below bf16's subnormals aside).
+    case Precision::kBf16x3:
+      return storage == DType::kBFloat16;
+    case Precision::kBf16x6:
+    case Precision::kTf32x3:
+      return storage == DType::kBFloat16 || storage == DType::kFloat16;
+    case Precision::kBf16x9:
+      return storage != DType::kFloat64 && !IsFp8(storage);
   }
   return false;
 }
 
 bool ValuesExactIn(Precision p, const Tensor& t) {
   if (StorageExactIn(p, t.dtype())) return true;
+  if (IsMultiPass(p)) {
+    // A value is exact when its high part alone holds it (bf16x6 and
+    // bf16x9: its high and middle parts), so that every product left out
+    // has a zero factor.
+    const MultiPassScheme scheme = MultiPassSchemeOf(p);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = t.GetDouble(i);
+      const float f = static_cast<float>(v);
+      if (static_cast<double>(f) != v) return false;
+      float parts[3] = {0, 0, 0};
+      SplitMultiPass(scheme, f, parts);
+      if (parts[scheme.parts - 1] != 0 || parts[0] + parts[1] + parts[2] != f) return false;
+    }
+    return true;
+  }
   for (int64_t i = 0; i < t.numel(); ++i) {
     const double v = t.GetDouble(i);
     const float f = static_cast<float>(v);

@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,14 @@ enum class Precision {
   kFp8E5M2,
   kFp8E4M3E5M2,
   kFp8E5M2E4M3,
+  // Multi-pass fp32 GEMMs (XLA's dot algorithms BF16_BF16_F32_X3/_X6/_X9
+  // and TF32_TF32_F32_X3): each fp32 operand split into bf16 (TF32) parts,
+  // a set of part x part GEMMs accumulated in fp32, the partial results
+  // summed in XLA's order; docs/numerics.md, "Multi-pass precisions".
+  kBf16x3,
+  kBf16x6,
+  kBf16x9,
+  kTf32x3,
 };
 
 // The precisions that multiply wide (fp64/32/16, bf16) inputs, rounding
@@ -50,15 +59,48 @@ inline constexpr Precision kWidePrecisions[] = {
 // the configuration's scaling recipe quantises.
 inline constexpr Precision kFp8Precisions[] = {Precision::kFp8E4M3, Precision::kFp8E5M2,
                                                Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3};
+// The multi-pass precisions (not in kWidePrecisions: no backend's default
+// candidates include them).
+inline constexpr Precision kMultiPassPrecisions[] = {Precision::kBf16x3, Precision::kBf16x6,
+                                                     Precision::kBf16x9, Precision::kTf32x3};
 inline constexpr Precision kAllPrecisions[] = {
     Precision::kFp64,      Precision::kFp32,    Precision::kTf32,        Precision::kTf32Rna,
     Precision::kTf32Trunc, Precision::kBf16,    Precision::kFp16,        Precision::kFp16Acc,
-    Precision::kFp8E4M3,   Precision::kFp8E5M2, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3};
+    Precision::kFp8E4M3,   Precision::kFp8E5M2, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3,
+    Precision::kBf16x3,    Precision::kBf16x6,  Precision::kBf16x9,      Precision::kTf32x3};
 
 inline bool IsFp8(Precision p) {
   return p == Precision::kFp8E4M3 || p == Precision::kFp8E5M2 || p == Precision::kFp8E4M3E5M2 ||
          p == Precision::kFp8E5M2E4M3;
 }
+
+inline bool IsMultiPass(Precision p) {
+  return p == Precision::kBf16x3 || p == Precision::kBf16x6 || p == Precision::kBf16x9 ||
+         p == Precision::kTf32x3;
+}
+
+// How a multi-pass precision splits an fp32 operand and which part x part
+// products it forms, in the order XLA sums them (docs/numerics.md,
+// "Multi-pass precisions").
+struct MultiPassScheme {
+  // 2 or 3 parts. Every part but the last is the running remainder cut to
+  // the part format toward zero (bf16: XLA masks the low 16 bits) or, for
+  // TF32, rounded ties-away (Triton's cvt.rna.tf32.f32); the remainder
+  // after it is exact in fp32. The last part is the remainder rounded to
+  // nearest even (bf16) or truncated (TF32: the tensor core reads the top
+  // 19 bits of an fp32 register).
+  int parts = 2;
+  bool tf32 = false;
+  // {lhs part, rhs part} of each partial GEMM (0 the highest part), in
+  // summation order: partial[0] + partial[1], then + partial[2] ... The
+  // last is always {0, 0} (high x high), added after the NaNs of the sum
+  // before it are replaced by zeros.
+  std::vector<std::pair<int, int>> products;
+};
+MultiPassScheme MultiPassSchemeOf(Precision p);  // p must be multi-pass
+
+// Splits `v` into `scheme.parts` parts (highest first) as the scheme says.
+void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts);
 
 // The FP8 dtypes an fp8 precision multiplies: {input, weight}.
 struct Fp8Operands {
@@ -84,9 +126,25 @@ enum class WeightLayout {
 };
 
 // "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16", "fp16acc",
-// "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3".
+// "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3", "bf16x3", "bf16x6",
+// "bf16x9", "tf32x3".
 absl::string_view PrecisionName(Precision p);
+// A name above, or a JAX dot-algorithm preset written `jax=PRESET`
+// (jax.lax.DotAlgorithmPreset's names): `jax=BF16_BF16_F32_X3` is bf16x3
+// (JaxPresetPrecisions lists them). The alias is only a way in: the
+// precision prints back under its own name. INVALID_ARGUMENT naming the
+// precision, or the preset and the known presets.
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+
+// The JAX presets `jax=` accepts, with the precision each names.
+struct JaxPreset {
+  absl::string_view name;
+  Precision precision;
+};
+const std::vector<JaxPreset>& JaxPresetPrecisions();
+// The JAX preset that names `p` exactly, or empty (fp16acc, tf32rna,
+// tf32trunc and the fp8 precisions have none).
+absl::string_view JaxPresetName(Precision p);
 
 // "none", "fused", "unfused".
 absl::string_view BiasModeName(BiasMode b);
@@ -118,11 +176,14 @@ PrecisionInfo GetPrecisionInfo(Precision p);
 
 // Significand bits (the leading one included) of the precision's multiply
 // inputs: fp64 53, fp32 24, tf32 (all roundings), fp16 and fp16acc 11,
-// bf16 8, the fp8 ones their narrower format's (E4M3 4, E5M2 3).
+// bf16 8, the fp8 ones their narrower format's (E4M3 4, E5M2 3); a
+// multi-pass precision its parts' (bf16xN 8, tf32x3 11): what each pass's
+// GEMM multiplies.
 int InputSignificandBits(Precision p);
 
 // Rounds one input value as the precision's multiply sees it (identity for
-// fp64/fp32).
+// fp64/fp32). Multi-pass: the sum of its parts (v itself for bf16x6 and
+// bf16x9, whose parts hold every bit), which the products do not all see.
 float RoundInput(Precision p, float v);
 
 // Whether every value a tensor stored as `storage` can hold is exact in

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -229,6 +232,105 @@ TEST(RoundInputTest, RoundsToEachPrecisionsInputFormat) {
   EXPECT_EQ(RoundInput(Precision::kFp16Acc, 70000.0f), std::numeric_limits<float>::infinity());
   EXPECT_EQ(RoundInput(Precision::kTf32, 262144.0f),
             262144.0f);  // no fp16 overflow
+}
+
+// ---- Multi-pass precisions and the jax= alias
+
+TEST(MultiPassTest, NamesParseWithEitherBiasAndPrintBack) {
+  for (const char* spec :
+       {"cpu:bf16x3", "cpu:bf16x6:fused", "cpu:bf16x9:unfused", "cpu:tf32x3:unfused"}) {
+    auto parsed = ParseConfigSpec(spec);
+    ASSERT_THAT(parsed, IsOk()) << spec;
+    EXPECT_TRUE(IsMultiPass(parsed->precision)) << spec;
+    const Config c = ResolveConfig(*parsed, /*has_bias=*/true, Activation::kNone,
+                                   /*backend_default=*/BiasMode::kFused);
+    auto again = ParseConfigSpec(c.ToString());
+    ASSERT_THAT(again, IsOk());
+    EXPECT_EQ(ResolveConfig(*again, true, Activation::kNone, BiasMode::kFused), c);
+  }
+  EXPECT_EQ(PrecisionName(Precision::kBf16x3), "bf16x3");
+  EXPECT_EQ(PrecisionName(Precision::kTf32x3), "tf32x3");
+}
+
+TEST(MultiPassTest, JaxPresetAliasNamesThePrecisionAndPrintsTheCanonicalName) {
+  const std::pair<const char*, Precision> cases[] = {
+      {"BF16_BF16_F32_X3", Precision::kBf16x3}, {"BF16_BF16_F32_X6", Precision::kBf16x6},
+      {"BF16_BF16_F32_X9", Precision::kBf16x9}, {"TF32_TF32_F32_X3", Precision::kTf32x3},
+      {"F32_F32_F32", Precision::kFp32},        {"BF16_BF16_F32", Precision::kBf16},
+      {"TF32_TF32_F32", Precision::kTf32},
+  };
+  for (const auto& [preset, precision] : cases) {
+    auto spec = ParseConfigSpec(absl::StrCat("cpu:jax=", preset, ":unfused"));
+    ASSERT_THAT(spec, IsOk()) << preset;
+    EXPECT_EQ(spec->precision, precision) << preset;
+    const Config c = ResolveConfig(*spec, /*has_bias=*/true, Activation::kNone, BiasMode::kFused);
+    EXPECT_EQ(c.ToString(), absl::StrCat("cpu:", PrecisionName(precision), ":unfused"));
+    EXPECT_EQ(JaxPresetName(precision), preset);
+  }
+  auto pattern = ParseConfigPattern("jax=BF16_BF16_F32_X3:fused");
+  ASSERT_THAT(pattern, IsOk());
+  EXPECT_EQ(pattern->ToString(), "bf16x3:fused");
+  EXPECT_EQ(JaxPresetName(Precision::kTf32Rna), "");
+}
+
+TEST(MultiPassTest, UnknownJaxPresetIsInvalidArgumentNamingTheFieldAndTheKnownOnes) {
+  auto spec = ParseConfigSpec("cpu:jax=BF16_BF16_F32_X4", "configs[1]");
+  EXPECT_THAT(spec.status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("configs[1]"), HasSubstr("BF16_BF16_F32_X4"),
+                             HasSubstr("BF16_BF16_F32_X3"), HasSubstr("TF32_TF32_F32_X3"),
+                             HasSubstr("F32_F32_F32"))));
+}
+
+// Parts worked by hand. bf16 has 7 fraction bits, TF32 10.
+TEST(MultiPassTest, SplitsAsXlaDoesHighPartsTowardZeroTheLastToNearest) {
+  float parts[3];
+  // 1 + 2^-8 + 2^-9: bf16 rounding to nearest would give 1 + 2^-7; XLA's
+  // mask keeps 1, and the rest (3 * 2^-9) is exact in bf16.
+  const float a = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -9);
+  SplitMultiPass(MultiPassSchemeOf(Precision::kBf16x3), a, parts);
+  EXPECT_EQ(parts[0], 1.0f);
+  EXPECT_EQ(parts[1], 3 * std::ldexp(1.0f, -9));
+  // 1 + 2^-8 + 2^-17 + 2^-23 in three parts: 1, 2^-8 (the next 8 bits of
+  // the rest, cut), 2^-17 + 2^-23 (7 bits apart: exact in bf16).
+  const float b = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -17) + std::ldexp(1.0f, -23);
+  SplitMultiPass(MultiPassSchemeOf(Precision::kBf16x6), b, parts);
+  EXPECT_EQ(parts[0], 1.0f);
+  EXPECT_EQ(parts[1], std::ldexp(1.0f, -8));
+  EXPECT_EQ(parts[2], std::ldexp(1.0f, -17) + std::ldexp(1.0f, -23));
+  // 1 + 2^-11 is a TF32 tie: ties-away gives 1 + 2^-10, the rest -2^-11.
+  SplitMultiPass(MultiPassSchemeOf(Precision::kTf32x3), 1.0f + std::ldexp(1.0f, -11), parts);
+  EXPECT_EQ(parts[0], 1.0f + std::ldexp(1.0f, -10));
+  EXPECT_EQ(parts[1], -std::ldexp(1.0f, -11));
+  // The last TF32 part is truncated: the rest 2^-12 + 2^-22 + 2^-23 keeps
+  // 2^-12 + 2^-22 (to nearest even it would carry to 2^-12 + 2^-21).
+  const float c = 1.0f + std::ldexp(1.0f, -12) + std::ldexp(1.0f, -22) + std::ldexp(1.0f, -23);
+  SplitMultiPass(MultiPassSchemeOf(Precision::kTf32x3), c, parts);
+  EXPECT_EQ(parts[0], 1.0f);
+  EXPECT_EQ(parts[1], std::ldexp(1.0f, -12) + std::ldexp(1.0f, -22));
+}
+
+TEST(MultiPassTest, ProductSetsAndOrdersAreXlas) {
+  using P = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(MultiPassSchemeOf(Precision::kBf16x3).products, (P{{1, 0}, {0, 1}, {0, 0}}));
+  EXPECT_EQ(MultiPassSchemeOf(Precision::kBf16x6).products,
+            (P{{1, 1}, {0, 2}, {2, 0}, {0, 1}, {1, 0}, {0, 0}}));
+  EXPECT_EQ(MultiPassSchemeOf(Precision::kBf16x9).products.size(), 9u);
+  EXPECT_EQ(MultiPassSchemeOf(Precision::kTf32x3).products, (P{{1, 0}, {0, 1}, {0, 0}}));
+  EXPECT_TRUE(MultiPassSchemeOf(Precision::kTf32x3).tf32);
+}
+
+TEST(MultiPassTest, InputUnitIsTheResidualOfTheParts) {
+  EXPECT_EQ(GetPrecisionInfo(Precision::kBf16x3).u_input, std::ldexp(1.0, -16));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kBf16x9).u_input, 0.0);
+  EXPECT_LT(GetPrecisionInfo(Precision::kBf16x6).u_input, std::ldexp(1.0, -23));
+  EXPECT_LT(GetPrecisionInfo(Precision::kTf32x3).u_input, std::ldexp(1.0, -23));
+  EXPECT_EQ(GetPrecisionInfo(Precision::kTf32x3).u_accumulate, std::ldexp(1.0, -24));
+  EXPECT_TRUE(StorageExactIn(Precision::kBf16x3, DType::kBFloat16));
+  EXPECT_FALSE(StorageExactIn(Precision::kBf16x3, DType::kFloat16));
+  EXPECT_TRUE(StorageExactIn(Precision::kBf16x6, DType::kFloat16));
+  EXPECT_TRUE(StorageExactIn(Precision::kBf16x9, DType::kFloat32));
+  EXPECT_FALSE(StorageExactIn(Precision::kTf32x3, DType::kFloat32));
 }
 
 }  // namespace

@@ -177,10 +177,12 @@ without a store gets them inline.
 
 SPEC is backend:precision[:bias][@options], e.g. cpu:fp32, cpu:tf32:fused,
 cublaslt:bf16:unfused, cpu:fp8e4m3:fused@scaling=row,fast_accum; precisions
-fp64 fp32 tf32 tf32rna tf32trunc bf16 fp16 fp16acc, and fp8e4m3 fp8e5m2
-fp8e4m3e5m2 fp8e5m2e4m3 (FP8 operands with their scales, or wide ones the
-server quantises; options scaling=tensor|row, fast_accum); bias modes fused
-unfused none (docs/numerics.md, "FP8").
+fp64 fp32 tf32 tf32rna tf32trunc bf16 fp16 fp16acc, the multi-pass bf16x3
+bf16x6 bf16x9 tf32x3, and fp8e4m3 fp8e5m2 fp8e4m3e5m2 fp8e5m2e4m3 (FP8
+operands with their scales, or wide ones the server quantises; options
+scaling=tensor|row, fast_accum); or a JAX dot-algorithm preset as jax=NAME,
+e.g. cpu:jax=BF16_BF16_F32_X3 (read as cpu:bf16x3); bias modes fused unfused
+none (docs/numerics.md, "Multi-pass precisions" and "FP8").
 
 )";
 

@@ -11,9 +11,12 @@ namespace tensorcheck {
 absl::Status LinearBackend::Supports(const Config& config, DType storage) const {
   const auto p = precisions();
   if (std::find(p.begin(), p.end(), config.precision) == p.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "configuration ", config.ToString(), ": backend '", name(), "' does not run precision ",
-        PrecisionName(config.precision), " on this host"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' does not run precision ", PrecisionName(config.precision), " on this host",
+                     IsMultiPass(config.precision)
+                         ? " (the multi-pass precisions run on the cpu backend only, for now)"
+                         : ""));
   }
   const auto b = bias_modes();
   if (std::find(b.begin(), b.end(), config.bias) == b.end()) {

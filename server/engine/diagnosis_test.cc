@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "server/engine/engine.h"
 #include "server/engine/internal/diagnosis_evidence.h"
@@ -1018,6 +1019,91 @@ TEST_F(DiagnosisTest, CompareRefusesAnythingButTwoNamedOutputs) {
   one[1].first = "bad name";
   EXPECT_THAT(std::string(engine_->CompareOutputs(r, one).status().message()),
               ::testing::StartsWith("observed[1].name:"));
+}
+
+// ---- Multi-pass precisions (docs/numerics.md, "Multi-pass precisions")
+
+// Rounds toward zero to bf16 (written independently of core/).
+double TruncBf16(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const int e = std::ilogb(v);
+  return std::ldexp(std::trunc(std::ldexp(v, 7 - e)), e - 7);
+}
+
+// XLA's BF16_BF16_F32_X3 on fp32 operands, written here on its own: v =
+// hi + lo, hi = v cut toward zero to bf16, lo = bf16(v - hi); three dot
+// products (lo.hi, hi.lo, hi.hi), each of exact products summed in fp32
+// pairwise, then (lo.hi + hi.lo) + hi.hi in fp32, then the bias in fp32.
+Tensor XlaBf16x3(const LinearRequest& r) {
+  const int64_t k = r.input.shape().back(), m = r.input.numel() / k, n = r.weight.dim(0);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  std::vector<float> lh(k), hl(k), hh(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        const double xv = r.input.GetDouble(i * k + p), wv = r.weight.GetDouble(j * k + p);
+        const double xh = TruncBf16(xv), xl = Bf16(xv - xh);
+        const double wh = TruncBf16(wv), wl = Bf16(wv - wh);
+        lh[p] = F32(xl * wh);
+        hl[p] = F32(xh * wl);
+        hh[p] = F32(xh * wh);
+      }
+      const float low = SumFp32(lh, Order::kPairwise) + SumFp32(hl, Order::kPairwise);
+      const float acc = low + SumFp32(hh, Order::kPairwise);
+      y[static_cast<size_t>(i * n + j)] = F32(double(acc) + r.bias->GetDouble(j));
+    }
+  }
+  return *FromDoubles(DType::kFloat32, {m, n}, y);
+}
+
+TEST_F(DiagnosisTest, AnXlaBf16x3OutputIsNamedBf16x3WithItsErrorAtItsBound) {
+  const int64_t m = 32, k = 512, n = 64;
+  LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 83);
+  r.observed = XlaBf16x3(r);
+  r.configs = {"cpu:bf16x3", "cpu:bf16", "cpu:fp32", "cpu:tf32"};
+  auto out = engine_->Diagnose(r);
+  ASSERT_THAT(out, IsOk());
+  const DiagnosisOutcome& d = *out->diagnosis;
+  ASSERT_TRUE(d.best.has_value()) << d.explanation;
+  EXPECT_THAT(*d.best, ::testing::StartsWith("cpu:bf16x3")) << d.explanation;
+  EXPECT_THAT(d.framework_hint, ::testing::HasSubstr("precision=HIGH on TPU"));
+  EXPECT_THAT(d.framework_hint, ::testing::HasSubstr("BF16_BF16_F32_X3"));
+  for (const RankedCandidate& c : d.ranking) {
+    if (!absl::StartsWith(c.config, "cpu:bf16x3")) continue;
+    // Another order of the same passes: its pair error model's size.
+    ASSERT_TRUE(c.bound_ratio.has_value());
+    EXPECT_LT(*c.bound_ratio, 1.5) << c.config;
+    EXPECT_TRUE(c.plausible) << c.config;
+  }
+  // Against the fp64 reference, bf16x3's own sigma (its input unit 2^-16)
+  // sizes the error: the ratio is about 1, where fp32's would be far above.
+  for (const ConfigOutcome& c : out->results) {
+    if (!absl::StartsWith(c.config, "cpu:bf16x3")) continue;
+    ASSERT_TRUE(c.vs_reference.bound_ratio.has_value());
+    EXPECT_GT(*c.vs_reference.bound_ratio, 0.3) << c.config;
+    EXPECT_LT(*c.vs_reference.bound_ratio, 1.5) << c.config;
+  }
+}
+
+TEST(FrameworkHintTest, MultiPassPrecisionsNameTheirJaxPresets) {
+  const Config x3{"cpu", Precision::kBf16x3, BiasMode::kUnfused};
+  const std::string hint = FrameworkHint(x3, DType::kFloat32, true);
+  EXPECT_THAT(hint, ::testing::HasSubstr("precision=HIGH on TPU"));
+  EXPECT_THAT(hint, ::testing::HasSubstr("precision='BF16_BF16_F32_X3'"));
+  EXPECT_THAT(hint, ::testing::HasSubstr("the bias added as its own op"));
+  EXPECT_THAT(FrameworkHint({"cpu", Precision::kBf16x6, BiasMode::kNone}, DType::kFloat32, false),
+              ::testing::HasSubstr("precision=HIGHEST on TPU"));
+  EXPECT_THAT(FrameworkHint({"cpu", Precision::kBf16x9, BiasMode::kNone}, DType::kFloat32, false),
+              ::testing::HasSubstr("CUBLAS_COMPUTE_32F_EMULATED_16BFX9"));
+  EXPECT_THAT(FrameworkHint({"cpu", Precision::kTf32x3, BiasMode::kNone}, DType::kFloat32, false),
+              ::testing::HasSubstr("TF32_TF32_F32_X3"));
+  // No framework defaults to a multi-pass algorithm.
+  EXPECT_EQ(FrameworkDefault(x3, DType::kFloat32, true), "");
+  EXPECT_THAT(HowToMatch({"cpu", Precision::kBf16, BiasMode::kUnfused}, x3, DType::kFloat32, true),
+              ::testing::StartsWith("Ask for the BF16_BF16_F32_X3 dot algorithm"));
+  EXPECT_THAT(HowToMatch(x3, {"cpu", Precision::kFp32, BiasMode::kUnfused}, DType::kFloat32, true),
+              ::testing::StartsWith("Ask for the F32_F32_F32 dot algorithm instead of "
+                                    "BF16_BF16_F32_X3"));
 }
 
 }  // namespace

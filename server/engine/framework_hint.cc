@@ -28,6 +28,36 @@ std::string BiasPart(const Config& c, bool has_bias) {
              : ", bias added to the fp32 accumulator before one rounding";
 }
 
+// A multi-pass precision in JAX's words (docs/numerics.md, "Multi-pass
+// precisions"): its dot-algorithm preset, and the Precision level that
+// picks it on a TPU (jax.lax.Precision: HIGH is 3 bf16 passes there,
+// HIGHEST 6).
+std::string MultiPassHint(Precision p, const std::string& storage) {
+  const std::string preset(JaxPresetName(p));
+  switch (p) {
+    case Precision::kBf16x3:
+      return absl::StrCat(storage,
+                          " matmul in 3 bf16 passes (hi*hi + hi*lo + lo*hi): JAX with "
+                          "precision=HIGH on TPU, or precision='",
+                          preset, "'");
+    case Precision::kBf16x6:
+      return absl::StrCat(storage,
+                          " matmul in 6 bf16 passes (3 parts, the 6 largest products): "
+                          "JAX with precision=HIGHEST on TPU, or precision='",
+                          preset, "'");
+    case Precision::kBf16x9:
+      return absl::StrCat(storage,
+                          " matmul in 9 bf16 passes (3 parts, every product): JAX with "
+                          "precision='",
+                          preset, "', or cuBLAS's CUBLAS_COMPUTE_32F_EMULATED_16BFX9 (own order)");
+    default:
+      return absl::StrCat(storage,
+                          " matmul in 3 TF32 passes (hi*hi + hi*lo + lo*hi): JAX with "
+                          "precision='",
+                          preset, "' on an Ampere+ GPU");
+  }
+}
+
 }  // namespace
 
 // What a configuration means in framework terms (docs/numerics.md,
@@ -137,6 +167,12 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
           IsFp8(storage) ? "" : " from current (amax) scaling, as torchao's Float8Linear", bias,
           cpu);
     }
+    case Precision::kBf16x3:
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
+    case Precision::kTf32x3:
+      return MultiPassHint(c.precision, s) + (unfused ? ", the bias added as its own op" : "") +
+             bias + cpu;
   }
   return "";
 }
@@ -208,7 +244,18 @@ std::string HowToMatch(const Config& from, const Config& to, DType storage, bool
       // switch turns one into another precision.
       return "";
     }
-    if (IsTf32(f) && t == Precision::kFp32) {
+    if (IsMultiPass(t)) {
+      steps.push_back(absl::StrCat("ask for the ", JaxPresetName(t),
+                                   " dot algorithm (JAX: precision='", JaxPresetName(t), "'",
+                                   t == Precision::kBf16x3   ? ", or precision=HIGH on TPU"
+                                   : t == Precision::kBf16x6 ? ", or precision=HIGHEST on TPU"
+                                                             : "",
+                                   ")"));
+    } else if (IsMultiPass(f) && (t == Precision::kFp32 || t == Precision::kBf16 || IsTf32(t)) &&
+               !JaxPresetName(t).empty()) {
+      steps.push_back(absl::StrCat("ask for the ", JaxPresetName(t), " dot algorithm instead of ",
+                                   JaxPresetName(f), " (JAX: precision='", JaxPresetName(t), "')"));
+    } else if (IsTf32(f) && t == Precision::kFp32) {
       steps.push_back(
           "turn TF32 off (PyTorch: torch.backends.cuda.matmul.allow_tf32 = False; JAX: "
           "jax_default_matmul_precision='highest' or precision=HIGHEST)");

@@ -479,7 +479,8 @@ TEST_F(ServiceTest, CapabilitiesListTheCpuBackendAndLimits) {
   EXPECT_TRUE(cpu.available());
   EXPECT_THAT(cpu.precisions(), ::testing::UnorderedElementsAre(
                                     "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16",
-                                    "fp16acc", "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3"));
+                                    "fp16acc", "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3",
+                                    "bf16x3", "bf16x6", "bf16x9", "tf32x3"));
   EXPECT_THAT(cpu.configs(), ::testing::Contains("cpu:tf32:unfused"));
   EXPECT_EQ(response.limits().max_tensor_bytes(), 8 << 20);
   for (const v1::BackendInfo& b : response.backends()) {

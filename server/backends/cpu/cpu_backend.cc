@@ -116,6 +116,13 @@ void RoundInputs(Precision p, float* v, int64_t count) {
       // Never asked: FP8 arithmetic multiplies FP8 values (stored, or
       // quantised with their scales by the recipe), which round nothing.
       return;
+    case Precision::kBf16x3:
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
+    case Precision::kTf32x3:
+      // Never asked: multi-pass arithmetic splits its operands
+      // (AccumulateMultiPass).
+      return;
   }
 }
 
@@ -317,12 +324,15 @@ namespace {
 // equal Arithmetic compute the same accumulator x.W^T bit for bit, and
 // differ at most in their epilogues.
 struct Arithmetic {
-  enum Kind { kFp64, kFp32, kFp16Acc, kFp8 };
+  enum Kind { kFp64, kFp32, kFp16Acc, kFp8, kMultiPass };
   Kind kind = kFp32;
   // kFp32: the input rounding the multiply applies; kFp32 when it leaves
   // both stored operands unchanged (bf16 tensors under fp32, tf32 or
   // bf16: one GEMM). kFp8: the fp8 precision.
   Precision rounding = Precision::kFp32;
+  // kMultiPass: the multi-pass precision (never merged with kFp32: even
+  // where every left-out product is 0, the sum of partials can differ
+  // from one GEMM in the sign of a zero).
   // kFp8: the recipe that quantises wide operands (FP8 ones come with
   // their scales), and fast accumulation.
   Fp8Scaling scaling = Fp8Scaling::kTensor;
@@ -348,6 +358,7 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
     default:
       break;
   }
+  if (IsMultiPass(precision)) return {Arithmetic::kMultiPass, precision};
   const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
   if (exact) {
     // Rounding changes nothing: the stored values, read as fp32, are the
@@ -437,12 +448,71 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
   return acc;
 }
 
+// One operand split into its parts: parts[i] holds part i (0 the highest)
+// of every value, fp32, shaped as the operand. fp64 storage is rounded to
+// fp32 first (the multi-pass algorithms take fp32 operands).
+absl::StatusOr<std::vector<Tensor>> SplitOperand(const Tensor& t, const MultiPassScheme& scheme) {
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> values, internal::Allocate<float>(t.numel()));
+  ToFloat(t, values.get());
+  std::vector<Tensor> parts;
+  std::vector<float*> out;
+  for (int i = 0; i < scheme.parts; ++i) {
+    TC_ASSIGN_OR_RETURN(Tensor part, Tensor::Create(DType::kFloat32, t.shape()));
+    out.push_back(part.data<float>());
+    parts.push_back(std::move(part));
+  }
+  float split[3];
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    SplitMultiPass(scheme, values[e], split);
+    for (int i = 0; i < scheme.parts; ++i) out[i][e] = split[i];
+  }
+  return parts;
+}
+
+// kMultiPass: the scheme's partial GEMMs, each an fp32 GEMM of parts
+// (products of bf16 or TF32 parts are exact in fp32, so each is what a
+// bf16 or TF32 GEMM with fp32 accumulation computes, in OpenBLAS's
+// order), summed in the scheme's order: partial[0] + partial[1] + ...,
+// NaNs of that sum replaced by zeros (XLA's guard against inf * 0 in a
+// low part), then + the high x high partial.
+absl::StatusOr<Tensor> AccumulateMultiPass(const LinearProblem& p, Precision precision, int threads,
+                                           int64_t block_columns, const StopSignal* stop) {
+  const MultiPassScheme scheme = MultiPassSchemeOf(precision);
+  TC_ASSIGN_OR_RETURN(std::vector<Tensor> xs, SplitOperand(*p.input, scheme));
+  TC_ASSIGN_OR_RETURN(std::vector<Tensor> ws, SplitOperand(*p.weight, scheme));
+  const Arithmetic exact{Arithmetic::kFp32, Precision::kFp32};
+  std::optional<Tensor> sum;
+  const size_t last = scheme.products.size() - 1;
+  for (size_t t = 0; t < scheme.products.size(); ++t) {
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+    LinearProblem q = p;
+    q.input = &xs[static_cast<size_t>(scheme.products[t].first)];
+    q.weight = &ws[static_cast<size_t>(scheme.products[t].second)];
+    TC_ASSIGN_OR_RETURN(Tensor partial, Accumulate(q, exact, threads, block_columns, stop));
+    if (!sum.has_value()) {
+      sum = std::move(partial);
+      continue;
+    }
+    float* s = sum->data<float>();
+    const float* d = partial.data<float>();
+    const int64_t count = p.m * p.n;
+    if (t == last) {
+      // XLA keeps infinities and zeroes NaNs: select(inf >= |s|, s, 0).
+      for (int64_t e = 0; e < count; ++e) s[e] = std::isnan(s[e]) ? 0.0f : s[e];
+    }
+    for (int64_t e = 0; e < count; ++e) s[e] = s[e] + d[e];
+  }
+  return *std::move(sum);
+}
+
 absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
                                   int64_t block_columns, const StopSignal* stop) {
   const Tensor& weight = *p.weight;
   switch (a.kind) {
     case Arithmetic::kFp8:
       return absl::InternalError("FP8 arithmetic goes through AccumulateFp8");
+    case Arithmetic::kMultiPass:
+      return AccumulateMultiPass(p, a.rounding, threads, block_columns, stop);
     case Arithmetic::kFp64: {
       std::unique_ptr<double[]> x_owned;
       TC_ASSIGN_OR_RETURN(const double* x, DoubleOperand(*p.input, &x_owned));
@@ -606,6 +676,21 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
     details["kernel"] = "tensorcheck loops (one dot product per element)";
   } else {
     details["blas"] = "openblas";
+  }
+  if (IsMultiPass(config.precision)) {
+    const MultiPassScheme scheme = MultiPassSchemeOf(config.precision);
+    static constexpr const char* kTwo[] = {"hi", "lo"};
+    static constexpr const char* kThree[] = {"hi", "mid", "lo"};
+    const char* const* names = scheme.parts == 2 ? kTwo : kThree;
+    std::string order;
+    for (size_t t = 0; t < scheme.products.size(); ++t) {
+      if (t + 1 == scheme.products.size()) absl::StrAppend(&order, ", NaN -> 0");
+      absl::StrAppend(&order, t == 0 ? "" : " + ", names[scheme.products[t].first], "*",
+                      names[scheme.products[t].second]);
+    }
+    details["passes"] = absl::StrCat(scheme.products.size(), " ", scheme.tf32 ? "tf32" : "bf16",
+                                     " GEMMs with fp32 accumulation");
+    details["partial_sum_order"] = order;
   }
   const PrecisionInfo info = GetPrecisionInfo(config.precision);
   if (info.tf32_rounding.has_value()) {

@@ -1212,5 +1212,170 @@ TEST(CpuBackendBlocksTest, StopBetweenBlocksIsReturned) {
   }
 }
 
+// ---- Multi-pass precisions (docs/numerics.md, "Multi-pass precisions")
+
+// The test's own split of a stored value: the value as fp32, then high
+// parts cut toward zero (bf16) or rounded ties-away (TF32) and the last
+// part of the rest rounded to nearest even (bf16) or truncated (TF32).
+// Every rest is exact in fp64.
+std::vector<double> RefParts(Precision p, double v) {
+  const bool tf32 = p == Precision::kTf32x3;
+  const int count = (p == Precision::kBf16x6 || p == Precision::kBf16x9) ? 3 : 2;
+  const Format f = tf32 ? kTf32Format : kBf16Format;
+  std::vector<double> parts;
+  double rest = RefRound(v, kFp32Format);
+  for (int i = 0; i + 1 < count; ++i) {
+    parts.push_back(RefRound(rest, f, tf32 ? Tie::kAway : Tie::kTruncate));
+    rest -= parts.back();
+  }
+  parts.push_back(RefRound(rest, f, tf32 ? Tie::kTruncate : Tie::kEven));
+  return parts;
+}
+
+// {input part, weight part} of each partial GEMM in XLA's summation order
+// (0 the high part), written out from XLA's sources as docs/numerics.md
+// quotes them.
+std::vector<std::pair<int, int>> RefPartials(Precision p) {
+  switch (p) {
+    case Precision::kBf16x6:
+      return {{1, 1}, {0, 2}, {2, 0}, {0, 1}, {1, 0}, {0, 0}};
+    case Precision::kBf16x9:
+      return {{2, 2}, {1, 2}, {2, 1}, {1, 1}, {2, 0}, {0, 2}, {1, 0}, {0, 1}, {0, 0}};
+    default:
+      return {{1, 0}, {0, 1}, {0, 0}};
+  }
+}
+
+// y of a multi-pass precision for K <= 2: each partial GEMM's element is
+// one or two exact products (at most 22 significant bits each), summed
+// exactly in fp64 and rounded once to fp32, which is what any fp32 GEMM
+// gives for K <= 2; the partials are then summed in fp32 in XLA's order,
+// NaNs zeroed before the high x high partial; then the bias and the output
+// rounding as RefLinearT (no activation).
+std::vector<double> RefMultiPass(const Layer& l, Precision p, BiasMode mode, DType out) {
+  EXPECT_LE(l.k, 2);
+  const std::vector<std::pair<int, int>> partials = RefPartials(p);
+  std::vector<double> y;
+  for (int64_t i = 0; i < l.m; ++i) {
+    for (int64_t j = 0; j < l.n; ++j) {
+      float acc = 0.0f;
+      for (size_t t = 0; t < partials.size(); ++t) {
+        double exact = 0.0;
+        for (int64_t kk = 0; kk < l.k; ++kk) {
+          exact += RefParts(p, l.x[i * l.k + kk])[static_cast<size_t>(partials[t].first)] *
+                   RefParts(p, l.w[j * l.k + kk])[static_cast<size_t>(partials[t].second)];
+        }
+        const float partial = static_cast<float>(RefRound(exact, kFp32Format));
+        if (t == 0) {
+          acc = partial;
+          continue;
+        }
+        if (t + 1 == partials.size() && std::isnan(acc)) acc = 0.0f;
+        acc = acc + partial;
+      }
+      const float b = l.b.empty() ? 0.0f : static_cast<float>(l.b[j]);
+      double v;
+      if (mode == BiasMode::kUnfused) {
+        const float u = static_cast<float>(RefRoundTo(out, acc));
+        v = RefRoundTo(out, static_cast<float>(u + b));
+      } else {
+        v = RefRoundTo(out, static_cast<float>(acc + b));
+      }
+      y.push_back(v);
+    }
+  }
+  return y;
+}
+
+TEST(CpuMultiPassTest, MatchesIndependentSplitProductsAndOrderBitForBit) {
+  for (Precision p : kMultiPassPrecisions) {
+    for (int64_t k : {1, 2}) {
+      // Full 24-bit fp32 values: every part is non-zero.
+      const Layer l = NormalLayer(6, 5, k, 1.0, kFp32Format, /*seed=*/17 + k, /*bias=*/true);
+      for (BiasMode mode : {BiasMode::kFused, BiasMode::kUnfused}) {
+        for (DType out : {DType::kFloat32, DType::kBFloat16}) {
+          for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+            SCOPED_TRACE(absl::StrCat(PrecisionName(p), " k=", k, " ", BiasModeName(mode), " ",
+                                      DTypeName(out), " ", WeightLayoutName(layout)));
+            auto b = Build(l, DType::kFloat32, layout, Activation::kNone, out);
+            auto cpu = NewBackend();
+            const RunResult r = MustRun(*cpu, b->problem, Cfg(p, mode));
+            const std::vector<double> want = RefMultiPass(l, p, mode, out);
+            const std::vector<double> got = Values(r.output);
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t e = 0; e < got.size(); ++e) EXPECT_EQ(got[e], want[e]) << "element " << e;
+            EXPECT_THAT(r.details.at("partial_sum_order"), HasSubstr("NaN -> 0"));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMultiPassTest, TheOrderIsVisibleAndNotFp32s) {
+  // bf16x3 leaves lo x lo out (about 2^-16 of each product): its outputs
+  // are not an fp32 GEMM's, so the test above does not pass by accident
+  // of one.
+  const Layer l = NormalLayer(16, 16, 2, 1.0, kFp32Format, /*seed=*/5, /*bias=*/false);
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  auto cpu = NewBackend();
+  const std::vector<double> fp32 =
+      Values(MustRun(*cpu, b->problem, Cfg(Precision::kFp32, BiasMode::kNone)).output);
+  const std::vector<double> x3 =
+      Values(MustRun(*cpu, b->problem, Cfg(Precision::kBf16x3, BiasMode::kNone)).output);
+  EXPECT_NE(fp32, x3);
+}
+
+TEST(CpuMultiPassTest, NaNOfTheLowPartialsIsZeroedSoAnInfinitySurvives) {
+  // x = inf: its high part is inf, the rest inf - inf = NaN, so the low
+  // partials are NaN; XLA zeroes them before adding high x high = inf.
+  Layer l;
+  l.m = 1;
+  l.n = 1;
+  l.k = 1;
+  l.x = {std::numeric_limits<double>::infinity()};
+  l.w = {1.0};
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  auto cpu = NewBackend();
+  for (Precision p : kMultiPassPrecisions) {
+    const RunResult r = MustRun(*cpu, b->problem, Cfg(p, BiasMode::kNone));
+    EXPECT_EQ(Values(r.output)[0], std::numeric_limits<double>::infinity()) << PrecisionName(p);
+  }
+}
+
+TEST(CpuMultiPassTest, Bf16TensorsUnderBf16x3AreOneBf16Pass) {
+  // bf16 values are their own high part: the low partials are 0 and the
+  // result is the bf16 GEMM's (a fused bias keeps zeros' signs apart).
+  const Layer l = NormalLayer(8, 12, 96, 1.0, kBf16Format, /*seed=*/9, /*bias=*/true);
+  auto b = Build(l, DType::kBFloat16, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  auto cpu = NewBackend();
+  EXPECT_EQ(Values(MustRun(*cpu, b->problem, Cfg(Precision::kBf16x3, BiasMode::kFused)).output),
+            Values(MustRun(*cpu, b->problem, Cfg(Precision::kBf16, BiasMode::kFused)).output));
+}
+
+TEST(CpuMultiPassTest, LongReductionsStayWithinTheirInputUnitOfTheExactProduct) {
+  // K = 512: each partial GEMM rounds in OpenBLAS's order, so compare
+  // against fp64 with the error model's scale: |y - exact| within a few
+  // (u_input + u_fp32 sqrt(K)) * sum |x||w|.
+  const Layer l = NormalLayer(4, 6, 512, 1.0, kFp32Format, /*seed=*/21, /*bias=*/false);
+  auto b = Build(l, DType::kFloat32, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32);
+  auto cpu = NewBackend();
+  for (Precision p : kMultiPassPrecisions) {
+    const std::vector<double> got =
+        Values(MustRun(*cpu, b->problem, Cfg(p, BiasMode::kNone)).output);
+    const double u = GetPrecisionInfo(p).u_input + std::ldexp(1.0, -24) * std::sqrt(512.0);
+    for (int64_t i = 0; i < l.m; ++i) {
+      for (int64_t j = 0; j < l.n; ++j) {
+        double exact = 0.0, abs_dot = 0.0;
+        for (int64_t kk = 0; kk < l.k; ++kk) {
+          exact += l.x[i * l.k + kk] * l.w[j * l.k + kk];
+          abs_dot += std::fabs(l.x[i * l.k + kk] * l.w[j * l.k + kk]);
+        }
+        EXPECT_LE(std::fabs(got[i * l.n + j] - exact), 4 * u * abs_dot) << PrecisionName(p);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tensorcheck

@@ -103,6 +103,15 @@ Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epi
       // MakeFp8Plan, from the FP8 rules' answer.
       plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F, CUDA_R_32F, DType::kFloat32);
       break;
+    case Precision::kBf16x3:
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
+    case Precision::kTf32x3:
+      // Not run on the device yet (the cuda backends do not list them, so
+      // Supports refuses them first); a strict-fp32 plan keeps the switch
+      // whole.
+      plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, DType::kFloat32);
+      break;
   }
   return plan;
 }
