@@ -431,5 +431,15 @@ TEST_F(AlgorithmsTest, LayerRulesAreCheckedBeforeRunningAndDefaultCandidatesAvoi
   }
 }
 
+TEST(SupportsTest, AMultiPassPrecisionOnABackendWithoutItSaysWhereItRuns) {
+  // As the cuda backends, which do not list the multi-pass precisions.
+  const StandInBackend backend;
+  EXPECT_THAT(
+      backend.Supports(Config{"standin", Precision::kBf16x3, BiasMode::kNone}, DType::kFloat32),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("does not run precision bf16x3 on this host (the multi-pass "
+                         "precisions run on the cpu backend only, for now)")));
+}
+
 }  // namespace
 }  // namespace tensorcheck

@@ -1060,7 +1060,8 @@ TEST_F(DiagnosisTest, AnXlaBf16x3OutputIsNamedBf16x3WithItsErrorAtItsBound) {
   const int64_t m = 32, k = 512, n = 64;
   LinearRequest r = MakeRequest(m, k, n, DType::kFloat32, 83);
   r.observed = XlaBf16x3(r);
-  r.configs = {"cpu:bf16x3", "cpu:bf16", "cpu:fp32", "cpu:tf32"};
+  // bf16x3 named by its JAX preset: results print the canonical name.
+  r.configs = {"cpu:jax=BF16_BF16_F32_X3", "cpu:bf16", "cpu:fp32", "cpu:tf32"};
   auto out = engine_->Diagnose(r);
   ASSERT_THAT(out, IsOk());
   const DiagnosisOutcome& d = *out->diagnosis;

@@ -207,6 +207,12 @@ double Bound(Precision p, DType storage, DType out, int64_t k, Activation act, c
     case Precision::kFp8E5M2E4M3:
       u_in = 0x1p-3;
       break;
+    case Precision::kBf16x3:  // nor a multi-pass one (yet)
+    case Precision::kBf16x6:
+    case Precision::kBf16x9:
+    case Precision::kTf32x3:
+      u_in = GetPrecisionInfo(p).u_input;
+      break;
   }
   const double u_acc = p == Precision::kFp64      ? 0x1p-53
                        : p == Precision::kFp16Acc ? 0x1p-11
@@ -464,6 +470,9 @@ TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
   ASSERT_NE(blas, nullptr);
   for (LinearBackend* b : {lt, blas}) {
     const std::vector<Precision> p = b->precisions();
+    for (Precision multi : kMultiPassPrecisions) {
+      EXPECT_EQ(std::find(p.begin(), p.end(), multi), p.end()) << PrecisionName(multi);
+    }
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kBf16), p.end());
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kFp16Acc), p.end());
     // The hardware decides `tf32`'s rounding; the other two are emulated

@@ -41,11 +41,12 @@ int Preference(const DiagnosisCandidate& candidate, DType storage) {
     if (p == c.precision) break;
     ++order;
   }
-  // Framework priors for configurations the data cannot tell apart: TF32 is
-  // mostly JAX/Flax (bias unfused), the others mostly PyTorch (fused).
-  const bool tf32 = c.precision == Precision::kTf32 || c.precision == Precision::kTf32Rna ||
-                    c.precision == Precision::kTf32Trunc;
-  const BiasMode preferred = tf32 ? BiasMode::kUnfused : BiasMode::kFused;
+  // Framework priors for configurations the data cannot tell apart: TF32 and
+  // the multi-pass precisions (XLA's dot algorithms) are mostly JAX/Flax
+  // (bias unfused), the others mostly PyTorch (fused).
+  const bool jax = c.precision == Precision::kTf32 || c.precision == Precision::kTf32Rna ||
+                   c.precision == Precision::kTf32Trunc || IsMultiPass(c.precision);
+  const BiasMode preferred = jax ? BiasMode::kUnfused : BiasMode::kFused;
   const int bias = c.bias == preferred || c.bias == BiasMode::kNone ? 0 : 1;
   const int backend = candidate.backend_kind == BackendKind::kHostEmulation ? 1 : 0;
   return (input_format_matches(c.precision) ? 0 : 100) + order * 4 + bias * 2 + backend;

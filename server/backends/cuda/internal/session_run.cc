@@ -54,6 +54,14 @@ std::optional<Tf32Rounding> EmulatedTf32(Precision p) {
 absl::Status CheckConfig(const Config& config, bool lt, bool has_bias, const RunOptions& options,
                          bool tf32_disabled) {
   const std::string cfg = config.ToString();
+  if (IsMultiPass(config.precision)) {
+    // The backends do not list them (LinearBackend::Supports refuses them
+    // first); this keeps a caller that skipped that from a wrong plan.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "configuration ", cfg,
+        ": multi-pass precisions are not supported on this backend yet; "
+        "the cpu backend emulates them (docs/numerics.md, \"Multi-pass precisions\")"));
+  }
   if (!lt && config.bias == BiasMode::kFused) {
     return absl::FailedPreconditionError(
         absl::StrCat("configuration ", cfg,
