@@ -189,9 +189,6 @@ std::string FrameworkDefault(const Config& c, DType storage, bool has_bias) {
       if (c.precision == Precision::kTf32 && (unfused || !has_bias)) {
         names.push_back("JAX/Flax's default on Ampere+ GPUs");
       }
-      if (c.precision == Precision::kBf16 && (unfused || !has_bias)) {
-        names.push_back("JAX/XLA's default on TPU");
-      }
       break;
     case DType::kBFloat16:
     case DType::kFloat16: {
