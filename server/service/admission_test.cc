@@ -323,6 +323,11 @@ TEST_F(GatedServiceTest, ServerCapStopsRequestsWithoutADeadline) {
   const Answer a = Verify(GatedRequest(), absl::Hours(1));
   EXPECT_EQ(a.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(a.status.error_message(), HasSubstr("--max-request-seconds"));
+  // The client's answer can come before the run sees its stop (a
+  // sanitizer's slowdown showed it): wait for the run, then check that
+  // it stopped once.
+  while (gated_->stopped < 1) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_TRUE(service_->WaitForIdle(absl::Now() + absl::Seconds(30)));
   EXPECT_EQ(gated_->stopped, 1);
 }
 

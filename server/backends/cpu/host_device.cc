@@ -123,7 +123,11 @@ absl::Status HostSession::RunBatch(const SessionOperands& op, const std::vector<
       it->second.push_back(i);
     }
   }
-  for (const auto& [backend, members] : groups) {
+  for (const auto& group : groups) {
+    // Not a structured binding: clang before C++20 cannot capture one in
+    // the lambda below (the sanitizer and fuzz builds use clang).
+    LinearBackend* backend = group.first;
+    const std::vector<size_t>& members = group.second;
     std::vector<PreparedRun> batch;
     batch.reserve(members.size());
     for (size_t i : members) batch.push_back(runs[i]);
