@@ -174,30 +174,37 @@ constexpr int64_t kAccN = 3072;
 
 struct AccData {
   Tensor x, w;
+  int64_t m = 0, k = 0, n = 0;
 };
 
+// x [m, k] and w [n, k] of normal values, stored in `dtype`.
+AccData* MakeAccData(uint32_t seed, DType dtype, int64_t m, int64_t k, int64_t n) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& f : v) f = normal(rng);
+    return v;
+  };
+  auto* d = new AccData;
+  d->x = *FromFloats(dtype, {m, k}, fill(m * k));
+  d->w = *FromFloats(dtype, {n, k}, fill(n * k));
+  d->m = m;
+  d->k = k;
+  d->n = n;
+  return d;
+}
+
 const AccData& GetAccData() {
-  static const AccData* data = [] {
-    std::mt19937 rng(2);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto fill = [&](int64_t count) {
-      std::vector<float> v(static_cast<size_t>(count));
-      for (float& f : v) f = normal(rng);
-      return v;
-    };
-    auto* d = new AccData;
-    d->x = *FromFloats(DType::kFloat16, {kAccM, kAccK}, fill(kAccM * kAccK));
-    d->w = *FromFloats(DType::kFloat16, {kAccN, kAccK}, fill(kAccN * kAccK));
-    return d;
-  }();
+  static const AccData* data = MakeAccData(2, DType::kFloat16, kAccM, kAccK, kAccN);
   return *data;
 }
 
-double g_fp16acc_fast = 0, g_fp16acc_scalar = 0;
-std::vector<uint8_t> g_fp16acc_fast_out, g_fp16acc_scalar_out;
-
-void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds, std::vector<uint8_t>* out) {
-  const AccData& d = GetAccData();
+// `config` on the CPU backend over `d`, output in d's dtype: the best time
+// in `best`, the last output's bytes in `out` (null: not kept). With
+// `scalar_env` set, that variable forces the emulation's scalar path.
+void RunAccumulation(benchmark::State& state, const AccData& d, const Config& config,
+                     const char* scalar_env, double* best, std::vector<uint8_t>* out) {
   auto backend = CpuBackend::Create({});
   if (!backend.ok()) {
     state.SkipWithError(std::string(backend.status().message()).c_str());
@@ -206,24 +213,35 @@ void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds, std::vect
   LinearProblem p;
   p.input = &d.x;
   p.weight = &d.w;
-  p.output_dtype = DType::kFloat16;
-  p.m = kAccM;
-  p.n = kAccN;
-  p.k = kAccK;
-  const Config config{"cpu", Precision::kFp16Acc, BiasMode::kNone};
-  if (scalar) setenv("TENSORCHECK_FP16ACC_SCALAR", "1", 1);
+  p.output_dtype = d.x.dtype();
+  p.m = d.m;
+  p.n = d.n;
+  p.k = d.k;
+  if (scalar_env != nullptr) setenv(scalar_env, "1", 1);
+  *best = std::numeric_limits<double>::infinity();
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     auto r = (*backend)->Run(p, config, RunOptions{});
-    *seconds = Seconds(t0, std::chrono::steady_clock::now());
+    *best = std::min(*best, Seconds(t0, std::chrono::steady_clock::now()));
     if (!r.ok()) {
       state.SkipWithError(std::string(r.status().message()).c_str());
+      *best = 0;
       break;
     }
-    const auto* bytes = static_cast<const uint8_t*>(r->output.raw());
-    out->assign(bytes, bytes + r->output.nbytes());
+    if (out != nullptr) {
+      const auto* bytes = static_cast<const uint8_t*>(r->output.raw());
+      out->assign(bytes, bytes + r->output.nbytes());
+    }
   }
-  if (scalar) unsetenv("TENSORCHECK_FP16ACC_SCALAR");
+  if (scalar_env != nullptr) unsetenv(scalar_env);
+}
+
+double g_fp16acc_fast = 0, g_fp16acc_scalar = 0;
+std::vector<uint8_t> g_fp16acc_fast_out, g_fp16acc_scalar_out;
+
+void RunFp16Acc(benchmark::State& state, bool scalar, double* seconds, std::vector<uint8_t>* out) {
+  RunAccumulation(state, GetAccData(), Config{"cpu", Precision::kFp16Acc, BiasMode::kNone},
+                  scalar ? "TENSORCHECK_FP16ACC_SCALAR" : nullptr, seconds, out);
 }
 
 void BM_Fp16AccFast(benchmark::State& state) {
@@ -240,19 +258,7 @@ constexpr int64_t kFp8K = 4096;
 constexpr int64_t kFp8N = 1024;
 
 const AccData& GetFp8Data() {
-  static const AccData* data = [] {
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto fill = [&](int64_t count) {
-      std::vector<float> v(static_cast<size_t>(count));
-      for (float& f : v) f = normal(rng);
-      return v;
-    };
-    auto* d = new AccData;
-    d->x = *FromFloats(DType::kBFloat16, {kFp8M, kFp8K}, fill(kFp8M * kFp8K));
-    d->w = *FromFloats(DType::kBFloat16, {kFp8N, kFp8K}, fill(kFp8N * kFp8K));
-    return d;
-  }();
+  static const AccData* data = MakeAccData(3, DType::kBFloat16, kFp8M, kFp8K, kFp8N);
   return *data;
 }
 
@@ -262,39 +268,11 @@ std::vector<uint8_t> g_fp8_fast_out, g_fp8_scalar_out;
 
 void RunFp8(benchmark::State& state, bool fast, bool scalar, double* best,
             std::vector<uint8_t>* out) {
-  const AccData& d = GetFp8Data();
-  auto backend = CpuBackend::Create({});
-  if (!backend.ok()) {
-    state.SkipWithError(std::string(backend.status().message()).c_str());
-    return;
-  }
-  LinearProblem p;
-  p.input = &d.x;
-  p.weight = &d.w;
-  p.output_dtype = DType::kBFloat16;
-  p.m = kFp8M;
-  p.n = kFp8N;
-  p.k = kFp8K;
   Config config{"cpu", Precision::kFp8E4M3, BiasMode::kNone};
   config.scaling = Fp8Scaling::kRow;
   config.fast_accum = fast;
-  if (scalar) setenv("TENSORCHECK_FP8ACC_SCALAR", "1", 1);
-  *best = std::numeric_limits<double>::infinity();
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto r = (*backend)->Run(p, config, RunOptions{});
-    *best = std::min(*best, Seconds(t0, std::chrono::steady_clock::now()));
-    if (!r.ok()) {
-      state.SkipWithError(std::string(r.status().message()).c_str());
-      *best = 0;
-      break;
-    }
-    if (out != nullptr) {
-      const auto* bytes = static_cast<const uint8_t*>(r->output.raw());
-      out->assign(bytes, bytes + r->output.nbytes());
-    }
-  }
-  if (scalar) unsetenv("TENSORCHECK_FP8ACC_SCALAR");
+  RunAccumulation(state, GetFp8Data(), config, scalar ? "TENSORCHECK_FP8ACC_SCALAR" : nullptr, best,
+                  out);
 }
 
 void BM_Fp8Split(benchmark::State& state) { RunFp8(state, false, false, &g_fp8_split, nullptr); }
