@@ -339,29 +339,25 @@ class Engine::DeviceExecution {
     for (const PreparedRun& r : plan_.runs) runs.push_back(r);
     absl::Status consumer_status;
     auto last = Clock::now();
-    absl::Status run = session_->RunBatch(op_, runs, plan_.run,
-                                          [&](size_t index, SessionRun result) -> absl::Status {
-                                            const double ms = MillisSince(last);
-                                            // A stop ends the batch here: RunBatch returns what we
-                                            // return.
-                                            absl::Status s = CheckStop(plan_.run.stop);
-                                            if (s.ok() && index == 0) {
-                                              s = OnReference(std::move(result), ms);
-                                            } else if (s.ok()) {
-                                              auto o = Compared(index - 1, std::move(result), ms);
-                                              if (o.ok()) {
-                                                results_[index - 1] = *std::move(o);
-                                                AdvanceProgress(plan_.progress);
-                                              } else {
-                                                s = o.status();
-                                              }
-                                            }
-                                            consumer_status = s;
-                                            last = Clock::now();
-                                            return s;
-                                          });
+    absl::Status run = session_->RunBatch(
+        op_, runs, plan_.run, [&](size_t index, SessionRun result) -> absl::Status {
+          const double ms = MillisSince(last);
+          consumer_status = OnBatchResult(index, std::move(result), ms);
+          last = Clock::now();
+          return consumer_status;  // an error ends the batch, and RunBatch returns it
+        });
     if (!consumer_status.ok()) return consumer_status;
     return run;  // the backend's error names its configuration
+  }
+
+  // Result `index` of the batch: the reference (0), else configuration
+  // index - 1. A stop ends the batch here.
+  absl::Status OnBatchResult(size_t index, SessionRun result, double ms) {
+    TC_RETURN_IF_ERROR(CheckStop(plan_.run.stop));
+    if (index == 0) return OnReference(std::move(result), ms);
+    TC_ASSIGN_OR_RETURN(results_[index - 1], Compared(index - 1, std::move(result), ms));
+    AdvanceProgress(plan_.progress);
+    return absl::OkStatus();
   }
 
   absl::Status OnReference(SessionRun run, double ms) {
