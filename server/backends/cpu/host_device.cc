@@ -247,6 +247,7 @@ void HostSession::Release(ArrayRef array) {
   if (!array.valid() || static_cast<size_t>(array.id) >= arrays_.size()) return;
   arrays_[static_cast<size_t>(array.id)].reset();
   doubles_.erase(array.id);
+  masks_.erase(array.id);
 }
 
 absl::StatusOr<bool> HostSession::SameBits(ArrayRef a, ArrayRef b) {
