@@ -78,10 +78,11 @@ absl::StatusOr<std::vector<int64_t>> Shape(const Json& v, const std::string& pat
 
 absl::StatusOr<DType> DTypeOf(const Json& v, const std::string& path) {
   TC_ASSIGN_OR_RETURN(std::string name, String(v, path));
-  if (name == "float64") return DType::kFloat64;
-  if (name == "float32") return DType::kFloat32;
-  if (name == "float16") return DType::kFloat16;
-  if (name == "bfloat16") return DType::kBFloat16;
+  // A model's layer calls come in these four, by the names the report
+  // writes (DTypeName).
+  for (DType d : {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (DTypeName(d) == name) return d;
+  }
   return Bad(path, absl::StrCat("\"float64\", \"float32\", \"float16\" or \"bfloat16\" expected, "
                                 "found \"",
                                 name, "\""));
@@ -160,9 +161,9 @@ absl::StatusOr<LayerResult> ParseLayer(const Json& j, const std::string& path) {
     const std::string report_path = sub("report");
     TC_ASSIGN_OR_RETURN(const Json* uploaded, Key(*report, report_path, "uploaded_bytes"));
     TC_ASSIGN_OR_RETURN(l.uploaded_bytes,
-                        Count(*uploaded, absl::StrCat(report_path, "uploaded_bytes")));
+                        Count(*uploaded, absl::StrCat(report_path, ".uploaded_bytes")));
     TC_ASSIGN_OR_RETURN(const Json* reused, Key(*report, report_path, "reused_bytes"));
-    TC_ASSIGN_OR_RETURN(l.reused_bytes, Count(*reused, absl::StrCat(report_path, "reused_bytes")));
+    TC_ASSIGN_OR_RETURN(l.reused_bytes, Count(*reused, absl::StrCat(report_path, ".reused_bytes")));
     return l;
   }
   // No answer: a failed RPC, or a call never sent.

@@ -204,6 +204,9 @@ TEST(ParseSweepReportTest, WrongTypeNamesThePathAndWhatCame) {
   EXPECT_EQ(ParseError(Broken(R"("status": "passed")", R"("status": "ok")")),
             "layers[0].status: \"passed\", \"failed\", \"error\" or \"not_checked\" expected, "
             "found \"ok\"");
+  EXPECT_EQ(ParseError(Broken(R"("uploaded_bytes": 64, "reused_bytes": 0},)",
+                              R"("uploaded_bytes": -1, "reused_bytes": 0},)")),
+            "layers[0].report.uploaded_bytes: a non-negative integer expected, found -1");
   EXPECT_EQ(ParseError("[1, 2]"),
             "a JSON object (the report of tensorcheck sweep --json) expected, found an array");
   EXPECT_EQ(ParseError(R"({"layers": {}, "uploaded_bytes": 0, "reused_bytes": 0,
