@@ -496,11 +496,10 @@ absl::StatusOr<Tensor> AccumulateMultiPass(const LinearProblem& p, Precision pre
     float* s = sum->data<float>();
     const float* d = partial.data<float>();
     const int64_t count = p.m * p.n;
-    if (t == last) {
-      // XLA keeps infinities and zeroes NaNs: select(inf >= |s|, s, 0).
-      for (int64_t e = 0; e < count; ++e) s[e] = std::isnan(s[e]) ? 0.0f : s[e];
-    }
-    for (int64_t e = 0; e < count; ++e) s[e] = s[e] + d[e];
+    // Before the last partial, XLA keeps infinities and zeroes NaNs:
+    // select(inf >= |s|, s, 0).
+    const bool guard = t == last;
+    for (int64_t e = 0; e < count; ++e) s[e] = (guard && std::isnan(s[e]) ? 0.0f : s[e]) + d[e];
   }
   return *std::move(sum);
 }
