@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <system_error>
@@ -18,6 +16,7 @@
 #include "core/float_formats.h"
 #include "core/status_macros.h"
 #include "server/backends/cpu/internal/allocate.h"
+#include "server/backends/cpu/internal/avx2_dispatch.h"
 #include "server/backends/cpu/internal/split_rows.h"
 
 namespace tensorcheck::internal {
@@ -98,7 +97,7 @@ void Fp16AccumulateRowsScalar(const float* x, const float* w, WeightLayout layou
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TC_FP16ACC_AVX2 1
 
-// ---- fp16acc, AVX2 + FMA (selected at run time; see UseFp16AccAvx2).
+// ---- fp16acc, AVX2 + FMA (selected at run time: UseAvx2Kernel).
 //
 // Bitwise the scalar path's results, four output columns per register, a
 // 4 x 12 tile of accumulators per register block, the weight packed once
@@ -380,21 +379,6 @@ void PackFp16AccWeight(const float* w, WeightLayout layout, int64_t n, int64_t k
   }
 }
 
-// The AVX2 path when the CPU has AVX2 and FMA, unless the environment sets
-// TENSORCHECK_FP16ACC_SCALAR to a non-empty value other than "0" (tests and
-// benchmarks use it to exercise and time the portable path).
-bool UseFp16AccAvx2() {
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  const char* force_scalar = std::getenv("TENSORCHECK_FP16ACC_SCALAR");
-  if (force_scalar != nullptr && force_scalar[0] != '\0' && std::strcmp(force_scalar, "0") != 0) {
-    return false;
-  }
-  return supported;
-}
-
 #undef TC_AVX2_TARGET
 #endif  // x86-64 GCC/Clang
 
@@ -410,7 +394,7 @@ absl::Status Fp16Accumulate(const float* x, const float* w, WeightLayout layout,
                             const StopSignal* stop) {
   if (m == 0 || n == 0) return CheckStop(stop);
 #ifdef TC_FP16ACC_AVX2
-  if (UseFp16AccAvx2()) {
+  if (UseAvx2Kernel("TENSORCHECK_FP16ACC_SCALAR")) {
     const int64_t panels = (n + kFp16AccNr - 1) / kFp16AccNr;
     const int64_t chunks = (k + kFp16AccKc - 1) / kFp16AccKc;
     TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wpack, Allocate<float>(panels * kFp16AccNr * k));

@@ -6,13 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "core/float_formats.h"
 #include "core/status_macros.h"
 #include "server/backends/cpu/internal/allocate.h"
+#include "server/backends/cpu/internal/avx2_dispatch.h"
 #include "server/backends/cpu/internal/split_rows.h"
 
 namespace tensorcheck::internal {
@@ -23,16 +22,21 @@ namespace {
 // 20 ms.
 constexpr int64_t kFastAccumSliceMacs = int64_t{1} << 22;
 
-// Every element by FastAccumDot, the model's definition: the portable
-// path, and the vectorised path's fallback for what it does not cover.
+// Row xi of x against column j of w, by FastAccumDot, the model's
+// definition.
+float FastAccumElement(const float* xi, const float* w, bool out_in, int64_t j, int64_t k,
+                       int64_t ldw, const FastAccumModel& model) {
+  return out_in ? FastAccumDot(xi, w + j * k, 1, k, model) : FastAccumDot(xi, w + j, ldw, k, model);
+}
+
+// Every element by FastAccumElement: the portable path, and the vectorised
+// path's fallback for rows it does not cover.
 void FastAccumRowsScalar(const float* x, const float* w, bool out_in, int64_t row_begin,
                          int64_t row_end, int64_t nb, int64_t k, int64_t ldw,
                          const FastAccumModel& model, float* acc, int64_t ldc) {
   for (int64_t i = row_begin; i < row_end; ++i) {
-    const float* xi = x + i * k;
     for (int64_t j = 0; j < nb; ++j) {
-      acc[i * ldc + j] = out_in ? FastAccumDot(xi, w + j * k, 1, k, model)
-                                : FastAccumDot(xi, w + j, ldw, k, model);
+      acc[i * ldc + j] = FastAccumElement(x + i * k, w, out_in, j, k, ldw, model);
     }
   }
 }
@@ -40,7 +44,7 @@ void FastAccumRowsScalar(const float* x, const float* w, bool out_in, int64_t ro
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TC_FP8ACC_AVX2 1
 
-// ---- Fast accumulation, AVX2 (selected at run time; see UseFp8AccAvx2).
+// ---- Fast accumulation, AVX2 (selected at run time: UseAvx2Kernel).
 //
 // The same floats as FastAccumDot, eight output columns per register, in
 // fp32 instead of fp64: where the conditions below hold, every operation
@@ -227,9 +231,8 @@ TC_AVX2_TARGET void Fp8AccRowsAvx2(const float* x, const float* w, bool out_in, 
     if (!all_cols_ok) {
       for (int r = 0; r < count; ++r) {
         for (int64_t j = 0; j < nb; ++j) {
-          if (col_ok[j] != 0) continue;
-          acc[rows[r] * ldc + j] = out_in ? FastAccumDot(xr[r], w + j * k, 1, k, model)
-                                          : FastAccumDot(xr[r], w + j, ldw, k, model);
+          if (col_ok[j] == 0)
+            acc[rows[r] * ldc + j] = FastAccumElement(xr[r], w, out_in, j, k, ldw, model);
         }
       }
     }
@@ -275,21 +278,6 @@ bool PackFp8AccWeight(const float* w, bool out_in, int64_t nb, int64_t k, int64_
   return std::all_of(col_ok, col_ok + nb, [](uint8_t ok) { return ok != 0; });
 }
 
-// The AVX2 path when the CPU has AVX2, unless the environment sets
-// TENSORCHECK_FP8ACC_SCALAR to a non-empty value other than "0" (tests and
-// benchmarks use it to exercise and time the portable path).
-bool UseFp8AccAvx2() {
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  const char* force_scalar = std::getenv("TENSORCHECK_FP8ACC_SCALAR");
-  if (force_scalar != nullptr && force_scalar[0] != '\0' && std::strcmp(force_scalar, "0") != 0) {
-    return false;
-  }
-  return supported;
-}
-
 #undef TC_AVX2_TARGET
 #endif  // x86-64 GCC/Clang
 
@@ -301,7 +289,7 @@ absl::Status Fp8FastAccumulate(const float* x, const float* w, WeightLayout layo
   const bool out_in = layout == WeightLayout::kOutIn;
   if (m == 0 || nb == 0) return CheckStop(stop);
 #ifdef TC_FP8ACC_AVX2
-  if (UseFp8AccAvx2() && VectorModelOk(model, k)) {
+  if (UseAvx2Kernel("TENSORCHECK_FP8ACC_SCALAR") && VectorModelOk(model, k)) {
     const int64_t panels = (nb + kFp8AccNr - 1) / kFp8AccNr;
     TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wpack, Allocate<float>(panels * kFp8AccNr * k));
     TC_ASSIGN_OR_RETURN(std::unique_ptr<uint8_t[]> col_ok, Allocate<uint8_t>(nb));
