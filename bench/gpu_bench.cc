@@ -49,15 +49,6 @@ Tensor Random(DType dtype, std::vector<int64_t> shape, double lo, double hi, uin
   return *FromDoubles(dtype, shape, v);
 }
 
-// `count` floats of the caller's on the session; none for null.
-absl::StatusOr<ArrayRef> UploadFloats(DeviceSession& session, const float* data, int64_t count) {
-  if (data == nullptr) return ArrayRef{};
-  TC_ASSIGN_OR_RETURN(Tensor view,
-                      Tensor::Borrow(DType::kFloat32, {count}, data,
-                                     static_cast<size_t>(count) * sizeof(float), nullptr));
-  return session.Upload(view);
-}
-
 // A configuration's share of a verification the way a request that mixes
 // devices would run it if its statistics stayed on the device: a session
 // of its own, x, W and b uploaded, the run, the reference and the
@@ -84,9 +75,7 @@ absl::Status VerificationShare(LinearBackend* lt, const LinearProblem& problem,
   } comparisons[] = {{&reference, true, &vs_ref}, {&observed, false, &vs_obs}};
   for (const auto& c : comparisons) {
     TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*c.other));
-    SessionCompare sc{*c.options, {}, {}};
-    TC_ASSIGN_OR_RETURN(sc.sigma, UploadFloats(*session, c.options->predicted_sigma, count));
-    TC_ASSIGN_OR_RETURN(sc.bound, UploadFloats(*session, c.options->error_bound, count));
+    TC_ASSIGN_OR_RETURN(const SessionCompare sc, UploadCompare(*session, *c.options, count));
     TC_RETURN_IF_ERROR(session
                            ->Compare(c.output_is_actual ? y.output : other,
                                      c.output_is_actual ? other : y.output, sc)

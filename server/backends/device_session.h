@@ -314,6 +314,27 @@ class DeviceSession {
   virtual SessionCounters counters() const = 0;
 };
 
+// A SessionCompare for error-model arrays held on the host
+// (options.predicted_sigma, options.error_bound: `count` floats each, or
+// null), uploaded to `session`: a comparison made outside the engine
+// (gpu_bench, the device statistics' tests) the way the engine makes it.
+inline absl::StatusOr<SessionCompare> UploadCompare(DeviceSession& session,
+                                                    const CompareOptions& options, int64_t count) {
+  SessionCompare out{options, {}, {}};
+  for (auto [host, array] : {std::pair{options.predicted_sigma, &out.sigma},
+                             std::pair{options.error_bound, &out.bound}}) {
+    if (host == nullptr) continue;
+    absl::StatusOr<Tensor> view =
+        Tensor::Borrow(DType::kFloat32, {count}, host, static_cast<size_t>(count) * sizeof(float),
+                       /*owner=*/nullptr);
+    if (!view.ok()) return view.status();
+    absl::StatusOr<ArrayRef> uploaded = session.Upload(*view);
+    if (!uploaded.ok()) return uploaded.status();
+    *array = *uploaded;
+  }
+  return out;
+}
+
 // The resident cache's totals (ResidentCache::Stats, for the device).
 struct ResidentStats {
   int64_t entries = 0;

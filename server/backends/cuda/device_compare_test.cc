@@ -89,15 +89,6 @@ struct ComparedRun {
   SessionCounters counters;
 };
 
-// `count` floats of the caller's on the session; none for null.
-absl::StatusOr<ArrayRef> UploadFloats(DeviceSession& session, const float* data, int64_t count) {
-  if (data == nullptr) return ArrayRef{};
-  TC_ASSIGN_OR_RETURN(Tensor view,
-                      Tensor::Borrow(DType::kFloat32, {count}, data,
-                                     static_cast<size_t>(count) * sizeof(float), nullptr));
-  return session.Upload(view);
-}
-
 // `config` run on a session of cuBLASLt's device, its output compared
 // there as the engine's device execution compares it.
 absl::StatusOr<ComparedRun> RunAndCompare(LinearBackend* lt, const LinearProblem& problem,
@@ -119,9 +110,7 @@ absl::StatusOr<ComparedRun> RunAndCompare(LinearBackend* lt, const LinearProblem
   ComparedRun out;
   for (const OutputComparison& c : comparisons) {
     TC_ASSIGN_OR_RETURN(ArrayRef other, session->Upload(*c.other));
-    SessionCompare sc{c.options, {}, {}};
-    TC_ASSIGN_OR_RETURN(sc.sigma, UploadFloats(*session, c.options.predicted_sigma, mn));
-    TC_ASSIGN_OR_RETURN(sc.bound, UploadFloats(*session, c.options.error_bound, mn));
+    TC_ASSIGN_OR_RETURN(const SessionCompare sc, UploadCompare(*session, c.options, mn));
     TC_ASSIGN_OR_RETURN(DiffStats s, session->Compare(c.output_is_actual ? run.output : other,
                                                       c.output_is_actual ? other : run.output, sc));
     out.stats.push_back(std::move(s));
