@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck {
 
@@ -15,8 +16,8 @@ Fp8ScalePair Fp8ScaleForAmax(double amax, Fp8Format format) {
   return {s, 1.0f / s};
 }
 
-absl::StatusOr<Fp8Quantized> QuantizeFp8(const Tensor& t, int64_t outer, int64_t inner,
-                                         Fp8Format format, Fp8Scaling scaling, bool per_column) {
+absl::StatusOr<Fp8Quantized> QuantizeFp8Blocks(const Tensor& t, int64_t outer, int64_t inner,
+                                               Fp8Format format, Fp8Block block) {
   if (IsFp8(t.dtype())) {
     return absl::InvalidArgumentError(
         absl::StrCat("quantise: a wide tensor expected, got ", DTypeName(t.dtype())));
@@ -25,10 +26,11 @@ absl::StatusOr<Fp8Quantized> QuantizeFp8(const Tensor& t, int64_t outer, int64_t
     return absl::InvalidArgumentError(absl::StrCat(
         "quantise: [", outer, ", ", inner, "] does not match shape ", ShapeString(t.shape())));
   }
-  const int64_t groups = scaling == Fp8Scaling::kTensor ? 1 : (per_column ? inner : outer);
+  const int64_t rows = std::max<int64_t>(block.rows, 1), cols = std::max<int64_t>(block.cols, 1);
+  const int64_t block_columns = CeilDiv(inner, cols);
+  const int64_t groups = CeilDiv(outer, rows) * block_columns;
   auto group_of = [&](int64_t i) -> int64_t {
-    if (scaling == Fp8Scaling::kTensor) return 0;
-    return per_column ? i % inner : i / inner;
+    return (i / inner) / rows * block_columns + (i % inner) / cols;
   };
   // amax per group, in fp64 (exact: a maximum of stored values); NaN wins.
   std::vector<double> amax(static_cast<size_t>(groups), 0.0);
@@ -58,6 +60,50 @@ absl::StatusOr<Fp8Quantized> QuantizeFp8(const Tensor& t, int64_t outer, int64_t
     q[i] = DoubleToFp8Bits(scaled, format, Fp8Overflow::kSaturate);
   }
   return out;
+}
+
+absl::StatusOr<Fp8Quantized> QuantizeFp8(const Tensor& t, int64_t outer, int64_t inner,
+                                         Fp8Format format, Fp8Scaling scaling, bool per_column) {
+  if (scaling == Fp8Scaling::kBlock128) {
+    return absl::InvalidArgumentError(
+        "quantise: block-wise scaling goes through QuantizeFp8Blocks");
+  }
+  // Empty views still get their one scale of a tensor-wide block.
+  const int64_t all_rows = std::max<int64_t>(outer, 1), all_cols = std::max<int64_t>(inner, 1);
+  Fp8Block block{all_rows, all_cols};
+  if (scaling == Fp8Scaling::kRow)
+    block = per_column ? Fp8Block{all_rows, 1} : Fp8Block{1, all_cols};
+  return QuantizeFp8Blocks(t, outer, inner, format, block);
+}
+
+absl::StatusOr<Tensor> DequantizeBlocks(const Tensor& values, const Tensor& scales, int64_t outer,
+                                        int64_t inner, Fp8Block block, DType out) {
+  const int64_t rows = std::max<int64_t>(block.rows, 1), cols = std::max<int64_t>(block.cols, 1);
+  const int64_t block_columns = CeilDiv(inner, cols);
+  if (values.numel() != outer * inner || scales.numel() != CeilDiv(outer, rows) * block_columns) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dequantise: values ", ShapeString(values.shape()), " and scales ",
+                     ShapeString(scales.shape()), " do not match [", outer, ", ", inner,
+                     "] in blocks of ", rows, " x ", cols));
+  }
+  if (out != DType::kFloat64 && out != DType::kFloat32) {
+    return absl::InvalidArgumentError("dequantise: float64 or float32 output expected");
+  }
+  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(out, values.shape()));
+  std::vector<double> s(static_cast<size_t>(scales.numel()));
+  for (int64_t g = 0; g < scales.numel(); ++g) s[static_cast<size_t>(g)] = scales.GetDouble(g);
+  for (int64_t r = 0; r < outer; ++r) {
+    const double* row_scales = s.data() + (r / rows) * block_columns;
+    for (int64_t c = 0; c < inner; ++c) {
+      const double v = values.GetDouble(r * inner + c) * row_scales[c / cols];
+      if (out == DType::kFloat64) {
+        t.data<double>()[r * inner + c] = v;
+      } else {
+        t.data<float>()[r * inner + c] = static_cast<float>(v);
+      }
+    }
+  }
+  return t;
 }
 
 namespace {

@@ -36,11 +36,55 @@ struct Fp8Quantized {
 // Quantises `t`, viewed as [outer, inner] row-major. kRow scales each of
 // the `outer` rows, or with `per_column` each of the `inner` columns (a
 // flax [K, N] kernel's output features); kTensor one scale for all.
+// kBlock128 quantises through QuantizeFp8Blocks with Fp8BlockOf's blocks
+// (INVALID_ARGUMENT here: whether t is x or W decides them).
 // INVALID_ARGUMENT when numel != outer * inner or t is already FP8;
 // RESOURCE_EXHAUSTED when the FP8 tensor cannot be allocated.
 absl::StatusOr<Fp8Quantized> QuantizeFp8(const Tensor& t, int64_t outer, int64_t inner,
                                          Fp8Format format, Fp8Scaling scaling,
                                          bool per_column = false);
+
+// The rectangle of [outer, inner] one scale covers.
+struct Fp8Block {
+  int64_t rows;
+  int64_t cols;
+};
+
+// Block-wise scaling: one scale per `block` of t's [outer, inner] view
+// (the last blocks of a row or column may be partial); q.scales holds
+// them row-major, [ceil(outer / rows), ceil(inner / cols)], the shape
+// docs/numerics.md ("Block-wise FP8") gives a block-wise scale tensor.
+absl::StatusOr<Fp8Quantized> QuantizeFp8Blocks(const Tensor& t, int64_t outer, int64_t inner,
+                                               Fp8Format format, Fp8Block block);
+
+// The block-wise (kBlock128) blocks: 1 x 128 of x [M, K]; 128 x 128 of a
+// weight in either layout.
+inline Fp8Block Fp8BlockOf(bool weight) {
+  return weight ? Fp8Block{kFp8BlockSize, kFp8BlockSize} : Fp8Block{1, kFp8BlockSize};
+}
+
+// ceil(a / b) for a >= 0, b > 0.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How block-wise scales tile a layer (block128; the MX formats): each
+// scale of x covers 1 x `k` elements of a row, each of W `n` output
+// features x `k`. `k` == 0: the scales are per tensor or row-wise.
+struct ScaleBlocks {
+  int64_t k = 0;
+  int64_t n = 1;
+  bool block_wise() const { return k > 0; }
+  // The blocks of x [M, K], and of W in its layout ([N, K] or [K, N]).
+  Fp8Block input() const { return {1, k}; }
+  Fp8Block weight(bool out_in) const { return out_in ? Fp8Block{n, k} : Fp8Block{k, n}; }
+};
+
+// `values` ([outer, inner] row-major, any dtype) times their block's
+// scale from `scales` ([ceil(outer / block.rows), ceil(inner /
+// block.cols)] row-major), as `out` (float64: exact for FP8 values and
+// fp32 scales; float32: rounded once). INVALID_ARGUMENT on sizes that do
+// not match; RESOURCE_EXHAUSTED when `out` cannot be allocated.
+absl::StatusOr<Tensor> DequantizeBlocks(const Tensor& values, const Tensor& scales, int64_t outer,
+                                        int64_t inner, Fp8Block block, DType out);
 
 // The scale of one group of values whose largest magnitude is `amax`:
 // {quantisation s, dequantisation 1/s}, both fp32.

@@ -126,6 +126,56 @@ TEST(QuantizeFp8Test, NanAmaxPoisonsItsGroupAndBadShapesAreErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("float8_e4m3fn")));
 }
 
+// Blocks of 128 x 128 over a [200, 300] view (partial blocks at both
+// edges): each block's scale from its own amax, every value the nearest
+// E4M3 value of fl32(v * s); scales row-major [2, 3].
+TEST(QuantizeFp8Test, BlocksAgainstTheFormulaWithPartialEdges) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const int64_t rows = 200, cols = 300;
+  std::vector<double> v(static_cast<size_t>(rows * cols));
+  for (size_t e = 0; e < v.size(); ++e) {
+    // Blocks of different magnitudes: 2^(block row + 3 * block column).
+    const int64_t r = static_cast<int64_t>(e) / cols, c = static_cast<int64_t>(e) % cols;
+    v[e] = static_cast<float>(std::ldexp(normal(rng), static_cast<int>(r / 128 + 3 * (c / 128))));
+  }
+  const Tensor x = Floats({rows, cols}, v);
+  auto q = QuantizeFp8Blocks(x, rows, cols, Fp8Format::kE4M3Fn, Fp8Block{128, 128});
+  ASSERT_THAT(q, IsOk());
+  ASSERT_EQ(q->scales.size(), 6u);
+  for (int64_t br = 0; br < 2; ++br) {
+    for (int64_t bc = 0; bc < 3; ++bc) {
+      double amax = 0;
+      for (int64_t r = br * 128; r < std::min(rows, br * 128 + 128); ++r) {
+        for (int64_t c = bc * 128; c < std::min(cols, bc * 128 + 128); ++c) {
+          amax = std::max(amax, std::fabs(v[static_cast<size_t>(r * cols + c)]));
+        }
+      }
+      const float s = static_cast<float>(448.0 / amax);
+      EXPECT_EQ(q->scales[static_cast<size_t>(br * 3 + bc)], 1.0f / s);
+      for (int64_t r = br * 128; r < std::min(rows, br * 128 + 128); ++r) {
+        for (int64_t c = bc * 128; c < std::min(cols, bc * 128 + 128); ++c) {
+          const size_t e = static_cast<size_t>(r * cols + c);
+          const std::optional<int> want = RefFp8Nearest(static_cast<float>(v[e]) * s, true);
+          ASSERT_TRUE(want.has_value());
+          ASSERT_EQ(q->values.data<uint8_t>()[e], *want) << r << ", " << c;
+        }
+      }
+    }
+  }
+  // Dequantised: each value times its block's scale, exact in fp64.
+  const Tensor scales = Floats({2, 3}, std::vector<double>(q->scales.begin(), q->scales.end()));
+  auto back = DequantizeBlocks(q->values, scales, rows, cols, Fp8Block{128, 128}, DType::kFloat64);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->data<double>()[299 * 0 + 299],
+            RefFp8Value(q->values.data<uint8_t>()[299], true) * static_cast<double>(q->scales[2]));
+  EXPECT_THAT(DequantizeBlocks(q->values, scales, rows, cols, Fp8Block{1, 128}, DType::kFloat64),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("blocks of 1 x 128")));
+  // Block-wise scaling goes through QuantizeFp8Blocks only.
+  EXPECT_THAT(QuantizeFp8(x, rows, cols, Fp8Format::kE4M3Fn, Fp8Scaling::kBlock128),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 // ---- Fast accumulation, hand-derived cases of the model.
 
 float Dot(const std::vector<float>& a, int bits, int group) {

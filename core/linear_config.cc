@@ -51,6 +51,7 @@ constexpr absl::string_view kJaxAliasPrefix = "jax=";
 constexpr std::pair<absl::string_view, Fp8Scaling> kScalingNames[] = {
     {"tensor", Fp8Scaling::kTensor},
     {"row", Fp8Scaling::kRow},
+    {"block128", Fp8Scaling::kBlock128},
 };
 
 constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
@@ -404,7 +405,7 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
     } else {
       return error(absl::StrCat("unknown or repeated option '", option,
                                 "': expected algo=N, or for the fp8 precisions scaling=tensor, "
-                                "scaling=row or fast_accum"));
+                                "scaling=row, scaling=block128 or fast_accum"));
     }
   }
   return absl::OkStatus();

@@ -109,11 +109,20 @@ struct Fp8Operands {
 };
 Fp8Operands Fp8OperandsOf(Precision p);  // p must be an fp8 precision
 
-// How an fp8 configuration scales (torch._scaled_mm's two recipes): one
-// fp32 scale per tensor, or one per row of x and per output feature of W.
-enum class Fp8Scaling { kTensor, kRow };
+// How an fp8 configuration scales: torch._scaled_mm's two recipes, one
+// fp32 scale per tensor or one per row of x and per output feature of W;
+// or DeepSeek-V3's block-wise scaling, one per 1 x 128 block of x and per
+// 128 x 128 block of W, each 128-wide slice of K scaled on its own
+// (docs/numerics.md, "Block-wise FP8").
+enum class Fp8Scaling { kTensor, kRow, kBlock128 };
 
-// "tensor", "row".
+inline constexpr Fp8Scaling kFp8Scalings[] = {Fp8Scaling::kTensor, Fp8Scaling::kRow,
+                                              Fp8Scaling::kBlock128};
+
+// The extent of K one block-wise scale covers, and of N one weight scale.
+inline constexpr int64_t kFp8BlockSize = 128;
+
+// "tensor", "row", "block128".
 absl::string_view Fp8ScalingName(Fp8Scaling s);
 
 enum class BiasMode { kNone, kFused, kUnfused };
@@ -203,7 +212,7 @@ inline constexpr int kMaxAlgorithmIndex = 1023;
 // A parsed `backend:precision[:bias][@option,...]` before the request is
 // known. Options: `algo=N` (any precision: the backend's algorithm N,
 // LinearBackend::Algorithms), and for the fp8 precisions
-// `scaling=tensor|row` and `fast_accum`.
+// `scaling=tensor|row|block128` and `fast_accum`.
 //
 //   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
 //   ParseConfigSpec("cublaslt:fp32:fused@algo=3")

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/fp8_scaling.h"
 #include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "core/stop_signal.h"
@@ -74,6 +75,8 @@ struct SessionOperands : LayerShape {
   // another call (CudaSession::RunWithScales) ignores them.
   ArrayRef input_scale;
   ArrayRef weight_scale;
+  // How block-wise scales tile the layer (LinearProblem's).
+  ScaleBlocks scale_blocks;
 };
 
 // A run whose output stays on the device.

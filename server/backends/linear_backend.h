@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/fp8_scaling.h"
 #include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "core/stop_signal.h"
@@ -34,10 +35,14 @@ struct LinearProblem : LayerShape {
   const Tensor* input = nullptr;   // m*k elements, any leading shape
   const Tensor* weight = nullptr;  // [n, k] (kOutIn) or [k, n] (kInOut)
   const Tensor* bias = nullptr;    // nullptr or [n]
-  // FP8 operands' dequantisation scales, float32: 1 element (per tensor)
-  // or m and n (row-wise); null with wide operands.
+  // FP8 operands' dequantisation scales, float32: 1 element (per tensor),
+  // m and n (row-wise), or block-wise as `scale_blocks` says; null with
+  // wide operands.
   const Tensor* input_scale = nullptr;
   const Tensor* weight_scale = nullptr;
+  // How block-wise scales tile the layer (docs/numerics.md, "Block-wise
+  // FP8"); not block-wise for per-tensor and row-wise scales.
+  ScaleBlocks scale_blocks;
 };
 
 struct RunOptions {

@@ -100,7 +100,12 @@ absl::StatusOr<BatchInvarianceOutcome> CheckBatchInvariance(LinearBackend& backe
       part.input = &input;
       part.m = rows;
       if (row_scales) {
-        TC_ASSIGN_OR_RETURN(scale, RowsOf(*problem.input_scale, first, rows, 1, {rows}));
+        // Row-wise [M] or block-wise [M, ceil(K/128)]: the part's rows.
+        const int64_t per_row = problem.input_scale->numel() / problem.m;
+        TC_ASSIGN_OR_RETURN(scale, RowsOf(*problem.input_scale, first, rows, per_row,
+                                          per_row == 1 && problem.input_scale->rank() < 2
+                                              ? std::vector<int64_t>{rows}
+                                              : std::vector<int64_t>{rows, per_row}));
         part.input_scale = &*scale;
       }
       auto known = parts.find(rows);

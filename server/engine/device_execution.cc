@@ -305,6 +305,7 @@ class Engine::DeviceExecution {
       TC_ASSIGN_OR_RETURN(observed_, session_->Upload(*req_.observed));
     }
     op_.shape() = plan_.shape;
+    op_.scale_blocks = plan_.scale_blocks;
     return absl::OkStatus();
   }
 

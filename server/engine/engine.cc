@@ -192,7 +192,8 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   if (plan.shape.n == 0) {
     return InvalidFieldError("op.weight.shape", "N >= 1", ShapeString(w.shape()));
   }
-  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.shape.m, plan.shape.n));
+  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.shape));
+  plan.scale_blocks = fp8.scale_blocks;
   if (req.bias) {
     if (req.bias->rank() != 1 || req.bias->dim(0) != plan.shape.n) {
       return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.shape.n, "] (N)"),
@@ -459,6 +460,7 @@ LinearProblem Engine::ProblemOf(const LinearRequest& req, const Plan& plan) {
   p.bias = req.bias ? &*req.bias : nullptr;
   p.input_scale = req.input_scale ? &*req.input_scale : nullptr;
   p.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
+  p.scale_blocks = plan.scale_blocks;
   return p;
 }
 

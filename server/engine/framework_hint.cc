@@ -163,9 +163,16 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
       return absl::StrCat(
           "torch._scaled_mm", c.fast_accum ? " with use_fast_accum=True" : "", " on ",
           DTypeName(o.input), " x ", DTypeName(o.weight), ", ",
-          c.scaling == Fp8Scaling::kRow ? "row-wise" : "per-tensor", " scales",
-          IsFp8(storage) ? "" : " from current (amax) scaling, as torchao's Float8Linear", bias,
-          cpu);
+          c.scaling == Fp8Scaling::kRow        ? "row-wise scales"
+          : c.scaling == Fp8Scaling::kBlock128 ? "DeepSeek-V3 block-wise scales (1x128 input, "
+                                                 "128x128 weight; DeepGEMM, TransformerEngine's "
+                                                 "Float8BlockScaling)"
+                                               : "per-tensor scales",
+          IsFp8(storage)                       ? ""
+          : c.scaling == Fp8Scaling::kBlock128 ? " from current (amax) scaling per block"
+                                               : " from current (amax) scaling, as torchao's "
+                                                 "Float8Linear",
+          bias, cpu);
     }
     case Precision::kBf16x3:
     case Precision::kBf16x6:

@@ -854,12 +854,13 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
             info->add_configs(c.ToString());
             continue;
           }
-          // The fp8 options too: both scalings, with and without fast
-          // accumulation.
-          for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+          // The fp8 options too: each scaling the backend runs, with and
+          // without fast accumulation.
+          for (Fp8Scaling scaling : kFp8Scalings) {
             for (bool fast : {false, true}) {
               c.scaling = scaling;
               c.fast_accum = fast;
+              if (!backend->Supports(c, Fp8OperandsOf(p).input).ok()) continue;
               info->add_configs(c.ToString());
             }
           }

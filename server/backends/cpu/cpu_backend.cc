@@ -74,13 +74,18 @@ absl::Status CheckProblem(const LinearProblem& p) {
         absl::StrCat("output_dtype: a wide dtype expected, got ", DTypeName(p.output_dtype)));
   }
   if (IsFp8(p.input->dtype())) {
-    for (const auto& [scale, name, rows] :
-         {std::tuple<const Tensor*, const char*, int64_t>{p.input_scale, "input_scale", p.m},
-          {p.weight_scale, "weight_scale", p.n}}) {
+    // Block-wise scales: one per block (docs/numerics.md, "Block-wise FP8").
+    const ScaleBlocks& b = p.scale_blocks;
+    const int64_t slices = b.block_wise() ? CeilDiv(p.k, b.k) : 1;
+    const int64_t x_count = b.block_wise() ? p.m * slices : p.m;
+    const int64_t w_count = b.block_wise() ? CeilDiv(p.n, b.n) * slices : p.n;
+    for (const auto& [scale, name, count] :
+         {std::tuple<const Tensor*, const char*, int64_t>{p.input_scale, "input_scale", x_count},
+          {p.weight_scale, "weight_scale", w_count}}) {
       if (scale == nullptr || scale->dtype() != DType::kFloat32 ||
-          (scale->numel() != 1 && scale->numel() != rows)) {
+          (scale->numel() != 1 && scale->numel() != count)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name, ": float32 with 1 or ", rows, " elements expected"));
+            absl::StrCat(name, ": float32 with 1 or ", count, " elements expected"));
       }
     }
   }
@@ -398,6 +403,78 @@ std::vector<float> ScaleValues(const Tensor* scale) {
 absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
                                   int64_t block_columns, const StopSignal* stop);
 
+// The FP8 values of a tensor as floats (exact): `rows` x `cols` of `t`'s
+// [outer, inner] view starting at (r0, c0), into out[r * cols + c], or
+// transposed (out[c * rows + r]).
+void WidenFp8(const Tensor& t, int64_t inner, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+              bool transpose, float* out) {
+  float table[256];
+  const Fp8Format format = *Fp8FormatOf(t.dtype());
+  for (int b = 0; b < 256; ++b) table[b] = Fp8BitsToFloat(static_cast<uint8_t>(b), format);
+  const uint8_t* v = t.data<uint8_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = v + (r0 + r) * inner + c0;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[transpose ? c * rows + r : r * cols + c] = table[row[c]];
+    }
+  }
+}
+
+// Block-wise FP8 (docs/numerics.md, "Block-wise FP8"): for each 128-wide
+// slice of K, the exact products of FP8 operands summed in fp32 (split:
+// OpenBLAS's order; `fast_accum`: the fast-accumulation model within the
+// slice), then promoted into the fp32 accumulator as DeepGEMM does,
+// acc = fma(partial, fl32(sx * sw), acc), sx the slice's scale for the
+// row of x and sw the weight block's for the output feature. `scales`
+// hold x's [M, ceil(K/128)] and W's ([ceil(N/128), ceil(K/128)] for
+// OUT_IN, transposed for IN_OUT) row-major.
+absl::StatusOr<Tensor> AccumulateFp8Blocks(const LinearProblem& p, const Scales& scales,
+                                           bool fast_accum, int threads, const StopSignal* stop) {
+  const int64_t slices = CeilDiv(p.k, kFp8BlockSize);
+  const int64_t weight_blocks = CeilDiv(p.n, kFp8BlockSize);
+  const bool out_in = p.layout == WeightLayout::kOutIn;
+  if (static_cast<int64_t>(scales.input.size()) != p.m * slices ||
+      static_cast<int64_t>(scales.weight.size()) != weight_blocks * slices) {
+    return absl::InternalError("block-wise scales do not match the layer");
+  }
+  TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
+  float* c = acc.data<float>();
+  std::fill(c, c + p.m * p.n, 0.0f);
+  const int64_t width = std::min(p.k, kFp8BlockSize);
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> xb, internal::Allocate<float>(p.m * width));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wb, internal::Allocate<float>(p.n * width));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> partial, internal::Allocate<float>(p.m * p.n));
+  for (int64_t s = 0; s < slices; ++s) {
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+    const int64_t k0 = s * kFp8BlockSize, kw = std::min(kFp8BlockSize, p.k - k0);
+    WidenFp8(*p.input, p.k, 0, p.m, k0, kw, /*transpose=*/false, xb.get());
+    // The slice of W as [n, kw] (OUT_IN) whatever its layout.
+    if (out_in) {
+      WidenFp8(*p.weight, p.k, 0, p.n, k0, kw, /*transpose=*/false, wb.get());
+    } else {
+      WidenFp8(*p.weight, p.n, k0, kw, 0, p.n, /*transpose=*/true, wb.get());
+    }
+    if (fast_accum) {
+      TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(xb.get(), wb.get(), WeightLayout::kOutIn, p.m,
+                                                     p.n, kw, /*ldw=*/kw, FastAccumModel{}, threads,
+                                                     partial.get(), /*ldc=*/p.n, stop));
+    } else {
+      TC_RETURN_IF_ERROR(
+          BlasGemm(xb.get(), wb.get(), WeightLayout::kOutIn, p.m, p.n, kw, partial.get(), stop));
+    }
+    for (int64_t i = 0; i < p.m; ++i) {
+      const float sx = scales.input[static_cast<size_t>(i * slices + s)];
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int64_t jb = j / kFp8BlockSize;
+        const float sw =
+            scales.weight[static_cast<size_t>(out_in ? jb * slices + s : s * weight_blocks + jb)];
+        c[i * p.n + j] = std::fma(partial[i * p.n + j], sx * sw, c[i * p.n + j]);
+      }
+    }
+  }
+  return acc;
+}
+
 // kFp8: x.W^T of the FP8 values, unscaled, and the scales to apply: the
 // request's FP8 operands, or the wide ones quantised by `a`'s recipe. The
 // split accumulator is an fp32 GEMM of the exact products (OpenBLAS's
@@ -414,15 +491,28 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
     scales->weight = ScaleValues(p.weight_scale);
   } else {
     const bool out_in = p.layout == WeightLayout::kOutIn;
-    TC_ASSIGN_OR_RETURN(qx,
-                        QuantizeFp8(*p.input, p.m, p.k, *Fp8FormatOf(formats.input), a.scaling));
-    TC_ASSIGN_OR_RETURN(qw, QuantizeFp8(*p.weight, out_in ? p.n : p.k, out_in ? p.k : p.n,
-                                        *Fp8FormatOf(formats.weight), a.scaling,
-                                        /*per_column=*/!out_in));
+    const int64_t w_outer = out_in ? p.n : p.k, w_inner = out_in ? p.k : p.n;
+    const Fp8Format x_format = *Fp8FormatOf(formats.input);
+    const Fp8Format w_format = *Fp8FormatOf(formats.weight);
+    if (a.scaling == Fp8Scaling::kBlock128) {
+      TC_ASSIGN_OR_RETURN(qx, QuantizeFp8Blocks(*p.input, p.m, p.k, x_format, Fp8BlockOf(false)));
+      TC_ASSIGN_OR_RETURN(
+          qw, QuantizeFp8Blocks(*p.weight, w_outer, w_inner, w_format, Fp8BlockOf(true)));
+    } else {
+      TC_ASSIGN_OR_RETURN(qx, QuantizeFp8(*p.input, p.m, p.k, x_format, a.scaling));
+      TC_ASSIGN_OR_RETURN(qw, QuantizeFp8(*p.weight, w_outer, w_inner, w_format, a.scaling,
+                                          /*per_column=*/!out_in));
+    }
     q.input = &qx->values;
     q.weight = &qw->values;
     scales->input = std::move(qx->scales);
     scales->weight = std::move(qw->scales);
+  }
+  if (a.scaling == Fp8Scaling::kBlock128) {
+    Tensor acc;
+    TC_ASSIGN_OR_RETURN(acc, AccumulateFp8Blocks(q, *scales, a.fast_accum, threads, stop));
+    *scales = Scales{};  // applied block by block
+    return acc;
   }
   if (!a.fast_accum) {
     // FP8 values read as fp32 are exact and so are their products.
@@ -611,6 +701,22 @@ void ApplyScales(const Scales& s, const LinearProblem& p, Tensor* acc) {
 // x.W^T of `a`, dequantised: what the epilogue starts from.
 absl::StatusOr<Tensor> ScaledAccumulate(const LinearProblem& p, Arithmetic a, int threads,
                                         int64_t block_columns, const StopSignal* stop) {
+  if (a.kind == Arithmetic::kFp64 && p.scale_blocks.block_wise()) {
+    // The dequantised layer of block-scaled operands: each value times its
+    // block's scale, exact in fp64, then the fp64 product.
+    const bool out_in = p.layout == WeightLayout::kOutIn;
+    TC_ASSIGN_OR_RETURN(Tensor x, DequantizeBlocks(*p.input, *p.input_scale, p.m, p.k,
+                                                   p.scale_blocks.input(), DType::kFloat64));
+    TC_ASSIGN_OR_RETURN(Tensor w, DequantizeBlocks(*p.weight, *p.weight_scale, out_in ? p.n : p.k,
+                                                   out_in ? p.k : p.n,
+                                                   p.scale_blocks.weight(out_in), DType::kFloat64));
+    LinearProblem dequantised = p;
+    dequantised.input = &x;
+    dequantised.weight = &w;
+    dequantised.input_scale = dequantised.weight_scale = nullptr;
+    dequantised.scale_blocks = ScaleBlocks{};
+    return Accumulate(dequantised, a, threads, block_columns, stop);
+  }
   Scales scales;
   absl::StatusOr<Tensor> acc = a.kind == Arithmetic::kFp8
                                    ? AccumulateFp8(p, a, threads, block_columns, stop, &scales)

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/fp8_scaling.h"
 #include "core/parallel.h"
 #include "core/status_macros.h"
 #include "server/stats/diagnosis_passes.h"
@@ -84,6 +86,7 @@ absl::StatusOr<LinearProblem> HostSession::Problem(const SessionOperands& op) co
   if (op.weight_scale.valid()) {
     TC_ASSIGN_OR_RETURN(p.weight_scale, Get(op.weight_scale));
   }
+  p.scale_blocks = op.scale_blocks;
   return p;
 }
 
@@ -162,6 +165,22 @@ absl::StatusOr<SessionMagnitudes> HostSession::MagnitudeSums(const SessionOperan
   MagnitudeOperands operands{op.shape(), problem.input, problem.weight, stop_};
   operands.input_scale = problem.input_scale;
   operands.weight_scale = problem.weight_scale;
+  std::optional<Tensor> x, w;
+  if (problem.scale_blocks.block_wise()) {
+    // Block-wise scales: the sums of the dequantised operands (fp32,
+    // rounded once: the error model's magnitudes, not a result).
+    const bool out_in = problem.layout == WeightLayout::kOutIn;
+    TC_ASSIGN_OR_RETURN(x,
+                        DequantizeBlocks(*problem.input, *problem.input_scale, problem.m, problem.k,
+                                         problem.scale_blocks.input(), DType::kFloat32));
+    TC_ASSIGN_OR_RETURN(
+        w, DequantizeBlocks(*problem.weight, *problem.weight_scale, out_in ? problem.n : problem.k,
+                            out_in ? problem.k : problem.n, problem.scale_blocks.weight(out_in),
+                            DType::kFloat32));
+    operands.input = &*x;
+    operands.weight = &*w;
+    operands.input_scale = operands.weight_scale = nullptr;
+  }
   TC_RETURN_IF_ERROR(ComputeMagnitudeSums(operands, sums));
   return out;
 }

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "core/fp8_scaling.h"
 #include "core/status_macros.h"
 
 namespace tensorcheck {
@@ -44,25 +46,39 @@ absl::Status CheckScaleValues(const Tensor& scale, absl::string_view field) {
   return absl::OkStatus();
 }
 
-absl::Status CheckScale(const std::optional<Tensor>& scale, absl::string_view field, int64_t rows,
-                        absl::string_view rows_name) {
+// Which scalings a scale's shape fits (docs/numerics.md, "FP8"): per
+// tensor [] or [1]; row-wise a vector of `rows` ([rows], [rows, 1],
+// [1, rows]); block-wise exactly `block_shape`.
+struct ScaleForms {
+  bool tensor = false, row = false, block = false;
+  bool fits(Fp8Scaling s) const {
+    return s == Fp8Scaling::kTensor ? tensor : s == Fp8Scaling::kRow ? row : block;
+  }
+};
+
+absl::StatusOr<ScaleForms> CheckScale(const std::optional<Tensor>& scale, absl::string_view field,
+                                      int64_t rows, absl::string_view rows_name,
+                                      const std::vector<int64_t>& block_shape,
+                                      absl::string_view block_name) {
+  const std::string forms =
+      absl::StrCat("[] or [1] (per tensor), [", rows, "] (", rows_name, ", row-wise) or ",
+                   ShapeString(block_shape), " (", block_name, ", block-wise)");
   if (!scale) {
-    return InvalidFieldError(field,
-                             absl::StrCat("a float32 dequantisation scale with FP8 operands: [] "
-                                          "or [1] per tensor, [",
-                                          rows_name, "] row-wise"),
-                             "none");
+    return InvalidFieldError(
+        field, absl::StrCat("a float32 dequantisation scale with FP8 operands: ", forms), "none");
   }
   if (scale->dtype() != DType::kFloat32) {
     return InvalidFieldError(absl::StrCat(field, ".dtype"), "float32", DTypeName(scale->dtype()));
   }
-  if (!IsVectorOf(*scale, 1) && !IsVectorOf(*scale, rows)) {
-    return InvalidFieldError(
-        absl::StrCat(field, ".shape"),
-        absl::StrCat("[] or [1] (per tensor), or [", rows, "] (", rows_name, ", row-wise)"),
-        ShapeString(scale->shape()));
+  ScaleForms f;
+  f.tensor = IsVectorOf(*scale, 1);
+  f.row = IsVectorOf(*scale, rows);
+  f.block = scale->shape() == block_shape;
+  if (!f.tensor && !f.row && !f.block) {
+    return InvalidFieldError(absl::StrCat(field, ".shape"), forms, ShapeString(scale->shape()));
   }
-  return CheckScaleValues(*scale, field);
+  TC_RETURN_IF_ERROR(CheckScaleValues(*scale, field));
+  return f;
 }
 
 }  // namespace
@@ -75,7 +91,7 @@ std::optional<Precision> Fp8PrecisionOf(DType input, DType weight) {
   return std::nullopt;
 }
 
-absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, int64_t m, int64_t n) {
+absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, const LayerShape& shape) {
   const DType x = req.input.dtype(), w = req.weight.dtype();
   Fp8Request out;
   for (const auto& [tensor, field] :
@@ -123,23 +139,52 @@ absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, int64_t m,
                              absl::StrCat(DTypeName(x), " x ", DTypeName(w)));
   }
   out.fp8_operands = true;
-  TC_RETURN_IF_ERROR(CheckScale(req.input_scale, "op.input_scale", m, "M"));
-  TC_RETURN_IF_ERROR(CheckScale(req.weight_scale, "op.weight_scale", n, "N"));
-  const bool x_scalar = req.input_scale->numel() == 1;
-  const bool w_scalar = req.weight_scale->numel() == 1;
-  out.either_scaling = x_scalar && w_scalar && m == 1 && n == 1;
-  // torch._scaled_mm's rule: both per tensor or both row-wise. A single
-  // value is row-wise too when there is a single row.
-  if (x_scalar && w_scalar) {
-    out.scaling = Fp8Scaling::kTensor;
-  } else if ((!x_scalar || m == 1) && (!w_scalar || n == 1)) {
-    out.scaling = Fp8Scaling::kRow;
-  } else {
-    return InvalidFieldError(
-        x_scalar ? "op.input_scale.shape" : "op.weight_scale.shape",
-        absl::StrCat("row-wise like the other scale: [", x_scalar ? m : n, "]"),
-        ShapeString((x_scalar ? req.input_scale : req.weight_scale)->shape()));
+  const int64_t slices = CeilDiv(shape.k, kFp8BlockSize);
+  const int64_t n_blocks = CeilDiv(shape.n, kFp8BlockSize);
+  TC_ASSIGN_OR_RETURN(const ScaleForms xs, CheckScale(req.input_scale, "op.input_scale", shape.m,
+                                                      "M", {shape.m, slices}, "[M, ceil(K/128)]"));
+  const bool out_in = shape.layout == WeightLayout::kOutIn;
+  TC_ASSIGN_OR_RETURN(
+      const ScaleForms ws,
+      CheckScale(
+          req.weight_scale, "op.weight_scale", shape.n, "N",
+          out_in ? std::vector<int64_t>{n_blocks, slices} : std::vector<int64_t>{slices, n_blocks},
+          out_in ? "[ceil(N/128), ceil(K/128)]" : "[ceil(K/128), ceil(N/128)]"));
+  // A single value is row-wise too when there is a single row (torch's
+  // rule: both per tensor or both row-wise), and block-wise when its shape
+  // is the block-wise one.
+  ScaleForms both;
+  both.tensor = xs.tensor && ws.tensor;
+  both.row = (xs.row || (xs.tensor && shape.m == 1)) && (ws.row || (ws.tensor && shape.n == 1));
+  both.block = xs.block && ws.block;
+  for (Fp8Scaling s : {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kBlock128}) {
+    if (!both.fits(s)) continue;
+    if (out.fitting.empty()) out.scaling = s;
+    out.fitting.push_back(s);
   }
+  if (out.fitting.empty()) {
+    // The weight's scale is named unless it is the only per-tensor one.
+    const bool name_input = xs.tensor && !ws.tensor;
+    const ScaleForms& other = name_input ? ws : xs;
+    const Fp8Scaling wanted = other.block ? Fp8Scaling::kBlock128 : Fp8Scaling::kRow;
+    const std::string field = name_input ? "op.input_scale.shape" : "op.weight_scale.shape";
+    std::string expected;
+    if (wanted == Fp8Scaling::kBlock128) {
+      expected =
+          name_input
+              ? absl::StrCat("block-wise like the other scale: [", shape.m, ", ", slices, "]")
+              : absl::StrCat("block-wise like the other scale: ",
+                             ShapeString(out_in ? std::vector<int64_t>{n_blocks, slices}
+                                                : std::vector<int64_t>{slices, n_blocks}));
+    } else {
+      expected =
+          absl::StrCat("row-wise like the other scale: [", name_input ? shape.m : shape.n, "]");
+    }
+    return InvalidFieldError(
+        field, expected, ShapeString((name_input ? req.input_scale : req.weight_scale)->shape()));
+  }
+  if (out.scaling == Fp8Scaling::kBlock128)
+    out.scale_blocks = ScaleBlocks{kFp8BlockSize, kFp8BlockSize};
   return out;
 }
 
@@ -154,12 +199,14 @@ absl::Status CheckFp8Config(const Config& config, const Fp8Request& fp8, const L
                      " operands are multiplied by precision ", PrecisionName(wanted),
                      " (or fp64, the dequantised layer), not ", PrecisionName(config.precision)));
   }
-  const bool fits = config.scaling == fp8.scaling || fp8.either_scaling;
+  const bool fits = absl::c_linear_search(fp8.fitting, config.scaling);
   if (IsFp8(config.precision) && !fits) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " '", spec_text, "': scaling=", Fp8ScalingName(config.scaling),
                      " but op.input_scale and op.weight_scale are ",
-                     fp8.scaling == Fp8Scaling::kRow ? "row-wise" : "per tensor"));
+                     fp8.scaling == Fp8Scaling::kRow        ? "row-wise"
+                     : fp8.scaling == Fp8Scaling::kBlock128 ? "block-wise (scaling=block128)"
+                                                            : "per tensor"));
   }
   return absl::OkStatus();
 }

@@ -8,10 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/fp8_scaling.h"
+#include "core/layer_shape.h"
 #include "core/linear_config.h"
 #include "server/engine/engine.h"
 
@@ -22,20 +25,26 @@ struct Fp8Request {
   bool fp8_operands = false;
   // What the scales' shapes say; kTensor without scales.
   Fp8Scaling scaling = Fp8Scaling::kTensor;
-  // One row and one output feature: single scales fit either recipe, and
-  // a configuration's `scaling` option decides.
-  bool either_scaling = false;
+  // Every scaling the shapes fit, `scaling` first: a 1 x 1 layer's single
+  // scales fit per tensor and row-wise, a layer with K <= 128 and N <= 128
+  // may fit row-wise and block-wise; a configuration's `scaling` option
+  // decides among them.
+  std::vector<Fp8Scaling> fitting;
+  // Block-wise scales' tiling (scaling kBlock128).
+  ScaleBlocks scale_blocks;
 };
 
 // INVALID_ARGUMENT naming the field: one operand FP8 and the other not;
 // wide operands of different dtypes; scales missing with FP8 operands or
-// present without them, not float32, or shaped for neither recipe (both
-// per tensor, [] or [1]; or both row-wise, input [M] or [M, 1] and weight
-// [N], [N, 1] or [1, N]), or holding an element that is NaN, infinite,
+// present without them, not float32, or shaped for no recipe (both per
+// tensor, [] or [1]; both row-wise, input [M] or [M, 1] and weight [N],
+// [N, 1] or [1, N]; or both block-wise, input [M, ceil(K/128)] and weight
+// [ceil(N/128), ceil(K/128)] or, IN_OUT, [ceil(K/128), ceil(N/128)]), or
+// holding an element that is NaN, infinite,
 // zero or negative (named with its index: "op.weight_scale[17]: a finite,
 // positive float32 scale expected, got NaN"); an FP8 bias, observed or
 // output dtype.
-absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, int64_t m, int64_t n);
+absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, const LayerShape& shape);
 
 // INVALID_ARGUMENT naming `field`: with FP8 operands, a configuration
 // other than fp64 or the fp8 precision of their formats, or one whose

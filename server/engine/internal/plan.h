@@ -23,6 +23,9 @@ struct Engine::Plan {
   // activation, the output dtype it asked for or the default.
   LayerShape shape;
   std::vector<int64_t> output_shape;  // the input's leading dims, then N
+  // How the FP8 operands' block-wise scales tile the layer (none: per
+  // tensor or row-wise scales, or wide operands).
+  ScaleBlocks scale_blocks;
   Config reference;
   LinearBackend* reference_backend = nullptr;
   // The reference prepared for the layer by its backend

@@ -91,6 +91,10 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
         "fp8e5m2");
   }
 
+  if (c.scaling == Fp8Scaling::kBlock128) {
+    return refuse("scaling=block128 is not supported on this backend yet; the cpu backend runs it");
+  }
+
   // The device: the scaling modes' compute capabilities.
   if (q.device.has_value()) {
     const ComputeCapability cc = *q.device;
