@@ -16,6 +16,8 @@ size_t ItemSize(DType dtype) {
       return 2;
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
+    case DType::kFloat4E2M1Fn:
+    case DType::kFloat8E8M0Fnu:
       return 1;
   }
   return 0;
@@ -41,6 +43,10 @@ absl::string_view DTypeName(DType dtype) {
       return "float8_e4m3fn";
     case DType::kFloat8E5M2:
       return "float8_e5m2";
+    case DType::kFloat4E2M1Fn:
+      return "float4_e2m1fn";
+    case DType::kFloat8E8M0Fnu:
+      return "float8_e8m0fnu";
   }
   return "unknown";
 }
@@ -59,6 +65,10 @@ absl::string_view DTypeShortName(DType dtype) {
       return "fp8e4m3";
     case DType::kFloat8E5M2:
       return "fp8e5m2";
+    case DType::kFloat4E2M1Fn:
+      return "fp4e2m1";
+    case DType::kFloat8E8M0Fnu:
+      return "e8m0";
   }
   return "unknown";
 }
@@ -83,10 +93,17 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (n == "float8_e5m2" || n == "fp8e5m2" || n == "f8e5m2" || n == "f8_e5m2" || n == "e5m2") {
     return DType::kFloat8E5M2;
   }
+  // safetensors writes E8M0 for torch's float8_e8m0fnu.
+  if (n == "float4_e2m1fn" || n == "fp4e2m1" || n == "float4_e2m1fn_x2" || n == "e2m1") {
+    return DType::kFloat4E2M1Fn;
+  }
+  if (n == "float8_e8m0fnu" || n == "e8m0" || n == "ue8m0" || n == "f8_e8m0") {
+    return DType::kFloat8E8M0Fnu;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", name,
                    "': expected one of float64, float32, float16, bfloat16, float8_e4m3fn, "
-                   "float8_e5m2"));
+                   "float8_e5m2, float4_e2m1fn, float8_e8m0fnu"));
 }
 
 }  // namespace tensorcheck

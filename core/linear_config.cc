@@ -42,6 +42,9 @@ constexpr std::pair<absl::string_view, Precision> kPrecisionNames[] = {
     {"bf16x6", Precision::kBf16x6},
     {"bf16x9", Precision::kBf16x9},
     {"tf32x3", Precision::kTf32x3},
+    {"mxfp8e4m3", Precision::kMxFp8E4M3},
+    {"mxfp8e5m2", Precision::kMxFp8E5M2},
+    {"nvfp4", Precision::kNvFp4},
 };
 
 // `jax=` aliases: jax.lax.DotAlgorithmPreset names whose computation one
@@ -52,6 +55,11 @@ constexpr std::pair<absl::string_view, Fp8Scaling> kScalingNames[] = {
     {"tensor", Fp8Scaling::kTensor},
     {"row", Fp8Scaling::kRow},
     {"block128", Fp8Scaling::kBlock128},
+};
+
+constexpr std::pair<absl::string_view, MxScaleRounding> kMxRoundingNames[] = {
+    {"floor", MxScaleRounding::kFloor},
+    {"rceil", MxScaleRounding::kRceil},
 };
 
 constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
@@ -159,6 +167,19 @@ void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts) {
 
 absl::string_view Fp8ScalingName(Fp8Scaling s) { return NameOf(s, kScalingNames); }
 
+absl::string_view MxScaleRoundingName(MxScaleRounding r) { return NameOf(r, kMxRoundingNames); }
+
+BlockScaledOperands BlockScaledOperandsOf(Precision p) {
+  switch (p) {
+    case Precision::kMxFp8E5M2:
+      return {DType::kFloat8E5M2, DType::kFloat8E8M0Fnu, 32};
+    case Precision::kNvFp4:
+      return {DType::kFloat4E2M1Fn, DType::kFloat8E4M3Fn, 16};
+    default:
+      return {DType::kFloat8E4M3Fn, DType::kFloat8E8M0Fnu, 32};
+  }
+}
+
 Fp8Operands Fp8OperandsOf(Precision p) {
   switch (p) {
     case Precision::kFp8E5M2:
@@ -233,6 +254,14 @@ PrecisionInfo GetPrecisionInfo(Precision p) {
       return {0.0, kFp32U, false, std::nullopt};
     case Precision::kTf32x3:
       return {0x1.8p-24, kFp32U, false, std::nullopt};
+    // Block-scaled: the values' format (a block's largest values use its
+    // whole range; the products and their fp32 sum are the GEMM's).
+    case Precision::kMxFp8E4M3:
+      return {kE4M3U, kFp32U, false, std::nullopt};
+    case Precision::kMxFp8E5M2:
+      return {kE5M2U, kFp32U, false, std::nullopt};
+    case Precision::kNvFp4:
+      return {0x1p-2, kFp32U, false, std::nullopt};
   }
   return {0.0, kFp32U, false, std::nullopt};
 }
@@ -257,11 +286,15 @@ int InputSignificandBits(Precision p) {
     case Precision::kTf32x3:
       return 11;
     case Precision::kFp8E4M3:
+    case Precision::kMxFp8E4M3:
       return 4;
     case Precision::kFp8E5M2:
     case Precision::kFp8E4M3E5M2:
     case Precision::kFp8E5M2E4M3:
+    case Precision::kMxFp8E5M2:
       return 3;
+    case Precision::kNvFp4:
+      return 2;
   }
   return 24;
 }
@@ -288,6 +321,10 @@ float RoundInput(Precision p, float v) {
     case Precision::kFp8E5M2E4M3:
       // Unscaled: the input's format as is (the recipes scale first).
       return RoundToDType(v, Fp8OperandsOf(p).input);
+    case Precision::kMxFp8E4M3:
+    case Precision::kMxFp8E5M2:
+    case Precision::kNvFp4:
+      return RoundToDType(v, BlockScaledOperandsOf(p).values);
     case Precision::kBf16x3:
     case Precision::kBf16x6:
     case Precision::kBf16x9:
@@ -337,7 +374,12 @@ bool StorageExactIn(Precision p, DType storage) {
     case Precision::kTf32x3:
       return storage == DType::kBFloat16 || storage == DType::kFloat16;
     case Precision::kBf16x9:
-      return storage != DType::kFloat64 && !IsFp8(storage);
+      return storage != DType::kFloat64 && !IsNarrow(storage);
+    case Precision::kMxFp8E4M3:
+    case Precision::kMxFp8E5M2:
+    case Precision::kNvFp4:
+      // As the fp8 precisions: narrow storage multiplied as it is.
+      return IsNarrow(storage);
   }
   return false;
 }
@@ -381,10 +423,14 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
   for (absl::string_view option : absl::StrSplit(options, ',')) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(option, absl::MaxSplits('=', 1));
-    const bool fp8_option = kv.first == "scaling" || kv.first == "fast_accum";
+    const bool mx =
+        out->precision == Precision::kMxFp8E4M3 || out->precision == Precision::kMxFp8E5M2;
+    const bool fp8_option = (kv.first == "scaling" && !mx) || kv.first == "fast_accum";
     if (fp8_option && !IsFp8(out->precision)) {
-      return error(absl::StrCat("option '", kv.first, "' applies to the fp8 precisions only, not ",
-                                PrecisionName(out->precision)));
+      return error(
+          absl::StrCat("option '", kv.first, "' applies to the fp8 precisions only",
+                       kv.first == "scaling" ? " (and, as floor or rceil, the mxfp8 ones)" : "",
+                       ", not ", PrecisionName(out->precision)));
     }
     if (kv.first == "algo" && !out->algo.has_value()) {
       int algo = -1;
@@ -394,6 +440,11 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
                                   kMaxAlgorithmIndex));
       }
       out->algo = algo;
+    } else if (kv.first == "scaling" && !seen_scaling && mx) {
+      auto rounding = ParseNamed(kv.second, kMxRoundingNames, "mxfp8 scaling");
+      if (!rounding.ok()) return error(rounding.status().message());
+      out->mx_rounding = *rounding;
+      seen_scaling = true;
     } else if (kv.first == "scaling" && !seen_scaling) {
       auto scaling = ParseNamed(kv.second, kScalingNames, "scaling");
       if (!scaling.ok()) return error(scaling.status().message());
@@ -404,8 +455,9 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
       seen_fast = true;
     } else {
       return error(absl::StrCat("unknown or repeated option '", option,
-                                "': expected algo=N, or for the fp8 precisions scaling=tensor, "
-                                "scaling=row, scaling=block128 or fast_accum"));
+                                "': expected algo=N, for the fp8 precisions scaling=tensor, "
+                                "scaling=row, scaling=block128 or fast_accum, for the mxfp8 "
+                                "ones scaling=floor or scaling=rceil"));
     }
   }
   return absl::OkStatus();
@@ -452,10 +504,13 @@ absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_
 
 std::string Config::ToString() const {
   std::string s = absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
+  const bool mx = precision == Precision::kMxFp8E4M3 || precision == Precision::kMxFp8E5M2;
   if (IsFp8(precision)) {
     absl::StrAppend(&s, "@scaling=", Fp8ScalingName(scaling), fast_accum ? ",fast_accum" : "");
+  } else if (mx) {
+    absl::StrAppend(&s, "@scaling=", MxScaleRoundingName(mx_rounding));
   }
-  if (algo.has_value()) absl::StrAppend(&s, IsFp8(precision) ? "," : "@", "algo=", *algo);
+  if (algo.has_value()) absl::StrAppend(&s, IsFp8(precision) || mx ? "," : "@", "algo=", *algo);
   return s;
 }
 
@@ -467,6 +522,9 @@ Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activatio
   if (IsFp8(spec.precision)) {
     c.scaling = spec.scaling.value_or(request_scaling);
     c.fast_accum = spec.fast_accum;
+  }
+  if (spec.precision == Precision::kMxFp8E4M3 || spec.precision == Precision::kMxFp8E5M2) {
+    c.mx_rounding = spec.mx_rounding.value_or(MxScaleRounding::kFloor);
   }
   c.algo = spec.algo;
   // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric

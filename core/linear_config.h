@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
 #include "core/float_formats.h"
+#include "core/mx_formats.h"
 #include "core/tensor.h"
 
 namespace tensorcheck {
@@ -48,6 +49,13 @@ enum class Precision {
   kBf16x6,
   kBf16x9,
   kTf32x3,
+  // Block-scaled narrow GEMMs (docs/numerics.md, "MXFP8 and NVFP4"):
+  // MXFP8 (E4M3 or E5M2 values, 32-element blocks of UE8M0 scales along K)
+  // and NVFP4 (E2M1 values, 16-element blocks of E4M3 scales, and a
+  // per-tensor fp32 scale per operand).
+  kMxFp8E4M3,
+  kMxFp8E5M2,
+  kNvFp4,
 };
 
 // The precisions that multiply wide (fp64/32/16, bf16) inputs, rounding
@@ -63,16 +71,34 @@ inline constexpr Precision kFp8Precisions[] = {Precision::kFp8E4M3, Precision::k
 // candidates include them).
 inline constexpr Precision kMultiPassPrecisions[] = {Precision::kBf16x3, Precision::kBf16x6,
                                                      Precision::kBf16x9, Precision::kTf32x3};
+// The block-scaled precisions: narrow operands with their block scales,
+// or wide ones the configuration's recipe quantises.
+inline constexpr Precision kBlockScaledPrecisions[] = {Precision::kMxFp8E4M3, Precision::kMxFp8E5M2,
+                                                       Precision::kNvFp4};
 inline constexpr Precision kAllPrecisions[] = {
-    Precision::kFp64,      Precision::kFp32,    Precision::kTf32,        Precision::kTf32Rna,
-    Precision::kTf32Trunc, Precision::kBf16,    Precision::kFp16,        Precision::kFp16Acc,
-    Precision::kFp8E4M3,   Precision::kFp8E5M2, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3,
-    Precision::kBf16x3,    Precision::kBf16x6,  Precision::kBf16x9,      Precision::kTf32x3};
+    Precision::kFp64,      Precision::kFp32,      Precision::kTf32,        Precision::kTf32Rna,
+    Precision::kTf32Trunc, Precision::kBf16,      Precision::kFp16,        Precision::kFp16Acc,
+    Precision::kFp8E4M3,   Precision::kFp8E5M2,   Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3,
+    Precision::kBf16x3,    Precision::kBf16x6,    Precision::kBf16x9,      Precision::kTf32x3,
+    Precision::kMxFp8E4M3, Precision::kMxFp8E5M2, Precision::kNvFp4};
 
 inline bool IsFp8(Precision p) {
   return p == Precision::kFp8E4M3 || p == Precision::kFp8E5M2 || p == Precision::kFp8E4M3E5M2 ||
          p == Precision::kFp8E5M2E4M3;
 }
+
+inline bool IsBlockScaled(Precision p) {
+  return p == Precision::kMxFp8E4M3 || p == Precision::kMxFp8E5M2 || p == Precision::kNvFp4;
+}
+
+// What a block-scaled precision multiplies: the operands' dtype, the scale
+// dtype, the block's length along K.
+struct BlockScaledOperands {
+  DType values;
+  DType scales;
+  int64_t block;
+};
+BlockScaledOperands BlockScaledOperandsOf(Precision p);  // p must be block-scaled
 
 inline bool IsMultiPass(Precision p) {
   return p == Precision::kBf16x3 || p == Precision::kBf16x6 || p == Precision::kBf16x9 ||
@@ -125,6 +151,9 @@ inline constexpr int64_t kFp8BlockSize = 128;
 // "tensor", "row", "block128".
 absl::string_view Fp8ScalingName(Fp8Scaling s);
 
+// "floor", "rceil": an mxfp8 configuration's `scaling=` option.
+absl::string_view MxScaleRoundingName(MxScaleRounding r);
+
 enum class BiasMode { kNone, kFused, kUnfused };
 
 enum class Activation { kNone, kRelu, kGeluTanh };
@@ -136,7 +165,7 @@ enum class WeightLayout {
 
 // "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16", "fp16acc",
 // "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3", "bf16x3", "bf16x6",
-// "bf16x9", "tf32x3".
+// "bf16x9", "tf32x3", "mxfp8e4m3", "mxfp8e5m2", "nvfp4".
 absl::string_view PrecisionName(Precision p);
 // A name above, or a JAX dot-algorithm preset written `jax=PRESET`
 // (jax.lax.DotAlgorithmPreset's names): `jax=BF16_BF16_F32_X3` is bf16x3
@@ -211,8 +240,9 @@ inline constexpr int kMaxAlgorithmIndex = 1023;
 
 // A parsed `backend:precision[:bias][@option,...]` before the request is
 // known. Options: `algo=N` (any precision: the backend's algorithm N,
-// LinearBackend::Algorithms), and for the fp8 precisions
-// `scaling=tensor|row|block128` and `fast_accum`.
+// LinearBackend::Algorithms), for the fp8 precisions
+// `scaling=tensor|row|block128` and `fast_accum`, for the mxfp8 ones
+// `scaling=floor|rceil`.
 //
 //   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
 //   ParseConfigSpec("cublaslt:fp32:fused@algo=3")
@@ -225,6 +255,10 @@ struct ConfigSpec {
   // CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the partial
   // sums to fp32 (docs/numerics.md, "Fast accumulation").
   bool fast_accum = false;
+  // MXFP8 only: how the recipe rounds a block's scale (`scaling=floor`,
+  // the OCP spec's and torchao's default; `scaling=rceil`,
+  // TransformerEngine's and cuBLAS's). Unset: floor.
+  std::optional<MxScaleRounding> mx_rounding;
   // Unset: the backend's own choice (its algorithm 0).
   std::optional<int> algo = std::nullopt;
 };
@@ -242,6 +276,8 @@ struct Config {
   // fp8 precisions only (kTensor and false otherwise).
   Fp8Scaling scaling = Fp8Scaling::kTensor;
   bool fast_accum = false;
+  // mxfp8 precisions only (kFloor otherwise).
+  MxScaleRounding mx_rounding = MxScaleRounding::kFloor;
   // The backend's algorithm N (docs/numerics.md, "Algorithms"); unset: the
   // backend's own choice for the problem, which may depend on its shape.
   std::optional<int> algo = std::nullopt;
@@ -252,7 +288,8 @@ struct Config {
   std::string ToString() const;
   bool operator==(const Config& o) const {
     return backend == o.backend && precision == o.precision && bias == o.bias &&
-           scaling == o.scaling && fast_accum == o.fast_accum && algo == o.algo;
+           scaling == o.scaling && fast_accum == o.fast_accum && mx_rounding == o.mx_rounding &&
+           algo == o.algo;
   }
 };
 

@@ -43,6 +43,18 @@ float E8M0BitsToFloat(uint8_t bits) {
   return std::ldexp(1.0f, static_cast<int>(bits) - 127);  // 2^-127 is an fp32 subnormal
 }
 
+uint8_t DoubleToE8M0Bits(double v) {
+  if (!(v > 0) || std::isinf(v)) return 0xff;
+  int e = 0;
+  const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  // v = (2m) * 2^(e-1), 2m in [1, 2): up when 2m > 1.5, ties to even code.
+  int exponent = e - 1;
+  const double frac = 2 * m;
+  const int code_down = exponent + 127;
+  if (frac > 1.5 || (frac == 1.5 && (code_down & 1) == 1)) ++exponent;
+  return static_cast<uint8_t>(std::clamp(exponent, -127, 127) + 127);
+}
+
 // ---- Block-scaled tensors.
 
 int BlockSize(BlockFormat format) { return format == BlockFormat::kNvFp4 ? 16 : 32; }

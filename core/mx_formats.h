@@ -57,6 +57,22 @@ uint8_t DoubleToFp4E2M1Bits(double d);
 // 2^(bits - 127), 0x00 is 2^-127 (an fp32 subnormal), 0xff is NaN. Exact.
 float E8M0BitsToFloat(uint8_t bits);
 
+// The nearest UE8M0 value of v > 0: 2^round(log2 v) with ties (v = 1.5 *
+// 2^e, in the linear sense of a rounding to 0 mantissa bits) to the even
+// code; clamped to 2^-127 .. 2^127. NaN, infinities, zero and negative
+// values (which UE8M0 cannot hold) give 0xff, NaN.
+uint8_t DoubleToE8M0Bits(double v);
+
+// ---- FP4 packing (torch.float4_e2m1fn_x2, cuBLASLt CUDA_R_4F_E2M1):
+// element 2i in the low nibble of byte i, element 2i + 1 in the high one.
+inline uint8_t Fp4Code(const uint8_t* packed, int64_t i) {
+  return static_cast<uint8_t>((packed[i / 2] >> (4 * (i % 2))) & 0xf);
+}
+inline void SetFp4Code(uint8_t* packed, int64_t i, uint8_t code) {
+  const int shift = 4 * static_cast<int>(i % 2);
+  packed[i / 2] = static_cast<uint8_t>((packed[i / 2] & ~(0xf << shift)) | ((code & 0xf) << shift));
+}
+
 // NVFP4's UE4M3 block scales are float8_e4m3fn bytes (positive values):
 // Fp8BitsToFloat / DoubleToFp8Bits with Fp8Format::kE4M3Fn.
 

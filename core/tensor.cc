@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/float_formats.h"
+#include "core/mx_formats.h"
 
 namespace tensorcheck {
 
@@ -87,10 +88,10 @@ absl::StatusOr<Tensor> Tensor::Borrow(DType dtype, std::vector<int64_t> shape, c
                                       size_t size, std::shared_ptr<const void> owner) {
   auto numel = CheckedNumelAndBytes(dtype, shape);
   if (!numel.ok()) return numel.status();
-  const uint64_t expected = static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
+  const uint64_t expected = static_cast<uint64_t>(StorageBytes(dtype, *numel));
   if (size != expected) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", expected, " bytes expected (", *numel,
-                                                   " x ", ItemSize(dtype), "), got ", size));
+                                                   " ", DTypeName(dtype), "), got ", size));
   }
   if (reinterpret_cast<uintptr_t>(bytes) % ItemSize(dtype) != 0) {
     return absl::InvalidArgumentError(
@@ -121,11 +122,10 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape
   // payload must not cost a huge allocation.
   auto numel = CheckedNumelAndBytes(dtype, shape);
   if (!numel.ok()) return numel.status();
-  const uint64_t expected = static_cast<uint64_t>(*numel) * static_cast<uint64_t>(ItemSize(dtype));
+  const uint64_t expected = static_cast<uint64_t>(StorageBytes(dtype, *numel));
   if (bytes.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", expected, " bytes expected (", *numel,
-                                                   " x ", ItemSize(dtype), "), got ",
-                                                   bytes.size()));
+                                                   " ", DTypeName(dtype), "), got ", bytes.size()));
   }
   auto t = Create(dtype, std::move(shape));
   if (!t.ok()) return t.status();
@@ -153,6 +153,10 @@ double Tensor::GetDouble(int64_t i) const {
       return Fp8BitsToFloat(data<uint8_t>()[i], Fp8Format::kE4M3Fn);
     case DType::kFloat8E5M2:
       return Fp8BitsToFloat(data<uint8_t>()[i], Fp8Format::kE5M2);
+    case DType::kFloat4E2M1Fn:
+      return Fp4E2M1BitsToFloat(Fp4Code(data<uint8_t>(), i));
+    case DType::kFloat8E8M0Fnu:
+      return E8M0BitsToFloat(data<uint8_t>()[i]);
   }
   return 0.0;
 }
@@ -204,6 +208,16 @@ void Widen(const Tensor& t, int64_t begin, int64_t count, T* out) {
       const Fp8Format format = *Fp8FormatOf(t.dtype());
       const uint8_t* p = t.data<uint8_t>() + begin;
       for (int64_t i = 0; i < count; ++i) out[i] = Fp8BitsToFloat(p[i], format);
+      return;
+    }
+    case DType::kFloat4E2M1Fn: {
+      const uint8_t* p = t.data<uint8_t>();
+      for (int64_t i = 0; i < count; ++i) out[i] = Fp4E2M1BitsToFloat(Fp4Code(p, begin + i));
+      return;
+    }
+    case DType::kFloat8E8M0Fnu: {
+      const uint8_t* p = t.data<uint8_t>() + begin;
+      for (int64_t i = 0; i < count; ++i) out[i] = E8M0BitsToFloat(p[i]);
       return;
     }
   }
@@ -267,6 +281,19 @@ absl::StatusOr<Tensor> StoreValues(DType dtype, std::vector<int64_t> shape,
       for (size_t i = 0; i < n; ++i) p[i] = DoubleToFp8Bits(values[i], format);
       break;
     }
+    case DType::kFloat4E2M1Fn: {
+      uint8_t* p = t->template data<uint8_t>();
+      for (size_t i = 0; i < n; ++i) {
+        SetFp4Code(p, static_cast<int64_t>(i), DoubleToFp4E2M1Bits(values[i]));
+      }
+      break;
+    }
+    case DType::kFloat8E8M0Fnu: {
+      // The nearest power of two at or above |v| (a scale is positive).
+      uint8_t* p = t->template data<uint8_t>();
+      for (size_t i = 0; i < n; ++i) p[i] = DoubleToE8M0Bits(values[i]);
+      break;
+    }
   }
   return t;
 }
@@ -298,6 +325,10 @@ double RoundToDType(double v, DType dtype) {
       const Fp8Format format = *Fp8FormatOf(dtype);
       return Fp8BitsToFloat(DoubleToFp8Bits(v, format), format);
     }
+    case DType::kFloat4E2M1Fn:
+      return Fp4E2M1BitsToFloat(DoubleToFp4E2M1Bits(v));
+    case DType::kFloat8E8M0Fnu:
+      return E8M0BitsToFloat(DoubleToE8M0Bits(v));
   }
   return v;
 }
@@ -313,6 +344,8 @@ float RoundToDType(float v, DType dtype) {
       return RoundToBf16(v);
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
+    case DType::kFloat4E2M1Fn:
+    case DType::kFloat8E8M0Fnu:
       return static_cast<float>(RoundToDType(static_cast<double>(v), dtype));
   }
   return v;

@@ -69,7 +69,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t numel() const { return numel_; }
-  size_t nbytes() const { return static_cast<size_t>(numel_) * ItemSize(dtype_); }
+  size_t nbytes() const { return static_cast<size_t>(StorageBytes(dtype_, numel_)); }
   int64_t dim(int i) const { return shape_[static_cast<size_t>(i)]; }
   int rank() const { return static_cast<int>(shape_.size()); }
 

@@ -16,6 +16,10 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::DTYPE_FLOAT8_E4M3FN;
     case DType::kFloat8E5M2:
       return v1::DTYPE_FLOAT8_E5M2;
+    case DType::kFloat4E2M1Fn:
+      return v1::DTYPE_FLOAT4_E2M1FN;
+    case DType::kFloat8E8M0Fnu:
+      return v1::DTYPE_FLOAT8_E8M0FNU;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -34,6 +38,10 @@ std::optional<DType> DTypeFromProto(int dtype) {
       return DType::kFloat8E4M3Fn;
     case v1::DTYPE_FLOAT8_E5M2:
       return DType::kFloat8E5M2;
+    case v1::DTYPE_FLOAT4_E2M1FN:
+      return DType::kFloat4E2M1Fn;
+    case v1::DTYPE_FLOAT8_E8M0FNU:
+      return DType::kFloat8E8M0Fnu;
     default:
       return std::nullopt;
   }

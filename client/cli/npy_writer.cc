@@ -35,13 +35,17 @@ std::string EncodeNpy(const Tensor& t, Bf16NpyEncoding bf16) {
       break;
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
-      // Bit patterns, as numpy writes uint8 (tensor_io.h says why).
+    case DType::kFloat8E8M0Fnu:
+    case DType::kFloat4E2M1Fn:
+      // Bit patterns, as numpy writes uint8 (tensor_io.h says why); FP4
+      // packed two per byte, its last dimension halved below.
       descr = "|u1";
       break;
   }
   std::string shape = "(";
   for (size_t i = 0; i < t.shape().size(); ++i) {
-    absl::StrAppend(&shape, i ? ", " : "", t.shape()[i]);
+    const bool packed = t.dtype() == DType::kFloat4E2M1Fn && i + 1 == t.shape().size();
+    absl::StrAppend(&shape, i ? ", " : "", packed ? (t.shape()[i] + 1) / 2 : t.shape()[i]);
   }
   if (t.shape().size() == 1) shape += ",";
   shape += ")";

@@ -101,6 +101,11 @@ std::pair<int64_t, int64_t> CountNonFinite(const Tensor& t) {
     case DType::kFloat8E5M2:
       scan([&](int64_t i) { return t.data<uint8_t>()[i]; }, uint8_t{0x7c});
       break;
+    case DType::kFloat4E2M1Fn:  // no infinities or NaN
+      break;
+    case DType::kFloat8E8M0Fnu:  // 0xff is NaN
+      scan([&](int64_t i) { return t.data<uint8_t>()[i]; }, uint8_t{0xff});
+      break;
   }
   return {count, first};
 }

@@ -77,6 +77,9 @@ struct SessionOperands : LayerShape {
   ArrayRef weight_scale;
   // How block-wise scales tile the layer (LinearProblem's).
   ScaleBlocks scale_blocks;
+  // NVFP4's per-tensor scales (float32, 1 element); invalid otherwise.
+  ArrayRef input_global_scale;
+  ArrayRef weight_global_scale;
 };
 
 // A run whose output stays on the device.

@@ -16,14 +16,14 @@ namespace tensorcheck {
 namespace {
 
 // Rows [first, first + rows) of a row-major tensor whose rows hold
-// `row_elems` elements, as a view (the request outlives it).
+// `row_elems` elements, as a view (the request outlives it). FP4 rows of
+// an even length start on a byte (the request's checks see to it).
 absl::StatusOr<Tensor> RowsOf(const Tensor& t, int64_t first, int64_t rows, int64_t row_elems,
                               std::vector<int64_t> shape) {
-  const size_t item = ItemSize(t.dtype());
   const auto* base = static_cast<const char*>(t.raw());
   return Tensor::Borrow(t.dtype(), std::move(shape),
-                        base + static_cast<size_t>(first * row_elems) * item,
-                        static_cast<size_t>(rows * row_elems) * item, nullptr);
+                        base + StorageBytes(t.dtype(), first * row_elems),
+                        static_cast<size_t>(StorageBytes(t.dtype(), rows * row_elems)), nullptr);
 }
 
 // The rows of the whole batch's output and a sub-batch's, compared.

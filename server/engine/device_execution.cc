@@ -295,11 +295,22 @@ class Engine::DeviceExecution {
     if (req_.bias) {
       TC_ASSIGN_OR_RETURN(op_.bias, session_->Upload(*req_.bias));
     }
-    if (req_.input_scale) {
-      TC_ASSIGN_OR_RETURN(op_.input_scale, session_->Upload(*req_.input_scale));
+    // Block scales as the plan converted them, else as they came.
+    const std::optional<Tensor>& input_scale =
+        plan_.input_scale ? plan_.input_scale : req_.input_scale;
+    const std::optional<Tensor>& weight_scale =
+        plan_.weight_scale ? plan_.weight_scale : req_.weight_scale;
+    if (input_scale) {
+      TC_ASSIGN_OR_RETURN(op_.input_scale, session_->Upload(*input_scale));
     }
-    if (req_.weight_scale) {
-      TC_ASSIGN_OR_RETURN(op_.weight_scale, session_->Upload(*req_.weight_scale));
+    if (weight_scale) {
+      TC_ASSIGN_OR_RETURN(op_.weight_scale, session_->Upload(*weight_scale));
+    }
+    if (req_.input_global_scale) {
+      TC_ASSIGN_OR_RETURN(op_.input_global_scale, session_->Upload(*req_.input_global_scale));
+    }
+    if (req_.weight_global_scale) {
+      TC_ASSIGN_OR_RETURN(op_.weight_global_scale, session_->Upload(*req_.weight_global_scale));
     }
     if (req_.observed) {
       TC_ASSIGN_OR_RETURN(observed_, session_->Upload(*req_.observed));

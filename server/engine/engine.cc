@@ -68,6 +68,8 @@ Precision NaturalPrecision(DType dtype) {
     case DType::kBFloat16:
     case DType::kFloat8E4M3Fn:  // never an output dtype (CheckFp8Operands)
     case DType::kFloat8E5M2:
+    case DType::kFloat4E2M1Fn:
+    case DType::kFloat8E8M0Fnu:
       return Precision::kBf16;
   }
   return Precision::kFp32;
@@ -192,8 +194,10 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   if (plan.shape.n == 0) {
     return InvalidFieldError("op.weight.shape", "N >= 1", ShapeString(w.shape()));
   }
-  TC_ASSIGN_OR_RETURN(const Fp8Request fp8, CheckFp8Operands(req, plan.shape));
+  TC_ASSIGN_OR_RETURN(Fp8Request fp8, CheckFp8Operands(req, plan.shape));
   plan.scale_blocks = fp8.scale_blocks;
+  if (fp8.input_scale) plan.input_scale = fp8.input_scale->Clone();
+  if (fp8.weight_scale) plan.weight_scale = fp8.weight_scale->Clone();
   if (req.bias) {
     if (req.bias->rank() != 1 || req.bias->dim(0) != plan.shape.n) {
       return InvalidFieldError("op.bias.shape", absl::StrCat("[", plan.shape.n, "] (N)"),
@@ -244,7 +248,7 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   const std::vector<std::string> config_specs =
       diagnose && req.configs.empty()
           ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                              fp8.scaling, layer, &plan.passed_over, &prepared)
+                              fp8.scaling, layer, &plan.passed_over, &prepared, fp8.block_precision)
           : req.configs;
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
     return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
@@ -458,8 +462,14 @@ LinearProblem Engine::ProblemOf(const LinearRequest& req, const Plan& plan) {
   p.input = &req.input;
   p.weight = &req.weight;
   p.bias = req.bias ? &*req.bias : nullptr;
-  p.input_scale = req.input_scale ? &*req.input_scale : nullptr;
-  p.weight_scale = req.weight_scale ? &*req.weight_scale : nullptr;
+  p.input_scale = plan.input_scale  ? &*plan.input_scale
+                  : req.input_scale ? &*req.input_scale
+                                    : nullptr;
+  p.weight_scale = plan.weight_scale  ? &*plan.weight_scale
+                   : req.weight_scale ? &*req.weight_scale
+                                      : nullptr;
+  p.input_global_scale = req.input_global_scale ? &*req.input_global_scale : nullptr;
+  p.weight_global_scale = req.weight_global_scale ? &*req.weight_global_scale : nullptr;
   p.scale_blocks = plan.scale_blocks;
   return p;
 }
@@ -679,12 +689,10 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
          (int64_t{1} << 20);
 }
 
-std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
-                                                   bool has_bias, Activation activation,
-                                                   Fp8Scaling scaling,
-                                                   const std::optional<LinearProblem>& layer,
-                                                   std::map<std::string, std::string>* passed_over,
-                                                   std::vector<PreparedRun>* prepared) const {
+std::vector<std::string> Engine::DefaultCandidates(
+    DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
+    const std::optional<LinearProblem>& layer, std::map<std::string, std::string>* passed_over,
+    std::vector<PreparedRun>* prepared, std::optional<Precision> block_precision) const {
   std::vector<std::string> out;
   // Wide operands: the wide precisions (an fp8 recipe is asked for by
   // name). FP8 operands: the fp8 precision of their formats, with and
@@ -696,6 +704,12 @@ std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_s
       spec.precision = p;
       specs.push_back(spec);
     }
+  } else if (block_precision.has_value()) {
+    // MXFP8/NVFP4 operands: their precision (the recipe's scale rounding
+    // does not apply to scales that came with them).
+    ConfigSpec spec;
+    spec.precision = *block_precision;
+    specs.push_back(spec);
   } else if (const std::optional<Precision> p = Fp8PrecisionOf(storage, weight_storage)) {
     for (bool fast : {false, true}) {
       ConfigSpec spec;

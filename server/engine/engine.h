@@ -122,12 +122,16 @@ struct LinearRequest {
   std::optional<Tensor> bias;
   Activation activation = Activation::kNone;
   std::optional<DType> output_dtype;
-  // Dequantisation scales of FP8 input and weight (float32), as
-  // torch._scaled_mm's scale_a and scale_b: per tensor ([] or [1]) or
-  // row-wise ([M] and [N]); required with FP8 operands, refused without
-  // (docs/numerics.md, "FP8").
+  // Dequantisation scales of FP8 and FP4 input and weight, as
+  // torch._scaled_mm's scale_a and scale_b: float32 per tensor ([] or
+  // [1]), row-wise ([M] and [N]) or block-wise; float8_e8m0fnu (MXFP8) or
+  // float8_e4m3fn (NVFP4) block scales, plain or swizzled; required with
+  // narrow operands, refused without (docs/numerics.md, "FP8").
   std::optional<Tensor> input_scale;
   std::optional<Tensor> weight_scale;
+  // NVFP4's per-tensor fp32 scales, required with FP4 operands only.
+  std::optional<Tensor> input_global_scale;
+  std::optional<Tensor> weight_global_scale;
   std::optional<Tensor> observed;
   std::vector<std::string> configs;
   std::string reference;  // empty: options.default_reference
@@ -391,11 +395,10 @@ class Engine {
   // each (GPU before CPU emulation), for input and weight stored as
   // `storage` and `weight_storage`. For FP8 operands: the fp8 precision of
   // their formats, with and without fast accumulation, at `scaling` (what
-  // the request's scales say). With `layer`, only backends whose
-  // SupportsProblem accepts it (cuBLASLt's FP8 shape rules, and whether
-  // its heuristic has a kernel for the layer). `passed_over`, when given,
-  // receives for each candidate that went to another backend that way the
-  // device configuration it replaces and the device's reason. With
+  // the request's scales say); MXFP8/NVFP4 operands: `block_precision`. With `layer`, only backends
+  // whose SupportsProblem accepts it (cuBLASLt's FP8 shape rules, and whether its heuristic has a
+  // kernel for the layer). `passed_over`, when given, receives for each candidate that went to
+  // another backend that way the device configuration it replaces and the device's reason. With
   // `layer`, `prepared` (when given) receives each candidate prepared for
   // it (LinearBackend::Prepare), so that the plan asks no rule again.
   std::vector<std::string> DefaultCandidates(
@@ -403,7 +406,8 @@ class Engine {
       Fp8Scaling scaling = Fp8Scaling::kTensor,
       const std::optional<LinearProblem>& layer = std::nullopt,
       std::map<std::string, std::string>* passed_over = nullptr,
-      std::vector<PreparedRun>* prepared = nullptr) const;
+      std::vector<PreparedRun>* prepared = nullptr,
+      std::optional<Precision> block_precision = std::nullopt) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }

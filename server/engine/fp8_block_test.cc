@@ -73,8 +73,8 @@ class Fp8BlockTest : public ::testing::Test {
 // redone here exactly. K = 300 and N = 130 leave partial last blocks.
 struct BlockLayer {
   int64_t m = 3, n = 130, k = 300;
-  std::vector<uint8_t> x, w;        // codes, x [m, k], w [n, k]
-  std::vector<float> sx, sw;        // [m, 3], [2, 3]
+  std::vector<uint8_t> x, w;  // codes, x [m, k], w [n, k]
+  std::vector<float> sx, sw;  // [m, 3], [2, 3]
   int64_t slices() const { return (k + 127) / 128; }
   int64_t n_blocks() const { return (n + 127) / 128; }
 };
@@ -120,18 +120,19 @@ std::vector<float> BlockReference(const BlockLayer& l) {
 
 LinearRequest BlockRequest(const BlockLayer& l, bool in_out) {
   LinearRequest r;
-  r.input = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.m, l.k},
-                               std::string(l.x.begin(), l.x.end()));
+  r.input =
+      *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.m, l.k}, std::string(l.x.begin(), l.x.end()));
   r.input_scale = F32({l.m, l.slices()}, l.sx);
   if (!in_out) {
-    r.weight = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.n, l.k},
-                                  std::string(l.w.begin(), l.w.end()));
+    r.weight =
+        *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.n, l.k}, std::string(l.w.begin(), l.w.end()));
     r.weight_scale = F32({l.n_blocks(), l.slices()}, l.sw);
   } else {
     std::string wt(static_cast<size_t>(l.n * l.k), '\0');
     for (int64_t j = 0; j < l.n; ++j) {
       for (int64_t t = 0; t < l.k; ++t) {
-        wt[static_cast<size_t>(t * l.n + j)] = static_cast<char>(l.w[static_cast<size_t>(j * l.k + t)]);
+        wt[static_cast<size_t>(t * l.n + j)] =
+            static_cast<char>(l.w[static_cast<size_t>(j * l.k + t)]);
       }
     }
     r.weight = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.k, l.n}, wt);
@@ -139,7 +140,8 @@ LinearRequest BlockRequest(const BlockLayer& l, bool in_out) {
     std::vector<float> swt(l.sw.size());
     for (int64_t b = 0; b < l.n_blocks(); ++b) {
       for (int64_t s = 0; s < l.slices(); ++s) {
-        swt[static_cast<size_t>(s * l.n_blocks() + b)] = l.sw[static_cast<size_t>(b * l.slices() + s)];
+        swt[static_cast<size_t>(s * l.n_blocks() + b)] =
+            l.sw[static_cast<size_t>(b * l.slices() + s)];
       }
     }
     r.weight_scale = F32({l.slices(), l.n_blocks()}, swt);
@@ -182,7 +184,9 @@ TEST_F(Fp8BlockTest, ScaleShapesAndScalingsAreCheckedNamingTheField) {
   };
   const Case cases[] = {
       {"input scale one slice short",
-       [](LinearRequest* r) { r->input_scale = F32({3, 2}, std::vector<float>(6, 1.0f)); },
+       [](LinearRequest* r) {
+         r->input_scale = F32({3, 2}, std::vector<float>(6, 1.0f));
+       },
        "op.input_scale.shape: [] or [1] (per tensor), [3] (M, row-wise) or [3, 3] "
        "([M, ceil(K/128)], block-wise) expected, got [3, 2]"},
       {"row-wise input with block-wise weight",
@@ -272,7 +276,8 @@ TEST_F(Fp8BlockTest, DiagnosisNamesTheBlockRecipeAndTheBiasMode) {
         double amax = 0;
         for (int64_t r = r0; r < std::min(rows, r0 + br); ++r) {
           for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) {
-            amax = std::max(amax, std::fabs(static_cast<double>(v[static_cast<size_t>(r * cols + c)])));
+            amax = std::max(amax,
+                            std::fabs(static_cast<double>(v[static_cast<size_t>(r * cols + c)])));
           }
         }
         const float s = static_cast<float>(448.0 / std::max(amax, 1e-12));

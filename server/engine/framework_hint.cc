@@ -180,6 +180,30 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
     case Precision::kTf32x3:
       return MultiPassHint(c.precision, s) + (unfused ? ", the bias added as its own op" : "") +
              bias + cpu;
+    case Precision::kMxFp8E4M3:
+    case Precision::kMxFp8E5M2: {
+      const std::string format = c.precision == Precision::kMxFp8E4M3 ? "e4m3" : "e5m2";
+      if (IsNarrow(storage)) {
+        return absl::StrCat("MXFP8 (", format,
+                            " values, UE8M0 scales per 32 elements of K): torch._scaled_mm "
+                            "with blocked scales, cuBLASLt VEC32_UE8M0",
+                            bias, cpu);
+      }
+      return absl::StrCat(
+          "MXFP8 (", format, ", 32-element blocks) from ",
+          c.mx_rounding == MxScaleRounding::kFloor
+              ? "torchao's MX recipe (MXLinear, floor scale rounding, the OCP spec's)"
+              : "TransformerEngine's MXFP8BlockScaling (scales rounded up, as cuBLAS)",
+          bias, cpu);
+    }
+    case Precision::kNvFp4:
+      return absl::StrCat(IsNarrow(storage)
+                              ? "NVFP4 (e2m1 values, e4m3 scales per 16 elements of K and a "
+                                "per-tensor scale): cuBLASLt VEC16_UE4M3"
+                              : "NVFP4 from TransformerEngine's NVFP4BlockScaling recipe (e2m1 "
+                                "values, e4m3 scales per 16 elements, a per-tensor scale from "
+                                "the amax)",
+                          bias, cpu);
   }
   return "";
 }

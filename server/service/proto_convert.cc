@@ -185,12 +185,11 @@ namespace {
 absl::StatusOr<Tensor> StoredTensor(const v1::Tensor& proto, DType dtype,
                                     const std::vector<int64_t>& shape, int64_t numel,
                                     absl::string_view field, const TensorSource& source) {
-  const int64_t item = static_cast<int64_t>(ItemSize(dtype));
   // The prefix may be left out (the field's first documentation said so).
   std::string text = proto.digest();
   if (text.size() == 64 && text.find(':') == std::string::npos) text = "sha256:" + text;
-  TC_ASSIGN_OR_RETURN(Digest digest,
-                      ParseDigest(text, numel * item, absl::StrCat(field, ".digest")));
+  TC_ASSIGN_OR_RETURN(
+      Digest digest, ParseDigest(text, StorageBytes(dtype, numel), absl::StrCat(field, ".digest")));
   absl::StatusOr<TensorStore::Blob> blob =
       source.store ? source.store.Get(digest)
                    : absl::NotFoundError("this server has no tensor store");
@@ -236,7 +235,7 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::Tensor& proto, absl::string_vie
   if (proto.source_case() == v1::Tensor::kDigest) {
     return StoredTensor(proto, dtype, shape, numel, field, source);
   }
-  const int64_t expected = numel * item;
+  const int64_t expected = StorageBytes(dtype, numel);
   if (static_cast<int64_t>(proto.data().size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".data: ", expected, " bytes expected (", numel, " elements of ", DTypeName(dtype),
@@ -340,6 +339,16 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
   if (op.has_weight_scale()) {
     TC_ASSIGN_OR_RETURN(req.weight_scale,
                         TensorFromProto(op.weight_scale(), "op.weight_scale", limits, source));
+  }
+  if (op.has_input_global_scale()) {
+    TC_ASSIGN_OR_RETURN(
+        req.input_global_scale,
+        TensorFromProto(op.input_global_scale(), "op.input_global_scale", limits, source));
+  }
+  if (op.has_weight_global_scale()) {
+    TC_ASSIGN_OR_RETURN(
+        req.weight_global_scale,
+        TensorFromProto(op.weight_global_scale(), "op.weight_global_scale", limits, source));
   }
   if (r.has_observed()) {
     TC_ASSIGN_OR_RETURN(req.observed, TensorFromProto(r.observed(), "observed", limits, source));

@@ -609,7 +609,8 @@ absl::Status TensorCheckServiceImpl::Execute(LinearCall* call, ByteBudget::Reser
   auto held_if = [&](const std::optional<Tensor>& t) { return t ? held(*t) : int64_t{0}; };
   const int64_t tensors = held(req.input) + held(req.weight) + held_if(req.bias) +
                           held_if(req.observed) + held_if(req.input_scale) +
-                          held_if(req.weight_scale);
+                          held_if(req.weight_scale) + held_if(req.input_global_scale) +
+                          held_if(req.weight_global_scale);
   const int64_t need =
       tensors + engine_->EstimateWorkingBytes(req, call->method_ != LinearMethod::kVerify);
   const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);
@@ -667,7 +668,8 @@ absl::Status TensorCheckServiceImpl::ExecuteCompare(LinearCall* call,
   auto held = [](const Tensor& t) { return t.borrowed() ? 0 : static_cast<int64_t>(t.nbytes()); };
   auto held_if = [&](const std::optional<Tensor>& t) { return t ? held(*t) : int64_t{0}; };
   int64_t tensors = held(req.input) + held(req.weight) + held_if(req.bias) +
-                    held_if(req.input_scale) + held_if(req.weight_scale);
+                    held_if(req.input_scale) + held_if(req.weight_scale) +
+                    held_if(req.input_global_scale) + held_if(req.weight_global_scale);
   for (const auto& [name, t] : in.observed) tensors += 2 * static_cast<int64_t>(t.nbytes());
   const int64_t need = tensors + engine_->EstimateWorkingBytes(req, /*diagnose=*/true);
   const ByteBudget::Outcome admitted = budget_.TryResize(reservation, need);

@@ -32,7 +32,9 @@ void ToBits(const Tensor& t, int64_t start, int64_t n, const double* v, DType cm
         return;
       }
       case DType::kFloat8E4M3Fn:
-      case DType::kFloat8E5M2: {
+      case DType::kFloat8E5M2:
+      case DType::kFloat4E2M1Fn:  // never compared: no output dtype
+      case DType::kFloat8E8M0Fnu: {
         const uint8_t* p = t.data<uint8_t>() + start;
         for (int64_t j = 0; j < n; ++j) out[j] = p[j];
         return;
@@ -66,6 +68,10 @@ void ToBits(const Tensor& t, int64_t start, int64_t n, const double* v, DType cm
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
       for (int64_t j = 0; j < n; ++j) out[j] = DoubleToFp8Bits(v[j], *Fp8FormatOf(cmp));
+      return;
+    case DType::kFloat4E2M1Fn:  // never a compared dtype (no output is narrow)
+    case DType::kFloat8E8M0Fnu:
+      for (int64_t j = 0; j < n; ++j) out[j] = DoubleBits(v[j]);
       return;
   }
 }

@@ -23,6 +23,10 @@ double SmallestNormal(DType d) {
       return 0x1p-14;
     case DType::kFloat8E4M3Fn:
       return 0x1p-6;
+    case DType::kFloat4E2M1Fn:
+      return 1.0;
+    case DType::kFloat8E8M0Fnu:
+      return 0x1p-127;
   }
   return 0x1p-126;
 }
@@ -49,6 +53,10 @@ double OutputUnitRoundoff(DType d) {
       return 0x1p-4;
     case DType::kFloat8E5M2:
       return 0x1p-3;
+    case DType::kFloat4E2M1Fn:
+      return 0x1p-2;
+    case DType::kFloat8E8M0Fnu:  // powers of two: a scale, never an output
+      return 0.5;
   }
   return 0x1p-24;
 }

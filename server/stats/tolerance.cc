@@ -59,8 +59,10 @@ Tolerance ResolveTolerance(TolerancePreset preset, DType dtype, std::optional<do
           t.rtol = 1e-3;
           break;
         case DType::kBFloat16:
-        case DType::kFloat8E4M3Fn:  // never compared: FP8 is no output dtype
+        case DType::kFloat8E4M3Fn:  // never compared: no narrow dtype is an output one
         case DType::kFloat8E5M2:
+        case DType::kFloat4E2M1Fn:
+        case DType::kFloat8E8M0Fnu:
           t.atol = 1e-5;
           t.rtol = 1.6e-2;
           break;

@@ -1,6 +1,7 @@
 #include "server/stats/ulp.h"
 
 #include "core/float_formats.h"
+#include "core/mx_formats.h"
 #include "server/stats/internal/ulp_bits.h"
 
 namespace tensorcheck {
@@ -18,6 +19,10 @@ uint64_t BitsIn(double v, DType dtype) {
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
       return DoubleToFp8Bits(v, *Fp8FormatOf(dtype));
+    case DType::kFloat4E2M1Fn:
+      return DoubleToFp4E2M1Bits(v);
+    case DType::kFloat8E8M0Fnu:
+      return DoubleToE8M0Bits(v);
   }
   return 0;
 }

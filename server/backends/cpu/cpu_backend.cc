@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/float_formats.h"
 #include "core/fp8_scaling.h"
+#include "core/mx_formats.h"
 #include "core/status_macros.h"
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/fp16_accumulate.h"
@@ -69,12 +70,13 @@ absl::Status CheckProblem(const LinearProblem& p) {
     return absl::InvalidArgumentError(absl::StrCat("bias: ", p.n, " elements expected, got shape ",
                                                    ShapeString(p.bias->shape())));
   }
-  if (IsFp8(p.output_dtype)) {
+  if (IsNarrow(p.output_dtype) || p.output_dtype == DType::kFloat8E8M0Fnu) {
     return absl::InvalidArgumentError(
         absl::StrCat("output_dtype: a wide dtype expected, got ", DTypeName(p.output_dtype)));
   }
-  if (IsFp8(p.input->dtype())) {
-    // Block-wise scales: one per block (docs/numerics.md, "Block-wise FP8").
+  if (IsNarrow(p.input->dtype())) {
+    // Block-wise scales: one per block (docs/numerics.md, "Block-wise FP8";
+    // MXFP8's float8_e8m0fnu and NVFP4's float8_e4m3fn ones too).
     const ScaleBlocks& b = p.scale_blocks;
     const int64_t slices = b.block_wise() ? CeilDiv(p.k, b.k) : 1;
     const int64_t x_count = b.block_wise() ? p.m * slices : p.m;
@@ -82,7 +84,7 @@ absl::Status CheckProblem(const LinearProblem& p) {
     for (const auto& [scale, name, count] :
          {std::tuple<const Tensor*, const char*, int64_t>{p.input_scale, "input_scale", x_count},
           {p.weight_scale, "weight_scale", w_count}}) {
-      if (scale == nullptr || scale->dtype() != DType::kFloat32 ||
+      if (scale == nullptr || (scale->dtype() != DType::kFloat32 && !b.block_wise()) ||
           (scale->numel() != 1 && scale->numel() != count)) {
         return absl::InvalidArgumentError(
             absl::StrCat(name, ": float32 with 1 or ", count, " elements expected"));
@@ -127,6 +129,12 @@ void RoundInputs(Precision p, float* v, int64_t count) {
     case Precision::kTf32x3:
       // Never asked: multi-pass arithmetic splits its operands
       // (AccumulateMultiPass).
+      return;
+    case Precision::kMxFp8E4M3:
+    case Precision::kMxFp8E5M2:
+    case Precision::kNvFp4:
+      // Never asked: block-scaled arithmetic dequantises its operands
+      // (AccumulateBlockScaled).
       return;
   }
 }
@@ -282,6 +290,8 @@ void Epilogue(const T* acc, const T* bias, bool unfused, Activation act, int64_t
       return EpilogueForAct<T, DType::kBFloat16>(acc, bias, unfused, act, m, n, out);
     case DType::kFloat8E4M3Fn:
     case DType::kFloat8E5M2:
+    case DType::kFloat4E2M1Fn:
+    case DType::kFloat8E8M0Fnu:
       return;  // not an output dtype: CheckProblem refuses it
   }
 }
@@ -329,7 +339,7 @@ namespace {
 // equal Arithmetic compute the same accumulator x.W^T bit for bit, and
 // differ at most in their epilogues.
 struct Arithmetic {
-  enum Kind { kFp64, kFp32, kFp16Acc, kFp8, kMultiPass };
+  enum Kind { kFp64, kFp32, kFp16Acc, kFp8, kMultiPass, kBlockScaled };
   Kind kind = kFp32;
   // kFp32: the input rounding the multiply applies; kFp32 when it leaves
   // both stored operands unchanged (bf16 tensors under fp32, tf32 or
@@ -342,9 +352,12 @@ struct Arithmetic {
   // their scales), and fast accumulation.
   Fp8Scaling scaling = Fp8Scaling::kTensor;
   bool fast_accum = false;
+  // kBlockScaled (`rounding` the mxfp8 or nvfp4 precision): the MXFP8
+  // recipe's scale rounding for wide operands.
+  MxScaleRounding mx_rounding = MxScaleRounding::kFloor;
   bool operator==(const Arithmetic& o) const {
     return kind == o.kind && rounding == o.rounding && scaling == o.scaling &&
-           fast_accum == o.fast_accum;
+           fast_accum == o.fast_accum && mx_rounding == o.mx_rounding;
   }
 };
 
@@ -364,6 +377,12 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
       break;
   }
   if (IsMultiPass(precision)) return {Arithmetic::kMultiPass, precision};
+  if (IsBlockScaled(precision)) {
+    Arithmetic a{Arithmetic::kBlockScaled, precision};
+    // Scales that came with the operands leave the recipe nothing to do.
+    if (!IsNarrow(p.input->dtype())) a.mx_rounding = config.mx_rounding;
+    return a;
+  }
   const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
   if (exact) {
     // Rounding changes nothing: the stored values, read as fp32, are the
@@ -559,6 +578,67 @@ absl::StatusOr<std::vector<Tensor>> SplitOperand(const Tensor& t, const MultiPas
   return parts;
 }
 
+// The global (per-tensor) scales' product, fl32(gx * gw), as cuBLASLt's
+// alpha; 1 without them.
+float GlobalScale(const LinearProblem& p) {
+  if (p.input_global_scale == nullptr || p.weight_global_scale == nullptr) return 1.0f;
+  return p.input_global_scale->data<float>()[0] * p.weight_global_scale->data<float>()[0];
+}
+
+// kBlockScaled (docs/numerics.md, "MXFP8 and NVFP4"): each operand's
+// values times their block's scale, exact in fp32 (UE8M0 powers of two;
+// E2M1 times E4M3, 6 significant bits), then an fp32 GEMM of those
+// (OpenBLAS's order), then NVFP4's per-tensor scales as one alpha. Wide
+// operands are quantised first by the precision's recipe (torchao's MX
+// or TransformerEngine's MXFP8 rounding; TransformerEngine's NVFP4).
+absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic a, int threads,
+                                             int64_t block_columns, const StopSignal* stop) {
+  const bool out_in = p.layout == WeightLayout::kOutIn;
+  const int64_t w_outer = out_in ? p.n : p.k, w_inner = out_in ? p.k : p.n;
+  Tensor x, w;
+  float alpha = 1.0f;
+  if (IsNarrow(p.input->dtype())) {
+    TC_ASSIGN_OR_RETURN(x, DequantizeBlocks(*p.input, *p.input_scale, p.m, p.k,
+                                            p.scale_blocks.input(), DType::kFloat32));
+    TC_ASSIGN_OR_RETURN(w, DequantizeBlocks(*p.weight, *p.weight_scale, w_outer, w_inner,
+                                            p.scale_blocks.weight(out_in), DType::kFloat32));
+    alpha = GlobalScale(p);
+  } else {
+    auto quantise = [&](const Tensor& t, int64_t outer, int64_t inner,
+                        bool per_column) -> absl::StatusOr<std::pair<Tensor, float>> {
+      TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> v, internal::Allocate<float>(t.numel()));
+      ToFloat(t, v.get());
+      const absl::Span<const float> values(v.get(), static_cast<size_t>(t.numel()));
+      BlockScaled q;
+      if (a.rounding == Precision::kNvFp4) {
+        TC_ASSIGN_OR_RETURN(q, QuantizeNvFp4(values, outer, inner, per_column));
+      } else {
+        const Fp8Format f =
+            a.rounding == Precision::kMxFp8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3Fn;
+        TC_ASSIGN_OR_RETURN(q, QuantizeMxFp8(values, outer, inner, f, a.mx_rounding, per_column));
+      }
+      TC_RETURN_IF_ERROR(CheckStop(stop));
+      return std::make_pair(*FromFloats(DType::kFloat32, t.shape(), DequantizeBlockScaled(q)),
+                            q.global_scale);
+    };
+    TC_ASSIGN_OR_RETURN(auto qx, quantise(*p.input, p.m, p.k, false));
+    TC_ASSIGN_OR_RETURN(auto qw, quantise(*p.weight, w_outer, w_inner, /*per_column=*/!out_in));
+    x = std::move(qx.first);
+    w = std::move(qw.first);
+    alpha = qx.second * qw.second;
+  }
+  LinearProblem q = p;
+  q.input = &x;
+  q.weight = &w;
+  TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32},
+                                             threads, block_columns, stop));
+  if (alpha != 1.0f) {
+    float* c = acc.data<float>();
+    for (int64_t e = 0; e < p.m * p.n; ++e) c[e] *= alpha;
+  }
+  return acc;
+}
+
 // kMultiPass: the scheme's partial GEMMs, each an fp32 GEMM of parts
 // (products of bf16 or TF32 parts are exact in fp32, so each is what a
 // bf16 or TF32 GEMM with fp32 accumulation computes, in OpenBLAS's
@@ -600,6 +680,8 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
   switch (a.kind) {
     case Arithmetic::kFp8:
       return absl::InternalError("FP8 arithmetic goes through AccumulateFp8");
+    case Arithmetic::kBlockScaled:
+      return absl::InternalError("block-scaled arithmetic goes through AccumulateBlockScaled");
     case Arithmetic::kMultiPass:
       return AccumulateMultiPass(p, a.rounding, threads, block_columns, stop);
     case Arithmetic::kFp64: {
@@ -715,7 +797,16 @@ absl::StatusOr<Tensor> ScaledAccumulate(const LinearProblem& p, Arithmetic a, in
     dequantised.weight = &w;
     dequantised.input_scale = dequantised.weight_scale = nullptr;
     dequantised.scale_blocks = ScaleBlocks{};
-    return Accumulate(dequantised, a, threads, block_columns, stop);
+    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(dequantised, a, threads, block_columns, stop));
+    if (p.input_global_scale != nullptr && p.weight_global_scale != nullptr) {
+      // NVFP4's per-tensor scales, in fp64.
+      const double g = p.input_global_scale->GetDouble(0) * p.weight_global_scale->GetDouble(0);
+      for (int64_t e = 0; e < p.m * p.n; ++e) acc.data<double>()[e] *= g;
+    }
+    return acc;
+  }
+  if (a.kind == Arithmetic::kBlockScaled) {
+    return AccumulateBlockScaled(p, a, threads, block_columns, stop);
   }
   Scales scales;
   absl::StatusOr<Tensor> acc = a.kind == Arithmetic::kFp8

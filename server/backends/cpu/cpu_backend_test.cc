@@ -60,6 +60,9 @@ double RefRoundTo(DType d, double v) {
       return b ? ::tensorcheck::testing::RefFp8Value(*b, e4m3)
                : std::numeric_limits<double>::quiet_NaN();
     }
+    case DType::kFloat4E2M1Fn:  // never an output dtype
+    case DType::kFloat8E8M0Fnu:
+      break;
   }
   return v;
 }
@@ -325,6 +328,10 @@ int MantBits(DType d) {
       return 3;
     case DType::kFloat8E5M2:
       return 2;
+    case DType::kFloat4E2M1Fn:
+      return 1;
+    case DType::kFloat8E8M0Fnu:
+      return 0;
   }
   return 52;
 }
@@ -1076,6 +1083,8 @@ Layer StoredNormalLayer(DType storage, int64_t m, int64_t n, int64_t k, double s
     case DType::kFloat64:
     case DType::kFloat8E4M3Fn:  // not a storage these layers are drawn in
     case DType::kFloat8E5M2:
+    case DType::kFloat4E2M1Fn:
+    case DType::kFloat8E8M0Fnu:
       break;
   }
   std::mt19937 rng(seed);

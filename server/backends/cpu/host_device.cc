@@ -86,6 +86,12 @@ absl::StatusOr<LinearProblem> HostSession::Problem(const SessionOperands& op) co
   if (op.weight_scale.valid()) {
     TC_ASSIGN_OR_RETURN(p.weight_scale, Get(op.weight_scale));
   }
+  if (op.input_global_scale.valid()) {
+    TC_ASSIGN_OR_RETURN(p.input_global_scale, Get(op.input_global_scale));
+  }
+  if (op.weight_global_scale.valid()) {
+    TC_ASSIGN_OR_RETURN(p.weight_global_scale, Get(op.weight_global_scale));
+  }
   p.scale_blocks = op.scale_blocks;
   return p;
 }

@@ -32,7 +32,11 @@ int Preference(const DiagnosisCandidate& candidate, DType storage) {
         return p == Precision::kBf16;
       case DType::kFloat8E4M3Fn:
       case DType::kFloat8E5M2:
-        return IsFp8(p);
+        return IsFp8(p) || IsBlockScaled(p);
+      case DType::kFloat4E2M1Fn:
+        return p == Precision::kNvFp4;
+      case DType::kFloat8E8M0Fnu:  // a scale dtype, never an operand's
+        return false;
     }
     return false;
   };

@@ -6,6 +6,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "core/fp8_scaling.h"
+#include "core/mx_formats.h"
 #include "core/status_macros.h"
 
 namespace tensorcheck {
@@ -91,46 +92,193 @@ std::optional<Precision> Fp8PrecisionOf(DType input, DType weight) {
   return std::nullopt;
 }
 
+namespace {
+
+// A block scale's plain [rows, cols] layout from what came: the 2-D plain
+// layout as it is, or cuBLASLt's 1-D swizzled one converted (it always
+// tiles [N or M, K / block]; an IN_OUT weight's plain scale is its
+// transpose).
+absl::StatusOr<Tensor> PlainBlockScale(const Tensor& scale, absl::string_view field, DType dtype,
+                                       std::vector<int64_t> plain, bool transposed,
+                                       absl::string_view plain_name) {
+  if (scale.dtype() != dtype) {
+    return InvalidFieldError(absl::StrCat(field, ".dtype"), DTypeName(dtype),
+                             DTypeName(scale.dtype()));
+  }
+  if (scale.shape() == plain) return scale.Clone();
+  const int64_t rows = transposed ? plain[1] : plain[0];
+  const int64_t cols = transposed ? plain[0] : plain[1];
+  if (scale.rank() != 1 || scale.numel() != SwizzledScaleLength(rows, cols)) {
+    return InvalidFieldError(
+        absl::StrCat(field, ".shape"),
+        absl::StrCat(ShapeString(plain), " (", plain_name, ") or [",
+                     SwizzledScaleLength(rows, cols), "] (cuBLASLt's swizzled layout of [", rows,
+                     ", ", cols, "])"),
+        ShapeString(scale.shape()));
+  }
+  TC_ASSIGN_OR_RETURN(std::vector<uint8_t> codes,
+                      UnswizzleScales(absl::MakeConstSpan(scale.data<uint8_t>(),
+                                                          static_cast<size_t>(scale.numel())),
+                                      rows, cols));
+  TC_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(dtype, plain));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      t.data<uint8_t>()[transposed ? c * rows + r : r * cols + c] =
+          codes[static_cast<size_t>(r * cols + c)];
+    }
+  }
+  return t;
+}
+
+// Every block scale a number a scale can be: finite and not negative (an
+// all-zero block has a zero NVFP4 scale).
+absl::Status CheckBlockScaleValues(const Tensor& scale, absl::string_view field) {
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    const double v = scale.GetDouble(i);
+    if (std::isfinite(v) && v >= 0) continue;
+    return InvalidFieldError(absl::StrCat(field, "[", i, "]"),
+                             absl::StrCat("a finite ", DTypeName(scale.dtype()), " block scale"),
+                             std::isnan(v) ? "NaN" : absl::StrCat(v));
+  }
+  return absl::OkStatus();
+}
+
+// MXFP8 (FP8 operands with float8_e8m0fnu scales) and NVFP4 (FP4 operands
+// with float8_e4m3fn scales and fp32 global scales): docs/numerics.md,
+// "MXFP8 and NVFP4".
+absl::StatusOr<Fp8Request> CheckBlockScaledOperands(const LinearRequest& req,
+                                                    const LayerShape& shape) {
+  const DType x = req.input.dtype(), w = req.weight.dtype();
+  const bool fp4 = x == DType::kFloat4E2M1Fn;
+  Fp8Request out;
+  out.fp8_operands = true;
+  out.block_precision = fp4                       ? Precision::kNvFp4
+                        : x == DType::kFloat8E5M2 ? Precision::kMxFp8E5M2
+                                                  : Precision::kMxFp8E4M3;
+  if (!fp4 && x != w) {
+    return InvalidFieldError("op.weight.dtype",
+                             absl::StrCat(DTypeName(x), " (MXFP8 operands share their format)"),
+                             DTypeName(w));
+  }
+  const BlockScaledOperands b = BlockScaledOperandsOf(*out.block_precision);
+  if (shape.k % b.block != 0) {
+    return InvalidFieldError(
+        "op.input.shape",
+        absl::StrCat("K a multiple of ", b.block, " (",
+                     fp4 ? "NVFP4's 16-element blocks" : "MXFP8's 32-element blocks", ")"),
+        ShapeString(req.input.shape()));
+  }
+  const int64_t kb = shape.k / b.block;
+  const bool out_in = shape.layout == WeightLayout::kOutIn;
+  for (const auto& [scale, field] :
+       {std::pair<const std::optional<Tensor>*, const char*>{&req.input_scale, "op.input_scale"},
+        {&req.weight_scale, "op.weight_scale"}}) {
+    if (!*scale) {
+      return InvalidFieldError(
+          field,
+          absl::StrCat("a ", DTypeName(b.scales), " block scale with ", DTypeName(x), " operands"),
+          "none");
+    }
+  }
+  const std::string kb_name = absl::StrCat("K/", b.block);
+  TC_ASSIGN_OR_RETURN(out.input_scale,
+                      PlainBlockScale(*req.input_scale, "op.input_scale", b.scales, {shape.m, kb},
+                                      false, absl::StrCat("[M, ", kb_name, "]")));
+  TC_ASSIGN_OR_RETURN(
+      out.weight_scale,
+      PlainBlockScale(
+          *req.weight_scale, "op.weight_scale", b.scales,
+          out_in ? std::vector<int64_t>{shape.n, kb} : std::vector<int64_t>{kb, shape.n}, !out_in,
+          out_in ? absl::StrCat("[N, ", kb_name, "]") : absl::StrCat("[", kb_name, ", N]")));
+  TC_RETURN_IF_ERROR(CheckBlockScaleValues(*out.input_scale, "op.input_scale"));
+  TC_RETURN_IF_ERROR(CheckBlockScaleValues(*out.weight_scale, "op.weight_scale"));
+  out.scale_blocks = ScaleBlocks{b.block, 1};
+  for (const auto& [scale, field] : {std::pair<const std::optional<Tensor>*, const char*>{
+                                         &req.input_global_scale, "op.input_global_scale"},
+                                     {&req.weight_global_scale, "op.weight_global_scale"}}) {
+    if (!fp4 && *scale) {
+      return InvalidFieldError(field, "none: a global scale goes with FP4 (nvfp4) operands",
+                               ShapeString((*scale)->shape()));
+    }
+    if (!fp4) continue;
+    if (!*scale) {
+      return InvalidFieldError(field, "a float32 per-tensor scale ([] or [1]) with FP4 operands",
+                               "none");
+    }
+    if ((*scale)->dtype() != DType::kFloat32) {
+      return InvalidFieldError(absl::StrCat(field, ".dtype"), "float32",
+                               DTypeName((*scale)->dtype()));
+    }
+    if (!IsVectorOf(**scale, 1)) {
+      return InvalidFieldError(absl::StrCat(field, ".shape"), "[] or [1]",
+                               ShapeString((*scale)->shape()));
+    }
+    TC_RETURN_IF_ERROR(CheckScaleValues(**scale, field));
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<Fp8Request> CheckFp8Operands(const LinearRequest& req, const LayerShape& shape) {
   const DType x = req.input.dtype(), w = req.weight.dtype();
   Fp8Request out;
+  constexpr absl::string_view kWide =
+      "float64, float32, float16 or bfloat16 (FP8 and FP4 are for inputs and weights)";
   for (const auto& [tensor, field] :
        {std::pair<const std::optional<Tensor>*, const char*>{&req.bias, "op.bias.dtype"},
         {&req.observed, "observed.dtype"}}) {
-    if (*tensor && IsFp8((*tensor)->dtype())) {
-      return InvalidFieldError(field,
-                               "float64, float32, float16 or bfloat16 (FP8 is for "
-                               "inputs and weights)",
-                               DTypeName((*tensor)->dtype()));
+    if (*tensor && (IsNarrow((*tensor)->dtype()) || (*tensor)->dtype() == DType::kFloat8E8M0Fnu)) {
+      return InvalidFieldError(field, kWide, DTypeName((*tensor)->dtype()));
     }
   }
-  if (req.output_dtype && IsFp8(*req.output_dtype)) {
-    return InvalidFieldError("op.output_dtype",
-                             "float64, float32, float16 or bfloat16 (FP8 is for inputs and "
-                             "weights)",
-                             DTypeName(*req.output_dtype));
+  if (req.output_dtype &&
+      (IsNarrow(*req.output_dtype) || *req.output_dtype == DType::kFloat8E8M0Fnu)) {
+    return InvalidFieldError("op.output_dtype", kWide, DTypeName(*req.output_dtype));
   }
-  if (IsFp8(x) != IsFp8(w) || (!IsFp8(x) && x != w)) {
+  for (const auto& [dtype, field] :
+       {std::pair<DType, const char*>{x, "op.input.dtype"}, {w, "op.weight.dtype"}}) {
+    if (dtype == DType::kFloat8E8M0Fnu) {
+      return InvalidFieldError(field, "a value dtype (float8_e8m0fnu is for MXFP8 block scales)",
+                               DTypeName(dtype));
+    }
+  }
+  if (IsNarrow(x) != IsNarrow(w) || (!IsNarrow(x) && x != w) ||
+      ((x == DType::kFloat4E2M1Fn) != (w == DType::kFloat4E2M1Fn))) {
     return InvalidFieldError(
         "op.weight.dtype",
-        IsFp8(x) ? absl::StrCat("float8_e4m3fn or float8_e5m2 (the input is ", DTypeName(x), ")")
-                 : absl::StrCat(DTypeName(x), " (the input's dtype)"),
+        x == DType::kFloat4E2M1Fn ? std::string("float4_e2m1fn (the input is float4_e2m1fn)")
+        : IsFp8(x) ? absl::StrCat("float8_e4m3fn or float8_e5m2 (the input is ", DTypeName(x), ")")
+                   : absl::StrCat(DTypeName(x), " (the input's dtype)"),
         DTypeName(w));
   }
-  if (!IsFp8(x)) {
+  if (!IsNarrow(x)) {
     for (const auto& [scale, field] :
          {std::pair<const std::optional<Tensor>*, const char*>{&req.input_scale, "op.input_scale"},
-          {&req.weight_scale, "op.weight_scale"}}) {
+          {&req.weight_scale, "op.weight_scale"},
+          {&req.input_global_scale, "op.input_global_scale"},
+          {&req.weight_global_scale, "op.weight_global_scale"}}) {
       if (*scale) {
         return InvalidFieldError(
             field,
-            absl::StrCat("none: scales go with FP8 input and weight; ", DTypeName(x),
-                         " operands under an fp8 precision are quantised "
-                         "by the configuration's scaling recipe"),
+            absl::StrCat("none: scales go with FP8 or FP4 input and weight; ", DTypeName(x),
+                         " operands under an fp8, mxfp8 or nvfp4 precision are quantised "
+                         "by the configuration's recipe"),
             ShapeString((*scale)->shape()));
       }
     }
     return out;
+  }
+  const bool e8m0_scales = (req.input_scale && req.input_scale->dtype() == DType::kFloat8E8M0Fnu) ||
+                           (req.weight_scale && req.weight_scale->dtype() == DType::kFloat8E8M0Fnu);
+  if (x == DType::kFloat4E2M1Fn || e8m0_scales) return CheckBlockScaledOperands(req, shape);
+  for (const auto& [scale, field] : {std::pair<const std::optional<Tensor>*, const char*>{
+                                         &req.input_global_scale, "op.input_global_scale"},
+                                     {&req.weight_global_scale, "op.weight_global_scale"}}) {
+    if (*scale) {
+      return InvalidFieldError(field, "none: a global scale goes with FP4 (nvfp4) operands",
+                               ShapeString((*scale)->shape()));
+    }
   }
   if (!Fp8PrecisionOf(x, w)) {
     return InvalidFieldError("op.weight.dtype",
@@ -192,12 +340,15 @@ absl::Status CheckFp8Config(const Config& config, const Fp8Request& fp8, const L
                             absl::string_view field, absl::string_view spec_text) {
   if (!fp8.fp8_operands) return absl::OkStatus();
   const DType x = req.input.dtype(), w = req.weight.dtype();
-  const Precision wanted = *Fp8PrecisionOf(x, w);
+  const Precision wanted = fp8.block_precision ? *fp8.block_precision : *Fp8PrecisionOf(x, w);
   if (config.precision != Precision::kFp64 && config.precision != wanted) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " '", spec_text, "': ", DTypeName(x), " x ", DTypeName(w),
-                     " operands are multiplied by precision ", PrecisionName(wanted),
-                     " (or fp64, the dequantised layer), not ", PrecisionName(config.precision)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " '", spec_text, "': ", DTypeName(x), " x ", DTypeName(w),
+        fp8.block_precision
+            ? absl::StrCat(" operands with ", DTypeName(fp8.input_scale->dtype()), " block scales")
+            : std::string(" operands"),
+        " are multiplied by precision ", PrecisionName(wanted),
+        " (or fp64, the dequantised layer), not ", PrecisionName(config.precision)));
   }
   const bool fits = absl::c_linear_search(fp8.fitting, config.scaling);
   if (IsFp8(config.precision) && !fits) {

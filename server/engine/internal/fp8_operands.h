@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,8 +31,13 @@ struct Fp8Request {
   // may fit row-wise and block-wise; a configuration's `scaling` option
   // decides among them.
   std::vector<Fp8Scaling> fitting;
-  // Block-wise scales' tiling (scaling kBlock128).
+  // Block-wise scales' tiling (scaling kBlock128, MXFP8, NVFP4).
   ScaleBlocks scale_blocks;
+  // MXFP8 or NVFP4 operands: their precision, and their block scales in
+  // the plain row-major layout (converted from cuBLASLt's swizzled one
+  // when they came so), which the layer takes instead of the request's.
+  std::optional<Precision> block_precision;
+  std::optional<Tensor> input_scale, weight_scale;
 };
 
 // INVALID_ARGUMENT naming the field: one operand FP8 and the other not;

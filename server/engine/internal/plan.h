@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/layer_shape.h"
@@ -26,6 +27,10 @@ struct Engine::Plan {
   // How the FP8 operands' block-wise scales tile the layer (none: per
   // tensor or row-wise scales, or wide operands).
   ScaleBlocks scale_blocks;
+  // MXFP8/NVFP4 block scales in the plain layout the layer takes (the
+  // request's, converted from the swizzled layout when they came so);
+  // unset: the request's scales as they came.
+  std::optional<Tensor> input_scale, weight_scale;
   Config reference;
   LinearBackend* reference_backend = nullptr;
   // The reference prepared for the layer by its backend
