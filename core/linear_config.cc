@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/multi_pass_split.h"
 
 namespace tensorcheck {
 
@@ -151,18 +152,8 @@ MultiPassScheme MultiPassSchemeOf(Precision p) {
 }
 
 void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts) {
-  float rest = v;
-  for (int i = 0; i + 1 < scheme.parts; ++i) {
-    const float part =
-        scheme.tf32 ? RoundToTf32(rest, Tf32Rounding::kTiesAway) : TruncateToBf16(rest);
-    parts[i] = part;
-    // Exact: `part` is `rest` with its low bits cleared, or (TF32
-    // ties-away) rounded at a bit that `rest` has; the difference fits in
-    // fp32 (Sterbenz when the rounding carries into a new binade).
-    rest = rest - part;
-  }
-  parts[scheme.parts - 1] =
-      scheme.tf32 ? RoundToTf32(rest, Tf32Rounding::kTruncate) : RoundToBf16(rest);
+  // core/multi_pass_split.h: the same code as the cuda backends' split kernel.
+  SplitMultiPassValue(scheme.parts, scheme.tf32, v, parts);
 }
 
 absl::string_view Fp8ScalingName(Fp8Scaling s) { return NameOf(s, kScalingNames); }
