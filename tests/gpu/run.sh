@@ -20,6 +20,9 @@
 #   4. fp8_algo    the FP8 and algorithm tests, with CUBLASLT_LOG_LEVEL=3 in
 #                  cublaslt.log, so an empty heuristic says why
 #                                                           -> fp8_algo.log/.xml
+#      multipass   the multi-pass precisions against the CPU emulation
+#                  (cublaslt's partial GEMMs, cuBLAS's own BF16x9)
+#                                                           -> multipass.log/.xml
 #   5. replay      the server (server.log), then PyTorch/JAX cases replayed
 #                  through the Python client: README's two cases, FP8
 #                  (torch._scaled_mm), the algorithm sweep and batch
@@ -37,7 +40,8 @@ STEPS=(
   "preflight        10  yes"
   "validated        50  yes"
   "engine           40  yes"
-  "fp8_algo         70  no"
+  "fp8_algo         50  no"
+  "multipass        20  no"
   "server_start     10  yes"
   "replay_seeds     40  yes"
   "replay_more      90  no"
@@ -169,13 +173,17 @@ fi
 if [[ $failed -eq 0 ]]; then
   # ---- 2. The configurations validated on 2026-11-29 (device description
   # first), through today's session path.
-  gtest validated cuda_backends_test '-*Fp8*:*Algorithms*'
+  gtest validated cuda_backends_test '-*Fp8*:*Algorithms*:*MultiPass*:*Bf16x9*'
   # ---- 3. A whole request on the device.
   gtest engine gpu_engine_test '*'
   # ---- 4. FP8 and algorithm selection, with cuBLASLt's own log.
   if in_run fp8_algo; then
     gtest fp8_algo cuda_backends_test '*Fp8*:*Algorithms*' \
       CUBLASLT_LOG_LEVEL=3 CUBLASLT_LOG_FILE="$out/cublaslt.log"
+  fi
+  # ---- 4b. The multi-pass precisions against the CPU emulation.
+  if in_run multipass; then
+    gtest multipass cuda_backends_test '*MultiPass*:*Bf16x9*'
   fi
 
   # ---- 5. The server, then the replays.
@@ -271,6 +279,7 @@ elapsed=$(($(date +%s) - start))
   cat "$out/cases.txt" 2>/dev/null
   grep -h '^TF32 rounding of' "$out/validated.log" 2>/dev/null | sed 's/^/| tf32 | /; s/$/ |/'
   grep -h '^no cuBLASLt kernel:' "$out/fp8_algo.log" 2>/dev/null | sed 's/^/| fp8 | /; s/$/ |/'
+  grep -h '^cublas:bf16x9 equal to' "$out/multipass.log" 2>/dev/null | sed 's/^/| bf16x9 | /; s/$/ |/'
   grep -hE '\*\*[0-9.]+\*\*' "$out/gpu_bench.log" "$out/sweep.log" 2>/dev/null | cut -c1-220
   grep -hE '^\| [0-9]+ ' "$out/concurrency.log" 2>/dev/null | cut -c1-200
   echo

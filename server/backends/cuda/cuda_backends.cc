@@ -30,6 +30,7 @@
 #include "server/backends/cuda/cuda_device.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
+#include "server/backends/cuda/internal/multi_pass_rules.h"
 
 namespace tensorcheck {
 namespace cuda {
@@ -101,6 +102,12 @@ class CudaLinearBackend final : public LinearBackend {
     out.insert(out.end(), {Precision::kTf32Rna, Precision::kTf32Trunc, Precision::kBf16,
                            Precision::kFp16, Precision::kFp16Acc});
     if (RunsFp8()) out.insert(out.end(), std::begin(kLtFp8Precisions), std::end(kLtFp8Precisions));
+    // The multi-pass precisions (internal/multi_pass_rules.h): cuBLASLt
+    // runs XLA's partial GEMMs on any device; cuBLAS its own BF16x9 where
+    // the device has it (or, without one, would).
+    for (Precision p : kMultiPassPrecisions) {
+      if (internal::CheckMultiPass(MultiPassQueryOf(p)).ok()) out.push_back(p);
+    }
     return out;
   }
 
@@ -130,6 +137,7 @@ class CudaLinearBackend final : public LinearBackend {
       q.device = Capability();
       TC_RETURN_IF_ERROR(internal::CheckFp8Gemm(q).status());
     }
+    TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
     return LinearBackend::Supports(config, storage);
   }
 
@@ -185,6 +193,28 @@ class CudaLinearBackend final : public LinearBackend {
     return !cc.has_value() || cc->major > 8 || (cc->major == 8 && cc->minor >= 9);
   }
 
+  // The multi-pass rules for `config` on this device, when its precision is
+  // a multi-pass one (first, for their reasons: cublas:bf16x3 is refused
+  // naming cublaslt, not as a precision missing from the list).
+  absl::Status CheckMultiPassRules(const Config& config) const {
+    if (!IsMultiPass(config.precision) || config.backend != name()) return absl::OkStatus();
+    internal::MultiPassQuery q;
+    q.config = config;
+    q.device = Capability();
+    return internal::CheckMultiPass(q).status();
+  }
+
+  // The multi-pass rules' question for precision `p` on this backend and
+  // device.
+  internal::MultiPassQuery MultiPassQueryOf(Precision p) const {
+    internal::MultiPassQuery q;
+    q.config.backend = std::string(name());
+    q.config.precision = p;
+    q.config.bias = default_bias_mode();
+    q.device = Capability();
+    return q;
+  }
+
   // The device's compute capability; nullopt without a device.
   std::optional<internal::ComputeCapability> Capability() const {
     if (!device_->init.ok()) return std::nullopt;
@@ -206,6 +236,7 @@ class CudaLinearBackend final : public LinearBackend {
       TC_ASSIGN_OR_RETURN(
           state->fp8, internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())));
     }
+    TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
     TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.input));
     if (layer.weight != layer.input) {
       TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.weight));

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -207,7 +208,7 @@ double Bound(Precision p, DType storage, DType out, int64_t k, Activation act, c
     case Precision::kFp8E5M2E4M3:
       u_in = 0x1p-3;
       break;
-    case Precision::kBf16x3:  // nor a multi-pass one (yet)
+    case Precision::kBf16x3:  // the split leaves out what u_input says
     case Precision::kBf16x6:
     case Precision::kBf16x9:
     case Precision::kTf32x3:
@@ -470,9 +471,6 @@ TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
   ASSERT_NE(blas, nullptr);
   for (LinearBackend* b : {lt, blas}) {
     const std::vector<Precision> p = b->precisions();
-    for (Precision multi : kMultiPassPrecisions) {
-      EXPECT_EQ(std::find(p.begin(), p.end(), multi), p.end()) << PrecisionName(multi);
-    }
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kBf16), p.end());
     EXPECT_NE(std::find(p.begin(), p.end(), Precision::kFp16Acc), p.end());
     // The hardware decides `tf32`'s rounding; the other two are emulated
@@ -492,6 +490,18 @@ TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
   }
   const std::vector<Precision> lt_p = lt->precisions();
   EXPECT_EQ(std::find(lt_p.begin(), lt_p.end(), Precision::kFp8E5M2), lt_p.end());
+  // The multi-pass precisions (internal/multi_pass_rules.h): cuBLASLt runs
+  // XLA's partial GEMMs on every device; cuBLAS its own BF16x9 from
+  // Blackwell on (or, without a device, would), and no other.
+  for (Precision multi : kMultiPassPrecisions) {
+    EXPECT_NE(std::find(lt_p.begin(), lt_p.end(), multi), lt_p.end()) << PrecisionName(multi);
+  }
+  const bool blackwell =
+      !blas->Available().ok() || std::stod(blas->device().compute_capability) >= 10.0;
+  EXPECT_EQ(std::find(blas_p.begin(), blas_p.end(), Precision::kBf16x9) != blas_p.end(), blackwell);
+  for (Precision p : {Precision::kBf16x3, Precision::kBf16x6, Precision::kTf32x3}) {
+    EXPECT_EQ(std::find(blas_p.begin(), blas_p.end(), p), blas_p.end()) << PrecisionName(p);
+  }
   const DeviceDescription d = lt->device();
   const bool ada_or_newer = !lt->Available().ok() || std::stod(d.compute_capability) > 8.85;
   for (Precision p : {Precision::kFp8E4M3, Precision::kFp8E4M3E5M2, Precision::kFp8E5M2E4M3}) {
@@ -573,6 +583,38 @@ TEST(CudaBackends, Fp8OperandsWithoutScalesAreInvalidArgumentBeforeTheDevice) {
                   ->Run(l->problem,
                         Fp8Config("cublaslt", Precision::kFp8E4M3, false, Fp8Scaling::kTensor), {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input_scale")));
+}
+
+TEST(CudaBackends, CublasMultiPassOtherThanBf16x9IsFailedPreconditionNamingCublaslt) {
+  LinearBackend* blas = Backend("cublas");
+  ASSERT_NE(blas, nullptr);
+  for (Precision p : {Precision::kBf16x3, Precision::kBf16x6, Precision::kTf32x3}) {
+    Config c;
+    c.backend = "cublas";
+    c.precision = p;
+    c.bias = BiasMode::kUnfused;
+    EXPECT_THAT(blas->Supports(c, DType::kFloat32),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr(c.ToString()), HasSubstr("BF16x9 only"),
+                               HasSubstr(absl::StrCat("cublaslt:", PrecisionName(p))))));
+  }
+}
+
+TEST(CudaBackends, CublasltMultiPassIsFusedOrNoneAsEveryCublasltConfiguration) {
+  LinearBackend* lt = Backend("cublaslt");
+  ASSERT_NE(lt, nullptr);
+  for (Precision p : kMultiPassPrecisions) {
+    Config c;
+    c.backend = "cublaslt";
+    c.precision = p;
+    for (BiasMode b : {BiasMode::kFused, BiasMode::kNone}) {
+      c.bias = b;
+      EXPECT_THAT(lt->Supports(c, DType::kFloat32), IsOk()) << c.ToString();
+    }
+    c.bias = BiasMode::kUnfused;
+    EXPECT_THAT(lt->Supports(c, DType::kFloat32),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("bias mode unfused")));
+  }
 }
 
 TEST(CudaBackends, BothBackendsSelectAlgorithms) {
@@ -800,6 +842,141 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
       }
     }
   }
+}
+
+// The multi-pass precisions on cuBLASLt against the CPU emulation, where
+// every partial GEMM is exact (k = 1: one product of two bf16 or TF32
+// parts, exact in fp32, whatever the kernel): the split, the set of
+// products, the order of the partial sums, the NaN guard and the epilogue
+// are then the only things that decide the bits, and they must be the
+// CPU's, bit for bit.
+TEST_F(CudaGpuTest, GpuMultiPassMatchesTheCpuBitwiseWhereEveryPartialIsExact) {
+  std::printf("| configuration | layout | bias | out | bitwise equal | max ulp |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  uint32_t seed = 1500;
+  LinearBackend* lt = Backend("cublaslt");
+  for (Precision p : kMultiPassPrecisions) {
+    for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+      for (bool bias : {false, true}) {
+        for (DType out : {DType::kFloat32, DType::kBFloat16}) {
+          const Activation act = bias ? Activation::kRelu : Activation::kNone;
+          auto l = MakeLayer(64, 96, 1, DType::kFloat32, layout, bias, act, out, ++seed);
+          const Config c = MakeConfig(lt, p, *l);
+          Config cpu_c = c;
+          cpu_c.backend = "cpu";
+          SCOPED_TRACE(absl::StrCat(c.ToString(), " ", WeightLayoutName(layout), " out ",
+                                    DTypeShortName(out)));
+          auto g = lt->Run(l->problem, c, {});
+          ASSERT_THAT(g, IsOk());
+          auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+          ASSERT_THAT(cpu, IsOk());
+          ASSERT_EQ(g->output.dtype(), out);
+          const Agreement a = Compare(g->output, cpu->output);
+          std::printf("| %s | %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
+                      std::string(WeightLayoutName(layout)).c_str(), bias ? "fp32" : "-",
+                      std::string(DTypeShortName(out)).c_str(), 100 * a.bitwise_share,
+                      static_cast<unsigned long long>(a.max_ulp));
+          EXPECT_EQ(a.max_ulp, 0u);
+          EXPECT_EQ(g->details["partial_sum_order"], cpu->details["partial_sum_order"]);
+        }
+      }
+    }
+  }
+}
+
+// XLA's guard: an infinite input makes the low parts NaN, and the sum
+// before high x high has its NaNs zeroed, so y = x * w = +inf, not NaN
+// (docs/numerics.md, "Multi-pass precisions").
+TEST_F(CudaGpuTest, GpuMultiPassAnInfiniteInputGivesAnInfiniteOutputNotNaN) {
+  for (Precision p : kMultiPassPrecisions) {
+    auto l = MakeLayer(1, 1, 1, DType::kFloat32, WeightLayout::kOutIn, false, Activation::kNone,
+                       DType::kFloat32, 1600);
+    l->x.data<float>()[0] = std::numeric_limits<float>::infinity();
+    l->w.data<float>()[0] = 1.5f;
+    const Config c = MakeConfig(Backend("cublaslt"), p, *l);
+    auto g = Backend("cublaslt")->Run(l->problem, c, {});
+    ASSERT_THAT(g, IsOk());
+    EXPECT_EQ(g->output.data<float>()[0], std::numeric_limits<float>::infinity()) << c.ToString();
+  }
+}
+
+// Random layers, where the partial GEMMs round: the device's passes and the
+// CPU's (another order inside each partial GEMM) both within the bound of
+// the fp64 reference; the table is what the GPU validation records.
+TEST_F(CudaGpuTest, GpuMultiPassRandomLayersAgainstTheCpuWithinTheBound) {
+  std::printf("| configuration | storage | bitwise equal to cpu | max ulp | mean ulp |\n");
+  std::printf("|---|---|---|---|---|\n");
+  uint32_t seed = 1700;
+  LinearBackend* lt = Backend("cublaslt");
+  for (Precision p : kMultiPassPrecisions) {
+    for (DType storage : {DType::kFloat32, DType::kBFloat16}) {
+      for (Activation act : {Activation::kNone, Activation::kGeluTanh}) {
+        auto l = MakeLayer(64, 96, 256, storage, WeightLayout::kOutIn, true, act, storage, ++seed);
+        const Config c = MakeConfig(lt, p, *l);
+        Config cpu_c = c;
+        cpu_c.backend = "cpu";
+        SCOPED_TRACE(c.ToString());
+        auto g = lt->Run(l->problem, c, {});
+        ASSERT_THAT(g, IsOk());
+        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        ASSERT_THAT(cpu, IsOk());
+        const Agreement a = Compare(g->output, cpu->output);
+        std::printf("| %s%s | %s | %.2f%% | %llu | %.3g |\n", c.ToString().c_str(),
+                    act == Activation::kGeluTanh ? " +gelu" : "",
+                    std::string(DTypeShortName(storage)).c_str(), 100 * a.bitwise_share,
+                    static_cast<unsigned long long>(a.max_ulp), a.mean_ulp);
+        const Reference ref = ComputeReference(*l);
+        for (size_t e = 0; e < ref.y.size(); ++e) {
+          const double d = std::fabs(At(g->output, e) - At(cpu->output, e));
+          ASSERT_LE(d, 2 * Bound(p, storage, storage, 256, act, ref, e)) << "element " << e;
+        }
+      }
+    }
+  }
+}
+
+// cuBLAS's own BF16x9 (CUBLAS_COMPUTE_32F_EMULATED_16BFX9): before Blackwell
+// refused naming the rule; from compute capability 10.0 within bf16x9's
+// bound of the fp64 reference (its split and order are cuBLAS's, so no bits
+// are expected), and how often it equals XLA's order (cublaslt:bf16x9) and
+// strict fp32 is printed for the GPU validation.
+TEST_F(CudaGpuTest, GpuCublasBf16x9IsEmulatedFromBlackwellAndRefusedBefore) {
+  LinearBackend* blas = Backend("cublas");
+  const std::vector<Precision> listed = blas->precisions();
+  const bool blackwell = std::stod(blas->device().compute_capability) >= 10.0;
+  EXPECT_EQ(std::find(listed.begin(), listed.end(), Precision::kBf16x9) != listed.end(), blackwell);
+  if (!blackwell) {
+    auto l = MakeLayer(8, 16, 32, DType::kFloat32, WeightLayout::kOutIn, false, Activation::kNone,
+                       DType::kFloat32, 1799);
+    EXPECT_THAT(blas->Run(l->problem, MakeConfig(blas, Precision::kBf16x9, *l), {}).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("compute capability 10.0 or later"),
+                               HasSubstr("cublaslt:bf16x9"))));
+    return;
+  }
+  auto l = MakeLayer(64, 96, 256, DType::kFloat32, WeightLayout::kOutIn, true, Activation::kNone,
+                     DType::kFloat32, 1800);
+  const Config c = MakeConfig(blas, Precision::kBf16x9, *l);
+  auto g = blas->Run(l->problem, c, {});
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->details["compute_type"], "CUBLAS_COMPUTE_32F_EMULATED_16BFX9");
+  EXPECT_EQ(g->details["emulation_strategy"], "CUBLAS_EMULATION_STRATEGY_EAGER");
+  const Reference ref = ComputeReference(*l);
+  for (size_t e = 0; e < ref.y.size(); ++e) {
+    ASSERT_LE(
+        std::fabs(At(g->output, e) - ref.y[e]),
+        Bound(Precision::kBf16x9, DType::kFloat32, DType::kFloat32, 256, Activation::kNone, ref, e))
+        << "element " << e;
+  }
+  auto xla = Backend("cublaslt")
+                 ->Run(l->problem, MakeConfig(Backend("cublaslt"), Precision::kBf16x9, *l), {});
+  ASSERT_THAT(xla, IsOk());
+  auto fp32 = blas->Run(l->problem, MakeConfig(blas, Precision::kFp32, *l), {});
+  ASSERT_THAT(fp32, IsOk());
+  std::printf(
+      "cublas:bf16x9 equal to cublaslt:bf16x9 (XLA's order): %.2f%%, to cublas:fp32: %.2f%%\n",
+      100 * Compare(g->output, xla->output).bitwise_share,
+      100 * Compare(g->output, fp32->output).bitwise_share);
 }
 
 // Which TF32 input rounding does cuBLAS use? Inputs are chosen so that

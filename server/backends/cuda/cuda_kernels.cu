@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/multi_pass_split.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 
 namespace tensorcheck::cuda {
@@ -176,6 +177,32 @@ __global__ void ActivationKernel(T* y, ActKind act, int64_t count) {
   }
 }
 
+// Part `which` of every fp32 value (core/multi_pass_split.h, the CPU's
+// split): bf16 parts stored as bf16 (exactly: they are bf16 values), TF32
+// parts as fp32.
+__global__ void SplitMultiPassKernel(const float* src, void* dst, int parts, bool tf32, int which,
+                                     int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    float split[3];
+    SplitMultiPassValue(parts, tf32, src[i], split);
+    if (tf32) {
+      static_cast<float*>(dst)[i] = split[which];
+    } else {
+      static_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(__float_as_uint(split[which]) >> 16);
+    }
+  }
+}
+
+__global__ void AddPartialKernel(float* sum, const float* partial, bool guard, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    sum[i] = AddPartial(sum[i], partial[i], guard);
+  }
+}
+
 __global__ void CompareBitsKernel(const uint16_t* a, const uint16_t* b, int64_t count, int* flag) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   bool differ = false;
@@ -301,6 +328,21 @@ cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes, int*
   if (count <= 0) return cudaSuccess;
   CompareBitsKernel<<<Blocks(count), kThreads, 0, stream>>>(
       static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), count, flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSplitMultiPass(const float* src, void* dst, int parts, bool tf32, int which,
+                                 int64_t count, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  if (parts < 2 || parts > 3 || which < 0 || which >= parts) return cudaErrorInvalidValue;
+  SplitMultiPassKernel<<<Blocks(count), kThreads, 0, stream>>>(src, dst, parts, tf32, which, count);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddPartial(float* sum, const float* partial, bool guard, int64_t count,
+                             cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  AddPartialKernel<<<Blocks(count), kThreads, 0, stream>>>(sum, partial, guard, count);
   return cudaGetLastError();
 }
 

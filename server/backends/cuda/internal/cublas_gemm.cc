@@ -93,6 +93,15 @@ class CublasGemm final : public GemmCall {
     (*details)["math_mode"] = options.disallow_reduced_precision_reduction
                                   ? "CUBLAS_DEFAULT_MATH|DISALLOW_REDUCED_PRECISION_REDUCTION"
                                   : "CUBLAS_DEFAULT_MATH";
+    // cuBLAS's BF16x9: "EAGER" uses the emulation "whenever possible";
+    // the default (PERFORMANT, unless CUBLAS_EMULATION_STRATEGY says
+    // otherwise) only where it is faster, else plain fp32 (cublas_api.h).
+    // Set per request, as the math mode, since the lane's handle is shared.
+    const bool emulated = ops_.plan.compute == CUBLAS_COMPUTE_32F_EMULATED_16BFX9;
+    TC_CUDA_RETURN_IF_ERROR(
+        cublasSetEmulationStrategy(ctx_.cublas(), emulated ? CUBLAS_EMULATION_STRATEGY_EAGER
+                                                           : CUBLAS_EMULATION_STRATEGY_DEFAULT));
+    if (emulated) (*details)["emulation_strategy"] = "CUBLAS_EMULATION_STRATEGY_EAGER";
     DescribeAlgo(static_cast<size_t>(index), details);
     (*details)["algo_index"] = absl::StrCat(index);
     std::string steps = "gemm";

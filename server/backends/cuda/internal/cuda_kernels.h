@@ -38,6 +38,20 @@ cudaError_t LaunchActivation(void* y, ElemType y_type, ActKind act, int64_t coun
 cudaError_t LaunchTransposeBytes(const void* src, void* dst, int64_t rows, int64_t cols,
                                  cudaStream_t stream);
 
+// Part `which` (0 the highest) of each of `count` fp32 values split into
+// `parts` (2 or 3) parts as a multi-pass precision splits them
+// (core/multi_pass_split.h): bf16 parts into a bf16 array, TF32 parts
+// (`tf32`) into an fp32 one. cudaErrorInvalidValue for parts or which out
+// of range.
+cudaError_t LaunchSplitMultiPass(const float* src, void* dst, int parts, bool tf32, int which,
+                                 int64_t count, cudaStream_t stream);
+
+// sum[i] = AddPartial(sum[i], partial[i], guard) (core/multi_pass_split.h):
+// one step of a multi-pass precision's partial sums, in fp32; `guard`
+// (before the high x high partial) replaces a NaN sum by zero first.
+cudaError_t LaunchAddPartial(float* sum, const float* partial, bool guard, int64_t count,
+                             cudaStream_t stream);
+
 // Sets *flag to 1 when the first `nbytes` bytes of a and b differ (nbytes
 // even, both 2-byte aligned). *flag is not cleared.
 cudaError_t LaunchCompareBits(const void* a, const void* b, int64_t nbytes, int* flag,

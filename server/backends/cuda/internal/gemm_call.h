@@ -136,12 +136,48 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
 
 // cuBLAS (`cublas`): cublasGemmEx with the algorithm operands.algo of
 // CublasAlgorithms' list, then the bias and the activation by a kernel
-// each, each rounding to the output dtype.
+// each, each rounding to the output dtype. With
+// CUBLAS_COMPUTE_32F_EMULATED_16BFX9 (bf16x9) the handle's emulation
+// strategy is CUBLAS_EMULATION_STRATEGY_EAGER for the request, else the
+// default.
 absl::StatusOr<std::unique_ptr<GemmCall>> PrepareCublasGemm(const GemmOperands& operands,
                                                             CudaContext& ctx,
                                                             const RunOptions& options,
                                                             absl::string_view cfg,
                                                             Details* details);
+
+// A multi-pass precision's partial GEMMs on cuBLASLt (`cublaslt`,
+// internal/multi_pass_rules.h), summed as the CPU emulation defines them.
+// `part` is one partial GEMM's shape, types (MakeMultiPassPlan: fp32 D) and
+// algorithm, its pointers unused; the parts are on the device already.
+struct MultiPassOperands {
+  GemmOperands part;
+  MultiPassScheme scheme;
+  // The parts of x and W, highest first (scheme.parts each), in the plan's
+  // A/B type.
+  std::vector<const void*> x_parts, w_parts;
+  // Two fp32 arrays of m*n: the running sum and the partial being added.
+  float* sum = nullptr;
+  float* partial = nullptr;
+  // The epilogue, by kernels: the bias as stored (nullptr without one), the
+  // activation and the output dtype. The bias mode is fused (or none), as
+  // for every cublaslt configuration.
+  const void* bias = nullptr;
+  DType bias_type = DType::kFloat32;
+  Activation activation = Activation::kNone;
+  DType out = DType::kFloat32;
+};
+
+// One cublasLtMatmul per partial product, each into fp32 with no epilogue
+// (the heuristic's entry operands.part.algo for every one: they share the
+// descriptors), the partials summed in the scheme's order by a kernel with
+// the NaN guard before high x high (core/multi_pass_split.h's AddPartial),
+// then the bias added to the fp32 sum, the activation in fp32 and one
+// rounding to the output dtype: round_out(act(acc + b)), the CPU backend's
+// fused epilogue (multi_pass_call.cc says why not cuBLASLt's).
+absl::StatusOr<std::unique_ptr<GemmCall>> PrepareLtMultiPass(
+    const MultiPassOperands& operands, CudaContext& ctx, const RunOptions& options,
+    absl::string_view cfg, absl::string_view device_name, Details* details);
 
 // cublasGemmEx's algorithms (at most `limit`): CUBLAS_GEMM_DEFAULT, then
 // CUBLAS_GEMM_ALGO0..ALGO23; the same for every problem.

@@ -58,6 +58,8 @@ const char* ComputeName(cublasComputeType_t c) {
       return "CUBLAS_COMPUTE_32F_FAST_TF32";
     case CUBLAS_COMPUTE_16F:
       return "CUBLAS_COMPUTE_16F";
+    case CUBLAS_COMPUTE_32F_EMULATED_16BFX9:
+      return "CUBLAS_COMPUTE_32F_EMULATED_16BFX9";
     default:
       return "CUBLAS_COMPUTE_?";
   }
@@ -107,13 +109,22 @@ Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epi
     case Precision::kBf16x6:
     case Precision::kBf16x9:
     case Precision::kTf32x3:
-      // Not run on the device yet (the cuda backends do not list them, so
-      // Supports refuses them first); a strict-fp32 plan keeps the switch
-      // whole.
+      // MakeMultiPassPlan, from the multi-pass rules' answer; a
+      // strict-fp32 plan keeps the switch whole.
       plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F, DType::kFloat32);
       break;
   }
   return plan;
+}
+
+Plan MakeMultiPassPlan(const MultiPassGemm& gemm) {
+  // Every GEMM writes fp32: the partials are summed (or, for cuBLAS's own
+  // BF16x9, the result rounded) by kernels afterwards.
+  const cublasComputeType_t compute =
+      gemm.compute == PartCompute::k32FFastTf32         ? CUBLAS_COMPUTE_32F_FAST_TF32
+      : gemm.compute == PartCompute::k32FEmulated16BFx9 ? CUBLAS_COMPUTE_32F_EMULATED_16BFX9
+                                                        : CUBLAS_COMPUTE_32F;
+  return Wide(gemm.part, compute, CUDA_R_32F, DType::kFloat32);
 }
 
 Plan MakeFp8Plan(const Fp8Gemm& gemm) {

@@ -30,6 +30,16 @@
 //   fp8e4m3e5m2  A E5M2, B E4M3     32F                 fp32   as fp8e4m3
 //   fp8e5m2e4m3  A E4M3, B E5M2     32F                 fp32   as fp8e4m3
 //   fp8e5m2    (none: cuBLASLt has no E5M2 x E5M2 GEMM; the cpu backend runs it)
+//   bf16x3/x6/x9 (cublaslt) bf16 parts 32F            fp32   fp32, one GEMM per
+//                                                              partial product
+//   tf32x3     (cublaslt) fp32 (TF32   32F_FAST_TF32       fp32   fp32, likewise
+//              parts)
+//   bf16x9     (cublas) fp32           32F_EMULATED_16BFX9 fp32   fp32
+//
+// Multi-pass (internal/multi_pass_rules.h has the rules): cuBLASLt runs
+// XLA's partial GEMMs on parts split by a kernel, sums them and applies the
+// bias, activation and output rounding by kernels; cuBLAS runs its own
+// BF16x9 emulation.
 //
 // FP8 (cuBLASLt only; internal/fp8_rules.h has every rule and where it is
 // written): A is the weight, B the input, each in its precision's format:
@@ -80,6 +90,7 @@
 #include "core/tensor.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
+#include "server/backends/cuda/internal/multi_pass_rules.h"
 
 namespace tensorcheck::cuda::internal {
 
@@ -100,6 +111,11 @@ struct Plan {
 // `out`. `epilogue_bias`: the dtype of the bias the Lt epilogue will add
 // (nullopt without one).
 Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epilogue_bias);
+
+// The plan of one GEMM of a multi-pass configuration whose rules
+// (CheckMultiPass) gave `gemm`: A and B in the part type (bf16; TF32 parts
+// and cuBLAS's BF16x9 operands in fp32), the rules' compute type, fp32 D.
+Plan MakeMultiPassPlan(const MultiPassGemm& gemm);
 
 // The plan of an FP8 configuration whose rules (CheckFp8Gemm) gave `gemm`.
 Plan MakeFp8Plan(const Fp8Gemm& gemm);

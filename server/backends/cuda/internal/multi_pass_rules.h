@@ -30,8 +30,8 @@
 //     cuBLAS's, not XLA's. NVIDIA documents the FP32 emulation for
 //     Blackwell's BF16 tensor cores (cuBLAS 12.9 release blog), so the rule
 //     is compute capability 10.0 or later; earlier devices are refused
-//     naming it (where cuBLAS could not emulate, the compute type would
-//     quietly give plain fp32).
+//     naming it (where cuBLAS does not emulate, the strategies' wording
+//     suggests plain fp32, which would be the wrong name for the output).
 //
 // Thread-safe (pure). Errors: FAILED_PRECONDITION naming the configuration
 // and the rule; INVALID_ARGUMENT for a precision that is not multi-pass or a

@@ -1,7 +1,8 @@
 // A configuration's run, its algorithms and the magnitude sums on a
 // CudaSession (internal/cuda_session.h). How a configuration runs (compute
 // types, the rounding of inputs and outputs): gemm_plan.h; the calls:
-// gemm_call.h; the FP8 rules: fp8_rules.h.
+// gemm_call.h; the FP8 rules: fp8_rules.h; the multi-pass rules:
+// multi_pass_rules.h.
 //
 // tf32rna and tf32trunc, which no cuBLAS compute type offers, run as an
 // emulation with the CPU backend's semantics: the inputs rounded to TF32
@@ -16,6 +17,12 @@
 // An IN_OUT FP8 weight is transposed to [n, k] (the host transposes a
 // quantised one as it uploads it; a device kernel an FP8 one), so that A
 // is always transposed and B not (TN).
+//
+// The multi-pass precisions (internal/multi_pass_rules.h): on cuBLASLt,
+// each operand is split into its parts by a kernel (forms of the operand,
+// resident with a stored weight), one cublasLtMatmul per partial product
+// and the sums and epilogue by kernels (internal/multi_pass_call.cc); on
+// cuBLAS, bf16x9 is one cublasGemmEx with cuBLAS's own BF16x9 emulation.
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +45,7 @@
 #include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
+#include "server/backends/cuda/internal/multi_pass_rules.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -54,14 +62,6 @@ std::optional<Tf32Rounding> EmulatedTf32(Precision p) {
 absl::Status CheckConfig(const Config& config, bool lt, bool has_bias, const RunOptions& options,
                          bool tf32_disabled) {
   const std::string cfg = config.ToString();
-  if (IsMultiPass(config.precision)) {
-    // The backends do not list them (LinearBackend::Supports refuses them
-    // first); this keeps a caller that skipped that from a wrong plan.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "configuration ", cfg,
-        ": multi-pass precisions are not supported on this backend yet; "
-        "the cpu backend emulates them (docs/numerics.md, \"Multi-pass precisions\")"));
-  }
   if (!lt && config.bias == BiasMode::kFused) {
     return absl::FailedPreconditionError(
         absl::StrCat("configuration ", cfg,
@@ -98,9 +98,17 @@ struct RunSetup {
   Plan plan;
   // tf32rna/tf32trunc: the TF32 rounding of fp32 operands on the device.
   std::optional<Tf32Rounding> round;
+  // A multi-pass precision: how it runs (the rules' answer).
+  std::optional<MultiPassGemm> multi_pass;
   // The bias on the device: Lt, the epilogue's type; cublas, as stored.
   DType bias_type = DType::kFloat32;
   bool a_transposed = false;
+
+  // cuBLASLt's partial GEMMs of a multi-pass precision: the plan is one
+  // partial GEMM's (fp32 D, no epilogue); kernels do the rest.
+  bool partial_gemms() const {
+    return multi_pass.has_value() && multi_pass->method == MultiPassMethod::kPartialGemms;
+  }
 };
 
 // The device's side of a set-up: whether TF32 is turned off for cuBLAS
@@ -145,6 +153,15 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
     r.a_transposed = true;
     return r;
   }
+  if (IsMultiPass(config.precision)) {
+    TC_ASSIGN_OR_RETURN(r.multi_pass, CheckMultiPass(MultiPassQuery{config, device.cc}));
+    r.plan = MakeMultiPassPlan(*r.multi_pass);
+    // The bias as stored: kernels add it (cuBLASLt's passes), or cuBLAS's
+    // bias kernel.
+    r.bias_type = l.bias.value_or(DType::kFloat32);
+    r.a_transposed = l.layout == WeightLayout::kOutIn;
+    return r;
+  }
   // tf32rna/tf32trunc: fp32's plan (strict fp32 when the inputs are wider
   // than 16 bits), with the inputs rounded to TF32 first. 16-bit inputs
   // are exact in TF32, and fp32's plan then rounds nothing either.
@@ -183,6 +200,30 @@ absl::StatusOr<ArrayRef> Operand(CudaSession& s, ArrayRef source, DType to,
     }
     return absl::OkStatus();
   });
+}
+
+// The parts of a multi-pass operand (`source`, whose fp32 form is `fp32`),
+// highest first, in the part type: forms of `source`, made once per session
+// (resident with a stored weight). bf16x6 and bf16x9 share their three
+// parts.
+absl::StatusOr<std::vector<ArrayRef>> SplitParts(CudaSession& s, ArrayRef source, ArrayRef fp32,
+                                                 const MultiPassGemm& g) {
+  TC_ASSIGN_OR_RETURN(const CudaSession::Array* src, s.Get(fp32, "operand"));
+  const float* data = static_cast<const float*>(src->data);
+  const int64_t count = src->count;
+  const int parts = g.scheme.parts;
+  const bool tf32 = g.scheme.tf32;
+  cudaStream_t stream = s.stream();
+  std::vector<ArrayRef> out;
+  for (int i = 0; i < parts; ++i) {
+    const std::string form = absl::StrCat("split|", tf32 ? "tf32" : "bf16", "|", parts, "|", i);
+    TC_ASSIGN_OR_RETURN(ArrayRef part, s.Form(source, form, g.part, [=](void* dst) -> absl::Status {
+      TC_CUDA_RETURN_IF_ERROR(LaunchSplitMultiPass(data, dst, parts, tf32, i, count, stream));
+      return absl::OkStatus();
+    }));
+    out.push_back(part);
+  }
+  return out;
 }
 
 // An FP8 operand on the device with its dequantisation scales.
@@ -313,10 +354,13 @@ absl::StatusOr<Fp8Arrays> Fp8Operands(CudaSession& s, const SessionOperands& op,
 // The plan in the run's details: the device, the types, where values are
 // rounded (or quantised), the workspace.
 void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
-                  const CudaSession::Array* bias, DType bias_to, DType out, CudaSession& s,
+                  const CudaSession::Array* bias, DType bias_to, DType out,
+                  const std::optional<MultiPassGemm>& multi_pass, CudaSession& s,
                   Details* details) {
   Details& d = *details;
   d["device"] = s.device().probe().description.name;
+  d["workspace_bytes"] = absl::StrCat(s.ctx().workspace_bytes());
+  d["statistics"] = "device";
   d["compute_type"] = ComputeName(plan.compute);
   d["d_type"] = std::string(DTypeName(plan.d));
   d["scale_type"] = plan.scale == CUDA_R_64F   ? "float64"
@@ -374,11 +418,27 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
     d["emulation"] =
         "TF32 inputs rounded on the device, then a strict-fp32 GEMM (CUBLAS_COMPUTE_32F_PEDANTIC)";
   }
+  if (multi_pass && multi_pass->method == MultiPassMethod::kPartialGemms) {
+    const MultiPassScheme& scheme = multi_pass->scheme;
+    const char* part = scheme.tf32 ? "tf32" : "bf16";
+    d["ab_type"] = absl::StrCat(DTypeName(plan.ab), scheme.tf32 ? " (TF32 parts)" : " parts");
+    d["input_rounding"] = absl::StrCat(
+        "x and W split into ", scheme.parts, " ", part,
+        " parts by a device kernel (core/multi_pass_split.h, the cpu backend's split)");
+    d["passes"] = absl::StrCat(scheme.products.size(), " ", part, " GEMMs with fp32 accumulation");
+    d["partial_sum_order"] = PartialSumOrder(scheme);
+    d["output_rounding"] =
+        absl::StrCat("float32->", DTypeName(out), " (device kernel, nearest-even)");
+    return;
+  }
+  if (multi_pass) {
+    d["emulation"] =
+        "cuBLAS's own BF16x9 (CUBLAS_COMPUTE_32F_EMULATED_16BFX9): its split and its order of "
+        "the partial products are cuBLAS's, not XLA's";
+  }
   d["output_rounding"] = plan.d == out ? "none (GEMM writes the output dtype)"
                                        : absl::StrCat(DTypeName(plan.d), "->", DTypeName(out),
                                                       " (device kernel, nearest-even)");
-  d["workspace_bytes"] = absl::StrCat(s.ctx().workspace_bytes());
-  d["statistics"] = "device";
 }
 
 // What the GEMM call takes from the layer and its set-up (types, shape,
@@ -392,9 +452,11 @@ GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_
   ops.n = l.n;
   ops.k = l.k;
   ops.a_transposed = setup.a_transposed;
-  ops.out = l.output_dtype;
+  // cuBLASLt's multi-pass partial GEMMs write fp32 partials, without an
+  // epilogue.
+  ops.out = setup.partial_gemms() ? DType::kFloat32 : l.output_dtype;
   ops.bias_type = setup.bias_type;
-  ops.activation = l.activation;
+  ops.activation = setup.partial_gemms() ? Activation::kNone : l.activation;
   ops.stream = stream;
   return ops;
 }
@@ -409,7 +471,7 @@ GemmOperands PlaceholderOperands(const RunSetup& setup, const LayerTypes& layer,
   GemmOperands ops = GemmShapeOf(setup, layer, stream);
   ops.w = placeholder;
   ops.x = placeholder;
-  ops.bias = layer.bias.has_value() ? placeholder : nullptr;
+  ops.bias = layer.bias.has_value() && !setup.partial_gemms() ? placeholder : nullptr;
   if (setup.plan.fp8) {
     ops.w_scale = static_cast<const float*>(placeholder);
     ops.x_scale = static_cast<const float*>(placeholder);
@@ -485,15 +547,29 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
     ops.x_scale = static_cast<const float*>(s.data(f.x.scales));
     ops.w_scale = static_cast<const float*>(s.data(f.w.scales));
     ops.fast_accum = config.fast_accum;
+  } else if (setup.partial_gemms()) {
+    // fp32 first (fp64 rounded to nearest, 16-bit widened exactly), as the
+    // CPU backend reads the operands it splits.
+    TC_ASSIGN_OR_RETURN(x_ab, Operand(s, op.input, DType::kFloat32, std::nullopt));
+    TC_ASSIGN_OR_RETURN(w_ab, Operand(s, op.weight, DType::kFloat32, std::nullopt));
   } else {
     TC_ASSIGN_OR_RETURN(x_ab, Operand(s, op.input, plan.ab, setup.round));
     TC_ASSIGN_OR_RETURN(w_ab, Operand(s, op.weight, plan.ab, setup.round));
+  }
+  std::vector<ArrayRef> x_parts, w_parts;
+  ArrayRef sum, partial;
+  if (setup.partial_gemms()) {
+    TC_ASSIGN_OR_RETURN(x_parts, SplitParts(s, op.input, x_ab, *setup.multi_pass));
+    TC_ASSIGN_OR_RETURN(w_parts, SplitParts(s, op.weight, w_ab, *setup.multi_pass));
+    TC_ASSIGN_OR_RETURN(sum, s.Allocate(DType::kFloat32, m * n));
+    TC_ASSIGN_OR_RETURN(partial, s.Allocate(DType::kFloat32, m * n));
   }
   ArrayRef bias_dev;
   if (bias != nullptr) {
     TC_ASSIGN_OR_RETURN(bias_dev, Operand(s, op.bias, setup.bias_type, std::nullopt));
   }
-  const bool d_is_out = plan.d == out;
+  // The multi-pass call writes the output itself.
+  const bool d_is_out = setup.partial_gemms() || plan.d == out;
   ArrayRef d_buf, out1, flag;
   if (!d_is_out) {
     TC_ASSIGN_OR_RETURN(d_buf, s.Allocate(plan.d, m * n));
@@ -506,7 +582,8 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.data(flag), 0, sizeof(int), s.stream()));
 
   SessionRun result;
-  DescribePlan(plan, config, x_type, w_type, bias, setup.bias_type, out, s, &result.run.details);
+  DescribePlan(plan, config, x_type, w_type, bias, setup.bias_type, out, setup.multi_pass, s,
+               &result.run.details);
   ops.w = s.data(w_ab);
   ops.x = s.data(x_ab);
   ops.d = d_is_out ? nullptr : s.data(d_buf);
@@ -515,7 +592,21 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   const std::string cfg = config.ToString();
   const std::string& device_name = s.device().probe().description.name;
   std::unique_ptr<GemmCall> gemm;
-  if (setup.lt) {
+  if (setup.partial_gemms()) {
+    MultiPassOperands mp;
+    mp.part = ops;
+    mp.scheme = setup.multi_pass->scheme;
+    for (ArrayRef a : x_parts) mp.x_parts.push_back(s.data(a));
+    for (ArrayRef a : w_parts) mp.w_parts.push_back(s.data(a));
+    mp.sum = static_cast<float*>(s.data(sum));
+    mp.partial = static_cast<float*>(s.data(partial));
+    mp.bias = ops.bias;
+    mp.bias_type = setup.bias_type;
+    mp.activation = layer.activation;
+    mp.out = out;
+    TC_ASSIGN_OR_RETURN(
+        gemm, PrepareLtMultiPass(mp, s.ctx(), options, cfg, device_name, &result.run.details));
+  } else if (setup.lt) {
     TC_ASSIGN_OR_RETURN(
         gemm, PrepareLtMatmul(ops, s.ctx(), options, cfg, device_name, &result.run.details));
   } else {
@@ -545,6 +636,10 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
     s.Free(out1);
   }
   if (!d_is_out) s.Free(d_buf);
+  if (setup.partial_gemms()) {
+    s.Free(sum);
+    s.Free(partial);
+  }
   s.Free(flag);
   result.run.runs = options.repeat;
   result.run.deterministic = differ == 0;
