@@ -153,8 +153,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 }
 
 absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool diagnose,
-                                              const StopSignal* stop) const {
+                                              const StopSignal* stop,
+                                              const Plan* first_tier) const {
   Plan plan;
+  const bool second_tier = first_tier != nullptr;
   const Tensor& x = req.input;
   const Tensor& w = req.weight;
 
@@ -245,15 +247,30 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   // Default candidates come prepared for this layer; resolve takes them as
   // they are, so that no rule is asked twice of a configuration.
   std::vector<PreparedRun> prepared;
-  const std::vector<std::string> config_specs =
-      diagnose && req.configs.empty()
-          ? DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                              fp8.scaling, layer, &plan.passed_over, &prepared, fp8.block_precision)
-          : req.configs;
+  std::vector<std::string> config_specs = req.configs;
+  if (diagnose && req.configs.empty()) {
+    // The first tier, and the second after it when asked for
+    // (docs/numerics.md, "Diagnosis").
+    config_specs = DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
+                                     fp8.scaling, layer, &plan.passed_over, &prepared,
+                                     fp8.block_precision);
+    plan.tiers = {1};
+    if (second_tier) {
+      for (std::string& c :
+           SecondTierCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation, layer,
+                                &plan.passed_over, &prepared)) {
+        if (absl::c_find(config_specs, c) == config_specs.end()) config_specs.push_back(c);
+      }
+      plan.tiers.push_back(2);
+    }
+  }
   if (static_cast<int>(config_specs.size()) > options_.limits.max_configs) {
-    return absl::InvalidArgumentError(absl::StrCat("configs: at most ", options_.limits.max_configs,
-                                                   " configurations expected, got ",
-                                                   config_specs.size()));
+    const std::string message = absl::StrCat("configs: at most ", options_.limits.max_configs,
+                                             " configurations expected, got ", config_specs.size());
+    // The server's own choice, not the request's: a limit the second tier
+    // would pass, as the work limit is.
+    if (second_tier) return absl::ResourceExhaustedError(message);
+    return absl::InvalidArgumentError(message);
   }
   const ToleranceRequest& tr = req.tolerance;
   for (const auto& [name, value] :
@@ -375,9 +392,11 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     }
   }
   if (static_cast<int>(plan.configs.size()) > options_.limits.max_configs) {
-    return absl::InvalidArgumentError(
+    const std::string message =
         absl::StrCat("configs: at most ", options_.limits.max_configs,
-                     " configurations expected with the accepted ones, got ", plan.configs.size()));
+                     " configurations expected with the accepted ones, got ", plan.configs.size());
+    if (second_tier) return absl::ResourceExhaustedError(message);
+    return absl::InvalidArgumentError(message);
   }
 
   plan.run.repeat = req.repeat == 0 ? 1 : req.repeat;
@@ -403,6 +422,10 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   plan.compare.top_groups = req.top_groups == 0 ? 5 : req.top_groups;
   plan.compare.executor = options_.executor;
   plan.compare.stop = stop;
+  if (second_tier) {
+    plan.prior_runs = first_tier->prior_runs +
+                      static_cast<int64_t>(first_tier->configs.size() + 1) * first_tier->run.repeat;
+  }
   TC_RETURN_IF_ERROR(CheckCost(plan, req, diagnose));
   return plan;
 }
@@ -412,15 +435,19 @@ absl::Status Engine::CheckCost(const Plan& plan, const LinearRequest& req, bool 
   // Work: every run of every configuration, the reference's included; a
   // batch-invariance check runs each once more whole and once per
   // sub-batch size (M rows in all).
+  // A second tier of default candidates counts the first tier's runs too.
   const int64_t configs = static_cast<int64_t>(plan.configs.size() + 1);
   const int64_t batch_runs = static_cast<int64_t>(plan.batch_sizes.size()) + 1;
-  const int64_t runs = configs * (plan.run.repeat + (plan.batch_sizes.empty() ? 0 : batch_runs));
+  const int64_t runs =
+      configs * (plan.run.repeat + (plan.batch_sizes.empty() ? 0 : batch_runs)) + plan.prior_runs;
   const int64_t macs = plan.shape.m * plan.shape.n * plan.shape.k;  // <= max_macs, checked above
   if (macs > limits.max_work_macs / runs) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "work: M*N*K = ", macs, " multiply-adds x ", plan.configs.size(),
         " configurations (+ the reference) x ", plan.run.repeat, " repeats",
         plan.batch_sizes.empty() ? "" : absl::StrCat(" (+ ", batch_runs, " batch-invariance runs)"),
+        plan.prior_runs == 0 ? ""
+                             : absl::StrCat(" (+ ", plan.prior_runs, " runs of the first tier)"),
         " exceeds the limit of ", limits.max_work_macs,
         " multiply-adds per request; ask for fewer configurations, repeats or batch sizes, "
         "or split the layer"));
@@ -569,7 +596,32 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, con
   }
   TC_ASSIGN_OR_RETURN(Plan plan, MakePlan(request, /*diagnose=*/true, stop));
   plan.progress = progress;
-  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, DiagnosePlanned(request, plan, stop));
+  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, RankPlanned(request, plan, stop));
+  // The second tier of default candidates only when the first explains
+  // nothing (docs/numerics.md, "Diagnosis"): its candidates ranked with
+  // the first's, in one run of both.
+  const bool unexplained = outcome.diagnosis->verdict == DiagnosisVerdict::kUnexplained;
+  if (plan.tiers == std::vector<int>{1} && unexplained &&
+      !SecondTierCandidateSpecs(request.input.dtype(), request.weight.dtype()).empty()) {
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+    absl::StatusOr<Plan> both = MakePlan(request, /*diagnose=*/true, stop, &plan);
+    if (!both.ok() && !absl::IsResourceExhausted(both.status())) return both.status();
+    if (!both.ok()) {
+      // Over a limit: the first tier's answer stands, and says why no more.
+      outcome.notes.push_back(absl::StrCat("The second tier of default candidates did not run: ",
+                                           both.status().message()));
+    } else if (both->configs.size() > plan.configs.size()) {
+      both->progress = progress;
+      const size_t first_count = plan.configs.size();
+      plan = *std::move(both);
+      TC_ASSIGN_OR_RETURN(outcome, RankPlanned(request, plan, stop));
+      outcome.notes.push_back(absl::StrCat(
+          "No candidate of the first tier explained the output; the second tier of default "
+          "candidates ran (",
+          plan.configs.size() - first_count, " more), ranked with the first."));
+    }
+  }
+  TC_RETURN_IF_ERROR(FinishDiagnosis(request, plan, &outcome));
   outcome.call = DecideCall(request, outcome);
   return outcome;
 }
@@ -577,6 +629,13 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, con
 absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& request,
                                                       const Plan& plan,
                                                       const StopSignal* stop) const {
+  TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, RankPlanned(request, plan, stop));
+  TC_RETURN_IF_ERROR(FinishDiagnosis(request, plan, &outcome));
+  return outcome;
+}
+
+absl::StatusOr<VerifyOutcome> Engine::RankPlanned(const LinearRequest& request, const Plan& plan,
+                                                  const StopSignal* stop) const {
   Artifacts artifacts;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, Run(request, plan, &artifacts));
   TC_RETURN_IF_ERROR(CheckStop(stop));
@@ -609,6 +668,7 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
     return absl::InternalError("diagnosis: the run kept no evidence");
   }
   TC_ASSIGN_OR_RETURN(outcome.diagnosis, RankCandidates(in, *artifacts.evidence));
+  outcome.diagnosis->candidate_tiers = plan.tiers;
   artifacts.evidence->Describe(&outcome.reference.details);
   for (RankedCandidate& ranked : outcome.diagnosis->ranking) {
     for (const ConfigOutcome& r : outcome.results) {
@@ -621,9 +681,15 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
     }
   }
   // Device evidence holds the request's session, and with it a lane; the
-  // batch-invariance runs below each open a session of their own, so with
-  // every lane held they would wait for this one forever.
-  artifacts.evidence.reset();
+  // batch-invariance runs (FinishDiagnosis) and a second tier's run each
+  // open a session of their own, so with every lane held they would wait
+  // for this one forever. `artifacts` ends here.
+  return outcome;
+}
+
+absl::Status Engine::FinishDiagnosis(const LinearRequest& request, const Plan& plan,
+                                     VerifyOutcome* out) const {
+  VerifyOutcome& outcome = *out;
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
   // With accepted configurations the verdict is the diagnosis's: rounding
   // of one of them.
@@ -638,7 +704,7 @@ absl::StatusOr<VerifyOutcome> Engine::DiagnosePlanned(const LinearRequest& reque
       if (r.config != keep) r.output.reset();
     }
   }
-  return outcome;
+  return absl::OkStatus();
 }
 
 int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) const {
@@ -653,9 +719,11 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
   const int64_t mn = m * n;
   int64_t configs = static_cast<int64_t>(req.configs.size());
   if (diagnose && configs == 0) {
-    // As many for either FP8 scaling.
+    // As many for either FP8 scaling; both tiers, which run together when
+    // the second runs (the first's session is closed by then).
     configs = static_cast<int64_t>(
-        DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation).size());
+        DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation).size() +
+        SecondTierCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation).size());
   }
   if (req.algorithm_sweep > 0) {
     configs = std::min<int64_t>(
@@ -689,16 +757,14 @@ int64_t Engine::EstimateWorkingBytes(const LinearRequest& req, bool diagnose) co
          (int64_t{1} << 20);
 }
 
-std::vector<std::string> Engine::DefaultCandidates(
-    DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
-    const std::optional<LinearProblem>& layer, std::map<std::string, std::string>* passed_over,
-    std::vector<PreparedRun>* prepared, std::optional<Precision> block_precision) const {
-  std::vector<std::string> out;
-  // Wide operands: the wide precisions (an fp8 recipe is asked for by
-  // name). FP8 operands: the fp8 precision of their formats, with and
-  // without fast accumulation; their scales fix the scaling.
+std::vector<ConfigSpec> FirstTierCandidateSpecs(DType storage, DType weight_storage,
+                                                Fp8Scaling scaling,
+                                                std::optional<Precision> block_precision) {
+  // Wide operands: the wide precisions. FP8 operands: the fp8 precision of
+  // their formats, with and without fast accumulation; their scales fix
+  // the scaling. MXFP8/NVFP4 operands: their precision.
   std::vector<ConfigSpec> specs;
-  if (!IsFp8(storage)) {
+  if (!IsNarrow(storage)) {
     for (Precision p : kWidePrecisions) {
       ConfigSpec spec;
       spec.precision = p;
@@ -719,6 +785,78 @@ std::vector<std::string> Engine::DefaultCandidates(
       specs.push_back(spec);
     }
   }
+  return specs;
+}
+
+std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage) {
+  std::vector<ConfigSpec> specs;
+  const bool wide =
+      storage == DType::kFloat32 || storage == DType::kBFloat16 || storage == DType::kFloat16;
+  if (!wide || weight_storage != storage) return specs;
+  // The FP8 recipes the server quantises wide operands with
+  // (docs/numerics.md, "Scaling recipes"): torchao's Float8Linear
+  // tensorwise and rowwise, each with and without fast accumulation.
+  for (Fp8Scaling scaling : kFp8Scalings) {
+    for (bool fast : {false, true}) {
+      ConfigSpec spec;
+      spec.precision = Precision::kFp8E4M3;
+      spec.scaling = scaling;
+      spec.fast_accum = fast;
+      specs.push_back(spec);
+    }
+  }
+  // MXFP8 as torchao's MX recipe and TransformerEngine's MXFP8BlockScaling
+  // quantise, NVFP4 as TransformerEngine's NVFP4BlockScaling
+  // (docs/numerics.md, "MXFP8 and NVFP4").
+  for (MxScaleRounding rounding : {MxScaleRounding::kFloor, MxScaleRounding::kRceil}) {
+    ConfigSpec spec;
+    spec.precision = Precision::kMxFp8E4M3;
+    spec.mx_rounding = rounding;
+    specs.push_back(spec);
+  }
+  ConfigSpec nvfp4;
+  nvfp4.precision = Precision::kNvFp4;
+  specs.push_back(nvfp4);
+  // The multi-pass precisions that differ from one pass here: one whose
+  // parts hold every value of the storage dtype forms every product
+  // exactly and is fp32's function in another order (all four for bf16,
+  // bf16x6, bf16x9 and tf32x3 for fp16, bf16x9 for fp32;
+  // docs/numerics.md, "Multi-pass precisions").
+  for (Precision p : kMultiPassPrecisions) {
+    if (StorageExactIn(p, storage)) continue;
+    ConfigSpec spec;
+    spec.precision = p;
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
+                                                   bool has_bias, Activation activation,
+                                                   Fp8Scaling scaling,
+                                                   const std::optional<LinearProblem>& layer,
+                                                   std::map<std::string, std::string>* passed_over,
+                                                   std::vector<PreparedRun>* prepared,
+                                                   std::optional<Precision> block_precision) const {
+  return OnBestBackends(FirstTierCandidateSpecs(storage, weight_storage, scaling, block_precision),
+                        storage,
+                        has_bias, activation, layer, passed_over, prepared);
+}
+
+std::vector<std::string> Engine::SecondTierCandidates(
+    DType storage, DType weight_storage, bool has_bias, Activation activation,
+    const std::optional<LinearProblem>& layer, std::map<std::string, std::string>* passed_over,
+    std::vector<PreparedRun>* prepared) const {
+  return OnBestBackends(SecondTierCandidateSpecs(storage, weight_storage), storage, has_bias,
+                        activation, layer, passed_over, prepared);
+}
+
+std::vector<std::string> Engine::OnBestBackends(const std::vector<ConfigSpec>& specs, DType storage,
+                                                bool has_bias, Activation activation,
+                                                const std::optional<LinearProblem>& layer,
+                                                std::map<std::string, std::string>* passed_over,
+                                                std::vector<PreparedRun>* prepared) const {
+  std::vector<std::string> out;
   for (ConfigSpec spec : specs) {
     for (BiasMode b : {BiasMode::kFused, BiasMode::kUnfused}) {
       spec.bias = b;

@@ -274,6 +274,11 @@ struct DiagnosisOutcome {
   // (best, or one equivalent or tied to it), and which.
   bool accepted = false;
   std::string accepted_as;
+  // The tiers of default candidates that ran (docs/numerics.md,
+  // "Diagnosis"): {1}, or {1, 2} when the first left the output
+  // unexplained and the second ran; empty when the request named its
+  // candidates.
+  std::vector<int> candidate_tiers;
 };
 
 // The decisions about one layer call that a whole-model check rests on
@@ -401,6 +406,8 @@ class Engine {
   // another backend that way the device configuration it replaces and the device's reason. With
   // `layer`, `prepared` (when given) receives each candidate prepared for
   // it (LinearBackend::Prepare), so that the plan asks no rule again.
+  // These are the first tier of default candidates (FirstTierCandidateSpecs
+  // on the best backend for each); SecondTierCandidates below the second.
   std::vector<std::string> DefaultCandidates(
       DType storage, DType weight_storage, bool has_bias, Activation activation,
       Fp8Scaling scaling = Fp8Scaling::kTensor,
@@ -408,6 +415,16 @@ class Engine {
       std::map<std::string, std::string>* passed_over = nullptr,
       std::vector<PreparedRun>* prepared = nullptr,
       std::optional<Precision> block_precision = std::nullopt) const;
+
+  // The second tier of default candidates (SecondTierCandidateSpecs), each
+  // on the best backend for it as DefaultCandidates chooses, with the same
+  // arguments. A default diagnosis runs them only when the first tier
+  // leaves the output unexplained (docs/numerics.md, "Diagnosis").
+  std::vector<std::string> SecondTierCandidates(
+      DType storage, DType weight_storage, bool has_bias, Activation activation,
+      const std::optional<LinearProblem>& layer = std::nullopt,
+      std::map<std::string, std::string>* passed_over = nullptr,
+      std::vector<PreparedRun>* prepared = nullptr) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }
@@ -423,13 +440,32 @@ class Engine {
   class DeviceExecution;
   // Validates `request` and decides what runs: request.configs, or for a
   // diagnosis that names none the default candidates for this layer.
-  absl::StatusOr<Plan> MakePlan(const LinearRequest& request, bool diagnose,
-                                const StopSignal* stop) const;
+  // With `first_tier` (the plan of a diagnosis over the first tier of
+  // default candidates, already run): the plan over both tiers, whose
+  // cost counts the first's runs too; over max_configs it is then
+  // RESOURCE_EXHAUSTED, as the cost limits are.
+  absl::StatusOr<Plan> MakePlan(const LinearRequest& request, bool diagnose, const StopSignal* stop,
+                                const Plan* first_tier = nullptr) const;
+  // `specs` on the best backend for each, both bias placements
+  // (DefaultCandidates' arguments).
+  std::vector<std::string> OnBestBackends(const std::vector<ConfigSpec>& specs, DType storage,
+                                          bool has_bias, Activation activation,
+                                          const std::optional<LinearProblem>& layer,
+                                          std::map<std::string, std::string>* passed_over,
+                                          std::vector<PreparedRun>* prepared) const;
   // A compared pair's headline and advice, from the two diagnoses.
   static void CompareWords(const LinearRequest& request, CompareOutcome* out);
-  // Diagnoses `request.observed` over `plan`'s configurations.
+  // Diagnoses `request.observed` over `plan`'s configurations:
+  // RankPlanned, then FinishDiagnosis.
   absl::StatusOr<VerifyOutcome> DiagnosePlanned(const LinearRequest& request, const Plan& plan,
                                                 const StopSignal* stop) const;
+  // Runs `plan` and ranks its configurations against the observed output.
+  absl::StatusOr<VerifyOutcome> RankPlanned(const LinearRequest& request, const Plan& plan,
+                                            const StopSignal* stop) const;
+  // What follows the ranking: the batch-invariance runs, the accepted
+  // verdict, the outputs returned.
+  absl::Status FinishDiagnosis(const LinearRequest& request, const Plan& plan,
+                               VerifyOutcome* outcome) const;
   // RESOURCE_EXHAUSTED when the plan's work or response is over a limit.
   absl::Status CheckCost(const Plan& plan, const LinearRequest& request, bool diagnose) const;
   // With `artifacts`, keeps what a diagnosis needs (its evidence, on the
@@ -457,6 +493,31 @@ class Engine {
   // request runs that no one device runs whole.
   std::unique_ptr<ComputeDevice> host_device_;
 };
+
+// The first tier of a diagnosis's default candidates, before bias modes
+// and backends (docs/numerics.md, "Diagnosis"): for wide operands the wide
+// precisions (fp64 .. fp16acc); for FP8 operands the fp8 precision of
+// their formats at `scaling` (what the request's scales say), with and
+// without fast accumulation.
+// MXFP8/NVFP4 operands: `block_precision`, the precision their scales say.
+std::vector<ConfigSpec> FirstTierCandidateSpecs(DType storage, DType weight_storage,
+                                                Fp8Scaling scaling,
+                                                std::optional<Precision> block_precision);
+
+// The second tier: emulations that cost more than the first tier's and
+// run only when it leaves the output unexplained. For wide operands
+// (fp32, bf16, fp16): the FP8 recipes the server quantises with (torchao's
+// Float8Linear tensorwise and rowwise: fp8e4m3 at scaling=tensor and
+// scaling=row; DeepSeek-V3's blocks, scaling=block128; each with and
+// without fast_accum), the block-scaled ones (mxfp8e4m3 with torchao's
+// floor and TransformerEngine's rceil scale rounding, nvfp4), then the
+// multi-pass
+// precisions that differ from one pass over this storage dtype (those
+// whose parts do not hold all its values, StorageExactIn: bf16x3, bf16x6
+// and tf32x3 for fp32, bf16x3 for fp16, none for bf16). None for FP8 or
+// fp64 operands. The one list of them: a recipe the server learns to
+// quantise with is appended here.
+std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage);
 
 // Multi-dimensional index of flat element `flat` in `shape` (row-major).
 std::vector<int64_t> UnflattenIndex(int64_t flat, const std::vector<int64_t>& shape);

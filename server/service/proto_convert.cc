@@ -507,6 +507,7 @@ void DiagnosisToProto(const DiagnosisOutcome& d, const std::vector<int64_t>& sha
   pd->set_advice(d.advice);
   pd->set_accepted(d.accepted);
   pd->set_accepted_as(d.accepted_as);
+  for (int tier : d.candidate_tiers) pd->add_candidate_tiers(tier);
 }
 
 }  // namespace

@@ -53,6 +53,13 @@ struct Engine::Plan {
   std::vector<ConfigPattern> accept;
   // Where the run counts its steps for GetProgress; null: nobody asks.
   RequestProgress* progress = nullptr;
+  // A diagnosis over default candidates: the tiers they come from
+  // (DiagnosisOutcome::tiers); empty when the request named them.
+  std::vector<int> tiers;
+  // Runs an earlier tier of this request made (its configurations and
+  // reference, times its repeats): counted by CheckCost against the work
+  // per request.
+  int64_t prior_runs = 0;
 };
 
 // What a run keeps for a diagnosis: the evidence the ranking reads, over
