@@ -1,5 +1,5 @@
 // Default diagnoses of one layer shape in one run (docs/performance.md,
-// "Diagnosis: FP8 and the second tier"): the in-process Engine on the CPU
+// "Diagnosis: FP8 operands and the second tier"): the in-process Engine on the CPU
 // backend, best of `--repeat` runs each.
 //
 //   fp8_diagnose_bench [--m=256 --k=4096 --n=1024] [--repeat=3] [--case=NAME]
