@@ -251,9 +251,9 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
   if (diagnose && req.configs.empty()) {
     // The first tier, and the second after it when asked for
     // (docs/numerics.md, "Diagnosis").
-    config_specs = DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation,
-                                     fp8.scaling, layer, &plan.passed_over, &prepared,
-                                     fp8.block_precision);
+    config_specs =
+        DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation, fp8.scaling,
+                          layer, &plan.passed_over, &prepared, fp8.block_precision);
     plan.tiers = {1};
     if (second_tier) {
       for (std::string& c :
@@ -831,16 +831,12 @@ std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_sto
   return specs;
 }
 
-std::vector<std::string> Engine::DefaultCandidates(DType storage, DType weight_storage,
-                                                   bool has_bias, Activation activation,
-                                                   Fp8Scaling scaling,
-                                                   const std::optional<LinearProblem>& layer,
-                                                   std::map<std::string, std::string>* passed_over,
-                                                   std::vector<PreparedRun>* prepared,
-                                                   std::optional<Precision> block_precision) const {
+std::vector<std::string> Engine::DefaultCandidates(
+    DType storage, DType weight_storage, bool has_bias, Activation activation, Fp8Scaling scaling,
+    const std::optional<LinearProblem>& layer, std::map<std::string, std::string>* passed_over,
+    std::vector<PreparedRun>* prepared, std::optional<Precision> block_precision) const {
   return OnBestBackends(FirstTierCandidateSpecs(storage, weight_storage, scaling, block_precision),
-                        storage,
-                        has_bias, activation, layer, passed_over, prepared);
+                        storage, has_bias, activation, layer, passed_over, prepared);
 }
 
 std::vector<std::string> Engine::SecondTierCandidates(

@@ -500,9 +500,9 @@ class Engine {
 // their formats at `scaling` (what the request's scales say), with and
 // without fast accumulation.
 // MXFP8/NVFP4 operands: `block_precision`, the precision their scales say.
-std::vector<ConfigSpec> FirstTierCandidateSpecs(DType storage, DType weight_storage,
-                                                Fp8Scaling scaling,
-                                                std::optional<Precision> block_precision);
+std::vector<ConfigSpec> FirstTierCandidateSpecs(
+    DType storage, DType weight_storage, Fp8Scaling scaling,
+    std::optional<Precision> block_precision = std::nullopt);
 
 // The second tier: emulations that cost more than the first tier's and
 // run only when it leaves the output unexplained. For wide operands

@@ -416,8 +416,9 @@ TEST(EngineSharingTest, SharedAndSeparateRunsGiveTheSameOutcome) {
     // x2 one fp32 GEMM (9 reuse it), the unfused fp16 and fp16acc their
     // fused siblings'; where these values happen to be exact in fp16
     // (checked here), fp16 x2 join the fp32 GEMM instead. The observed
-    // output is noise, so the second tier runs too: each FP8 recipe's
-    // unfused configuration reuses its fused sibling's GEMM (4 more).
+    // output is noise, so the second tier runs too: each FP8, MXFP8 and
+    // NVFP4 recipe's unfused configuration reuses its fused sibling's GEMM
+    // (9 more).
     bool fp16_exact = true;
     for (const Tensor* t : {&r.input, &r.weight}) {
       for (int64_t i = 0; i < t->numel(); ++i) {
@@ -427,7 +428,7 @@ TEST(EngineSharingTest, SharedAndSeparateRunsGiveTheSameOutcome) {
       }
     }
     EXPECT_EQ(a->diagnosis->candidate_tiers, (std::vector<int>{1, 2}));
-    EXPECT_EQ(shared_runs, (fp16_exact ? 14 : 13) + 4);
+    EXPECT_EQ(shared_runs, (fp16_exact ? 14 : 13) + 9);
     ::tensorcheck::testing::ExpectSameStats(a->reference.vs_reference, b->reference.vs_reference);
     ASSERT_TRUE(a->diagnosis && b->diagnosis);
     EXPECT_EQ(a->diagnosis->best, b->diagnosis->best);

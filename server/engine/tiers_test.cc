@@ -264,7 +264,7 @@ TEST_F(TiersTest, ARowWiseFp8OutputIsNamedWithoutBeingAskedFor) {
           engine_->SecondTierCandidates(DType::kBFloat16, DType::kBFloat16, true, Activation::kNone)
               .size());
   EXPECT_THAT(out->notes, ::testing::Contains(::testing::HasSubstr(
-                              "the second tier of default candidates ran (8 more)")));
+                              "the second tier of default candidates ran (18 more)")));
 }
 
 // An XLA bf16x3 output of fp32 tensors: bf16x3 leaves out lo*lo, a
@@ -329,7 +329,7 @@ TEST_F(TiersTest, WorkingBytesCountBothTiers) {
        engine_->SecondTierCandidates(DType::kFloat32, DType::kFloat32, true, Activation::kNone)) {
     named.configs.push_back(c);
   }
-  EXPECT_EQ(named.configs.size(), 16u + 14u);
+  EXPECT_EQ(named.configs.size(), 16u + 24u);
   EXPECT_EQ(engine_->EstimateWorkingBytes(r, /*diagnose=*/true),
             engine_->EstimateWorkingBytes(named, /*diagnose=*/true));
 }

@@ -892,6 +892,16 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
   if (info.tf32_rounding.has_value()) {
     details["tf32_rounding"] = std::string(Tf32RoundingName(*info.tf32_rounding));
   }
+  if (IsBlockScaled(config.precision)) {
+    const BlockScaledOperands b = BlockScaledOperandsOf(config.precision);
+    details["block_scaling"] = absl::StrCat(
+        DTypeName(b.values), " values, ", DTypeName(b.scales), " scales per ", b.block,
+        " elements of K", config.precision == Precision::kNvFp4 ? ", per-tensor fp32 scales" : "");
+    if (config.precision != Precision::kNvFp4) {
+      details["scale_rounding"] = std::string(MxScaleRoundingName(config.mx_rounding));
+    }
+    details["accumulation"] = "fp32 GEMM of the dequantised values";
+  }
   if (IsFp8(config.precision)) {
     details["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
     if (config.fast_accum) {
@@ -959,10 +969,10 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
   // ArithmeticOf may scan the operands (ValuesExactIn): once per precision
   // and FP8 options, not once per configuration (fused, unfused and the
   // reference share one).
-  std::map<std::tuple<Precision, Fp8Scaling, bool>, Arithmetic> arithmetic_of;
+  std::map<std::tuple<Precision, Fp8Scaling, bool, MxScaleRounding>, Arithmetic> arithmetic_of;
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
-    const auto key = std::make_tuple(c.precision, c.scaling, c.fast_accum);
+    const auto key = std::make_tuple(c.precision, c.scaling, c.fast_accum, c.mx_rounding);
     auto known = arithmetic_of.find(key);
     if (known == arithmetic_of.end())
       known = arithmetic_of.emplace(key, ArithmeticOf(problem, c)).first;
