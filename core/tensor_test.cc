@@ -306,5 +306,41 @@ TEST(TensorBorrowTest, SizeMismatchAndMisalignmentAreInvalidArgument) {
   EXPECT_TRUE(Tensor::Borrow(DType::kFloat32, {3}, owner->data() + 4, 12, owner).ok());
 }
 
+// FP4 tensors pack two elements per byte, element 2i in the low nibble
+// (torch.float4_e2m1fn_x2): byte 0x7a holds 0xa (sign 1, exponent 01,
+// mantissa 0: -1.0) then 0x7 (6.0).
+TEST(TensorTest, Fp4IsPackedTwoPerByteLowNibbleFirst) {
+  auto t = Tensor::FromBytes(DType::kFloat4E2M1Fn, {3}, std::string("\x7a\x03", 2));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->nbytes(), 2u);
+  EXPECT_EQ(t->GetDouble(0), -1.0);
+  EXPECT_EQ(t->GetDouble(1), 6.0);
+  EXPECT_EQ(t->GetDouble(2), 1.5);
+  std::vector<float> v(3);
+  ToFloat(*t, v.data());
+  EXPECT_EQ(v, (std::vector<float>{-1.0f, 6.0f, 1.5f}));
+  // Three elements take two bytes; four take two; the byte count is checked.
+  EXPECT_THAT(Tensor::FromBytes(DType::kFloat4E2M1Fn, {4}, std::string(3, '\0')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 bytes expected")));
+  // Stored from values: rounded to E2M1 (2.5 is a tie: to even, 2), packed.
+  auto s = FromFloats(DType::kFloat4E2M1Fn, {2}, {2.5f, -0.5f});
+  ASSERT_THAT(s, IsOk());
+  EXPECT_EQ(s->bytes(), absl::string_view("\x94", 1));
+  EXPECT_EQ(StorageBytes(DType::kFloat4E2M1Fn, 5), 3);
+  EXPECT_EQ(StorageBytes(DType::kFloat8E8M0Fnu, 5), 5);
+}
+
+// UE8M0 scales: 2^(bits - 127), 0xff NaN; ParseDType knows both names.
+TEST(TensorTest, E8m0IsAPowerOfTwoScale) {
+  auto t = Tensor::FromBytes(DType::kFloat8E8M0Fnu, {3}, std::string("\x7f\x80\xff", 3));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->GetDouble(0), 1.0);
+  EXPECT_EQ(t->GetDouble(1), 2.0);
+  EXPECT_TRUE(std::isnan(t->GetDouble(2)));
+  EXPECT_EQ(*ParseDType("float8_e8m0fnu"), DType::kFloat8E8M0Fnu);
+  EXPECT_EQ(*ParseDType("float4_e2m1fn"), DType::kFloat4E2M1Fn);
+  EXPECT_EQ(DTypeName(DType::kFloat4E2M1Fn), "float4_e2m1fn");
+}
+
 }  // namespace
 }  // namespace tensorcheck
