@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -27,8 +28,24 @@ bool IsWideD(DType d) {
 }  // namespace
 
 const char* Fp8ScaleModeName(Fp8ScaleMode mode) {
-  return mode == Fp8ScaleMode::kOuterVector ? "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F"
-                                            : "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F";
+  switch (mode) {
+    case Fp8ScaleMode::kTensor:
+      return "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F";
+    case Fp8ScaleMode::kOuterVector:
+      return "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F";
+    case Fp8ScaleMode::kBlock128:
+      return "CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F";
+    case Fp8ScaleMode::kMxVec32:
+      return "CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0";
+    case Fp8ScaleMode::kNvVec16:
+      return "CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3";
+  }
+  return "CUBLASLT_MATMUL_MATRIX_SCALE_?";
+}
+
+const char* Fp8BScaleModeName(Fp8ScaleMode mode) {
+  return mode == Fp8ScaleMode::kBlock128 ? "CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F"
+                                         : Fp8ScaleModeName(mode);
 }
 
 absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
@@ -91,8 +108,12 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
         "fp8e5m2");
   }
 
-  if (c.scaling == Fp8Scaling::kBlock128) {
-    return refuse("scaling=block128 is not supported on this backend yet; the cpu backend runs it");
+  const bool block = c.scaling == Fp8Scaling::kBlock128;
+  if (block && c.fast_accum) {
+    return refuse(
+        "scaling=block128 with fast_accum: the cuBLAS documentation does not say what "
+        "CUBLASLT_MATMUL_DESC_FAST_ACCUM does with block scales (torch._scaled_mm refuses the "
+        "pair); the cpu backend runs DeepGEMM's accumulation for it");
   }
 
   // The device: the scaling modes' compute capabilities.
@@ -104,6 +125,13 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
           "FP8 GEMMs need compute capability 8.9 or newer (cuBLASLt's tensorwide FP8 scaling, "
           "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: Ada, Hopper and later); this device is ",
           has);
+    }
+    if (block && cc.major != 9) {
+      return refuse(
+          "scaling=block128 needs cuBLASLt's block scaling (CUBLASLT_MATMUL_MATRIX_SCALE_"
+          "BLK128x128_32F for the weight, VEC128_32F for the input), which cuBLAS provides for "
+          "compute capability 9.0 only; this device is ",
+          has, " (the cpu backend runs it)");
     }
     if (c.scaling == Fp8Scaling::kRow && cc.major != 9) {
       return refuse(
@@ -117,33 +145,53 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
   Fp8Gemm gemm;
   gemm.a = want.weight;
   gemm.b = want.input;
-  gemm.scale_mode =
-      c.scaling == Fp8Scaling::kRow ? Fp8ScaleMode::kOuterVector : Fp8ScaleMode::kTensor;
+  gemm.scale_mode = block                           ? Fp8ScaleMode::kBlock128
+                    : c.scaling == Fp8Scaling::kRow ? Fp8ScaleMode::kOuterVector
+                                                    : Fp8ScaleMode::kTensor;
   gemm.quantise_input = !fp8_input;
   gemm.quantise_weight = q.weight.has_value() ? !fp8_weight : !fp8_input;
   if (!q.layer.has_value()) return gemm;
 
   // The layer: layout, dimensions, D and the bias.
   const Fp8Layer& l = *q.layer;
-  if (IsFp8(l.output_dtype)) {
-    return refuse("an FP8 output (", DTypeName(l.output_dtype),
-                  ") is not written: the service returns wide outputs, and cuBLASLt writes no "
-                  "FP8 D with outer-vector scaling");
-  }
-  if (l.bias.has_value() && IsFp8(*l.bias)) {
-    return refuse("an FP8 bias (", DTypeName(*l.bias),
-                  ") is not added: cuBLASLt's FP8 epilogue takes a bf16 or fp16 bias");
-  }
-  // "A must be transposed and B non-transposed (the TN format)" on 8.9,
-  // 9.0 and 12.x: OUT_IN is TN in the row-major trick (gemm_call.h); an
-  // IN_OUT weight is transposed first, on every device alike.
-  gemm.transpose_weight = l.layout == WeightLayout::kInOut;
   if (l.k % 16 != 0) {
     return refuse(
         "cuBLASLt's FP8 kernels need 16-byte aligned matrices (cublasLtMatmul: \"all matrix "
         "dimensions must meet the optimal requirements listed in Tensor Core Usage\"): k = ",
         l.k, " is not a multiple of 16 (A and B hold k one-byte elements per column)");
   }
+  if (block && l.k > kFp8BlockSize && l.m % 4 != 0) {
+    // VEC128's scales of B are ceil(k/128) columns of m floats, one after
+    // the other: each column 16-byte aligned only when m is a multiple of 4.
+    return refuse(
+        "scaling=block128 gives cuBLASLt the input's scales as ceil(k/128) columns of m floats "
+        "(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, m fastest), each 16-byte aligned only when m "
+        "is a multiple of 4; m = ",
+        l.m, " (the cpu backend runs it)");
+  }
+  TC_RETURN_IF_ERROR(ChooseNarrowOutput(l, cfg, "cublasLtMatmul's FP8 type table", &gemm));
+  return gemm;
+}
+
+absl::Status ChooseNarrowOutput(const Fp8Layer& l, absl::string_view cfg, absl::string_view table,
+                                Fp8Gemm* gemm) {
+  auto refuse = [&cfg](auto&&... parts) {
+    return absl::FailedPreconditionError(absl::StrCat("configuration ", cfg, ": ", parts...));
+  };
+  if (IsNarrow(l.output_dtype)) {
+    return refuse("a narrow output (", DTypeName(l.output_dtype),
+                  ") is not written: the service returns wide outputs, and cuBLASLt writes no "
+                  "FP8 D with outer-vector or block scaling");
+  }
+  if (l.bias.has_value() && IsNarrow(*l.bias)) {
+    return refuse("a narrow bias (", DTypeName(*l.bias),
+                  ") is not added: cuBLASLt's FP8 and FP4 epilogues take a bf16 or fp16 bias");
+  }
+  // "A must be transposed and B non-transposed (the TN format)" (FP8 on
+  // 8.9, 9.0 and 12.x; FP4 everywhere): OUT_IN is TN in the row-major
+  // trick (gemm_call.h); an IN_OUT weight is transposed first, on every
+  // device alike.
+  gemm->transpose_weight = l.layout == WeightLayout::kInOut;
   // D: the output dtype when cuBLASLt writes it, else fp32 (a kernel then
   // rounds D to the output once, as the epilogue would have).
   std::vector<DType> candidates;
@@ -164,14 +212,14 @@ absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& q) {
                                  " bytes) are not a multiple of 16 bytes"));
       continue;
     }
-    gemm.d = d;
-    if (l.bias.has_value()) gemm.bias = bias_type;
-    return gemm;
+    gemm->d = d;
+    gemm->bias = l.bias.has_value() ? std::optional<DType>(bias_type) : std::nullopt;
+    return absl::OkStatus();
   }
-  return refuse(
-      "no D type of cuBLASLt's FP8 GEMM (cublasLtMatmul's FP8 type table: bf16 D "
-      "with a bf16 bias, fp16 with fp16, fp32 with bf16; 16-byte aligned) gives the ",
-      DTypeName(l.output_dtype), " output: ", absl::StrJoin(why, "; "));
+  return refuse("no D type of ", table,
+                " (bf16 D with a bf16 bias, fp16 with fp16, fp32 with bf16; 16-byte aligned) "
+                "gives the ",
+                DTypeName(l.output_dtype), " output: ", absl::StrJoin(why, "; "));
 }
 
 }  // namespace tensorcheck::cuda::internal

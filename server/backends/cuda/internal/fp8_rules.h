@@ -30,7 +30,17 @@
 //   - Scaling modes: tensorwide (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
 //     on compute capability 8.9+; outer vector
 //     (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one fp32 scale per row of
-//     A and per column of B) on 9.0 only.
+//     A and per column of B) on 9.0 only; block-wise (scaling=block128:
+//     CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for A, the weight, and
+//     VEC128_32F for B, the input; cuBLAS 12.9's Hopper schemes) on 9.0
+//     only. Block-wise scales are laid out as NVIDIA's CUDALibrarySamples
+//     size them (cuBLASLt/Common/helpers.h, getScaleTensorSize): VEC128 is
+//     ceil(k/128) columns of the operand's outer dimension (m floats each,
+//     m fastest), BLK128x128 is ceil(n/128) columns of roundup(ceil(k/128),
+//     4) floats (block_scale_layout.h). fast_accum with block scaling is
+//     refused: the documentation does not say what the flag does there and
+//     torch._scaled_mm refuses the pair ("scaled_gemm doesn't support fast
+//     accum with 1x128 blockwise scaling").
 //   - cublasGemmEx (the `cublas` backend) takes no scale pointers
 //     (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER is a cuBLASLt attribute), so it
 //     has no FP8 GEMM.
@@ -44,6 +54,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/dtype.h"
 #include "core/layer_shape.h"
 #include "core/linear_config.h"
@@ -60,10 +71,24 @@ struct ComputeCapability {
 enum class Fp8ScaleMode {
   kTensor,       // CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: one fp32 each
   kOuterVector,  // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: n for W, m for x
+  // scaling=block128: A (W) CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, B
+  // (x) CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F.
+  kBlock128,
+  // MXFP8 (block_scale_rules.h): CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0,
+  // both, swizzled.
+  kMxVec32,
+  // NVFP4 (block_scale_rules.h): CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3,
+  // both, swizzled; the per-tensor scales as alpha.
+  kNvVec16,
 };
 
-// "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F", "..._OUTER_VEC_32F".
+// CUBLASLT_MATMUL_DESC_A_SCALE_MODE's value, by name:
+// "CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F", "..._OUTER_VEC_32F",
+// "..._BLK128x128_32F", "..._VEC32_UE8M0", "..._VEC16_UE4M3".
 const char* Fp8ScaleModeName(Fp8ScaleMode mode);
+// CUBLASLT_MATMUL_DESC_B_SCALE_MODE's: as A's but "..._VEC128_32F" for
+// kBlock128.
+const char* Fp8BScaleModeName(Fp8ScaleMode mode);
 
 // The layer, where it is known (Run knows it; Supports does not): its
 // shape (the rules read m, n, k, layout and output_dtype) and the bias's
@@ -83,15 +108,21 @@ struct Fp8Query {
 
 // How an FP8 configuration runs, when the rules allow it.
 struct Fp8Gemm {
-  DType a = DType::kFloat8E4M3Fn;  // cuBLASLt's A: the weight's FP8 format
-  DType b = DType::kFloat8E4M3Fn;  // cuBLASLt's B: the input's FP8 format
-  DType d = DType::kBFloat16;      // C and D: what the matmul writes
+  // cuBLASLt's A: the weight's FP8 format (NVFP4: float4_e2m1fn, packed).
+  DType a = DType::kFloat8E4M3Fn;
+  // cuBLASLt's B: the input's FP8 format (NVFP4: float4_e2m1fn, packed).
+  DType b = DType::kFloat8E4M3Fn;
+  DType d = DType::kBFloat16;  // C and D: what the matmul writes
   // The epilogue's bias type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); nullopt
   // without a bias.
   std::optional<DType> bias;
   Fp8ScaleMode scale_mode = Fp8ScaleMode::kTensor;
+  // NVFP4: the operands' per-tensor scales multiply the accumulator as
+  // alpha = fl32(gx * gw) (the CPU backend's GlobalScale); alpha 1 otherwise.
+  bool global_scales = false;
   // Wide operands are quantised on the host by the configuration's recipe
-  // (core/fp8_scaling.h), as the CPU backend does.
+  // (core/fp8_scaling.h; core/mx_formats.h for MXFP8 and NVFP4), as the
+  // CPU backend does.
   bool quantise_input = false;
   bool quantise_weight = false;
   // An IN_OUT weight is transposed to OUT_IN ([n, k]) before the GEMM, so
@@ -104,5 +135,14 @@ struct Fp8Gemm {
 // runs (with `layer` unknown, d and bias are what an OUT_IN layer with a
 // bf16 output and no bias would use).
 absl::StatusOr<Fp8Gemm> CheckFp8Gemm(const Fp8Query& query);
+
+// The layer rules both narrow GEMMs share (cublasLtMatmul's FP8 and FP4
+// type tables have the same D and bias rows): no FP8 output or bias, the
+// weight transposed to TN when IN_OUT, and D the output dtype when
+// cuBLASLt writes it with the layer's bias, else fp32 (16-byte aligned).
+// Fills gemm->transpose_weight, d and bias; FAILED_PRECONDITION naming
+// `cfg` and `table` otherwise. Alignment of k is the caller's.
+absl::Status ChooseNarrowOutput(const Fp8Layer& layer, absl::string_view cfg,
+                                absl::string_view table, Fp8Gemm* gemm);
 
 }  // namespace tensorcheck::cuda::internal

@@ -141,11 +141,11 @@ TEST(Fp8RulesTest, Fp8OutputOrBiasIsFailedPrecondition) {
   Fp8Query q = WideQuery(Precision::kFp8E4M3);
   q.layer->output_dtype = DType::kFloat8E4M3Fn;
   EXPECT_THAT(CheckFp8Gemm(q), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                        HasSubstr("an FP8 output (float8_e4m3fn)")));
+                                        HasSubstr("a narrow output (float8_e4m3fn)")));
   q = WideQuery(Precision::kFp8E4M3);
   q.layer->bias = DType::kFloat8E5M2;
   EXPECT_THAT(CheckFp8Gemm(q), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                        HasSubstr("an FP8 bias (float8_e5m2)")));
+                                        HasSubstr("a narrow bias (float8_e5m2)")));
 }
 
 TEST(Fp8RulesTest, KNotAMultipleOf16IsFailedPrecondition) {
