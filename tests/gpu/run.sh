@@ -18,7 +18,9 @@
 #   3. engine      gpu_engine_test: a whole request on the device
 #                                                           -> engine.log/.xml
 #   4. fp8_algo    the FP8 and algorithm tests, with CUBLASLT_LOG_LEVEL=3 in
-#                  cublaslt.log, so an empty heuristic says why
+#                  cublaslt.log, so an empty heuristic says why; scaling=
+#                  block128 (bitwise on 9.0, refused elsewhere) and MXFP8/
+#                  NVFP4 (bitwise from 10.0, refused before) are among them
 #                                                           -> fp8_algo.log/.xml
 #      multipass   the multi-pass precisions against the CPU emulation
 #                  (cublaslt's partial GEMMs, cuBLAS's own BF16x9)

@@ -28,6 +28,8 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "server/backends/cuda/cuda_device.h"
+#include "server/backends/cuda/internal/block_scale_layout.h"
+#include "server/backends/cuda/internal/block_scale_rules.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
 #include "server/backends/cuda/internal/multi_pass_rules.h"
@@ -108,6 +110,11 @@ class CudaLinearBackend final : public LinearBackend {
     for (Precision p : kMultiPassPrecisions) {
       if (internal::CheckMultiPass(MultiPassQueryOf(p)).ok()) out.push_back(p);
     }
+    // The block-scaled precisions (internal/block_scale_rules.h): only on a
+    // device whose compute capability has cuBLASLt's kernels for them.
+    for (Precision p : kBlockScaledPrecisions) {
+      if (RunsBlockScaled(p)) out.push_back(p);
+    }
     return out;
   }
 
@@ -122,6 +129,7 @@ class CudaLinearBackend final : public LinearBackend {
   std::vector<DType> storage_dtypes() const override {
     std::vector<DType> out(std::begin(kWideDTypes), std::end(kWideDTypes));
     if (RunsFp8()) out.insert(out.end(), std::begin(kFp8DTypes), std::end(kFp8DTypes));
+    if (RunsBlockScaled(Precision::kNvFp4)) out.push_back(DType::kFloat4E2M1Fn);
     return out;
   }
 
@@ -130,12 +138,12 @@ class CudaLinearBackend final : public LinearBackend {
   // first, for their reasons: the cublas backend and E5M2 x E5M2 are
   // refused naming the rule, not as a precision missing from the list.
   absl::Status Supports(const Config& config, DType storage) const override {
-    if (IsFp8(config.precision) || IsFp8(storage)) {
+    if (internal::InvolvesNarrow(config, storage, std::nullopt)) {
       internal::Fp8Query q;
       q.config = config;
       q.input = storage;
       q.device = Capability();
-      TC_RETURN_IF_ERROR(internal::CheckFp8Gemm(q).status());
+      TC_RETURN_IF_ERROR(internal::CheckNarrowGemm(q).status());
     }
     TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
     return LinearBackend::Supports(config, storage);
@@ -193,6 +201,19 @@ class CudaLinearBackend final : public LinearBackend {
     return !cc.has_value() || cc->major > 8 || (cc->major == 8 && cc->minor >= 9);
   }
 
+  // cuBLASLt's kernels for block-scaled precision `p` on this device (never
+  // without one: internal/block_scale_rules.h).
+  bool RunsBlockScaled(Precision p) const {
+    if (flavor_ != Flavor::kLt) return false;
+    internal::Fp8Query q;
+    q.config.backend = std::string(name());
+    q.config.precision = p;
+    q.config.bias = default_bias_mode();
+    q.input = DType::kFloat32;
+    q.device = Capability();
+    return internal::CheckNarrowGemm(q).ok();
+  }
+
   // The multi-pass rules for `config` on this device, when its precision is
   // a multi-pass one (first, for their reasons: cublas:bf16x3 is refused
   // naming cublaslt, not as a precision missing from the list).
@@ -232,9 +253,9 @@ class CudaLinearBackend final : public LinearBackend {
           absl::StrCat("configuration ", config.ToString(), " given to the ", name(), " backend"));
     }
     const internal::LayerTypes layer = internal::LayerOf(problem);
-    if (internal::InvolvesFp8(config, layer)) {
+    if (internal::InvolvesNarrowGemm(config, layer)) {
       TC_ASSIGN_OR_RETURN(
-          state->fp8, internal::CheckFp8Gemm(internal::Fp8QueryOf(config, layer, Capability())));
+          state->fp8, internal::CheckNarrowGemm(internal::Fp8QueryOf(config, layer, Capability())));
     }
     TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
     TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.input));
@@ -335,7 +356,7 @@ absl::StatusOr<std::vector<AlgorithmInfo>> CudaLinearBackend::Algorithms(
 absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
                                                  const PreparedRun& prepared,
                                                  const RunOptions& options) {
-  TC_RETURN_IF_ERROR(CheckRequest(problem, prepared).status());
+  TC_ASSIGN_OR_RETURN(const internal::CudaPrepared* state, CheckRequest(problem, prepared));
   const Config& config = prepared.config();
   int64_t mn = 0;
   if (problem.m < 0 || problem.n < 0 || __builtin_mul_overflow(problem.m, problem.n, &mn)) {
@@ -345,11 +366,29 @@ absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
   // FP8 operands' scales (wide operands under an fp8 configuration are
   // quantised on the session, with their own): the caller's error,
   // answered before the device.
-  const bool fp8_operands = IsFp8(problem.input->dtype()) || IsFp8(problem.weight->dtype());
+  const bool fp8_operands = IsNarrow(problem.input->dtype()) || IsNarrow(problem.weight->dtype());
+  const std::optional<internal::Fp8ScaleMode> mode =
+      state->fp8 ? std::optional<internal::Fp8ScaleMode>(state->fp8->scale_mode) : std::nullopt;
+  const bool block_scales = mode == internal::Fp8ScaleMode::kBlock128 ||
+                            mode == internal::Fp8ScaleMode::kMxVec32 ||
+                            mode == internal::Fp8ScaleMode::kNvVec16;
   std::optional<Tensor> x_spread, w_spread;
   const Tensor* x_scale = nullptr;
   const Tensor* w_scale = nullptr;
-  if (fp8_operands) {
+  if (fp8_operands && block_scales) {
+    // The request's plain block scales in cuBLASLt's layout
+    // (internal/block_scale_layout.h).
+    if (problem.input_scale == nullptr || problem.weight_scale == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "configuration ", config.ToString(), ": block-scaled operands without their scales"));
+    }
+    TC_ASSIGN_OR_RETURN(x_spread, internal::LtBlockScales(*problem.input_scale, *mode,
+                                                          /*weight=*/false, problem.shape()));
+    TC_ASSIGN_OR_RETURN(w_spread, internal::LtBlockScales(*problem.weight_scale, *mode,
+                                                          /*weight=*/true, problem.shape()));
+    x_scale = &*x_spread;
+    w_scale = &*w_spread;
+  } else if (fp8_operands) {
     TC_ASSIGN_OR_RETURN(x_scale, ScalesFor(problem.input_scale, "input_scale", problem.m,
                                            config.scaling, &x_spread));
     TC_ASSIGN_OR_RETURN(w_scale, ScalesFor(problem.weight_scale, "weight_scale", problem.n,
@@ -378,6 +417,11 @@ absl::StatusOr<RunResult> CudaLinearBackend::Run(const LinearProblem& problem,
   if (fp8_operands) {
     TC_ASSIGN_OR_RETURN(scales.input, session->Upload(*x_scale));
     TC_ASSIGN_OR_RETURN(scales.weight, session->Upload(*w_scale));
+  }
+  if (fp8_operands && problem.input_global_scale != nullptr &&
+      problem.weight_global_scale != nullptr) {
+    TC_ASSIGN_OR_RETURN(op.input_global_scale, session->Upload(*problem.input_global_scale));
+    TC_ASSIGN_OR_RETURN(op.weight_global_scale, session->Upload(*problem.weight_global_scale));
   }
   op.shape() = problem.shape();
   TC_ASSIGN_OR_RETURN(SessionRun run, session->RunWithScales(op, scales, prepared, options));

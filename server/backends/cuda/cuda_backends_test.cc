@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/float_formats.h"
+#include "core/mx_formats.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "server/backends/cpu/cpu_backend.h"
@@ -173,6 +174,10 @@ double UnitRoundoff(DType d) {
       return 0x1p-4;
     case DType::kFloat8E5M2:
       return 0x1p-3;
+    case DType::kFloat4E2M1Fn:  // not output dtypes either
+      return 0x1p-2;
+    case DType::kFloat8E8M0Fnu:
+      return 0.5;
   }
   return 0;
 }
@@ -207,6 +212,13 @@ double Bound(Precision p, DType storage, DType out, int64_t k, Activation act, c
     case Precision::kFp8E4M3E5M2:
     case Precision::kFp8E5M2E4M3:
       u_in = 0x1p-3;
+      break;
+    case Precision::kMxFp8E4M3:  // not asked of Bound: their tests compare with the cpu backend
+    case Precision::kMxFp8E5M2:
+      u_in = 0x1p-3;
+      break;
+    case Precision::kNvFp4:
+      u_in = 0x1p-2;
       break;
     case Precision::kBf16x3:  // the split leaves out what u_input says
     case Precision::kBf16x6:
@@ -393,18 +405,21 @@ bool DeviceRunsFp8(const Config& c, DType storage) {
 // and is counted apart; an attribute call the library refuses fails.
 TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt) {
   int built = 0, refused_by_rules = 0;
-  std::set<std::string> epilogues;
+  std::set<std::string> epilogues, scale_modes;
   for (const cuda::internal::ComputeCapability cc :
-       {cuda::internal::ComputeCapability{9, 0}, cuda::internal::ComputeCapability{8, 0}}) {
+       {cuda::internal::ComputeCapability{9, 0}, cuda::internal::ComputeCapability{8, 0},
+        cuda::internal::ComputeCapability{10, 0}}) {
     for (Precision p : kAllPrecisions) {
       std::vector<DType> storages = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
       if (IsFp8(p)) storages.push_back(Fp8OperandsOf(p).input);
+      if (IsBlockScaled(p)) storages.push_back(BlockScaledOperandsOf(p).values);
       for (DType storage : storages) {
         for (bool bias : {false, true}) {
           for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGeluTanh}) {
             for (DType out :
                  {DType::kBFloat16, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
-              for (Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow}) {
+              for (Fp8Scaling scaling :
+                   {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kBlock128}) {
                 for (bool fast : {false, true}) {
                   if (!IsFp8(p) && (scaling != Fp8Scaling::kTensor || fast)) continue;
                   for (bool strict_reduction : {false, true}) {
@@ -416,8 +431,8 @@ TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt
                     c.fast_accum = fast;
                     cuda::internal::LayerTypes layer;
                     layer.input = storage;
-                    layer.weight = IsFp8(storage) ? Fp8OperandsOf(p).weight : storage;
-                    if (bias) layer.bias = IsFp8(storage) ? DType::kBFloat16 : storage;
+                    layer.weight = IsFp8(storage) && IsFp8(p) ? Fp8OperandsOf(p).weight : storage;
+                    if (bias) layer.bias = IsNarrow(storage) ? DType::kBFloat16 : storage;
                     layer.activation = act;
                     layer.output_dtype = out;
                     layer.layout = (built + refused_by_rules) % 2 == 0 ? WeightLayout::kOutIn
@@ -436,6 +451,9 @@ TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt
                     if (s.ok()) {
                       ++built;
                       epilogues.insert(details["epilogue"]);
+                      if (details.count("a_scale_mode")) {
+                        scale_modes.insert(details["a_scale_mode"] + "/" + details["b_scale_mode"]);
+                      }
                       continue;
                     }
                     // The rules answer FAILED_PRECONDITION naming the
@@ -462,6 +480,15 @@ TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt
   // The six epilogues the backend uses: none, bias, relu, gelu, each with
   // and without the bias.
   EXPECT_EQ(epilogues.size(), 6u);
+  // Every scale mode the rules choose was built at least once (A/B).
+  for (const char* mode :
+       {"CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F/CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F",
+        "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F/CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F",
+        "CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F/CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F",
+        "CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0/CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0",
+        "CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3/CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3"}) {
+    EXPECT_TRUE(scale_modes.count(mode)) << mode;
+  }
 }
 
 TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
@@ -1497,6 +1524,250 @@ TEST_F(CudaGpuTest, GpuDeviceOutOfMemoryIsResourceExhaustedAndTheBackendKeepsWor
                          DType::kFloat32, 52);
   EXPECT_THAT(b->Run(small->problem, MakeConfig(b, Precision::kFp32, *small), {}), IsOk());
   EXPECT_THAT(b->Available(), IsOk());
+}
+
+// ---------------------------------------------------------------- block-wise
+
+// A block128 layer whose sums are exact in any order (MakeExactFp8Layer's
+// argument, per 128-wide slice of k): in every slice each row of x holds
+// one 448 in the slice's first half and each output feature of W one in
+// its second half, the rest integers in [-4, 4]. So every 1 x 128 block of
+// x and every 128 x 128 block of W has amax 448 (the recipe's scales are 1
+// and quantising changes nothing), no two 448s meet, and each slice's
+// partial sum stays under 2^13. `fp8`: x and W stored as E4M3 with
+// power-of-two block scales (x [m, s]; W [nb, s] or IN_OUT [s, nb]); else
+// bf16, quantised by the recipe.
+std::unique_ptr<Fp8Layer> MakeExactBlock128Layer(int64_t m, int64_t n, int64_t k, bool fp8,
+                                                 WeightLayout layout, bool bias, DType out,
+                                                 uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-4, 4);
+  auto l = std::make_unique<Fp8Layer>();
+  const int64_t s = (k + 127) / 128, nb = (n + 127) / 128;
+  const bool out_in = layout == WeightLayout::kOutIn;
+  std::vector<double> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+  for (double& v : x) v = small(rng);
+  for (double& v : w) v = small(rng);
+  for (int64_t c = 0; c < s; ++c) {
+    for (int64_t i = 0; i < m; ++i) x[static_cast<size_t>(i * k + c * 128 + i % 64)] = 448;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t kk = c * 128 + 64 + (7 * j) % 64;
+      w[static_cast<size_t>(out_in ? j * k + kk : kk * n + j)] = 448;
+    }
+  }
+  const DType storage = fp8 ? DType::kFloat8E4M3Fn : DType::kBFloat16;
+  l->x = *FromDoubles(storage, {m, k}, x);
+  l->w = *FromDoubles(storage, out_in ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, w);
+  LinearProblem& pr = l->problem;
+  if (bias) {
+    std::vector<double> b(static_cast<size_t>(n));
+    for (double& v : b) v = small(rng) / 8.0;
+    l->b = *FromDoubles(DType::kBFloat16, {n}, b);
+    l->has_bias = true;
+    pr.bias = &l->b;
+  }
+  if (fp8) {
+    std::vector<double> sx(static_cast<size_t>(m * s)), sw(static_cast<size_t>(nb * s));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < s; ++c) {
+        sx[static_cast<size_t>(i * s + c)] = std::ldexp(1.0, -static_cast<int>((i + c) % 3) - 1);
+      }
+    }
+    for (int64_t jb = 0; jb < nb; ++jb) {
+      for (int64_t c = 0; c < s; ++c) {
+        const double v = std::ldexp(1.0, -static_cast<int>((jb + 2 * c) % 4) - 2);
+        sw[static_cast<size_t>(out_in ? jb * s + c : c * nb + jb)] = v;
+      }
+    }
+    l->x_scale = *FromDoubles(DType::kFloat32, {m, s}, sx);
+    l->w_scale = *FromDoubles(
+        DType::kFloat32, out_in ? std::vector<int64_t>{nb, s} : std::vector<int64_t>{s, nb}, sw);
+    pr.input_scale = &l->x_scale;
+    pr.weight_scale = &l->w_scale;
+    pr.scale_blocks = ScaleBlocks{128, 128};
+  }
+  pr.input = &l->x;
+  pr.weight = &l->w;
+  pr.layout = layout;
+  pr.activation = bias ? Activation::kRelu : Activation::kNone;
+  pr.output_dtype = out;
+  pr.m = m;
+  pr.n = n;
+  pr.k = k;
+  return l;
+}
+
+bool DeviceIsHopper() {
+  return Backend("cublaslt")->device().compute_capability.rfind("9.", 0) == 0;
+}
+
+double ComputeCapabilityOf(LinearBackend* b) { return std::stod(b->device().compute_capability); }
+
+// scaling=block128 on cuBLASLt (BLK128x128_32F for W, VEC128_32F for x)
+// against the CPU emulation (DeepGEMM's promotion per 128-wide slice) on
+// layers whose every partial sum is exact: bitwise. Elsewhere than compute
+// capability 9.0, refused naming the rule.
+TEST_F(CudaGpuTest, GpuFp8Block128MatchesTheCpuBitwiseWhereSumsAreExactAndIsRefusedOffHopper) {
+  LinearBackend* lt = Backend("cublaslt");
+  if (!DeviceIsHopper()) {
+    auto l = MakeExactBlock128Layer(32, 64, 256, false, WeightLayout::kOutIn, false,
+                                    DType::kFloat32, 2000);
+    EXPECT_THAT(
+        lt->Run(l->problem,
+                Fp8Config("cublaslt", Precision::kFp8E4M3, false, Fp8Scaling::kBlock128), {})
+            .status(),
+        StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("compute capability 9.0 only")));
+    return;
+  }
+  std::printf("| configuration | operands | layout | bias | out | bitwise equal | max ulp |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  uint32_t seed = 2000;
+  std::vector<std::string> no_kernel;
+  for (bool fp8 : {false, true}) {
+    for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+      for (bool bias : {false, true}) {
+        for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+          // n = 192: a partial last block of W; k = 384: three slices.
+          auto l = MakeExactBlock128Layer(48, 192, 384, fp8, layout, bias, out, ++seed);
+          const Config c = Fp8Config("cublaslt", Precision::kFp8E4M3, bias, Fp8Scaling::kBlock128);
+          Config cpu_c = c;
+          cpu_c.backend = "cpu";
+          SCOPED_TRACE(absl::StrCat(c.ToString(), fp8 ? " fp8" : " bf16", " ",
+                                    WeightLayoutName(layout), " out ", DTypeShortName(out)));
+          auto g = lt->Run(l->problem, c, {});
+          if (IsNoKernel(g.status())) {
+            no_kernel.push_back(absl::StrCat(c.ToString(), " ", WeightLayoutName(layout), " out ",
+                                             DTypeShortName(out)));
+            continue;
+          }
+          ASSERT_THAT(g, IsOk());
+          auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+          ASSERT_THAT(cpu, IsOk());
+          const Agreement a = Compare(g->output, cpu->output);
+          std::printf("| %s | %s | %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
+                      fp8 ? "fp8 + block scales" : "bf16, quantised",
+                      std::string(WeightLayoutName(layout)).c_str(), bias ? "bf16" : "-",
+                      std::string(DTypeShortName(out)).c_str(), 100 * a.bitwise_share,
+                      static_cast<unsigned long long>(a.max_ulp));
+          EXPECT_EQ(a.max_ulp, 0u);
+          EXPECT_EQ(g->details["a_scale_mode"], "CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F");
+          EXPECT_EQ(g->details["b_scale_mode"], "CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F");
+        }
+      }
+    }
+  }
+  for (const std::string& what : no_kernel) std::printf("no cuBLASLt kernel: %s\n", what.c_str());
+}
+
+// An exact MXFP8 or NVFP4 layer of narrow operands: values small (E4M3
+// integers in [-4, 4]; E2M1 codes of 0, ±0.5 ... ±6), block scales powers
+// of two (UE8M0 2^-1 .. 2^1; UE4M3 0.5, 1, 2), NVFP4's global scales 0.5
+// and 0.25: every product and partial sum exact in fp32.
+struct BlockLayer {
+  Tensor x, w, xs, ws, gx, gw;
+  LinearProblem problem;
+};
+
+std::unique_ptr<BlockLayer> MakeExactBlockScaledLayer(Precision p, int64_t m, int64_t n, int64_t k,
+                                                      WeightLayout layout, DType out,
+                                                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto l = std::make_unique<BlockLayer>();
+  const BlockScaledOperands b = BlockScaledOperandsOf(p);
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const bool fp4 = b.values == DType::kFloat4E2M1Fn;
+  const std::vector<int64_t> wshape =
+      out_in ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  auto fill = [&](const std::vector<int64_t>& shape, Tensor* t) {
+    const int64_t count = shape[0] * shape[1];
+    if (fp4) {
+      *t = *Tensor::Create(DType::kFloat4E2M1Fn, shape);
+      std::uniform_int_distribution<int> code(0, 15);
+      for (int64_t e = 0; e < count; ++e) SetFp4Code(t->data<uint8_t>(), e, code(rng));
+    } else {
+      std::uniform_int_distribution<int> small(-4, 4);
+      std::vector<double> v(static_cast<size_t>(count));
+      for (double& d : v) d = small(rng);
+      *t = *FromDoubles(b.values, shape, v);
+    }
+  };
+  fill({m, k}, &l->x);
+  fill(wshape, &l->w);
+  const int64_t kb = k / b.block;
+  auto scales = [&](std::vector<int64_t> shape, Tensor* t) {
+    *t = *Tensor::Create(b.scales, shape);
+    std::uniform_int_distribution<int> e(-1, 1);
+    for (int64_t i = 0; i < shape[0] * shape[1]; ++i) {
+      // UE8M0 2^e: 127 + e; UE4M3 2^e: (7 + e) << 3.
+      t->data<uint8_t>()[i] =
+          fp4 ? static_cast<uint8_t>((7 + e(rng)) << 3) : static_cast<uint8_t>(127 + e(rng));
+    }
+  };
+  scales({m, kb}, &l->xs);
+  scales(out_in ? std::vector<int64_t>{n, kb} : std::vector<int64_t>{kb, n}, &l->ws);
+  LinearProblem& pr = l->problem;
+  pr.input = &l->x;
+  pr.weight = &l->w;
+  pr.input_scale = &l->xs;
+  pr.weight_scale = &l->ws;
+  pr.scale_blocks = ScaleBlocks{b.block, 1};
+  if (fp4) {
+    l->gx = *FromDoubles(DType::kFloat32, {1}, std::vector<double>{0.5});
+    l->gw = *FromDoubles(DType::kFloat32, {1}, std::vector<double>{0.25});
+    pr.input_global_scale = &l->gx;
+    pr.weight_global_scale = &l->gw;
+  }
+  pr.layout = layout;
+  pr.output_dtype = out;
+  pr.m = m;
+  pr.n = n;
+  pr.k = k;
+  return l;
+}
+
+// MXFP8 and NVFP4 on cuBLASLt (VEC32_UE8M0, VEC16_UE4M3) against the CPU
+// emulation on exact layers, bitwise, where the device has Blackwell's
+// block-scaled tensor cores (compute capability 10.0 or later); elsewhere
+// (the pack's H200) the backend must not list them and must refuse them
+// naming the rule, so the CPU emulation runs them.
+TEST_F(CudaGpuTest, GpuMxFp8AndNvFp4MatchTheCpuBitwiseFromBlackwellAndAreRefusedBefore) {
+  LinearBackend* lt = Backend("cublaslt");
+  const std::vector<Precision> listed = lt->precisions();
+  const bool blackwell = ComputeCapabilityOf(lt) >= 10.0;
+  for (Precision p : {Precision::kMxFp8E4M3, Precision::kNvFp4}) {
+    SCOPED_TRACE(PrecisionName(p));
+    EXPECT_EQ(std::find(listed.begin(), listed.end(), p) != listed.end(), blackwell);
+    for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+      for (DType out : {DType::kBFloat16, DType::kFloat32}) {
+        auto l = MakeExactBlockScaledLayer(p, 32, 64, 128, layout, out, 2100);
+        Config c;
+        c.backend = "cublaslt";
+        c.precision = p;
+        c.bias = BiasMode::kNone;
+        auto g = lt->Run(l->problem, c, {});
+        if (!blackwell) {
+          EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                           HasSubstr("compute capability 10.0 or later")));
+          continue;
+        }
+        if (IsNoKernel(g.status())) {
+          std::printf("no cuBLASLt kernel: %s\n", c.ToString().c_str());
+          continue;
+        }
+        ASSERT_THAT(g, IsOk());
+        Config cpu_c = c;
+        cpu_c.backend = "cpu";
+        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        ASSERT_THAT(cpu, IsOk());
+        const Agreement a = Compare(g->output, cpu->output);
+        std::printf("| %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
+                    std::string(WeightLayoutName(layout)).c_str(),
+                    std::string(DTypeShortName(out)).c_str(), 100 * a.bitwise_share,
+                    static_cast<unsigned long long>(a.max_ulp));
+        EXPECT_EQ(a.max_ulp, 0u);
+      }
+    }
+  }
 }
 
 }  // namespace

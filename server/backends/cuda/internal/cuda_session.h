@@ -41,8 +41,10 @@ namespace tensorcheck::cuda {
 // staging buffer, in bytes.
 inline constexpr int64_t kDeviceAlign = 256;
 
-// FP8 operands' dequantisation scales on a session: float32 arrays of 1
-// element each (per tensor) or m and n (row-wise). Invalid: none.
+// FP8 operands' dequantisation scales on a session, in the layout the
+// GEMM's scale mode reads (block_scale_layout.h's LtScaleSpecOf: float32 1
+// element each per tensor, m and n row-wise; block-wise and MXFP8/NVFP4
+// scales already rearranged for cuBLASLt). Invalid: none.
 struct SessionScales {
   ArrayRef input;
   ArrayRef weight;
@@ -157,9 +159,9 @@ class CudaSession final : public DeviceSession {
 
 namespace internal {
 
-// What a CUDA backend's Prepare decided (PreparedRun's state): the FP8
-// GEMM (fp8_rules.h), asked once, when the configuration or an operand
-// involves FP8; nullopt otherwise.
+// What a CUDA backend's Prepare decided (PreparedRun's state): the FP8 or
+// block-scaled GEMM (fp8_rules.h, block_scale_rules.h), asked once, when
+// the configuration or an operand involves them; nullopt otherwise.
 struct CudaPrepared final : PreparedRun::State {
   std::optional<Fp8Gemm> fp8;
 };
@@ -187,8 +189,9 @@ LayerTypes LayerOf(const LinearProblem& problem);
 Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
                     std::optional<ComputeCapability> device);
 
-// Whether the FP8 rules apply: an fp8 precision, or an FP8 operand.
-bool InvolvesFp8(const Config& config, const LayerTypes& layer);
+// Whether the narrow rules apply (fp8_rules.h, block_scale_rules.h): an
+// fp8 or block-scaled precision, or an FP8 or FP4 operand.
+bool InvolvesNarrowGemm(const Config& config, const LayerTypes& layer);
 
 // Every cuBLASLt descriptor a run of `config` on `layer` builds, on a
 // device of capability `cc` with a `workspace_bytes` workspace, built and

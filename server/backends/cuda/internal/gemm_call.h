@@ -73,12 +73,14 @@ struct GemmOperands {
   DType bias_type = DType::kFloat32;
   Activation activation = Activation::kNone;
   cudaStream_t stream = nullptr;
-  // FP8 (plan.fp8): the dequantisation scales, fp32 on the device: the
-  // weight's (cuBLASLt's A scale; 1 or n values) and the input's (B; 1 or
-  // m), and CUBLASLT_MATMUL_DESC_FAST_ACCUM.
-  const float* w_scale = nullptr;
-  const float* x_scale = nullptr;
+  // FP8 and block-scaled (plan.fp8): the dequantisation scales on the
+  // device, in the layout of plan.fp8->scale_mode (block_scale_layout.h's
+  // LtScaleSpecOf): the weight's (cuBLASLt's A scale) and the input's (B),
+  // CUBLASLT_MATMUL_DESC_FAST_ACCUM, and alpha (NVFP4: fl32(gx * gw)).
+  const void* w_scale = nullptr;
+  const void* x_scale = nullptr;
   bool fast_accum = false;
+  float alpha = 1.0f;
   // The configuration's `algo=N`; unset: the library's first choice.
   std::optional<int> algo;
 };

@@ -31,6 +31,10 @@ cudaDataType_t ToCudaType(DType d) {
       return CUDA_R_8F_E4M3;
     case DType::kFloat8E5M2:
       return CUDA_R_8F_E5M2;
+    case DType::kFloat4E2M1Fn:
+      return CUDA_R_4F_E2M1;
+    case DType::kFloat8E8M0Fnu:
+      return CUDA_R_8F_UE8M0;
   }
   return CUDA_R_32F;
 }
@@ -102,7 +106,10 @@ Plan MakePlan(Precision p, DType x, DType w, DType out, std::optional<DType> epi
     case Precision::kFp8E5M2:
     case Precision::kFp8E4M3E5M2:
     case Precision::kFp8E5M2E4M3:
-      // MakeFp8Plan, from the FP8 rules' answer.
+    case Precision::kMxFp8E4M3:
+    case Precision::kMxFp8E5M2:
+    case Precision::kNvFp4:
+      // MakeFp8Plan, from the FP8 or block-scale rules' answer.
       plan = Wide(DType::kFloat32, CUBLAS_COMPUTE_32F, CUDA_R_32F, DType::kFloat32);
       break;
     case Precision::kBf16x3:
@@ -129,7 +136,7 @@ Plan MakeMultiPassPlan(const MultiPassGemm& gemm) {
 
 Plan MakeFp8Plan(const Fp8Gemm& gemm) {
   // "The compute type must be CUBLAS_COMPUTE_32F. The scale type must be
-  // CUDA_R_32F." (cublasLtMatmul, FP8)
+  // CUDA_R_32F." (cublasLtMatmul, FP8 and FP4)
   Plan plan = Wide(gemm.b, CUBLAS_COMPUTE_32F, CUDA_R_32F, gemm.d);
   plan.fp8 = gemm;
   return plan;

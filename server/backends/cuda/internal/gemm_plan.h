@@ -30,6 +30,12 @@
 //   fp8e4m3e5m2  A E5M2, B E4M3     32F                 fp32   as fp8e4m3
 //   fp8e5m2e4m3  A E4M3, B E5M2     32F                 fp32   as fp8e4m3
 //   fp8e5m2    (none: cuBLASLt has no E5M2 x E5M2 GEMM; the cpu backend runs it)
+//   mxfp8e4m3  A, B E4M3 (VEC32_UE8M0   32F                 fp32   as fp8e4m3
+//              scales), cc >= 10.0
+//   mxfp8e5m2  (none: no E5M2 x E5M2 row in the FP8 table)
+//   nvfp4      A, B E2M1 packed         32F                 fp32   as fp8e4m3;
+//              (VEC16_UE4M3 scales),                               alpha the
+//              cc >= 10.0                                          global scales
 //   bf16x3/x6/x9 (cublaslt) bf16 parts 32F            fp32   fp32, one GEMM per
 //                                                              partial product
 //   tf32x3     (cublaslt) fp32 (TF32   32F_FAST_TF32       fp32   fp32, likewise
@@ -53,6 +59,9 @@
 // (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) or row-wise
 // (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, A and B's scale modes);
 // CUBLASLT_MATMUL_DESC_FAST_ACCUM follows the configuration's fast_accum.
+// scaling=block128 gives A BLK128x128_32F and B VEC128_32F scales, and the
+// block-scaled precisions VEC32_UE8M0 / VEC16_UE4M3 (block_scale_rules.h;
+// the layouts: block_scale_layout.h).
 // The epilogue's bias type is bf16 with a bf16 or fp32 D and fp16 with an
 // fp16 D (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): D is the output dtype when
 // the layer's bias has that type and D's columns are 16-byte aligned, else

@@ -63,6 +63,24 @@ const char* EpilogueName(cublasLtEpilogue_t e) {
   }
 }
 
+// cuBLASLt's scale mode of A (`b` false: the weight) or B (the input).
+cublasLtMatmulMatrixScale_t LtScaleMode(Fp8ScaleMode mode, bool b) {
+  switch (mode) {
+    case Fp8ScaleMode::kTensor:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case Fp8ScaleMode::kOuterVector:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case Fp8ScaleMode::kBlock128:
+      return b ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+               : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case Fp8ScaleMode::kMxVec32:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    case Fp8ScaleMode::kNvVec16:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
 // The epilogue that adds the bias (when there is one) and the activation.
 cublasLtEpilogue_t EpilogueOf(bool bias, ActKind act) {
   if (bias) {
@@ -202,8 +220,10 @@ class LtSetup {
 
   // The FP8 GEMM: D = alpha * scale_A * scale_B * op(A) op(B) + bias per
   // tensor, D_ij = alpha * scale_A[i] * scale_B[j] * sum_l a_il b_lj row-wise
-  // (cuBLAS documentation, "Narrow Precision Data Types Usage"), alpha 1.
-  // A is the weight (scale_A: n values row-wise), B the input (m values).
+  // (cuBLAS documentation, "Narrow Precision Data Types Usage"), alpha 1;
+  // block-wise, each block's products times its A and B scales, alpha 1
+  // (NVFP4: the global scales' product). A is the weight (scale_A: n values
+  // row-wise), B the input (m values).
   absl::Status SetFp8Attributes(cublasLtMatmulDesc_t od, const Fp8Gemm& fp8, Details* details) {
     const void* a_scale = ops_.w_scale;
     const void* b_scale = ops_.x_scale;
@@ -211,18 +231,24 @@ class LtSetup {
                                                            &a_scale, sizeof(a_scale)));
     TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                            &b_scale, sizeof(b_scale)));
-    if (fp8.scale_mode == Fp8ScaleMode::kOuterVector) {
+    if (fp8.scale_mode != Fp8ScaleMode::kTensor) {
       // "int32_t, default: 0" (CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F).
-      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      const int32_t a_mode = LtScaleMode(fp8.scale_mode, /*b=*/false);
+      const int32_t b_mode = LtScaleMode(fp8.scale_mode, /*b=*/true);
       TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                                                             &mode, sizeof(mode)));
+                                                             &a_mode, sizeof(a_mode)));
       TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                                                             &mode, sizeof(mode)));
+                                                             &b_mode, sizeof(b_mode)));
     }
-    // "int8_t, default: 0 - fast accumulation mode is disabled."
-    const int8_t fast = ops_.fast_accum ? 1 : 0;
-    TC_CUDA_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    const bool fp8_scaling = fp8.scale_mode == Fp8ScaleMode::kTensor ||
+                             fp8.scale_mode == Fp8ScaleMode::kOuterVector ||
+                             fp8.scale_mode == Fp8ScaleMode::kBlock128;
+    if (fp8_scaling) {
+      // "int8_t, default: 0 - fast accumulation mode is disabled."
+      const int8_t fast = ops_.fast_accum ? 1 : 0;
+      TC_CUDA_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(od, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    }
     if (ops_.bias != nullptr && fp8.bias) {
       // bf16 with an fp32 D, not D's type: "int32_t based on cudaDataType".
       const int32_t bias_type = ToCudaType(*fp8.bias);
@@ -230,8 +256,9 @@ class LtSetup {
           od, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     (*details)["a_scale_mode"] = Fp8ScaleModeName(fp8.scale_mode);
-    (*details)["b_scale_mode"] = Fp8ScaleModeName(fp8.scale_mode);
-    (*details)["fast_accum"] = ops_.fast_accum ? "true" : "false";
+    (*details)["b_scale_mode"] = Fp8BScaleModeName(fp8.scale_mode);
+    if (fp8_scaling) (*details)["fast_accum"] = ops_.fast_accum ? "true" : "false";
+    if (fp8.global_scales) (*details)["alpha"] = absl::StrFormat("%.9g", ops_.alpha);
     return absl::OkStatus();
   }
 
@@ -326,11 +353,12 @@ class LtMatmul final : public GemmCall {
 
   absl::Status Run(char* dst) override {
     void* d_ptr = ops_.d != nullptr ? ops_.d : dst;
-    TC_CUDA_RETURN_IF_ERROR(
-        cublasLtMatmul(ctx_.lt(), setup_.op_desc(), scalars_.one(ops_.plan.scale), ops_.w,
-                       setup_.a_desc(), ops_.x, setup_.b_desc(), scalars_.zero(ops_.plan.scale),
-                       d_ptr, setup_.d_desc(), d_ptr, setup_.d_desc(), &heuristic_.algo,
-                       ctx_.workspace(), static_cast<size_t>(ctx_.workspace_bytes()), ops_.stream));
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmul(
+        ctx_.lt(), setup_.op_desc(),
+        ops_.plan.fp8 ? static_cast<const void*>(&ops_.alpha) : scalars_.one(ops_.plan.scale),
+        ops_.w, setup_.a_desc(), ops_.x, setup_.b_desc(), scalars_.zero(ops_.plan.scale), d_ptr,
+        setup_.d_desc(), d_ptr, setup_.d_desc(), &heuristic_.algo, ctx_.workspace(),
+        static_cast<size_t>(ctx_.workspace_bytes()), ops_.stream));
     if (ops_.d != nullptr) {
       TC_CUDA_RETURN_IF_ERROR(LaunchConvert(ops_.d, ToElem(ops_.plan.d), dst, ToElem(ops_.out),
                                             ops_.m * ops_.n, ops_.stream));

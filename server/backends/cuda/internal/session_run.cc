@@ -38,6 +38,8 @@
 #include "core/fp8_scaling.h"
 #include "core/status_macros.h"
 #include "server/backends/cuda/cuda_status.h"
+#include "server/backends/cuda/internal/block_scale_layout.h"
+#include "server/backends/cuda/internal/block_scale_rules.h"
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/cuda_session.h"
@@ -141,7 +143,7 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
         "configuration ", config.ToString(), ": the GPU backends need 1 <= m, n, k <= ", INT_MAX,
         ", got m=", m, " n=", n, " k=", k));
   }
-  if (InvolvesFp8(config, l)) {
+  if (InvolvesNarrowGemm(config, l)) {
     if (!fp8.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "configuration ", config.ToString(), ": its FP8 GEMM was not prepared for this layer"));
@@ -226,10 +228,12 @@ absl::StatusOr<std::vector<ArrayRef>> SplitParts(CudaSession& s, ArrayRef source
   return out;
 }
 
-// An FP8 operand on the device with its dequantisation scales.
+// An FP8 (or FP4) operand on the device with its dequantisation scales
+// and, for NVFP4, its per-tensor scale (1 float32).
 struct Fp8Operand {
   ArrayRef values;
   ArrayRef scales;
+  ArrayRef global;
 };
 
 // A wide operand viewed as [outer, inner], quantised to `fp8` by the
@@ -287,23 +291,87 @@ absl::StatusOr<Fp8Operand> Quantised(CudaSession& s, ArrayRef source, DType fp8,
   return out;
 }
 
-// An FP8 operand's scales as the session holds them: float32, `count`
-// elements (1 per tensor; m or n row-wise).
+// An FP8 or block-scaled operand's scales as the session holds them:
+// `spec`'s dtype and count (block_scale_layout.h's LtScaleSpecOf).
 absl::StatusOr<ArrayRef> GivenScales(CudaSession& s, ArrayRef scales, const char* name,
-                                     int64_t count, const Config& config) {
+                                     const LtScaleSpec& spec, const Config& config) {
   if (!scales.valid()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "configuration ", config.ToString(), ": FP8 operands reached the device without ", name,
+        "configuration ", config.ToString(), ": narrow operands reached the device without ", name,
         " (a device session's operands carry no scales; the backends' own runs pass them)"));
   }
   TC_ASSIGN_OR_RETURN(const CudaSession::Array* a, s.Get(scales, name));
-  if (a->dtype != DType::kFloat32 || a->count != count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("configuration ", config.ToString(), ": ", name, ": float32 with ", count,
-                     " elements expected (scaling=", Fp8ScalingName(config.scaling), "), got ",
-                     a->count, " ", DTypeName(a->dtype)));
+  if (a->dtype != spec.dtype || a->count != spec.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "configuration ", config.ToString(), ": ", name, ": ", DTypeName(spec.dtype), " with ",
+        spec.count, " elements expected, got ", a->count, " ", DTypeName(a->dtype)));
   }
   return scales;
+}
+
+// A wide operand as cuBLASLt multiplies it under a block-wise GEMM
+// (scaling=block128, MXFP8, NVFP4): QuantiseForLt on the host, from the
+// tensor it was uploaded from (the CPU backend's very recipe), its values
+// TN, its scales in cuBLASLt's layout and NVFP4's per-tensor scale: forms
+// of `source`, made once per session (resident with a stored weight).
+absl::StatusOr<Fp8Operand> BlockQuantised(CudaSession& s, ArrayRef source, bool weight,
+                                          const LayerShape& shape, const Config& config,
+                                          const Fp8Gemm& gemm) {
+  TC_ASSIGN_OR_RETURN(const CudaSession::Array* src, s.Get(source, "operand"));
+  if (src->host == nullptr) {
+    return absl::InternalError(
+        "a block-scaled configuration's wide operand has no host tensor to quantise");
+  }
+  const Tensor* host = src->host;
+  const DType values = weight ? gemm.a : gemm.b;
+  const LtScaleSpec spec = LtScaleSpecOf(gemm.scale_mode, weight, shape);
+  const bool transposed = weight && shape.layout == WeightLayout::kInOut;
+  std::string form = absl::StrCat(DTypeName(values), "|", Fp8BScaleModeName(gemm.scale_mode));
+  if (gemm.scale_mode == Fp8ScaleMode::kMxVec32) {
+    absl::StrAppend(&form, "|", MxScaleRoundingName(config.mx_rounding));
+  }
+  if (transposed) absl::StrAppend(&form, "|transposed");
+  // Quantised once, when the first of the forms is made.
+  auto quantised = std::make_shared<std::optional<LtOperand>>();
+  auto quantise = [=]() -> absl::StatusOr<const LtOperand*> {
+    if (!quantised->has_value()) {
+      TC_ASSIGN_OR_RETURN(LtOperand q, QuantiseForLt(*host, weight, shape, config, gemm));
+      *quantised = std::move(q);
+    }
+    return &**quantised;
+  };
+  CudaSession* session = &s;
+  const int64_t rows = weight ? shape.n : shape.m;
+  Fp8Operand out;
+  TC_ASSIGN_OR_RETURN(out.values, s.Form(
+                                      source, form, values,
+                                      [=](void* dst) -> absl::Status {
+                                        TC_ASSIGN_OR_RETURN(const LtOperand* q, quantise());
+                                        return session->CopyToDevice(
+                                            q->values.raw(), dst,
+                                            static_cast<int64_t>(q->values.nbytes()));
+                                      },
+                                      rows* shape.k));
+  TC_ASSIGN_OR_RETURN(out.scales, s.Form(
+                                      source, absl::StrCat(form, "|scales"), spec.dtype,
+                                      [=](void* dst) -> absl::Status {
+                                        TC_ASSIGN_OR_RETURN(const LtOperand* q, quantise());
+                                        return session->CopyToDevice(
+                                            q->scales.raw(), dst,
+                                            static_cast<int64_t>(q->scales.nbytes()));
+                                      },
+                                      spec.count));
+  if (gemm.global_scales) {
+    TC_ASSIGN_OR_RETURN(out.global, s.Form(
+                                        source, absl::StrCat(form, "|global"), DType::kFloat32,
+                                        [=](void* dst) -> absl::Status {
+                                          TC_ASSIGN_OR_RETURN(const LtOperand* q, quantise());
+                                          return session->CopyToDevice(&q->global_scale, dst,
+                                                                       sizeof(float));
+                                        },
+                                        1));
+  }
+  return out;
 }
 
 // The FP8 GEMM's A (the weight, [n, k]) and B (the input), each with its
@@ -312,22 +380,55 @@ struct Fp8Arrays {
   Fp8Operand x, w;
 };
 
+// A stored IN_OUT weight as [n, k] (TN): FP8 bytes transposed by a
+// device kernel; packed FP4 on the host, from the tensor it was uploaded
+// from. A form of the weight.
+absl::StatusOr<ArrayRef> TransposedWeight(CudaSession& s, ArrayRef weight, int64_t n, int64_t k) {
+  TC_ASSIGN_OR_RETURN(const CudaSession::Array* w, s.Get(weight, "op.weight"));
+  const void* data = w->data;
+  cudaStream_t stream = s.stream();
+  if (w->dtype != DType::kFloat4E2M1Fn) {
+    return s.Form(weight, "transposed", w->dtype, [=](void* dst) -> absl::Status {
+      TC_CUDA_RETURN_IF_ERROR(LaunchTransposeBytes(data, dst, /*rows=*/k, /*cols=*/n, stream));
+      return absl::OkStatus();
+    });
+  }
+  if (w->host == nullptr) {
+    return absl::InternalError("an FP4 IN_OUT weight has no host tensor to transpose");
+  }
+  const Tensor* host = w->host;
+  CudaSession* session = &s;
+  return s.Form(weight, "transposed", w->dtype, [=](void* dst) -> absl::Status {
+    const std::vector<uint8_t> t = TransposeFp4(host->data<uint8_t>(), /*rows=*/k, /*cols=*/n);
+    return session->CopyToDevice(t.data(), dst, static_cast<int64_t>(t.size()));
+  });
+}
+
 absl::StatusOr<Fp8Arrays> Fp8Operands(CudaSession& s, const SessionOperands& op,
                                       const SessionScales& scales, const Config& config,
                                       const Fp8Gemm& gemm) {
   const int64_t m = op.m, n = op.n, k = op.k;
-  const bool row = config.scaling == Fp8Scaling::kRow;
+  const LayerShape shape = op.shape();
+  const bool block = gemm.scale_mode == Fp8ScaleMode::kBlock128 ||
+                     gemm.scale_mode == Fp8ScaleMode::kMxVec32 ||
+                     gemm.scale_mode == Fp8ScaleMode::kNvVec16;
   Fp8Arrays f;
-  if (gemm.quantise_input) {
+  if (gemm.quantise_input && block) {
+    TC_ASSIGN_OR_RETURN(f.x, BlockQuantised(s, op.input, /*weight=*/false, shape, config, gemm));
+  } else if (gemm.quantise_input) {
     TC_ASSIGN_OR_RETURN(f.x, Quantised(s, op.input, gemm.b, config.scaling, m, k,
                                        /*per_column=*/false, /*transpose=*/false));
   } else {
     f.x.values = op.input;
     TC_ASSIGN_OR_RETURN(f.x.scales,
-                        GivenScales(s, scales.input, "input_scale", row ? m : 1, config));
+                        GivenScales(s, scales.input, "input_scale",
+                                    LtScaleSpecOf(gemm.scale_mode, false, shape), config));
+    f.x.global = op.input_global_scale;
   }
   const bool out_in = op.layout == WeightLayout::kOutIn;
-  if (gemm.quantise_weight) {
+  if (gemm.quantise_weight && block) {
+    TC_ASSIGN_OR_RETURN(f.w, BlockQuantised(s, op.weight, /*weight=*/true, shape, config, gemm));
+  } else if (gemm.quantise_weight) {
     // W's output features are its rows (OUT_IN) or its columns (IN_OUT).
     TC_ASSIGN_OR_RETURN(f.w, Quantised(s, op.weight, gemm.a, config.scaling, out_in ? n : k,
                                        out_in ? k : n, /*per_column=*/!out_in,
@@ -335,20 +436,32 @@ absl::StatusOr<Fp8Arrays> Fp8Operands(CudaSession& s, const SessionOperands& op,
   } else {
     f.w.values = op.weight;
     TC_ASSIGN_OR_RETURN(f.w.scales,
-                        GivenScales(s, scales.weight, "weight_scale", row ? n : 1, config));
+                        GivenScales(s, scales.weight, "weight_scale",
+                                    LtScaleSpecOf(gemm.scale_mode, true, shape), config));
+    f.w.global = op.weight_global_scale;
     if (gemm.transpose_weight) {
-      TC_ASSIGN_OR_RETURN(const CudaSession::Array* w, s.Get(op.weight, "op.weight"));
-      const void* data = w->data;
-      cudaStream_t stream = s.stream();
-      TC_ASSIGN_OR_RETURN(f.w.values,
-                          s.Form(op.weight, "transposed", w->dtype, [=](void* dst) -> absl::Status {
-                            TC_CUDA_RETURN_IF_ERROR(
-                                LaunchTransposeBytes(data, dst, /*rows=*/k, /*cols=*/n, stream));
-                            return absl::OkStatus();
-                          }));
+      TC_ASSIGN_OR_RETURN(f.w.values, TransposedWeight(s, op.weight, n, k));
     }
   }
   return f;
+}
+
+// NVFP4's alpha, fl32(gx * gw) (the CPU backend's GlobalScale), from the
+// operands' per-tensor scales on the device.
+absl::StatusOr<float> GlobalAlpha(CudaSession& s, const Fp8Arrays& f, const Config& config) {
+  if (!f.x.global.valid() || !f.w.global.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(),
+                     ": FP4 operands reached the device without their global scales"));
+  }
+  TC_ASSIGN_OR_RETURN(Tensor gx, s.Download(f.x.global));
+  TC_ASSIGN_OR_RETURN(Tensor gw, s.Download(f.w.global));
+  if (gx.dtype() != DType::kFloat32 || gx.numel() != 1 || gw.dtype() != DType::kFloat32 ||
+      gw.numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("configuration ", config.ToString(),
+                                                   ": global scales: one float32 each expected"));
+  }
+  return gx.data<float>()[0] * gw.data<float>()[0];
 }
 
 // The plan in the run's details: the device, the types, where values are
@@ -371,18 +484,42 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
   if (plan.fp8) {
     const Fp8Gemm& f = *plan.fp8;
     d["ab_type"] = absl::StrCat(DTypeName(f.b), " (input) x ", DTypeName(f.a), " (weight)");
-    d["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
-    d["accumulation"] =
-        config.fast_accum ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32 (split accumulator)";
-    d["dequantisation"] = f.scale_mode == Fp8ScaleMode::kOuterVector
-                              ? "cuBLASLt outer vector: y[i, j] from acc * scale_A[j] (weight) "
-                                "* scale_B[i] (input)"
-                              : "cuBLASLt per tensor: acc * alpha * scale_A * scale_B";
+    if (IsFp8(config.precision)) {
+      d["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
+      d["accumulation"] =
+          config.fast_accum ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32 (split accumulator)";
+    } else if (config.precision != Precision::kNvFp4) {
+      d["mx_scaling"] = std::string(MxScaleRoundingName(config.mx_rounding));
+    }
+    switch (f.scale_mode) {
+      case Fp8ScaleMode::kTensor:
+        d["dequantisation"] = "cuBLASLt per tensor: acc * alpha * scale_A * scale_B";
+        break;
+      case Fp8ScaleMode::kOuterVector:
+        d["dequantisation"] =
+            "cuBLASLt outer vector: y[i, j] from acc * scale_A[j] (weight) * scale_B[i] (input)";
+        break;
+      case Fp8ScaleMode::kBlock128:
+        d["dequantisation"] =
+            "cuBLASLt block-wise: each 128-wide slice of k times scale_A (the weight's 128x128 "
+            "block, BLK128x128_32F) and scale_B (the input's 1x128 block, VEC128_32F)";
+        break;
+      case Fp8ScaleMode::kMxVec32:
+        d["dequantisation"] =
+            "cuBLASLt block-scaled: 32-element blocks of k with UE8M0 scales (VEC32_UE8M0)";
+        break;
+      case Fp8ScaleMode::kNvVec16:
+        d["dequantisation"] =
+            "cuBLASLt block-scaled: 16-element blocks of k with UE4M3 scales (VEC16_UE4M3), "
+            "alpha = fl32(global_x * global_w)";
+        break;
+    }
     if (f.bias) d["bias_type"] = std::string(DTypeName(*f.bias));
     if (f.transpose_weight) {
       d["weight_transpose"] =
-          f.quantise_weight ? "IN_OUT weight transposed to [n, k] on the host (TN)"
-                            : "IN_OUT FP8 weight transposed to [n, k] by a device kernel (TN)";
+          f.quantise_weight || f.a == DType::kFloat4E2M1Fn
+              ? "IN_OUT weight transposed to [n, k] on the host (TN)"
+              : "IN_OUT FP8 weight transposed to [n, k] by a device kernel (TN)";
     }
     if (f.quantise_input) {
       absl::StrAppend(&quantised, "input ", DTypeName(x), "->", DTypeName(f.b), "; ");
@@ -405,8 +542,13 @@ void DescribePlan(const Plan& plan, const Config& config, DType x, DType w,
   std::vector<std::string> parts;
   if (!rounding.empty()) parts.push_back(absl::StrCat(rounding, "device kernel, nearest-even"));
   if (!quantised.empty()) {
-    parts.push_back(absl::StrCat(quantised, "host, current scaling (scaling=",
-                                 Fp8ScalingName(config.scaling), ", core/fp8_scaling.h)"));
+    if (IsFp8(config.precision)) {
+      parts.push_back(absl::StrCat(quantised, "host, current scaling (scaling=",
+                                   Fp8ScalingName(config.scaling), ", core/fp8_scaling.h)"));
+    } else {
+      parts.push_back(absl::StrCat(quantised, "host, the ", PrecisionName(config.precision),
+                                   " recipe (core/mx_formats.h)"));
+    }
   }
   d["input_rounding"] = parts.empty() ? "none" : absl::StrJoin(parts, "; ");
   if (std::optional<Tf32Rounding> tf32 = EmulatedTf32(config.precision)) {
@@ -473,8 +615,8 @@ GemmOperands PlaceholderOperands(const RunSetup& setup, const LayerTypes& layer,
   ops.x = placeholder;
   ops.bias = layer.bias.has_value() && !setup.partial_gemms() ? placeholder : nullptr;
   if (setup.plan.fp8) {
-    ops.w_scale = static_cast<const float*>(placeholder);
-    ops.x_scale = static_cast<const float*>(placeholder);
+    ops.w_scale = placeholder;
+    ops.x_scale = placeholder;
     ops.fast_accum = c.fast_accum;
   }
   return ops;
@@ -502,8 +644,8 @@ Fp8Query Fp8QueryOf(const Config& config, const LayerTypes& layer,
   return q;
 }
 
-bool InvolvesFp8(const Config& config, const LayerTypes& layer) {
-  return IsFp8(config.precision) || IsFp8(layer.input) || IsFp8(layer.weight);
+bool InvolvesNarrowGemm(const Config& config, const LayerTypes& layer) {
+  return InvolvesNarrow(config, layer.input, layer.weight);
 }
 
 absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& op,
@@ -544,9 +686,12 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
     TC_ASSIGN_OR_RETURN(const Fp8Arrays f, Fp8Operands(s, op, scales, config, *plan.fp8));
     x_ab = f.x.values;
     w_ab = f.w.values;
-    ops.x_scale = static_cast<const float*>(s.data(f.x.scales));
-    ops.w_scale = static_cast<const float*>(s.data(f.w.scales));
+    ops.x_scale = s.data(f.x.scales);
+    ops.w_scale = s.data(f.w.scales);
     ops.fast_accum = config.fast_accum;
+    if (plan.fp8->global_scales) {
+      TC_ASSIGN_OR_RETURN(ops.alpha, GlobalAlpha(s, f, config));
+    }
   } else if (setup.partial_gemms()) {
     // fp32 first (fp64 rounded to nearest, 16-bit widened exactly), as the
     // CPU backend reads the operands it splits.
@@ -666,8 +811,8 @@ absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
   c.algo.reset();
   // Descriptors alone, outside a prepared run: the FP8 rules asked here.
   std::optional<Fp8Gemm> fp8;
-  if (InvolvesFp8(c, layer)) {
-    TC_ASSIGN_OR_RETURN(fp8, CheckFp8Gemm(Fp8QueryOf(c, layer, cc)));
+  if (InvolvesNarrowGemm(c, layer)) {
+    TC_ASSIGN_OR_RETURN(fp8, CheckNarrowGemm(Fp8QueryOf(c, layer, cc)));
   }
   TC_ASSIGN_OR_RETURN(const RunSetup setup,
                       SetUp(c, layer, options, DeviceTraits{/*tf32_disabled=*/false, cc}, fp8));
