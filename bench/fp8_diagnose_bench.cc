@@ -15,7 +15,14 @@
 //               no wide precision explains it, so the second tier runs
 //               and names cpu:fp8e4m3:fused@scaling=row;
 //   fp32_bf16x3 fp32 operands; the observed output XLA's bf16x3 (three
-//               bf16 passes, each in K tiles of 32): the second tier runs.
+//               bf16 passes, each in K tiles of 32): the second tier runs;
+//   mxfp8       x and W quantised by torchao's MX recipe (floor, 32-element
+//               blocks) and sent as float8_e4m3fn with float8_e8m0fnu
+//               scales; the observed output an fp32 accumulation of the
+//               dequantised values in K tiles of 32, then the bias;
+//   bf16_mxfp8  the bf16 operands of `bf16`, the observed output of
+//               `mxfp8`: the second tier runs and names
+//               cpu:mxfp8e4m3:fused@scaling=floor.
 // Prints per case the time, which tiers ran, how many candidates were
 // ranked, best and the verdict, then each case's ratio to `bf16`.
 #include <cblas.h>
@@ -34,6 +41,7 @@
 #include "core/float_formats.h"
 #include "core/fp8_scaling.h"
 #include "core/linear_config.h"
+#include "core/mx_formats.h"
 #include "server/backends/linear_backend.h"
 #include "server/engine/engine.h"
 
@@ -188,6 +196,43 @@ Case Fp32Bf16x3Case(const Layer& l) {
   return c;
 }
 
+// torchao's MX recipe (floor) on the bf16 layer, its operands and the
+// output of an fp32 accumulation of the dequantised values.
+struct MxLayer {
+  BlockScaled x, w;
+  std::vector<double> observed;
+};
+
+MxLayer MxQuantisedLayer(const Layer& l) {
+  MxLayer q;
+  q.x = *QuantizeMxFp8(l.x, l.m, l.k, Fp8Format::kE4M3Fn, MxScaleRounding::kFloor);
+  q.w = *QuantizeMxFp8(l.w, l.n, l.k, Fp8Format::kE4M3Fn, MxScaleRounding::kFloor);
+  q.observed = FusedBf16(
+      TiledGemm(DequantizeBlockScaled(q.x), DequantizeBlockScaled(q.w), l.m, l.k, l.n), l.b, l.n);
+  return q;
+}
+
+Case MxCase(const Layer& l, const MxLayer& q) {
+  Case c{"mxfp8", {}};
+  auto bytes = [](const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); };
+  c.request.input = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.m, l.k}, bytes(q.x.codes));
+  c.request.weight = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.n, l.k}, bytes(q.w.codes));
+  c.request.input_scale =
+      *Tensor::FromBytes(DType::kFloat8E8M0Fnu, {q.x.scale_rows, q.x.scale_cols}, bytes(q.x.scales));
+  c.request.weight_scale =
+      *Tensor::FromBytes(DType::kFloat8E8M0Fnu, {q.w.scale_rows, q.w.scale_cols}, bytes(q.w.scales));
+  c.request.bias = Wide(DType::kBFloat16, {l.n}, l.b);
+  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, q.observed);
+  return c;
+}
+
+Case WideMxCase(const Layer& l, const MxLayer& q) {
+  Case c = Bf16Case(l);
+  c.name = "bf16_mxfp8";
+  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, q.observed);
+  return c;
+}
+
 const char* VerdictName(DiagnosisVerdict v) {
   switch (v) {
     case DiagnosisVerdict::kRounding:
@@ -228,6 +273,9 @@ int Main(int argc, char** argv) {
   cases.push_back(Fp8Case(bf16, q));
   cases.push_back(WideFp8RowCase(bf16, q));
   cases.push_back(Fp32Bf16x3Case(MakeLayer(m, k, n, /*bf16_values=*/false)));
+  const MxLayer mx = MxQuantisedLayer(bf16);
+  cases.push_back(MxCase(bf16, mx));
+  cases.push_back(WideMxCase(bf16, mx));
 
   std::printf("layer: %lld x %lld -> %lld, bias fused, CPU backend, best of %d\n\n",
               static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),

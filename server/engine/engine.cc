@@ -52,8 +52,8 @@ absl::StatusOr<std::vector<int64_t>> BatchSizes(const std::vector<int64_t>& list
 }
 
 // The output dtype of a request that names none: the input's, bf16 for
-// FP8 inputs (torch._scaled_mm's usual out_dtype).
-DType DefaultOutputDType(DType input) { return IsFp8(input) ? DType::kBFloat16 : input; }
+// FP8 and FP4 inputs (torch._scaled_mm's usual out_dtype).
+DType DefaultOutputDType(DType input) { return IsNarrow(input) ? DType::kBFloat16 : input; }
 
 // The precision a tensor of `dtype` naturally carries: the bound an output
 // stored in it is held to when no configuration says otherwise.

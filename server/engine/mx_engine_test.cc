@@ -236,6 +236,15 @@ TEST_F(MxEngineTest, NarrowOperandsAreTheDefinitionInEveryLayoutOfWeightAndScale
   }
 }
 
+TEST_F(MxEngineTest, FourBitOperandsDefaultToABf16Output) {
+  LinearRequest r = NarrowRequest(MakeNvFp4(2));
+  r.output_dtype.reset();
+  r.configs = {"cpu:nvfp4"};
+  auto out = engine_->Verify(r);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->results[0].output->dtype(), DType::kBFloat16);
+}
+
 TEST_F(MxEngineTest, DefaultCandidatesOfNarrowOperandsAreTheirPrecision) {
   const NarrowLayer l = MakeMx(6);
   LinearRequest r = NarrowRequest(l);

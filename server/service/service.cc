@@ -852,6 +852,14 @@ void TensorCheckServiceImpl::FillCapabilities(v1::GetCapabilitiesResponse* respo
       for (Precision p : backend->precisions()) {
         for (BiasMode b : backend->bias_modes()) {
           Config c{std::string(backend->name()), p, b};
+          if (p == Precision::kMxFp8E4M3 || p == Precision::kMxFp8E5M2) {
+            // Both scale roundings of the MXFP8 recipes.
+            for (MxScaleRounding r : {MxScaleRounding::kFloor, MxScaleRounding::kRceil}) {
+              c.mx_rounding = r;
+              info->add_configs(c.ToString());
+            }
+            continue;
+          }
           if (!IsFp8(p)) {
             info->add_configs(c.ToString());
             continue;

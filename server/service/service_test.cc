@@ -480,8 +480,14 @@ TEST_F(ServiceTest, CapabilitiesListTheCpuBackendAndLimits) {
   EXPECT_THAT(cpu.precisions(), ::testing::UnorderedElementsAre(
                                     "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16",
                                     "fp16acc", "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3",
-                                    "bf16x3", "bf16x6", "bf16x9", "tf32x3"));
+                                    "bf16x3", "bf16x6", "bf16x9", "tf32x3", "mxfp8e4m3",
+                                    "mxfp8e5m2", "nvfp4"));
   EXPECT_THAT(cpu.configs(), ::testing::Contains("cpu:tf32:unfused"));
+  for (const char* c :
+       {"cpu:fp8e4m3:fused@scaling=block128,fast_accum", "cpu:mxfp8e4m3:unfused@scaling=rceil",
+        "cpu:nvfp4:fused"}) {
+    EXPECT_THAT(cpu.configs(), ::testing::Contains(c));
+  }
   EXPECT_EQ(response.limits().max_tensor_bytes(), 8 << 20);
   for (const v1::BackendInfo& b : response.backends()) {
     if (b.name() != "cpu" && !b.available()) {
