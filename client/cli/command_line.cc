@@ -57,6 +57,9 @@ constexpr FlagSpec kFlags[] = {
     // FP8 dequantisation scales: a number or a tensor argument.
     {"input-scale", true, kLayer},
     {"weight-scale", true, kLayer},
+    // NVFP4's per-tensor (global) scales, with FP4 input and weight.
+    {"input-global-scale", true, kLayer},
+    {"weight-global-scale", true, kLayer},
     // verify, diagnose: NAME=DTYPE; upload: DTYPE, for every tensor.
     {"dtype", true, kLayer | kUpload},
     {"no-progress", false, kCheck | kUpload | kCompare},

@@ -102,10 +102,13 @@ constexpr const char kConnectionFlags[] =
 
 constexpr const char kTensorFlags[] =
     R"(Tensors (FILE.npy v1-v3 with dtype <f8 <f4 <f2, or FILE.safetensors:TENSOR
-with dtype F64 F32 F16 BF16 F8_E4M3 F8_E5M2; a bfloat16 .npy holds <u2 bit
-patterns, or <V2 raw values from ml_dtypes, and needs --dtype NAME=bf16, an
-FP8 .npy holds <u1 (|u1) bit patterns
-and needs --dtype NAME=fp8e4m3 or --dtype NAME=fp8e5m2; or
+with dtype F64 F32 F16 BF16 F8_E4M3 F8_E5M2 F4 F8_E8M0; a bfloat16 .npy holds
+<u2 bit patterns, or <V2 raw values from ml_dtypes, and needs --dtype
+NAME=bf16, an FP8 .npy holds <u1 (|u1) bit patterns and needs --dtype
+NAME=fp8e4m3 or --dtype NAME=fp8e5m2, a float8_e8m0fnu one too, with --dtype
+NAME=e8m0, and a float4_e2m1fn one its bytes packed two elements each (element
+2i in the low nibble, its last dimension half the tensor's), with --dtype
+NAME=fp4e2m1; or
 sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
 `tensorcheck upload` prints it):
   --input X              [..., K]
@@ -118,13 +121,22 @@ sha256:<64 hex>:<dtype>:<d0>x<d1>..., a tensor in the server's store, as
   --weight-scale S       the weight's, scale_b: a number, [] or [1] per tensor;
                          [N], [N, 1] or [1, N] row-wise (both scales per
                          tensor, or both row-wise); every value of either
-                         scale finite and positive
+                         scale finite and positive. Block-wise scales as
+                         docs/numerics.md gives them: float32 for
+                         scaling=block128, float8_e8m0fnu for MXFP8 and
+                         float8_e4m3fn for NVFP4 (name the dtype of a <u1
+                         .npy with --dtype input-scale=e8m0, ...)
+  --input-global-scale G, --weight-global-scale G
+                         with FP4 (nvfp4) input and weight: NVFP4's float32
+                         per-tensor scales, a number or a [] or [1] tensor
   --bias B               [N], optional
   --observed Y           [..., N], the output your framework produced
-  --dtype NAME=DTYPE     require argument NAME (input, weight, bias, observed)
-                         to hold DTYPE; bf16 reads a <u2 .npy as bf16 bits,
-                         and a <V2 one (np.save of an ml_dtypes bfloat16
-                         array), fp8e4m3 and fp8e5m2 a <u1 .npy as FP8 bits
+  --dtype NAME=DTYPE     require argument NAME (input, weight, bias, observed,
+                         input-scale, weight-scale) to hold DTYPE; bf16 reads
+                         a <u2 .npy as bf16 bits, and a <V2 one (np.save of
+                         an ml_dtypes bfloat16 array), fp8e4m3, fp8e5m2 and
+                         e8m0 a <u1 .npy as their bits, fp4e2m1 as packed
+                         FP4 bytes
   --weight-layout out_in|in_out   (default out_in: torch/candle; in_out: flax)
   --activation none|relu|gelu     (default none; gelu is the tanh form)
   --output-dtype DTYPE   round every configuration's output to DTYPE
@@ -285,7 +297,8 @@ advice both ways; --json the report of docs/json-report.md ("compare").
                          (repeatable); then exit 0 only when the server
                          accepts both (its verdict PASS)
   --reference SPEC, --top-k N, --weight-layout, --activation, --output-dtype,
-  --input-scale, --weight-scale, --no-progress   as for verify
+  --input-scale, --weight-scale, --input-global-scale, --weight-global-scale,
+  --no-progress          as for verify
 
 --input, --weight, --bias and the tensor syntax are verify's (see
 `tensorcheck verify --help`); tensors above 1 MiB go through the server's

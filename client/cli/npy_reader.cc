@@ -223,7 +223,11 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
                                       const TensorReadOptions& options) {
   const std::optional<DType> want = options.expected_dtype;
   const bool want_bf16 = want.has_value() && *want == DType::kBFloat16;
+  // One-byte bit patterns ('|u1'): FP8, the UE8M0 scale format, and FP4
+  // packed two per byte.
   const bool want_fp8 = want.has_value() && IsFp8(*want);
+  const bool want_bytes = want.has_value() && (want_fp8 || *want == DType::kFloat8E8M0Fnu ||
+                                               *want == DType::kFloat4E2M1Fn);
   // A tensor of another dtype than the one expected; `found` says what the
   // file holds.
   auto mismatch = [&](absl::string_view found) {
@@ -231,7 +235,11 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
         file, ": dtype ", DTypeName(*want), " expected (", options.expected_by, "), found ", found,
         want_bf16  ? "; bfloat16 .npy files hold '<u2' bit patterns"
         : want_fp8 ? "; FP8 .npy files hold '|u1' bit patterns"
-                   : ""));
+        : want.has_value() && *want == DType::kFloat8E8M0Fnu
+            ? "; float8_e8m0fnu .npy files hold '|u1' bit patterns"
+        : want.has_value() && *want == DType::kFloat4E2M1Fn
+            ? "; float4_e2m1fn .npy files hold '|u1' bytes, two elements each"
+            : ""));
   };
   DType d;
   if (descr == "<f8") {
@@ -260,14 +268,19 @@ absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_vie
         options.dtype_flag, "bf16"));
   } else if (descr == "|u1" || descr == "<u1") {
     // One byte has no byte order: numpy writes '|u1'.
-    if (want_fp8) return *want;
+    if (want_bytes) return *want;
     if (want.has_value()) return mismatch(BitsFound(descr, "uint8, FP8 bit patterns"));
     return absl::InvalidArgumentError(absl::StrCat(
         file, ": dtype ", Quote(descr),
         " (uint8) is read only as FP8 bit patterns, and the bits do not say which format; "
         "say so with ",
         options.dtype_flag, "fp8e4m3 (float8_e4m3fn) or ", options.dtype_flag,
-        "fp8e5m2 (float8_e5m2), or save float data as '<f8', '<f4' or '<f2'"));
+        "fp8e5m2 (float8_e5m2) (", options.dtype_flag,
+        "fp4e2m1 for float4_e2m1fn packed two per "
+        "byte, ",
+        options.dtype_flag,
+        "e8m0 for float8_e8m0fnu), or save float data as '<f8', "
+        "'<f4' or '<f2'"));
   } else if (!descr.empty() && descr[0] == '>') {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": big-endian dtype ", Quote(descr),
@@ -347,6 +360,18 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view head, uint64_t file_s
   TC_ASSIGN_OR_RETURN(layout.dtype, NpyDescrToDType(descr, file, options));
   TC_ASSIGN_OR_RETURN(const int64_t numel,
                       NumelFor(layout.shape, ItemSize(layout.dtype), std::string(file)));
+  if (layout.dtype == DType::kFloat4E2M1Fn) {
+    // The file's bytes hold two elements each (element 2i in the low
+    // nibble, as torch.float4_e2m1fn_x2): the tensor's last dimension is
+    // twice the file's.
+    if (layout.shape.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file,
+                       ": a float4_e2m1fn .npy holds its packed bytes, two elements each, "
+                       "in at least one dimension; found shape ()"));
+    }
+    layout.shape.back() *= 2;
+  }
   if (fortran_order) {
     return absl::InvalidArgumentError(
         absl::StrCat(file,
@@ -354,6 +379,7 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view head, uint64_t file_s
                      "expected (numpy: np.ascontiguousarray(a))"));
   }
   layout.data_offset = preamble + header_len;
+  // `numel` counts the file's items (FP4: its bytes).
   layout.data_bytes = static_cast<uint64_t>(numel) * static_cast<uint64_t>(ItemSize(layout.dtype));
   const uint64_t available = file_size - layout.data_offset;
   if (available != layout.data_bytes) {

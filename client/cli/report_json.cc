@@ -291,6 +291,12 @@ Json DiagnosisJson(const pb::Diagnosis& d) {
   j["advice"] = d.advice();
   j["accepted"] = d.accepted();
   j["accepted_as"] = d.accepted_as();
+  // The tiers of default candidates that ran: [1], or [1, 2] when the
+  // second tier ran too; [] when the request named its candidates (or from
+  // a server that predates the tiers).
+  Json tiers = Json::array();
+  for (int32_t t : d.candidate_tiers()) tiers.push_back(t);
+  j["candidate_tiers"] = std::move(tiers);
   return j;
 }
 

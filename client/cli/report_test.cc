@@ -533,7 +533,7 @@ TEST(VerifyResponseToJsonTest, DiagnosisCarriesTheVerdictItsReasonAndTheDefect) 
   EXPECT_THAT(Keys(d),
               ElementsAre("best", "equivalent", "tied", "confidence", "ranking", "framework_hint",
                           "localization", "explanation", "verdict", "verdict_reason", "defect",
-                          "headline", "advice", "accepted", "accepted_as"));
+                          "headline", "advice", "accepted", "accepted_as", "candidate_tiers"));
   EXPECT_EQ(d["verdict"], "defect");
   EXPECT_EQ(d["verdict_reason"], kDefectReason);
   const nlohmann::ordered_json& f = d["defect"];
@@ -966,6 +966,18 @@ TEST(VerifyResponseToJsonTest, DiagnosisCarriesHeadlineAdviceAndAcceptance) {
   EXPECT_EQ(old["advice"], "");
   EXPECT_EQ(old["accepted"], false);
   EXPECT_EQ(old["accepted_as"], "");
+  EXPECT_EQ(old["candidate_tiers"], nlohmann::ordered_json::array());
+}
+
+TEST(VerifyResponseToJsonTest, CandidateTiersAreTheServersList) {
+  pb::VerifyResponse r = FlaxCase();
+  r.mutable_diagnosis()->add_candidate_tiers(1);
+  EXPECT_EQ(VerifyResponseToJson(r)["diagnosis"]["candidate_tiers"],
+            nlohmann::ordered_json::array({1}));
+  r.mutable_diagnosis()->add_candidate_tiers(2);
+  const nlohmann::ordered_json d = VerifyResponseToJson(r)["diagnosis"];
+  EXPECT_EQ(d["candidate_tiers"], nlohmann::ordered_json::array({1, 2}));
+  EXPECT_EQ(d.back(), d["candidate_tiers"]);  // the last key, after accepted_as
 }
 
 TEST(FormatGithubSummaryTest, DiagnosisLeadsWithTheStatusWordThenTheHeadline) {

@@ -46,11 +46,16 @@ size_t SafetensorsItemSize(absl::string_view d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E5M2" || d == "F8_E4M3") {
+  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E5M2" || d == "F8_E4M3" || d == "F8_E8M0" ||
+      d == "E8M0") {
     return 1;
   }
   return 0;
 }
+
+// safetensors' F4 (torch.float4_e2m1fn_x2): its shape counts elements, two
+// to a byte (the format's 4-bit dtype). Not numpy's "f4", which is float32.
+bool IsSafetensorsF4(absl::string_view d) { return d == "F4"; }
 
 std::optional<DType> SafetensorsDType(absl::string_view d) {
   if (d == "F64") return DType::kFloat64;
@@ -60,6 +65,10 @@ std::optional<DType> SafetensorsDType(absl::string_view d) {
   // safetensors' F8_E4M3 is torch's float8_e4m3fn (no infinities).
   if (d == "F8_E4M3") return DType::kFloat8E4M3Fn;
   if (d == "F8_E5M2") return DType::kFloat8E5M2;
+  if (IsSafetensorsF4(d)) return DType::kFloat4E2M1Fn;
+  // F8_E8M0 is the format's name for torch.float8_e8m0fnu (what
+  // safetensors writes, and DeepSeek's block scales use); E8M0 is read too.
+  if (d == "F8_E8M0" || d == "E8M0") return DType::kFloat8E8M0Fnu;
   return std::nullopt;
 }
 
@@ -214,7 +223,21 @@ absl::StatusOr<std::vector<StEntry>> ParseSafetensorsHeaderImpl(
                                                      data_size, " bytes"));
     }
     const size_t itemsize = SafetensorsItemSize(e.dtype);
-    if (itemsize != 0) {
+    if (IsSafetensorsF4(e.dtype)) {
+      TC_ASSIGN_OR_RETURN(const int64_t numel, NumelFor(e.shape, 1, what));
+      if (numel % 2 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": shape ", ShapeString(e.shape), " of F4 holds ", numel,
+                         " elements; an even count expected (two to a byte)"));
+      }
+      const uint64_t expected = static_cast<uint64_t>(numel) / 2;
+      if (expected != e.end - e.begin) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": ", expected, " bytes expected for shape ", ShapeString(e.shape),
+                         " of F4 (two elements to a byte), data_offsets [", e.begin, ", ", e.end,
+                         "] span ", e.end - e.begin));
+      }
+    } else if (itemsize != 0) {
       TC_ASSIGN_OR_RETURN(const int64_t numel, NumelFor(e.shape, itemsize, what));
       const uint64_t expected = static_cast<uint64_t>(numel) * static_cast<uint64_t>(itemsize);
       if (expected != e.end - e.begin) {
@@ -283,13 +306,18 @@ absl::StatusOr<const StEntry*> SelectEntry(const std::vector<StEntry>& entries,
   }
   const std::optional<DType> d = SafetensorsDType(found->dtype);
   if (!d.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": tensor '", tensor_name,
-        "': dtype F64, F32, F16, BF16, F8_E4M3 or F8_E5M2 "
-        "expected, found ",
-        Quote(found->dtype), SafetensorsItemSize(found->dtype) == 0 ? " (unknown dtype)" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": tensor '", tensor_name,
+                     "': dtype F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F4 or F8_E8M0 "
+                     "expected, found ",
+                     Quote(found->dtype),
+                     SafetensorsItemSize(found->dtype) == 0 && !IsSafetensorsF4(found->dtype)
+                         ? " (unknown dtype)"
+                         : ""));
   }
-  if (options.expected_dtype.has_value() && *options.expected_dtype != *d) {
+  if (options.expected_dtype.has_value() && *options.expected_dtype != *d &&
+      std::find(options.also_named.begin(), options.also_named.end(), *d) ==
+          options.also_named.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         file, ": tensor '", tensor_name, "': dtype ", DTypeName(*options.expected_dtype),
         " expected (", options.expected_by, "), found ", found->dtype));

@@ -16,11 +16,15 @@
 // patterns only when the caller expects bfloat16, and so `<V2` (raw 2-byte
 // values: what `np.save` writes for an ml_dtypes bfloat16 array, whose
 // descr numpy cannot name); `|u1` (or `<u1`) as
-// FP8 bit patterns only when the caller expects float8_e4m3fn or
-// float8_e5m2 (numpy has neither, so such arrays are commonly saved as
-// `x.view(np.uint16)` / `x.view(np.uint8)`; the bits alone do not say which
-// FP8 format they are). Accepted safetensors dtypes: F64, F32, F16, BF16,
-// F8_E4M3 (float8_e4m3fn), F8_E5M2.
+// FP8 bit patterns only when the caller expects float8_e4m3fn,
+// float8_e5m2 or float8_e8m0fnu (numpy has none, so such arrays are
+// commonly saved as `x.view(np.uint16)` / `x.view(np.uint8)`; the bits
+// alone do not say which format they are), and as float4_e2m1fn when the
+// caller expects it: the packed bytes of torch.float4_e2m1fn_x2 (element 2i
+// in the low nibble), so the tensor's last dimension is twice the file's.
+// Accepted safetensors dtypes: F64, F32, F16, BF16, F8_E4M3
+// (float8_e4m3fn), F8_E5M2, F4 (float4_e2m1fn, two to a byte; its shape
+// counts elements) and F8_E8M0 (float8_e8m0fnu; E8M0 read too).
 //
 // This library has no gRPC dependency.
 #pragma once
@@ -53,6 +57,11 @@ struct TensorReadOptions {
   // `.npy` of dtype `<u2`, read as bf16 bit patterns; float8_e4m3fn and
   // float8_e5m2 one of dtype `|u1`, read as bit patterns of that format.
   std::optional<DType> expected_dtype;
+  // Other dtypes accepted in place of expected_dtype from a source that
+  // names its own dtype (a safetensors entry, a digest argument), never
+  // from bit patterns whose dtype only the flag says: the block scales'
+  // float8_e8m0fnu and float8_e4m3fn where float32 scales are expected.
+  std::vector<DType> also_named;
   // What requires expected_dtype, for messages: "dtype float32 expected
   // (<expected_by>), found ...".
   std::string expected_by = "--dtype";
@@ -111,8 +120,8 @@ struct SafetensorsIndex {
 absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path,
                                                       const TensorReadOptions& options = {});
 
-// The dtype of a safetensors dtype name, for the six the CLI reads (F64,
-// F32, F16, BF16, F8_E4M3, F8_E5M2); nullopt for any other.
+// The dtype of a safetensors dtype name, for those the CLI reads (F64,
+// F32, F16, BF16, F8_E4M3, F8_E5M2, F4, F8_E8M0); nullopt for any other.
 std::optional<DType> SafetensorsDTypeOf(absl::string_view name);
 
 // How a bfloat16 tensor is written to `.npy`, which has no bfloat16 dtype.

@@ -135,15 +135,18 @@ TEST(TensorIo, NpyHeaderKeysInAnyOrderWithDoubleQuotesRead) {
 TEST(TensorIo, NpyWriterRoundTripsEveryDType) {
   for (DType d : kAllDTypes) {
     SCOPED_TRACE(DTypeName(d));
-    auto src = FromDoubles(d, {2, 3}, {1.0, -2.5, 0.5, 3.0, -0.0, 65504.0 / 4});
+    // FP4's .npy holds whole bytes of each row: an even last dimension.
+    const std::vector<int64_t> shape =
+        d == DType::kFloat4E2M1Fn ? std::vector<int64_t>{3, 2} : std::vector<int64_t>{2, 3};
+    auto src = FromDoubles(d, shape, {1.0, -2.5, 0.5, 3.0, -0.0, 65504.0 / 4});
     ASSERT_THAT(src, IsOk());
     // bf16 and FP8 as raw bits, read back with --dtype's option.
-    const bool bits = d == DType::kBFloat16 || IsFp8(d);
+    const bool bits = d == DType::kBFloat16 || IsNarrow(d);
     auto back = ParseNpy(EncodeNpy(*src, Bf16NpyEncoding::kUint16Bits), "w.npy",
                          bits ? Expect(d) : TensorReadOptions{});
     ASSERT_THAT(back, IsOk());
     EXPECT_EQ(back->dtype(), d);
-    EXPECT_THAT(back->shape(), ElementsAre(2, 3));
+    EXPECT_EQ(back->shape(), shape);
     EXPECT_EQ(back->bytes(), src->bytes());
   }
 }
@@ -205,6 +208,95 @@ TEST(TensorIo, NpyWriterWritesFp8AsUint8BitsWhateverTheBf16Encoding) {
       EXPECT_EQ(back->dtype(), d);
       EXPECT_EQ(back->bytes(), bits);
     }
+  }
+}
+
+// FP4 E2M1 codes by hand (sign, 2 exponent bits of bias 1, 1 mantissa
+// bit): 1.0 = 0.01.0 (0x2), 0.5 = 0.00.1 (0x1), 6 = 0.11.1 (0x7), -1 =
+// 1.01.0 (0xa). Packed two per byte, element 2i in the low nibble:
+// [1.0, 0.5] -> 0x12, [6, -1] -> 0xa7.
+const std::string kFp4Packed = "\x12\xa7";
+const std::vector<double> kFp4Values = {1.0, 0.5, 6.0, -1.0};
+
+TEST(TensorIo, NpyFp4IsPackedBytesWhoseLastDimIsHalfTheTensors) {
+  auto x =
+      ParseNpy(Npy(1, Dict("|u1", "(1, 2)"), kFp4Packed), "x.npy", Expect(DType::kFloat4E2M1Fn));
+  ASSERT_THAT(x, IsOk());
+  EXPECT_EQ(x->dtype(), DType::kFloat4E2M1Fn);
+  EXPECT_THAT(x->shape(), ElementsAre(1, 4));
+  EXPECT_EQ(x->bytes(), kFp4Packed);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(x->GetDouble(i), kFp4Values[static_cast<size_t>(i)]);
+  // What the writer makes of it reads back the same.
+  const std::string npy = EncodeNpy(*x);
+  EXPECT_THAT(npy, HasSubstr("'shape': (1, 2)"));
+  auto back = ParseNpy(npy, "x.npy", Expect(DType::kFloat4E2M1Fn));
+  ASSERT_THAT(back, IsOk());
+  EXPECT_THAT(back->shape(), ElementsAre(1, 4));
+  EXPECT_EQ(back->bytes(), kFp4Packed);
+  // A 0-d file holds no pair.
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("|u1", "()"), "\x12"), "x.npy", Expect(DType::kFloat4E2M1Fn)),
+              StatusIs(kInvalid, HasSubstr("at least one dimension")));
+  // A float file where FP4 is expected says what FP4 files hold.
+  EXPECT_THAT(ParseNpy(Npy(1, Dict("<f4", "(1,)"), Raw(std::vector<float>{1.0f})), "x.npy",
+                       Expect(DType::kFloat4E2M1Fn)),
+              StatusIs(kInvalid, HasSubstr("float4_e2m1fn .npy files hold '|u1' bytes")));
+}
+
+TEST(TensorIo, NpyE8m0BitPatternsReadAsPowersOfTwo) {
+  // UE8M0: 2^(bits - 127): 127 -> 1, 130 -> 8, 120 -> 2^-7.
+  const std::string bits = Raw(std::vector<uint8_t>{127, 130, 120});
+  auto s = ParseNpy(Npy(1, Dict("|u1", "(3, 1)"), bits), "s.npy", Expect(DType::kFloat8E8M0Fnu));
+  ASSERT_THAT(s, IsOk());
+  EXPECT_EQ(s->dtype(), DType::kFloat8E8M0Fnu);
+  EXPECT_THAT(s->shape(), ElementsAre(3, 1));
+  EXPECT_EQ(s->bytes(), bits);
+  EXPECT_EQ(s->GetDouble(0), 1.0);
+  EXPECT_EQ(s->GetDouble(1), 8.0);
+  EXPECT_EQ(s->GetDouble(2), 1.0 / 128);
+}
+
+TEST(TensorIo, NpyUint8WithoutADTypeNamesTheFp4AndE8m0FlagsToo) {
+  EXPECT_THAT(
+      ParseNpy(Npy(1, Dict("|u1", "(2,)"), kFp4Packed), "q.npy"),
+      StatusIs(kInvalid, AllOf(HasSubstr("--dtype NAME=fp4e2m1"), HasSubstr("--dtype NAME=e8m0"))));
+}
+
+TEST(TensorIo, SafetensorsF4CountsElementsTwoToAByte) {
+  const std::string json = R"({"w": {"dtype": "F4", "shape": [2, 2], "data_offsets": [0, 2]}})";
+  auto w = ParseSafetensors(St(json, kFp4Packed), "w", "m.safetensors");
+  ASSERT_THAT(w, IsOk());
+  EXPECT_EQ(w->dtype(), DType::kFloat4E2M1Fn);
+  EXPECT_THAT(w->shape(), ElementsAre(2, 2));
+  EXPECT_EQ(w->bytes(), kFp4Packed);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w->GetDouble(i), kFp4Values[static_cast<size_t>(i)]);
+  // One byte per element is not F4's size; nor is an odd count.
+  EXPECT_THAT(ParseSafetensors(St(R"({"w": {"dtype": "F4", "shape": [4], "data_offsets": [0, 4]}})",
+                                  kFp4Packed + kFp4Packed),
+                               "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("2 bytes expected for shape [4] of F4")));
+  EXPECT_THAT(ParseSafetensors(
+                  St(R"({"w": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}})", kFp4Packed),
+                  "w", "m.safetensors"),
+              StatusIs(kInvalid, HasSubstr("an even count expected")));
+  // safetensors' F32 is float32 whatever numpy's "f4" means.
+  EXPECT_THAT(
+      ParseSafetensors(St(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                          Raw(std::vector<float>{1.0f})),
+                       "w", "m.safetensors", Expect(DType::kFloat4E2M1Fn)),
+      StatusIs(kInvalid, HasSubstr("float4_e2m1fn expected")));
+}
+
+TEST(TensorIo, SafetensorsF8E8m0IsFloat8E8m0fnu) {
+  const std::string bits = Raw(std::vector<uint8_t>{127, 128});
+  for (const char* name : {"F8_E8M0", "E8M0"}) {
+    SCOPED_TRACE(name);
+    const std::string json =
+        absl::StrCat(R"({"s": {"dtype": ")", name, R"(", "shape": [2], "data_offsets": [0, 2]}})");
+    auto s = ParseSafetensors(St(json, bits), "s", "m.safetensors");
+    ASSERT_THAT(s, IsOk());
+    EXPECT_EQ(s->dtype(), DType::kFloat8E8M0Fnu);
+    EXPECT_EQ(s->GetDouble(0), 1.0);
+    EXPECT_EQ(s->GetDouble(1), 2.0);
   }
 }
 
@@ -479,7 +571,8 @@ TEST(TensorIo, SafetensorsUnknownDTypeIsRejected) {
               StatusIs(kInvalid, AllOf(HasSubstr("'F7'"), HasSubstr("unknown dtype"))));
   const std::string i64 = R"({"w": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})";
   EXPECT_THAT(ParseSafetensors(St(i64, std::string(8, '\0')), "w", "m.safetensors"),
-              StatusIs(kInvalid, HasSubstr("F64, F32, F16, BF16, F8_E4M3 or F8_E5M2 expected")));
+              StatusIs(kInvalid,
+                       HasSubstr("F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F4 or F8_E8M0 expected")));
 }
 
 TEST(TensorIo, SafetensorsDataOffsetsOutOfRangeAreRejected) {
@@ -689,6 +782,22 @@ TEST_F(TensorFileTest, Fp8NpyAndSafetensorsArgumentsReadFromDisk) {
   ASSERT_THAT(w, IsOk());
   EXPECT_EQ(w->dtype(), DType::kFloat8E4M3Fn);
   EXPECT_EQ(w->GetDouble(1), 448.0);
+}
+
+TEST_F(TensorFileTest, Fp4NpyAndSafetensorsArgumentsReadFromDisk) {
+  const std::string npy = Write("q4.npy", Npy(1, Dict("|u1", "(2,)"), kFp4Packed));
+  auto x = ReadTensorArg(npy, Expect(DType::kFloat4E2M1Fn));
+  ASSERT_THAT(x, IsOk());
+  EXPECT_THAT(x->shape(), ElementsAre(4));
+  EXPECT_EQ(x->bytes(), kFp4Packed);
+  const std::string st =
+      Write("q4.safetensors",
+            St(R"({"w": {"dtype": "F4", "shape": [1, 4], "data_offsets": [0, 2]}})", kFp4Packed));
+  auto w = ReadTensorArg(st + ":w");
+  ASSERT_THAT(w, IsOk());
+  EXPECT_EQ(w->dtype(), DType::kFloat4E2M1Fn);
+  EXPECT_THAT(w->shape(), ElementsAre(1, 4));
+  EXPECT_EQ(w->GetDouble(2), 6.0);
 }
 
 TEST_F(TensorFileTest, LargeNpyIsAViewOfTheFileWithItsBytes) {

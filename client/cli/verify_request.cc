@@ -38,7 +38,9 @@ absl::Status LoadTensorArg(const std::string& arg, const std::string& flag,
     // Already in the server's store: dtype and shape come from the argument.
     auto ref = ParseTensorRef(arg);
     if (!ref.ok()) return Usage(absl::StrCat("--", flag, ": ", ref.status().message()));
-    if (opts.expected_dtype.has_value() && *opts.expected_dtype != ref->dtype) {
+    if (opts.expected_dtype.has_value() && *opts.expected_dtype != ref->dtype &&
+        std::find(opts.also_named.begin(), opts.also_named.end(), ref->dtype) ==
+            opts.also_named.end()) {
       return Usage(absl::StrCat("--", flag, ": the digest argument says ",
                                 DTypeShortName(ref->dtype), " but ", requirement));
     }
@@ -82,11 +84,15 @@ absl::Status LoadOperand(const CommandLine& cl, const std::string& flag,
   return LoadTensor(cl, flag, opts, requirement, field, out, held);
 }
 
-// A dequantisation scale (--input-scale, --weight-scale): a number is one
-// per-tensor scale, rounded to float32, of shape [] (torch._scaled_mm's
-// scalar scale); anything else is a tensor argument holding float32.
+// A dequantisation scale (--input-scale, --weight-scale, and NVFP4's
+// --input-global-scale, --weight-global-scale): a number is one per-tensor
+// scale, rounded to float32, of shape [] (torch._scaled_mm's scalar
+// scale); anything else is a tensor argument holding float32, or, for the
+// block scales, the dtype `--dtype FLAG=DTYPE` names (MXFP8's e8m0, NVFP4's
+// fp8e4m3: docs/numerics.md, "MXFP8 and NVFP4"), which the server judges.
 absl::Status LoadScale(const CommandLine& cl, const std::string& flag, const std::string& field,
-                       pb::Tensor* out, std::vector<HeldTensor>* held) {
+                       const std::map<std::string, DType>& dtypes, pb::Tensor* out,
+                       std::vector<HeldTensor>* held) {
   const std::string arg = cl.Get(flag);
   float v;
   // SimpleAtof rounds the decimal once, to the nearest float32.
@@ -116,6 +122,13 @@ absl::Status LoadScale(const CommandLine& cl, const std::string& flag, const std
   TensorReadOptions opts;
   opts.expected_dtype = DType::kFloat32;
   opts.expected_by = "scales are float32, as torch._scaled_mm takes them";
+  if (auto it = dtypes.find(flag); it != dtypes.end()) {
+    opts.expected_dtype = it->second;
+    opts.expected_by = absl::StrCat("--dtype ", flag, "=", DTypeShortName(it->second));
+  } else if (field == "op.input_scale" || field == "op.weight_scale") {
+    // A file that names its dtype may hold MXFP8's or NVFP4's block scales.
+    opts.also_named = {DType::kFloat8E8M0Fnu, DType::kFloat8E4M3Fn};
+  }
   return LoadTensor(cl, flag, opts, opts.expected_by, field, out, held);
 }
 
@@ -290,8 +303,8 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
 
 namespace {
 
-// The --dtype NAME=DTYPE flags: NAME one of input, weight, bias, observed
-// and `extra_names` (compare's output names).
+// The --dtype NAME=DTYPE flags: NAME one of input, weight, bias, observed,
+// input-scale, weight-scale and `extra_names` (compare's output names).
 absl::StatusOr<std::map<std::string, DType>> ParseDTypeFlags(
     const CommandLine& cl, const std::vector<std::string>& extra_names = {}) {
   std::map<std::string, DType> dtypes;
@@ -299,10 +312,10 @@ absl::StatusOr<std::map<std::string, DType>> ParseDTypeFlags(
     const size_t eq = v.find('=');
     const std::string name = v.substr(0, eq == std::string::npos ? v.size() : eq);
     const bool known = name == "input" || name == "weight" || name == "bias" ||
-                       name == "observed" ||
+                       name == "observed" || name == "input-scale" || name == "weight-scale" ||
                        std::find(extra_names.begin(), extra_names.end(), name) != extra_names.end();
     if (eq == std::string::npos || !known) {
-      std::string names = "input, weight, bias, observed";
+      std::string names = "input, weight, bias, observed, input-scale, weight-scale";
       for (const std::string& n : extra_names) absl::StrAppend(&names, ", ", n);
       return Usage(
           absl::StrCat("--dtype: NAME=DTYPE with NAME one of ", names, " expected, got '", v, "'"));
@@ -313,23 +326,38 @@ absl::StatusOr<std::map<std::string, DType>> ParseDTypeFlags(
     if (name == "observed" && !cl.Has("observed")) {
       return Usage("--dtype observed=... without --observed");
     }
+    for (const char* scale : {"input-scale", "weight-scale"}) {
+      if (name == scale && !cl.Has(scale)) {
+        return Usage(absl::StrCat("--dtype ", scale, "=... without --", scale));
+      }
+    }
     dtypes[name] = *d;
   }
   return dtypes;
 }
 
-// The layer's tensors: --input, --weight, --bias and the FP8 scales.
+// The layer's tensors: --input, --weight, --bias and the FP8 and FP4
+// scales.
 absl::Status LoadLayer(const CommandLine& cl, const std::map<std::string, DType>& dtypes,
                        pb::LinearOp* op, std::vector<HeldTensor>* held) {
   // The scales first: small, and a mistyped number fails before large
   // files are read.
   if (cl.Has("input-scale")) {
     TC_RETURN_IF_ERROR(
-        LoadScale(cl, "input-scale", "op.input_scale", op->mutable_input_scale(), held));
+        LoadScale(cl, "input-scale", "op.input_scale", dtypes, op->mutable_input_scale(), held));
   }
   if (cl.Has("weight-scale")) {
     TC_RETURN_IF_ERROR(
-        LoadScale(cl, "weight-scale", "op.weight_scale", op->mutable_weight_scale(), held));
+        LoadScale(cl, "weight-scale", "op.weight_scale", dtypes, op->mutable_weight_scale(), held));
+  }
+  // NVFP4's per-tensor scales: float32 always (no --dtype names them).
+  if (cl.Has("input-global-scale")) {
+    TC_RETURN_IF_ERROR(LoadScale(cl, "input-global-scale", "op.input_global_scale", {},
+                                 op->mutable_input_global_scale(), held));
+  }
+  if (cl.Has("weight-global-scale")) {
+    TC_RETURN_IF_ERROR(LoadScale(cl, "weight-global-scale", "op.weight_global_scale", {},
+                                 op->mutable_weight_global_scale(), held));
   }
   TC_RETURN_IF_ERROR(LoadOperand(cl, "input", dtypes, "op.input", op->mutable_input(), held));
   TC_RETURN_IF_ERROR(LoadOperand(cl, "weight", dtypes, "op.weight", op->mutable_weight(), held));

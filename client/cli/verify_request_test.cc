@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/cli/internal/command_line.h"
 #include "tests/testing/status_matchers.h"
 
@@ -241,6 +242,94 @@ TEST_F(VerifyRequestTest, ScaleFileOfAnotherDTypeIsAnErrorNamingTheFlag) {
                                        HasSubstr("BF16"))));
 }
 
+// NVFP4: FP4 operands as .npy files of packed bytes (two E2M1 codes each,
+// element 2i in the low nibble, the file's last dimension half the
+// tensor's), float8_e4m3fn block scales [M, K/16] and [N, K/16], and the
+// float32 global scales. K = 16: the input [2, 16] is 2 x 8 bytes, the
+// weight [3, 16] 3 x 8. e4m3fn block scales by hand: 1.0 = 0.0111.000
+// (0x38), 2.0 = 0.1000.000 (0x40), 0.5 = 0.0110.000 (0x30).
+TEST_F(VerifyRequestTest, Nvfp4OperandsBlockScalesAndGlobalScalesLandAsTheServerReadsThem) {
+  std::string xq, wq;
+  for (int i = 0; i < 16; ++i) xq.push_back(static_cast<char>((i * 37 + 5) & 0xff));
+  for (int i = 0; i < 24; ++i) wq.push_back(static_cast<char>((i * 53 + 11) & 0xff));
+  const std::string x = Write("x4.npy", Npy("|u1", "(2, 8)", xq));
+  const std::string w = Write("w4.safetensors", St("fc.weight", "F4", "[3, 16]", wq));
+  const std::string xs = Write("xs.npy", Npy("|u1", "(2, 1)", Bytes({0x38, 0x40})));
+  const std::string ws = Write(
+      "ws.safetensors", St("fc.weight_scale", "F8_E4M3", "[3, 1]", Bytes({0x30, 0x38, 0x40})));
+  const std::string wg = Write("wg.npy", Npy("<f4", "(1,)", F32Bits({0x3e800000})));  // 0.25
+  auto req =
+      Build({"verify", "--input", x, "--weight", w + ":fc.weight", "--dtype", "input=fp4e2m1",
+             "--input-scale", xs, "--dtype", "input-scale=fp8e4m3", "--weight-scale",
+             ws + ":fc.weight_scale", "--input-global-scale", "0.5", "--weight-global-scale", wg});
+  ASSERT_THAT(req, IsOk());
+  const pb::LinearOp& op = req->op();
+  EXPECT_EQ(op.input().dtype(), pb::DTYPE_FLOAT4_E2M1FN);
+  EXPECT_THAT(op.input().shape(), ElementsAre(2, 16));
+  EXPECT_EQ(op.input().data(), xq);
+  EXPECT_EQ(op.weight().dtype(), pb::DTYPE_FLOAT4_E2M1FN);
+  EXPECT_THAT(op.weight().shape(), ElementsAre(3, 16));
+  EXPECT_EQ(op.weight().data(), wq);
+  EXPECT_EQ(op.input_scale().dtype(), pb::DTYPE_FLOAT8_E4M3FN);
+  EXPECT_THAT(op.input_scale().shape(), ElementsAre(2, 1));
+  EXPECT_EQ(op.input_scale().data(), Bytes({0x38, 0x40}));
+  EXPECT_EQ(op.weight_scale().dtype(), pb::DTYPE_FLOAT8_E4M3FN);
+  EXPECT_EQ(op.weight_scale().data(), Bytes({0x30, 0x38, 0x40}));
+  EXPECT_EQ(op.input_global_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.input_global_scale().shape(), IsEmpty());
+  EXPECT_EQ(op.input_global_scale().data(), F32Bits({0x3f000000}));
+  EXPECT_EQ(op.weight_global_scale().dtype(), pb::DTYPE_FLOAT32);
+  EXPECT_THAT(op.weight_global_scale().shape(), ElementsAre(1));
+  EXPECT_EQ(op.weight_global_scale().data(), F32Bits({0x3e800000}));
+}
+
+// MXFP8: float8_e8m0fnu block scales [M, K/32] from a '|u1' .npy named by
+// --dtype, or from safetensors' F8_E8M0 (UE8M0 by hand: 127 = 1.0, 128 =
+// 2.0, 126 = 0.5).
+TEST_F(VerifyRequestTest, Mxfp8E8m0BlockScalesLandAsTheirBytes) {
+  const std::string xs = Write("xs8.npy", Npy("|u1", "(2, 1)", Bytes({127, 128})));
+  const std::string ws =
+      Write("ws8.safetensors", St("s", "F8_E8M0", "[4, 1]", Bytes({126, 127, 128, 129})));
+  auto req = Build(Plus(Fp8Flags(), {"--input-scale", xs, "--dtype", "input-scale=e8m0",
+                                     "--weight-scale", ws + ":s"}));
+  ASSERT_THAT(req, IsOk());
+  EXPECT_EQ(req->op().input_scale().dtype(), pb::DTYPE_FLOAT8_E8M0FNU);
+  EXPECT_EQ(req->op().input_scale().data(), Bytes({127, 128}));
+  EXPECT_EQ(req->op().weight_scale().dtype(), pb::DTYPE_FLOAT8_E8M0FNU);
+  EXPECT_THAT(req->op().weight_scale().shape(), ElementsAre(4, 1));
+  EXPECT_EQ(req->op().weight_scale().data(), Bytes({126, 127, 128, 129}));
+  EXPECT_FALSE(req->op().has_input_global_scale());
+  EXPECT_FALSE(req->op().has_weight_global_scale());
+  // Without --dtype, a '|u1' scale is refused as float32's is.
+  EXPECT_THAT(
+      Build(Plus(Fp8Flags(), {"--input-scale", xs, "--weight-scale", "1"})),
+      StatusIs(kInvalid, AllOf(HasSubstr("--input-scale: "), HasSubstr("float32 expected"))));
+  // --dtype for a scale that is not given.
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--dtype", "weight-scale=e8m0", "--input-scale", "1"})),
+              StatusIs(kInvalid, HasSubstr("--dtype weight-scale=... without --weight-scale")));
+}
+
+TEST_F(VerifyRequestTest, GlobalScaleThatIsNotAFinitePositiveNumberIsAnErrorNamingTheFlag) {
+  for (const char* flag : {"--input-global-scale", "--weight-global-scale"}) {
+    for (const char* bad : {"0", "-1", "nan", "inf", "1e39"}) {
+      EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1", flag, bad})),
+                  StatusIs(kInvalid, absl::StrCat(flag,
+                                                  ": a finite, positive float32 "
+                                                  "scale expected, got '",
+                                                  bad, "'")))
+          << flag << " " << bad;
+    }
+    EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1", flag, "x"})),
+                StatusIs(kInvalid, HasSubstr(absl::StrCat(flag, ": a number"))));
+  }
+  // A global scale file is float32, whatever --dtype says of the block scales.
+  const std::string e4 = Write("g.npy", Npy("|u1", "(1,)", Bytes({0x38})));
+  EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "1", "--weight-scale", "1",
+                                      "--input-global-scale", e4})),
+              StatusIs(kInvalid,
+                       AllOf(HasSubstr("--input-global-scale: "), HasSubstr("float32 expected"))));
+}
+
 TEST_F(VerifyRequestTest, Fp8OperandsWithoutAScaleNameTheMissingFlag) {
   EXPECT_THAT(Build(Fp8Flags()), StatusIs(kInvalid, HasSubstr("--input-scale is required")));
   EXPECT_THAT(Build(Plus(Fp8Flags(), {"--input-scale", "0.5"})),
@@ -293,6 +382,10 @@ TEST_F(VerifyRequestTest, ScaleFlagsBelongToVerifyAndDiagnoseOnly) {
   EXPECT_THAT(Parse({"upload", "--weight-scale", "1"}),
               StatusIs(kInvalid, HasSubstr("unknown flag --weight-scale for 'upload'")));
   EXPECT_THAT(Parse({"diagnose", "--input-scale", "1", "--weight-scale", "2"}), IsOk());
+  EXPECT_THAT(Parse({"compare", "--input-global-scale", "1", "--weight-global-scale", "2"}),
+              IsOk());
+  EXPECT_THAT(Parse({"sweep", "--input-global-scale", "1"}),
+              StatusIs(kInvalid, HasSubstr("unknown flag --input-global-scale for 'sweep'")));
 }
 
 // ---- --accept, diagnose's candidates, compare (float32 files: x [2, 3],

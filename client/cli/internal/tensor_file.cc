@@ -139,7 +139,8 @@ absl::StatusOr<std::string> File::ReadString(uint64_t offset, size_t n) const {
 absl::StatusOr<Tensor> File::ReadTensor(uint64_t offset, DType dtype,
                                         const std::vector<int64_t>& shape) const {
   TC_ASSIGN_OR_RETURN(const int64_t numel, NumelFor(shape, ItemSize(dtype), path_));
-  const uint64_t n = static_cast<uint64_t>(numel) * ItemSize(dtype);
+  // FP4's shape counts elements, two to a byte.
+  const uint64_t n = static_cast<uint64_t>(StorageBytes(dtype, numel));
   if (n >= kMapMinBytes && offset % ItemSize(dtype) == 0 && offset + n <= size_) {
     // mmap offsets are whole pages: map from the page holding `offset`.
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
