@@ -30,6 +30,8 @@ type CompareRequest struct {
 	OutputDType  DType
 	InputScale   *Tensor
 	WeightScale  *Tensor
+	// NVFP4's per-tensor scales, as LinearRequest's.
+	InputGlobalScale, WeightGlobalScale *Tensor
 	// Exactly two outputs, each [..., N], in the order the answer names
 	// them: CompareResult.Pair.A is Outputs[0].Name, Pair.B Outputs[1].Name.
 	Outputs []NamedTensor
@@ -160,7 +162,8 @@ func (r *CompareRequest) toProto() (*pb.CompareRequest, []tensorField, error) {
 		return nil, nil, invalidArgument("request", "is nil")
 	}
 	layer := &LinearRequest{Input: r.Input, Weight: r.Weight, WeightLayout: r.WeightLayout, Bias: r.Bias,
-		Activation: r.Activation, OutputDType: r.OutputDType, InputScale: r.InputScale, WeightScale: r.WeightScale}
+		Activation: r.Activation, OutputDType: r.OutputDType, InputScale: r.InputScale, WeightScale: r.WeightScale,
+		InputGlobalScale: r.InputGlobalScale, WeightGlobalScale: r.WeightGlobalScale}
 	op, err := layer.opToProto()
 	if err != nil {
 		return nil, nil, err
@@ -176,7 +179,8 @@ func (r *CompareRequest) toProto() (*pb.CompareRequest, []tensorField, error) {
 		Accept:    r.Accept,
 	}
 	fields := []tensorField{{r.Input, op.Input}, {r.Weight, op.Weight}, {r.Bias, op.Bias},
-		{r.InputScale, op.InputScale}, {r.WeightScale, op.WeightScale}}
+		{r.InputScale, op.InputScale}, {r.WeightScale, op.WeightScale},
+		{r.InputGlobalScale, op.InputGlobalScale}, {r.WeightGlobalScale, op.WeightGlobalScale}}
 	seen := map[string]int{}
 	for i, o := range r.Outputs {
 		field := "observed[" + strconv.Itoa(i) + "]"

@@ -185,3 +185,30 @@ func Float32FromFloat8E4M3FN(bits uint8) float32 {
 func Float32FromFloat8E5M2(bits uint8) float32 {
 	return Float32FromFloat16(uint16(bits) << 8)
 }
+
+// Float32FromFloat4E2M1FN widens the FP4 E2M1 code in the low nibble of
+// bits (the high nibble is ignored) to float32, exactly: 1 sign, 2
+// exponent bits of bias 1, 1 mantissa bit; no infinities or NaNs.
+func Float32FromFloat4E2M1FN(bits uint8) float32 {
+	code := bits & 0x0f
+	e, m := (code>>1)&0x3, code&0x1
+	var v float32
+	if e == 0 {
+		v = float32(m) / 2 // subnormal: 0 or 0.5
+	} else {
+		v = float32(math.Ldexp(1+float64(m)/2, int(e)-1))
+	}
+	if code&0x8 != 0 {
+		v = -v
+	}
+	return v
+}
+
+// Float32FromFloat8E8M0FNU widens UE8M0 bits to float32: 2^(bits - 127),
+// 0xff NaN. 2^-127 is a float32 subnormal, exact.
+func Float32FromFloat8E8M0FNU(bits uint8) float32 {
+	if bits == 0xff {
+		return float32(math.NaN())
+	}
+	return float32(math.Ldexp(1, int(bits)-127))
+}

@@ -262,6 +262,12 @@ type Diagnosis struct {
 	// What is not rounding of Best (a VerdictDefect); nil when the server
 	// sent none.
 	Defect *Defect
+	// The tiers of the server's default candidates that ran
+	// (docs/numerics.md, "Diagnosis"): [1], or [1, 2] when no first-tier
+	// candidate explained the output and the second tier (FP8 recipes,
+	// multi-pass precisions) ran too; empty when the request named its
+	// candidates, or from a server that predates the tiers.
+	CandidateTiers []int32
 }
 
 // The values of Diagnosis.Verdict (the Python client's and the CLI's JSON
@@ -648,6 +654,7 @@ func diagnosisFromProto(p *pb.Diagnosis) *Diagnosis {
 	d.Verdict = diagnosisVerdicts[p.Verdict]
 	d.VerdictReason = p.VerdictReason
 	d.Defect = defectFromProto(p.Defect)
+	d.CandidateTiers = append([]int32(nil), p.CandidateTiers...)
 	return d
 }
 

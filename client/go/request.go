@@ -94,7 +94,18 @@ type LinearRequest struct {
 	// [M] (or [M, 1]) and WeightScale [N] (or [N, 1] for OutIn, [1, N] for
 	// InOut). Required when Input and Weight are FP8 (Float8E4M3FNTensor,
 	// Float8E5M2Tensor); the server refuses them when they are not.
+	// Block-wise (docs/numerics.md, "MXFP8 and NVFP4"): float32 [M,
+	// ceil(K/128)] and [ceil(N/128), ceil(K/128)] (scaling=block128);
+	// Float8E8M0FNUTensor [M, K/32] and [N, K/32] for MXFP8;
+	// float8_e4m3fn [M, K/16] and [N, K/16] for NVFP4's Float4E2M1FN
+	// operands; or 1-D in cuBLASLt's swizzled layout. The server judges
+	// which fits.
 	InputScale, WeightScale *Tensor
+	// NVFP4's float32 per-tensor scales (shape [] or [1]: Float32Scalar),
+	// required with Float4E2M1FN operands: the layer computes
+	// act(InputGlobalScale * WeightGlobalScale * (Input dequantised per
+	// block) (Weight dequantised per block)ᵀ + Bias).
+	InputGlobalScale, WeightGlobalScale *Tensor
 	// The output the caller's framework produced, [..., N]; optional for
 	// VerifyLinear.
 	Observed *Tensor
@@ -250,6 +261,8 @@ func (r *LinearRequest) opToProto() (*pb.LinearOp, error) {
 		{"bias", r.Bias, false},
 		{"input_scale", r.InputScale, false},
 		{"weight_scale", r.WeightScale, false},
+		{"input_global_scale", r.InputGlobalScale, false},
+		{"weight_global_scale", r.WeightGlobalScale, false},
 	}
 	for _, f := range required {
 		if f.t == nil {
@@ -262,12 +275,22 @@ func (r *LinearRequest) opToProto() (*pb.LinearOp, error) {
 			return nil, err
 		}
 	}
-	// The scales' dtype is fixed by the protocol (as torch._scaled_mm's);
-	// whether they are required, and their shapes, are the server's checks.
+	// The scales' dtypes are the protocol's (as torch._scaled_mm's):
+	// float32, or a block scale's float8_e8m0fnu (MXFP8) or float8_e4m3fn
+	// (NVFP4); the global scales float32. Which one fits the operands,
+	// whether they are required, and their shapes are the server's checks.
 	for _, f := range []struct {
 		name string
 		t    *Tensor
 	}{{"input_scale", r.InputScale}, {"weight_scale", r.WeightScale}} {
+		if f.t != nil && f.t.DType != Float32 && f.t.DType != Float8E8M0FNU && f.t.DType != Float8E4M3FN {
+			return nil, invalidArgument(f.name, "dtype %v, expected float32, float8_e8m0fnu or float8_e4m3fn", f.t.DType)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		t    *Tensor
+	}{{"input_global_scale", r.InputGlobalScale}, {"weight_global_scale", r.WeightGlobalScale}} {
 		if f.t != nil && f.t.DType != Float32 {
 			return nil, invalidArgument(f.name, "dtype %v, expected float32", f.t.DType)
 		}
@@ -296,6 +319,9 @@ func (r *LinearRequest) opToProto() (*pb.LinearOp, error) {
 		OutputDtype:  pb.DType(r.OutputDType),
 		InputScale:   r.InputScale.toProto(),
 		WeightScale:  r.WeightScale.toProto(),
+
+		InputGlobalScale:  r.InputGlobalScale.toProto(),
+		WeightGlobalScale: r.WeightGlobalScale.toProto(),
 	}, nil
 }
 

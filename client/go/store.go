@@ -56,7 +56,7 @@ type TensorRef struct {
 	// "sha256:" and the 64 lowercase hex digits of the SHA-256 of the
 	// tensor's little-endian, row-major bytes.
 	Digest string
-	// numel(Shape) * DType.ItemSize().
+	// DType.StorageBytes(numel(Shape)).
 	SizeBytes int64
 	DType     DType
 	Shape     []int64
@@ -412,7 +412,9 @@ func (c *Client) run(ctx context.Context, req *LinearRequest, diagnose bool) (*R
 		call = c.stub.Diagnose
 	}
 	fields := []tensorField{{req.Input, msg.Op.Input}, {req.Weight, msg.Op.Weight}, {req.Bias, msg.Op.Bias},
-		{req.InputScale, msg.Op.InputScale}, {req.WeightScale, msg.Op.WeightScale}, {req.Observed, msg.Observed}}
+		{req.InputScale, msg.Op.InputScale}, {req.WeightScale, msg.Op.WeightScale},
+		{req.InputGlobalScale, msg.Op.InputGlobalScale}, {req.WeightGlobalScale, msg.Op.WeightGlobalScale},
+		{req.Observed, msg.Observed}}
 	var resp *pb.VerifyResponse
 	uploaded, reused, err := c.sendThroughStore(ctx, fields, msg,
 		func(ctx context.Context, opts ...grpc.CallOption) (err error) {

@@ -24,10 +24,21 @@ const (
 	// OCP FP8 E5M2 (torch.float8_e5m2): 1 sign, 5 exponent (bias 15) and 2
 	// mantissa bits, IEEE infinities and NaNs, largest finite 57344.
 	Float8E5M2 DType = DType(pb.DType_DTYPE_FLOAT8_E5M2)
+	// OCP FP4 E2M1 (torch.float4_e2m1fn_x2's elements, ml_dtypes
+	// float4_e2m1fn): 1 sign, 2 exponent (bias 1) and 1 mantissa bit, values
+	// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives. Packed two per byte,
+	// element 2i in the low nibble: a tensor's Shape counts elements and its
+	// Data holds ceil(numel / 2) bytes. For the inputs and weights of the
+	// nvfp4 precision (docs/numerics.md, "MXFP8 and NVFP4").
+	Float4E2M1FN DType = DType(pb.DType_DTYPE_FLOAT4_E2M1FN)
+	// UE8M0 (torch.float8_e8m0fnu): 2^(bits - 127), 0xff NaN. MXFP8's
+	// block scales (LinearRequest.InputScale, WeightScale).
+	Float8E8M0FNU DType = DType(pb.DType_DTYPE_FLOAT8_E8M0FNU)
 )
 
 // String returns the name used in the JSON report: "float64", "float32",
-// "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2".
+// "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn",
+// "float8_e8m0fnu".
 func (d DType) String() string {
 	switch d {
 	case Float64:
@@ -42,6 +53,10 @@ func (d DType) String() string {
 		return "float8_e4m3fn"
 	case Float8E5M2:
 		return "float8_e5m2"
+	case Float4E2M1FN:
+		return "float4_e2m1fn"
+	case Float8E8M0FNU:
+		return "float8_e8m0fnu"
 	case 0:
 		return "unspecified"
 	}
@@ -49,6 +64,7 @@ func (d DType) String() string {
 }
 
 // ItemSize is the size of one element in bytes; 0 for an unknown dtype.
+// Float4E2M1FN's is 1, the byte that holds two elements (StorageBytes).
 func (d DType) ItemSize() int {
 	switch d {
 	case Float64:
@@ -57,10 +73,19 @@ func (d DType) ItemSize() int {
 		return 4
 	case Float16, BFloat16:
 		return 2
-	case Float8E4M3FN, Float8E5M2:
+	case Float8E4M3FN, Float8E5M2, Float8E8M0FNU, Float4E2M1FN:
 		return 1
 	}
 	return 0
+}
+
+// StorageBytes is the size of numel elements in bytes: numel * ItemSize,
+// ceil(numel / 2) for Float4E2M1FN (two to a byte).
+func (d DType) StorageBytes(numel int64) int64 {
+	if d == Float4E2M1FN {
+		return (numel + 1) / 2
+	}
+	return numel * int64(d.ItemSize())
 }
 
 // Tensor is a dense tensor as the service sees it: a dtype, a row-major
@@ -74,7 +99,8 @@ func (d DType) ItemSize() int {
 type Tensor struct {
 	DType DType
 	Shape []int64
-	// numel(Shape) * DType.ItemSize() bytes, little-endian, row-major.
+	// DType.StorageBytes(numel(Shape)) bytes, little-endian, row-major
+	// (Float4E2M1FN packed two elements to a byte).
 	Data []byte
 	// "sha256:" and the 64 lowercase hex digits of the SHA-256 of the
 	// tensor's bytes (the prefix may be left out): the tensor is in the
@@ -135,6 +161,23 @@ func Float8E5M2Tensor(bits []uint8, shape ...int64) *Tensor {
 	return &Tensor{DType: Float8E5M2, Shape: shapeOr(shape, len(bits)), Data: append([]byte(nil), bits...)}
 }
 
+// Float4E2M1FNTensor holds FP4 E2M1 codes packed two per byte, element 2i
+// in the low nibble (torch.float4_e2m1fn_x2's .view(torch.uint8), cuBLASLt's
+// CUDA_R_4F_E2M1), with the given shape in elements ([2 * len(packed)] if
+// omitted): a torch.float4_e2m1fn_x2 tensor of shape [..., K/2] is [..., K]
+// here. An FP4 input or weight needs float8_e4m3fn block scales
+// (LinearRequest.InputScale, WeightScale) and float32 global scales
+// (InputGlobalScale, WeightGlobalScale).
+func Float4E2M1FNTensor(packed []uint8, shape ...int64) *Tensor {
+	return &Tensor{DType: Float4E2M1FN, Shape: shapeOr(shape, 2*len(packed)), Data: append([]byte(nil), packed...)}
+}
+
+// Float8E8M0FNUTensor holds UE8M0 bit patterns (torch.float8_e8m0fnu's
+// .view(torch.uint8)) with the given shape: MXFP8's block scales.
+func Float8E8M0FNUTensor(bits []uint8, shape ...int64) *Tensor {
+	return &Tensor{DType: Float8E8M0FNU, Shape: shapeOr(shape, len(bits)), Data: append([]byte(nil), bits...)}
+}
+
 // Float32Scalar is a 0-d (shape []) float32 tensor holding v: a per-tensor
 // scale (LinearRequest.InputScale, WeightScale), as torch.tensor(v).
 func Float32Scalar(v float32) *Tensor {
@@ -177,7 +220,7 @@ func (t *Tensor) Numel() (int64, error) {
 func (t *Tensor) validate(field string) error {
 	size := t.DType.ItemSize()
 	if size == 0 {
-		return invalidArgument(field, "dtype %v is not one of float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2", t.DType)
+		return invalidArgument(field, "dtype %v is not one of float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float4_e2m1fn, float8_e8m0fnu", t.DType)
 	}
 	n, err := t.Numel()
 	if err != nil {
@@ -192,7 +235,11 @@ func (t *Tensor) validate(field string) error {
 		}
 		return nil
 	}
-	if int64(len(t.Data)) != n*int64(size) {
+	if want := t.DType.StorageBytes(n); t.DType == Float4E2M1FN && int64(len(t.Data)) != want {
+		return invalidArgument(field, "shape %v needs %d %v elements (%d bytes, two to a byte), data has %d bytes",
+			t.Shape, n, t.DType, want, len(t.Data))
+	}
+	if int64(len(t.Data)) != n*int64(size) && t.DType != Float4E2M1FN {
 		if len(t.Data)%size == 0 {
 			return invalidArgument(field, "shape %v needs %d %v elements (%d bytes), data has %d elements (%d bytes)",
 				t.Shape, n, t.DType, n*int64(size), len(t.Data)/size, len(t.Data))
@@ -203,10 +250,10 @@ func (t *Tensor) validate(field string) error {
 	return nil
 }
 
-// sizeBytes is numel(Shape) * itemsize; the tensor must be valid.
+// sizeBytes is DType.StorageBytes(numel(Shape)); the tensor must be valid.
 func (t *Tensor) sizeBytes() int64 {
 	n, _ := t.Numel()
-	return n * int64(t.DType.ItemSize())
+	return t.DType.StorageBytes(n)
 }
 
 func (t *Tensor) toProto() *pb.Tensor {
@@ -241,6 +288,10 @@ func (t *Tensor) Float64s() ([]float64, error) {
 		return nil, err
 	}
 	n := len(t.Data) / t.DType.ItemSize()
+	if t.DType == Float4E2M1FN {
+		numel, _ := t.Numel()
+		n = int(numel)
+	}
 	out := make([]float64, n)
 	b := t.Data
 	switch t.DType {
@@ -267,6 +318,14 @@ func (t *Tensor) Float64s() ([]float64, error) {
 	case Float8E5M2:
 		for i := range out {
 			out[i] = float64(Float32FromFloat8E5M2(b[i]))
+		}
+	case Float8E8M0FNU:
+		for i := range out {
+			out[i] = float64(Float32FromFloat8E8M0FNU(b[i]))
+		}
+	case Float4E2M1FN:
+		for i := range out {
+			out[i] = float64(Float32FromFloat4E2M1FN(b[i/2] >> (4 * uint(i%2))))
 		}
 	}
 	return out, nil
