@@ -369,7 +369,10 @@ def test_fp8_names_and_numpy_dtypes_round_trip(fmt):
     "value", ["fp8", "float8", "e4m3fnuz", "f8e4m3", ml_dtypes.float8_e4m3fnuz]
 )
 def test_other_fp8_names_are_refused_listing_the_supported_ones(value):
-    with pytest.raises(ValueError, match=r"^output_dtype: .*float8_e4m3fn or float8_e5m2"):
+    with pytest.raises(
+        ValueError,
+        match=r"^output_dtype: .*float8_e4m3fn, float8_e5m2, float4_e2m1fn or float8_e8m0fnu",
+    ):
         parse_dtype(value, "output_dtype")
 
 

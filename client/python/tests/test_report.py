@@ -334,7 +334,8 @@ def test_diagnosis_to_dict():
             "outliers": [],
         },
         "explanation": "TF32.",
-        # A server that predates the verdict, the headline and acceptance.
+        # A server that predates the verdict, the headline, acceptance
+        # and the tiers.
         "verdict": "",
         "verdict_reason": "",
         "defect": None,
@@ -342,6 +343,7 @@ def test_diagnosis_to_dict():
         "advice": "",
         "accepted": False,
         "accepted_as": "",
+        "candidate_tiers": [],
     }
     # The keys in the CLI's order: the proto's, new ones last.
     assert list(d["ranking"][0]) == [
@@ -740,6 +742,16 @@ def test_diagnosis_verdict_from_proto(verdict, name):
     assert d.to_dict()["verdict"] == name and d.to_dict()["defect"] is None
 
 
+@pytest.mark.parametrize("tiers", [[], [1], [1, 2]])
+def test_candidate_tiers_are_the_servers_list(tiers):
+    m = pb.Diagnosis(best="cpu:fp8e4m3:fused")
+    m.candidate_tiers.extend(tiers)
+    d = tensorcheck.Diagnosis.from_proto(m)
+    assert d.candidate_tiers == tiers
+    assert d.to_dict()["candidate_tiers"] == tiers
+    assert list(d.to_dict())[-1] == "candidate_tiers"
+
+
 def test_diagnosis_defect_from_proto_and_to_dict():
     d = tensorcheck.Diagnosis.from_proto(_defect_diagnosis())
     assert d.verdict == "defect" and d.verdict_reason == DEFECT_REASON
@@ -768,7 +780,7 @@ def test_diagnosis_defect_from_proto_and_to_dict():
     j = tensorcheck.Report.from_proto(pb.VerifyResponse(diagnosis=_defect_diagnosis())).to_dict()
     dj = j["diagnosis"]
     # The new keys last, in the proto's order (the CLI's --json too).
-    assert list(dj)[-7:] == [
+    assert list(dj)[-8:] == [
         "verdict",
         "verdict_reason",
         "defect",
@@ -776,6 +788,7 @@ def test_diagnosis_defect_from_proto_and_to_dict():
         "advice",
         "accepted",
         "accepted_as",
+        "candidate_tiers",
     ]
     assert dj["verdict"] == "defect" and dj["verdict_reason"] == DEFECT_REASON
     fj = dj["defect"]

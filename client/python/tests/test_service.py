@@ -463,7 +463,10 @@ def test_diagnose_flax_case_names_tf32(client):
         "advice",
         "accepted",
         "accepted_as",
+        "candidate_tiers",
     }
+    # Candidates named by the request: no tier of the default ones ran.
+    assert dd["candidate_tiers"] == []
     json.dumps(report.to_dict(), allow_nan=False)
 
 

@@ -77,7 +77,7 @@ from ._pb import pb, pb_grpc
 from ._progress import Progress, make_progress, size_text
 from ._report import Report
 from ._store import CHUNK_BYTES, INLINE_MAX_BYTES, DigestMemo, TensorRef, Uploader
-from ._tensors import FP8_DTYPES, as_array, numpy_dtype
+from ._tensors import FP8_DTYPES, as_array, from_wire, wire_nbytes
 from ._wire import encode_request, named_path
 
 __all__ = [
@@ -1015,7 +1015,7 @@ class Client:
         fails)."""
         if any(m.digest not in call.sources for m in error.missing_tensors):
             return None
-        size = sum(t.nbytes for _, t in call.tensors if isinstance(t, np.ndarray))
+        size = sum(wire_nbytes(t) for _, t in call.tensors if isinstance(t, np.ndarray))
         try:
             caps = self._unary(
                 "GetCapabilities", pb.GetCapabilitiesRequest(), deadline, pb.GetCapabilitiesResponse
@@ -1043,7 +1043,7 @@ class Client:
         large = [
             (f, t)
             for f, t in call.tensors
-            if isinstance(t, np.ndarray) and t.nbytes > INLINE_MAX_BYTES
+            if isinstance(t, np.ndarray) and wire_nbytes(t) > INLINE_MAX_BYTES
         ]
         by_digest: dict[str, TensorRef] = {
             f: t for f, t in call.tensors if isinstance(t, TensorRef)
@@ -1099,7 +1099,7 @@ class Client:
         if not todo:
             return
         prog = progress if progress is not None else Progress()
-        total = sum(a.nbytes for _, a in todo)
+        total = sum(wire_nbytes(a) for _, a in todo)
         prog.start("hashing", total, size_text(total, len(todo)))
         if len(todo) == 1:
             refs: Iterable[TensorRef] = [self._digests.ref(todo[0][1])]
@@ -1108,7 +1108,7 @@ class Client:
         for (f, a), ref in zip(todo, refs):  # in order, as each is hashed
             call.hashed[f] = ref
             call.sources[ref.digest] = a
-            prog.advance(a.nbytes)
+            prog.advance(wire_nbytes(a))
         prog.finish()
 
     def _find_missing(self, refs: list[TensorRef], deadline: Optional[float]) -> list[str]:
@@ -1224,7 +1224,7 @@ class Client:
             buf = self._uploader.read(ref, deadline=deadline)
         except grpc.RpcError as e:
             raise from_rpc_error(e, "ReadTensor") from None
-        return buf.view(numpy_dtype(ref.dtype)).reshape(ref.shape)
+        return from_wire(buf, ref.dtype, ref.shape)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

@@ -234,16 +234,36 @@ class VerifyOptions:
     computes act((x * x_scale) (weight * w_scale)^T + bias). A real number
     (a Python float, shape []) or an array-like of them (numpy, torch on
     any device, JAX, lists), sent as float32 in the shape given: [] or [1]
-    per tensor, [M] or [M, 1] row-wise. Required when x and weight are
-    FP8, refused otherwise; the server checks the shapes. TypeError for
-    what is not real numbers, ValueError for values beyond float32 and for
-    an element not finite and positive in float32 (the server's rule, in
-    its words: "x_scale[17]: a finite, positive float32 scale expected,
-    got NaN")."""
+    per tensor, [M] or [M, 1] row-wise, [M, ceil(K/128)] block-wise
+    (scaling=block128). Block scales of the MX formats travel in their own
+    dtype, as given: float8_e8m0fnu [M, K/32] for MXFP8 (FP8 x and
+    weight), float8_e4m3fn [M, K/16] for NVFP4 (float4_e2m1fn x and
+    weight), or 1-D in cuBLASLt's swizzled layout (docs/numerics.md,
+    "MXFP8 and NVFP4"). Required when x and weight are FP8 or FP4,
+    refused otherwise; the server checks the dtypes and shapes. TypeError
+    for what is not real numbers, ValueError for values beyond float32 and
+    for an element of a float32 scale not finite and positive (the
+    server's rule, in its words: "x_scale[17]: a finite, positive float32
+    scale expected, got NaN")."""
 
     w_scale: Any = dataclasses.field(default=None, metadata=_COMPARE)
-    """The dequantisation scale of an FP8 weight, as x_scale: [] or [1]
-    per tensor, row-wise [N] or [N, 1] (out_in) / [1, N] (in_out)."""
+    """The dequantisation scale of an FP8 or FP4 weight, as x_scale: [] or
+    [1] per tensor, row-wise [N] or [N, 1] (out_in) / [1, N] (in_out),
+    [ceil(N/128), ceil(K/128)] block-wise (in_out: [ceil(K/128),
+    ceil(N/128)]); float8_e8m0fnu [N, K/32] (MXFP8) or float8_e4m3fn
+    [N, K/16] (NVFP4) block scales (in_out: [K/32, N], [K/16, N])."""
+
+    x_global_scale: Any = dataclasses.field(default=None, metadata=_COMPARE)
+    """NVFP4's per-tensor scale of a float4_e2m1fn x (TransformerEngine's
+    1 / S_enc): the layer computes act(x_global_scale * w_global_scale *
+    (x dequantised per block) (weight dequantised per block)^T + bias). A
+    real number or an array-like of one ([] or [1]), sent as float32,
+    checked as x_scale's float32 values are. Required with FP4 x and
+    weight, refused otherwise (the server's rule)."""
+
+    w_global_scale: Any = dataclasses.field(default=None, metadata=_COMPARE)
+    """NVFP4's per-tensor scale of a float4_e2m1fn weight, as
+    x_global_scale."""
 
     tolerance: Optional[str] = None
     """The tolerance preset of the verdict: "torch"
@@ -349,6 +369,9 @@ class VerifyOptions:
             as_scale(self.x_scale, "x_scale")
         if self.w_scale is not None:
             as_scale(self.w_scale, "w_scale")
+        for name in ("x_global_scale", "w_global_scale"):
+            if getattr(self, name) is not None:
+                as_scale(getattr(self, name), name, block_scales=False)
         if self.timeout is not None:
             non_negative(self.timeout, "timeout")
 
@@ -364,6 +387,16 @@ class VerifyOptions:
             fill_proto(req.op.input_scale, as_scale(self.x_scale, "x_scale"))
         if self.w_scale is not None:
             fill_proto(req.op.weight_scale, as_scale(self.w_scale, "w_scale"))
+        if self.x_global_scale is not None:
+            fill_proto(
+                req.op.input_global_scale,
+                as_scale(self.x_global_scale, "x_global_scale", block_scales=False),
+            )
+        if self.w_global_scale is not None:
+            fill_proto(
+                req.op.weight_global_scale,
+                as_scale(self.w_global_scale, "w_global_scale", block_scales=False),
+            )
         return req
 
     def _unscaled(self) -> pb.VerifyRequest:

@@ -615,7 +615,13 @@ class Diagnosis(_Node):
     ("" when it already is, or no switch is known). With `accept=`:
     `accepted`, whether the output is rounding of an accepted
     configuration, and `accepted_as`, which. All empty from a server that
-    predates them."""
+    predates them.
+
+    `candidate_tiers`: the tiers of the server's default candidates that
+    ran (docs/numerics.md, "Diagnosis"): [1], or [1, 2] when no first-tier
+    candidate explained the output and the second tier (FP8 recipes,
+    multi-pass precisions) ran too; [] when the request named its
+    candidates (or from a server that predates the tiers)."""
 
     best: Optional[str]
     equivalent: list[str]
@@ -632,6 +638,7 @@ class Diagnosis(_Node):
     advice: str = ""
     accepted: bool = False
     accepted_as: str = ""
+    candidate_tiers: list[int] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, m: pb.Diagnosis) -> Diagnosis:
@@ -651,6 +658,7 @@ class Diagnosis(_Node):
             advice=m.advice,
             accepted=m.accepted,
             accepted_as=m.accepted_as,
+            candidate_tiers=list(m.candidate_tiers),
         )
 
     @property

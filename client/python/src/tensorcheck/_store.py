@@ -41,7 +41,7 @@ from ._errors import (
     time_left,
 )
 from ._pb import pb
-from ._tensors import DTYPES, dtype_enum, dtype_name, numpy_dtype
+from ._tensors import DTYPES, dtype_enum, dtype_name, wire_bytes, wire_nbytes, wire_size
 
 __all__ = [
     "TensorRef",
@@ -94,10 +94,12 @@ class TensorRef:
     Attributes:
       digest: "sha256:" and the 64 lowercase hex digits of the SHA-256 of
         the tensor's raw bytes (little-endian, row-major).
-      size_bytes: their number, numel(shape) * itemsize(dtype).
-      dtype: "float64", "float32", "float16", "bfloat16", "float8_e4m3fn"
-        or "float8_e5m2" (`tensorcheck._tensors.DTYPES`).
-      shape: the tensor's shape.
+      size_bytes: their number, numel(shape) * itemsize(dtype)
+        (ceil(numel / 2) for float4_e2m1fn, packed two per byte).
+      dtype: "float64", "float32", "float16", "bfloat16", "float8_e4m3fn",
+        "float8_e5m2", "float4_e2m1fn" or "float8_e8m0fnu"
+        (`tensorcheck._tensors.DTYPES`).
+      shape: the tensor's shape (elements, not bytes).
 
     The store is a cache: a tensor it evicted is named in vain (the server
     answers FAILED_PRECONDITION, `tensorcheck.FailedPreconditionError`
@@ -125,7 +127,7 @@ class TensorRef:
         if any(d < 0 for d in shape):
             raise ValueError(f"TensorRef.shape: negative dimension in {list(shape)}")
         object.__setattr__(self, "shape", shape)
-        want = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(self.dtype).itemsize
+        want = wire_size(self.dtype, shape)
         if self.size_bytes != want:
             raise ValueError(
                 f"TensorRef.size_bytes: {self.size_bytes} for shape {list(shape)} of "
@@ -153,7 +155,7 @@ class TensorRef:
         """The reference of an array whose digest is known."""
         name = dtype_name(dtype_enum(arr.dtype))
         assert name is not None
-        return cls(digest, int(arr.nbytes), name, tuple(arr.shape))
+        return cls(digest, wire_nbytes(arr), name, tuple(arr.shape))
 
     @classmethod
     def from_proto(cls, t: pb.Tensor, name: str = "tensor") -> TensorRef:
@@ -162,20 +164,19 @@ class TensorRef:
         if dt is None:
             raise ValueError(f"{name}: unknown dtype {t.dtype} in the response")
         shape = tuple(t.shape)
-        size = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dt).itemsize
+        size = wire_size(dt, shape)
         return cls(t.digest, size, dt, shape)
 
 
 def byte_view(arr: np.ndarray) -> memoryview:
-    """The bytes of a C-contiguous array, without a copy."""
-    if not arr.flags.c_contiguous:  # as_array guarantees it; be safe anyway
-        arr = np.ascontiguousarray(arr)
-    view: memoryview = arr.reshape(-1).view(np.uint8).data
-    return view
+    """The bytes of a C-contiguous array as stored and sent, without a
+    copy (float4_e2m1fn packed, a copy of half the size: `wire_bytes`)."""
+    return wire_bytes(arr)
 
 
 def digest_of(arr: np.ndarray) -> str:
-    """ "sha256:<hex>" of an array's raw bytes, hashed in place."""
+    """ "sha256:<hex>" of an array's raw bytes (packed for float4_e2m1fn),
+    hashed in place."""
     return "sha256:" + hashlib.sha256(byte_view(arr)).hexdigest()
 
 
@@ -219,7 +220,7 @@ class DigestMemo:
 
     def ref(self, arr: np.ndarray) -> TensorRef:
         """The TensorRef of an array from `as_array`."""
-        nbytes = int(arr.nbytes)
+        nbytes = wire_nbytes(arr)
         if nbytes > self._max_tensor:
             return TensorRef.of(arr)
         view = byte_view(arr)
