@@ -76,7 +76,7 @@ struct SessionOperands : LayerShape {
   ArrayRef input_scale;
   ArrayRef weight_scale;
   // How block-wise scales tile the layer (LinearProblem's).
-  ScaleBlocks scale_blocks;
+  ScaleBlocks scale_blocks = {};
   // NVFP4's per-tensor scales (float32, 1 element); invalid otherwise.
   ArrayRef input_global_scale;
   ArrayRef weight_global_scale;

@@ -43,7 +43,7 @@ struct LinearProblem : LayerShape {
   // How block-wise scales tile the layer (docs/numerics.md, "Block-wise
   // FP8"; MXFP8 and NVFP4's plain [M, K/B] and [N, K/B] or [K/B, N]
   // scales); not block-wise for per-tensor and row-wise scales.
-  ScaleBlocks scale_blocks;
+  ScaleBlocks scale_blocks = {};
   // NVFP4 operands' per-tensor fp32 scales (1 element each); null
   // otherwise.
   const Tensor* input_global_scale = nullptr;
