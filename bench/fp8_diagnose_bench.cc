@@ -217,10 +217,10 @@ Case MxCase(const Layer& l, const MxLayer& q) {
   auto bytes = [](const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); };
   c.request.input = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.m, l.k}, bytes(q.x.codes));
   c.request.weight = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {l.n, l.k}, bytes(q.w.codes));
-  c.request.input_scale =
-      *Tensor::FromBytes(DType::kFloat8E8M0Fnu, {q.x.scale_rows, q.x.scale_cols}, bytes(q.x.scales));
-  c.request.weight_scale =
-      *Tensor::FromBytes(DType::kFloat8E8M0Fnu, {q.w.scale_rows, q.w.scale_cols}, bytes(q.w.scales));
+  c.request.input_scale = *Tensor::FromBytes(DType::kFloat8E8M0Fnu,
+                                             {q.x.scale_rows, q.x.scale_cols}, bytes(q.x.scales));
+  c.request.weight_scale = *Tensor::FromBytes(DType::kFloat8E8M0Fnu,
+                                              {q.w.scale_rows, q.w.scale_cols}, bytes(q.w.scales));
   c.request.bias = Wide(DType::kBFloat16, {l.n}, l.b);
   c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, q.observed);
   return c;

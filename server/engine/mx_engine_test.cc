@@ -172,8 +172,10 @@ LinearRequest NarrowRequest(const NarrowLayer& l, bool in_out = false, bool swiz
   std::vector<uint8_t> w = l.w, sw = l.sw;
   if (in_out) {
     for (int64_t j = 0; j < l.n; ++j) {
-      for (int64_t t = 0; t < l.k; ++t) w[static_cast<size_t>(t * l.n + j)] = l.w[static_cast<size_t>(j * l.k + t)];
-      for (int64_t b = 0; b < kb; ++b) sw[static_cast<size_t>(b * l.n + j)] = l.sw[static_cast<size_t>(j * kb + b)];
+      for (int64_t t = 0; t < l.k; ++t)
+        w[static_cast<size_t>(t * l.n + j)] = l.w[static_cast<size_t>(j * l.k + t)];
+      for (int64_t b = 0; b < kb; ++b)
+        sw[static_cast<size_t>(b * l.n + j)] = l.sw[static_cast<size_t>(j * kb + b)];
     }
     r.layout = WeightLayout::kInOut;
   }
@@ -195,9 +197,8 @@ LinearRequest NarrowRequest(const NarrowLayer& l, bool in_out = false, bool swiz
     r.weight_scale = *Tensor::FromBytes(scale_dtype, {static_cast<int64_t>(b.size())}, b);
   } else {
     r.input_scale = Bytes(scale_dtype, {l.m, kb}, l.sx);
-    r.weight_scale =
-        Bytes(scale_dtype, in_out ? std::vector<int64_t>{kb, l.n} : std::vector<int64_t>{l.n, kb},
-              sw);
+    r.weight_scale = Bytes(
+        scale_dtype, in_out ? std::vector<int64_t>{kb, l.n} : std::vector<int64_t>{l.n, kb}, sw);
   }
   r.output_dtype = DType::kFloat32;
   r.return_outputs = true;
@@ -263,15 +264,16 @@ TEST_F(MxEngineTest, EveryRuleBrokenIsInvalidArgumentNamingTheField) {
     const char* message;
   };
   const Case cases[] = {
-      {"K not a multiple of 32",
-       false,
+      {"K not a multiple of 32", false,
        [](LinearRequest* r) {
          r->input = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {3, 48}, std::string(144, '\x38'));
          r->weight = *Tensor::FromBytes(DType::kFloat8E4M3Fn, {40, 48}, std::string(1920, '\x38'));
        },
        "op.input.shape: K a multiple of 32 (MXFP8's 32-element blocks) expected, got [3, 48]"},
       {"a float32 weight scale with an e8m0 input scale", false,
-       [](LinearRequest* r) { r->weight_scale = *FromFloats(DType::kFloat32, {40, 2}, std::vector<float>(80, 1)); },
+       [](LinearRequest* r) {
+         r->weight_scale = *FromFloats(DType::kFloat32, {40, 2}, std::vector<float>(80, 1));
+       },
        "op.weight_scale.dtype: float8_e8m0fnu expected, got float32"},
       {"a scale of the wrong shape", false,
        [](LinearRequest* r) {
@@ -284,7 +286,8 @@ TEST_F(MxEngineTest, EveryRuleBrokenIsInvalidArgumentNamingTheField) {
        "op.weight_scale[7]: a finite float8_e8m0fnu block scale expected, got NaN"},
       {"a global scale with MXFP8", false,
        [](LinearRequest* r) { r->weight_global_scale = *FromFloats(DType::kFloat32, {}, {1}); },
-       "op.weight_global_scale: none: a global scale goes with FP4 (nvfp4) operands expected, got []"},
+       "op.weight_global_scale: none: a global scale goes with FP4 (nvfp4) operands expected, got "
+       "[]"},
       {"E4M3 times E5M2 under MXFP8", false,
        [](LinearRequest* r) {
          r->weight = *Tensor::FromBytes(DType::kFloat8E5M2, {40, 64}, std::string(2560, '\x38'));
@@ -296,8 +299,7 @@ TEST_F(MxEngineTest, EveryRuleBrokenIsInvalidArgumentNamingTheField) {
        "configs[0] 'cpu:fp8e4m3': float8_e4m3fn x float8_e4m3fn operands with float8_e8m0fnu "
        "block scales are multiplied by precision mxfp8e4m3 (or fp64, the dequantised layer), "
        "not fp8e4m3"},
-      {"no global scale with FP4", true,
-       [](LinearRequest* r) { r->input_global_scale.reset(); },
+      {"no global scale with FP4", true, [](LinearRequest* r) { r->input_global_scale.reset(); },
        "op.input_global_scale: a float32 per-tensor scale ([] or [1]) with FP4 operands expected, "
        "got none"},
       {"a zero global scale", true,
@@ -379,7 +381,8 @@ TEST_F(MxEngineTest, DiagnosisNamesTheMxRecipeItsRoundingAndTheBiasMode) {
   for (bool rceil : {false, true}) {
     const std::vector<double> xq = MxQuantise(x, m, k, rceil), wq = MxQuantise(w, n, k, rceil);
     for (bool fused : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << (rceil ? "rceil" : "floor") << (fused ? " fused" : " unfused"));
+      SCOPED_TRACE(::testing::Message()
+                   << (rceil ? "rceil" : "floor") << (fused ? " fused" : " unfused"));
       std::vector<float> y(static_cast<size_t>(m * n));
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {

@@ -477,15 +477,14 @@ TEST_F(ServiceTest, CapabilitiesListTheCpuBackendAndLimits) {
   const v1::BackendInfo& cpu = response.backends(0);
   EXPECT_EQ(cpu.name(), "cpu");
   EXPECT_TRUE(cpu.available());
-  EXPECT_THAT(cpu.precisions(), ::testing::UnorderedElementsAre(
-                                    "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16",
-                                    "fp16acc", "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3",
-                                    "bf16x3", "bf16x6", "bf16x9", "tf32x3", "mxfp8e4m3",
-                                    "mxfp8e5m2", "nvfp4"));
+  EXPECT_THAT(cpu.precisions(),
+              ::testing::UnorderedElementsAre(
+                  "fp64", "fp32", "tf32", "tf32rna", "tf32trunc", "bf16", "fp16", "fp16acc",
+                  "fp8e4m3", "fp8e5m2", "fp8e4m3e5m2", "fp8e5m2e4m3", "bf16x3", "bf16x6", "bf16x9",
+                  "tf32x3", "mxfp8e4m3", "mxfp8e5m2", "nvfp4"));
   EXPECT_THAT(cpu.configs(), ::testing::Contains("cpu:tf32:unfused"));
-  for (const char* c :
-       {"cpu:fp8e4m3:fused@scaling=block128,fast_accum", "cpu:mxfp8e4m3:unfused@scaling=rceil",
-        "cpu:nvfp4:fused"}) {
+  for (const char* c : {"cpu:fp8e4m3:fused@scaling=block128,fast_accum",
+                        "cpu:mxfp8e4m3:unfused@scaling=rceil", "cpu:nvfp4:fused"}) {
     EXPECT_THAT(cpu.configs(), ::testing::Contains(c));
   }
   EXPECT_EQ(response.limits().max_tensor_bytes(), 8 << 20);

@@ -188,6 +188,15 @@ absl::StatusOr<SessionMagnitudes> HostSession::MagnitudeSums(const SessionOperan
     operands.input_scale = operands.weight_scale = nullptr;
   }
   TC_RETURN_IF_ERROR(ComputeMagnitudeSums(operands, sums));
+  if (problem.input_global_scale != nullptr && problem.weight_global_scale != nullptr) {
+    // NVFP4's per-tensor scales multiply every product (positive, checked).
+    const float g = static_cast<float>(problem.input_global_scale->GetDouble(0) *
+                                       problem.weight_global_scale->GetDouble(0));
+    for (float* a : {sums.abs_dot, sums.sq_dot, sums.dot}) {
+      if (a == nullptr) continue;
+      for (int64_t e = 0; e < mn; ++e) a[e] *= g;
+    }
+  }
   return out;
 }
 
