@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "tests/testing/ref_round.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
 
@@ -20,34 +21,10 @@ namespace tensorcheck {
 namespace {
 
 using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::RefFp8Saturated;
+using ::tensorcheck::testing::RefFp8Value;
 using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
-
-// E4M3FN from its definition (OCP FP8): 4 exponent bits of bias 7, 3
-// mantissa bits, subnormals below exponent field 1, 0x7f/0xff NaN.
-double E4m3Value(int code) {
-  const int sign = code & 0x80, e = (code >> 3) & 0xf, m = code & 7;
-  const double v = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
-  return sign ? -v : v;
-}
-
-// The nearest E4M3FN value to v by search over every finite code, ties to
-// the even code, beyond 448 saturated (the recipe's cast).
-double NearestE4m3(double v) {
-  if (v >= 448) return 448;
-  if (v <= -448) return -448;
-  double best = 0;
-  int best_code = 0;
-  for (int code = 0; code < 256; ++code) {
-    if ((code & 0x7f) == 0x7f) continue;
-    const double c = E4m3Value(code), d = std::fabs(c - v), bd = std::fabs(best - v);
-    if (d < bd || (d == bd && (code & 1) == 0 && (best_code & 1) == 1)) {
-      best = c;
-      best_code = code;
-    }
-  }
-  return best;
-}
 
 Tensor F32(std::vector<int64_t> shape, const std::vector<float>& v) {
   return *FromFloats(DType::kFloat32, std::move(shape), v);
@@ -105,8 +82,8 @@ std::vector<float> BlockReference(const BlockLayer& l) {
       for (int64_t s = 0; s < l.slices(); ++s) {
         double partial = 0;  // exact (see BlockLayer)
         for (int64_t t = s * 128; t < std::min(l.k, (s + 1) * 128); ++t) {
-          partial += E4m3Value(l.x[static_cast<size_t>(i * l.k + t)]) *
-                     E4m3Value(l.w[static_cast<size_t>(j * l.k + t)]);
+          partial += RefFp8Value(l.x[static_cast<size_t>(i * l.k + t)], true) *
+                     RefFp8Value(l.w[static_cast<size_t>(j * l.k + t)], true);
         }
         const float scale = l.sx[static_cast<size_t>(i * l.slices() + s)] *
                             l.sw[static_cast<size_t>((j / 128) * l.slices() + s)];
@@ -285,7 +262,7 @@ TEST_F(Fp8BlockTest, DiagnosisNamesTheBlockRecipeAndTheBiasMode) {
         for (int64_t r = r0; r < std::min(rows, r0 + br); ++r) {
           for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) {
             const size_t e = static_cast<size_t>(r * cols + c);
-            out[e] = NearestE4m3(static_cast<double>(v[e] * s)) * deq;
+            out[e] = RefFp8Saturated(static_cast<double>(v[e] * s), true) * deq;
           }
         }
       }

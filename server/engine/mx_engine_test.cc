@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "tests/testing/ref_round.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
 
@@ -20,16 +21,12 @@ namespace tensorcheck {
 namespace {
 
 using ::tensorcheck::testing::IsOk;
+using ::tensorcheck::testing::RefFp8Saturated;
+using ::tensorcheck::testing::RefFp8Value;
 using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // ---- The formats from their definitions (OCP MX v1.0, OCP FP8).
-
-double E4m3Value(int code) {
-  const int e = (code >> 3) & 0xf, m = code & 7;
-  const double v = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
-  return (code & 0x80) ? -v : v;
-}
 
 double E2m1Value(int code) {
   static const double kMagnitude[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
@@ -37,24 +34,6 @@ double E2m1Value(int code) {
 }
 
 double E8m0Value(int code) { return std::ldexp(1.0, code - 127); }
-
-// Nearest E4M3 value by search over the finite codes, ties to the even
-// code, saturated beyond 448.
-double NearestE4m3(double v) {
-  if (v >= 448) return 448;
-  if (v <= -448) return -448;
-  double best = 0;
-  int best_code = 0;
-  for (int code = 0; code < 256; ++code) {
-    if ((code & 0x7f) == 0x7f) continue;
-    const double c = E4m3Value(code), d = std::fabs(c - v), bd = std::fabs(best - v);
-    if (d < bd || (d == bd && (code & 1) == 0 && (best_code & 1) == 1)) {
-      best = c;
-      best_code = code;
-    }
-  }
-  return best;
-}
 
 // cuBLASLt's swizzled block-scale layout ("1D Block Scaling Factors
 // Layout"): rows padded to 128, columns to 4; 128 x 4 tiles of 512 bytes,
@@ -109,15 +88,15 @@ struct NarrowLayer {
   bool fp4 = false;
   double X(int64_t i, int64_t t) const {
     const double v = fp4 ? E2m1Value(x[static_cast<size_t>(i * k + t)])
-                         : E4m3Value(x[static_cast<size_t>(i * k + t)]);
+                         : RefFp8Value(x[static_cast<size_t>(i * k + t)], true);
     const uint8_t s = sx[static_cast<size_t>(i * (k / block) + t / block)];
-    return v * (fp4 ? E4m3Value(s) : E8m0Value(s));
+    return v * (fp4 ? RefFp8Value(s, true) : E8m0Value(s));
   }
   double W(int64_t j, int64_t t) const {
     const double v = fp4 ? E2m1Value(w[static_cast<size_t>(j * k + t)])
-                         : E4m3Value(w[static_cast<size_t>(j * k + t)]);
+                         : RefFp8Value(w[static_cast<size_t>(j * k + t)], true);
     const uint8_t s = sw[static_cast<size_t>(j * (k / block) + t / block)];
-    return v * (fp4 ? E4m3Value(s) : E8m0Value(s));
+    return v * (fp4 ? RefFp8Value(s, true) : E8m0Value(s));
   }
   // The definition: the exact sum (exact here in fp32 too), then NVFP4's
   // alpha fl32(gx * gw) in fp32.
@@ -361,7 +340,7 @@ std::vector<double> MxQuantise(const std::vector<float>& v, int64_t rows, int64_
       for (int64_t c = c0; c < c0 + 32; ++c) {
         const size_t i = static_cast<size_t>(r * cols + c);
         const float scaled = static_cast<float>(std::ldexp(static_cast<double>(v[i]), -e));
-        out[i] = std::ldexp(NearestE4m3(scaled), e);
+        out[i] = std::ldexp(RefFp8Saturated(scaled, true), e);
       }
     }
   }

@@ -3,10 +3,12 @@ loopback port, and running the CLI."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -14,6 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,3 +120,21 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
         full_env.update(env)
     return subprocess.run([str(CLI_BIN), *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
+    """A safetensors file: 8-byte little-endian header length, the JSON
+    header (padded to 8 bytes), the tensors' data in the order given, each
+    tensor given as (safetensors dtype, array of its bytes' layout)."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs = []
+    offset = 0
+    for name, (dtype, arr) in tensors.items():
+        data = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))

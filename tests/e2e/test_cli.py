@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from e2e_support import run_cli
+from e2e_support import run_cli, write_safetensors
 
 TOP_LEVEL_KEYS = [
     "verdict", "tolerance", "observed_vs_reference", "reference", "results",
@@ -43,21 +42,6 @@ CONFIG_RESULT_KEYS = {
 def verify(server: str, *args: str, **kw) -> subprocess.CompletedProcess:
     return run_cli("--server", server, "verify", *args, **kw)
 
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
-    """8-byte little-endian header length, JSON header, data."""
-    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    blobs = []
-    offset = 0
-    for name, (dtype, arr) in tensors.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 def to_bf16_bits(a: np.ndarray) -> np.ndarray:

@@ -11,13 +11,11 @@ dtype of an FP8 layer), so they compare bit for bit.
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from e2e_support import run_cli
+from e2e_support import run_cli, write_safetensors
 
 
 def e4m3fn_value(bits: int) -> float:
@@ -62,18 +60,6 @@ W_E5M2_BITS = np.array([[0x3C, 0, 0], [0, 0x3C, 0], [0, 0, 0x3C], [0x3C, 0x3C, 0
 def decode(bits: np.ndarray, value) -> np.ndarray:
     return np.vectorize(lambda b: value(int(b)))(bits).astype(np.float64)
 
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
-    header: dict[str, object] = {}
-    blobs, offset = [], 0
-    for name, (dtype, arr) in tensors.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 @pytest.fixture()

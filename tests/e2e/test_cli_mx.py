@@ -13,13 +13,11 @@ on the server, so they compare bit for bit.
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-
-from e2e_support import run_cli
+from e2e_support import run_cli, write_safetensors
 
 M, N, K = 2, 4, 32
 
@@ -35,18 +33,6 @@ def e4m3_value(bits: int) -> float:
 def e2m1_value(code: int) -> float:
     return (-1.0 if code & 8 else 1.0) * [0, 0.5, 1, 1.5, 2, 3, 4, 6][code & 7]
 
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
-    header: dict[str, object] = {}
-    blobs, offset = [], 0
-    for name, (dtype, arr) in tensors.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 def test_mxfp8_with_e8m0_scale_files_gives_the_dequantised_layer(server: str,

@@ -101,4 +101,13 @@ inline std::optional<int> RefFp8Nearest(double v, bool e4m3) {
   return best;
 }
 
+// The saturating cast of the scaling recipes: v's nearest FP8 value, and
+// beyond the largest finite one that value of v's sign (NaN stays NaN).
+inline double RefFp8Saturated(double v, bool e4m3) {
+  const double max = e4m3 ? 448.0 : 57344.0;
+  if (std::isnan(v)) return v;
+  if (std::fabs(v) >= max) return v < 0 ? -max : max;
+  return RefFp8Value(*RefFp8Nearest(v, e4m3), e4m3);
+}
+
 }  // namespace tensorcheck::testing
