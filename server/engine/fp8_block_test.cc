@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "tests/testing/engine_testing.h"
 #include "tests/testing/ref_round.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
@@ -30,18 +31,7 @@ Tensor F32(std::vector<int64_t> shape, const std::vector<float>& v) {
   return *FromFloats(DType::kFloat32, std::move(shape), v);
 }
 
-class Fp8BlockTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_THAT(RegisterBuiltinBackends(&registry_), IsOk());
-    auto engine = Engine::Create(EngineOptions{}, &registry_);
-    ASSERT_THAT(engine, IsOk());
-    engine_ = std::move(engine).value();
-  }
-
-  BackendRegistry registry_;
-  std::unique_ptr<Engine> engine_;
-};
+class Fp8BlockTest : public ::tensorcheck::testing::BuiltinEngineTest {};
 
 // FP8 operands whose every 128-wide partial sum is exact in fp32 (values
 // 1 .. 7.5 in steps of 1/8: products are multiples of 2^-6 below 57, a

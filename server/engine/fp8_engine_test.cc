@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "tests/testing/engine_testing.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
 
@@ -23,15 +24,8 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class Fp8EngineTest : public ::testing::Test {
+class Fp8EngineTest : public ::tensorcheck::testing::BuiltinEngineTest {
  protected:
-  void SetUp() override {
-    ASSERT_THAT(RegisterBuiltinBackends(&registry_), IsOk());
-    auto engine = Engine::Create(EngineOptions{}, &registry_);
-    ASSERT_THAT(engine, IsOk());
-    engine_ = std::move(engine).value();
-  }
-
   // Random FP8 patterns (finite, both signs) of `dtype`.
   static Tensor RandomFp8(DType dtype, std::vector<int64_t> shape, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -69,9 +63,6 @@ class Fp8EngineTest : public ::testing::Test {
     c.output_dtype = r.output_dtype;
     return c;
   }
-
-  BackendRegistry registry_;
-  std::unique_ptr<Engine> engine_;
 };
 
 TEST_F(Fp8EngineTest, VerifiesFp8OperandsAgainstTheDequantisedFp64Layer) {

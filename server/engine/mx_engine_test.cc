@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "tests/testing/engine_testing.h"
 #include "tests/testing/ref_round.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
@@ -65,18 +66,7 @@ Tensor PackedFp4(std::vector<int64_t> shape, const std::vector<uint8_t>& codes) 
   return Bytes(DType::kFloat4E2M1Fn, std::move(shape), packed);
 }
 
-class MxEngineTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_THAT(RegisterBuiltinBackends(&registry_), IsOk());
-    auto engine = Engine::Create(EngineOptions{}, &registry_);
-    ASSERT_THAT(engine, IsOk());
-    engine_ = std::move(engine).value();
-  }
-
-  BackendRegistry registry_;
-  std::unique_ptr<Engine> engine_;
-};
+class MxEngineTest : public ::tensorcheck::testing::BuiltinEngineTest {};
 
 // A block-scaled layer whose dequantised products sum exactly in fp32 (so
 // the GEMM's order cannot change a bit): x [m, k], w [n, k] codes, scales
