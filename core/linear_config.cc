@@ -63,6 +63,11 @@ constexpr std::pair<absl::string_view, MxScaleRounding> kMxRoundingNames[] = {
     {"rceil", MxScaleRounding::kRceil},
 };
 
+constexpr std::pair<absl::string_view, SplitKReduce> kReduceNames[] = {
+    {"output", SplitKReduce::kOutput},
+    {"fp32", SplitKReduce::kFp32},
+};
+
 constexpr std::pair<absl::string_view, BiasMode> kBiasNames[] = {
     {"none", BiasMode::kNone},
     {"fused", BiasMode::kFused},
@@ -159,6 +164,8 @@ void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts) {
 absl::string_view Fp8ScalingName(Fp8Scaling s) { return NameOf(s, kScalingNames); }
 
 absl::string_view MxScaleRoundingName(MxScaleRounding r) { return NameOf(r, kMxRoundingNames); }
+
+absl::string_view SplitKReduceName(SplitKReduce r) { return NameOf(r, kReduceNames); }
 
 BlockScaledOperands BlockScaledOperandsOf(Precision p) {
   switch (p) {
@@ -410,7 +417,7 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
   auto error = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(field, " '", spec, "': ", what));
   };
-  bool seen_scaling = false, seen_fast = false;
+  bool seen_scaling = false, seen_fast = false, seen_reduce = false;
   for (absl::string_view option : absl::StrSplit(options, ',')) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(option, absl::MaxSplits('=', 1));
@@ -422,6 +429,29 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
           absl::StrCat("option '", kv.first, "' applies to the fp8 precisions only",
                        kv.first == "scaling" ? " (and, as floor or rceil, the mxfp8 ones)" : "",
                        ", not ", PrecisionName(out->precision)));
+    }
+    const bool split_option = kv.first == "splitk" || kv.first == "reduce";
+    if (split_option && !TakesSplitK(out->precision)) {
+      return error(absl::StrCat("option '", kv.first,
+                                "' applies to the bf16 and fp16 precisions only, not ",
+                                PrecisionName(out->precision)));
+    }
+    if (kv.first == "splitk" && out->splitk == 0) {
+      int splitk = -1;
+      if (!absl::SimpleAtoi(kv.second, &splitk) || splitk < 2 || splitk > kMaxSplitK ||
+          absl::StrCat(splitk) != kv.second) {
+        return error(absl::StrCat("option '", option,
+                                  "': splitk=N expects an integer N from 2 to ", kMaxSplitK));
+      }
+      out->splitk = splitk;
+      continue;
+    }
+    if (kv.first == "reduce" && !seen_reduce) {
+      auto reduce = ParseNamed(kv.second, kReduceNames, "split-K reduction");
+      if (!reduce.ok()) return error(reduce.status().message());
+      out->reduce = *reduce;
+      seen_reduce = true;
+      continue;
     }
     if (kv.first == "algo" && !out->algo.has_value()) {
       int algo = -1;
@@ -448,8 +478,12 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
       return error(absl::StrCat("unknown or repeated option '", option,
                                 "': expected algo=N, for the fp8 precisions scaling=tensor, "
                                 "scaling=row, scaling=block128 or fast_accum, for the mxfp8 "
-                                "ones scaling=floor or scaling=rceil"));
+                                "ones scaling=floor or scaling=rceil, for bf16 and fp16 "
+                                "splitk=N and reduce=output|fp32"));
     }
+  }
+  if (out->reduce.has_value() && out->splitk == 0) {
+    return error("option 'reduce' needs splitk=N (the reduction of split-K's partial results)");
   }
   return absl::OkStatus();
 }
@@ -501,7 +535,11 @@ std::string Config::ToString() const {
   } else if (mx) {
     absl::StrAppend(&s, "@scaling=", MxScaleRoundingName(mx_rounding));
   }
-  if (algo.has_value()) absl::StrAppend(&s, IsFp8(precision) || mx ? "," : "@", "algo=", *algo);
+  const bool split = TakesSplitK(precision) && splitk >= 2;
+  if (split) absl::StrAppend(&s, "@splitk=", splitk, ",reduce=", SplitKReduceName(reduce));
+  if (algo.has_value()) {
+    absl::StrAppend(&s, IsFp8(precision) || mx || split ? "," : "@", "algo=", *algo);
+  }
   return s;
 }
 
@@ -516,6 +554,10 @@ Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activatio
   }
   if (spec.precision == Precision::kMxFp8E4M3 || spec.precision == Precision::kMxFp8E5M2) {
     c.mx_rounding = spec.mx_rounding.value_or(MxScaleRounding::kFloor);
+  }
+  if (TakesSplitK(spec.precision) && spec.splitk >= 2) {
+    c.splitk = spec.splitk;
+    c.reduce = spec.reduce.value_or(SplitKReduce::kOutput);
   }
   c.algo = spec.algo;
   // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric

@@ -154,6 +154,34 @@ absl::string_view Fp8ScalingName(Fp8Scaling s);
 // "floor", "rceil": an mxfp8 configuration's `scaling=` option.
 absl::string_view MxScaleRoundingName(MxScaleRounding r);
 
+// Split-K (docs/numerics.md, "Split-K"): a 16-bit GEMM whose K is cut into
+// slices, each accumulated in fp32, and the slices' partial results
+// reduced either in the output type (each partial rounded to it, and each
+// addition: cuBLASLt's CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, what
+// PyTorch's allow_fp16/bf16_reduced_precision_reduction allow) or in fp32
+// (the INPLACE and COMPUTE_TYPE schemes).
+enum class SplitKReduce { kOutput, kFp32 };
+
+// "output", "fp32".
+absl::string_view SplitKReduceName(SplitKReduce r);
+
+// Split counts a configuration may name, and the ones a diagnosis scans.
+inline constexpr int kMaxSplitK = 64;
+inline constexpr int kScannedSplitK[] = {2, 3, 4, 6, 8, 16};
+
+// The precisions that take `splitk=`: the 16-bit ones with fp32
+// accumulation.
+inline bool TakesSplitK(Precision p) { return p == Precision::kBf16 || p == Precision::kFp16; }
+
+// The slice of K each of `splitk` partitions covers, as CUTLASS's split-K
+// cuts it (GemmUniversal: ceil(K / splitk) rounded up to a multiple of 8,
+// 128 bits of 16-bit elements); the last slice holds what is left, and
+// slices past the end of K are empty.
+inline int64_t SplitKSlice(int64_t k, int splitk) {
+  const int64_t s = splitk > 0 ? (k + splitk - 1) / splitk : k;
+  return (s + 7) / 8 * 8;
+}
+
 enum class BiasMode { kNone, kFused, kUnfused };
 
 enum class Activation { kNone, kRelu, kGeluTanh };
@@ -242,7 +270,7 @@ inline constexpr int kMaxAlgorithmIndex = 1023;
 // known. Options: `algo=N` (any precision: the backend's algorithm N,
 // LinearBackend::Algorithms), for the fp8 precisions
 // `scaling=tensor|row|block128` and `fast_accum`, for the mxfp8 ones
-// `scaling=floor|rceil`.
+// `scaling=floor|rceil`, for bf16 and fp16 `splitk=N[,reduce=output|fp32]`.
 //
 //   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
 //   ParseConfigSpec("cublaslt:fp32:fused@algo=3")
@@ -259,6 +287,10 @@ struct ConfigSpec {
   // the OCP spec's and torchao's default; `scaling=rceil`,
   // TransformerEngine's and cuBLAS's). Unset: floor.
   std::optional<MxScaleRounding> mx_rounding;
+  // bf16 and fp16 only: K cut into this many slices (`splitk=N`, 2 ..
+  // kMaxSplitK), reduced as `reduce=output|fp32` says (default output).
+  int splitk = 0;
+  std::optional<SplitKReduce> reduce;
   // Unset: the backend's own choice (its algorithm 0).
   std::optional<int> algo = std::nullopt;
 };
@@ -278,18 +310,23 @@ struct Config {
   bool fast_accum = false;
   // mxfp8 precisions only (kFloor otherwise).
   MxScaleRounding mx_rounding = MxScaleRounding::kFloor;
+  // bf16 and fp16 only: split-K into `splitk` slices (0: none), the
+  // partial results reduced as `reduce` says.
+  int splitk = 0;
+  SplitKReduce reduce = SplitKReduce::kOutput;
   // The backend's algorithm N (docs/numerics.md, "Algorithms"); unset: the
   // backend's own choice for the problem, which may depend on its shape.
   std::optional<int> algo = std::nullopt;
 
   // Canonical `backend:precision:bias`, then the options after one `@`:
-  // `scaling=...[,fast_accum]` for an fp8 precision and `algo=N` when set
+  // `scaling=...[,fast_accum]` for an fp8 precision, `scaling=floor|rceil`
+  // for an mxfp8 one, `splitk=N,reduce=...` when split, and `algo=N` when set
   // (`cublaslt:fp32:fused@algo=3`, `cpu:fp8e4m3:none@scaling=row,algo=0`).
   std::string ToString() const;
   bool operator==(const Config& o) const {
     return backend == o.backend && precision == o.precision && bias == o.bias &&
            scaling == o.scaling && fast_accum == o.fast_accum && mx_rounding == o.mx_rounding &&
-           algo == o.algo;
+           splitk == o.splitk && reduce == o.reduce && algo == o.algo;
   }
 };
 
