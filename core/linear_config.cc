@@ -440,8 +440,8 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
       int splitk = -1;
       if (!absl::SimpleAtoi(kv.second, &splitk) || splitk < 2 || splitk > kMaxSplitK ||
           absl::StrCat(splitk) != kv.second) {
-        return error(absl::StrCat("option '", option,
-                                  "': splitk=N expects an integer N from 2 to ", kMaxSplitK));
+        return error(absl::StrCat("option '", option, "': splitk=N expects an integer N from 2 to ",
+                                  kMaxSplitK));
       }
       out->splitk = splitk;
       continue;

@@ -104,6 +104,7 @@ struct SessionModelSpec {
   bool unfused_bias = false;
   bool inputs_exact = false;      // kSigma and kBound
   double accumulation_scale = 1;  // kPairAccumulation only
+  int reduce_terms = 0;           // split-K reduced in the output type (ErrorModelInput's)
   ArrayRef abs_dot;               // kBound
   ArrayRef sq_dot;                // the others
   ArrayRef value;                 // the reference output (any dtype), m*n
@@ -123,6 +124,7 @@ inline ErrorModelInput ModelInputOf(const SessionModelSpec& spec) {
   in.unfused_bias = spec.unfused_bias;
   in.inputs_exact = spec.inputs_exact;
   in.accumulation_scale = spec.accumulation_scale;
+  in.reduce_terms = spec.reduce_terms;
   in.count = spec.count;
   return in;
 }

@@ -501,8 +501,8 @@ class Engine::DeviceExecution {
     CandidateArrays& c = candidates_[i];
     c.output = output;
     c.pair_sigma = opts.pair.values;
-    TC_ASSIGN_OR_RETURN(ModelArray acc,
-                        Model(ModelKey::kPairAccumulation, config.precision, unfused));
+    TC_ASSIGN_OR_RETURN(ModelArray acc, Model(ModelKey::kPairAccumulation, config.precision,
+                                              unfused, internal::ReduceTermsOf(config)));
     c.pair_accumulation_sigma = acc.values;
     c.sigma_vs_reference = opts.sigma.values;
     TC_ASSIGN_OR_RETURN(c.flip_grid, FlipGridFor(unfused));
@@ -513,8 +513,9 @@ class Engine::DeviceExecution {
 
   // Precision `p`'s array of `kind`: once per key when sharing (equal keys
   // give equal arrays, whichever precision asked), every time otherwise.
-  absl::StatusOr<ModelArray> Model(ModelKey::Kind kind, Precision p, bool unfused) {
-    const ModelKey key = keys_.Of(kind, p, unfused);
+  absl::StatusOr<ModelArray> Model(ModelKey::Kind kind, Precision p, bool unfused,
+                                   int reduce_terms = 0) {
+    const ModelKey key = keys_.Of(kind, p, unfused, reduce_terms);
     if (share_) {
       auto it = models_.find(key);
       if (it != models_.end()) return it->second;
@@ -528,6 +529,7 @@ class Engine::DeviceExecution {
     spec.inputs_exact =
         key.u_input == 0 && (key.kind == ModelKey::kSigma || key.kind == ModelKey::kBound);
     spec.accumulation_scale = key.accumulation_scale;
+    spec.reduce_terms = key.reduce_terms;
     spec.abs_dot = sums_.abs_dot;
     spec.sq_dot = sums_.sq_dot;
     spec.value = reference_.output;
@@ -544,12 +546,15 @@ class Engine::DeviceExecution {
   absl::StatusOr<Options> OptionsFor(const Config& config) {
     const bool unfused = config.bias == BiasMode::kUnfused;
     Options o;
-    TC_ASSIGN_OR_RETURN(o.sigma, Model(ModelKey::kSigma, config.precision, unfused));
+    TC_ASSIGN_OR_RETURN(o.sigma, Model(ModelKey::kSigma, config.precision, unfused,
+                                       internal::ReduceTermsOf(config)));
     if (bound_used_) {
-      TC_ASSIGN_OR_RETURN(o.bound, Model(ModelKey::kBound, config.precision, unfused));
+      TC_ASSIGN_OR_RETURN(o.bound, Model(ModelKey::kBound, config.precision, unfused,
+                                         internal::ReduceTermsOf(config)));
     }
     if (req_.observed) {
-      TC_ASSIGN_OR_RETURN(o.pair, Model(ModelKey::kPairSigma, config.precision, unfused));
+      TC_ASSIGN_OR_RETURN(o.pair, Model(ModelKey::kPairSigma, config.precision, unfused,
+                                        internal::ReduceTermsOf(config)));
     }
     o.vs_reference = SessionCompare{plan_.compare, o.sigma.values, o.bound.values};
     o.vs_reference.options.predicted_sigma_sum_sq = o.sigma.sum_sq;

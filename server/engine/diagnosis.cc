@@ -1034,7 +1034,10 @@ struct Ranking {
     const Config* best = CandidateNamed(*out.best);
     const Config want = PyTorchDefault(best->backend, in.storage_dtype, in.has_bias);
     for (const DiagnosisCandidate& c : in.candidates) {
-      if (c.config.precision == want.precision && c.config.bias == want.bias) return &c.config;
+      if (c.config.precision == want.precision && c.config.bias == want.bias &&
+          c.config.splitk == want.splitk) {
+        return &c.config;
+      }
     }
     return nullptr;
   }
@@ -1127,7 +1130,10 @@ struct Ranking {
     const Config* wanted = Wanted();
     if (wanted == nullptr) return;
     for (const Config* c : same) {
-      if (c->precision == wanted->precision && c->bias == wanted->bias) return;
+      if (c->precision == wanted->precision && c->bias == wanted->bias &&
+          c->splitk == wanted->splitk) {
+        return;
+      }
     }
     const std::string how = HowToMatch(*best, *wanted, in.storage_dtype, in.has_bias);
     if (how.empty()) return;

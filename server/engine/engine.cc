@@ -598,10 +598,16 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, con
   plan.progress = progress;
   TC_ASSIGN_OR_RETURN(VerifyOutcome outcome, RankPlanned(request, plan, stop));
   // The second tier of default candidates only when the first explains
-  // nothing (docs/numerics.md, "Diagnosis"): its candidates ranked with
-  // the first's, in one run of both.
+  // nothing (docs/numerics.md, "Diagnosis"), or names fp16 accumulation:
+  // its wide error model explains most reduced-precision reductions, and
+  // split-K reduced in the output type, the other one, is in the second
+  // tier. Its candidates are ranked with the first's, in one run of both.
   const bool unexplained = outcome.diagnosis->verdict == DiagnosisVerdict::kUnexplained;
-  if (plan.tiers == std::vector<int>{1} && unexplained &&
+  absl::StatusOr<ConfigSpec> best = outcome.diagnosis->best.has_value()
+                                        ? ParseConfigSpec(*outcome.diagnosis->best)
+                                        : absl::NotFoundError("none");
+  const bool reduced_reduction = best.ok() && best->precision == Precision::kFp16Acc;
+  if (plan.tiers == std::vector<int>{1} && (unexplained || reduced_reduction) &&
       !SecondTierCandidateSpecs(request.input.dtype(), request.weight.dtype()).empty()) {
     TC_RETURN_IF_ERROR(CheckStop(stop));
     absl::StatusOr<Plan> both = MakePlan(request, /*diagnose=*/true, stop, &plan);
@@ -612,13 +618,25 @@ absl::StatusOr<VerifyOutcome> Engine::Diagnose(const LinearRequest& request, con
                                            both.status().message()));
     } else if (both->configs.size() > plan.configs.size()) {
       both->progress = progress;
-      const size_t first_count = plan.configs.size();
-      plan = *std::move(both);
-      TC_ASSIGN_OR_RETURN(outcome, RankPlanned(request, plan, stop));
-      outcome.notes.push_back(absl::StrCat(
-          "No candidate of the first tier explained the output; the second tier of default "
-          "candidates ran (",
-          plan.configs.size() - first_count, " more), ranked with the first."));
+      const size_t added = both->configs.size() - plan.configs.size();
+      TC_ASSIGN_OR_RETURN(VerifyOutcome ranked, RankPlanned(request, *both, stop));
+      if (unexplained || ranked.diagnosis->verdict != DiagnosisVerdict::kUnexplained) {
+        plan = *std::move(both);
+        outcome = std::move(ranked);
+        outcome.notes.push_back(absl::StrCat(
+            unexplained ? "No candidate of the first tier explained the output"
+                        : "The first tier named fp16 accumulation, which split-K reduced in the "
+                          "output type can pass for",
+            "; the second tier of default candidates ran (", added,
+            " more), ranked with the first."));
+      } else {
+        // A second tier that explains less than the first's fp16
+        // accumulation leaves the first tier's answer.
+        outcome.notes.push_back(absl::StrCat(
+            "The second tier of default candidates ran (", added,
+            " more) beside the first's fp16 accumulation and explained the output no better; "
+            "the first tier's answer stands."));
+      }
     }
   }
   TC_RETURN_IF_ERROR(FinishDiagnosis(request, plan, &outcome));
@@ -788,7 +806,7 @@ std::vector<ConfigSpec> FirstTierCandidateSpecs(DType storage, DType weight_stor
   return specs;
 }
 
-std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage) {
+std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage, int64_t k) {
   std::vector<ConfigSpec> specs;
   const bool wide =
       storage == DType::kFloat32 || storage == DType::kBFloat16 || storage == DType::kFloat16;
@@ -828,6 +846,20 @@ std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_sto
     spec.precision = p;
     specs.push_back(spec);
   }
+  // Split-K reduced in the output type, as PyTorch's reduced-precision
+  // reductions allow for 16-bit GEMMs (docs/numerics.md, "Split-K"): the
+  // storage's own precision at each scanned split count whose slices are
+  // all non-empty for this K (K unknown: all of them).
+  if (storage == DType::kBFloat16 || storage == DType::kFloat16) {
+    for (int s : kScannedSplitK) {
+      if (k > 0 && (s - 1) * SplitKSlice(k, s) >= k) continue;
+      ConfigSpec spec;
+      spec.precision = storage == DType::kBFloat16 ? Precision::kBf16 : Precision::kFp16;
+      spec.splitk = s;
+      spec.reduce = SplitKReduce::kOutput;
+      specs.push_back(spec);
+    }
+  }
   return specs;
 }
 
@@ -843,8 +875,8 @@ std::vector<std::string> Engine::SecondTierCandidates(
     DType storage, DType weight_storage, bool has_bias, Activation activation,
     const std::optional<LinearProblem>& layer, std::map<std::string, std::string>* passed_over,
     std::vector<PreparedRun>* prepared) const {
-  return OnBestBackends(SecondTierCandidateSpecs(storage, weight_storage), storage, has_bias,
-                        activation, layer, passed_over, prepared);
+  return OnBestBackends(SecondTierCandidateSpecs(storage, weight_storage, layer ? layer->k : 0),
+                        storage, has_bias, activation, layer, passed_over, prepared);
 }
 
 std::vector<std::string> Engine::OnBestBackends(const std::vector<ConfigSpec>& specs, DType storage,

@@ -517,7 +517,11 @@ std::vector<ConfigSpec> FirstTierCandidateSpecs(
 // and tf32x3 for fp32, bf16x3 for fp16, none for bf16). None for FP8 or
 // fp64 operands. The one list of them: a recipe the server learns to
 // quantise with is appended here.
-std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage);
+// Then, for bf16 and fp16 storage, split-K reduced in the output type at
+// each count of kScannedSplitK whose slices all hold some of `k` (0: K
+// unknown, every count).
+std::vector<ConfigSpec> SecondTierCandidateSpecs(DType storage, DType weight_storage,
+                                                 int64_t k = 0);
 
 // Multi-dimensional index of flat element `flat` in `shape` (row-major).
 std::vector<int64_t> UnflattenIndex(int64_t flat, const std::vector<int64_t>& shape);

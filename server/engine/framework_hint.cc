@@ -67,6 +67,19 @@ std::string FrameworkHint(const Config& c, DType storage, bool has_bias) {
   const std::string bias = BiasPart(c, has_bias);
   const std::string cpu = OnTheCpu(c);
   const std::string s = std::string(DTypeShortName(storage));
+  if (TakesSplitK(c.precision) && c.splitk >= 2) {
+    const std::string p(PrecisionName(c.precision));
+    return absl::StrCat(
+        p, " inputs, K split in ", c.splitk, " slices each accumulated in fp32, ",
+        c.reduce == SplitKReduce::kOutput
+            ? absl::StrCat("the partial sums rounded to the output type and added in it: a "
+                           "cuBLASLt split-K kernel with CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, "
+                           "which PyTorch allows by default for fp16 "
+                           "(torch.backends.cuda.matmul.allow_",
+                           p, "_reduced_precision_reduction = True)")
+            : "the partial sums added in fp32 (a split-K kernel reducing in the compute type)",
+        bias, cpu);
+  }
   switch (c.precision) {
     case Precision::kFp64:
       if (storage == DType::kFloat64) return "fp64 matmul (numpy or torch float64)" + bias + cpu;
@@ -266,6 +279,20 @@ Config PyTorchDefault(const std::string& backend, DType storage, bool has_bias) 
 std::string HowToMatch(const Config& from, const Config& to, DType storage, bool has_bias) {
   std::vector<std::string> steps;
   const Precision f = from.precision, t = to.precision;
+  const bool split_from = from.splitk >= 2 && from.reduce == SplitKReduce::kOutput;
+  const bool split_to = to.splitk >= 2 && to.reduce == SplitKReduce::kOutput;
+  if (split_from && !split_to) {
+    // The reduced-precision reduction of split-K's partials (docs/numerics.md,
+    // "Split-K").
+    steps.push_back(absl::StrCat(
+        "reduce split-K's partial sums in fp32 (PyTorch: torch.backends.cuda.matmul.allow_",
+        f == Precision::kFp16 ? "fp16" : "bf16", "_reduced_precision_reduction = False)"));
+  } else if (split_to && !split_from && f == t) {
+    steps.push_back(absl::StrCat(
+        "allow split-K's partial sums in the output type (PyTorch: "
+        "torch.backends.cuda.matmul.allow_",
+        t == Precision::kFp16 ? "fp16" : "bf16", "_reduced_precision_reduction = True)"));
+  }
   if (f != t) {
     if (IsFp8(f) || IsFp8(t)) {
       // Scaled FP8 GEMMs are chosen explicitly (torch._scaled_mm); no

@@ -150,8 +150,9 @@ Tensor Bf16FusedOutput(const LinearRequest& r) {
 
 bool InSecondTier(const std::string& config) {
   return absl::StrContains(config, ":fp8") || absl::StrContains(config, "x3") ||
-         absl::StrContains(config, "x6") || absl::StrContains(config, "x9") ||
-         absl::StrContains(config, ":mxfp8") || absl::StrContains(config, ":nvfp4");
+         absl::StrContains(config, "splitk=") || absl::StrContains(config, "x6") ||
+         absl::StrContains(config, "x9") || absl::StrContains(config, ":mxfp8") ||
+         absl::StrContains(config, ":nvfp4");
 }
 
 class TiersTest : public ::testing::Test {
@@ -193,9 +194,21 @@ TEST(SecondTierSpecsTest, FollowTheStorageDtype) {
                                         "cpu:mxfp8e4m3:fused@scaling=floor",
                                         "cpu:mxfp8e4m3:fused@scaling=rceil",
                                         "cpu:nvfp4:fused"};
-  EXPECT_EQ(names(DType::kBFloat16), fp8);
+  // Then split-K reduced in the output type, for 16-bit storage (K
+  // unknown: every scanned count).
+  auto split = [](const char* precision) {
+    std::vector<std::string> out;
+    for (int s : {2, 3, 4, 6, 8, 16}) {
+      out.push_back(absl::StrCat("cpu:", precision, ":fused@splitk=", s, ",reduce=output"));
+    }
+    return out;
+  };
+  std::vector<std::string> bf16 = fp8;
+  for (const std::string& c : split("bf16")) bf16.push_back(c);
+  EXPECT_EQ(names(DType::kBFloat16), bf16);
   std::vector<std::string> fp16 = fp8;
   fp16.push_back("cpu:bf16x3:fused");
+  for (const std::string& c : split("fp16")) fp16.push_back(c);
   EXPECT_EQ(names(DType::kFloat16), fp16);
   std::vector<std::string> fp32 = fp8;
   for (const char* c : {"cpu:bf16x3:fused", "cpu:bf16x6:fused", "cpu:tf32x3:fused"}) {
@@ -264,7 +277,7 @@ TEST_F(TiersTest, ARowWiseFp8OutputIsNamedWithoutBeingAskedFor) {
           engine_->SecondTierCandidates(DType::kBFloat16, DType::kBFloat16, true, Activation::kNone)
               .size());
   EXPECT_THAT(out->notes, ::testing::Contains(::testing::HasSubstr(
-                              "the second tier of default candidates ran (18 more)")));
+                              "the second tier of default candidates ran (30 more)")));
 }
 
 // An XLA bf16x3 output of fp32 tensors: bf16x3 leaves out lo*lo, a

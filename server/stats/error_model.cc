@@ -127,6 +127,14 @@ rules::SigmaConstants SigmaConstantsOf(const ErrorModelInput& in, double input_w
   c.k = static_cast<double>(std::max<int64_t>(in.k, 0));
   // Products rounded to fp16 one by one under fp16acc.
   c.product_term = info.fp16_accumulate ? c.u_acc2 / 3.0 : 0.0;
+  if (in.reduce_terms >= 2) {
+    // Split-K reduced in the output type over s slices: each partial p_i
+    // rounded (E p_i^2 ~ sq^2 / s + y^2 / s^2), and each running sum r_j,
+    // j = 2..s (E r_j^2 ~ (j / s) sq^2 + (j / s)^2 y^2).
+    const double s = in.reduce_terms;
+    c.reduce_sq = 1.0 + (s * (s + 1) / 2.0 - 1.0) / s;
+    c.reduce_y2 = 1.0 / s + (s * (s + 1) * (2 * s + 1) / 6.0 - 1.0) / (s * s);
+  }
   // The output rounding's floor (an exact 0 still rounds at the output's
   // subnormal step) applies only where the output rounding is counted.
   c.floor = std::max<double>(output_weight > 0 ? u_out * SmallestNormal(in.output_dtype) : 0.0,
@@ -163,6 +171,11 @@ rules::BoundConstants BoundConstantsOf(const ErrorModelInput& in, double c) {
                                      : BoundUnitRoundoff(in.precision);
   b.u_out = OutputUnitRoundoff(in.output_dtype);
   b.scale = c * u_p * std::sqrt(static_cast<double>(std::max<int64_t>(in.k, 0)));
+  if (in.reduce_terms >= 2) {
+    // Split-K in the output type: 2s - 1 more roundings, each of a value
+    // no larger than sum |x||w|.
+    b.scale += c * OutputUnitRoundoff(in.output_dtype) * std::sqrt(2.0 * in.reduce_terms - 1.0);
+  }
   b.has_pre_bias = in.unfused_bias && in.pre_bias != nullptr;
   // Two roundings to the output dtype, the output's and the reference's
   // (it is rounded once too), and a third without x.w for an unfused bias.

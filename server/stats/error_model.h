@@ -82,6 +82,10 @@ struct ErrorModelInput {
   // accumulation's rounding error, as a share of the sequential model's
   // above (ShortProductAccumulationScale). 1 keeps the model as it is.
   double accumulation_scale = 1;
+  // Split-K reduced in the output type over this many slices (0: none):
+  // each partial result rounded to the output dtype, and each of their
+  // additions (docs/numerics.md, "Split-K").
+  int reduce_terms = 0;
 };
 
 // ---- Short products: how much of the sequential model an fp32

@@ -75,6 +75,10 @@ struct SigmaConstants {
   double u_out2 = 0;        // u_out^2 of the output dtype
   double k = 0;             // the reduction length, >= 0
   double product_term = 0;  // u_acc2 / 3 under fp16acc (products rounded), else 0
+  // Split-K reduced in the output type: the variance of its roundings is
+  // (u_out2 / 3) (reduce_sq sq + reduce_y2 y2); 0 without it.
+  double reduce_sq = 0;
+  double reduce_y2 = 0;
   // The least sigma written (not finite values aside): u_out times the
   // output's smallest normal where the output rounding counts, and at
   // least the smallest positive float.
@@ -102,12 +106,17 @@ TC_HOST_DEVICE float ElementSigma(const SigmaConstants& c, float sq_dot, double 
           ? AddRn(y2, MulRn(static_cast<double>(pre_bias), static_cast<double>(pre_bias)))
           : MulRn(c.unfused_bias ? 2.0 : 1.0, y2);
   // input_weight (2/3) u_in2 sq + other_weight ((u_acc2/3) k (sq/2 + y2/3)
-  //   + product_term sq + output_weight (u_out2/3) rounded2), left to right.
+  //   + product_term sq + output_weight (u_out2/3) rounded2
+  //   + (u_out2/3) (reduce_sq sq + reduce_y2 y2)), left to right.
   const double input = MulRn(MulRn(MulRn(c.input_weight, 2.0 / 3.0), c.u_in2), sq);
   const double accumulation = MulRn(MulRn(c.u_acc2 / 3.0, c.k), AddRn(sq / 2.0, y2 / 3.0));
   const double output = MulRn(MulRn(c.output_weight, c.u_out2 / 3.0), rounded2);
-  const double var = AddRn(
-      input, MulRn(c.other_weight, AddRn(AddRn(accumulation, MulRn(c.product_term, sq)), output)));
+  const double reduction =
+      MulRn(c.u_out2 / 3.0, AddRn(MulRn(c.reduce_sq, sq), MulRn(c.reduce_y2, y2)));
+  const double var =
+      AddRn(input,
+            MulRn(c.other_weight,
+                  AddRn(AddRn(AddRn(accumulation, MulRn(c.product_term, sq)), output), reduction)));
   const double s = error_math::Sqrt(var);
   // max(s, floor) would turn a NaN into the floor; keep it visible.
   return ToFloatSaturated(error_math::IsNan(s) ? s : (s < c.floor ? c.floor : s));

@@ -355,9 +355,13 @@ struct Arithmetic {
   // kBlockScaled (`rounding` the mxfp8 or nvfp4 precision): the MXFP8
   // recipe's scale rounding for wide operands.
   MxScaleRounding mx_rounding = MxScaleRounding::kFloor;
+  // kFp32: split-K into `splitk` slices (0: one GEMM), reduced as `reduce`.
+  int splitk = 0;
+  SplitKReduce reduce = SplitKReduce::kOutput;
   bool operator==(const Arithmetic& o) const {
     return kind == o.kind && rounding == o.rounding && scaling == o.scaling &&
-           fast_accum == o.fast_accum && mx_rounding == o.mx_rounding;
+           fast_accum == o.fast_accum && mx_rounding == o.mx_rounding && splitk == o.splitk &&
+           reduce == o.reduce;
   }
 };
 
@@ -384,13 +388,15 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
     return a;
   }
   const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
-  if (exact) {
-    // Rounding changes nothing: the stored values, read as fp32, are the
-    // operands (fp32 precision reads fp64 storage exactly only when the
-    // values are fp32 ones, which ValuesExactIn checked).
-    return {Arithmetic::kFp32, Precision::kFp32};
+  // Rounding changes nothing when exact: the stored values, read as fp32,
+  // are the operands (fp32 precision reads fp64 storage exactly only when
+  // the values are fp32 ones, which ValuesExactIn checked).
+  Arithmetic a{Arithmetic::kFp32, exact ? Precision::kFp32 : precision};
+  if (config.splitk >= 2 && TakesSplitK(precision)) {
+    a.splitk = config.splitk;
+    a.reduce = config.reduce;
   }
-  return {Arithmetic::kFp32, precision};
+  return a;
 }
 
 // Dequantisation scales of an accumulator: one per row of x and per
@@ -639,6 +645,57 @@ absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic 
   return acc;
 }
 
+// Split-K (docs/numerics.md, "Split-K"): K cut into a.splitk slices
+// (SplitKSlice: CUTLASS's), each an fp32 GEMM of the rounded operands
+// (OpenBLAS's order within the slice), the partial results reduced left to
+// right: in the output type (each partial rounded to it, then each
+// addition done in fp32 and rounded to it) or in fp32. Every slice's
+// operands are widened into buffers of [m or n, slice] floats.
+absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
+                                        const StopSignal* stop) {
+  const int64_t slice = SplitKSlice(p.k, a.splitk);
+  const bool out_in = p.layout == WeightLayout::kOutIn;
+  const int64_t mn = p.m * p.n;
+  TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
+  float* r = acc.data<float>();
+  std::fill(r, r + mn, 0.0f);
+  const int64_t width = std::min(p.k, slice);
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> xs, internal::Allocate<float>(p.m * width));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> ws, internal::Allocate<float>(p.n * width));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> row, internal::Allocate<float>(p.n));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> partial, internal::Allocate<float>(mn));
+  const DType out = p.output_dtype;
+  const bool in_output = a.reduce == SplitKReduce::kOutput;
+  bool first = true;
+  for (int64_t k0 = 0; k0 < p.k; k0 += slice) {
+    TC_RETURN_IF_ERROR(CheckStop(stop));
+    const int64_t ks = std::min(slice, p.k - k0);
+    for (int64_t i = 0; i < p.m; ++i) WidenRange(*p.input, i * p.k + k0, ks, xs.get() + i * ks);
+    if (out_in) {
+      for (int64_t j = 0; j < p.n; ++j) WidenRange(*p.weight, j * p.k + k0, ks, ws.get() + j * ks);
+    } else {
+      for (int64_t t = 0; t < ks; ++t) {
+        WidenRange(*p.weight, (k0 + t) * p.n, p.n, row.get());
+        for (int64_t j = 0; j < p.n; ++j) ws[j * ks + t] = row[j];
+      }
+    }
+    RoundInputs(a.rounding, xs.get(), p.m * ks);
+    RoundInputs(a.rounding, ws.get(), p.n * ks);
+    TC_RETURN_IF_ERROR(
+        BlasGemm(xs.get(), ws.get(), WeightLayout::kOutIn, p.m, p.n, ks, partial.get(), stop));
+    for (int64_t e = 0; e < mn; ++e) {
+      if (!in_output) {
+        r[e] = first ? partial[e] : r[e] + partial[e];
+      } else {
+        const float pe = RoundToDType(partial[e], out);
+        r[e] = first ? pe : RoundToDType(r[e] + pe, out);
+      }
+    }
+    first = false;
+  }
+  return acc;
+}
+
 // kMultiPass: the scheme's partial GEMMs, each an fp32 GEMM of parts
 // (products of bf16 or TF32 parts are exact in fp32, so each is what a
 // bf16 or TF32 GEMM with fp32 accumulation computes, in OpenBLAS's
@@ -710,6 +767,7 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
     }
     case Arithmetic::kFp32:
     case Arithmetic::kFp16Acc: {
+      if (a.kind == Arithmetic::kFp32 && a.splitk >= 2) return AccumulateSplitK(p, a, stop);
       const bool fp16acc = a.kind == Arithmetic::kFp16Acc;
       std::unique_ptr<float[]> x_owned;
       TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, a.rounding, &x_owned));
@@ -892,6 +950,12 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
   if (info.tf32_rounding.has_value()) {
     details["tf32_rounding"] = std::string(Tf32RoundingName(*info.tf32_rounding));
   }
+  if (config.splitk >= 2 && TakesSplitK(config.precision)) {
+    details["splitk"] = absl::StrCat(config.splitk);
+    details["reduction"] = config.reduce == SplitKReduce::kOutput
+                               ? "partials rounded to the output type and added in it"
+                               : "partials added in fp32";
+  }
   if (IsBlockScaled(config.precision)) {
     const BlockScaledOperands b = BlockScaledOperandsOf(config.precision);
     details["block_scaling"] = absl::StrCat(
@@ -969,10 +1033,12 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
   // ArithmeticOf may scan the operands (ValuesExactIn): once per precision
   // and FP8 options, not once per configuration (fused, unfused and the
   // reference share one).
-  std::map<std::tuple<Precision, Fp8Scaling, bool, MxScaleRounding>, Arithmetic> arithmetic_of;
+  std::map<std::tuple<Precision, Fp8Scaling, bool, MxScaleRounding, int, SplitKReduce>, Arithmetic>
+      arithmetic_of;
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
-    const auto key = std::make_tuple(c.precision, c.scaling, c.fast_accum, c.mx_rounding);
+    const auto key =
+        std::make_tuple(c.precision, c.scaling, c.fast_accum, c.mx_rounding, c.splitk, c.reduce);
     auto known = arithmetic_of.find(key);
     if (known == arithmetic_of.end())
       known = arithmetic_of.emplace(key, ArithmeticOf(problem, c)).first;

@@ -53,7 +53,10 @@ int Preference(const DiagnosisCandidate& candidate, DType storage) {
   const BiasMode preferred = jax ? BiasMode::kUnfused : BiasMode::kFused;
   const int bias = c.bias == preferred || c.bias == BiasMode::kNone ? 0 : 1;
   const int backend = candidate.backend_kind == BackendKind::kHostEmulation ? 1 : 0;
-  return (input_format_matches(c.precision) ? 0 : 100) + order * 4 + bias * 2 + backend;
+  // Split-K after every unsplit configuration, fewer slices first: a
+  // kernel's choice, named only where the data asks for it.
+  const int split = c.splitk >= 2 ? 200 + c.splitk : 0;
+  return (input_format_matches(c.precision) ? 0 : 100) + split + order * 4 + bias * 2 + backend;
 }
 
 // Whether two configurations accumulate alike. Bitwise-equal outputs of

@@ -21,10 +21,12 @@ struct ModelKey {
   bool unfused = false;
   // kPairAccumulation: ErrorModelInput::accumulation_scale; 1 otherwise.
   double accumulation_scale = 1;
+  // ErrorModelInput::reduce_terms: split-K reduced in the output type.
+  int reduce_terms = 0;
   bool operator<(const ModelKey& o) const {
-    return std::tie(kind, u_input, u_accumulate, fp16_accumulate, unfused, accumulation_scale) <
-           std::tie(o.kind, o.u_input, o.u_accumulate, o.fp16_accumulate, o.unfused,
-                    o.accumulation_scale);
+    return std::tie(kind, u_input, u_accumulate, fp16_accumulate, unfused, accumulation_scale,
+                    reduce_terms) < std::tie(o.kind, o.u_input, o.u_accumulate, o.fp16_accumulate,
+                                             o.unfused, o.accumulation_scale, o.reduce_terms);
   }
 };
 
@@ -67,6 +69,13 @@ inline ModelKey MakeModelKey(ModelKey::Kind kind, Precision p, bool unfused, boo
   return key;
 }
 
+// The split-K slices whose partials a configuration reduces in the output
+// type (ErrorModelInput::reduce_terms); 0 for every other configuration.
+inline int ReduceTermsOf(const Config& c) {
+  return TakesSplitK(c.precision) && c.splitk >= 2 && c.reduce == SplitKReduce::kOutput ? c.splitk
+                                                                                        : 0;
+}
+
 // MakeModelKey for one request: whether its input and weight are exact in
 // a precision's input format is looked at once per precision (a pass over
 // the values when the dtype does not settle it).
@@ -74,7 +83,14 @@ class ModelKeys {
  public:
   ModelKeys(const Tensor& input, const Tensor& weight) : input_(input), weight_(weight) {}
 
-  ModelKey Of(ModelKey::Kind kind, Precision p, bool unfused) {
+  // `reduce_terms`: ReduceTermsOf the configuration.
+  ModelKey Of(ModelKey::Kind kind, Precision p, bool unfused, int reduce_terms = 0) {
+    ModelKey key = OfPrecision(kind, p, unfused);
+    key.reduce_terms = reduce_terms;
+    return key;
+  }
+
+  ModelKey OfPrecision(ModelKey::Kind kind, Precision p, bool unfused) {
     // The fp8 precisions' bound keeps the input unit: a GPU's fp8
     // accumulator is narrower than fp32 (docs/numerics.md, "FP8").
     const bool reads_exact = kind == ModelKey::kSigma || (kind == ModelKey::kBound && !IsFp8(p));
