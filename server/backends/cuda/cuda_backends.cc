@@ -32,7 +32,9 @@
 #include "server/backends/cuda/internal/block_scale_rules.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/cuda/internal/fp8_rules.h"
+#include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/backends/cuda/internal/multi_pass_rules.h"
+#include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck {
 namespace cuda {
@@ -136,7 +138,10 @@ class CudaLinearBackend final : public LinearBackend {
   // Without a layer (a host's list of configurations; Prepare asks the
   // same rules with the layer, once). The FP8 rules (internal/fp8_rules.h)
   // first, for their reasons: the cublas backend and E5M2 x E5M2 are
-  // refused naming the rule, not as a precision missing from the list.
+  // refused naming the rule, not as a precision missing from the list. So
+  // are the split-K rules' (internal/splitk_rules.h): cublaslt runs every
+  // split of bf16 and fp16 that cuBLASLt's algorithms take, which only a
+  // layer tells (Prepare), and cublas none.
   absl::Status Supports(const Config& config, DType storage) const override {
     if (internal::InvolvesNarrow(config, storage, std::nullopt)) {
       internal::Fp8Query q;
@@ -146,15 +151,20 @@ class CudaLinearBackend final : public LinearBackend {
       TC_RETURN_IF_ERROR(internal::CheckNarrowGemm(q).status());
     }
     TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
+    internal::SplitKQuery split;
+    split.config = config;
+    TC_RETURN_IF_ERROR(internal::CheckSplitK(split).status());
     return LinearBackend::Supports(config, storage);
   }
 
   // Every rule once, for the layer: the FP8 rules (internal/fp8_rules.h;
   // first, for their reasons, as Supports; with the layer: alignment of k
   // and n, the bias type for the output, row-wise scales' device support),
-  // the backend's lists for the input's and the weight's dtypes, then, for
-  // cuBLASLt on a device, whether its heuristic has a kernel for this
-  // layer at all: the library's own answer, not a prediction. The FP8
+  // the multi-pass and split-K rules (with the layer: reduce=output needs D
+  // to be the output), the backend's lists for the input's and the
+  // weight's dtypes, then, for cuBLASLt on a device, whether its heuristic
+  // has a kernel for this layer at all (for a split-K configuration, one
+  // that takes the split): the library's own answer, not a prediction. The FP8
   // GEMM the rules decided is kept in the PreparedRun for the run.
   PreparedRun Prepare(const LinearProblem& problem, const Config& config) const override {
     auto state = std::make_shared<internal::CudaPrepared>();
@@ -225,6 +235,21 @@ class CudaLinearBackend final : public LinearBackend {
     return internal::CheckMultiPass(q).status();
   }
 
+  // The split-K rules for `config` on `layer` (without the request's
+  // options: the run asks disallow_reduced_precision_reduction's rule).
+  absl::Status CheckSplitKRules(const Config& config, const internal::LayerTypes& layer) const {
+    if (config.splitk == 0) return absl::OkStatus();
+    internal::SplitKQuery q;
+    q.config = config;
+    if (TakesSplitK(config.precision)) {
+      const internal::Plan plan =
+          internal::MakePlan(config.precision, layer.input, layer.weight, layer.output_dtype,
+                             flavor_ == Flavor::kLt ? layer.bias : std::optional<DType>());
+      q.layer = internal::SplitKLayer{plan.d, layer.output_dtype};
+    }
+    return internal::CheckSplitK(q).status();
+  }
+
   // The multi-pass rules' question for precision `p` on this backend and
   // device.
   internal::MultiPassQuery MultiPassQueryOf(Precision p) const {
@@ -258,6 +283,7 @@ class CudaLinearBackend final : public LinearBackend {
           state->fp8, internal::CheckNarrowGemm(internal::Fp8QueryOf(config, layer, Capability())));
     }
     TC_RETURN_IF_ERROR(CheckMultiPassRules(config));
+    TC_RETURN_IF_ERROR(CheckSplitKRules(config, layer));
     TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.input));
     if (layer.weight != layer.input) {
       TC_RETURN_IF_ERROR(LinearBackend::Supports(config, layer.weight));

@@ -1770,5 +1770,170 @@ TEST_F(CudaGpuTest, GpuMxFp8AndNvFp4MatchTheCpuBitwiseFromBlackwellAndAreRefused
   }
 }
 
+// ------------------------------------------------------------ split-K
+// `@splitk=N,reduce=output|fp32` (internal/splitk_rules.h): cublaslt sets
+// the split on an algorithm that takes it; cublas refuses it.
+
+Config SplitConfig(absl::string_view backend, Precision p, int splitk, SplitKReduce reduce,
+                   bool bias = true) {
+  Config c;
+  c.backend = std::string(backend);
+  c.precision = p;
+  c.bias = !bias ? BiasMode::kNone : backend == "cublas" ? BiasMode::kUnfused : BiasMode::kFused;
+  c.splitk = splitk;
+  c.reduce = reduce;
+  return c;
+}
+
+TEST(CudaBackends, SplitKIsCublasltsAndCublasRefusesItNamingTheRule) {
+  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* blas = Backend("cublas");
+  ASSERT_NE(lt, nullptr);
+  ASSERT_NE(blas, nullptr);
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    const DType storage = p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat16;
+    for (SplitKReduce r : {SplitKReduce::kOutput, SplitKReduce::kFp32}) {
+      EXPECT_THAT(lt->Supports(SplitConfig("cublaslt", p, 4, r), storage), IsOk());
+      EXPECT_THAT(blas->Supports(SplitConfig("cublas", p, 4, r), storage),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           AllOf(HasSubstr("cublasGemmEx takes no split-K count"),
+                                 HasSubstr("cublaslt:"))));
+    }
+  }
+}
+
+TEST(CudaBackends, SplitKReduceOutputWithAnFp32DIsFailedPreconditionBeforeTheDevice) {
+  // bf16 input, weight and output, an fp32 bias: D is fp32 (gemm_plan.h),
+  // so OUTPUT_TYPE would reduce in fp32, not in bf16.
+  auto l = MakeLayer(4, 16, 64, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/true,
+                     Activation::kNone, DType::kBFloat16, 5);
+  l->b = *FromDoubles(DType::kFloat32, {16}, std::vector<double>(16, 0.1));
+  LinearBackend* lt = Backend("cublaslt");
+  ASSERT_NE(lt, nullptr);
+  EXPECT_THAT(
+      lt->Prepare(l->problem, SplitConfig("cublaslt", Precision::kBf16, 2, SplitKReduce::kOutput))
+          .status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("cublaslt:bf16:fused@splitk=2,reduce=output"),
+                     HasSubstr("D is float32"))));
+  // reduce=fp32 is not refused by the rules (the heuristic decides, on a
+  // device).
+  const PreparedRun fp32 =
+      lt->Prepare(l->problem, SplitConfig("cublaslt", Precision::kBf16, 2, SplitKReduce::kFp32));
+  if (!lt->Available().ok()) {
+    EXPECT_THAT(fp32.status(), IsOk());
+  }
+}
+
+// The shape (16 x 14336 -> 512) and one whose last slice is uneven
+// (k = 1000 in 3: CUTLASS's slices 336, 336, 328): the chosen algorithm's
+// details say the requested split and scheme, the output is within a
+// deterministic bound of the fp64 reference (fp32 accumulation, and for
+// reduce=output each partial and each addition rounded to the output
+// type), and its bitwise share against the CPU emulation of the same split
+// is printed for docs/gpu-validation.md. The inputs are stored in the
+// precision's type, so that nothing but the GEMM rounds.
+TEST_F(CudaGpuTest, GpuSplitKRunsTheRequestedSplitAndSchemeWithinTheBound) {
+  struct Shape {
+    int64_t m, n, k;
+    int splitk;
+  };
+  const Shape shapes[] = {{16, 512, 14336, 4}, {8, 96, 1000, 3}};
+  LinearBackend* lt = Backend("cublaslt");
+  std::printf("| configuration | m x k -> n | bitwise equal to cpu | max ulp | algo source |\n");
+  std::printf("|---|---|---|---|---|\n");
+  uint32_t seed = 3500;
+  for (const Shape& sh : shapes) {
+    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+      const DType storage = p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat16;
+      auto l = MakeLayer(sh.m, sh.n, sh.k, storage, WeightLayout::kOutIn, /*bias=*/true,
+                         Activation::kNone, storage, ++seed);
+      const Reference ref = ComputeReference(*l);
+      for (SplitKReduce reduce : {SplitKReduce::kOutput, SplitKReduce::kFp32}) {
+        const Config c = SplitConfig("cublaslt", p, sh.splitk, reduce);
+        SCOPED_TRACE(c.ToString());
+        auto g = lt->Run(l->problem, c, {});
+        ASSERT_THAT(g, IsOk());
+        const std::map<std::string, std::string>& d = g->details;
+        EXPECT_EQ(d.at("algo_splitk"), absl::StrCat(sh.splitk));
+        // cublasLt.h: COMPUTE_TYPE 2, OUTPUT_TYPE 4.
+        EXPECT_EQ(d.at("algo_reduction_scheme"), reduce == SplitKReduce::kOutput ? "4" : "2");
+        EXPECT_EQ(d.at("config"), c.ToString());
+        EXPECT_EQ(d.at("d_type"), std::string(DTypeName(storage)));
+        const double u_out = UnitRoundoff(storage);
+        for (size_t e = 0; e < ref.y.size(); ++e) {
+          const double mags = std::fabs(ref.acc[e]) + std::fabs(ref.pre[e]) + std::fabs(ref.y[e]);
+          double bound =
+              static_cast<double>(sh.k) * 0x1p-24 * ref.abs_dot[e] + 4 * u_out * (mags + 1e-30);
+          if (reduce == SplitKReduce::kOutput) {
+            // Each partial rounded (at most u_out of its magnitude) and each
+            // of the splitk - 1 additions (of a sum at most abs_dot).
+            bound += 2 * sh.splitk * u_out * ref.abs_dot[e];
+          }
+          if (p == Precision::kFp16) bound += static_cast<double>(sh.k) * 0x1p-23;
+          ASSERT_LE(std::fabs(At(g->output, e) - ref.y[e]), 1.25 * bound) << "element " << e;
+        }
+        // The CPU emulation of the same split (docs/numerics.md, "Split-K"),
+        // by name.
+        Config cpu_c = c;
+        cpu_c.backend = "cpu";
+        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        const std::string source =
+            d.count("split_k_algo_source") ? d.at("split_k_algo_source") : "-";
+        if (!cpu.ok()) {
+          std::printf("| %s | %lldx%lld -> %lld | cpu: %s | - | %s |\n", c.ToString().c_str(),
+                      static_cast<long long>(sh.m), static_cast<long long>(sh.k),
+                      static_cast<long long>(sh.n), cpu.status().ToString().c_str(),
+                      source.c_str());
+          continue;
+        }
+        const Agreement a = Compare(g->output, cpu->output);
+        std::printf("| %s | %lldx%lld -> %lld | %.2f%% | %llu | %s |\n", c.ToString().c_str(),
+                    static_cast<long long>(sh.m), static_cast<long long>(sh.k),
+                    static_cast<long long>(sh.n), 100 * a.bitwise_share,
+                    static_cast<unsigned long long>(a.max_ulp), source.c_str());
+      }
+    }
+  }
+}
+
+TEST_F(CudaGpuTest, GpuSplitKEveryListedAlgoTakesTheSplit) {
+  auto l = MakeLayer(16, 512, 4096, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/true,
+                     Activation::kNone, DType::kBFloat16, 3600);
+  LinearBackend* lt = Backend("cublaslt");
+  const Config c = SplitConfig("cublaslt", Precision::kBf16, 4, SplitKReduce::kOutput);
+  auto algos = lt->Algorithms(l->problem, c, {}, 8);
+  ASSERT_THAT(algos, IsOk());
+  ASSERT_FALSE(algos->empty());
+  for (const AlgorithmInfo& a : *algos) {
+    EXPECT_EQ(a.details.at("algo_splitk"), "4") << "algo=" << a.index;
+    EXPECT_EQ(a.details.at("algo_reduction_scheme"), "4") << "algo=" << a.index;
+  }
+  // algo=N runs entry N of that list.
+  Config last = c;
+  last.algo = static_cast<int>(algos->size()) - 1;
+  auto g = lt->Run(l->problem, last, {});
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->details.at("algo"), algos->back().details.at("algo"));
+  EXPECT_EQ(g->details.at("algo_tile"), algos->back().details.at("algo_tile"));
+}
+
+TEST_F(CudaGpuTest, GpuSplitKReduceOutputUnderDisallowReducedPrecisionReductionIsRefused) {
+  auto l = MakeLayer(16, 64, 512, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/false,
+                     Activation::kNone, DType::kBFloat16, 3700);
+  LinearBackend* lt = Backend("cublaslt");
+  RunOptions strict;
+  strict.disallow_reduced_precision_reduction = true;
+  EXPECT_THAT(
+      lt->Run(l->problem,
+              SplitConfig("cublaslt", Precision::kBf16, 2, SplitKReduce::kOutput, false), strict),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("disallow_reduced_precision_reduction forbids reduce=output")));
+  auto g = lt->Run(
+      l->problem, SplitConfig("cublaslt", Precision::kBf16, 2, SplitKReduce::kFp32, false), strict);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->details.at("algo_reduction_scheme"), "2");
+}
+
 }  // namespace
 }  // namespace tensorcheck

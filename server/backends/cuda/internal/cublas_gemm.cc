@@ -35,6 +35,7 @@
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/gemm_call.h"
+#include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -93,6 +94,8 @@ class CublasGemm final : public GemmCall {
     (*details)["math_mode"] = options.disallow_reduced_precision_reduction
                                   ? "CUBLAS_DEFAULT_MATH|DISALLOW_REDUCED_PRECISION_REDUCTION"
                                   : "CUBLAS_DEFAULT_MATH";
+    // In a split-K run's terms (splitk_rules.h).
+    (*details)["split_k"] = CublasReduction(options.disallow_reduced_precision_reduction);
     // cuBLAS's BF16x9: "EAGER" uses the emulation "whenever possible";
     // the default (PERFORMANT, unless CUBLAS_EMULATION_STRATEGY says
     // otherwise) only where it is faster, else plain fp32 (cublas_api.h).

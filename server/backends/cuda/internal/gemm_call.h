@@ -22,14 +22,21 @@
 // cuBLASLt's list is its heuristic's answer for the very descriptors the
 // run builds (cublasLtMatmulAlgoGetHeuristic, in its order of estimated
 // time); cuBLAS's is CUBLAS_GEMM_DEFAULT, then CUBLAS_GEMM_ALGO0..ALGO23.
+// A split-K configuration's list (operands.split) is the heuristic's
+// entries that take the split, each with CUBLASLT_ALGO_CONFIG_SPLITK_NUM
+// and _REDUCTION_SCHEME set and passed by cublasLtMatmulAlgoCheck within
+// the workspace, in the heuristic's order; when none does, the algorithm
+// ids cuBLASLt has for the types (cublasLtMatmulAlgoGetIds), each with the
+// first tile and stages that pass (splitk_rules.h).
 //
 //   TC_ASSIGN_OR_RETURN(std::vector<AlgorithmInfo> algos,
 //                       LtAlgorithms(operands, ctx, options, /*limit=*/8, cfg, device_name));
 //
 // Errors: a cuBLAS(Lt) or launch error as its Status (cuda_status.h);
-// FAILED_PRECONDITION when cuBLASLt has no algorithm for the problem or
-// `algo` is past the list. Call on the request's lane, as the rest of a
-// request; a GemmCall must not outlive the request's device memory.
+// FAILED_PRECONDITION when cuBLASLt has no algorithm for the problem (or
+// none that takes the split) or `algo` is past the list. Call on the
+// request's lane, as the rest of a request; a GemmCall must not outlive the
+// request's device memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +55,7 @@
 #include "core/linear_config.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
+#include "server/backends/cuda/internal/splitk_rules.h"
 #include "server/backends/linear_backend.h"
 
 namespace tensorcheck::cuda::internal {
@@ -83,6 +91,9 @@ struct GemmOperands {
   float alpha = 1.0f;
   // The configuration's `algo=N`; unset: the library's first choice.
   std::optional<int> algo;
+  // cuBLASLt only: the split-K count and reduction scheme the algorithm is
+  // given (splitk_rules.h's CheckSplitK); unset: the heuristic's own.
+  std::optional<SplitKGemm> split;
 };
 
 // alpha = 1, beta = 0 in the scale type.

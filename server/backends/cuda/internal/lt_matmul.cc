@@ -4,7 +4,8 @@
 // LtSetup builds everything before the heuristic, once for both users:
 // the run (PrepareLtMatmul, which picks the heuristic's entry `algo`) and
 // the list of algorithms (LtAlgorithms), so that entry N of the list is
-// what `algo=N` runs.
+// what `algo=N` runs. A split-K configuration's list is LtSetup's
+// SplitKAlgorithms (gemm_call.h, splitk_rules.h).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -23,9 +24,22 @@
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/gemm_call.h"
+#include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
+
+static_assert(static_cast<uint32_t>(LtReductionScheme::kNone) == CUBLASLT_REDUCTION_SCHEME_NONE);
+static_assert(static_cast<uint32_t>(LtReductionScheme::kInplace) ==
+              CUBLASLT_REDUCTION_SCHEME_INPLACE);
+static_assert(static_cast<uint32_t>(LtReductionScheme::kComputeType) ==
+              CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+static_assert(static_cast<uint32_t>(LtReductionScheme::kOutputType) ==
+              CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+
+// The most algorithm ids a split-K configuration looks through when none
+// of the heuristic's entries takes the split.
+constexpr int kMaxLtAlgorithmIds = 256;
 
 // ---- RAII for cuBLASLt descriptors.
 
@@ -173,12 +187,42 @@ class LtSetup {
     results.resize(usable);
     if (results.empty()) {
       return MarkNoKernel(absl::FailedPreconditionError(absl::StrCat(
-          "configuration ", cfg, ": cuBLASLt has no algorithm (no heuristic result) for A/B ",
-          AbTypes(), ", D ", DTypeName(ops_.plan.d), ", ", ComputeName(ops_.plan.compute),
-          ", epilogue ", EpilogueName(epilogue_), ", m=", ops_.m, " n=", ops_.n, " k=", ops_.k,
-          ", workspace ", workspace_limit(), " bytes on ", device_name)));
+          "configuration ", cfg, ": cuBLASLt has no algorithm (no heuristic result) for ",
+          Problem(), ", workspace ", workspace_limit(), " bytes on ", device_name)));
     }
     return results;
+  }
+
+  // One algorithm that runs the split, and where it came from (details'
+  // "split_k_algo_source").
+  struct SplitKAlgo {
+    cublasLtMatmulHeuristicResult_t result;
+    std::string source;
+  };
+
+  // The algorithms that run ops_.split, at most `count` (gemm_call.h): the
+  // heuristic's `results` that take it, in their order; when none does,
+  // cuBLASLt's algorithm ids for the types, each with the first tile and
+  // stages that pass. None: NoSplitKAlgorithm's FAILED_PRECONDITION with
+  // the NoKernel mark.
+  absl::StatusOr<std::vector<SplitKAlgo>> SplitKAlgorithms(
+      const std::vector<cublasLtMatmulHeuristicResult_t>& results, size_t count,
+      absl::string_view cfg, absl::string_view device_name) const {
+    const SplitKGemm& split = *ops_.split;
+    SplitKTally tally;
+    std::vector<SplitKAlgo> out;
+    for (size_t i = 0; i < results.size() && out.size() < count; ++i) {
+      SplitKMiss miss = CapsMiss(results[i].algo, split);
+      std::optional<cublasLtMatmulHeuristicResult_t> r;
+      if (miss == SplitKMiss::kNone) r = Configure(results[i].algo, split, &miss, &tally);
+      tally.Count(miss);
+      if (r) out.push_back({*r, absl::StrCat("heuristic entry ", i)});
+    }
+    if (out.empty()) TC_RETURN_IF_ERROR(FromAlgorithmIds(split, count, &tally, &out));
+    if (out.empty()) {
+      return NoSplitKAlgorithm(cfg, split, tally, Problem(), workspace_limit(), device_name);
+    }
+    return out;
   }
 
   uint64_t workspace_limit() const { return workspace_limit_; }
@@ -189,6 +233,134 @@ class LtSetup {
   cublasLtMatrixLayout_t d_desc() const { return d_desc_.get(); }
 
  private:
+  // The problem, for messages: types, compute type, epilogue and shape.
+  std::string Problem() const {
+    return absl::StrCat("A/B ", AbTypes(), ", D ", DTypeName(ops_.plan.d), ", ",
+                        ComputeName(ops_.plan.compute), ", epilogue ", EpilogueName(epilogue_),
+                        ", m=", ops_.m, " n=", ops_.n, " k=", ops_.k);
+  }
+
+  // Whether `algo`'s capabilities allow the split (kNone), or why not.
+  static SplitKMiss CapsMiss(const cublasLtMatmulAlgo_t& algo, const SplitKGemm& split) {
+    LtAlgoCaps caps;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT,
+                                          &caps.splitk_support, sizeof(caps.splitk_support),
+                                          &written) != CUBLAS_STATUS_SUCCESS) {
+      caps.splitk_support = 0;
+    }
+    if (cublasLtMatmulAlgoCapGetAttribute(
+            &algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &caps.reduction_scheme_mask,
+            sizeof(caps.reduction_scheme_mask), &written) != CUBLAS_STATUS_SUCCESS) {
+      caps.reduction_scheme_mask = 0;
+    }
+    return AlgoTakesSplitK(caps, split);
+  }
+
+  // `algo` with the split's count and scheme set, when
+  // cublasLtMatmulAlgoCheck passes it and its workspace fits; otherwise
+  // nullopt and `miss` says why (a workspace need goes into `tally`).
+  std::optional<cublasLtMatmulHeuristicResult_t> Configure(cublasLtMatmulAlgo_t algo,
+                                                           const SplitKGemm& split,
+                                                           SplitKMiss* miss,
+                                                           SplitKTally* tally) const {
+    const int32_t splitk = split.splitk;
+    const uint32_t scheme = static_cast<uint32_t>(split.scheme);
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof(splitk)) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof(scheme)) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoCheck(lt_, op_desc_.get(), a_desc_.get(), b_desc_.get(), d_desc_.get(),
+                                d_desc_.get(), &algo, &r) != CUBLAS_STATUS_SUCCESS) {
+      *miss = SplitKMiss::kCheckFailed;
+      return std::nullopt;
+    }
+    *miss = WorkspaceFits(r.workspaceSize, workspace_limit());
+    if (*miss != SplitKMiss::kNone) {
+      tally->largest_workspace_needed =
+          std::max<uint64_t>(tally->largest_workspace_needed, r.workspaceSize);
+      return std::nullopt;
+    }
+    r.algo = algo;  // "algo field is never updated" by the check
+    r.state = CUBLAS_STATUS_SUCCESS;
+    return r;
+  }
+
+  // An algorithm capability that is an array of uint32_t (tile or stages
+  // ids); empty when it has none.
+  static std::vector<uint32_t> CapIds(const cublasLtMatmulAlgo_t& algo,
+                                      cublasLtMatmulAlgoCapAttributes_t attr) {
+    size_t bytes = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
+            CUBLAS_STATUS_SUCCESS ||
+        bytes == 0) {
+      return {};
+    }
+    std::vector<uint32_t> ids(bytes / sizeof(uint32_t));
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, ids.data(), ids.size() * sizeof(uint32_t),
+                                          &written) != CUBLAS_STATUS_SUCCESS) {
+      return {};
+    }
+    ids.resize(written / sizeof(uint32_t));
+    return ids;
+  }
+
+  // cuBLASLt's algorithm ids for the problem's types, each initialised
+  // (cublasLtMatmulAlgoInit) and, when its capabilities take the split, with
+  // the first of its tiles and stages (in the order cuBLASLt lists them)
+  // that Configure passes: one entry per id, appended to `out` up to
+  // `count`, each counted once in `tally`.
+  absl::Status FromAlgorithmIds(const SplitKGemm& split, size_t count, SplitKTally* tally,
+                                std::vector<SplitKAlgo>* out) const {
+    const cublasComputeType_t compute = ops_.plan.compute;
+    const cudaDataType_t scale = ops_.plan.scale;
+    const cudaDataType_t a = ToCudaType(ops_.plan.a()), b = ToCudaType(ops_.plan.b());
+    const cudaDataType_t d = ToCudaType(ops_.plan.d);
+    std::vector<int> ids(kMaxLtAlgorithmIds);
+    int found = 0;
+    TC_CUDA_RETURN_IF_ERROR(cublasLtMatmulAlgoGetIds(
+        lt_, compute, scale, a, b, d, d, static_cast<int>(ids.size()), ids.data(), &found));
+    for (int i = 0; i < found && out->size() < count; ++i) {
+      cublasLtMatmulAlgo_t algo;
+      if (cublasLtMatmulAlgoInit(lt_, compute, scale, a, b, d, d, ids[static_cast<size_t>(i)],
+                                 &algo) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      SplitKMiss miss = CapsMiss(algo, split);
+      std::optional<cublasLtMatmulHeuristicResult_t> r;
+      if (miss == SplitKMiss::kNone) {
+        std::vector<uint32_t> tiles = CapIds(algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+        std::vector<uint32_t> stages = CapIds(algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
+        if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+        if (stages.empty()) stages.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
+        // The most telling reason over the tiles and stages tried: a
+        // workspace short beats a check that failed.
+        SplitKMiss worst = SplitKMiss::kCheckFailed;
+        for (size_t t = 0; t < tiles.size() && !r; ++t) {
+          for (size_t st = 0; st < stages.size() && !r; ++st) {
+            cublasLtMatmulAlgo_t one = algo;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t],
+                                                     sizeof(uint32_t)) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                     &stages[st],
+                                                     sizeof(uint32_t)) != CUBLAS_STATUS_SUCCESS) {
+              continue;
+            }
+            SplitKMiss m = SplitKMiss::kNone;
+            r = Configure(one, split, &m, tally);
+            if (m == SplitKMiss::kNoWorkspace) worst = m;
+          }
+        }
+        miss = r ? SplitKMiss::kNone : worst;
+      }
+      tally->Count(miss);
+      if (r) out->push_back({*r, absl::StrCat("algorithm id ", ids[static_cast<size_t>(i)])});
+    }
+    return absl::OkStatus();
+  }
+
   // "bfloat16", or "float8_e4m3fn x float8_e5m2" (A, the weight, first).
   std::string AbTypes() const {
     if (!ops_.plan.fp8) return std::string(DTypeName(ops_.plan.ab));
@@ -337,17 +509,30 @@ class LtMatmul final : public GemmCall {
     // results of a shorter request are a prefix of a longer one.
     TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
                         setup_.Heuristic(kMaxLtAlgorithms, cfg, device_name));
+    std::string source;
+    if (ops_.split) {
+      // The split list's first algo+1 entries: a prefix of any longer one.
+      TC_ASSIGN_OR_RETURN(
+          std::vector<LtSetup::SplitKAlgo> split,
+          setup_.SplitKAlgorithms(results, static_cast<size_t>(algo) + 1, cfg, device_name));
+      results.clear();
+      for (const LtSetup::SplitKAlgo& s : split) results.push_back(s.result);
+      if (static_cast<size_t>(algo) < split.size()) {
+        source = split[static_cast<size_t>(algo)].source;
+      }
+    }
     if (static_cast<size_t>(algo) >= results.size()) {
       const size_t k = results.size();
-      return absl::FailedPreconditionError(
-          absl::StrCat("configuration ", cfg, ": cuBLASLt offers only ", k,
-                       k == 1 ? " algorithm" : " algorithms", " for this problem (m=", ops_.m,
-                       ", n=", ops_.n, ", k=", ops_.k, ", workspace ", setup_.workspace_limit(),
-                       " bytes); algo=", algo, " is out of range"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "configuration ", cfg, ": cuBLASLt offers only ", k,
+          k == 1 ? " algorithm" : " algorithms", ops_.split ? " that take the split" : "",
+          " for this problem (m=", ops_.m, ", n=", ops_.n, ", k=", ops_.k, ", workspace ",
+          setup_.workspace_limit(), " bytes); algo=", algo, " is out of range"));
     }
     heuristic_ = results[static_cast<size_t>(algo)];
     DescribeAlgorithm(heuristic_, setup_.workspace_limit(), details);
     (*details)["algo_index"] = absl::StrCat(algo);
+    if (!source.empty()) (*details)["split_k_algo_source"] = source;
     return absl::OkStatus();
   }
 
@@ -396,11 +581,24 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
   // Always kMaxLtAlgorithms asked, as LtMatmul::Prepare asks, then cut.
   TC_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> results,
                       setup.Heuristic(kMaxLtAlgorithms, cfg, device_name));
+  std::vector<std::string> sources;
+  if (operands.split) {
+    TC_ASSIGN_OR_RETURN(std::vector<LtSetup::SplitKAlgo> split,
+                        setup.SplitKAlgorithms(
+                            results, std::min<size_t>(static_cast<size_t>(limit), kMaxLtAlgorithms),
+                            cfg, device_name));
+    results.clear();
+    for (LtSetup::SplitKAlgo& s : split) {
+      results.push_back(s.result);
+      sources.push_back(std::move(s.source));
+    }
+  }
   const size_t count = std::min(results.size(), static_cast<size_t>(limit));
   for (size_t i = 0; i < count; ++i) {
     AlgorithmInfo info;
     info.index = static_cast<int>(i);
     DescribeAlgorithm(results[i], setup.workspace_limit(), &info.details);
+    if (i < sources.size()) info.details["split_k_algo_source"] = sources[i];
     out.push_back(std::move(info));
   }
   return out;

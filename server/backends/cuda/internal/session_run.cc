@@ -23,6 +23,10 @@
 // resident with a stored weight), one cublasLtMatmul per partial product
 // and the sums and epilogue by kernels (internal/multi_pass_call.cc); on
 // cuBLAS, bf16x9 is one cublasGemmEx with cuBLAS's own BF16x9 emulation.
+//
+// Split-K (`@splitk=N,reduce=...`, internal/splitk_rules.h): bf16's and
+// fp16's plan, with the split count and reduction scheme set on cuBLASLt's
+// algorithm (lt_matmul.cc); cuBLAS refuses it.
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +52,7 @@
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/backends/cuda/internal/multi_pass_rules.h"
+#include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck::cuda::internal {
 namespace {
@@ -105,6 +110,8 @@ struct RunSetup {
   // The bias on the device: Lt, the epilogue's type; cublas, as stored.
   DType bias_type = DType::kFloat32;
   bool a_transposed = false;
+  // A split-K configuration: what cuBLASLt's algorithm is given.
+  std::optional<SplitKGemm> split;
 
   // cuBLASLt's partial GEMMs of a multi-pass precision: the plan is one
   // partial GEMM's (fp32 D, no epilogue); kernels do the rest.
@@ -137,6 +144,11 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
                      "' does not run on the CUDA device (cublaslt and cublas do)"));
   }
   TC_RETURN_IF_ERROR(CheckConfig(config, r.lt, l.bias.has_value(), options, device.tf32_disabled));
+  // The split-K rules without the layer first: a split on any other
+  // precision, or on cublas, is refused before the branches below.
+  TC_RETURN_IF_ERROR(
+      CheckSplitK(SplitKQuery{config, std::nullopt, options.disallow_reduced_precision_reduction})
+          .status());
   const int64_t m = l.m, n = l.n, k = l.k;
   if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -174,6 +186,9 @@ absl::StatusOr<RunSetup> SetUp(const Config& config, const LayerTypes& l, const 
   r.round = tf32 && r.plan.ab == DType::kFloat32 ? tf32 : std::nullopt;
   r.bias_type = !l.bias.has_value() ? r.plan.d : (r.lt ? r.plan.d : *l.bias);
   r.a_transposed = l.layout == WeightLayout::kOutIn;
+  TC_ASSIGN_OR_RETURN(r.split,
+                      CheckSplitK(SplitKQuery{config, SplitKLayer{r.plan.d, l.output_dtype},
+                                              options.disallow_reduced_precision_reduction}));
   return r;
 }
 
@@ -600,6 +615,7 @@ GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_
   ops.bias_type = setup.bias_type;
   ops.activation = setup.partial_gemms() ? Activation::kNone : l.activation;
   ops.stream = stream;
+  ops.split = setup.split;
   return ops;
 }
 
@@ -729,6 +745,7 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   SessionRun result;
   DescribePlan(plan, config, x_type, w_type, bias, setup.bias_type, out, setup.multi_pass, s,
                &result.run.details);
+  if (setup.split) DescribeSplitK(config, *setup.split, &result.run.details);
   ops.w = s.data(w_ab);
   ops.x = s.data(x_ab);
   ops.d = d_is_out ? nullptr : s.data(d_buf);
