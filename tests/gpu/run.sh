@@ -23,7 +23,10 @@
 #                  NVFP4 (bitwise from 10.0, refused before) are among them
 #                                                           -> fp8_algo.log/.xml
 #      multipass   the multi-pass precisions against the CPU emulation
-#                  (cublaslt's partial GEMMs, cuBLAS's own BF16x9)
+#                  (cublaslt's partial GEMMs, cuBLAS's own BF16x9), and
+#                  cublaslt's split-K (@splitk=N,reduce=output|fp32: the
+#                  split and scheme it ran, the bound, the bitwise share
+#                  against the CPU emulation of the same split)
 #                                                           -> multipass.log/.xml
 #   5. replay      the server (server.log), then PyTorch/JAX cases replayed
 #                  through the Python client: README's two cases, FP8
@@ -175,7 +178,7 @@ fi
 if [[ $failed -eq 0 ]]; then
   # ---- 2. The configurations validated on 2026-11-29 (device description
   # first), through today's session path.
-  gtest validated cuda_backends_test '-*Fp8*:*Algorithms*:*MultiPass*:*Bf16x9*'
+  gtest validated cuda_backends_test '-*Fp8*:*Algorithms*:*MultiPass*:*Bf16x9*:*SplitK*'
   # ---- 3. A whole request on the device.
   gtest engine gpu_engine_test '*'
   # ---- 4. FP8 and algorithm selection, with cuBLASLt's own log.
@@ -183,9 +186,9 @@ if [[ $failed -eq 0 ]]; then
     gtest fp8_algo cuda_backends_test '*Fp8*:*Algorithms*' \
       CUBLASLT_LOG_LEVEL=3 CUBLASLT_LOG_FILE="$out/cublaslt.log"
   fi
-  # ---- 4b. The multi-pass precisions against the CPU emulation.
+  # ---- 4b. The multi-pass precisions and split-K against the CPU emulation.
   if in_run multipass; then
-    gtest multipass cuda_backends_test '*MultiPass*:*Bf16x9*'
+    gtest multipass cuda_backends_test '*MultiPass*:*Bf16x9*:*SplitK*'
   fi
 
   # ---- 5. The server, then the replays.
@@ -282,6 +285,7 @@ elapsed=$(($(date +%s) - start))
   grep -h '^TF32 rounding of' "$out/validated.log" 2>/dev/null | sed 's/^/| tf32 | /; s/$/ |/'
   grep -h '^no cuBLASLt kernel:' "$out/fp8_algo.log" 2>/dev/null | sed 's/^/| fp8 | /; s/$/ |/'
   grep -h '^cublas:bf16x9 equal to' "$out/multipass.log" 2>/dev/null | sed 's/^/| bf16x9 | /; s/$/ |/'
+  grep -h '^| cublaslt:[a-z0-9]*:[a-z]*@splitk=' "$out/multipass.log" 2>/dev/null | sed 's/^| /| splitk | /'
   grep -hE '\*\*[0-9.]+\*\*' "$out/gpu_bench.log" "$out/sweep.log" 2>/dev/null | cut -c1-220
   grep -hE '^\| [0-9]+ ' "$out/concurrency.log" 2>/dev/null | cut -c1-200
   echo
