@@ -23,10 +23,16 @@
 //   bf16_mxfp8  the bf16 operands of `bf16`, the observed output of
 //               `mxfp8`: the second tier runs and names
 //               cpu:mxfp8e4m3:fused@scaling=floor.
+//   bf16_splitk the bf16 operands of `bf16`, the observed output split-K
+//               in 4 slices, each an fp32 accumulation in K tiles of 32,
+//               the partials rounded to bf16 and added in bf16, then the
+//               bias: the second tier runs and names
+//               cpu:bf16:fused@splitk=4,reduce=output.
 // Prints per case the time, which tiers ran, how many candidates were
 // ranked, best and the verdict, then each case's ratio to `bf16`.
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -233,6 +239,32 @@ Case WideMxCase(const Layer& l, const MxLayer& q) {
   return c;
 }
 
+// Split-K in 4 slices of the bf16 layer, reduced in bf16 (docs/numerics.md,
+// "Split-K"): each slice's partial rounded to bf16, added left to right in
+// bf16, then the fused bias.
+Case SplitKCase(const Layer& l) {
+  Case c = Bf16Case(l);
+  c.name = "bf16_splitk";
+  const int64_t slice = SplitKSlice(l.k, 4);
+  std::vector<float> r(static_cast<size_t>(l.m * l.n), 0.0f);
+  for (int64_t k0 = 0; k0 < l.k; k0 += slice) {
+    const int64_t ks = std::min(slice, l.k - k0);
+    std::vector<float> xs(static_cast<size_t>(l.m * ks)), ws(static_cast<size_t>(l.n * ks));
+    for (int64_t i = 0; i < l.m; ++i) {
+      std::copy_n(l.x.begin() + i * l.k + k0, ks, xs.begin() + i * ks);
+    }
+    for (int64_t j = 0; j < l.n; ++j) {
+      std::copy_n(l.w.begin() + j * l.k + k0, ks, ws.begin() + j * ks);
+    }
+    const std::vector<float> p = TiledGemm(xs, ws, l.m, ks, l.n);
+    for (size_t e = 0; e < r.size(); ++e) {
+      r[e] = k0 == 0 ? RoundToBf16(p[e]) : RoundToBf16(r[e] + RoundToBf16(p[e]));
+    }
+  }
+  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, FusedBf16(r, l.b, l.n));
+  return c;
+}
+
 const char* VerdictName(DiagnosisVerdict v) {
   switch (v) {
     case DiagnosisVerdict::kRounding:
@@ -276,6 +308,7 @@ int Main(int argc, char** argv) {
   const MxLayer mx = MxQuantisedLayer(bf16);
   cases.push_back(MxCase(bf16, mx));
   cases.push_back(WideMxCase(bf16, mx));
+  cases.push_back(SplitKCase(bf16));
 
   std::printf("layer: %lld x %lld -> %lld, bias fused, CPU backend, best of %d\n\n",
               static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),

@@ -159,7 +159,7 @@ absl::string_view MxScaleRoundingName(MxScaleRounding r);
 // reduced either in the output type (each partial rounded to it, and each
 // addition: cuBLASLt's CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE, what
 // PyTorch's allow_fp16/bf16_reduced_precision_reduction allow) or in fp32
-// (the INPLACE and COMPUTE_TYPE schemes).
+// (the COMPUTE_TYPE scheme).
 enum class SplitKReduce { kOutput, kFp32 };
 
 // "output", "fp32".

@@ -99,3 +99,38 @@ func TestLiveNarrowOperandsRunTheirBlockScaledConfigurations(t *testing.T) {
 		})
 	}
 }
+
+// Split-K (docs/numerics.md, "Split-K") named by its configuration: K = 24
+// of ones in 3 slices of 8, each partial 8 * 1.5 = 12 in bf16, the sum 36.
+func TestLiveSplitKConfigurationIsEchoedAndComputed(t *testing.T) {
+	c := liveClient(t)
+	const m, n, k = 2, 2, 24
+	ones := make([]uint16, m*k)
+	halves := make([]uint16, n*k)
+	for i := range ones {
+		ones[i] = 0x3f80 // bf16 1.0
+	}
+	for i := range halves {
+		halves[i] = 0x3fc0 // bf16 1.5
+	}
+	req := &LinearRequest{Input: BFloat16Tensor(ones, m, k), Weight: BFloat16Tensor(halves, n, k),
+		Configs: []string{"cpu:bf16@splitk=3"}, ReturnOutputs: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := c.VerifyLinear(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 1 || r.Results[0].Config != "cpu:bf16:none@splitk=3,reduce=output" {
+		t.Fatalf("results %+v", r.Results)
+	}
+	got, err := r.Results[0].Output.Float64s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != 36 {
+			t.Errorf("y[%d] = %v, want 36", i, v)
+		}
+	}
+}

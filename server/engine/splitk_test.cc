@@ -115,15 +115,16 @@ TEST_F(SplitKTest, EmulationIsTheDefinitionBitForBit) {
     for (double& v : b) v = value(rng) * 0.125;
     for (bool in_output : {true, false}) {
       for (bool in_out : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << m << "x" << k << "->" << n << " splitk=" << s
-                                          << (in_output ? " output" : " fp32")
-                                          << (in_out ? " IN_OUT" : ""));
+        SCOPED_TRACE(::testing::Message()
+                     << m << "x" << k << "->" << n << " splitk=" << s
+                     << (in_output ? " output" : " fp32") << (in_out ? " IN_OUT" : ""));
         LinearRequest r;
         r.input = *FromDoubles(DType::kBFloat16, {m, k}, x);
         if (in_out) {
           std::vector<double> wt(w.size());
           for (int64_t j = 0; j < n; ++j) {
-            for (int64_t t = 0; t < k; ++t) wt[static_cast<size_t>(t * n + j)] = w[static_cast<size_t>(j * k + t)];
+            for (int64_t t = 0; t < k; ++t)
+              wt[static_cast<size_t>(t * n + j)] = w[static_cast<size_t>(j * k + t)];
           }
           r.weight = *FromDoubles(DType::kBFloat16, {k, n}, wt);
           r.layout = WeightLayout::kInOut;
@@ -212,8 +213,9 @@ TEST_F(SplitKTest, AnFp16AccumulatedOutputIsStillFp16acc) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t t = 0; t < k; ++t) {
-        acc = RefRound(acc + xv[static_cast<size_t>(i * k + t)] * wv[static_cast<size_t>(j * k + t)],
-                       kFp16Format);
+        acc =
+            RefRound(acc + xv[static_cast<size_t>(i * k + t)] * wv[static_cast<size_t>(j * k + t)],
+                     kFp16Format);
       }
       y[static_cast<size_t>(i * n + j)] = acc;
     }
