@@ -8,6 +8,17 @@
 
 namespace tensorcheck {
 
+absl::StatusOr<DequantizedOperands> DequantizeOperands(const LinearProblem& p, DType dtype) {
+  const bool out_in = p.layout == WeightLayout::kOutIn;
+  DequantizedOperands out;
+  TC_ASSIGN_OR_RETURN(out.input, DequantizeBlocks(*p.input, *p.input_scale, p.m, p.k,
+                                                  p.scale_blocks.input(), dtype));
+  TC_ASSIGN_OR_RETURN(out.weight,
+                      DequantizeBlocks(*p.weight, *p.weight_scale, out_in ? p.n : p.k,
+                                       out_in ? p.k : p.n, p.scale_blocks.weight(out_in), dtype));
+  return out;
+}
+
 absl::Status LinearBackend::Supports(const Config& config, DType storage) const {
   const auto p = precisions();
   if (std::find(p.begin(), p.end(), config.precision) == p.end()) {

@@ -50,6 +50,16 @@ struct LinearProblem : LayerShape {
   const Tensor* weight_global_scale = nullptr;
 };
 
+// A problem's block-scaled operands (scale_blocks block-wise), each value
+// times its block's scale (DequantizeBlocks) as `dtype`: exact in float64;
+// float32 rounds FP8 times fp32 scales once. NVFP4's per-tensor scales are
+// not applied (they scale the accumulator).
+struct DequantizedOperands {
+  Tensor input;
+  Tensor weight;
+};
+absl::StatusOr<DequantizedOperands> DequantizeOperands(const LinearProblem& p, DType dtype);
+
 struct RunOptions {
   // Run this many times and compare the outputs bit for bit.
   int repeat = 1;

@@ -428,20 +428,19 @@ std::vector<float> ScaleValues(const Tensor* scale) {
 absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int threads,
                                   int64_t block_columns, const StopSignal* stop);
 
-// The FP8 values of a tensor as floats (exact): `rows` x `cols` of `t`'s
-// [outer, inner] view starting at (r0, c0), into out[r * cols + c], or
-// transposed (out[c * rows + r]).
-void WidenFp8(const Tensor& t, int64_t inner, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
-              bool transpose, float* out) {
-  float table[256];
-  const Fp8Format format = *Fp8FormatOf(t.dtype());
-  for (int b = 0; b < 256; ++b) table[b] = Fp8BitsToFloat(static_cast<uint8_t>(b), format);
-  const uint8_t* v = t.data<uint8_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = v + (r0 + r) * inner + c0;
-    for (int64_t c = 0; c < cols; ++c) {
-      out[transpose ? c * rows + r : r * cols + c] = table[row[c]];
-    }
+// Elements [k0, k0 + ks) of K as floats: x's into x_out [m, ks], and W's
+// into w_out [n, ks] whatever W's layout (`row`: n floats of scratch for an
+// IN_OUT weight's rows). The slices of block-wise FP8 and of split-K.
+void WidenSliceOfK(const LinearProblem& p, int64_t k0, int64_t ks, float* row, float* x_out,
+                   float* w_out) {
+  for (int64_t i = 0; i < p.m; ++i) WidenRange(*p.input, i * p.k + k0, ks, x_out + i * ks);
+  if (p.layout == WeightLayout::kOutIn) {
+    for (int64_t j = 0; j < p.n; ++j) WidenRange(*p.weight, j * p.k + k0, ks, w_out + j * ks);
+    return;
+  }
+  for (int64_t t = 0; t < ks; ++t) {
+    WidenRange(*p.weight, (k0 + t) * p.n, p.n, row);
+    for (int64_t j = 0; j < p.n; ++j) w_out[j * ks + t] = row[j];
   }
 }
 
@@ -468,17 +467,12 @@ absl::StatusOr<Tensor> AccumulateFp8Blocks(const LinearProblem& p, const Scales&
   const int64_t width = std::min(p.k, kFp8BlockSize);
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> xb, internal::Allocate<float>(p.m * width));
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wb, internal::Allocate<float>(p.n * width));
+  TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> row, internal::Allocate<float>(p.n));
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> partial, internal::Allocate<float>(p.m * p.n));
   for (int64_t s = 0; s < slices; ++s) {
     TC_RETURN_IF_ERROR(CheckStop(stop));
     const int64_t k0 = s * kFp8BlockSize, kw = std::min(kFp8BlockSize, p.k - k0);
-    WidenFp8(*p.input, p.k, 0, p.m, k0, kw, /*transpose=*/false, xb.get());
-    // The slice of W as [n, kw] (OUT_IN) whatever its layout.
-    if (out_in) {
-      WidenFp8(*p.weight, p.k, 0, p.n, k0, kw, /*transpose=*/false, wb.get());
-    } else {
-      WidenFp8(*p.weight, p.n, k0, kw, 0, p.n, /*transpose=*/true, wb.get());
-    }
+    WidenSliceOfK(p, k0, kw, row.get(), xb.get(), wb.get());
     if (fast_accum) {
       TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(xb.get(), wb.get(), WeightLayout::kOutIn, p.m,
                                                      p.n, kw, /*ldw=*/kw, FastAccumModel{}, threads,
@@ -584,31 +578,34 @@ absl::StatusOr<std::vector<Tensor>> SplitOperand(const Tensor& t, const MultiPas
   return parts;
 }
 
-// The global (per-tensor) scales' product, fl32(gx * gw), as cuBLASLt's
-// alpha; 1 without them.
-float GlobalScale(const LinearProblem& p) {
-  if (p.input_global_scale == nullptr || p.weight_global_scale == nullptr) return 1.0f;
-  return p.input_global_scale->data<float>()[0] * p.weight_global_scale->data<float>()[0];
+// NVFP4's per-tensor scales as an accumulator's scales (one each: applied
+// as cuBLASLt's alpha, fl32(gx * gw)); none without them.
+Scales GlobalScales(const LinearProblem& p) {
+  Scales s;
+  if (p.input_global_scale == nullptr || p.weight_global_scale == nullptr) return s;
+  s.input = ScaleValues(p.input_global_scale);
+  s.weight = ScaleValues(p.weight_global_scale);
+  return s;
 }
 
 // kBlockScaled (docs/numerics.md, "MXFP8 and NVFP4"): each operand's
 // values times their block's scale, exact in fp32 (UE8M0 powers of two;
 // E2M1 times E4M3, 6 significant bits), then an fp32 GEMM of those
-// (OpenBLAS's order), then NVFP4's per-tensor scales as one alpha. Wide
-// operands are quantised first by the precision's recipe (torchao's MX
-// or TransformerEngine's MXFP8 rounding; TransformerEngine's NVFP4).
+// (OpenBLAS's order); NVFP4's per-tensor scales go to `scales`, to apply
+// as one alpha. Wide operands are quantised first by the precision's
+// recipe (torchao's MX or TransformerEngine's MXFP8 rounding;
+// TransformerEngine's NVFP4).
 absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic a, int threads,
-                                             int64_t block_columns, const StopSignal* stop) {
+                                             int64_t block_columns, const StopSignal* stop,
+                                             Scales* scales) {
   const bool out_in = p.layout == WeightLayout::kOutIn;
   const int64_t w_outer = out_in ? p.n : p.k, w_inner = out_in ? p.k : p.n;
   Tensor x, w;
-  float alpha = 1.0f;
   if (IsNarrow(p.input->dtype())) {
-    TC_ASSIGN_OR_RETURN(x, DequantizeBlocks(*p.input, *p.input_scale, p.m, p.k,
-                                            p.scale_blocks.input(), DType::kFloat32));
-    TC_ASSIGN_OR_RETURN(w, DequantizeBlocks(*p.weight, *p.weight_scale, w_outer, w_inner,
-                                            p.scale_blocks.weight(out_in), DType::kFloat32));
-    alpha = GlobalScale(p);
+    TC_ASSIGN_OR_RETURN(DequantizedOperands d, DequantizeOperands(p, DType::kFloat32));
+    x = std::move(d.input);
+    w = std::move(d.weight);
+    *scales = GlobalScales(p);
   } else {
     auto quantise = [&](const Tensor& t, int64_t outer, int64_t inner,
                         bool per_column) -> absl::StatusOr<std::pair<Tensor, float>> {
@@ -631,18 +628,16 @@ absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic 
     TC_ASSIGN_OR_RETURN(auto qw, quantise(*p.weight, w_outer, w_inner, /*per_column=*/!out_in));
     x = std::move(qx.first);
     w = std::move(qw.first);
-    alpha = qx.second * qw.second;
+    if (a.rounding == Precision::kNvFp4) {
+      scales->input = {qx.second};
+      scales->weight = {qw.second};
+    }
   }
   LinearProblem q = p;
   q.input = &x;
   q.weight = &w;
-  TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32},
-                                             threads, block_columns, stop));
-  if (alpha != 1.0f) {
-    float* c = acc.data<float>();
-    for (int64_t e = 0; e < p.m * p.n; ++e) c[e] *= alpha;
-  }
-  return acc;
+  return Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32}, threads, block_columns,
+                    stop);
 }
 
 // Split-K (docs/numerics.md, "Split-K"): K cut into a.splitk slices
@@ -654,11 +649,9 @@ absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic 
 absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
                                         const StopSignal* stop) {
   const int64_t slice = SplitKSlice(p.k, a.splitk);
-  const bool out_in = p.layout == WeightLayout::kOutIn;
   const int64_t mn = p.m * p.n;
   TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
   float* r = acc.data<float>();
-  std::fill(r, r + mn, 0.0f);
   const int64_t width = std::min(p.k, slice);
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> xs, internal::Allocate<float>(p.m * width));
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> ws, internal::Allocate<float>(p.n * width));
@@ -666,19 +659,11 @@ absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
   TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> partial, internal::Allocate<float>(mn));
   const DType out = p.output_dtype;
   const bool in_output = a.reduce == SplitKReduce::kOutput;
-  bool first = true;
   for (int64_t k0 = 0; k0 < p.k; k0 += slice) {
     TC_RETURN_IF_ERROR(CheckStop(stop));
     const int64_t ks = std::min(slice, p.k - k0);
-    for (int64_t i = 0; i < p.m; ++i) WidenRange(*p.input, i * p.k + k0, ks, xs.get() + i * ks);
-    if (out_in) {
-      for (int64_t j = 0; j < p.n; ++j) WidenRange(*p.weight, j * p.k + k0, ks, ws.get() + j * ks);
-    } else {
-      for (int64_t t = 0; t < ks; ++t) {
-        WidenRange(*p.weight, (k0 + t) * p.n, p.n, row.get());
-        for (int64_t j = 0; j < p.n; ++j) ws[j * ks + t] = row[j];
-      }
-    }
+    const bool first = k0 == 0;
+    WidenSliceOfK(p, k0, ks, row.get(), xs.get(), ws.get());
     RoundInputs(a.rounding, xs.get(), p.m * ks);
     RoundInputs(a.rounding, ws.get(), p.n * ks);
     TC_RETURN_IF_ERROR(
@@ -691,7 +676,6 @@ absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
         r[e] = first ? pe : RoundToDType(r[e] + pe, out);
       }
     }
-    first = false;
   }
   return acc;
 }
@@ -841,38 +825,31 @@ void ApplyScales(const Scales& s, const LinearProblem& p, Tensor* acc) {
 // x.W^T of `a`, dequantised: what the epilogue starts from.
 absl::StatusOr<Tensor> ScaledAccumulate(const LinearProblem& p, Arithmetic a, int threads,
                                         int64_t block_columns, const StopSignal* stop) {
+  Scales scales;
+  absl::StatusOr<Tensor> acc;
   if (a.kind == Arithmetic::kFp64 && p.scale_blocks.block_wise()) {
     // The dequantised layer of block-scaled operands: each value times its
-    // block's scale, exact in fp64, then the fp64 product.
-    const bool out_in = p.layout == WeightLayout::kOutIn;
-    TC_ASSIGN_OR_RETURN(Tensor x, DequantizeBlocks(*p.input, *p.input_scale, p.m, p.k,
-                                                   p.scale_blocks.input(), DType::kFloat64));
-    TC_ASSIGN_OR_RETURN(Tensor w, DequantizeBlocks(*p.weight, *p.weight_scale, out_in ? p.n : p.k,
-                                                   out_in ? p.k : p.n,
-                                                   p.scale_blocks.weight(out_in), DType::kFloat64));
+    // block's scale, exact in fp64, then the fp64 product and NVFP4's
+    // per-tensor scales.
+    TC_ASSIGN_OR_RETURN(DequantizedOperands d, DequantizeOperands(p, DType::kFloat64));
     LinearProblem dequantised = p;
-    dequantised.input = &x;
-    dequantised.weight = &w;
+    dequantised.input = &d.input;
+    dequantised.weight = &d.weight;
     dequantised.input_scale = dequantised.weight_scale = nullptr;
     dequantised.scale_blocks = ScaleBlocks{};
-    TC_ASSIGN_OR_RETURN(Tensor acc, Accumulate(dequantised, a, threads, block_columns, stop));
-    if (p.input_global_scale != nullptr && p.weight_global_scale != nullptr) {
-      // NVFP4's per-tensor scales, in fp64.
-      const double g = p.input_global_scale->GetDouble(0) * p.weight_global_scale->GetDouble(0);
-      for (int64_t e = 0; e < p.m * p.n; ++e) acc.data<double>()[e] *= g;
-    }
-    return acc;
+    acc = Accumulate(dequantised, a, threads, block_columns, stop);
+    scales = GlobalScales(p);
+  } else if (a.kind == Arithmetic::kBlockScaled) {
+    acc = AccumulateBlockScaled(p, a, threads, block_columns, stop, &scales);
+  } else if (a.kind == Arithmetic::kFp8) {
+    acc = AccumulateFp8(p, a, threads, block_columns, stop, &scales);
+  } else {
+    acc = Accumulate(p, a, threads, block_columns, stop);
   }
-  if (a.kind == Arithmetic::kBlockScaled) {
-    return AccumulateBlockScaled(p, a, threads, block_columns, stop);
-  }
-  Scales scales;
-  absl::StatusOr<Tensor> acc = a.kind == Arithmetic::kFp8
-                                   ? AccumulateFp8(p, a, threads, block_columns, stop, &scales)
-                                   : Accumulate(p, a, threads, block_columns, stop);
   if (!acc.ok()) return acc.status();
-  // The fp64 reference of FP8 operands: the dequantised layer.
-  if (a.kind == Arithmetic::kFp64 && IsFp8(p.input->dtype())) {
+  // The fp64 reference of per-tensor or row-wise FP8 operands: the
+  // dequantised layer.
+  if (a.kind == Arithmetic::kFp64 && IsFp8(p.input->dtype()) && !p.scale_blocks.block_wise()) {
     scales.input = ScaleValues(p.input_scale);
     scales.weight = ScaleValues(p.weight_scale);
     scales.row_wise = scales.input.size() > 1 || scales.weight.size() > 1;

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/fp8_scaling.h"
 #include "core/parallel.h"
 #include "core/status_macros.h"
 #include "server/stats/diagnosis_passes.h"
@@ -171,32 +170,18 @@ absl::StatusOr<SessionMagnitudes> HostSession::MagnitudeSums(const SessionOperan
   MagnitudeOperands operands{op.shape(), problem.input, problem.weight, stop_};
   operands.input_scale = problem.input_scale;
   operands.weight_scale = problem.weight_scale;
-  std::optional<Tensor> x, w;
+  std::optional<DequantizedOperands> dequantised;
   if (problem.scale_blocks.block_wise()) {
     // Block-wise scales: the sums of the dequantised operands (fp32,
-    // rounded once: the error model's magnitudes, not a result).
-    const bool out_in = problem.layout == WeightLayout::kOutIn;
-    TC_ASSIGN_OR_RETURN(x,
-                        DequantizeBlocks(*problem.input, *problem.input_scale, problem.m, problem.k,
-                                         problem.scale_blocks.input(), DType::kFloat32));
-    TC_ASSIGN_OR_RETURN(
-        w, DequantizeBlocks(*problem.weight, *problem.weight_scale, out_in ? problem.n : problem.k,
-                            out_in ? problem.k : problem.n, problem.scale_blocks.weight(out_in),
-                            DType::kFloat32));
-    operands.input = &*x;
-    operands.weight = &*w;
-    operands.input_scale = operands.weight_scale = nullptr;
+    // rounded once: the error model's magnitudes, not a result), times
+    // NVFP4's per-tensor scales where there are some.
+    TC_ASSIGN_OR_RETURN(dequantised, DequantizeOperands(problem, DType::kFloat32));
+    operands.input = &dequantised->input;
+    operands.weight = &dequantised->weight;
+    operands.input_scale = problem.input_global_scale;
+    operands.weight_scale = problem.weight_global_scale;
   }
   TC_RETURN_IF_ERROR(ComputeMagnitudeSums(operands, sums));
-  if (problem.input_global_scale != nullptr && problem.weight_global_scale != nullptr) {
-    // NVFP4's per-tensor scales multiply every product (positive, checked).
-    const float g = static_cast<float>(problem.input_global_scale->GetDouble(0) *
-                                       problem.weight_global_scale->GetDouble(0));
-    for (float* a : {sums.abs_dot, sums.sq_dot, sums.dot}) {
-      if (a == nullptr) continue;
-      for (int64_t e = 0; e < mn; ++e) a[e] *= g;
-    }
-  }
   return out;
 }
 
