@@ -263,18 +263,7 @@ TEST_F(Fp8BlockTest, DiagnosisNamesTheBlockRecipeAndTheBiasMode) {
   const std::vector<double> wq = quantise(w, n, k, 128, 128);
   for (bool fused : {true, false}) {
     SCOPED_TRACE(fused ? "fused" : "unfused");
-    std::vector<float> y(static_cast<size_t>(m * n));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int64_t t = 0; t < k; ++t) {
-          acc += xq[static_cast<size_t>(i * k + t)] * wq[static_cast<size_t>(j * k + t)];
-        }
-        const float bj = b[static_cast<size_t>(j)];
-        y[static_cast<size_t>(i * n + j)] =
-            fused ? static_cast<float>(acc + bj) : RoundToBf16(static_cast<float>(acc)) + bj;
-      }
-    }
+    const std::vector<float> y = ::tensorcheck::testing::Bf16LayerOutput(xq, wq, b, m, n, k, fused);
     LinearRequest r;
     r.input = base.input.Clone();
     r.weight = base.weight.Clone();

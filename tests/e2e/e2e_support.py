@@ -138,3 +138,33 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, np.ndarray]]) ->
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+# Narrow formats decoded by hand from their definitions (OCP FP8, OCP MX):
+# the tests' expected values never come from the server or the CLI.
+
+def e4m3fn_value(bits: int) -> float:
+    """float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exp, man = (bits >> 3) & 0xF, bits & 0x7
+    if exp == 0xF and man == 0x7:
+        return float("nan")
+    if exp == 0:
+        return sign * man / 8 * 2.0 ** -6
+    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
+
+
+def e5m2_value(bits: int) -> float:
+    """float8_e5m2: 1 sign, 5 exponent (bias 15), 2 mantissa; IEEE specials."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exp, man = (bits >> 2) & 0x1F, bits & 0x3
+    if exp == 0x1F:
+        return sign * float("inf") if man == 0 else float("nan")
+    if exp == 0:
+        return sign * man / 4 * 2.0 ** -14
+    return sign * (1 + man / 4) * 2.0 ** (exp - 15)
+
+
+def e2m1_value(code: int) -> float:
+    """float4_e2m1fn (the low 4 bits): 1 sign, 2 exponent (bias 1), 1 mantissa."""
+    return (-1.0 if code & 8 else 1.0) * [0, 0.5, 1, 1.5, 2, 3, 4, 6][code & 7]

@@ -15,29 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from e2e_support import run_cli, write_safetensors
-
-
-def e4m3fn_value(bits: int) -> float:
-    """float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities."""
-    sign = -1.0 if bits & 0x80 else 1.0
-    exp, man = (bits >> 3) & 0xF, bits & 0x7
-    if exp == 0xF and man == 0x7:
-        return float("nan")
-    if exp == 0:
-        return sign * man / 8 * 2.0 ** -6
-    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
-
-
-def e5m2_value(bits: int) -> float:
-    """float8_e5m2: 1 sign, 5 exponent (bias 15), 2 mantissa; IEEE specials."""
-    sign = -1.0 if bits & 0x80 else 1.0
-    exp, man = (bits >> 2) & 0x1F, bits & 0x3
-    if exp == 0x1F:
-        return sign * float("inf") if man == 0 else float("nan")
-    if exp == 0:
-        return sign * man / 4 * 2.0 ** -14
-    return sign * (1 + man / 4) * 2.0 ** (exp - 15)
+from e2e_support import e4m3fn_value, e5m2_value, run_cli, write_safetensors
 
 
 def test_decoders_agree_with_the_documented_patterns() -> None:

@@ -17,22 +17,9 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-from e2e_support import run_cli, write_safetensors
+from e2e_support import e2m1_value, e4m3fn_value, run_cli, write_safetensors
 
 M, N, K = 2, 4, 32
-
-
-def e4m3_value(bits: int) -> float:
-    sign = -1.0 if bits & 0x80 else 1.0
-    exp, man = (bits >> 3) & 0xF, bits & 0x7
-    if exp == 0:
-        return sign * man / 8 * 2.0**-6
-    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
-
-
-def e2m1_value(code: int) -> float:
-    return (-1.0 if code & 8 else 1.0) * [0, 0.5, 1, 1.5, 2, 3, 4, 6][code & 7]
-
 
 
 def test_mxfp8_with_e8m0_scale_files_gives_the_dequantised_layer(server: str,
@@ -55,8 +42,8 @@ def test_mxfp8_with_e8m0_scale_files_gives_the_dequantised_layer(server: str,
                 "input-scale=e8m0", "--weight-scale", f"{tmp_path / 'ws.safetensors'}:s",
                 "--config", "cpu:mxfp8e4m3:fused@scaling=rceil", "--save-outputs", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
-    dx = np.vectorize(e4m3_value)(xc) * np.exp2(xs.astype(np.float64) - 127)
-    dw = np.vectorize(e4m3_value)(wc) * np.exp2(ws.astype(np.float64) - 127)
+    dx = np.vectorize(e4m3fn_value)(xc) * np.exp2(xs.astype(np.float64) - 127)
+    dw = np.vectorize(e4m3fn_value)(wc) * np.exp2(ws.astype(np.float64) - 127)
     expected = dx @ dw.T
     # No bias: the canonical name says none; the scale rounding is echoed.
     y = np.load(out / "cpu_mxfp8e4m3_none_scaling_rceil.npy")
@@ -89,8 +76,8 @@ def test_nvfp4_packed_operands_and_global_scales_give_the_dequantised_layer(
                 "--weight-global-scale", "4", "--config", "cpu:nvfp4", "--save-outputs",
                 str(out))
     assert r.returncode == 0, r.stdout + r.stderr
-    dx = np.vectorize(e2m1_value)(xc) * np.repeat(np.vectorize(e4m3_value)(xs), 16, 1)
-    dw = np.vectorize(e2m1_value)(wc) * np.repeat(np.vectorize(e4m3_value)(ws), 16, 1)
+    dx = np.vectorize(e2m1_value)(xc) * np.repeat(np.vectorize(e4m3fn_value)(xs), 16, 1)
+    dw = np.vectorize(e2m1_value)(wc) * np.repeat(np.vectorize(e4m3fn_value)(ws), 16, 1)
     expected = (dx @ dw.T) * 2.0
     y = np.load(out / "cpu_nvfp4_none.npy")
     np.testing.assert_array_equal(y.astype(np.float64),

@@ -47,3 +47,23 @@ def bf16_ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
 
     return np.abs(ordinal(a) - ordinal(b))
+
+
+def e4m3_value(bits: int) -> float:
+    """float8_e4m3fn by its definition: 1 sign, 4 exponent (bias 7), 3
+    mantissa bits (finite codes)."""
+    sign = -1.0 if bits & 0x80 else 1.0
+    exp, man = (bits >> 3) & 0xF, bits & 0x7
+    if exp == 0:
+        return sign * man / 8 * 2.0**-6
+    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
+
+
+def e2m1_value(code: int) -> float:
+    """float4_e2m1fn by its definition: 1 sign, 2 exponent (bias 1), 1
+    mantissa bit."""
+    sign = -1.0 if code & 0x8 else 1.0
+    e, m = (code >> 1) & 0x3, code & 0x1
+    if e == 0:
+        return sign * (m / 2)
+    return sign * 2.0 ** (e - 1) * (1 + m / 2)

@@ -27,6 +27,7 @@ import pytest
 
 import tensorcheck
 from in_process_server import serve_in_process
+from numerics import e2m1_value
 from tensorcheck._pb import pb, pb_grpc
 from tensorcheck._store import digest_of
 from tensorcheck._tensors import (
@@ -38,15 +39,6 @@ from tensorcheck._tensors import (
     to_proto,
 )
 from tensorcheck._wire import encode_request
-
-
-def decode_fp4(code: int) -> float:
-    """The value of a 4-bit E2M1 code, by the formula."""
-    sign = -1.0 if code & 0x8 else 1.0
-    e, m = (code >> 1) & 0x3, code & 0x1
-    if e == 0:
-        return sign * (m / 2)
-    return sign * 2.0 ** (e - 1) * (1 + m / 2)
 
 
 def pack_by_hand(codes: list[int]) -> bytes:
@@ -64,7 +56,7 @@ def fp4(codes: list[int], shape: tuple[int, ...]) -> np.ndarray:
     """An ml_dtypes float4_e2m1fn array (one element per byte) holding
     `codes`, built from the values the formula gives."""
     return (
-        np.array([decode_fp4(c) for c in codes], np.float64)
+        np.array([e2m1_value(c) for c in codes], np.float64)
         .astype(ml_dtypes.float4_e2m1fn)
         .reshape(shape)
     )
@@ -74,9 +66,9 @@ ALL_CODES = list(range(16))
 
 
 def test_the_formula_gives_e2m1s_values():
-    assert [decode_fp4(c) for c in range(8)] == [0, 0.5, 1, 1.5, 2, 3, 4, 6]
-    assert [decode_fp4(c) for c in range(8, 16)][1:] == [-0.5, -1, -1.5, -2, -3, -4, -6]
-    assert math.copysign(1, decode_fp4(8)) == -1.0
+    assert [e2m1_value(c) for c in range(8)] == [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+    assert [e2m1_value(c) for c in range(8, 16)][1:] == [-0.5, -1, -1.5, -2, -3, -4, -6]
+    assert math.copysign(1, e2m1_value(8)) == -1.0
 
 
 def test_ml_dtypes_holds_each_code_in_its_own_byte():
@@ -114,7 +106,7 @@ def test_packed_fp4_comes_back_unpacked():
     assert back.dtype == np.dtype(ml_dtypes.float4_e2m1fn) and back.shape == (2, 8)
     assert back.flags.writeable
     assert back.view(np.uint8).ravel().tolist() == ALL_CODES
-    assert back.astype(np.float64).ravel().tolist() == [decode_fp4(c) for c in ALL_CODES]
+    assert back.astype(np.float64).ravel().tolist() == [e2m1_value(c) for c in ALL_CODES]
     short = pb.Tensor(dtype=pb.DTYPE_FLOAT4_E2M1FN, shape=[2, 8], data=b"\x00" * 16)
     with pytest.raises(
         ValueError, match=r"16 bytes for shape \[2, 8\] of float4_e2m1fn \(expected 8\)"

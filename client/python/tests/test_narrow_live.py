@@ -16,20 +16,9 @@ import numpy as np
 import pytest
 
 import tensorcheck
+from numerics import e2m1_value, e4m3_value
 
 M, N, K = 2, 4, 64
-
-
-def e4m3_value(bits: int) -> float:
-    sign = -1.0 if bits & 0x80 else 1.0
-    exp, man = (bits >> 3) & 0xF, bits & 0x7
-    if exp == 0:
-        return sign * man / 8 * 2.0**-6
-    return sign * (1 + man / 8) * 2.0 ** (exp - 7)
-
-
-def e2m1_value(code: int) -> float:
-    return (-1.0 if code & 8 else 1.0) * [0, 0.5, 1, 1.5, 2, 3, 4, 6][code & 7]
 
 
 def _codes(rng: np.random.Generator, shape, lo: int, hi: int) -> np.ndarray:
