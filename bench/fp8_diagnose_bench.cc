@@ -162,10 +162,11 @@ Case Fp8Case(const Layer& l, const Fp8Layer& q) {
   return c;
 }
 
-Case WideFp8RowCase(const Layer& l, const Fp8Layer& q) {
+// The bf16 layer of `bf16` with another observed output.
+Case WideCase(const Layer& l, std::string name, const std::vector<double>& observed) {
   Case c = Bf16Case(l);
-  c.name = "bf16_fp8row";
-  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, q.observed);
+  c.name = std::move(name);
+  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, observed);
   return c;
 }
 
@@ -232,19 +233,10 @@ Case MxCase(const Layer& l, const MxLayer& q) {
   return c;
 }
 
-Case WideMxCase(const Layer& l, const MxLayer& q) {
-  Case c = Bf16Case(l);
-  c.name = "bf16_mxfp8";
-  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, q.observed);
-  return c;
-}
-
 // Split-K in 4 slices of the bf16 layer, reduced in bf16 (docs/numerics.md,
 // "Split-K"): each slice's partial rounded to bf16, added left to right in
 // bf16, then the fused bias.
 Case SplitKCase(const Layer& l) {
-  Case c = Bf16Case(l);
-  c.name = "bf16_splitk";
   const int64_t slice = SplitKSlice(l.k, 4);
   std::vector<float> r(static_cast<size_t>(l.m * l.n), 0.0f);
   for (int64_t k0 = 0; k0 < l.k; k0 += slice) {
@@ -261,8 +253,7 @@ Case SplitKCase(const Layer& l) {
       r[e] = k0 == 0 ? RoundToBf16(p[e]) : RoundToBf16(r[e] + RoundToBf16(p[e]));
     }
   }
-  c.request.observed = *FromDoubles(DType::kBFloat16, {l.m, l.n}, FusedBf16(r, l.b, l.n));
-  return c;
+  return WideCase(l, "bf16_splitk", FusedBf16(r, l.b, l.n));
 }
 
 const char* VerdictName(DiagnosisVerdict v) {
@@ -303,11 +294,11 @@ int Main(int argc, char** argv) {
   std::vector<Case> cases;
   cases.push_back(Bf16Case(bf16));
   cases.push_back(Fp8Case(bf16, q));
-  cases.push_back(WideFp8RowCase(bf16, q));
+  cases.push_back(WideCase(bf16, "bf16_fp8row", q.observed));
   cases.push_back(Fp32Bf16x3Case(MakeLayer(m, k, n, /*bf16_values=*/false)));
   const MxLayer mx = MxQuantisedLayer(bf16);
   cases.push_back(MxCase(bf16, mx));
-  cases.push_back(WideMxCase(bf16, mx));
+  cases.push_back(WideCase(bf16, "bf16_mxfp8", mx.observed));
   cases.push_back(SplitKCase(bf16));
 
   std::printf("layer: %lld x %lld -> %lld, bias fused, CPU backend, best of %d\n\n",
