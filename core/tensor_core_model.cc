@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
 namespace tensorcheck {
 
 namespace {
@@ -72,6 +75,7 @@ absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCore
   const bool fp8 = input == TensorCoreInput::kE4M3 || input == TensorCoreInput::kE5M2;
   TensorCoreModel m;
   m.input_min_exponent = InputMinExponent(input);
+  m.b_min_exponent = m.input_min_exponent;
   switch (gpu) {
     case TensorCoreGpu::kSm80:
       if (fp8) return absl::InvalidArgumentError("tensor core model: sm_80 has no FP8 inputs");
@@ -104,6 +108,40 @@ absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCore
   }
   return m;
 }
+
+absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCoreInput a_input,
+                                                   TensorCoreInput b_input) {
+  const bool a_fp8 = a_input == TensorCoreInput::kE4M3 || a_input == TensorCoreInput::kE5M2;
+  const bool b_fp8 = b_input == TensorCoreInput::kE4M3 || b_input == TensorCoreInput::kE5M2;
+  if (a_input != b_input && !(a_fp8 && b_fp8)) {
+    return absl::InvalidArgumentError("tensor core model: only the FP8 formats mix (E4M3 x E5M2)");
+  }
+  TC_ASSIGN_OR_RETURN(TensorCoreModel m, TensorCoreModelFor(gpu, a_input));
+  m.b_min_exponent = InputMinExponent(b_input);
+  return m;
+}
+
+const char* TensorCoreGpuName(TensorCoreGpu gpu) {
+  switch (gpu) {
+    case TensorCoreGpu::kSm80:
+      return "sm80";
+    case TensorCoreGpu::kSm90:
+      return "sm90";
+    case TensorCoreGpu::kSm100:
+      return "sm100";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TensorCoreGpu> ParseTensorCoreGpu(absl::string_view name, absl::string_view field) {
+  for (TensorCoreGpu g : {TensorCoreGpu::kSm80, TensorCoreGpu::kSm90, TensorCoreGpu::kSm100}) {
+    if (name == TensorCoreGpuName(g)) return g;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": unknown tensor-core generation '", name,
+                                                 "'; expected sm80, sm90 or sm100"));
+}
+
+const char* KResidueName(KResidue r) { return r == KResidue::kFirst ? "first" : "last"; }
 
 float TensorCoreDot(const float* a, const float* b, int64_t b_stride, int64_t k, float c,
                     const TensorCoreModel& model) {
@@ -139,7 +177,7 @@ float TensorCoreDot(const float* a, const float* b, int64_t b_stride, int64_t k,
       // Exact: two inputs of at most 11 significant bits.
       products[n] = static_cast<double>(x) * static_cast<double>(y);
       e_max = std::max(e_max, NominalExponent(x, model.input_min_exponent) +
-                                  NominalExponent(y, model.input_min_exponent));
+                                  NominalExponent(y, model.b_min_exponent));
       ++n;
     }
     if (acc != 0) e_max = std::max(e_max, NominalExponent(acc, kFp32MinExponent));
@@ -160,6 +198,26 @@ float TensorCoreDot(const float* a, const float* b, int64_t b_stride, int64_t k,
     for (int i = 0; i < n; ++i) sum += units(products[i]);
     acc = sum == 0 ? 0.0f : RoundBlockSum(sum, scale, model.result_bits, model.rounding);
   }
+  return acc;
+}
+
+float KernelOrderDot(const float* a, const float* b, int64_t b_stride, int64_t k,
+                     const KernelOrder& order) {
+  const int64_t offset = std::min(order.Offset(k), k);
+  // The walk's segments: [0, offset), then the rest, one chain or
+  // `promote`-long pieces; each starts its blocks afresh.
+  if (order.promote <= 0) {
+    const float c = TensorCoreDot(a, b, b_stride, offset, 0.0f, order.model);
+    return TensorCoreDot(a + offset, b + offset * b_stride, b_stride, k - offset, c, order.model);
+  }
+  // The separate accumulator starts at +0 and takes each piece's partial
+  // sum with one fp32 addition.
+  float acc = 0.0f;
+  auto promote = [&](int64_t begin, int64_t end) {
+    acc += TensorCoreDot(a + begin, b + begin * b_stride, b_stride, end - begin, 0.0f, order.model);
+  };
+  if (offset > 0) promote(0, offset);
+  for (int64_t s = offset; s < k; s += order.promote) promote(s, std::min(k, s + order.promote));
   return acc;
 }
 

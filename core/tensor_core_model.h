@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tensorcheck {
 
@@ -53,14 +54,25 @@ struct TensorCoreModel {
   int min_align_exponent = -133;
   // The input format's smallest normal exponent: a subnormal input counts
   // as having this exponent and a significand below 1 (fp16 -14, bf16 and
-  // TF32 -126, E4M3 -6, E5M2 -14).
+  // TF32 -126, E4M3 -6, E5M2 -14); `b_min_exponent` the second operand's
+  // (they differ for E4M3 x E5M2).
   int input_min_exponent = -14;
+  int b_min_exponent = -14;
 };
 inline constexpr int kMaxTensorCoreBlock = 64;
 
 // The model of `gpu`'s tensor cores for `input` with fp32 accumulation.
 // INVALID_ARGUMENT for FP8 on sm_80 (no FP8 tensor cores).
 absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCoreInput input);
+// The same with the two operands in different formats (E4M3 x E5M2): the
+// first's block shape, each operand's own smallest normal exponent.
+absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCoreInput a_input,
+                                                   TensorCoreInput b_input);
+
+// "sm80", "sm90", "sm100"; and back (INVALID_ARGUMENT naming `field`
+// and the accepted names).
+const char* TensorCoreGpuName(TensorCoreGpu gpu);
+absl::StatusOr<TensorCoreGpu> ParseTensorCoreGpu(absl::string_view name, absl::string_view field);
 
 // One dot product c + sum a[i] * b[i * b_stride], i < k, under `model`:
 // blocks of model.block products in index order, the first block's
@@ -72,5 +84,46 @@ absl::StatusOr<TensorCoreModel> TensorCoreModelFor(TensorCoreGpu gpu, TensorCore
 // rounds to zero (below fp32's subnormals) keeps its sign.
 float TensorCoreDot(const float* a, const float* b, int64_t b_stride, int64_t k, float c,
                     const TensorCoreModel& model);
+
+// Where a kernel puts the partial tile of K (K mod tile_k elements): last,
+// zero-filled past the end (TMA loads, CUTLASS 3.x), or first (CUTLASS
+// 2.x's multistage mainloops take the residue in their first iteration).
+enum class KResidue { kLast, kFirst };
+
+// "last", "first".
+const char* KResidueName(KResidue r);
+
+// How a GEMM kernel walks K for one output element (docs/numerics.md,
+// "Kernel K order"): the tensor-core model of each hardware inner product,
+// the kernel's K tile and where its partial tile goes, and, for FP8 without
+// fast accumulation, how often the MMA's partial sum is promoted.
+struct KernelOrder {
+  TensorCoreModel model;
+  // The K extent of one tile of the kernel's mainloop; 0: no tile
+  // structure (blocks from k = 0, as with a residue last).
+  int64_t tile_k = 0;
+  KResidue residue = KResidue::kLast;
+  // FP8 split accumulation: every `promote` elements of K (a multiple of
+  // the model's block) the MMA's partial sum, started from zero, is added
+  // into a separate fp32 accumulator with one IEEE fp32 addition (round to
+  // nearest even), as CUTLASS's GmmaFP8Accumulation does; 0: one chain of
+  // inner products over all of K (fast accumulation, and every 16- and
+  // 19-bit input).
+  int64_t promote = 0;
+
+  // Where the walk's grid starts: K mod tile_k with the residue first,
+  // else 0. Blocks of model.block run from 0 up to it, then from it on;
+  // promotions happen at it (when nonzero) and every `promote` after it.
+  int64_t Offset(int64_t k) const {
+    return residue == KResidue::kFirst && tile_k > 0 ? k % tile_k : 0;
+  }
+};
+
+// One output element as the kernel computes it: sum a[i] * b[i * b_stride],
+// i < k, from a zero accumulator, in `order`: with TensorCoreDot's blocks
+// on the order's grid, and its promotions. Specials as TensorCoreDot's
+// (an IEEE addition decides them across promotions).
+float KernelOrderDot(const float* a, const float* b, int64_t b_stride, int64_t k,
+                     const KernelOrder& order);
 
 }  // namespace tensorcheck

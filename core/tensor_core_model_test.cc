@@ -82,6 +82,7 @@ TensorCoreModel ModelOf(const Preset& p) {
   m.result_bits = p.result_bits;
   m.min_align_exponent = p.min_align_exponent;
   m.input_min_exponent = FormatOf(p.input).min_exponent;
+  m.b_min_exponent = m.input_min_exponent;
   return m;
 }
 
@@ -247,6 +248,7 @@ TEST(TensorCoreModelTest, PresetsAreTheModelsParameters) {
     EXPECT_EQ(m->rounding, TensorCoreRounding::kTowardZero);
     EXPECT_EQ(m->min_align_exponent, p.min_align_exponent);
     EXPECT_EQ(m->input_min_exponent, FormatOf(p.input).min_exponent);
+    EXPECT_EQ(m->b_min_exponent, FormatOf(p.input).min_exponent);
   }
 }
 
