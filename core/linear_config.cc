@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/multi_pass_split.h"
 
@@ -417,7 +418,7 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
   auto error = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(field, " '", spec, "': ", what));
   };
-  bool seen_scaling = false, seen_fast = false, seen_reduce = false;
+  bool seen_scaling = false, seen_fast = false, seen_reduce = false, seen_tile = false;
   for (absl::string_view option : absl::StrSplit(options, ',')) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(option, absl::MaxSplits('=', 1));
@@ -453,6 +454,37 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
       seen_reduce = true;
       continue;
     }
+    const bool replay_option = kv.first == "mma" || kv.first == "tile_k" || kv.first == "residue";
+    if (replay_option && !TakesMma(out->precision)) {
+      return error(absl::StrCat("option '", kv.first,
+                                "' applies to bf16, fp16, the tf32 and the fp8 precisions only, "
+                                "not ",
+                                PrecisionName(out->precision)));
+    }
+    if (kv.first == "mma" && !out->mma.has_value()) {
+      auto gpu = ParseTensorCoreGpu(kv.second, "mma");
+      if (!gpu.ok()) return error(gpu.status().message());
+      out->mma = *gpu;
+      continue;
+    }
+    if (kv.first == "tile_k" && !seen_tile) {
+      int64_t tile = -1;
+      if (!absl::SimpleAtoi(kv.second, &tile) || tile < 1 || tile > kMaxTileK ||
+          absl::StrCat(tile) != kv.second) {
+        return error(absl::StrCat("option '", option, "': tile_k=N expects an integer N from 1 to ",
+                                  kMaxTileK));
+      }
+      out->tile_k = tile;
+      seen_tile = true;
+      continue;
+    }
+    if (kv.first == "residue" && !out->residue.has_value()) {
+      if (kv.second != "first" && kv.second != "last") {
+        return error(absl::StrCat("option '", option, "': residue=first or residue=last expected"));
+      }
+      out->residue = kv.second == "first" ? KResidue::kFirst : KResidue::kLast;
+      continue;
+    }
     if (kv.first == "algo" && !out->algo.has_value()) {
       int algo = -1;
       if (!absl::SimpleAtoi(kv.second, &algo) || algo < 0 || algo > kMaxAlgorithmIndex ||
@@ -479,11 +511,36 @@ absl::Status ParseConfigOptions(absl::string_view options, absl::string_view spe
                                 "': expected algo=N, for the fp8 precisions scaling=tensor, "
                                 "scaling=row, scaling=block128 or fast_accum, for the mxfp8 "
                                 "ones scaling=floor or scaling=rceil, for bf16 and fp16 "
-                                "splitk=N and reduce=output|fp32"));
+                                "splitk=N and reduce=output|fp32, for a kernel replay "
+                                "mma=sm80|sm90|sm100, tile_k=N and residue=first|last"));
     }
   }
   if (out->reduce.has_value() && out->splitk == 0) {
     return error("option 'reduce' needs splitk=N (the reduction of split-K's partial results)");
+  }
+  if ((seen_tile || out->residue.has_value()) && !out->mma.has_value()) {
+    return error("options 'tile_k' and 'residue' need mma=sm80|sm90|sm100 (the kernel replayed)");
+  }
+  if (out->residue.has_value() && !seen_tile) {
+    return error("option 'residue' needs tile_k=N (where the partial K tile goes)");
+  }
+  if (out->mma.has_value()) {
+    if (IsFp8(out->precision) && *out->mma == TensorCoreGpu::kSm80) {
+      return error("option 'mma=sm80': the A100 has no FP8 tensor cores (sm90 or sm100)");
+    }
+    if (IsFp8(out->precision) && out->scaling == Fp8Scaling::kBlock128) {
+      return error("option 'mma' with scaling=block128 is not modelled (per tensor or row)");
+    }
+    Config probe;
+    probe.precision = out->precision;
+    probe.mma = out->mma;
+    const std::optional<KernelOrder> order = KernelOrderOf(probe);
+    if (seen_tile && out->tile_k % order->model.block != 0) {
+      return error(absl::StrCat("option 'tile_k=", out->tile_k, "': a multiple of ",
+                                order->model.block, " (the ", TensorCoreGpuName(*out->mma),
+                                " model's inner product for ", PrecisionName(out->precision),
+                                ") expected"));
+    }
   }
   return absl::OkStatus();
 }
@@ -528,19 +585,63 @@ absl::StatusOr<ConfigSpec> ParseConfigSpec(absl::string_view spec, absl::string_
 }
 
 std::string Config::ToString() const {
-  std::string s = absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
+  std::vector<std::string> options;
   const bool mx = precision == Precision::kMxFp8E4M3 || precision == Precision::kMxFp8E5M2;
   if (IsFp8(precision)) {
-    absl::StrAppend(&s, "@scaling=", Fp8ScalingName(scaling), fast_accum ? ",fast_accum" : "");
+    options.push_back(absl::StrCat("scaling=", Fp8ScalingName(scaling)));
+    if (fast_accum) options.push_back("fast_accum");
   } else if (mx) {
-    absl::StrAppend(&s, "@scaling=", MxScaleRoundingName(mx_rounding));
+    options.push_back(absl::StrCat("scaling=", MxScaleRoundingName(mx_rounding)));
   }
-  const bool split = TakesSplitK(precision) && splitk >= 2;
-  if (split) absl::StrAppend(&s, "@splitk=", splitk, ",reduce=", SplitKReduceName(reduce));
-  if (algo.has_value()) {
-    absl::StrAppend(&s, IsFp8(precision) || mx || split ? "," : "@", "algo=", *algo);
+  if (TakesSplitK(precision) && splitk >= 2) {
+    options.push_back(absl::StrCat("splitk=", splitk));
+    options.push_back(absl::StrCat("reduce=", SplitKReduceName(reduce)));
   }
+  if (mma.has_value()) {
+    options.push_back(absl::StrCat("mma=", TensorCoreGpuName(*mma)));
+    if (tile_k > 0) options.push_back(absl::StrCat("tile_k=", tile_k));
+    if (tile_k > 0 && residue == KResidue::kFirst) options.push_back("residue=first");
+  }
+  if (algo.has_value()) options.push_back(absl::StrCat("algo=", *algo));
+  std::string s = absl::StrCat(backend, ":", PrecisionName(precision), ":", BiasModeName(bias));
+  if (!options.empty()) absl::StrAppend(&s, "@", absl::StrJoin(options, ","));
   return s;
+}
+
+std::optional<KernelOrder> KernelOrderOf(const Config& c) {
+  if (!c.mma.has_value() || !TakesMma(c.precision)) return std::nullopt;
+  TensorCoreInput a = TensorCoreInput::kBf16, b = TensorCoreInput::kBf16;
+  switch (c.precision) {
+    case Precision::kFp16:
+      a = b = TensorCoreInput::kFp16;
+      break;
+    case Precision::kTf32:
+    case Precision::kTf32Rna:
+    case Precision::kTf32Trunc:
+      a = b = TensorCoreInput::kTf32;
+      break;
+    case Precision::kFp8E4M3:
+    case Precision::kFp8E5M2:
+    case Precision::kFp8E4M3E5M2:
+    case Precision::kFp8E5M2E4M3: {
+      const Fp8Operands f = Fp8OperandsOf(c.precision);
+      a = f.input == DType::kFloat8E5M2 ? TensorCoreInput::kE5M2 : TensorCoreInput::kE4M3;
+      b = f.weight == DType::kFloat8E5M2 ? TensorCoreInput::kE5M2 : TensorCoreInput::kE4M3;
+      break;
+    }
+    default:
+      break;
+  }
+  absl::StatusOr<TensorCoreModel> model = TensorCoreModelFor(*c.mma, a, b);
+  if (!model.ok()) return std::nullopt;  // FP8 on sm80: refused when parsed
+  KernelOrder order;
+  order.model = *model;
+  order.tile_k = c.tile_k;
+  order.residue = c.residue;
+  if (IsFp8(c.precision) && !c.fast_accum) {
+    order.promote = c.tile_k > 0 ? c.tile_k : kDefaultFp8PromoteK;
+  }
+  return order;
 }
 
 Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activation,
@@ -558,6 +659,11 @@ Config ResolveConfig(const ConfigSpec& spec, bool has_bias, Activation activatio
   if (TakesSplitK(spec.precision) && spec.splitk >= 2) {
     c.splitk = spec.splitk;
     c.reduce = spec.reduce.value_or(SplitKReduce::kOutput);
+  }
+  if (TakesMma(spec.precision) && spec.mma.has_value()) {
+    c.mma = spec.mma;
+    c.tile_k = spec.tile_k;
+    c.residue = spec.tile_k > 0 ? spec.residue.value_or(KResidue::kLast) : KResidue::kLast;
   }
   c.algo = spec.algo;
   // ReLU commutes with round-to-nearest (it is monotone and odd-symmetric

@@ -23,6 +23,7 @@
 #include "core/float_formats.h"
 #include "core/mx_formats.h"
 #include "core/tensor.h"
+#include "core/tensor_core_model.h"
 
 namespace tensorcheck {
 
@@ -182,6 +183,23 @@ inline int64_t SplitKSlice(int64_t k, int splitk) {
   return (s + 7) / 8 * 8;
 }
 
+// Kernel replay (docs/numerics.md, "Kernel K order"): the precisions a
+// CPU can compute as a GPU kernel does, each hardware inner product by a
+// generation's tensor-core model (`mma=sm80|sm90|sm100`): the 16- and
+// 19-bit ones with fp32 accumulation, and the scaled FP8 ones (sm90 and
+// sm100).
+inline bool TakesMma(Precision p) {
+  return p == Precision::kBf16 || p == Precision::kFp16 || p == Precision::kTf32 ||
+         p == Precision::kTf32Rna || p == Precision::kTf32Trunc || p == Precision::kFp8E4M3 ||
+         p == Precision::kFp8E5M2 || p == Precision::kFp8E4M3E5M2 || p == Precision::kFp8E5M2E4M3;
+}
+
+// Longest K tile a configuration may name (`tile_k=N`).
+inline constexpr int64_t kMaxTileK = 1024;
+// FP8 split accumulation's promotion interval when `tile_k` is unset:
+// CUTLASS's FP8 tile K, four MMAs of K 32 (its default promotion interval).
+inline constexpr int64_t kDefaultFp8PromoteK = 128;
+
 enum class BiasMode { kNone, kFused, kUnfused };
 
 enum class Activation { kNone, kRelu, kGeluTanh };
@@ -270,7 +288,10 @@ inline constexpr int kMaxAlgorithmIndex = 1023;
 // known. Options: `algo=N` (any precision: the backend's algorithm N,
 // LinearBackend::Algorithms), for the fp8 precisions
 // `scaling=tensor|row|block128` and `fast_accum`, for the mxfp8 ones
-// `scaling=floor|rceil`, for bf16 and fp16 `splitk=N[,reduce=output|fp32]`.
+// `scaling=floor|rceil`, for bf16 and fp16 `splitk=N[,reduce=output|fp32]`,
+// for the TakesMma ones `mma=sm80|sm90|sm100[,tile_k=N][,residue=first|last]`
+// (tile_k a multiple of the model's block, at most kMaxTileK; residue
+// needs tile_k; FP8 needs sm90 or sm100 and a per-tensor or row scaling).
 //
 //   ParseConfigSpec("cublaslt:fp8e4m3:fused@scaling=row,fast_accum")
 //   ParseConfigSpec("cublaslt:fp32:fused@algo=3")
@@ -291,6 +312,11 @@ struct ConfigSpec {
   // kMaxSplitK), reduced as `reduce=output|fp32` says (default output).
   int splitk = 0;
   std::optional<SplitKReduce> reduce;
+  // TakesMma precisions: replay a kernel (`mma=GEN[,tile_k=N][,residue=
+  // first|last]`, KernelOrderOf below).
+  std::optional<TensorCoreGpu> mma;
+  int64_t tile_k = 0;
+  std::optional<KResidue> residue;
   // Unset: the backend's own choice (its algorithm 0).
   std::optional<int> algo = std::nullopt;
 };
@@ -314,21 +340,36 @@ struct Config {
   // partial results reduced as `reduce` says.
   int splitk = 0;
   SplitKReduce reduce = SplitKReduce::kOutput;
+  // TakesMma precisions only: the kernel replayed (unset: none), its K
+  // tile (0: none) and where its partial tile goes.
+  std::optional<TensorCoreGpu> mma;
+  int64_t tile_k = 0;
+  KResidue residue = KResidue::kLast;
   // The backend's algorithm N (docs/numerics.md, "Algorithms"); unset: the
   // backend's own choice for the problem, which may depend on its shape.
   std::optional<int> algo = std::nullopt;
 
   // Canonical `backend:precision:bias`, then the options after one `@`:
   // `scaling=...[,fast_accum]` for an fp8 precision, `scaling=floor|rceil`
-  // for an mxfp8 one, `splitk=N,reduce=...` when split, and `algo=N` when set
-  // (`cublaslt:fp32:fused@algo=3`, `cpu:fp8e4m3:none@scaling=row,algo=0`).
+  // for an mxfp8 one, `splitk=N,reduce=...` when split, `mma=GEN[,tile_k=N]
+  // [,residue=first]` for a replay, and `algo=N` when set
+  // (`cublaslt:fp32:fused@algo=3`, `cpu:fp8e4m3:none@scaling=row,algo=0`,
+  // `cpu:bf16:fused@splitk=2,reduce=fp32,mma=sm90,tile_k=64`).
   std::string ToString() const;
   bool operator==(const Config& o) const {
     return backend == o.backend && precision == o.precision && bias == o.bias &&
            scaling == o.scaling && fast_accum == o.fast_accum && mx_rounding == o.mx_rounding &&
-           splitk == o.splitk && reduce == o.reduce && algo == o.algo;
+           splitk == o.splitk && reduce == o.reduce && mma == o.mma && tile_k == o.tile_k &&
+           residue == o.residue && algo == o.algo;
   }
 };
+
+// The K order a replaying configuration walks (its `mma`, tile and
+// residue; for FP8 without fast accumulation, promotion once per tile,
+// kDefaultFp8PromoteK without one); nullopt without `mma`. The model's
+// input formats are the precision's: bf16, fp16, TF32 (every rounding),
+// FP8 E4M3/E5M2 per operand.
+std::optional<KernelOrder> KernelOrderOf(const Config& c);
 
 // Resolves the bias mode. Without a bias and without an activation whose
 // placement can change the result (GELU), the mode is `none`: fused and
