@@ -333,5 +333,93 @@ TEST(MultiPassTest, InputUnitIsTheResidualOfTheParts) {
   EXPECT_FALSE(StorageExactIn(Precision::kTf32x3, DType::kFloat32));
 }
 
+// ---- Kernel replays (`mma=`, docs/numerics.md, "Kernel K order").
+
+TEST(KernelReplayConfigTest, ParsesAndPrintsCanonically) {
+  struct Case {
+    const char* spec;
+    const char* canonical;
+  };
+  for (const Case& c : {
+           Case{"cpu:bf16:fused@mma=sm90", "cpu:bf16:fused@mma=sm90"},
+           Case{"cpu:bf16:fused@tile_k=64,mma=sm90", "cpu:bf16:fused@mma=sm90,tile_k=64"},
+           Case{"cpu:fp16:fused@mma=sm80,tile_k=32,residue=first",
+                "cpu:fp16:fused@mma=sm80,tile_k=32,residue=first"},
+           Case{"cpu:fp16:fused@mma=sm80,tile_k=32,residue=last",
+                "cpu:fp16:fused@mma=sm80,tile_k=32"},
+           Case{"cpu:bf16:fused@mma=sm90,reduce=fp32,splitk=2",
+                "cpu:bf16:fused@splitk=2,reduce=fp32,mma=sm90"},
+           Case{"cpu:fp8e4m3:fused@mma=sm100,fast_accum",
+                "cpu:fp8e4m3:fused@scaling=tensor,fast_accum,mma=sm100"},
+           Case{"cpu:tf32trunc:fused@mma=sm90,tile_k=16", "cpu:tf32trunc:fused@mma=sm90,tile_k=16"},
+       }) {
+    SCOPED_TRACE(c.spec);
+    absl::StatusOr<ConfigSpec> spec = ParseConfigSpec(c.spec);
+    ASSERT_THAT(spec, IsOk());
+    const Config config =
+        ResolveConfig(*spec, /*has_bias=*/true, Activation::kNone, BiasMode::kFused);
+    EXPECT_EQ(config.ToString(), c.canonical);
+    // The canonical form parses back to the same configuration.
+    absl::StatusOr<ConfigSpec> again = ParseConfigSpec(config.ToString());
+    ASSERT_THAT(again, IsOk());
+    EXPECT_EQ(ResolveConfig(*again, true, Activation::kNone, BiasMode::kFused), config);
+  }
+}
+
+TEST(KernelReplayConfigTest, BadOptionsNameWhatIsWrong) {
+  struct Case {
+    const char* spec;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"cpu:fp32@mma=sm90", "applies to bf16, fp16, the tf32 and the fp8"},
+           Case{"cpu:fp16acc@mma=sm90", "not fp16acc"},
+           Case{"cpu:bf16x3@mma=sm90", "not bf16x3"},
+           Case{"cpu:bf16@mma=sm75", "expected sm80, sm90 or sm100"},
+           Case{"cpu:bf16@tile_k=64", "need mma="},
+           Case{"cpu:bf16@mma=sm90,residue=first", "needs tile_k"},
+           Case{"cpu:bf16@mma=sm90,tile_k=24", "a multiple of 16"},
+           Case{"cpu:bf16@mma=sm80,tile_k=12", "a multiple of 8"},
+           Case{"cpu:bf16@mma=sm90,tile_k=0", "from 1 to 1024"},
+           Case{"cpu:bf16@mma=sm90,tile_k=2048", "from 1 to 1024"},
+           Case{"cpu:bf16@mma=sm90,residue=middle,tile_k=16", "residue=first or residue=last"},
+           Case{"cpu:fp8e4m3@mma=sm80", "no FP8 tensor cores"},
+           Case{"cpu:fp8e4m3@scaling=block128,mma=sm90", "not modelled"},
+           Case{"cpu:bf16@mma=sm90,mma=sm80", "unknown or repeated option 'mma=sm80'"},
+       }) {
+    SCOPED_TRACE(c.spec);
+    EXPECT_THAT(ParseConfigSpec(c.spec, "configs[0]"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("configs[0]"), HasSubstr(c.message))));
+  }
+}
+
+TEST(KernelReplayConfigTest, KernelOrderOfFollowsThePrecisionAndOptions) {
+  auto order_of = [](const char* text) {
+    return KernelOrderOf(
+        ResolveConfig(*ParseConfigSpec(text), false, Activation::kNone, BiasMode::kFused));
+  };
+  EXPECT_FALSE(order_of("cpu:bf16").has_value());
+  // sm80 TF32: blocks of 4 (A100TC.m), 24 fraction bits.
+  std::optional<KernelOrder> o = order_of("cpu:tf32@mma=sm80");
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->model.block, 4);
+  EXPECT_EQ(o->model.align_bits, 24);
+  EXPECT_EQ(o->promote, 0);
+  // FP8 split accumulation promotes once per tile; 128 without one; fast
+  // accumulation never. E4M3 x E5M2 keeps each operand's floor.
+  o = order_of("cpu:fp8e4m3e5m2@mma=sm90,tile_k=64");
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->promote, 64);
+  EXPECT_EQ(o->model.input_min_exponent, -6);
+  EXPECT_EQ(o->model.b_min_exponent, -14);
+  EXPECT_EQ(order_of("cpu:fp8e5m2@mma=sm90")->promote, 128);
+  EXPECT_EQ(order_of("cpu:fp8e5m2@mma=sm90,fast_accum")->promote, 0);
+  o = order_of("cpu:fp16@mma=sm90,tile_k=64,residue=first");
+  EXPECT_EQ(o->tile_k, 64);
+  EXPECT_EQ(o->residue, KResidue::kFirst);
+  EXPECT_EQ(o->Offset(100), 36);
+}
+
 }  // namespace
 }  // namespace tensorcheck

@@ -543,5 +543,101 @@ TEST(TensorCoreModelTest, NearestEvenMatchesIndependentImplementation) {
   }
 }
 
+// ---- Kernel orders: KernelOrderDot against the orders composed here from
+// RefDot (the independent implementation) and IEEE fp32 additions.
+
+// The walk written out: blocks from 0 to the residue's end, then from it
+// (RefDot carries the accumulator); with promotion, each piece from zero
+// and added to a separate fp32 accumulator.
+float RefOrderDot(const std::vector<float>& a, const std::vector<float>& b, const Preset& p,
+                  int64_t tile_k, bool residue_first, int64_t promote) {
+  const size_t k = a.size();
+  const size_t offset = residue_first && tile_k > 0 ? k % static_cast<size_t>(tile_k) : 0;
+  auto part = [&](size_t begin, size_t end, float c) {
+    return RefDot(std::vector<float>(a.begin() + begin, a.begin() + end),
+                  std::vector<float>(b.begin() + begin, b.begin() + end), c, p);
+  };
+  if (promote == 0) return part(offset, k, part(0, offset, 0.0f));
+  float acc = 0.0f;
+  if (offset > 0) acc = acc + part(0, offset, 0.0f);
+  for (size_t s = offset; s < k; s += static_cast<size_t>(promote)) {
+    acc = acc + part(s, std::min(k, s + static_cast<size_t>(promote)), 0.0f);
+  }
+  return acc;
+}
+
+// 1e4 random walks per preset: lengths up to five tiles, tiles of 1 to 4
+// blocks with the residue first or last, promotion (every preset, though
+// only FP8 kernels promote) every tile or none.
+TEST(KernelOrderTest, MatchesOrdersComposedFromTheIndependentImplementation) {
+  for (const Preset& p : kPresets) {
+    SCOPED_TRACE(p.name);
+    const Format f = FormatOf(p.input);
+    KernelOrder order;
+    order.model = ModelOf(p);
+    Values values(0x0de7 + static_cast<uint64_t>(&p - kPresets));
+    int mismatches = 0;
+    for (int t = 0; t < 10000; ++t) {
+      order.tile_k = p.block * values.Uniform(1, 4);
+      order.residue = values.Uniform(0, 1) == 1 ? KResidue::kFirst : KResidue::kLast;
+      order.promote = values.Uniform(0, 1) == 1 ? order.tile_k : 0;
+      const int k = values.Uniform(1, 5 * static_cast<int>(order.tile_k) + 3);
+      const int lo = t % 2 == 0 ? -3 : f.min_exponent, hi = t % 2 == 0 ? 3 : f.min_exponent + 6;
+      std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i) {
+        a[static_cast<size_t>(i)] = values.Input(f, lo, hi, p.input == TensorCoreInput::kE4M3);
+        b[static_cast<size_t>(i)] = values.Input(f, lo, hi, p.input == TensorCoreInput::kE4M3);
+      }
+      const float got = KernelOrderDot(a.data(), b.data(), 1, k, order);
+      const float want =
+          RefOrderDot(a, b, p, order.tile_k, order.residue == KResidue::kFirst, order.promote);
+      if (Bits(got) != Bits(want) && ++mismatches <= 3) {
+        ADD_FAILURE() << "k=" << k << " tile_k=" << order.tile_k << " residue "
+                      << KResidueName(order.residue) << " promote=" << order.promote << ": got "
+                      << std::hexfloat << got << ", want " << want;
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+// Hand-derived: where the residue goes decides which products share a
+// block. sm80 bf16 (blocks of 8, 24 fraction bits), K = 9, a tile of 8,
+// a = eight 2^-25 then 1, b = 1.
+TEST(KernelOrderTest, ResidueFirstShiftsTheBlocks) {
+  KernelOrder order;
+  order.model = *TensorCoreModelFor(TensorCoreGpu::kSm80, TensorCoreInput::kBf16);
+  order.tile_k = 8;
+  std::vector<float> a(9, 0x1p-25f), b(9, 1.0f);
+  a[8] = 1.0f;
+  order.residue = KResidue::kLast;
+  // Blocks {0..7}: 2^-22 exactly; then {8} with C = 2^-22, aligned to 2^0
+  // in units of 2^-24: 2^-22 is 4 of them, kept: 1 + 2^-22.
+  EXPECT_EQ(KernelOrderDot(a.data(), b.data(), 1, 9, order), 1.0f + 0x1p-22f);
+  // Residue first: {0} = 2^-25, then {1..8} with C = 2^-25: seven 2^-25
+  // and the 1 aligned to 2^0, all small terms truncated: 1.
+  order.residue = KResidue::kFirst;
+  EXPECT_EQ(KernelOrderDot(a.data(), b.data(), 1, 9, order), 1.0f);
+}
+
+// Promotion adds each tile's partial with one fp32 rounding to nearest.
+// sm90 E4M3 (13 fraction bits), tiles of 32: 16 * 16 in the first,
+// 0.09375 * 0.0625 = 1.5 2^-8 in the second. Promoted: fp32's unit at
+// 2^16 is 2^-7 and 1.5 2^-8 is 0.75 of it, rounded up: 2^16 + 2^-7. One chain instead aligns the
+// small product to 2^16's 13 fraction bits (units of 2^3) and truncates it away: 2^16.
+TEST(KernelOrderTest, PromotionRoundsToNearest) {
+  KernelOrder order;
+  order.model = *TensorCoreModelFor(TensorCoreGpu::kSm90, TensorCoreInput::kE4M3);
+  order.tile_k = 32;
+  std::vector<float> a(64, 0.0f), b(64, 0.0f);
+  a[0] = b[0] = 256.0f;
+  a[32] = 0.09375f;
+  b[32] = 0.0625f;
+  order.promote = 32;
+  EXPECT_EQ(KernelOrderDot(a.data(), b.data(), 1, 64, order), 65536.0f + 0x1p-7f);
+  order.promote = 0;
+  EXPECT_EQ(KernelOrderDot(a.data(), b.data(), 1, 64, order), 65536.0f);
+}
+
 }  // namespace
 }  // namespace tensorcheck
