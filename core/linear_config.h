@@ -314,7 +314,7 @@ struct ConfigSpec {
   std::optional<SplitKReduce> reduce;
   // TakesMma precisions: replay a kernel (`mma=GEN[,tile_k=N][,residue=
   // first|last]`, KernelOrderOf below).
-  std::optional<TensorCoreGpu> mma;
+  std::optional<TensorCoreGpu> mma = std::nullopt;
   int64_t tile_k = 0;
   std::optional<KResidue> residue;
   // Unset: the backend's own choice (its algorithm 0).
@@ -342,7 +342,7 @@ struct Config {
   SplitKReduce reduce = SplitKReduce::kOutput;
   // TakesMma precisions only: the kernel replayed (unset: none), its K
   // tile (0: none) and where its partial tile goes.
-  std::optional<TensorCoreGpu> mma;
+  std::optional<TensorCoreGpu> mma = std::nullopt;
   int64_t tile_k = 0;
   KResidue residue = KResidue::kLast;
   // The backend's algorithm N (docs/numerics.md, "Algorithms"); unset: the

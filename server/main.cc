@@ -47,6 +47,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "core/status_macros.h"
+#include "server/engine/kernel_orders.h"
 #include "server/service/logging.h"
 #include "server/service/server.h"
 #include "server/service/server_options.h"
@@ -152,6 +153,11 @@ ABSL_FLAG(std::string, default_reference, "",
           "Reference configuration of requests that name none; empty: the fp64 "
           "configuration of the fastest available backend (cublaslt:fp64 on a GPU host, "
           "cpu:fp64 elsewhere).");
+
+ABSL_FLAG(std::string, kernel_orders, "",
+          "Directory of kernel-order tables (*.json) a GPU run recorded (the GPU pack's "
+          "kernel_orders/): the orders a diagnosis replays when a request names a GPU; empty: "
+          "each generation's model from k = 0 (docs/numerics.md, \"Kernel K order\").");
 
 // Credentials.
 ABSL_FLAG(std::string, tokens_file, "",
@@ -286,6 +292,9 @@ absl::StatusOr<tensorcheck::ServerOptions> OptionsFromFlags() {
   TC_ASSIGN_OR_RETURN(o.backends.cublaslt_workspace_bytes,
                       Size(FLAGS_cublaslt_workspace, FLAGS_cublaslt_workspace_mb, 20, old));
   o.engine.default_reference = absl::GetFlag(FLAGS_default_reference);
+  if (const std::string dir = absl::GetFlag(FLAGS_kernel_orders); !dir.empty()) {
+    TC_ASSIGN_OR_RETURN(o.engine.kernel_orders, tensorcheck::LoadKernelOrderTables(dir));
+  }
 
   o.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   TC_ASSIGN_OR_RETURN(o.credentials_reload,

@@ -41,6 +41,18 @@ absl::Status LinearBackend::Supports(const Config& config, DType storage) const 
                                                       ": backend '", name(), "' does not accept ",
                                                       DTypeName(storage), " inputs"));
   }
+  if (config.mma.has_value() && !replays_kernels()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(), ": backend '", name(),
+                     "' runs its own kernels; mma= names a replay on the cpu backend"));
+  }
+  if (config.mma.has_value() && IsFp8(config.precision) &&
+      config.scaling == Fp8Scaling::kBlock128) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("configuration ", config.ToString(),
+                     ": a kernel replay (mma=) of block-wise FP8 is not modelled; per tensor or "
+                     "row scaling"));
+  }
   if (config.algo.value_or(0) != 0 && !selects_algorithms()) {
     return absl::FailedPreconditionError(
         absl::StrCat("configuration ", config.ToString(), ": backend '", name(),

@@ -221,6 +221,11 @@ class LinearBackend {
   // A backend that says no runs one algorithm per configuration (the CPU
   // emulation: one summation order per precision).
   virtual bool selects_algorithms() const { return false; }
+  // Whether the backend replays GPU kernels (`mma=` configurations,
+  // docs/numerics.md, "Kernel K order"): the CPU emulation does; a GPU
+  // backend runs its own kernels. The default Supports refuses `mma=`
+  // elsewhere.
+  virtual bool replays_kernels() const { return false; }
 
   // The algorithms `config` (its own `algo` ignored) can run `problem`
   // with, at most `limit`, in the backend's order of preference for this

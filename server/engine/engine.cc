@@ -241,6 +241,9 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
     return InvalidFieldError("repeat", absl::StrCat("0..", options_.limits.max_repeat),
                              absl::StrCat(req.repeat));
   }
+  if (!req.gpu.empty()) {
+    TC_ASSIGN_OR_RETURN(plan.gpu, ParseGpuName(req.gpu, "gpu"));
+  }
   // Configurations: a diagnosis that names none takes the default set for
   // these operands, on backends that can run this layer.
   const LinearProblem layer = ProblemOf(req, plan);
@@ -255,6 +258,13 @@ absl::StatusOr<Engine::Plan> Engine::MakePlan(const LinearRequest& req, bool dia
         DefaultCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation, fp8.scaling,
                           layer, &plan.passed_over, &prepared, fp8.block_precision);
     plan.tiers = {1};
+    if (plan.gpu.has_value()) {
+      for (std::string& c : ReplayCandidates(*plan.gpu, x.dtype(), w.dtype(), req.bias.has_value(),
+                                             req.activation, fp8.scaling, layer, &prepared,
+                                             fp8.block_precision, &plan.replay_sources)) {
+        if (absl::c_find(config_specs, c) == config_specs.end()) config_specs.push_back(c);
+      }
+    }
     if (second_tier) {
       for (std::string& c :
            SecondTierCandidates(x.dtype(), w.dtype(), req.bias.has_value(), req.activation, layer,
@@ -709,6 +719,17 @@ absl::Status Engine::FinishDiagnosis(const LinearRequest& request, const Plan& p
                                      VerifyOutcome* out) const {
   VerifyOutcome& outcome = *out;
   TC_RETURN_IF_ERROR(CheckBatches(request, plan, &outcome));
+  if (plan.gpu.has_value()) {
+    outcome.notes.push_back(
+        plan.tiers.empty()
+            ? absl::StrCat("gpu '", request.gpu,
+                           "' adds replays to the default candidates only; this request named "
+                           "its configurations (a replay is `cpu:PRECISION@mma=",
+                           TensorCoreGpuName(*plan.gpu), "`).")
+            : absl::StrCat("Replays of ", request.gpu, "'s kernels (", TensorCoreGpuName(*plan.gpu),
+                           " tensor-core model) are among the candidates: ",
+                           absl::StrJoin(plan.replay_sources, "; "), "."));
+  }
   // With accepted configurations the verdict is the diagnosis's: rounding
   // of one of them.
   if (!plan.accept.empty()) outcome.passed = outcome.diagnosis->accepted;
@@ -877,6 +898,38 @@ std::vector<std::string> Engine::SecondTierCandidates(
     std::vector<PreparedRun>* prepared) const {
   return OnBestBackends(SecondTierCandidateSpecs(storage, weight_storage, layer ? layer->k : 0),
                         storage, has_bias, activation, layer, passed_over, prepared);
+}
+
+std::vector<std::string> Engine::ReplayCandidates(
+    TensorCoreGpu gpu, DType storage, DType weight_storage, bool has_bias, Activation activation,
+    Fp8Scaling scaling, const LinearProblem& layer, std::vector<PreparedRun>* prepared,
+    std::optional<Precision> block_precision, std::vector<std::string>* sources) const {
+  std::vector<ConfigSpec> replays;
+  for (ConfigSpec spec :
+       FirstTierCandidateSpecs(storage, weight_storage, scaling, block_precision)) {
+    if (!TakesMma(spec.precision)) continue;
+    if (IsFp8(spec.precision) &&
+        (gpu == TensorCoreGpu::kSm80 || spec.scaling == Fp8Scaling::kBlock128)) {
+      continue;
+    }
+    const ReplayOrder order =
+        ReplayOrderFor(options_.kernel_orders, gpu, spec.precision, layer.m, layer.n, layer.k);
+    // The recorded options, checked when the table was loaded, on this
+    // candidate's precision.
+    absl::StatusOr<ConfigSpec> replay =
+        ParseConfigSpec(absl::StrCat("cpu:", PrecisionName(spec.precision), "@", order.options));
+    if (!replay.ok()) continue;
+    spec.mma = replay->mma;
+    spec.tile_k = replay->tile_k;
+    spec.residue = replay->residue;
+    spec.splitk = replay->splitk;
+    spec.reduce = replay->reduce;
+    replays.push_back(spec);
+    if (sources != nullptr && absl::c_find(*sources, order.source) == sources->end()) {
+      sources->push_back(order.source);
+    }
+  }
+  return OnBestBackends(replays, storage, has_bias, activation, layer, nullptr, prepared);
 }
 
 std::vector<std::string> Engine::OnBestBackends(const std::vector<ConfigSpec>& specs, DType storage,

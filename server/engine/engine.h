@@ -29,6 +29,7 @@
 #include "server/backends/device_session.h"
 #include "server/backends/linear_backend.h"
 #include "server/engine/batch_invariance.h"
+#include "server/engine/kernel_orders.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
 
@@ -97,6 +98,10 @@ struct EngineOptions {
   // backend's Run, and its output is compared on the host (the baseline
   // of gpu_bench).
   bool device_sessions = true;
+  // Kernels recorded on GPUs (kernel_orders.h): the orders a diagnosis
+  // replays when a request names a GPU; none: each generation's model
+  // from k = 0.
+  std::vector<KernelOrderTable> kernel_orders;
 };
 
 // What the client asked for, already decoded into core types.
@@ -160,6 +165,10 @@ struct LinearRequest {
   // The bound_ratio above which the call diverges (CallDecision); unset:
   // kDefaultBoundThreshold.
   std::optional<double> bound_threshold;
+  // A GPU (ParseGpuName's names): a diagnosis over default candidates adds
+  // the CPU replays of that GPU's default kernels (docs/numerics.md,
+  // "Kernel K order") to its first tier. Empty: none.
+  std::string gpu;
 };
 
 struct ConfigOutcome {
@@ -425,6 +434,19 @@ class Engine {
       const std::optional<LinearProblem>& layer = std::nullopt,
       std::map<std::string, std::string>* passed_over = nullptr,
       std::vector<PreparedRun>* prepared = nullptr) const;
+
+  // The replays of `gpu`'s default kernels for this layer
+  // (ReplayOrderFor): each first-tier candidate whose precision a replay
+  // takes (TakesMma; FP8 from sm90, not block-wise) with the recorded
+  // kernel's options, on the backend that replays kernels, with the same
+  // arguments as DefaultCandidates. `sources`, when given, receives each
+  // distinct ReplayOrder::source.
+  std::vector<std::string> ReplayCandidates(TensorCoreGpu gpu, DType storage, DType weight_storage,
+                                            bool has_bias, Activation activation,
+                                            Fp8Scaling scaling, const LinearProblem& layer,
+                                            std::vector<PreparedRun>* prepared = nullptr,
+                                            std::optional<Precision> block_precision = std::nullopt,
+                                            std::vector<std::string>* sources = nullptr) const;
 
   const EngineOptions& options() const { return options_; }
   const BackendRegistry& registry() const { return *registry_; }

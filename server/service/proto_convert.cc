@@ -386,6 +386,7 @@ absl::StatusOr<LinearRequest> FromProto(const v1::VerifyRequest& r, const Reques
     }
     req.bound_threshold = threshold;
   }
+  req.gpu = r.gpu();  // checked by the engine (ParseGpuName)
   return req;
 }
 

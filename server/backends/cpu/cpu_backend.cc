@@ -25,6 +25,7 @@
 #include "server/backends/cpu/internal/allocate.h"
 #include "server/backends/cpu/internal/fp16_accumulate.h"
 #include "server/backends/cpu/internal/fp8_accumulate.h"
+#include "server/backends/cpu/internal/tensor_core_accumulate.h"
 #include "server/stats/blas_gemm.h"
 
 namespace tensorcheck {
@@ -358,10 +359,27 @@ struct Arithmetic {
   // kFp32: split-K into `splitk` slices (0: one GEMM), reduced as `reduce`.
   int splitk = 0;
   SplitKReduce reduce = SplitKReduce::kOutput;
+  // kFp32 and kFp8: a kernel replay (docs/numerics.md, "Kernel K order"),
+  // the configuration's `mma`, `tile_k` and `residue`; `rounding` is then
+  // the precision itself, whose formats the model takes.
+  std::optional<TensorCoreGpu> mma = std::nullopt;
+  int64_t tile_k = 0;
+  KResidue residue = KResidue::kLast;
   bool operator==(const Arithmetic& o) const {
     return kind == o.kind && rounding == o.rounding && scaling == o.scaling &&
            fast_accum == o.fast_accum && mx_rounding == o.mx_rounding && splitk == o.splitk &&
-           reduce == o.reduce;
+           reduce == o.reduce && mma == o.mma && tile_k == o.tile_k && residue == o.residue;
+  }
+  // The K order of a replay (nullopt without one).
+  std::optional<KernelOrder> order() const {
+    if (!mma.has_value()) return std::nullopt;
+    Config c;
+    c.precision = rounding;
+    c.fast_accum = fast_accum;
+    c.mma = mma;
+    c.tile_k = tile_k;
+    c.residue = residue;
+    return KernelOrderOf(c);
   }
 };
 
@@ -370,7 +388,11 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
   if (IsFp8(precision)) {
     // FP8 operands bring their scales; the scaling still says how they are
     // applied (single scales of a 1 x 1 layer fit either recipe).
-    return Arithmetic{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
+    Arithmetic a{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
+    a.mma = config.mma;
+    a.tile_k = config.tile_k;
+    a.residue = config.residue;
+    return a;
   }
   switch (precision) {
     case Precision::kFp64:
@@ -387,11 +409,16 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
     if (!IsNarrow(p.input->dtype())) a.mx_rounding = config.mx_rounding;
     return a;
   }
-  const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
   // Rounding changes nothing when exact: the stored values, read as fp32,
   // are the operands (fp32 precision reads fp64 storage exactly only when
-  // the values are fp32 ones, which ValuesExactIn checked).
+  // the values are fp32 ones, which ValuesExactIn checked). A replay keeps
+  // its precision: the model's formats are its.
+  const bool exact = !config.mma.has_value() && ValuesExactIn(precision, *p.input) &&
+                     ValuesExactIn(precision, *p.weight);
   Arithmetic a{Arithmetic::kFp32, exact ? Precision::kFp32 : precision};
+  a.mma = config.mma;
+  a.tile_k = config.tile_k;
+  a.residue = config.residue;
   if (config.splitk >= 2 && TakesSplitK(precision)) {
     a.splitk = config.splitk;
     a.reduce = config.reduce;
@@ -528,12 +555,17 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
     scales->weight = std::move(qw->scales);
   }
   if (a.scaling == Fp8Scaling::kBlock128) {
+    if (a.mma.has_value()) {
+      return absl::FailedPreconditionError(
+          "a kernel replay (mma=) of block-wise FP8 is not modelled: per tensor or row scaling");
+    }
     Tensor acc;
     TC_ASSIGN_OR_RETURN(acc, AccumulateFp8Blocks(q, *scales, a.fast_accum, threads, stop));
     *scales = Scales{};  // applied block by block
     return acc;
   }
-  if (!a.fast_accum) {
+  const std::optional<KernelOrder> order = a.order();
+  if (!a.fast_accum && !order.has_value()) {
     // FP8 values read as fp32 are exact and so are their products.
     return Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32}, threads, block_columns,
                       stop);
@@ -550,9 +582,15 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
     TC_RETURN_IF_ERROR(CheckStop(stop));
     const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
     WidenWeightBlock(*q.weight, p.layout, j0, nb, nb, wb.get());
-    TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(x, wb.get(), p.layout, p.m, nb, p.k,
-                                                   /*ldw=*/nb, FastAccumModel{}, threads, c + j0,
-                                                   /*ldc=*/p.n, stop));
+    if (order.has_value()) {
+      TC_RETURN_IF_ERROR(internal::TensorCoreAccumulate(x, wb.get(), p.layout, p.m, nb, p.k,
+                                                        /*ldw=*/nb, *order, threads, c + j0,
+                                                        /*ldc=*/p.n, stop));
+    } else {
+      TC_RETURN_IF_ERROR(internal::Fp8FastAccumulate(x, wb.get(), p.layout, p.m, nb, p.k,
+                                                     /*ldw=*/nb, FastAccumModel{}, threads, c + j0,
+                                                     /*ldc=*/p.n, stop));
+    }
   }
   return acc;
 }
@@ -642,12 +680,14 @@ absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic 
 
 // Split-K (docs/numerics.md, "Split-K"): K cut into a.splitk slices
 // (SplitKSlice: CUTLASS's), each an fp32 GEMM of the rounded operands
-// (OpenBLAS's order within the slice), the partial results reduced left to
+// (OpenBLAS's order within the slice; a replay's kernel order, from a zero
+// accumulator, with one), the partial results reduced left to
 // right: in the output type (each partial rounded to it, then each
 // addition done in fp32 and rounded to it) or in fp32. Every slice's
 // operands are widened into buffers of [m or n, slice] floats.
-absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
+absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a, int threads,
                                         const StopSignal* stop) {
+  const std::optional<KernelOrder> order = a.order();
   const int64_t slice = SplitKSlice(p.k, a.splitk);
   const int64_t mn = p.m * p.n;
   TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
@@ -666,8 +706,14 @@ absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a,
     WidenSliceOfK(p, k0, ks, row.get(), xs.get(), ws.get());
     RoundInputs(a.rounding, xs.get(), p.m * ks);
     RoundInputs(a.rounding, ws.get(), p.n * ks);
-    TC_RETURN_IF_ERROR(
-        BlasGemm(xs.get(), ws.get(), WeightLayout::kOutIn, p.m, p.n, ks, partial.get(), stop));
+    if (order.has_value()) {
+      TC_RETURN_IF_ERROR(internal::TensorCoreAccumulate(xs.get(), ws.get(), WeightLayout::kOutIn,
+                                                        p.m, p.n, ks, /*ldw=*/ks, *order, threads,
+                                                        partial.get(), /*ldc=*/p.n, stop));
+    } else {
+      TC_RETURN_IF_ERROR(
+          BlasGemm(xs.get(), ws.get(), WeightLayout::kOutIn, p.m, p.n, ks, partial.get(), stop));
+    }
     for (int64_t e = 0; e < mn; ++e) {
       if (!in_output) {
         r[e] = first ? partial[e] : r[e] + partial[e];
@@ -751,34 +797,44 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
     }
     case Arithmetic::kFp32:
     case Arithmetic::kFp16Acc: {
-      if (a.kind == Arithmetic::kFp32 && a.splitk >= 2) return AccumulateSplitK(p, a, stop);
+      if (a.kind == Arithmetic::kFp32 && a.splitk >= 2) {
+        return AccumulateSplitK(p, a, threads, stop);
+      }
       const bool fp16acc = a.kind == Arithmetic::kFp16Acc;
+      // A replay runs the tensor-core model in the kernel's K order, each
+      // element on its own, as fp16acc's loops do.
+      const std::optional<KernelOrder> order = a.order();
+      const bool own_loops = fp16acc || order.has_value();
       std::unique_ptr<float[]> x_owned;
       TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, a.rounding, &x_owned));
       TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
       float* c = acc.data<float>();
-      if (weight.dtype() == DType::kFloat32 && !NeedsRounding(a.rounding)) {
+      if (weight.dtype() == DType::kFloat32 && !NeedsRounding(a.rounding) && !own_loops) {
         // fp16acc always rounds, so this is the BLAS product.
         TC_RETURN_IF_ERROR(BlasGemm(x, weight.data<float>(), p.layout, p.m, p.n, p.k, c, stop));
         return acc;
       }
       const WeightBlocks blocks =
-          PlanWeightBlocks(p.m, p.n, p.k, sizeof(float), block_columns, /*blas=*/!fp16acc);
+          PlanWeightBlocks(p.m, p.n, p.k, sizeof(float), block_columns, /*blas=*/!own_loops);
       TC_ASSIGN_OR_RETURN(std::unique_ptr<float[]> wb,
                           internal::Allocate<float>(blocks.padded_columns * p.k));
       std::unique_ptr<float[]> scratch;
-      if (!fp16acc) {
+      if (!own_loops) {
         TC_ASSIGN_OR_RETURN(scratch, internal::Allocate<float>(blocks.padded_columns * p.m));
       }
       for (int64_t b = 0; b < blocks.count; ++b) {
         TC_RETURN_IF_ERROR(CheckStop(stop));
         const int64_t j0 = blocks.begin(b), nb = blocks.columns_of(b);
-        // fp16 accumulation sums each element on its own, k ascending: its
+        // fp16 accumulation and a replay sum each element on its own: their
         // blocks need no padding, and go straight into the accumulator.
-        const int64_t padded = fp16acc ? nb : PaddedColumns(nb);
+        const int64_t padded = own_loops ? nb : PaddedColumns(nb);
         WidenWeightBlock(weight, p.layout, j0, nb, padded, wb.get());
         RoundInputs(a.rounding, wb.get(), padded * p.k);
-        if (fp16acc) {
+        if (order.has_value()) {
+          TC_RETURN_IF_ERROR(internal::TensorCoreAccumulate(x, wb.get(), p.layout, p.m, nb, p.k,
+                                                            /*ldw=*/nb, *order, threads, c + j0,
+                                                            /*ldc=*/p.n, stop));
+        } else if (fp16acc) {
           TC_RETURN_IF_ERROR(internal::Fp16Accumulate(x, wb.get(), p.layout, p.m, nb, p.k, threads,
                                                       c + j0, /*ldc=*/p.n, stop));
         } else {
@@ -900,8 +956,8 @@ absl::StatusOr<Tensor> Finish(const LinearProblem& p, const Config& config, Tens
 // summation order per element whatever the batch (docs/numerics.md,
 // "Batch invariance").
 std::map<std::string, std::string> DetailsOf(const Config& config) {
-  const bool own_loops =
-      config.precision == Precision::kFp16Acc || (IsFp8(config.precision) && config.fast_accum);
+  const bool own_loops = config.precision == Precision::kFp16Acc ||
+                         (IsFp8(config.precision) && config.fast_accum) || config.mma.has_value();
   std::map<std::string, std::string> details;
   if (own_loops) {
     details["kernel"] = "tensorcheck loops (one dot product per element)";
@@ -943,9 +999,23 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
     }
     details["accumulation"] = "fp32 GEMM of the dequantised values";
   }
+  if (const std::optional<KernelOrder> order = KernelOrderOf(config)) {
+    const TensorCoreModel& m = order->model;
+    details["replay"] = absl::StrCat(
+        TensorCoreGpuName(*config.mma), " tensor-core model: blocks of ", m.block,
+        " products aligned to ", m.align_bits, " fraction bits, truncated to ", m.result_bits,
+        " bits",
+        order->tile_k > 0 ? absl::StrCat("; K tiles of ", order->tile_k, ", residue ",
+                                         KResidueName(order->residue))
+                          : "",
+        order->promote > 0 ? absl::StrCat("; promoted to fp32 every ", order->promote) : "");
+  }
   if (IsFp8(config.precision)) {
     details["fp8_scaling"] = std::string(Fp8ScalingName(config.scaling));
-    if (config.fast_accum) {
+    if (config.mma.has_value()) {
+      details["accumulation"] = config.fast_accum ? "fast (the tensor-core model's chain)"
+                                                  : "fp32 (promotions of the model's partials)";
+    } else if (config.fast_accum) {
       const FastAccumModel model;
       details["accumulation"] =
           absl::StrCat("fast (model: ", model.accumulator_bits, " fraction bits, groups of ",
@@ -1010,12 +1080,14 @@ absl::Status CpuBackend::RunBatch(const LinearProblem& problem,
   // ArithmeticOf may scan the operands (ValuesExactIn): once per precision
   // and FP8 options, not once per configuration (fused, unfused and the
   // reference share one).
-  std::map<std::tuple<Precision, Fp8Scaling, bool, MxScaleRounding, int, SplitKReduce>, Arithmetic>
+  std::map<std::tuple<Precision, Fp8Scaling, bool, MxScaleRounding, int, SplitKReduce,
+                      std::optional<TensorCoreGpu>, int64_t, KResidue>,
+           Arithmetic>
       arithmetic_of;
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
-    const auto key =
-        std::make_tuple(c.precision, c.scaling, c.fast_accum, c.mx_rounding, c.splitk, c.reduce);
+    const auto key = std::make_tuple(c.precision, c.scaling, c.fast_accum, c.mx_rounding, c.splitk,
+                                     c.reduce, c.mma, c.tile_k, c.residue);
     auto known = arithmetic_of.find(key);
     if (known == arithmetic_of.end())
       known = arithmetic_of.emplace(key, ArithmeticOf(problem, c)).first;

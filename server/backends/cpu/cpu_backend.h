@@ -40,6 +40,7 @@ class CpuBackend final : public LinearBackend {
   std::vector<Precision> precisions() const override;
   std::vector<BiasMode> bias_modes() const override;
   BiasMode default_bias_mode() const override { return BiasMode::kFused; }
+  bool replays_kernels() const override { return true; }
   std::vector<DType> storage_dtypes() const override;
 
   using LinearBackend::Run;

@@ -56,6 +56,10 @@ struct Engine::Plan {
   // A diagnosis over default candidates: the tiers they come from
   // (DiagnosisOutcome::tiers); empty when the request named them.
   std::vector<int> tiers;
+  // The request's GPU, when it named one, and where the orders of its
+  // kernels' replays come from (ReplayOrder::source, one per distinct).
+  std::optional<TensorCoreGpu> gpu;
+  std::vector<std::string> replay_sources;
   // Runs an earlier tier of this request made (its configurations and
   // reference, times its repeats): counted by CheckCost against the work
   // per request.
