@@ -18,7 +18,10 @@
 // rows, which is what the cuBLASLt BIAS epilogue adds.
 //
 // Algorithms (`algo=N`, LinearBackend::Algorithms): entry N of the list is
-// what `algo=N` runs, entry 0 what runs when no algorithm is named.
+// what `algo=N` runs, entry 0 what runs when no algorithm is named. Each
+// cuBLASLt entry's details, and the run's, carry the CPU configuration that
+// replays its kernel ("replay", or "replay_unavailable" with the reason;
+// replay_rules.h) when operands.replay is set.
 // cuBLASLt's list is its heuristic's answer for the very descriptors the
 // run builds (cublasLtMatmulAlgoGetHeuristic, in its order of estimated
 // time); cuBLAS's is CUBLAS_GEMM_DEFAULT, then CUBLAS_GEMM_ALGO0..ALGO23.
@@ -55,6 +58,7 @@
 #include "core/linear_config.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
+#include "server/backends/cuda/internal/replay_rules.h"
 #include "server/backends/cuda/internal/splitk_rules.h"
 #include "server/backends/linear_backend.h"
 
@@ -94,6 +98,10 @@ struct GemmOperands {
   // cuBLASLt only: the split-K count and reduction scheme the algorithm is
   // given (splitk_rules.h's CheckSplitK); unset: the heuristic's own.
   std::optional<SplitKGemm> split;
+  // cuBLASLt only: the run whose kernels a CPU replays (replay_rules.h),
+  // for the "replay" detail of each algorithm described; unset: none
+  // described (the multi-pass precisions' partial GEMMs).
+  std::optional<ReplayRun> replay;
 };
 
 // alpha = 1, beta = 0 in the scale type.

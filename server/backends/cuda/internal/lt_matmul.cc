@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -24,6 +26,7 @@
 #include "server/backends/cuda/internal/compare_args.h"
 #include "server/backends/cuda/internal/cuda_kernels.h"
 #include "server/backends/cuda/internal/gemm_call.h"
+#include "server/backends/cuda/internal/replay_rules.h"
 #include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck::cuda::internal {
@@ -36,6 +39,53 @@ static_assert(static_cast<uint32_t>(LtReductionScheme::kComputeType) ==
               CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 static_assert(static_cast<uint32_t>(LtReductionScheme::kOutputType) ==
               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+
+// replay_rules.h's stages table is cublasLt.h's: each id and the K of its
+// stage, and no id past the header's last.
+#define TC_LT_STAGES(K, N) \
+  static_assert(LtStagesId(K, N) == CUBLASLT_MATMUL_STAGES_##K##x##N, "stages " #K "x" #N);
+#define TC_LT_STAGES_AUTO(K) \
+  static_assert(LtStagesId(K, 0) == CUBLASLT_MATMUL_STAGES_##K##xAUTO, "stages " #K "xAUTO");
+TC_LT_STAGES(16, 1)
+TC_LT_STAGES(16, 2)
+TC_LT_STAGES(16, 3)
+TC_LT_STAGES(16, 4)
+TC_LT_STAGES(16, 5)
+TC_LT_STAGES(16, 6)
+TC_LT_STAGES(32, 1)
+TC_LT_STAGES(32, 2)
+TC_LT_STAGES(32, 3)
+TC_LT_STAGES(32, 4)
+TC_LT_STAGES(32, 5)
+TC_LT_STAGES(32, 6)
+TC_LT_STAGES(64, 1)
+TC_LT_STAGES(64, 2)
+TC_LT_STAGES(64, 3)
+TC_LT_STAGES(64, 4)
+TC_LT_STAGES(64, 5)
+TC_LT_STAGES(64, 6)
+TC_LT_STAGES(128, 1)
+TC_LT_STAGES(128, 2)
+TC_LT_STAGES(128, 3)
+TC_LT_STAGES(128, 4)
+TC_LT_STAGES(128, 5)
+TC_LT_STAGES(128, 6)
+TC_LT_STAGES(32, 10)
+TC_LT_STAGES(8, 4)
+TC_LT_STAGES(16, 10)
+TC_LT_STAGES(8, 5)
+TC_LT_STAGES(8, 3)
+TC_LT_STAGES_AUTO(8)
+TC_LT_STAGES_AUTO(16)
+TC_LT_STAGES_AUTO(32)
+TC_LT_STAGES_AUTO(64)
+TC_LT_STAGES_AUTO(128)
+TC_LT_STAGES_AUTO(256)
+TC_LT_STAGES_AUTO(768)
+#undef TC_LT_STAGES
+#undef TC_LT_STAGES_AUTO
+static_assert(std::size(kLtStages) == 36 && CUBLASLT_MATMUL_STAGES_END == 39,
+              "cublasLt.h has stages ids replay_rules.h does not know");
 
 // The most algorithm ids a split-K configuration looks through when none
 // of the heuristic's entries takes the split.
@@ -109,13 +159,16 @@ cublasLtEpilogue_t EpilogueOf(bool bias, ActKind act) {
 
 // One heuristic result as RunResult::details / AlgorithmInfo::details: the
 // algorithm's configuration as far as cuBLASLt tells it, the workspace it
-// needs and the most it was allowed, and the heuristic's waves count.
+// needs and the most it was allowed, the heuristic's waves count and, for a
+// `replay` run, the CPU configuration that replays the kernel
+// (replay_rules.h).
 void DescribeAlgorithm(const cublasLtMatmulHeuristicResult_t& h, uint64_t workspace_limit,
-                       Details* details) {
+                       const std::optional<ReplayRun>& replay, Details* details) {
   Details& d = *details;
   size_t written = 0;
   int32_t id = 0, splitk = 0;
   uint32_t tile = 0, stages = 0, scheme = 0, custom = 0;
+  LtAlgoConfig told;
   if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
                                            &written) == CUBLAS_STATUS_SUCCESS) {
     d["algo"] = absl::StrCat(id);
@@ -127,14 +180,17 @@ void DescribeAlgorithm(const cublasLtMatmulHeuristicResult_t& h, uint64_t worksp
   if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
                                            sizeof(stages), &written) == CUBLAS_STATUS_SUCCESS) {
     d["algo_stages"] = absl::StrCat(stages);
+    told.stages = stages;
   }
   if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
                                            sizeof(splitk), &written) == CUBLAS_STATUS_SUCCESS) {
     d["algo_splitk"] = absl::StrCat(splitk);
+    told.splitk = splitk;
   }
   if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
                                            sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS) {
     d["algo_reduction_scheme"] = absl::StrCat(scheme);
+    told.scheme = scheme;
   }
   if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
                                            sizeof(custom), &written) == CUBLAS_STATUS_SUCCESS) {
@@ -143,6 +199,7 @@ void DescribeAlgorithm(const cublasLtMatmulHeuristicResult_t& h, uint64_t worksp
   d["algo_workspace_bytes"] = absl::StrCat(h.workspaceSize);
   d["workspace_limit_bytes"] = absl::StrCat(workspace_limit);
   d["waves_count"] = absl::StrFormat("%.4g", h.wavesCount);
+  if (replay) DescribeReplay(*replay, told, details);
 }
 
 // Everything before the heuristic: the operation's descriptor, the
@@ -530,7 +587,7 @@ class LtMatmul final : public GemmCall {
           setup_.workspace_limit(), " bytes); algo=", algo, " is out of range"));
     }
     heuristic_ = results[static_cast<size_t>(algo)];
-    DescribeAlgorithm(heuristic_, setup_.workspace_limit(), details);
+    DescribeAlgorithm(heuristic_, setup_.workspace_limit(), ops_.replay, details);
     (*details)["algo_index"] = absl::StrCat(algo);
     if (!source.empty()) (*details)["split_k_algo_source"] = source;
     return absl::OkStatus();
@@ -597,7 +654,7 @@ absl::StatusOr<std::vector<AlgorithmInfo>> LtAlgorithms(const GemmOperands& oper
   for (size_t i = 0; i < count; ++i) {
     AlgorithmInfo info;
     info.index = static_cast<int>(i);
-    DescribeAlgorithm(results[i], setup.workspace_limit(), &info.details);
+    DescribeAlgorithm(results[i], setup.workspace_limit(), operands.replay, &info.details);
     if (i < sources.size()) info.details["split_k_algo_source"] = sources[i];
     out.push_back(std::move(info));
   }

@@ -52,6 +52,7 @@
 #include "server/backends/cuda/internal/gemm_call.h"
 #include "server/backends/cuda/internal/gemm_plan.h"
 #include "server/backends/cuda/internal/multi_pass_rules.h"
+#include "server/backends/cuda/internal/replay_rules.h"
 #include "server/backends/cuda/internal/splitk_rules.h"
 
 namespace tensorcheck::cuda::internal {
@@ -619,6 +620,19 @@ GemmOperands GemmShapeOf(const RunSetup& setup, const LayerTypes& l, cudaStream_
   return ops;
 }
 
+// The run whose kernels a CPU replays (replay_rules.h): cuBLASLt's GEMM of
+// the configuration itself, not a multi-pass precision's partial GEMMs.
+std::optional<ReplayRun> ReplayRunOf(const RunSetup& setup, const Config& config,
+                                     const LayerTypes& layer, ComputeCapability cc) {
+  if (!setup.lt || setup.multi_pass.has_value()) return std::nullopt;
+  ReplayRun r;
+  r.config = config;
+  r.device = cc;
+  r.d = setup.plan.d;
+  r.out = layer.output_dtype;
+  return r;
+}
+
 // The GEMM's shape, with a placeholder for every pointer: the heuristic
 // reads the descriptors' pointers (bias, FP8 scales) for their alignment
 // only (cublasLt.h); the run's arrays come from allocations aligned to at
@@ -697,6 +711,7 @@ absl::StatusOr<SessionRun> RunOnSession(CudaSession& s, const SessionOperands& o
   const Plan& plan = setup.plan;
 
   GemmOperands ops = GemmShapeOf(setup, layer, s.stream());
+  ops.replay = ReplayRunOf(setup, config, layer, TraitsOf(s.device()).cc);
   ArrayRef x_ab, w_ab;
   if (plan.fp8) {
     TC_ASSIGN_OR_RETURN(const Fp8Arrays f, Fp8Operands(s, op, scales, config, *plan.fp8));
@@ -816,8 +831,10 @@ absl::StatusOr<std::vector<AlgorithmInfo>> AlgorithmsOnSession(
   c.algo.reset();  // the list is the same whichever entry the configuration names
   TC_ASSIGN_OR_RETURN(const RunSetup setup, SetUp(c, layer, options, TraitsOf(s.device()), fp8));
   if (!setup.lt) return CublasAlgorithms(limit);
-  return LtAlgorithms(PlaceholderOperands(setup, layer, c, s.stream()), s.ctx(), options, limit,
-                      c.ToString(), s.device().probe().description.name);
+  GemmOperands ops = PlaceholderOperands(setup, layer, c, s.stream());
+  ops.replay = ReplayRunOf(setup, c, layer, TraitsOf(s.device()).cc);
+  return LtAlgorithms(ops, s.ctx(), options, limit, c.ToString(),
+                      s.device().probe().description.name);
 }
 
 absl::Status BuildDescriptors(const Config& config, const LayerTypes& layer,
