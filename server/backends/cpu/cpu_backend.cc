@@ -412,10 +412,15 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
   // Rounding changes nothing when exact: the stored values, read as fp32,
   // are the operands (fp32 precision reads fp64 storage exactly only when
   // the values are fp32 ones, which ValuesExactIn checked). A replay keeps
-  // its precision: the model's formats are its.
-  const bool exact = !config.mma.has_value() && ValuesExactIn(precision, *p.input) &&
-                     ValuesExactIn(precision, *p.weight);
-  Arithmetic a{Arithmetic::kFp32, exact ? Precision::kFp32 : precision};
+  // its precision, whose formats the model takes; only the TF32 roundings
+  // are one replay where the values are TF32 ones.
+  const bool exact = ValuesExactIn(precision, *p.input) && ValuesExactIn(precision, *p.weight);
+  Precision rounding = exact ? Precision::kFp32 : precision;
+  if (config.mma.has_value()) {
+    const bool tf32 = precision == Precision::kTf32Rna || precision == Precision::kTf32Trunc;
+    rounding = exact && tf32 ? Precision::kTf32 : precision;
+  }
+  Arithmetic a{Arithmetic::kFp32, rounding};
   a.mma = config.mma;
   a.tile_k = config.tile_k;
   a.residue = config.residue;

@@ -195,6 +195,21 @@ TEST(CpuReplayTest, Fp8PromotesOncePerTile) {
   }
 }
 
+// bf16 values are TF32 ones: the three TF32 roundings' replays multiply
+// the same values in the same model, one arithmetic.
+TEST(CpuReplayTest, Tf32RoundingsOfTf32ValuesAreOneReplay) {
+  constexpr int64_t kM = 3, kN = 5, kK = 40;
+  auto l = MakeLayer(kM, kN, kK, RandomValues(kM * kK, DType::kBFloat16, 7),
+                     RandomValues(kN * kK, DType::kBFloat16, 8), DType::kBFloat16);
+  auto cpu = NewBackend();
+  const std::vector<float> tf32 = Output(*cpu, l->p, Parse("cpu:tf32@mma=sm90"));
+  for (const char* spec : {"cpu:tf32rna@mma=sm90", "cpu:tf32trunc@mma=sm90"}) {
+    const std::vector<float> other = Output(*cpu, l->p, Parse(spec));
+    ASSERT_EQ(other.size(), tf32.size());
+    for (size_t e = 0; e < tf32.size(); ++e) EXPECT_EQ(Bits(other[e]), Bits(tf32[e])) << spec;
+  }
+}
+
 TEST(CpuReplayTest, DetailsNameTheModelAndOrder) {
   auto l = MakeLayer(1, 1, 2, {1.0f, 1.0f}, {1.0f, 1.0f});
   auto cpu = NewBackend();
