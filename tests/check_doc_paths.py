@@ -31,6 +31,7 @@ PATHLIKE = re.compile(r"^[A-Za-z0-9_.\-/{},*]+$")
 # Files a document names that are not the repository's, with why.
 NOT_OURS = {
     "summary.md": "written by tests/gpu/run.sh into the results folder",
+    "replay_bitwise.md": "written by tests/gpu/run.sh's replay_bitwise step into the results folder",
     "cublasLt.h": "the CUDA toolkit's header",
     "foo.cc": "CONTRIBUTING's example of a test's name",
     "foo_test.cc": "CONTRIBUTING's example of a test's name",
