@@ -87,6 +87,9 @@ constexpr FlagSpec kFlags[] = {
     {"disallow-reduced-precision-reduction", false, kVerify},
     // VerifyRequest.algorithm_sweep and batch_invariance.
     {"algorithm-sweep", true, kRun},
+    // VerifyRequest.gpu: the server checks the name and adds the replays of
+    // that GPU's kernels to a diagnosis (verify's with --accept too).
+    {"gpu", true, kRun},
     {"batch-invariance", false, kRun},
     {"batch-sizes", true, kRun},
     // The reports of a check; render draws a sweep's from its JSON.

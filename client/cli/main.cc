@@ -216,7 +216,7 @@ constexpr const char kExitCodes[] =
 )";
 
 // Kernels and batches, for verify and diagnose (docs/numerics.md,
-// "Algorithms", "Batch invariance").
+// "Algorithms", "Batch invariance", "Kernel K order").
 constexpr const char kKernelFlags[] =
     R"(  --algorithm-sweep N    run each configuration that names no algorithm with
                          its backend's first N algorithms (0..16), as
@@ -225,6 +225,13 @@ constexpr const char kKernelFlags[] =
                          rows (single rows always) and report rows whose bits
                          change
   --batch-sizes N,N,...  further sub-batch sizes (with --batch-invariance)
+  --gpu NAME             the GPU the observed output may come from: a100,
+                         h100, h200, gh200, b200, gb200, or a generation sm80,
+                         sm90, sm100; a diagnosis over the default candidates
+                         (diagnose without --config) then also ranks the CPU
+                         replays of its default kernels, e.g.
+                         cpu:bf16:fused@mma=sm90; the notes (--verbose,
+                         --json) say which ran
 
 )";
 

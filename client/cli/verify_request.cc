@@ -276,6 +276,16 @@ absl::StatusOr<pb::VerifyRequest> BuildRequestOptions(const CommandLine& cl,
     TC_ASSIGN_OR_RETURN(int64_t n, ParseIntFlag(cl, "algorithm-sweep", 0, 16));
     req.set_algorithm_sweep(static_cast<int32_t>(n));
   }
+  // The name is the server's to judge (INVALID_ARGUMENT naming `gpu`); an
+  // empty one would ask for nothing.
+  if (cl.Has("gpu")) {
+    if (cl.Get("gpu").empty()) {
+      return Usage(
+          "--gpu: a GPU (a100, h100, h200, gh200, b200, gb200) or a generation "
+          "(sm80, sm90, sm100) expected, got ''");
+    }
+    req.set_gpu(cl.Get("gpu"));
+  }
   if (cl.Has("batch-sizes") && !cl.Has("batch-invariance")) {
     return Usage("--batch-sizes applies only with --batch-invariance");
   }

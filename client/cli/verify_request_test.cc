@@ -426,6 +426,30 @@ TEST_F(LayerFilesTest, AcceptIsRepeatableAndLandsInTheRequest) {
               StatusIs(kInvalid, HasSubstr("unknown flag --accept for 'sweep'")));
 }
 
+// --gpu is sent as given (the server judges the name, case-insensitively),
+// on verify and diagnose only; absent, the field stays empty.
+TEST_F(LayerFilesTest, GpuLandsInTheRequestAsGiven) {
+  for (const char* command : {"verify", "diagnose"}) {
+    auto req = Build(Plus(Layer(command), {"--observed", torch_, "--gpu", "H100"}));
+    ASSERT_THAT(req, IsOk()) << command;
+    EXPECT_EQ(req->gpu(), "H100") << command;
+  }
+  auto unknown = Build(Plus(Layer("diagnose"), {"--observed", torch_, "--gpu=tpu"}));
+  ASSERT_THAT(unknown, IsOk());
+  EXPECT_EQ(unknown->gpu(), "tpu");
+  auto none = Build(Plus(Layer("diagnose"), {"--observed", torch_}));
+  ASSERT_THAT(none, IsOk());
+  EXPECT_EQ(none->gpu(), "");
+  EXPECT_THAT(Build(Plus(Layer("diagnose"), {"--observed", torch_, "--gpu", ""})),
+              StatusIs(kInvalid, HasSubstr("--gpu: a GPU")));
+  EXPECT_THAT(Parse({"diagnose", "--gpu"}), StatusIs(kInvalid, HasSubstr("--gpu needs a value")));
+  for (const char* command : {"sweep", "compare"}) {
+    EXPECT_THAT(Parse({command, "--gpu", "h100"}),
+                StatusIs(kInvalid, HasSubstr(absl::StrCat("unknown flag --gpu for '", command))))
+        << command;
+  }
+}
+
 TEST_F(LayerFilesTest, DiagnoseCandidatesAreConfigAndItsOlderNameCandidates) {
   auto req = Build(Plus(Layer("diagnose"), {"--observed", torch_, "--config", "cpu:fp32",
                                             "--candidates", "cpu:tf32:unfused,cpu:bf16"}));
