@@ -361,6 +361,48 @@ def test_a_model_check_sends_its_bound_threshold_and_reports_the_one_applied(rec
     assert report.call is not None and report.call.bound_threshold == 7
 
 
+def test_gpu_is_sent_as_given_by_every_layer_request_and_unset_without_it(recorded):
+    servicer, target, client = recorded
+    client.verify_linear(X, W, observed=Y, accept="fp32", gpu="H100")
+    client.diagnose_linear(X, W, observed=Y, gpu="sm90")
+    client.diagnose_linear(X, W, observed=Y, options=tensorcheck.VerifyOptions(gpu="b200"))
+    # The server judges the name: an unknown one travels too.
+    client.diagnose_linear(X, W, observed=Y, gpu="tpu")
+    client.diagnose_linear(X, W, observed=Y)
+    _check_captures(client, gpu="a100")
+    assert [(method, req.gpu) for method, req in servicer.requests] == [
+        ("Verify", "H100"),
+        ("Diagnose", "sm90"),
+        ("Diagnose", "b200"),
+        ("Diagnose", "tpu"),
+        ("Diagnose", ""),
+        ("Diagnose", "a100"),
+    ]
+    # The Compare RPC has no place for it.
+    with pytest.raises(
+        TypeError, match=r"compare_outputs\(\) got unexpected keyword arguments \['gpu'\]"
+    ):
+        client.compare_outputs(X, W, None, {"a": Y, "b": Y}, gpu="h100")
+
+
+@pytest.mark.parametrize(
+    "value, exc, pattern",
+    [
+        ("", ValueError, r"^gpu: expected a GPU \(a100, h100"),
+        ("  ", ValueError, r"^gpu: expected a GPU"),
+        (90, TypeError, r"^gpu: expected a GPU name such as 'h100' or 'sm90', got int$"),
+        (b"h100", TypeError, r"^gpu: expected a GPU name .*, got bytes$"),
+    ],
+)
+def test_gpu_is_a_non_empty_string(recorded, value, exc, pattern):
+    servicer, target, client = recorded
+    with pytest.raises(exc, match=pattern):
+        tensorcheck.VerifyOptions(gpu=value)
+    with pytest.raises(exc, match=pattern):
+        client.diagnose_linear(X, W, observed=Y, gpu=value)
+    assert servicer.requests == []
+
+
 def test_compare_outputs_ignores_the_options_compare_has_no_place_for(recorded):
     servicer, target, client = recorded
     opts = tensorcheck.VerifyOptions(tolerance="bound", repeat=2, top_k=4)

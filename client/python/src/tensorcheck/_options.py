@@ -123,6 +123,21 @@ def accept_list(value: Union[None, str, Iterable[str]]) -> list[str]:
     return items
 
 
+def gpu_name(value: object) -> str:
+    """`gpu=`: a non-empty string, sent as given; the server judges the
+    name."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"gpu: expected a GPU name such as 'h100' or 'sm90', got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise ValueError(
+            "gpu: expected a GPU (a100, h100, h200, gh200, b200, gb200) or a generation "
+            "(sm80, sm90, sm100), got an empty string; None for no GPU"
+        )
+    return value
+
+
 @overload
 def non_negative(value: object, name: str, *, integer: Literal[True]) -> int: ...
 @overload
@@ -297,6 +312,17 @@ class VerifyOptions:
     finite number; None: the server's default, 3. The whole-model checks'
     `bound_threshold=` is this field."""
 
+    gpu: Optional[str] = None
+    """A GPU the observed output may have come from: "a100", "h100",
+    "h200", "gh200", "b200", "gb200", or a generation "sm80", "sm90",
+    "sm100" (case-insensitive; the server judges the name and answers
+    InvalidArgumentError naming `gpu` for one it does not know). A
+    diagnosis over the default candidates (diagnose_linear without
+    `configs`) then also ranks the CPU replays of that GPU's default
+    kernels, e.g. "cpu:bf16:fused@mma=sm90" (docs/numerics.md, "Kernel K
+    order"), and `report.notes` says which replays ran and where their
+    kernel orders came from. None: no GPU."""
+
     nan_equal: bool = False
     """NaN against NaN counts as equal."""
 
@@ -443,6 +469,8 @@ class VerifyOptions:
         if self.bound_threshold is not None:
             # Unset otherwise: the server then applies its own default.
             req.bound_threshold.value = positive(self.bound_threshold, "bound_threshold")
+        if self.gpu is not None:
+            req.gpu = gpu_name(self.gpu)
         return req
 
     def _tolerance(self) -> pb.Tolerance:
