@@ -127,6 +127,15 @@ type LinearRequest struct {
 	// (Report.Call); nil: the server's default, 3. The server refuses one
 	// that is not positive and finite.
 	BoundThreshold *float64
+	// A GPU Observed may have come from: "a100", "h100", "h200", "gh200",
+	// "b200", "gb200", or a generation "sm80", "sm90", "sm100"
+	// (case-insensitive). A diagnosis over the default candidates (no
+	// Configs) then also ranks the CPU replays of that GPU's default
+	// kernels, "cpu:PRECISION@mma=GEN[,tile_k=N]..." (docs/numerics.md,
+	// "Kernel K order"), and Report.Notes says which replays ran and where
+	// their kernel orders came from. "": none. The server judges the name
+	// (InvalidArgument naming "gpu" for one it does not know).
+	Gpu string
 	// The configuration everything is compared with. "": the server's
 	// default reference (the fp64 configuration of its fastest backend:
 	// "cublaslt:fp64" on a GPU host, "cpu:fp64" elsewhere), sent as an empty
@@ -228,6 +237,7 @@ func (r *LinearRequest) toProto(needObserved bool) (*pb.VerifyRequest, error) {
 		AlgorithmSweep:                    r.AlgorithmSweep,
 		BatchInvariance:                   bi,
 		Accept:                            r.Accept,
+		Gpu:                               r.Gpu,
 	}, nil
 }
 
