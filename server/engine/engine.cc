@@ -723,8 +723,9 @@ absl::Status Engine::FinishDiagnosis(const LinearRequest& request, const Plan& p
     outcome.notes.push_back(
         plan.tiers.empty()
             ? absl::StrCat("gpu '", request.gpu,
-                           "' adds replays to the default candidates only; this request named "
-                           "its configurations (a replay is `cpu:PRECISION@mma=",
+                           "' adds replays to a diagnosis's default candidates only, and this "
+                           "request ranked none (a replay is named as a configuration, "
+                           "`cpu:PRECISION@mma=",
                            TensorCoreGpuName(*plan.gpu), "`).")
             : absl::StrCat("Replays of ", request.gpu, "'s kernels (", TensorCoreGpuName(*plan.gpu),
                            " tensor-core model) are among the candidates: ",

@@ -38,7 +38,8 @@ absl::StatusOr<TensorCoreGpu> ParseGpuName(absl::string_view name, absl::string_
     if (lower == known) return gpu;
   }
   std::string names;
-  for (const auto& entry : kGpuNames) absl::StrAppend(&names, names.empty() ? "" : ", ", entry.first);
+  for (const auto& entry : kGpuNames)
+    absl::StrAppend(&names, names.empty() ? "" : ", ", entry.first);
   return absl::InvalidArgumentError(
       absl::StrCat(field, ": unknown GPU '", name, "'; expected one of ", names));
 }
@@ -53,7 +54,8 @@ absl::StatusOr<KernelOrderTable> ParseKernelOrderTable(absl::string_view json,
   if (doc.is_discarded() || !doc.is_object()) return error("not a JSON object");
   auto string_of = [&](const nlohmann::json& o, const char* key) -> absl::StatusOr<std::string> {
     auto it = o.find(key);
-    if (it == o.end() || !it->is_string()) return error(absl::StrCat("'", key, "': a string expected"));
+    if (it == o.end() || !it->is_string())
+      return error(absl::StrCat("'", key, "': a string expected"));
     return it->get<std::string>();
   };
   KernelOrderTable table;
@@ -74,9 +76,8 @@ absl::StatusOr<KernelOrderTable> ParseKernelOrderTable(absl::string_view json,
     absl::StatusOr<Precision> p = ParsePrecision(precision);
     if (!p.ok()) return error(absl::StrCat(at, ".precision: ", p.status().message()));
     kernel.precision = *p;
-    for (auto [key, value] : {std::pair<const char*, int64_t*>{"m", &kernel.m},
-                              {"n", &kernel.n},
-                              {"k", &kernel.k}}) {
+    for (auto [key, value] :
+         {std::pair<const char*, int64_t*>{"m", &kernel.m}, {"n", &kernel.n}, {"k", &kernel.k}}) {
       auto it = entry.find(key);
       if (it == entry.end() || !it->is_number_integer() || it->get<int64_t>() < 1) {
         return error(absl::StrCat(at, ".", key, ": a positive integer expected"));
@@ -85,9 +86,9 @@ absl::StatusOr<KernelOrderTable> ParseKernelOrderTable(absl::string_view json,
     }
     TC_ASSIGN_OR_RETURN(kernel.options, string_of(entry, "options"));
     // The options must make a replay of this generation for the precision.
-    absl::StatusOr<ConfigSpec> spec = ParseConfigSpec(
-        absl::StrCat("cpu:", PrecisionName(kernel.precision), "@", kernel.options),
-        absl::StrCat(at, ".options"));
+    absl::StatusOr<ConfigSpec> spec =
+        ParseConfigSpec(absl::StrCat("cpu:", PrecisionName(kernel.precision), "@", kernel.options),
+                        absl::StrCat(at, ".options"));
     if (!spec.ok()) return error(spec.status().message());
     if (spec->mma != table.gpu) {
       return error(absl::StrCat(at, ".options: mma=", TensorCoreGpuName(table.gpu),
@@ -109,14 +110,16 @@ absl::StatusOr<std::vector<KernelOrderTable>> LoadKernelOrderTables(const std::s
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".json") files.push_back(e.path());
   }
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("kernel orders: ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("kernel orders: ", dir, ": ", ec.message()));
   std::sort(files.begin(), files.end());
   std::vector<KernelOrderTable> tables;
   for (const fs::path& f : files) {
     std::ifstream in(f);
     std::stringstream text;
     text << in.rdbuf();
-    if (!in) return absl::InvalidArgumentError(absl::StrCat("kernel orders: cannot read ", f.string()));
+    if (!in)
+      return absl::InvalidArgumentError(absl::StrCat("kernel orders: cannot read ", f.string()));
     TC_ASSIGN_OR_RETURN(KernelOrderTable t, ParseKernelOrderTable(text.str(), f.string()));
     tables.push_back(std::move(t));
   }

@@ -27,14 +27,14 @@ using ::tensorcheck::testing::StatusIs;
 using ::testing::HasSubstr;
 
 TEST(GpuNameTest, NamesMapToTheirGenerations) {
-  for (const auto& [name, gpu] : std::vector<std::pair<const char*, TensorCoreGpu>>{
-           {"a100", TensorCoreGpu::kSm80},
-           {"H100", TensorCoreGpu::kSm90},
-           {"h200", TensorCoreGpu::kSm90},
-           {"GH200", TensorCoreGpu::kSm90},
-           {"b200", TensorCoreGpu::kSm100},
-           {"sm100", TensorCoreGpu::kSm100},
-           {"sm80", TensorCoreGpu::kSm80}}) {
+  for (const auto& [name, gpu] :
+       std::vector<std::pair<const char*, TensorCoreGpu>>{{"a100", TensorCoreGpu::kSm80},
+                                                          {"H100", TensorCoreGpu::kSm90},
+                                                          {"h200", TensorCoreGpu::kSm90},
+                                                          {"GH200", TensorCoreGpu::kSm90},
+                                                          {"b200", TensorCoreGpu::kSm100},
+                                                          {"sm100", TensorCoreGpu::kSm100},
+                                                          {"sm80", TensorCoreGpu::kSm80}}) {
     absl::StatusOr<TensorCoreGpu> g = ParseGpuName(name, "gpu");
     ASSERT_THAT(g, IsOk()) << name;
     EXPECT_EQ(*g, gpu) << name;
@@ -201,9 +201,8 @@ TEST_F(ReplayDiagnosisTest, RecordedKernelOrdersAreReplayed) {
 
 TEST_F(ReplayDiagnosisTest, AnUnknownGpuIsInvalidArgumentNamingTheField) {
   MakeLayer(2, 4, 16);
-  EXPECT_THAT(engine_->Diagnose(Request(*FromFloats(DType::kFloat32, {2, 4},
-                                                    std::vector<float>(8, 0.0f)),
-                                        "tpu")),
+  EXPECT_THAT(engine_->Diagnose(Request(
+                  *FromFloats(DType::kFloat32, {2, 4}, std::vector<float>(8, 0.0f)), "tpu")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gpu: unknown GPU 'tpu'")));
 }
 
@@ -217,7 +216,7 @@ TEST_F(ReplayDiagnosisTest, NamedConfigurationsKeepTheirsAndSaySo) {
   ASSERT_EQ(out->diagnosis->ranking.size(), 1u);
   std::string notes;
   for (const std::string& n : out->notes) notes += n + "\n";
-  EXPECT_THAT(notes, HasSubstr("adds replays to the default candidates only"));
+  EXPECT_THAT(notes, HasSubstr("adds replays to a diagnosis's default candidates only"));
 }
 
 }  // namespace

@@ -176,10 +176,9 @@ TEST(CpuReplayTest, Fp8PromotesOncePerTile) {
   l->p.input_scale = &one;
   l->p.weight_scale = &one;
   auto cpu = NewBackend();
-  for (const char* spec : {"cpu:fp8e4m3@scaling=tensor,mma=sm90",
-                           "cpu:fp8e4m3@scaling=tensor,mma=sm90,tile_k=64",
-                           "cpu:fp8e4m3@scaling=tensor,fast_accum,mma=sm90",
-                           "cpu:fp8e4m3@scaling=tensor,mma=sm100"}) {
+  for (const char* spec :
+       {"cpu:fp8e4m3@scaling=tensor,mma=sm90", "cpu:fp8e4m3@scaling=tensor,mma=sm90,tile_k=64",
+        "cpu:fp8e4m3@scaling=tensor,fast_accum,mma=sm90", "cpu:fp8e4m3@scaling=tensor,mma=sm100"}) {
     SCOPED_TRACE(spec);
     const Config c = Parse(spec);
     const KernelOrder order = *KernelOrderOf(c);
