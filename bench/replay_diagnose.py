@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_overhead import DEFAULT_SERVER_BIN, Server, tensorcheck  # noqa: E402
+from client_overhead import DEFAULT_SERVER_BIN, Server, tensorcheck
 
 try:
     import ml_dtypes
@@ -59,11 +59,15 @@ def main() -> int:
                 report = client.diagnose_linear(x, w, b, observed=y, gpu=gpu)
                 seconds = time.perf_counter() - start
                 times[gpu or "none"].append(seconds)
-                print(f"gpu={gpu or '-':5} {seconds:6.1f} s  best {report.diagnosis.best}")
+                print(
+                    f"gpu={gpu or '-':5} {seconds:6.1f} s  best {report.diagnosis.best}"
+                )
         without = statistics.median(times["none"])
         with_gpu = statistics.median(times[args.gpu])
-        print(f"median without a GPU {without:.1f} s, with {args.gpu} {with_gpu:.1f} s: "
-              f"ratio {with_gpu / without:.2f}")
+        print(
+            f"median without a GPU {without:.1f} s, with {args.gpu} {with_gpu:.1f} s: "
+            f"ratio {with_gpu / without:.2f}"
+        )
     finally:
         server.stop()
     return 0
