@@ -131,6 +131,19 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   return ParseNamed(name, kPrecisionNames, "precision");
 }
 
+std::string PartialSumOrder(const MultiPassScheme& scheme) {
+  static constexpr const char* kTwo[] = {"hi", "lo"};
+  static constexpr const char* kThree[] = {"hi", "mid", "lo"};
+  const char* const* names = scheme.parts == 2 ? kTwo : kThree;
+  std::string order;
+  for (size_t t = 0; t < scheme.products.size(); ++t) {
+    if (t + 1 == scheme.products.size()) absl::StrAppend(&order, ", NaN -> 0");
+    absl::StrAppend(&order, t == 0 ? "" : " + ", names[scheme.products[t].first], "*",
+                    names[scheme.products[t].second]);
+  }
+  return order;
+}
+
 MultiPassScheme MultiPassSchemeOf(Precision p) {
   MultiPassScheme s;
   switch (p) {

@@ -126,6 +126,10 @@ struct MultiPassScheme {
 };
 MultiPassScheme MultiPassSchemeOf(Precision p);  // p must be multi-pass
 
+// "hi*lo + lo*hi, NaN -> 0 + hi*hi": the scheme's partial sums in order, as
+// the backends' details write them ("partial_sum_order").
+std::string PartialSumOrder(const MultiPassScheme& scheme);
+
 // Splits `v` into `scheme.parts` parts (highest first) as the scheme says.
 void SplitMultiPass(const MultiPassScheme& scheme, float v, float* parts);
 

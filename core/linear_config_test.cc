@@ -320,6 +320,18 @@ TEST(MultiPassTest, ProductSetsAndOrdersAreXlas) {
   EXPECT_TRUE(MultiPassSchemeOf(Precision::kTf32x3).tf32);
 }
 
+TEST(MultiPassTest, PartialSumOrderIsTheDocumentedOrder) {
+  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x3)),
+            "lo*hi + hi*lo, NaN -> 0 + hi*hi");
+  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x6)),
+            "mid*mid + hi*lo + lo*hi + hi*mid + mid*hi, NaN -> 0 + hi*hi");
+  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x9)),
+            "lo*lo + mid*lo + lo*mid + mid*mid + lo*hi + hi*lo + mid*hi + hi*mid, NaN -> 0 + "
+            "hi*hi");
+  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kTf32x3)),
+            "lo*hi + hi*lo, NaN -> 0 + hi*hi");
+}
+
 TEST(MultiPassTest, InputUnitIsTheResidualOfTheParts) {
   EXPECT_EQ(GetPrecisionInfo(Precision::kBf16x3).u_input, std::ldexp(1.0, -16));
   EXPECT_EQ(GetPrecisionInfo(Precision::kBf16x9).u_input, 0.0);

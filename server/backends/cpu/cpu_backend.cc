@@ -971,18 +971,9 @@ std::map<std::string, std::string> DetailsOf(const Config& config) {
   }
   if (IsMultiPass(config.precision)) {
     const MultiPassScheme scheme = MultiPassSchemeOf(config.precision);
-    static constexpr const char* kTwo[] = {"hi", "lo"};
-    static constexpr const char* kThree[] = {"hi", "mid", "lo"};
-    const char* const* names = scheme.parts == 2 ? kTwo : kThree;
-    std::string order;
-    for (size_t t = 0; t < scheme.products.size(); ++t) {
-      if (t + 1 == scheme.products.size()) absl::StrAppend(&order, ", NaN -> 0");
-      absl::StrAppend(&order, t == 0 ? "" : " + ", names[scheme.products[t].first], "*",
-                      names[scheme.products[t].second]);
-    }
     details["passes"] = absl::StrCat(scheme.products.size(), " ", scheme.tf32 ? "tf32" : "bf16",
                                      " GEMMs with fp32 accumulation");
-    details["partial_sum_order"] = order;
+    details["partial_sum_order"] = PartialSumOrder(scheme);
   }
   const PrecisionInfo info = GetPrecisionInfo(config.precision);
   if (info.tf32_rounding.has_value()) {

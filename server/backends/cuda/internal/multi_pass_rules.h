@@ -82,10 +82,6 @@ struct MultiPassGemm {
 
 absl::StatusOr<MultiPassGemm> CheckMultiPass(const MultiPassQuery& query);
 
-// "hi*lo + lo*hi, NaN -> 0 + hi*hi": the scheme's partial sums in order, as
-// the CPU backend's details write them ("partial_sum_order").
-std::string PartialSumOrder(const MultiPassScheme& scheme);
-
 // "CUBLAS_COMPUTE_32F", "CUBLAS_COMPUTE_32F_FAST_TF32",
 // "CUBLAS_COMPUTE_32F_EMULATED_16BFX9".
 const char* PartComputeName(PartCompute c);

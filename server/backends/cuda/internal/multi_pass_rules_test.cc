@@ -114,18 +114,6 @@ TEST(MultiPassRules, OtherPrecisionsAndBackendsAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'cpu'")));
 }
 
-TEST(MultiPassRules, PartialSumOrderIsTheDocumentedOrder) {
-  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x3)),
-            "lo*hi + hi*lo, NaN -> 0 + hi*hi");
-  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x6)),
-            "mid*mid + hi*lo + lo*hi + hi*mid + mid*hi, NaN -> 0 + hi*hi");
-  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kBf16x9)),
-            "lo*lo + mid*lo + lo*mid + mid*mid + lo*hi + hi*lo + mid*hi + hi*mid, NaN -> 0 + "
-            "hi*hi");
-  EXPECT_EQ(PartialSumOrder(MultiPassSchemeOf(Precision::kTf32x3)),
-            "lo*hi + hi*lo, NaN -> 0 + hi*hi");
-}
-
 TEST(MultiPassRules, PartComputeNamesAreCublasNames) {
   EXPECT_STREQ(PartComputeName(PartCompute::k32F), "CUBLAS_COMPUTE_32F");
   EXPECT_STREQ(PartComputeName(PartCompute::k32FFastTf32), "CUBLAS_COMPUTE_32F_FAST_TF32");
