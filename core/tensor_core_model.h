@@ -58,6 +58,12 @@ struct TensorCoreModel {
   // (they differ for E4M3 x E5M2).
   int input_min_exponent = -14;
   int b_min_exponent = -14;
+
+  bool operator==(const TensorCoreModel& o) const {
+    return block == o.block && align_bits == o.align_bits && result_bits == o.result_bits &&
+           rounding == o.rounding && min_align_exponent == o.min_align_exponent &&
+           input_min_exponent == o.input_min_exponent && b_min_exponent == o.b_min_exponent;
+  }
 };
 inline constexpr int kMaxTensorCoreBlock = 64;
 
@@ -116,6 +122,9 @@ struct KernelOrder {
   // promotions happen at it (when nonzero) and every `promote` after it.
   int64_t Offset(int64_t k) const {
     return residue == KResidue::kFirst && tile_k > 0 ? k % tile_k : 0;
+  }
+  bool operator==(const KernelOrder& o) const {
+    return model == o.model && tile_k == o.tile_k && residue == o.residue && promote == o.promote;
   }
 };
 

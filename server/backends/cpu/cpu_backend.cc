@@ -359,27 +359,14 @@ struct Arithmetic {
   // kFp32: split-K into `splitk` slices (0: one GEMM), reduced as `reduce`.
   int splitk = 0;
   SplitKReduce reduce = SplitKReduce::kOutput;
-  // kFp32 and kFp8: a kernel replay (docs/numerics.md, "Kernel K order"),
-  // the configuration's `mma`, `tile_k` and `residue`; `rounding` is then
-  // the precision itself, whose formats the model takes.
-  std::optional<TensorCoreGpu> mma = std::nullopt;
-  int64_t tile_k = 0;
-  KResidue residue = KResidue::kLast;
+  // kFp32 and kFp8: a kernel replay's K order (docs/numerics.md, "Kernel K
+  // order"; KernelOrderOf the configuration); `rounding` is then the
+  // precision itself, whose formats the model takes.
+  std::optional<KernelOrder> order = std::nullopt;
   bool operator==(const Arithmetic& o) const {
     return kind == o.kind && rounding == o.rounding && scaling == o.scaling &&
            fast_accum == o.fast_accum && mx_rounding == o.mx_rounding && splitk == o.splitk &&
-           reduce == o.reduce && mma == o.mma && tile_k == o.tile_k && residue == o.residue;
-  }
-  // The K order of a replay (nullopt without one).
-  std::optional<KernelOrder> order() const {
-    if (!mma.has_value()) return std::nullopt;
-    Config c;
-    c.precision = rounding;
-    c.fast_accum = fast_accum;
-    c.mma = mma;
-    c.tile_k = tile_k;
-    c.residue = residue;
-    return KernelOrderOf(c);
+           reduce == o.reduce && order == o.order;
   }
 };
 
@@ -389,9 +376,7 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
     // FP8 operands bring their scales; the scaling still says how they are
     // applied (single scales of a 1 x 1 layer fit either recipe).
     Arithmetic a{Arithmetic::kFp8, precision, config.scaling, config.fast_accum};
-    a.mma = config.mma;
-    a.tile_k = config.tile_k;
-    a.residue = config.residue;
+    a.order = KernelOrderOf(config);
     return a;
   }
   switch (precision) {
@@ -421,9 +406,7 @@ Arithmetic ArithmeticOf(const LinearProblem& p, const Config& config) {
     rounding = exact && tf32 ? Precision::kTf32 : precision;
   }
   Arithmetic a{Arithmetic::kFp32, rounding};
-  a.mma = config.mma;
-  a.tile_k = config.tile_k;
-  a.residue = config.residue;
+  a.order = KernelOrderOf(config);
   if (config.splitk >= 2 && TakesSplitK(precision)) {
     a.splitk = config.splitk;
     a.reduce = config.reduce;
@@ -560,7 +543,7 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
     scales->weight = std::move(qw->scales);
   }
   if (a.scaling == Fp8Scaling::kBlock128) {
-    if (a.mma.has_value()) {
+    if (a.order.has_value()) {
       return absl::FailedPreconditionError(
           "a kernel replay (mma=) of block-wise FP8 is not modelled: per tensor or row scaling");
     }
@@ -569,7 +552,7 @@ absl::StatusOr<Tensor> AccumulateFp8(const LinearProblem& p, Arithmetic a, int t
     *scales = Scales{};  // applied block by block
     return acc;
   }
-  const std::optional<KernelOrder> order = a.order();
+  const std::optional<KernelOrder>& order = a.order;
   if (!a.fast_accum && !order.has_value()) {
     // FP8 values read as fp32 are exact and so are their products.
     return Accumulate(q, Arithmetic{Arithmetic::kFp32, Precision::kFp32}, threads, block_columns,
@@ -692,7 +675,7 @@ absl::StatusOr<Tensor> AccumulateBlockScaled(const LinearProblem& p, Arithmetic 
 // operands are widened into buffers of [m or n, slice] floats.
 absl::StatusOr<Tensor> AccumulateSplitK(const LinearProblem& p, Arithmetic a, int threads,
                                         const StopSignal* stop) {
-  const std::optional<KernelOrder> order = a.order();
+  const std::optional<KernelOrder>& order = a.order;
   const int64_t slice = SplitKSlice(p.k, a.splitk);
   const int64_t mn = p.m * p.n;
   TC_ASSIGN_OR_RETURN(Tensor acc, Tensor::Create(DType::kFloat32, {p.m, p.n}));
@@ -808,7 +791,7 @@ absl::StatusOr<Tensor> Accumulate(const LinearProblem& p, Arithmetic a, int thre
       const bool fp16acc = a.kind == Arithmetic::kFp16Acc;
       // A replay runs the tensor-core model in the kernel's K order, each
       // element on its own, as fp16acc's loops do.
-      const std::optional<KernelOrder> order = a.order();
+      const std::optional<KernelOrder>& order = a.order;
       const bool own_loops = fp16acc || order.has_value();
       std::unique_ptr<float[]> x_owned;
       TC_ASSIGN_OR_RETURN(const float* x, FloatOperand(*p.input, a.rounding, &x_owned));
