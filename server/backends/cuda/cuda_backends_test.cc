@@ -35,6 +35,7 @@
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/internal/cuda_session.h"
 #include "server/backends/device_session.h"
+#include "tests/testing/cuda_test_backends.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tensorcheck {
@@ -42,35 +43,13 @@ namespace {
 
 using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
+using ::tensorcheck::testing::TestBackend;
+using ::tensorcheck::testing::TestCpuBackend;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // ---------------------------------------------------------------- helpers
-
-// One registry (one CUDA context) for the whole binary.
-BackendRegistry& Registry() {
-  static BackendRegistry* registry = [] {
-    auto* r = new BackendRegistry();
-    const absl::Status s = RegisterCudaBackends(r, BuiltinBackendOptions{});
-    if (!s.ok()) std::fprintf(stderr, "RegisterCudaBackends: %s\n", s.ToString().c_str());
-    return r;
-  }();
-  return *registry;
-}
-
-LinearBackend* Backend(absl::string_view name) {
-  auto b = Registry().Find(name);
-  return b.ok() ? *b : nullptr;
-}
-
-LinearBackend* Cpu() {
-  static CpuBackend* cpu = [] {
-    auto c = CpuBackend::Create({});
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return cpu;
-}
 
 // A linear layer whose tensors outlive the problem that points at them.
 struct Layer {
@@ -298,11 +277,11 @@ Config MakeConfig(LinearBackend* backend, Precision p, const Layer& l) {
 class CudaGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(Backend("cublaslt"), nullptr);
-    ASSERT_NE(Backend("cublas"), nullptr);
-    const absl::Status s = Backend("cublaslt")->Available();
+    ASSERT_NE(TestBackend("cublaslt"), nullptr);
+    ASSERT_NE(TestBackend("cublas"), nullptr);
+    const absl::Status s = TestBackend("cublaslt")->Available();
     if (!s.ok()) GTEST_SKIP() << s.message();
-    ASSERT_NE(Cpu(), nullptr);
+    ASSERT_NE(TestCpuBackend(), nullptr);
   }
 };
 
@@ -388,7 +367,7 @@ std::unique_ptr<Fp8Layer> MakeExactFp8Layer(int64_t m, int64_t n, int64_t k, Pre
 // Whether the device runs `c` at all (compute capability, scaling mode):
 // prints why not and returns false.
 bool DeviceRunsFp8(const Config& c, DType storage) {
-  const absl::Status s = Backend("cublaslt")->Supports(c, storage);
+  const absl::Status s = TestBackend("cublaslt")->Supports(c, storage);
   if (!s.ok())
     std::printf("| %s | not on this device: %s |\n", c.ToString().c_str(),
                 std::string(s.message()).c_str());
@@ -492,8 +471,8 @@ TEST(CudaBackends, EveryDescriptorAttributeTheBackendSetsIsAcceptedByLibcublasLt
 }
 
 TEST(CudaBackends, BothAreRegisteredWithWhatTheyWouldRun) {
-  LinearBackend* lt = Backend("cublaslt");
-  LinearBackend* blas = Backend("cublas");
+  LinearBackend* lt = TestBackend("cublaslt");
+  LinearBackend* blas = TestBackend("cublas");
   ASSERT_NE(lt, nullptr);
   ASSERT_NE(blas, nullptr);
   for (LinearBackend* b : {lt, blas}) {
@@ -545,21 +524,21 @@ TEST(CudaBackends, CublasAskedForFusedBiasIsFailedPreconditionNamingTheConfig) {
   auto l = MakeLayer(4, 3, 8, DType::kBFloat16, WeightLayout::kOutIn,
                      /*bias=*/true, Activation::kNone, DType::kBFloat16, 1);
   Config c{"cublas", Precision::kBf16, BiasMode::kFused};
-  EXPECT_THAT(Backend("cublas")->Run(l->problem, c, {}),
+  EXPECT_THAT(TestBackend("cublas")->Run(l->problem, c, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cublas:bf16:fused")));
   Config u{"cublaslt", Precision::kBf16, BiasMode::kUnfused};
-  EXPECT_THAT(Backend("cublaslt")->Run(l->problem, u, {}),
+  EXPECT_THAT(TestBackend("cublaslt")->Run(l->problem, u, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cublaslt:bf16:unfused")));
 }
 
 TEST(CudaBackends, WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) {
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (lt->Available().ok()) GTEST_SKIP() << "a CUDA device is present";
   auto l = MakeLayer(4, 3, 8, DType::kFloat32, WeightLayout::kOutIn, true, Activation::kNone,
                      DType::kFloat32, 3);
   for (const char* name : {"cublaslt", "cublas"}) {
-    LinearBackend* b = Backend(name);
+    LinearBackend* b = TestBackend(name);
     const absl::Status available = b->Available();
     EXPECT_THAT(available,
                 StatusIs(absl::StatusCode::kFailedPrecondition, StartsWith("no CUDA device: ")));
@@ -572,7 +551,7 @@ TEST(CudaBackends, WithoutDeviceAvailableAndRunAreFailedPreconditionWithReason) 
 }
 
 TEST(CudaBackends, CublasFp8IsFailedPreconditionNamingTheMissingScalePointers) {
-  LinearBackend* blas = Backend("cublas");
+  LinearBackend* blas = TestBackend("cublas");
   ASSERT_NE(blas, nullptr);
   const Config c = Fp8Config("cublas", Precision::kFp8E4M3, false, Fp8Scaling::kTensor);
   EXPECT_THAT(blas->Supports(c, DType::kBFloat16),
@@ -588,7 +567,7 @@ TEST(CudaBackends, CublasFp8IsFailedPreconditionNamingTheMissingScalePointers) {
 }
 
 TEST(CudaBackends, CublasltRefusesWhatItsFp8GemmLacksNamingTheRule) {
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   EXPECT_THAT(lt->Supports(Fp8Config("cublaslt", Precision::kFp8E5M2, false, Fp8Scaling::kTensor),
                            DType::kFloat32),
@@ -606,14 +585,14 @@ TEST(CudaBackends, Fp8OperandsWithoutScalesAreInvalidArgumentBeforeTheDevice) {
                              WeightLayout::kOutIn, false, Activation::kNone, DType::kBFloat16,
                              Fp8Scaling::kTensor, 2);
   l->problem.input_scale = nullptr;
-  EXPECT_THAT(Backend("cublaslt")
+  EXPECT_THAT(TestBackend("cublaslt")
                   ->Run(l->problem,
                         Fp8Config("cublaslt", Precision::kFp8E4M3, false, Fp8Scaling::kTensor), {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input_scale")));
 }
 
 TEST(CudaBackends, CublasMultiPassOtherThanBf16x9IsFailedPreconditionNamingCublaslt) {
-  LinearBackend* blas = Backend("cublas");
+  LinearBackend* blas = TestBackend("cublas");
   ASSERT_NE(blas, nullptr);
   for (Precision p : {Precision::kBf16x3, Precision::kBf16x6, Precision::kTf32x3}) {
     Config c;
@@ -628,7 +607,7 @@ TEST(CudaBackends, CublasMultiPassOtherThanBf16x9IsFailedPreconditionNamingCubla
 }
 
 TEST(CudaBackends, CublasltMultiPassIsFusedOrNoneAsEveryCublasltConfiguration) {
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   for (Precision p : kMultiPassPrecisions) {
     Config c;
@@ -646,7 +625,7 @@ TEST(CudaBackends, CublasltMultiPassIsFusedOrNoneAsEveryCublasltConfiguration) {
 
 TEST(CudaBackends, BothBackendsSelectAlgorithms) {
   for (const char* name : {"cublaslt", "cublas"}) {
-    LinearBackend* b = Backend(name);
+    LinearBackend* b = TestBackend(name);
     ASSERT_NE(b, nullptr);
     EXPECT_TRUE(b->selects_algorithms()) << name;
     Config c{name, Precision::kFp32, b->default_bias_mode()};
@@ -689,7 +668,7 @@ TEST(CudaStatusMapping, CublasErrorsCarryTheLibraryString) {
 // ---------------------------------------------------------------- GPU tests
 
 TEST_F(CudaGpuTest, GpuDeviceDescriptionIsFilled) {
-  const DeviceDescription d = Backend("cublaslt")->device();
+  const DeviceDescription d = TestBackend("cublaslt")->device();
   EXPECT_FALSE(d.name.empty());
   EXPECT_THAT(d.compute_capability, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
   EXPECT_GT(d.memory_bytes, 0);
@@ -706,7 +685,7 @@ TEST_F(CudaGpuTest, GpuEveryPrecisionBiasModeActivationWithinBound) {
   std::vector<std::string> unsupported;
   uint32_t seed = 100;
   for (const char* name : {"cublaslt", "cublas"}) {
-    LinearBackend* backend = Backend(name);
+    LinearBackend* backend = TestBackend(name);
     for (Precision p : backend->precisions()) {
       if (IsFp8(p)) continue;  // GpuFp8*: their layers must fit cuBLASLt's FP8 rules
       for (DType storage : storages) {
@@ -784,10 +763,10 @@ TEST_F(CudaGpuTest, GpuBf16FusedVsUnfusedDifferByAtMostOneUlp) {
   l->has_bias = true;
   l->problem = LinearProblem{
       {m, n, k, WeightLayout::kOutIn, Activation::kNone, DType::kBFloat16}, &l->x, &l->w, &l->b};
-  auto fused =
-      Backend("cublaslt")->Run(l->problem, {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
+  auto fused = TestBackend("cublaslt")
+                   ->Run(l->problem, {"cublaslt", Precision::kBf16, BiasMode::kFused}, {});
   auto unfused =
-      Backend("cublas")->Run(l->problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
+      TestBackend("cublas")->Run(l->problem, {"cublas", Precision::kBf16, BiasMode::kUnfused}, {});
   ASSERT_THAT(fused, IsOk());
   ASSERT_THAT(unfused, IsOk());
   const Agreement g = Compare(fused->output, unfused->output);
@@ -836,7 +815,7 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
   std::printf("|---|---|---|---|---|---|\n");
   uint32_t seed = 900;
   for (const char* name : {"cublaslt", "cublas"}) {
-    LinearBackend* backend = Backend(name);
+    LinearBackend* backend = TestBackend(name);
     for (const Row& row : rows) {
       for (Activation act : {Activation::kNone, Activation::kGeluTanh}) {
         auto l = MakeLayer(64, 96, 256, row.storage, WeightLayout::kOutIn, true, act, row.storage,
@@ -852,7 +831,7 @@ TEST_F(CudaGpuTest, GpuCpuEmulationAgreementPerMode) {
           continue;
         }
         ASSERT_THAT(g, IsOk());
-        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(g->output, cpu->output);
         std::printf("| %s%s | %s | %s | %.2f%% | %llu | %.3g |\n", c.ToString().c_str(),
@@ -881,7 +860,7 @@ TEST_F(CudaGpuTest, GpuMultiPassMatchesTheCpuBitwiseWhereEveryPartialIsExact) {
   std::printf("| configuration | layout | bias | out | bitwise equal | max ulp |\n");
   std::printf("|---|---|---|---|---|---|\n");
   uint32_t seed = 1500;
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   for (Precision p : kMultiPassPrecisions) {
     for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
       for (bool bias : {false, true}) {
@@ -895,7 +874,7 @@ TEST_F(CudaGpuTest, GpuMultiPassMatchesTheCpuBitwiseWhereEveryPartialIsExact) {
                                     DTypeShortName(out)));
           auto g = lt->Run(l->problem, c, {});
           ASSERT_THAT(g, IsOk());
-          auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+          auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
           ASSERT_THAT(cpu, IsOk());
           ASSERT_EQ(g->output.dtype(), out);
           const Agreement a = Compare(g->output, cpu->output);
@@ -920,8 +899,8 @@ TEST_F(CudaGpuTest, GpuMultiPassAnInfiniteInputGivesAnInfiniteOutputNotNaN) {
                        DType::kFloat32, 1600);
     l->x.data<float>()[0] = std::numeric_limits<float>::infinity();
     l->w.data<float>()[0] = 1.5f;
-    const Config c = MakeConfig(Backend("cublaslt"), p, *l);
-    auto g = Backend("cublaslt")->Run(l->problem, c, {});
+    const Config c = MakeConfig(TestBackend("cublaslt"), p, *l);
+    auto g = TestBackend("cublaslt")->Run(l->problem, c, {});
     ASSERT_THAT(g, IsOk());
     EXPECT_EQ(g->output.data<float>()[0], std::numeric_limits<float>::infinity()) << c.ToString();
   }
@@ -934,7 +913,7 @@ TEST_F(CudaGpuTest, GpuMultiPassRandomLayersAgainstTheCpuWithinTheBound) {
   std::printf("| configuration | storage | bitwise equal to cpu | max ulp | mean ulp |\n");
   std::printf("|---|---|---|---|---|\n");
   uint32_t seed = 1700;
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   for (Precision p : kMultiPassPrecisions) {
     for (DType storage : {DType::kFloat32, DType::kBFloat16}) {
       for (Activation act : {Activation::kNone, Activation::kGeluTanh}) {
@@ -945,7 +924,7 @@ TEST_F(CudaGpuTest, GpuMultiPassRandomLayersAgainstTheCpuWithinTheBound) {
         SCOPED_TRACE(c.ToString());
         auto g = lt->Run(l->problem, c, {});
         ASSERT_THAT(g, IsOk());
-        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(g->output, cpu->output);
         std::printf("| %s%s | %s | %.2f%% | %llu | %.3g |\n", c.ToString().c_str(),
@@ -968,7 +947,7 @@ TEST_F(CudaGpuTest, GpuMultiPassRandomLayersAgainstTheCpuWithinTheBound) {
 // are expected), and how often it equals XLA's order (cublaslt:bf16x9) and
 // strict fp32 is printed for the GPU validation.
 TEST_F(CudaGpuTest, GpuCublasBf16x9IsEmulatedFromBlackwellAndRefusedBefore) {
-  LinearBackend* blas = Backend("cublas");
+  LinearBackend* blas = TestBackend("cublas");
   const std::vector<Precision> listed = blas->precisions();
   const bool blackwell = std::stod(blas->device().compute_capability) >= 10.0;
   EXPECT_EQ(std::find(listed.begin(), listed.end(), Precision::kBf16x9) != listed.end(), blackwell);
@@ -995,8 +974,8 @@ TEST_F(CudaGpuTest, GpuCublasBf16x9IsEmulatedFromBlackwellAndRefusedBefore) {
         Bound(Precision::kBf16x9, DType::kFloat32, DType::kFloat32, 256, Activation::kNone, ref, e))
         << "element " << e;
   }
-  auto xla = Backend("cublaslt")
-                 ->Run(l->problem, MakeConfig(Backend("cublaslt"), Precision::kBf16x9, *l), {});
+  auto xla = TestBackend("cublaslt")
+                 ->Run(l->problem, MakeConfig(TestBackend("cublaslt"), Precision::kBf16x9, *l), {});
   ASSERT_THAT(xla, IsOk());
   auto fp32 = blas->Run(l->problem, MakeConfig(blas, Precision::kFp32, *l), {});
   ASSERT_THAT(fp32, IsOk());
@@ -1044,13 +1023,13 @@ TEST_F(CudaGpuTest, GpuTf32InputRoundingThatMatchesCublas) {
       l->w = *FromDoubles(DType::kFloat32, {n, k}, w);
       l->problem = LinearProblem{
           {m, n, k, WeightLayout::kOutIn, Activation::kNone, DType::kFloat32}, &l->x, &l->w};
-      auto gpu = Backend(name)->Run(l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
+      auto gpu = TestBackend(name)->Run(l->problem, {name, Precision::kTf32, BiasMode::kNone}, {});
       ASSERT_THAT(gpu, IsOk());
       double best = -1;
       std::string best_mode;
       std::string cells;
       for (Precision p : {Precision::kTf32, Precision::kTf32Rna, Precision::kTf32Trunc}) {
-        auto cpu = Cpu()->Run(l->problem, {"cpu", p, BiasMode::kNone}, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, {"cpu", p, BiasMode::kNone}, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(gpu->output, cpu->output);
         char cell[96];
@@ -1119,7 +1098,7 @@ TEST_F(CudaGpuTest, GpuDeviceRoundingIsSingleNearestEven) {
       SCOPED_TRACE(absl::StrCat(name, " ", c.what));
       l->problem =
           LinearProblem{{m, n, 1, WeightLayout::kOutIn, Activation::kNone, c.out}, &l->x, &l->w};
-      auto r = Backend(name)->Run(l->problem, {name, c.p, BiasMode::kNone}, {});
+      auto r = TestBackend(name)->Run(l->problem, {name, c.p, BiasMode::kNone}, {});
       ASSERT_THAT(r, IsOk());
       int wrong = 0;
       for (int64_t i = 0; i < m; ++i) {
@@ -1150,13 +1129,13 @@ TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
       const DType storage = p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
       auto l = MakeLayer(512, 384, 2048, storage, WeightLayout::kOutIn, true, Activation::kGeluTanh,
                          storage, 31);
-      const Config c = MakeConfig(Backend(name), p, *l);
+      const Config c = MakeConfig(TestBackend(name), p, *l);
       SCOPED_TRACE(c.ToString());
       for (bool disallow : {false, true}) {
         RunOptions o;
         o.repeat = 5;
         o.disallow_reduced_precision_reduction = disallow;
-        auto many = Backend(name)->Run(l->problem, c, o);
+        auto many = TestBackend(name)->Run(l->problem, c, o);
         if (IsNoKernel(many.status())) {
           std::printf("no cuBLASLt algorithm: %s\n", c.ToString().c_str());
           continue;
@@ -1166,7 +1145,7 @@ TEST_F(CudaGpuTest, GpuRepeatedRunsAreBitwiseDeterministic) {
         EXPECT_TRUE(many->deterministic);
         RunOptions once;
         once.disallow_reduced_precision_reduction = disallow;
-        auto one = Backend(name)->Run(l->problem, c, once);
+        auto one = TestBackend(name)->Run(l->problem, c, once);
         ASSERT_THAT(one, IsOk());
         EXPECT_EQ(one->runs, 1);
         EXPECT_EQ(many->output.bytes(), one->output.bytes());
@@ -1211,7 +1190,7 @@ TEST_F(CudaGpuTest, GpuFp8SplitAccumulatorMatchesTheCpuBitwiseWhereSumsAreExact)
               cpu_c.backend = "cpu";
               SCOPED_TRACE(absl::StrCat(c.ToString(), fp8 ? " fp8 operands" : " bf16 operands", " ",
                                         WeightLayoutName(layout), " out ", DTypeShortName(out)));
-              auto g = Backend("cublaslt")->Run(l->problem, c, {});
+              auto g = TestBackend("cublaslt")->Run(l->problem, c, {});
               // Whether sm_90 has a kernel for each of these (row-wise with a
               // bias epilogue, RELU_BIAS with an fp32 output) is what the run
               // finds out: listed, not failed, and the loop goes on.
@@ -1222,7 +1201,7 @@ TEST_F(CudaGpuTest, GpuFp8SplitAccumulatorMatchesTheCpuBitwiseWhereSumsAreExact)
               }
               EXPECT_THAT(g, IsOk());
               if (!g.ok()) continue;
-              auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+              auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
               ASSERT_THAT(cpu, IsOk());
               ASSERT_EQ(g->output.dtype(), out);
               const Agreement a = Compare(g->output, cpu->output);
@@ -1268,9 +1247,9 @@ TEST_F(CudaGpuTest, GpuFp8RandomLayersAgainstTheCpuWithinTolerance) {
         Config cpu_c = c;
         cpu_c.backend = "cpu";
         SCOPED_TRACE(c.ToString());
-        auto g = Backend("cublaslt")->Run(l->problem, c, {});
+        auto g = TestBackend("cublaslt")->Run(l->problem, c, {});
         ASSERT_THAT(g, IsOk());
-        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
         ASSERT_THAT(cpu, IsOk());
         const Reference ref = ComputeReference(*l);
         const Agreement a = Compare(g->output, cpu->output);
@@ -1321,7 +1300,7 @@ TEST_F(CudaGpuTest, GpuAlgorithmsListWhatAlgoNRunsAndAlgo0IsTheDefault) {
     return t;
   };
   for (const char* name : {"cublaslt", "cublas"}) {
-    LinearBackend* b = Backend(name);
+    LinearBackend* b = TestBackend(name);
     auto l = MakeLayer(96, 128, 256, DType::kBFloat16, WeightLayout::kOutIn, true,
                        Activation::kNone, DType::kBFloat16, 77);
     const Config c = MakeConfig(b, Precision::kBf16, *l);
@@ -1391,12 +1370,12 @@ TEST_F(CudaGpuTest, GpuFp8AlgorithmsAreListedForTheFp8Descriptors) {
   auto l = MakeExactFp8Layer(32, 64, 128, Precision::kFp8E4M3, false, DType::kBFloat16,
                              WeightLayout::kOutIn, true, Activation::kNone, DType::kBFloat16,
                              Fp8Scaling::kTensor, 5);
-  auto algos = Backend("cublaslt")->Algorithms(l->problem, c, {}, 4);
+  auto algos = TestBackend("cublaslt")->Algorithms(l->problem, c, {}, 4);
   ASSERT_THAT(algos, IsOk());
   ASSERT_GE(algos->size(), 1u);
   Config zero = c;
   zero.algo = 0;
-  auto r = Backend("cublaslt")->Run(l->problem, zero, {});
+  auto r = TestBackend("cublaslt")->Run(l->problem, zero, {});
   ASSERT_THAT(r, IsOk());
   for (const char* key : {"algo", "algo_tile", "algo_stages", "algo_splitk",
                           "algo_reduction_scheme", "algo_custom_option", "algo_workspace_bytes"}) {
@@ -1508,7 +1487,7 @@ TEST_F(CudaGpuTest, GpuDeviceOutOfMemoryIsResourceExhaustedAndTheBackendKeepsWor
   // The budget lets it through; the device cannot hold a 1 TiB output.
   const int64_t side = int64_t{1} << 19;
   const int64_t needed = side * side * 4;
-  if (Backend("cublaslt")->device().memory_bytes * 2 > needed) {
+  if (TestBackend("cublaslt")->device().memory_bytes * 2 > needed) {
     GTEST_SKIP() << "device memory too large for this test";
   }
   BackendRegistry registry;
@@ -1598,7 +1577,7 @@ std::unique_ptr<Fp8Layer> MakeExactBlock128Layer(int64_t m, int64_t n, int64_t k
 }
 
 bool DeviceIsHopper() {
-  return Backend("cublaslt")->device().compute_capability.rfind("9.", 0) == 0;
+  return TestBackend("cublaslt")->device().compute_capability.rfind("9.", 0) == 0;
 }
 
 double ComputeCapabilityOf(LinearBackend* b) { return std::stod(b->device().compute_capability); }
@@ -1608,7 +1587,7 @@ double ComputeCapabilityOf(LinearBackend* b) { return std::stod(b->device().comp
 // layers whose every partial sum is exact: bitwise. Elsewhere than compute
 // capability 9.0, refused naming the rule.
 TEST_F(CudaGpuTest, GpuFp8Block128MatchesTheCpuBitwiseWhereSumsAreExactAndIsRefusedOffHopper) {
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   if (!DeviceIsHopper()) {
     auto l = MakeExactBlock128Layer(32, 64, 256, false, WeightLayout::kOutIn, false,
                                     DType::kFloat32, 2000);
@@ -1641,7 +1620,7 @@ TEST_F(CudaGpuTest, GpuFp8Block128MatchesTheCpuBitwiseWhereSumsAreExactAndIsRefu
             continue;
           }
           ASSERT_THAT(g, IsOk());
-          auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+          auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
           ASSERT_THAT(cpu, IsOk());
           const Agreement a = Compare(g->output, cpu->output);
           std::printf("| %s | %s | %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
@@ -1731,7 +1710,7 @@ std::unique_ptr<BlockLayer> MakeExactBlockScaledLayer(Precision p, int64_t m, in
 // (the pack's H200) the backend must not list them and must refuse them
 // naming the rule, so the CPU emulation runs them.
 TEST_F(CudaGpuTest, GpuMxFp8AndNvFp4MatchTheCpuBitwiseFromBlackwellAndAreRefusedBefore) {
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   const std::vector<Precision> listed = lt->precisions();
   const bool blackwell = ComputeCapabilityOf(lt) >= 10.0;
   for (Precision p : {Precision::kMxFp8E4M3, Precision::kNvFp4}) {
@@ -1757,7 +1736,7 @@ TEST_F(CudaGpuTest, GpuMxFp8AndNvFp4MatchTheCpuBitwiseFromBlackwellAndAreRefused
         ASSERT_THAT(g, IsOk());
         Config cpu_c = c;
         cpu_c.backend = "cpu";
-        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
         ASSERT_THAT(cpu, IsOk());
         const Agreement a = Compare(g->output, cpu->output);
         std::printf("| %s | %s | %s | %.2f%% | %llu |\n", c.ToString().c_str(),
@@ -1786,8 +1765,8 @@ Config SplitConfig(absl::string_view backend, Precision p, int splitk, SplitKRed
 }
 
 TEST(CudaBackends, SplitKIsCublasltsAndCublasRefusesItNamingTheRule) {
-  LinearBackend* lt = Backend("cublaslt");
-  LinearBackend* blas = Backend("cublas");
+  LinearBackend* lt = TestBackend("cublaslt");
+  LinearBackend* blas = TestBackend("cublas");
   ASSERT_NE(lt, nullptr);
   ASSERT_NE(blas, nullptr);
   for (Precision p : {Precision::kBf16, Precision::kFp16}) {
@@ -1808,7 +1787,7 @@ TEST(CudaBackends, SplitKReduceOutputWithAnFp32DIsFailedPreconditionBeforeTheDev
   auto l = MakeLayer(4, 16, 64, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/true,
                      Activation::kNone, DType::kBFloat16, 5);
   l->b = *FromDoubles(DType::kFloat32, {16}, std::vector<double>(16, 0.1));
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   EXPECT_THAT(
       lt->Prepare(l->problem, SplitConfig("cublaslt", Precision::kBf16, 2, SplitKReduce::kOutput))
@@ -1839,7 +1818,7 @@ TEST_F(CudaGpuTest, GpuSplitKRunsTheRequestedSplitAndSchemeWithinTheBound) {
     int splitk;
   };
   const Shape shapes[] = {{16, 512, 14336, 4}, {8, 96, 1000, 3}};
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   std::printf("| configuration | m x k -> n | bitwise equal to cpu | max ulp | algo source |\n");
   std::printf("|---|---|---|---|---|\n");
   uint32_t seed = 3500;
@@ -1877,7 +1856,7 @@ TEST_F(CudaGpuTest, GpuSplitKRunsTheRequestedSplitAndSchemeWithinTheBound) {
         // by name.
         Config cpu_c = c;
         cpu_c.backend = "cpu";
-        auto cpu = Cpu()->Run(l->problem, cpu_c, {});
+        auto cpu = TestCpuBackend()->Run(l->problem, cpu_c, {});
         const std::string source =
             d.count("split_k_algo_source") ? d.at("split_k_algo_source") : "-";
         if (!cpu.ok()) {
@@ -1900,7 +1879,7 @@ TEST_F(CudaGpuTest, GpuSplitKRunsTheRequestedSplitAndSchemeWithinTheBound) {
 TEST_F(CudaGpuTest, GpuSplitKEveryListedAlgoTakesTheSplit) {
   auto l = MakeLayer(16, 512, 4096, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/true,
                      Activation::kNone, DType::kBFloat16, 3600);
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   const Config c = SplitConfig("cublaslt", Precision::kBf16, 4, SplitKReduce::kOutput);
   auto algos = lt->Algorithms(l->problem, c, {}, 8);
   ASSERT_THAT(algos, IsOk());
@@ -1921,7 +1900,7 @@ TEST_F(CudaGpuTest, GpuSplitKEveryListedAlgoTakesTheSplit) {
 TEST_F(CudaGpuTest, GpuSplitKReduceOutputUnderDisallowReducedPrecisionReductionIsRefused) {
   auto l = MakeLayer(16, 64, 512, DType::kBFloat16, WeightLayout::kOutIn, /*bias=*/false,
                      Activation::kNone, DType::kBFloat16, 3700);
-  LinearBackend* lt = Backend("cublaslt");
+  LinearBackend* lt = TestBackend("cublaslt");
   RunOptions strict;
   strict.disallow_reduced_precision_reduction = true;
   EXPECT_THAT(

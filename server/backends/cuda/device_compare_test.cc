@@ -19,11 +19,11 @@
 
 #include "core/status_macros.h"
 #include "core/tensor.h"
-#include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/cuda_context.h"
 #include "server/backends/device_session.h"
 #include "server/stats/diff_stats.h"
 #include "server/stats/tolerance.h"
+#include "tests/testing/cuda_test_backends.h"
 #include "tests/testing/stats_testing.h"
 #include "tests/testing/status_matchers.h"
 
@@ -33,16 +33,7 @@ namespace {
 using ::tensorcheck::testing::ExpectSameStats;
 using ::tensorcheck::testing::IsOk;
 using ::tensorcheck::testing::StatusIs;
-
-LinearBackend* Lt() {
-  static BackendRegistry* registry = [] {
-    auto* r = new BackendRegistry();
-    (void)RegisterCudaBackends(r, BuiltinBackendOptions{});
-    return r;
-  }();
-  auto b = registry->Find("cublaslt");
-  return b.ok() ? *b : nullptr;
-}
+using ::tensorcheck::testing::TestBackend;
 
 struct Layer {
   Tensor x, w, b;
@@ -173,7 +164,7 @@ Tensor MakeOther(const Tensor& output, const Scenario& sc, uint32_t seed) {
 }
 
 TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
-  LinearBackend* lt = Lt();
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
 
@@ -276,7 +267,7 @@ TEST(DeviceStatsTest, GpuDeviceStatisticsEqualHostCompare) {
 }
 
 TEST(DeviceStatsTest, GpuOutputIsLeftOnTheDeviceUnlessAsked) {
-  LinearBackend* lt = Lt();
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
   auto layer = MakeLayer(8, 16, 32, DType::kFloat32, 7);
@@ -316,7 +307,7 @@ TEST(DeviceStatsTest, GpuToleranceLimitIsRoundedAsOnTheHost) {
   ASSERT_THAT(host, IsOk());
   EXPECT_EQ(host->mismatched, 1);
 
-  LinearBackend* lt = Lt();
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
   cuda::DeviceBuffer da, de, memory;
@@ -344,7 +335,7 @@ TEST(DeviceStatsTest, GpuToleranceLimitIsRoundedAsOnTheHost) {
 }
 
 TEST(DeviceStatsTest, GpuBadComparisonIsInvalidArgument) {
-  LinearBackend* lt = Lt();
+  LinearBackend* lt = TestBackend("cublaslt");
   ASSERT_NE(lt, nullptr);
   if (!lt->Available().ok()) GTEST_SKIP() << lt->Available().message();
   auto layer = MakeLayer(4, 6, 8, DType::kFloat32, 3);

@@ -64,30 +64,14 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "nlohmann/json.hpp"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/backends/cuda/cuda_backends.h"
 #include "server/backends/cuda/internal/replay_rules.h"
+#include "tests/testing/cuda_test_backends.h"
 
 namespace tensorcheck {
 namespace {
 
-LinearBackend* Lt() {
-  static BackendRegistry* registry = [] {
-    auto* r = new BackendRegistry();
-    (void)RegisterCudaBackends(r, BuiltinBackendOptions{});
-    return r;
-  }();
-  auto b = registry->Find("cublaslt");
-  return b.ok() ? *b : nullptr;
-}
-
-LinearBackend* Cpu() {
-  static CpuBackend* cpu = [] {
-    auto c = CpuBackend::Create({});
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return cpu;
-}
+using ::tensorcheck::testing::TestBackend;
+using ::tensorcheck::testing::TestCpuBackend;
 
 struct Shape {
   int64_t m, k, n;
@@ -274,15 +258,15 @@ void WriteFile(const std::filesystem::path& path, const std::string& text) {
 class CudaReplayBitwise : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(Lt(), nullptr);
-    const absl::Status s = Lt()->Available();
+    ASSERT_NE(TestBackend("cublaslt"), nullptr);
+    const absl::Status s = TestBackend("cublaslt")->Available();
     if (!s.ok()) GTEST_SKIP() << s.message();
-    ASSERT_NE(Cpu(), nullptr);
+    ASSERT_NE(TestCpuBackend(), nullptr);
   }
 };
 
 TEST_F(CudaReplayBitwise, GpuHeuristicKernelAgainstItsCpuReplayAndThePlainEmulation) {
-  const DeviceDescription device = Lt()->device();
+  const DeviceDescription device = TestBackend("cublaslt")->device();
   const cuda::internal::ComputeCapability cc = CapabilityOf(device.compute_capability);
   const std::optional<TensorCoreGpu> gen = cuda::internal::ReplayGeneration(cc);
   const char* out_env = std::getenv("TENSORCHECK_REPLAY_OUT");
@@ -349,7 +333,8 @@ TEST_F(CudaReplayBitwise, GpuHeuristicKernelAgainstItsCpuReplayAndThePlainEmulat
     }
     const auto t_case = std::chrono::steady_clock::now();
     const Config gpu_config = ConfigOf("cublaslt", c.precision);
-    const absl::Status supported = Lt()->Supports(gpu_config, StorageOf(c.precision));
+    const absl::Status supported =
+        TestBackend("cublaslt")->Supports(gpu_config, StorageOf(c.precision));
     if (!supported.ok()) {
       // FP8 before compute capability 8.9: not an error of the device.
       ++skipped;
@@ -358,7 +343,7 @@ TEST_F(CudaReplayBitwise, GpuHeuristicKernelAgainstItsCpuReplayAndThePlainEmulat
     }
     auto layer = MakeLayer(s, c.precision);
     const auto t_gpu = std::chrono::steady_clock::now();
-    absl::StatusOr<RunResult> gpu = Lt()->Run(layer->problem, gpu_config, {});
+    absl::StatusOr<RunResult> gpu = TestBackend("cublaslt")->Run(layer->problem, gpu_config, {});
     const double gpu_s = Seconds(t_gpu);
     if (!gpu.ok()) {
       ++errors;
@@ -371,7 +356,8 @@ TEST_F(CudaReplayBitwise, GpuHeuristicKernelAgainstItsCpuReplayAndThePlainEmulat
 
     // The plain emulation, for comparison.
     const auto t_plain = std::chrono::steady_clock::now();
-    absl::StatusOr<RunResult> plain = Cpu()->Run(layer->problem, ConfigOf("cpu", c.precision), {});
+    absl::StatusOr<RunResult> plain =
+        TestCpuBackend()->Run(layer->problem, ConfigOf("cpu", c.precision), {});
     const double plain_s = Seconds(t_plain);
     std::string plain_pct = "-";
     if (plain.ok()) {
@@ -404,7 +390,7 @@ TEST_F(CudaReplayBitwise, GpuHeuristicKernelAgainstItsCpuReplayAndThePlainEmulat
                                                 BiasMode::kFused, Fp8Scaling::kTensor);
         EXPECT_EQ(cpu_config.ToString(), replay) << "not canonical";
         const auto t_replay = std::chrono::steady_clock::now();
-        absl::StatusOr<RunResult> cpu = Cpu()->Run(layer->problem, cpu_config, {});
+        absl::StatusOr<RunResult> cpu = TestCpuBackend()->Run(layer->problem, cpu_config, {});
         replay_s = Seconds(t_replay);
         if (cpu.ok()) {
           ++replayed;
