@@ -17,18 +17,16 @@ import hashlib
 import math
 import re
 import struct
-import threading
 from collections.abc import Iterator
 
-import grpc
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tensorcheck
-from in_process_server import serve_in_process
+from in_process_server import BlobStore, RecordingServicer, serve_in_process
 from numerics import e2m1_value
-from tensorcheck._pb import pb, pb_grpc
+from tensorcheck._pb import pb
 from tensorcheck._store import digest_of
 from tensorcheck._tensors import (
     as_array,
@@ -125,20 +123,8 @@ def test_fp4_digest_and_ref_are_of_the_packed_bytes():
         tensorcheck.TensorRef(ref.digest, 64, "float4_e2m1fn", (4, 16))
 
 
-class BlobStore(pb_grpc.TensorCheckServicer):
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-
-    def ReadTensor(self, request, context):
-        blob = self.blobs.get(request.digest.hash)
-        if blob is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, "not stored")
-        for pos in range(request.offset, len(blob), 3):
-            yield pb.ReadTensorResponse(offset=pos, data=blob[pos : pos + 3])
-
-
 def test_a_stored_fp4_tensor_reads_back_unpacked():
-    store = BlobStore()
+    store = BlobStore(chunk=3)
     packed = pack_by_hand(ALL_CODES)
     digest = "sha256:" + hashlib.sha256(packed).hexdigest()
     store.blobs[digest] = packed
@@ -343,32 +329,9 @@ def test_a_global_scale_that_is_not_real_numbers_is_a_type_error_naming_it(offli
 # --- through every call, to a fake server ---------------------------------------------
 
 
-class Recorder(pb_grpc.TensorCheckServicer):
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: list[tuple[str, pb.VerifyRequest]] = []
-
-    def _answer(self, method: str, request: pb.VerifyRequest) -> pb.VerifyResponse:
-        with self.lock:
-            self.requests.append((method, request))
-        r = pb.VerifyResponse(verdict=pb.VERDICT_PASS)
-        r.tolerance.preset = pb.Tolerance.PRESET_TORCH
-        r.observed_vs_reference.CopyFrom(pb.Stats(total=M * N))
-        if method == "Diagnose":
-            r.diagnosis.best = "cpu:nvfp4:fused"
-            r.diagnosis.candidate_tiers.extend([1, 2])
-        return r
-
-    def Verify(self, request, context):
-        return self._answer("Verify", request)
-
-    def Diagnose(self, request, context):
-        return self._answer("Diagnose", request)
-
-
 @pytest.fixture
-def recorder() -> Iterator[tuple[Recorder, str]]:
-    servicer = Recorder()
+def recorder() -> Iterator[tuple[RecordingServicer, str]]:
+    servicer = RecordingServicer(total=M * N, best="cpu:nvfp4:fused", candidate_tiers=[1, 2])
     with serve_in_process(servicer) as target:
         yield servicer, target
 

@@ -19,19 +19,17 @@ import json
 import math
 import re
 import struct
-import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import grpc
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tensorcheck
-from in_process_server import serve_in_process
+from in_process_server import BlobStore, RecordingServicer, serve_in_process
 from tensorcheck._model import write_safetensors
-from tensorcheck._pb import pb, pb_grpc
+from tensorcheck._pb import pb
 from tensorcheck._store import digest_of
 from tensorcheck._tensors import (
     as_array,
@@ -209,23 +207,9 @@ def test_safetensors_names_the_fp8_formats(tmp_path):
 # --- ReadTensor of a stored fp8 tensor -------------------------------------------------
 
 
-class BlobStore(pb_grpc.TensorCheckServicer):
-    """ReadTensor over a dict of blobs, in small chunks."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-
-    def ReadTensor(self, request, context):
-        blob = self.blobs.get(request.digest.hash)
-        if blob is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, "not stored")
-        for pos in range(request.offset, len(blob), 100):
-            yield pb.ReadTensorResponse(offset=pos, data=blob[pos : pos + 100])
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=IDS)
 def test_a_stored_fp8_tensor_reads_back_as_ml_dtypes_bit_for_bit(fmt):
-    store = BlobStore()
+    store = BlobStore(chunk=100)
     digest = "sha256:" + hashlib.sha256(ALL_PATTERNS).hexdigest()
     store.blobs[digest] = ALL_PATTERNS
     ref = tensorcheck.TensorRef(digest, 256, fmt.name, (16, 16))
@@ -581,35 +565,9 @@ def test_torch_complex_and_bool_scales_are_type_errors(offline_client):
 # --- scales through every call that builds a LinearOp -----------------------------------
 
 
-class Recorder(pb_grpc.TensorCheckServicer):
-    """Records Verify/Diagnose requests; Verify fails (so that
-    assert_linear_parity goes on to Diagnose) when `fail` is set."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: list[tuple[str, pb.VerifyRequest]] = []
-        self.fail = False
-
-    def _answer(self, method: str, request: pb.VerifyRequest) -> pb.VerifyResponse:
-        with self.lock:
-            self.requests.append((method, request))
-        r = pb.VerifyResponse(verdict=pb.VERDICT_FAIL if self.fail else pb.VERDICT_PASS)
-        r.tolerance.preset = pb.Tolerance.PRESET_TORCH
-        r.observed_vs_reference.CopyFrom(pb.Stats(total=M * N, mismatched=1 if self.fail else 0))
-        if method == "Diagnose":
-            r.diagnosis.best = "cpu:fp8:fused"
-        return r
-
-    def Verify(self, request, context):
-        return self._answer("Verify", request)
-
-    def Diagnose(self, request, context):
-        return self._answer("Diagnose", request)
-
-
 @pytest.fixture
-def recorder() -> Iterator[tuple[Recorder, str]]:
-    servicer = Recorder()
+def recorder() -> Iterator[tuple[RecordingServicer, str]]:
+    servicer = RecordingServicer(total=M * N, best="cpu:fp8:fused")
     with serve_in_process(servicer) as target:
         yield servicer, target
 
