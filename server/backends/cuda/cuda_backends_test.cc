@@ -314,6 +314,30 @@ struct Fp8Layer {
   LinearProblem problem;
 };
 
+// The rest of an exact FP8 layer, after its operands and scales: a bf16
+// bias of multiples of 1/8 in [-1/2, 1/2] drawn from `rng` when `bias`,
+// and the problem's tensors, layout, activation, output and shape.
+void FinishExactFp8Layer(Fp8Layer* l, int64_t m, int64_t n, int64_t k, WeightLayout layout,
+                         bool bias, Activation act, DType out, std::mt19937& rng) {
+  LinearProblem& pr = l->problem;
+  if (bias) {
+    std::uniform_int_distribution<int> small(-4, 4);
+    std::vector<double> b(static_cast<size_t>(n));
+    for (double& v : b) v = small(rng) / 8.0;
+    l->b = *FromDoubles(DType::kBFloat16, {n}, b);
+    l->has_bias = true;
+    pr.bias = &l->b;
+  }
+  pr.input = &l->x;
+  pr.weight = &l->w;
+  pr.layout = layout;
+  pr.activation = act;
+  pr.output_dtype = out;
+  pr.m = m;
+  pr.n = n;
+  pr.k = k;
+}
+
 std::unique_ptr<Fp8Layer> MakeExactFp8Layer(int64_t m, int64_t n, int64_t k, Precision p, bool fp8,
                                             DType storage, WeightLayout layout, bool bias,
                                             Activation act, DType out, Fp8Scaling scaling,
@@ -336,13 +360,6 @@ std::unique_ptr<Fp8Layer> MakeExactFp8Layer(int64_t m, int64_t n, int64_t k, Pre
   l->w = *FromDoubles(fp8 ? formats.weight : storage,
                       out_in ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, w);
   LinearProblem& pr = l->problem;
-  if (bias) {
-    std::vector<double> b(static_cast<size_t>(n));
-    for (double& v : b) v = small(rng) / 8.0;
-    l->b = *FromDoubles(DType::kBFloat16, {n}, b);
-    l->has_bias = true;
-    pr.bias = &l->b;
-  }
   if (fp8) {
     const bool row = scaling == Fp8Scaling::kRow;
     std::vector<double> sx(static_cast<size_t>(row ? m : 1)), sw(static_cast<size_t>(row ? n : 1));
@@ -353,14 +370,7 @@ std::unique_ptr<Fp8Layer> MakeExactFp8Layer(int64_t m, int64_t n, int64_t k, Pre
     pr.input_scale = &l->x_scale;
     pr.weight_scale = &l->w_scale;
   }
-  pr.input = &l->x;
-  pr.weight = &l->w;
-  pr.layout = layout;
-  pr.activation = act;
-  pr.output_dtype = out;
-  pr.m = m;
-  pr.n = n;
-  pr.k = k;
+  FinishExactFp8Layer(l.get(), m, n, k, layout, bias, act, out, rng);
   return l;
 }
 
@@ -1538,13 +1548,6 @@ std::unique_ptr<Fp8Layer> MakeExactBlock128Layer(int64_t m, int64_t n, int64_t k
   l->x = *FromDoubles(storage, {m, k}, x);
   l->w = *FromDoubles(storage, out_in ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, w);
   LinearProblem& pr = l->problem;
-  if (bias) {
-    std::vector<double> b(static_cast<size_t>(n));
-    for (double& v : b) v = small(rng) / 8.0;
-    l->b = *FromDoubles(DType::kBFloat16, {n}, b);
-    l->has_bias = true;
-    pr.bias = &l->b;
-  }
   if (fp8) {
     std::vector<double> sx(static_cast<size_t>(m * s)), sw(static_cast<size_t>(nb * s));
     for (int64_t i = 0; i < m; ++i) {
@@ -1565,14 +1568,8 @@ std::unique_ptr<Fp8Layer> MakeExactBlock128Layer(int64_t m, int64_t n, int64_t k
     pr.weight_scale = &l->w_scale;
     pr.scale_blocks = ScaleBlocks{128, 128};
   }
-  pr.input = &l->x;
-  pr.weight = &l->w;
-  pr.layout = layout;
-  pr.activation = bias ? Activation::kRelu : Activation::kNone;
-  pr.output_dtype = out;
-  pr.m = m;
-  pr.n = n;
-  pr.k = k;
+  FinishExactFp8Layer(l.get(), m, n, k, layout, bias, bias ? Activation::kRelu : Activation::kNone,
+                      out, rng);
   return l;
 }
 
